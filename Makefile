@@ -1,0 +1,39 @@
+# Two commands, each doing its own set-up on a fresh machine:
+#   make run    the main job on the embedded default (local Ray head, CPU, offline corpus)
+#   make test   the test suite (what CI runs)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.memprism-installed
+
+# Ray and Hugging Face settings for every entry point: no usage reporting, no hub access,
+# token auth off unless the caller chose otherwise.
+export RAY_USAGE_STATS_ENABLED := 0
+export RAY_AUTH_MODE ?= disabled
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: run test setup lint bench clean-venv
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "==> installing memprism-ray and its pinned dependencies into $(VENV) (first run: a few minutes)"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+run: $(STAMP)
+	$(PY) scripts/run_local.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,57 @@
+"""The event extractor interface Phi (paper: "Recorder"; appendix C.1-C.2).
+
+"An event extractor Phi, together with rule-based checks, maps the raw event to" the
+structured event. An extractor returns the fields it can read off one raw event; the
+:class:`~memprism_ray.recorder.stream.EventStream` then validates the deltas, assigns ``t``
+and, unless the extractor forces it, classifies the outcome against the tracked state.
+Extractors never see or produce old values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from memprism_ray.recorder.events import Event, Outcome, RawEvent, StateDelta
+from memprism_ray.recorder.stream import EventStream
+
+
+@dataclass(frozen=True, slots=True)
+class Extraction:
+    """What an extractor read off one raw event.
+
+    ``failed``: the environment reported failure (outcome ``exception``).
+    ``outcome``: force an outcome (e.g. Mind2Web keeps ``state_update`` for a valid human
+    step with no extracted key); ``None`` lets the stream classify it.
+    """
+
+    entity: str
+    act: str
+    delta: tuple[StateDelta, ...] = ()
+    failed: bool = False
+    outcome: Outcome | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Phi(Protocol):
+    """An event extractor: ``(raw event, latest known state) -> Extraction``."""
+
+    name: str
+
+    def extract(self, raw: RawEvent, known_state: Mapping[str, str]) -> Extraction: ...
+
+
+def record_event(stream: EventStream, raw: RawEvent, phi: Phi) -> Event:
+    """Run ``phi`` on ``raw`` against the stream's tracked state and append the result."""
+    ex = phi.extract(raw, stream.state)
+    return stream.record(
+        raw,
+        entity=ex.entity,
+        act=ex.act,
+        delta=ex.delta,
+        failed=ex.failed,
+        outcome=ex.outcome,
+        evidence=ex.evidence,
+    )

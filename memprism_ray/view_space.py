@@ -1,0 +1,225 @@
+"""The joint view-action space (paper: "Router", Table "Four factors of the joint view
+action", and appendix D.3 "View and environment action definitions").
+
+A view action is ``a = (tau, window, filter, gamma)``:
+
+* ``tau``    relation type: TemporalTrace, ActionEffect, EntityState, DependencyChain
+* ``window`` temporal range: recent_short (last 6 events), recent_long (last 10), all
+* ``filter`` outcome filter: all, exception, state_update, no_observed_change
+* ``gamma``  granularity: coarse, medium, fine
+
+The implementation enumerates view type, time window, outcome filter and granularity in
+that order, and the 4 x 3 x 4 x 3 = 144 actions use the stable zero-based index of
+eq. (A.1)::
+
+    i(a) = ((i_tau * 3 + i_w) * 4 + i_c) * 3 + i_gamma
+
+Legacy names (``timeline``, ``action_outcome``, ``state_table``, ``causal_chain``) are
+accepted when reading only and always serialise back to the canonical names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+TAUS: tuple[str, ...] = ("TemporalTrace", "ActionEffect", "EntityState", "DependencyChain")
+WINDOWS: tuple[str, ...] = ("recent_short", "recent_long", "all")
+FILTERS: tuple[str, ...] = ("all", "exception", "state_update", "no_observed_change")
+GAMMAS: tuple[str, ...] = ("coarse", "medium", "fine")
+
+#: Number of most recent events in each window; ``None`` means the whole history.
+WINDOW_SIZES: dict[str, int | None] = {"recent_short": 6, "recent_long": 10, "all": None}
+
+#: Read-time aliases of appendix D.3; never written.
+TAU_ALIASES: dict[str, str] = {
+    "timeline": "TemporalTrace",
+    "action_outcome": "ActionEffect",
+    "state_table": "EntityState",
+    "causal_chain": "DependencyChain",
+}
+
+NUM_ACTIONS: int = len(TAUS) * len(WINDOWS) * len(FILTERS) * len(GAMMAS)
+
+_FACTORS: dict[str, tuple[str, ...]] = {
+    "tau": TAUS,
+    "window": WINDOWS,
+    "filter": FILTERS,
+    "gamma": GAMMAS,
+}
+
+
+def _canonical(factor: str, value: Any) -> str:
+    """Return the canonical spelling of ``value`` for ``factor`` or raise ``ValueError``.
+
+    Canonical names match exactly or case-insensitively; for ``tau`` the legacy aliases
+    are accepted too. The error lists every valid name so a typo is easy to fix.
+    """
+    valid = _FACTORS[factor]
+    if not isinstance(value, str):
+        raise ValueError(
+            f"view {factor} must be a string, got {type(value).__name__} {value!r}; "
+            f"valid {factor} names: {', '.join(valid)}"
+        )
+    if value in valid:
+        return value
+    lowered = value.strip().lower()
+    for name in valid:
+        if name.lower() == lowered:
+            return name
+    if factor == "tau" and lowered in TAU_ALIASES:
+        return TAU_ALIASES[lowered]
+    extra = f" (legacy aliases: {', '.join(TAU_ALIASES)})" if factor == "tau" else ""
+    raise ValueError(f"unknown view {factor} {value!r}; valid {factor} names: {', '.join(valid)}{extra}")
+
+
+@dataclass(frozen=True, slots=True)
+class ViewAction:
+    """One of the 144 joint view actions ``(tau, window, filter, gamma)``.
+
+    Construction accepts canonical names in any case and the legacy ``tau`` aliases; the
+    stored fields are always canonical.
+    """
+
+    tau: str
+    window: str
+    filter: str
+    gamma: str
+
+    def __post_init__(self) -> None:
+        for factor in _FACTORS:
+            object.__setattr__(self, factor, _canonical(factor, getattr(self, factor)))
+
+    # --- index (eq. A.1) -------------------------------------------------------------
+    @property
+    def index(self) -> int:
+        """Stable zero-based index ``((i_tau*3 + i_w)*4 + i_c)*3 + i_gamma``."""
+        i_tau = TAUS.index(self.tau)
+        i_w = WINDOWS.index(self.window)
+        i_c = FILTERS.index(self.filter)
+        i_g = GAMMAS.index(self.gamma)
+        return ((i_tau * len(WINDOWS) + i_w) * len(FILTERS) + i_c) * len(GAMMAS) + i_g
+
+    @classmethod
+    def from_index(cls, index: int) -> ViewAction:
+        """Inverse of :attr:`index`."""
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise ValueError(f"view index must be an int in [0, {NUM_ACTIONS}), got {index!r}")
+        if not 0 <= index < NUM_ACTIONS:
+            raise ValueError(f"view index {index} out of range [0, {NUM_ACTIONS})")
+        rest, i_g = divmod(index, len(GAMMAS))
+        rest, i_c = divmod(rest, len(FILTERS))
+        i_tau, i_w = divmod(rest, len(WINDOWS))
+        return cls(TAUS[i_tau], WINDOWS[i_w], FILTERS[i_c], GAMMAS[i_g])
+
+    # --- serialisation (canonical names only) ----------------------------------------
+    def to_dict(self) -> dict[str, str]:
+        """The serialised action object of appendix D.3."""
+        return {"tau": self.tau, "window": self.window, "filter": self.filter, "gamma": self.gamma}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ViewAction:
+        """Read an action object; accepts aliases, rejects missing or extra keys."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"view action must be a JSON object, got {type(data).__name__}")
+        missing = [k for k in _FACTORS if k not in data]
+        extra = [k for k in data if k not in _FACTORS]
+        if missing or extra:
+            raise ValueError(
+                f"view action needs exactly the keys tau, window, filter, gamma; "
+                f"missing {missing or 'none'}, unexpected {extra or 'none'}"
+            )
+        return cls(data["tau"], data["window"], data["filter"], data["gamma"])
+
+    @classmethod
+    def from_json(cls, text: str) -> ViewAction:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"view action is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def parse(cls, text: str) -> ViewAction:
+        """Parse ``"tau/window/filter/gamma"`` (the :attr:`name` form), an index or JSON."""
+        text = text.strip()
+        if text.startswith("{"):
+            return cls.from_json(text)
+        if text.isdigit():
+            return cls.from_index(int(text))
+        parts = text.split("/")
+        if len(parts) != 4:
+            raise ValueError(
+                f"cannot parse view action {text!r}: expected 'tau/window/filter/gamma', "
+                f"an index in [0, {NUM_ACTIONS}) or a JSON object"
+            )
+        return cls(*parts)
+
+    @property
+    def name(self) -> str:
+        """Compact ``tau/window/filter/gamma`` name, used in logs and file names."""
+        return f"{self.tau}/{self.window}/{self.filter}/{self.gamma}"
+
+    @property
+    def window_size(self) -> int | None:
+        """Number of most recent events in scope (``None``: the whole history)."""
+        return WINDOW_SIZES[self.window]
+
+    @property
+    def cost(self) -> float:
+        """Structural cost, see :func:`cost`."""
+        return cost(self)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+ALL_ACTIONS: tuple[ViewAction, ...] = tuple(ViewAction.from_index(i) for i in range(NUM_ACTIONS))
+
+#: Maximum of the lexicographic structural-cost code, used to scale cost into [0, 1].
+_COST_MAX = (len(WINDOWS) - 1) * 6 + 1 * 3 + (len(GAMMAS) - 1)
+
+
+def cost(action: ViewAction) -> float:
+    """Structural cost ``C(a)`` in [0, 1] used by the D1 loss and the teacher tie-break.
+
+    The view-teacher prompt (appendix D) breaks ties by *shorter window < longer window*,
+    then *more selective filter < all*, then *coarse < medium < fine*, and never by
+    relation type. The cost encodes exactly that order lexicographically::
+
+        code = 6 * i_window + 3 * [filter == "all"] + i_gamma      (0 .. 17)
+        C(a) = code / 17
+
+    so any longer window costs more than any filter/granularity change, ``all`` costs more
+    than a selective filter at equal window, and granularity breaks the remaining ties.
+    ``tau`` does not change the cost.
+    """
+    code = 6 * WINDOWS.index(action.window) + 3 * int(action.filter == "all") + GAMMAS.index(action.gamma)
+    return code / _COST_MAX
+
+
+def cost_vector() -> list[float]:
+    """Structural cost of every action in index order (length 144)."""
+    return [cost(a) for a in ALL_ACTIONS]
+
+
+def factor_index(action: ViewAction, factor: str) -> int:
+    """Position of ``action``'s value within ``factor``'s option list."""
+    if factor not in _FACTORS:
+        raise ValueError(f"unknown view factor {factor!r}; valid factors: {', '.join(_FACTORS)}")
+    return _FACTORS[factor].index(getattr(action, factor))
+
+
+def factor_options(factor: str) -> tuple[str, ...]:
+    """The option names of one factor (``tau``, ``window``, ``filter`` or ``gamma``)."""
+    if factor not in _FACTORS:
+        raise ValueError(f"unknown view factor {factor!r}; valid factors: {', '.join(_FACTORS)}")
+    return _FACTORS[factor]
+
+
+FACTORS: tuple[str, ...] = tuple(_FACTORS)
