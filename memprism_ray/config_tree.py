@@ -1,0 +1,235 @@
+"""Typed configuration trees: dataclasses <-> YAML, plus dotted command-line overrides.
+
+Every setting lives in a dataclass field with a one-line ``metadata={"help": ...}``; a tree
+is a dataclass whose fields may be dataclasses themselves. Presets are YAML files that set a
+subset of fields; ``--section.field VALUE`` on the command line overrides one leaf.
+Unknown keys are errors that list the valid ones, values are coerced to the field's type
+with a clear message, and each dataclass's ``__post_init__`` validates the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+T = TypeVar("T")
+
+
+def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field with its one-line help text."""
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Coerce a YAML/CLI value to annotation ``tp`` or raise ``ValueError`` naming ``where``."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        is_null = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
+        if is_null and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError(errors[0] if errors else f"{where}: cannot accept {value!r}")
+    if origin is typing.Literal:
+        allowed = get_args(tp)
+        for a in allowed:
+            if value == a or (isinstance(value, str) and str(a) == value):
+                return a
+        raise ValueError(f"{where}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+    if _is_dataclass_type(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{where}: expected a mapping of settings, got {value!r}")
+        return from_dict(tp, value, _where=where)
+    if origin in (list, tuple, Sequence) or tp in (list, tuple):
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()] if value.strip() else []
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: expected a list, got {value!r}")
+        args = get_args(tp)
+        inner = args[0] if args else Any
+        items = [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if (origin is tuple or tp is tuple) else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "no", "0", "off"):
+            return False
+        raise ValueError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ValueError(f"{where}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:
+                pass
+        raise ValueError(f"{where}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise ValueError(f"{where}: expected a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ValueError(f"{where}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError(f"{where}: expected a string, got {value!r}")
+    if tp is Path:
+        return Path(value)
+    return value
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
+    """Build dataclass ``cls`` from a (possibly partial) nested mapping."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{_where or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        prefix = f"{_where}." if _where else ""
+        raise ValueError(
+            f"unknown setting(s) {', '.join(prefix + k for k in unknown)}; "
+            f"valid keys{' under ' + _where if _where else ''}: {', '.join(fields)}"
+        )
+    kwargs = {}
+    for name, value in data.items():
+        where = f"{_where}.{name}" if _where else name
+        kwargs[name] = _coerce(value, hints[name], where)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{_where or cls.__name__}: {exc}") from None
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain nested dict of a config tree (tuples become lists, Paths strings)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge; ``update`` wins on leaves."""
+    out = dict(base)
+    for k, v in update.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    import yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a mapping at the top level")
+    base = data.pop("base", None)
+    if base is not None:
+        data = merge(load_yaml(path.parent / base), data)
+    return data
+
+
+def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
+    """``["--grpo.lr", "1e-6", "--run.name=x"]`` -> ``{"grpo": {"lr": "1e-6"}, "run": {"name": "x"}}``.
+
+    Values stay strings; :func:`from_dict` coerces them to each field's type.
+    """
+    out: dict[str, Any] = {}
+    i = 0
+    args = list(args)
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) <= 2:
+            raise ValueError(f"expected a --section.key override, got {arg!r}")
+        key = arg[2:]
+        if "=" in key:
+            key, value = key.split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                raise ValueError(f"override {arg} has no value")
+            value = args[i + 1]
+            i += 2
+        node = out
+        parts = key.replace("-", "_").split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {arg} conflicts with an earlier one")
+        node[parts[-1]] = value
+    return out
+
+
+def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """``(dotted name, default, help)`` for every leaf of a config tree (for ``--help``)."""
+    rows = []
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}{f.name}"
+        tp = hints[f.name]
+        if _is_dataclass_type(tp):
+            rows.extend(describe(tp, name + "."))
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = repr(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = repr(f.default_factory())
+        else:
+            default = "(required)"
+        rows.append((name, default, f.metadata.get("help", "")))
+    return rows

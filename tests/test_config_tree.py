@@ -1,0 +1,88 @@
+"""Config trees: YAML presets, dotted overrides, type coercion and clear errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from memprism_ray.config_tree import describe, field, from_dict, load_yaml, parse_overrides, to_dict
+
+
+@dataclass
+class Inner:
+    lr: float = field(3e-6, help="learning rate")
+    steps: int = field(50, help="max steps")
+    mode: Literal["optical", "text"] = field("optical", help="view medium")
+    tags: tuple[str, ...] = field((), help="tags")
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise ValueError(f"inner.lr must be > 0, got {self.lr}")
+
+
+@dataclass
+class Outer:
+    inner: Inner = field(default_factory=Inner, help="inner block")
+    name: str = field("run", help="run name")
+    resume: str | None = field(None, help="checkpoint or auto")
+    debug: bool = field(False, help="debug")
+
+
+def test_overrides_coerce_to_field_types() -> None:
+    over = parse_overrides(["--inner.lr", "1e-6", "--inner.steps=10", "--debug", "true", "--inner.tags", "a,b"])
+    cfg = from_dict(Outer, over)
+    assert cfg.inner.lr == 1e-6 and cfg.inner.steps == 10 and cfg.debug is True
+    assert cfg.inner.tags == ("a", "b")
+    assert cfg.name == "run" and cfg.resume is None
+    assert from_dict(Outer, parse_overrides(["--resume", "auto"])).resume == "auto"
+    assert from_dict(Outer, {"resume": "none"}).resume is None
+
+
+def test_round_trip_through_dict() -> None:
+    cfg = from_dict(Outer, {"inner": {"lr": 0.5, "mode": "text"}, "name": "x"})
+    assert from_dict(Outer, to_dict(cfg)) == cfg
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"innr": {}}, "unknown setting(s) innr; valid keys: inner, name, resume, debug"),
+        ({"inner": {"lrr": 1}}, "unknown setting(s) inner.lrr; valid keys under inner: lr, steps, mode, tags"),
+        ({"inner": {"steps": "ten"}}, "inner.steps: expected an integer, got 'ten'"),
+        ({"inner": {"mode": "audio"}}, "inner.mode: 'audio' is not one of 'optical', 'text'"),
+        ({"inner": {"lr": -1}}, "inner.lr must be > 0"),
+        ({"debug": "maybe"}, "debug: expected true/false"),
+    ],
+)
+def test_errors_name_the_setting(data: dict, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        from_dict(Outer, data)
+    assert message in str(err.value)
+
+
+def test_override_syntax_errors() -> None:
+    with pytest.raises(ValueError, match=r"expected a --section\.key override"):
+        parse_overrides(["lr", "1"])
+    with pytest.raises(ValueError, match="has no value"):
+        parse_overrides(["--inner.lr"])
+
+
+def test_yaml_presets_inherit_from_base(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("name: base\ninner:\n  lr: 0.1\n  steps: 5\n")
+    (tmp_path / "child.yaml").write_text("base: base.yaml\ninner:\n  steps: 7\n")
+    cfg = from_dict(Outer, load_yaml(tmp_path / "child.yaml"))
+    assert (cfg.name, cfg.inner.lr, cfg.inner.steps) == ("base", 0.1, 7)
+    with pytest.raises(ValueError, match="does not exist"):
+        load_yaml(tmp_path / "nope.yaml")
+    (tmp_path / "bad.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ValueError, match="mapping at the top level"):
+        load_yaml(tmp_path / "bad.yaml")
+
+
+def test_describe_lists_every_leaf_with_help() -> None:
+    rows = {name: (default, help_) for name, default, help_ in describe(Outer)}
+    assert rows["inner.lr"] == ("3e-06", "learning rate")
+    assert set(rows) == {"inner.lr", "inner.steps", "inner.mode", "inner.tags", "name", "resume", "debug"}
