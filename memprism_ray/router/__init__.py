@@ -1,0 +1,51 @@
+"""Router: decision-conditioned view routing (paper: "Router"; appendix A.2, C.4).
+
+``features`` (window summary, global statistics, :class:`RouterFeatures`), ``encoder``
+(frozen MiniLM), ``model`` (:class:`ViewPolicyModel`, :func:`select_views`) and
+``teacher`` (view teachers for D1). Torch-backed names are imported on first use so that
+``memprism_ray.router.features`` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memprism_ray.router.features import (
+    EventWindowSummarizer,
+    FeatureExtractor,
+    RouterFeatures,
+    canonical_action,
+    global_stats,
+)
+
+_LAZY = {
+    "TextEncoder": "memprism_ray.router.encoder",
+    "EncoderConfig": "memprism_ray.router.encoder",
+    "HashingEncoder": "memprism_ray.router.encoder",
+    "ViewPolicyModel": "memprism_ray.router.model",
+    "RouterConfig": "memprism_ray.router.model",
+    "factor_marginals": "memprism_ray.router.model",
+    "select_views": "memprism_ray.router.model",
+    "TeacherLabel": "memprism_ray.router.teacher",
+    "LLMViewTeacher": "memprism_ray.router.teacher",
+    "LLMTeacherConfig": "memprism_ray.router.teacher",
+    "CounterfactualTeacher": "memprism_ray.router.teacher",
+    "CounterfactualConfig": "memprism_ray.router.teacher",
+}
+
+__all__ = [
+    "EventWindowSummarizer",
+    "FeatureExtractor",
+    "RouterFeatures",
+    "canonical_action",
+    "global_stats",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'memprism_ray.router' has no attribute {name!r}")

@@ -1,0 +1,403 @@
+"""Router input features (paper: "Router", eq. router-state; appendix A.2 and C.4).
+
+``z_t = Enc_theta(o_t, g, Summary(E_<t))`` reads four fixed-size vectors:
+
+* ``obs``    384-d MiniLM embedding of the serialised current observation ``x_t``,
+* ``goal``   384-d MiniLM embedding of the task goal ``g``,
+* ``window`` 128-d :class:`EventWindowSummarizer` vector over the latest 8 raw/structured
+  event pairs (``u_t``),
+* ``stats``  8-d :func:`global_stats` vector over at most the latest 64 events (``s_t``).
+
+Window vector layout (A.2: "first eight coordinates encode the action_frequency profile
+..., the next three coordinates are the exception, state-update, and no-observed-change
+ratios. Seven further coordinates record ..."). ``n`` is the number of events in the
+window (0..8), ``W = 8`` its capacity; every ratio is 0 when ``n == 0``:
+
+====  =========================================================================
+idx   value
+====  =========================================================================
+0-7   the 8 largest normalised action-signature frequencies ``count / n`` in
+      descending order (fewer than 8 signatures: zero padded)
+8     exception ratio (outcome ``exception`` / n)
+9     state-update ratio
+10    no-observed-change ratio
+11    normalised entity count: distinct non-empty main entities / W
+12    entity coverage: events that name a main entity / n
+13    delta ratio: events with at least one accepted state delta / n
+14    maximum run of consecutive ``exception`` events / W
+15    maximum run of consecutive ``no_observed_change`` events / W
+16    recency-weighted state-change density: sum_j w_j [event j changed a known value] / sum_j w_j
+17    recency-weighted exception density: sum_j w_j [event j is an exception] / sum_j w_j
+18+   zero padding to 128
+====  =========================================================================
+
+with recency weights ``w_j = 0.75 ** (n - 1 - j)`` (newest event weight 1). "Changed a
+known value" uses the Recorder's per-delta change flags, so it differs from the
+state-update ratio where an extractor forced ``state_update`` without a changing key.
+
+Global statistics layout (A.2), over the latest ``m = min(len, 64)`` events, ``H = 64``:
+
+====  =========================================================================
+0     exception ratio
+1     state-update ratio
+2     normalised unique-entity count: distinct non-empty main entities / H
+3     normalised history length: m / H
+4     deterministic unit hash of the most recent event's main entity: the first
+      8 bytes of BLAKE2b(entity, digest_size=8) as a big-endian integer / 2**64,
+      in [0, 1); 0 when there is no event or the entity is empty
+5     terminal exception streak (trailing run of ``exception``) / H
+6     terminal no-change streak (trailing run of ``no_observed_change``) / H
+7     recent state-update density: ``state_update`` fraction over the latest 16
+====  =========================================================================
+
+Action canonicalisation (A.2: "Raw actions are canonicalized from fields such as op,
+action_type, or type"), :func:`canonical_action`:
+
+* a mapping action uses the first of the fields ``op``, ``action_type``, ``type`` that is
+  present (lower-cased, e.g. ``{"op": "CLICK", "ref": "e12"}`` -> ``click``); a mapping
+  with none of them becomes ``{k1,k2,...}`` of its sorted keys. A text action that is a
+  JSON object is read as that mapping.
+* a text action is lower-cased and split on whitespace; surrounding punctuation is
+  stripped. The first word is the verb and is kept; articles (a, an, the) are dropped;
+  words of the closed particle set :data:`PARTICLES` (to, from, in/on, with, up, ...) are
+  kept; every other run of words and instance numbers is one object slot ``X``. So
+  ``take mug 1 from countertop 2`` -> ``take X from X``, ``go to drawer 3`` ->
+  ``go to X``, ``pick up the Mug`` -> ``pick up X``, ``look`` -> ``look``. With
+  ``abstract_objects=False`` only instance numbers are removed (``take mug from
+  countertop``), for users who want object-level repetition in the profile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from memprism_ray.recorder import EventStream, Outcome, StreamRecord
+
+TEXT_DIM: int = 384
+WINDOW_DIM: int = 128
+STATS_DIM: int = 8
+WINDOW_EVENTS: int = 8
+GLOBAL_EVENTS: int = 64
+RECENT_EVENTS: int = 16
+RECENCY_DECAY: float = 0.75
+NUM_SIGNATURES: int = 8
+
+# Window coordinates (see the module docstring).
+W_ACTION_FREQ = slice(0, NUM_SIGNATURES)
+W_EXCEPTION_RATIO = 8
+W_STATE_UPDATE_RATIO = 9
+W_NO_CHANGE_RATIO = 10
+W_ENTITY_COUNT = 11
+W_ENTITY_COVERAGE = 12
+W_DELTA_RATIO = 13
+W_MAX_EXCEPTION_STREAK = 14
+W_MAX_NO_CHANGE_STREAK = 15
+W_RECENT_STATE_CHANGE = 16
+W_RECENT_EXCEPTION = 17
+W_ACTIVE = 18
+
+# Global-statistics coordinates.
+S_EXCEPTION_RATIO = 0
+S_STATE_UPDATE_RATIO = 1
+S_ENTITY_COUNT = 2
+S_HISTORY_LENGTH = 3
+S_ENTITY_HASH = 4
+S_EXCEPTION_STREAK = 5
+S_NO_CHANGE_STREAK = 6
+S_RECENT_STATE_UPDATE = 7
+
+#: Words kept in a text-action signature besides the leading verb.
+PARTICLES: frozenset[str] = frozenset(
+    {
+        "to", "from", "in", "on", "in/on", "into", "onto", "with", "at", "up", "down", "off", "out",
+        "of", "under", "inside", "for", "by", "over", "back", "around", "through",
+    }
+)  # fmt: skip
+ARTICLES: frozenset[str] = frozenset({"a", "an", "the"})
+MAPPING_ACTION_FIELDS: tuple[str, ...] = ("op", "action_type", "type")
+_STRIP = "\"'`.,;:!?()[]<>"
+_NUMBER = re.compile(r"^#?\d+$")
+
+
+# --- action canonicalisation ------------------------------------------------------------
+def canonical_action(action: str | Mapping[str, Any], *, abstract_objects: bool = True) -> str:
+    """The action signature used by the ``action_frequency`` profile (see module docstring)."""
+    if isinstance(action, str):
+        text = action.strip()
+        if text.startswith("{") and text.endswith("}"):
+            try:
+                parsed = json.loads(text)
+            except json.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict):
+                return _mapping_signature(parsed)
+        return _text_signature(text, abstract_objects)
+    if isinstance(action, Mapping):
+        return _mapping_signature(action)
+    raise ValueError(f"action must be str or a mapping, got {type(action).__name__}")
+
+
+def _mapping_signature(action: Mapping[str, Any]) -> str:
+    for field_name in MAPPING_ACTION_FIELDS:
+        if field_name in action and action[field_name] is not None:
+            value = action[field_name]
+            text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+            return " ".join(text.strip().lower().split()) or "<empty>"
+    return "{" + ",".join(sorted(str(k) for k in action)) + "}"
+
+
+def _text_signature(text: str, abstract_objects: bool) -> str:
+    words = [w.strip(_STRIP) for w in text.lower().split()]
+    words = [w for w in words if w]
+    if not words:
+        return "<empty>"
+    out: list[str] = []
+    for i, word in enumerate(words):
+        if _NUMBER.match(word):
+            if abstract_objects and out and out[-1] != "X" and i > 0:
+                out.append("X")
+            continue
+        if i == 0:
+            out.append(word)
+        elif word in ARTICLES:
+            continue
+        elif word in PARTICLES or not abstract_objects:
+            out.append(word)
+        elif not out or out[-1] != "X":
+            out.append("X")
+    return " ".join(out) if out else "<empty>"
+
+
+# --- the window summary -----------------------------------------------------------------
+def _last_records(records: EventStream | Sequence[StreamRecord] | Iterable[StreamRecord], k: int) -> list[StreamRecord]:
+    if isinstance(records, EventStream):
+        n = len(records)
+        return [records[i] for i in range(max(0, n - k), n)]
+    if isinstance(records, Sequence):
+        return list(records[-k:]) if k > 0 else []
+    return list(records)[-k:] if k > 0 else []
+
+
+def _max_run(flags: Sequence[bool]) -> int:
+    best = run = 0
+    for flag in flags:
+        run = run + 1 if flag else 0
+        best = max(best, run)
+    return best
+
+
+def _terminal_run(flags: Sequence[bool]) -> int:
+    run = 0
+    for flag in reversed(flags):
+        if not flag:
+            break
+        run += 1
+    return run
+
+
+def unit_hash(text: str) -> float:
+    """Deterministic hash of ``text`` into [0, 1) (BLAKE2b; stable across processes)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
+
+
+@dataclass(frozen=True)
+class EventWindowSummarizer:
+    """``u_t``: the 128-d summary of the latest ``window`` events (layout in the module docstring)."""
+
+    window: int = WINDOW_EVENTS
+    abstract_objects: bool = True
+    recency_decay: float = RECENCY_DECAY
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError(f"EventWindowSummarizer.window must be >= 1, got {self.window}")
+        if not 0.0 < self.recency_decay <= 1.0:
+            raise ValueError(f"EventWindowSummarizer.recency_decay must be in (0, 1], got {self.recency_decay}")
+
+    def __call__(self, records: EventStream | Sequence[StreamRecord]) -> np.ndarray:
+        return self.summarize(records)
+
+    def summarize(self, records: EventStream | Sequence[StreamRecord]) -> np.ndarray:
+        """Return the float32 vector of length 128 for the latest ``window`` records."""
+        out = np.zeros(WINDOW_DIM, dtype=np.float32)
+        recs = _last_records(records, self.window)
+        n = len(recs)
+        if n == 0:
+            return out
+        cap = float(self.window)
+        signatures = Counter(canonical_action(r.raw.action, abstract_objects=self.abstract_objects) for r in recs)
+        freqs = sorted((c / n for c in signatures.values()), reverse=True)[:NUM_SIGNATURES]
+        out[: len(freqs)] = freqs
+
+        outcomes = [r.event.outcome for r in recs]
+        exc = [o is Outcome.EXCEPTION for o in outcomes]
+        upd = [o is Outcome.STATE_UPDATE for o in outcomes]
+        noc = [o is Outcome.NO_OBSERVED_CHANGE for o in outcomes]
+        out[W_EXCEPTION_RATIO] = sum(exc) / n
+        out[W_STATE_UPDATE_RATIO] = sum(upd) / n
+        out[W_NO_CHANGE_RATIO] = sum(noc) / n
+
+        entities = [r.event.entity.strip() for r in recs]
+        named = [e for e in entities if e]
+        out[W_ENTITY_COUNT] = min(len(set(named)), self.window) / cap
+        out[W_ENTITY_COVERAGE] = len(named) / n
+        out[W_DELTA_RATIO] = sum(1 for r in recs if r.event.delta) / n
+        out[W_MAX_EXCEPTION_STREAK] = _max_run(exc) / cap
+        out[W_MAX_NO_CHANGE_STREAK] = _max_run(noc) / cap
+
+        weights = [self.recency_decay ** (n - 1 - j) for j in range(n)]
+        total = math.fsum(weights)
+        changed = [any(r.changed) for r in recs]
+        out[W_RECENT_STATE_CHANGE] = math.fsum(w for w, c in zip(weights, changed) if c) / total
+        out[W_RECENT_EXCEPTION] = math.fsum(w for w, e in zip(weights, exc) if e) / total
+        return out
+
+
+def global_stats(records: EventStream | Sequence[StreamRecord], *, horizon: int = GLOBAL_EVENTS) -> np.ndarray:
+    """``s_t``: the 8 global statistics over at most the latest ``horizon`` events (float32)."""
+    if horizon < 1:
+        raise ValueError(f"global_stats horizon must be >= 1, got {horizon}")
+    out = np.zeros(STATS_DIM, dtype=np.float32)
+    recs = _last_records(records, horizon)
+    m = len(recs)
+    if m == 0:
+        return out
+    h = float(horizon)
+    outcomes = [r.event.outcome for r in recs]
+    exc = [o is Outcome.EXCEPTION for o in outcomes]
+    upd = [o is Outcome.STATE_UPDATE for o in outcomes]
+    noc = [o is Outcome.NO_OBSERVED_CHANGE for o in outcomes]
+    out[S_EXCEPTION_RATIO] = sum(exc) / m
+    out[S_STATE_UPDATE_RATIO] = sum(upd) / m
+    out[S_ENTITY_COUNT] = len({r.event.entity.strip() for r in recs} - {""}) / h
+    out[S_HISTORY_LENGTH] = m / h
+    latest = recs[-1].event.entity.strip()
+    out[S_ENTITY_HASH] = unit_hash(latest) if latest else 0.0
+    out[S_EXCEPTION_STREAK] = _terminal_run(exc) / h
+    out[S_NO_CHANGE_STREAK] = _terminal_run(noc) / h
+    recent = upd[-RECENT_EVENTS:]
+    out[S_RECENT_STATE_UPDATE] = sum(recent) / len(recent)
+    return out
+
+
+# --- the feature bundle -------------------------------------------------------------------
+_DIMS: dict[str, int] = {"obs": TEXT_DIM, "goal": TEXT_DIM, "window": WINDOW_DIM, "stats": STATS_DIM}
+
+
+@dataclass(frozen=True)
+class RouterFeatures:
+    """The Router's four inputs as float32 arrays: one decision (``[D]``) or a batch (``[B, D]``)."""
+
+    obs: np.ndarray
+    goal: np.ndarray
+    window: np.ndarray
+    stats: np.ndarray
+
+    def __post_init__(self) -> None:
+        lead: tuple[int, ...] | None = None
+        for name, dim in _DIMS.items():
+            arr = np.asarray(getattr(self, name), dtype=np.float32)
+            if arr.ndim not in (1, 2) or arr.shape[-1] != dim:
+                raise ValueError(f"RouterFeatures.{name} must have shape [{dim}] or [B, {dim}], got {arr.shape}")
+            if not np.isfinite(arr).all():
+                raise ValueError(f"RouterFeatures.{name} contains NaN or infinite values")
+            if lead is None:
+                lead = arr.shape[:-1]
+            elif arr.shape[:-1] != lead:
+                raise ValueError(f"RouterFeatures fields disagree on the batch shape: {name} has {arr.shape[:-1]}")
+            object.__setattr__(self, name, arr)
+
+    @property
+    def batched(self) -> bool:
+        return self.obs.ndim == 2
+
+    def __len__(self) -> int:
+        return self.obs.shape[0] if self.batched else 1
+
+    @classmethod
+    def stack(cls, items: Sequence[RouterFeatures]) -> RouterFeatures:
+        """Concatenate single or batched features into one batch."""
+        if not items:
+            raise ValueError("RouterFeatures.stack needs at least one item")
+        parts = {name: [np.atleast_2d(getattr(f, name)) for f in items] for name in _DIMS}
+        return cls(**{name: np.concatenate(arrs, axis=0) for name, arrs in parts.items()})
+
+    def as_batch(self) -> RouterFeatures:
+        return self if self.batched else RouterFeatures.stack([self])
+
+    def to_tensors(self, device: Any = None) -> tuple[Any, Any, Any, Any]:
+        """``(obs, goal, window, stats)`` float32 torch tensors with a batch dimension."""
+        import torch
+
+        b = self.as_batch()
+        return tuple(torch.as_tensor(getattr(b, name), device=device) for name in _DIMS)  # type: ignore[return-value]
+
+
+class TextEncoderLike(Protocol):
+    """What :class:`FeatureExtractor` needs from an encoder (``TextEncoder``, ``HashingEncoder``)."""
+
+    dim: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class FeatureExtractor:
+    """Builds :class:`RouterFeatures` from an event stream, the current observation and the goal.
+
+    All texts of a batch go through the encoder in one call, so a goal shared by many
+    decisions (and cached by the encoder) is embedded once.
+    """
+
+    def __init__(
+        self,
+        encoder: TextEncoderLike,
+        summarizer: EventWindowSummarizer | None = None,
+        *,
+        stats_horizon: int = GLOBAL_EVENTS,
+    ) -> None:
+        if getattr(encoder, "dim", TEXT_DIM) != TEXT_DIM:
+            raise ValueError(f"the Router needs {TEXT_DIM}-d text embeddings, encoder gives {encoder.dim}")
+        self.encoder = encoder
+        self.summarizer = summarizer or EventWindowSummarizer()
+        self.stats_horizon = stats_horizon
+
+    def features(
+        self, stream: EventStream | Sequence[StreamRecord], observation: str, goal: str
+    ) -> RouterFeatures:
+        """Features of one decision (arrays without a batch dimension)."""
+        batch = self.features_batch([stream], [observation], [goal])
+        return RouterFeatures(batch.obs[0], batch.goal[0], batch.window[0], batch.stats[0])
+
+    def features_batch(
+        self,
+        streams: Sequence[EventStream | Sequence[StreamRecord]],
+        observations: Sequence[str],
+        goals: Sequence[str],
+    ) -> RouterFeatures:
+        """Features of ``B`` decisions as ``[B, D]`` arrays."""
+        if not (len(streams) == len(observations) == len(goals)):
+            raise ValueError(
+                f"features_batch needs as many streams, observations and goals; got "
+                f"{len(streams)}, {len(observations)}, {len(goals)}"
+            )
+        for name, texts in (("observation", observations), ("goal", goals)):
+            for i, text in enumerate(texts):
+                if not isinstance(text, str):
+                    raise ValueError(f"{name} {i} must be a string, got {type(text).__name__}")
+        b = len(streams)
+        if b == 0:
+            raise ValueError("features_batch needs at least one decision")
+        emb = np.asarray(self.encoder.encode(list(observations) + list(goals)), dtype=np.float32)
+        window = np.stack([self.summarizer.summarize(s) for s in streams])
+        stats = np.stack([global_stats(s, horizon=self.stats_horizon) for s in streams])
+        return RouterFeatures(emb[:b], emb[b:], window, stats)

@@ -1,0 +1,290 @@
+"""ViewPolicyModel: the Router network (paper: "Router", eq. view-policy; appendix A.2, C.4).
+
+A.2: "Four independent linear layers project e_t^o, e^g, u_t, and s_t to 512 dimensions;
+a learned 512-dimensional [CLS] token is prepended to form the five-token sequence
+[CLS, o, g, w, s]. Sinusoidal positional encodings and dropout are applied before the
+four-layer pre-norm Transformer, whose feed-forward blocks use GELU. The final [CLS] state
+passes through a 512->512->512 GELU MLP and LayerNorm to yield z_t in R^512. ... three
+residual MLP blocks with 1,024-dimensional hidden layers map z_t to a single joint
+distribution over all 144 view actions. The reported tau, window/filter, and gamma
+marginals are derived from these joint logits rather than trained by separate heads."
+C.4: "A 64-dimensional entity-hint head is retained for compatibility with the older
+rendering interface but is frozen by the current D1/D2 objective."
+
+Parameter groups: ``encoder`` (projections, [CLS], Transformer, z-MLP and its LayerNorm)
+is trained by D1 only; ``planner`` (the three residual blocks, the final LayerNorm and the
+144-way joint head) is trained by D1 and D2. The entity-hint head belongs to neither and
+never requires a gradient.
+
+A residual block is ``x + W2 Dropout(GELU(W1 LN(x)))`` (pre-norm, hidden 1024), so the
+planner's dropout is active in "Planner train mode" (Table A.4, GRPO rows).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM, RouterFeatures
+from memprism_ray.view_space import FILTERS, GAMMAS, NUM_ACTIONS, TAUS, WINDOWS
+
+
+@dataclass
+class RouterConfig:
+    """Architecture of :class:`ViewPolicyModel`; the defaults are appendix A.2."""
+
+    obs_dim: int = field(default=TEXT_DIM, metadata={"help": "observation embedding size (MiniLM: 384)"})
+    goal_dim: int = field(default=TEXT_DIM, metadata={"help": "goal embedding size (MiniLM: 384)"})
+    window_dim: int = field(default=WINDOW_DIM, metadata={"help": "event-window summary size (128)"})
+    stats_dim: int = field(default=STATS_DIM, metadata={"help": "global statistics size (8)"})
+    d_model: int = field(default=512, metadata={"help": "shared token width"})
+    n_heads: int = field(default=8, metadata={"help": "attention heads per Transformer layer"})
+    n_layers: int = field(default=4, metadata={"help": "pre-norm Transformer encoder layers"})
+    ff_dim: int = field(default=1024, metadata={"help": "Transformer feed-forward width"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout in the encoder and the planner blocks"})
+    planner_blocks: int = field(default=3, metadata={"help": "residual MLP blocks of the planner"})
+    planner_hidden: int = field(default=1024, metadata={"help": "hidden width of each planner block"})
+    num_actions: int = field(default=NUM_ACTIONS, metadata={"help": "joint view actions (must be 144)"})
+    entity_hint_dim: int = field(default=64, metadata={"help": "frozen compatibility entity-hint head width"})
+
+    def __post_init__(self) -> None:
+        for name in ("obs_dim", "goal_dim", "window_dim", "stats_dim", "d_model", "n_heads", "n_layers", "ff_dim",
+                     "planner_blocks", "planner_hidden", "entity_hint_dim"):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RouterConfig.{name} must be a positive int, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"RouterConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.d_model % 2:
+            raise ValueError(f"RouterConfig.d_model must be even for sinusoidal positions, got {self.d_model}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"RouterConfig.dropout must be in [0, 1), got {self.dropout}")
+        if self.num_actions != NUM_ACTIONS:
+            raise ValueError(
+                f"RouterConfig.num_actions must be {NUM_ACTIONS} (the joint view space), got {self.num_actions}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RouterConfig:
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown RouterConfig field(s) {', '.join(unknown)}")
+        return cls(**data)
+
+
+def sinusoidal_positions(length: int, dim: int) -> Tensor:
+    """The fixed encoding of Vaswani et al.: sin on even, cos on odd channels."""
+    pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)
+    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    pe = torch.zeros(length, dim)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)
+    return pe
+
+
+class ResidualBlock(nn.Module):
+    """``x + W2 Dropout(GELU(W1 LN(x)))``."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.act = nn.GELU()
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.fc2(self.drop(self.act(self.fc1(self.norm(x)))))
+
+
+class ViewPolicyModel(nn.Module):
+    """``pi_theta^v(a | z_t) = softmax(f_theta(z_t))_a`` over the 144 joint view actions."""
+
+    NUM_TOKENS = 5  # [CLS, o, g, w, s]
+
+    def __init__(self, config: RouterConfig | None = None) -> None:
+        super().__init__()
+        self.config = config = config or RouterConfig()
+        d = config.d_model
+        # --- encoder ---
+        self.proj_obs = nn.Linear(config.obs_dim, d)
+        self.proj_goal = nn.Linear(config.goal_dim, d)
+        self.proj_window = nn.Linear(config.window_dim, d)
+        self.proj_stats = nn.Linear(config.stats_dim, d)
+        self.cls = nn.Parameter(torch.empty(1, 1, d))
+        nn.init.normal_(self.cls, std=0.02)
+        self.register_buffer("positions", sinusoidal_positions(self.NUM_TOKENS, d), persistent=False)
+        self.input_dropout = nn.Dropout(config.dropout)
+        layer = nn.TransformerEncoderLayer(
+            d_model=d,
+            nhead=config.n_heads,
+            dim_feedforward=config.ff_dim,
+            dropout=config.dropout,
+            activation="gelu",
+            batch_first=True,
+            norm_first=True,
+        )
+        self.transformer = nn.TransformerEncoder(layer, num_layers=config.n_layers, enable_nested_tensor=False)
+        self.z_mlp = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d))
+        self.z_norm = nn.LayerNorm(d)
+        # --- planner ---
+        self.planner = nn.ModuleList(
+            [ResidualBlock(d, config.planner_hidden, config.dropout) for _ in range(config.planner_blocks)]
+        )
+        self.planner_norm = nn.LayerNorm(d)
+        self.joint_head = nn.Linear(d, config.num_actions)
+        # --- frozen compatibility head ---
+        self.entity_hint_head = nn.Linear(d, config.entity_hint_dim)
+        self.entity_hint_head.requires_grad_(False)
+
+    # --- parameter groups ------------------------------------------------------------
+    def encoder_modules(self) -> list[nn.Module]:
+        return [self.proj_obs, self.proj_goal, self.proj_window, self.proj_stats, self.transformer, self.z_mlp,
+                self.z_norm]  # fmt: skip
+
+    def planner_modules(self) -> list[nn.Module]:
+        return [self.planner, self.planner_norm, self.joint_head]
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """``{"encoder": [...], "planner": [...]}``; the frozen entity-hint head is in neither."""
+        encoder = [self.cls] + [p for m in self.encoder_modules() for p in m.parameters()]
+        planner = [p for m in self.planner_modules() for p in m.parameters()]
+        return {"encoder": encoder, "planner": planner}
+
+    def frozen_parameters(self) -> list[nn.Parameter]:
+        return list(self.entity_hint_head.parameters())
+
+    def parameter_counts(self) -> dict[str, int]:
+        groups = self.parameter_groups()
+        counts = {name: sum(p.numel() for p in params) for name, params in groups.items()}
+        counts["entity_hint"] = sum(p.numel() for p in self.frozen_parameters())
+        counts["total"] = sum(p.numel() for p in self.parameters())
+        return counts
+
+    def set_mode(self, *, encoder_train: bool, planner_train: bool) -> ViewPolicyModel:
+        """Put the encoder and planner in train/eval mode independently (D2 "Planner train mode")."""
+        self.train(encoder_train)
+        self.input_dropout.train(encoder_train)
+        for m in self.planner_modules():
+            m.train(planner_train)
+        return self
+
+    # --- forward -----------------------------------------------------------------------
+    def encode(self, obs: Tensor, goal: Tensor, window: Tensor, stats: Tensor) -> Tensor:
+        """``z_t`` [B, d_model] from the four feature tensors ([B, D] each)."""
+        tokens = torch.stack(
+            [self.proj_obs(obs), self.proj_goal(goal), self.proj_window(window), self.proj_stats(stats)], dim=1
+        )
+        cls = self.cls.expand(tokens.shape[0], -1, -1)
+        x = torch.cat([cls, tokens], dim=1) + self.positions.to(tokens.dtype)
+        x = self.transformer(self.input_dropout(x))
+        return self.z_norm(self.z_mlp(x[:, 0]))
+
+    def planner_logits(self, z: Tensor) -> Tensor:
+        """Joint logits [B, 144] from ``z_t``."""
+        h = z
+        for block in self.planner:
+            h = block(h)
+        return self.joint_head(self.planner_norm(h))
+
+    def entity_hint(self, z: Tensor) -> Tensor:
+        """The frozen 64-d compatibility output (unused by D1/D2)."""
+        return self.entity_hint_head(z)
+
+    def forward(self, obs: Tensor, goal: Tensor, window: Tensor, stats: Tensor) -> Tensor:
+        """Joint logits ``l_t`` [B, 144] (eq. view-policy)."""
+        _check_inputs(self.config, obs, goal, window, stats)
+        return self.planner_logits(self.encode(obs, goal, window, stats))
+
+    def forward_features(self, features: RouterFeatures) -> Tensor:
+        device = next(self.parameters()).device
+        return self(*features.to_tensors(device))
+
+
+def _check_inputs(config: RouterConfig, obs: Tensor, goal: Tensor, window: Tensor, stats: Tensor) -> None:
+    dims = {"obs": config.obs_dim, "goal": config.goal_dim, "window": config.window_dim, "stats": config.stats_dim}
+    batch = obs.shape[0] if obs.dim() == 2 else None
+    for (name, dim), t in zip(dims.items(), (obs, goal, window, stats)):
+        if t.dim() != 2 or t.shape[1] != dim or t.shape[0] != batch:
+            raise ValueError(f"ViewPolicyModel input {name} must be [B, {dim}] with a shared B, got {tuple(t.shape)}")
+
+
+def factor_marginals(logits: Tensor) -> dict[str, Tensor]:
+    """Per-factor probabilities derived from the joint logits [B, 144].
+
+    Returns ``tau`` [B, 4], ``window`` [B, 3], ``filter`` [B, 4], ``gamma`` [B, 3] and the
+    joint ``window_filter`` [B, 12] (index ``i_w * 4 + i_c``), each summing to 1.
+    """
+    if logits.shape[-1] != NUM_ACTIONS:
+        raise ValueError(f"factor_marginals expects [..., {NUM_ACTIONS}] logits, got {tuple(logits.shape)}")
+    lead = logits.shape[:-1]
+    logp = torch.log_softmax(logits.float(), dim=-1).reshape(*lead, len(TAUS), len(WINDOWS), len(FILTERS), len(GAMMAS))
+    n = len(lead)
+    axes = {"tau": n, "window": n + 1, "filter": n + 2, "gamma": n + 3}
+    out: dict[str, Tensor] = {}
+    for name, axis in axes.items():
+        others = [a for a in axes.values() if a != axis]
+        out[name] = torch.logsumexp(logp, dim=others).exp()
+    out["window_filter"] = torch.logsumexp(logp, dim=[n, n + 3]).exp().reshape(*lead, len(WINDOWS) * len(FILTERS))
+    return out
+
+
+def view_log_probs(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """``log softmax(logits / T)`` in float32."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    return torch.log_softmax(logits.float() / temperature, dim=-1)
+
+
+def select_views(
+    model: ViewPolicyModel,
+    features_batch: RouterFeatures | tuple[Tensor, Tensor, Tensor, Tensor],
+    *,
+    greedy: bool,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+    top_p: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Pick one view per decision: ``(indices LongTensor[B], logprobs FloatTensor[B])``.
+
+    ``greedy`` takes the argmax (eq. greedy-view); otherwise a view is sampled from
+    ``softmax(logits / temperature)``, restricted to the smallest top-probability set with
+    mass >= ``top_p`` when ``top_p < 1`` (Mind2Web, Table A.4). The returned log-prob is
+    that of the chosen index under the temperature-scaled policy (not the top-p-truncated
+    one), which is the ``pi_old`` the D2 importance ratio needs. Runs without gradients and
+    leaves the module's train/eval mode alone.
+    """
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if isinstance(features_batch, RouterFeatures):
+        device = next(model.parameters()).device
+        inputs = features_batch.to_tensors(device)
+    else:
+        inputs = tuple(features_batch)
+    with torch.no_grad():
+        logp = view_log_probs(model(*inputs), temperature)
+        if greedy:
+            idx = logp.argmax(dim=-1)
+        else:
+            probs = logp.exp()
+            if top_p < 1.0:
+                probs = _top_p_filter(probs, top_p)
+            gen_device = generator.device if generator is not None else probs.device
+            idx = torch.multinomial(probs.to(gen_device), 1, generator=generator).squeeze(-1).to(logp.device)
+        return idx, logp.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+
+
+def _top_p_filter(probs: Tensor, top_p: float) -> Tensor:
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    cum = sorted_p.cumsum(dim=-1)
+    keep_sorted = (cum - sorted_p) < top_p  # keep while the mass before this item is short of top_p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    filtered = probs * keep
+    return filtered / filtered.sum(dim=-1, keepdim=True)

@@ -1,0 +1,533 @@
+"""View teachers for D1 (paper: "Adapter", eq. view-teacher; appendix A.3, C.4, D.2).
+
+A view teacher maps a decision state and its reference next action ``u_t^ref`` to a soft
+distribution ``q_T(a | o_t, g, E_<t, u_t^ref)`` over the 144 view actions. Both teachers
+here return a :class:`TeacherLabel`: ``distribution`` (float32 [144], sums to 1, indexed
+by eq. A.1) and ``stats`` (what happened while labelling).
+
+LLMViewTeacher
+    The paper's teacher. The Generic and Mind2Web view-teacher prompts of appendix D are
+    stored verbatim in ``router/prompts/`` and filled by a single regex pass over the known
+    placeholders only (the prompts contain literal JSON braces, so ``str.format`` is never
+    used); every input value is inserted as JSON, ``top_k`` as a bare integer. The prompt
+    goes to any OpenAI-compatible ``/chat/completions`` endpoint over httpx with a timeout
+    and bounded retries (connection errors, timeouts, HTTP 429 and 5xx, with exponential
+    backoff; other 4xx fail at once). The reply is parsed as data (never evaluated): the
+    substring from the first ``{`` to the last ``}`` is read as JSON, the
+    ``teacher_distribution`` items are validated and counted in ``stats``: items that are
+    not objects or lack a view (``malformed_item``), unknown view names (``unknown_name``;
+    the legacy tau aliases and any letter case are accepted), scores that are not finite
+    non-negative numbers (``bad_score``), repeats of one view (``duplicate``, scores
+    summed) and items beyond ``top_k`` (``over_top_k``, lowest scores dropped). Survivors
+    are renormalised to sum to 1; a reply with no surviving positive score raises
+    :class:`TeacherResponseError`.
+
+CounterfactualTeacher
+    Needs no external LLM. For a decision state and its reference action it asks a
+    callable ``act(state, view_action) -> action``, standing for the frozen task policy
+    reading that view, what it would do under each candidate view (all 144 by default),
+    ``S = samples_per_view`` times when the policy is stochastic. With the match rate
+    ``m(a) = #{samples equal to u_ref} / S`` (actions compared after whitespace and case
+    normalisation) and the structural cost ``C(a)`` of :func:`memprism_ray.view_space.cost`:
+
+        rule "proportional" (default):  q(a) ∝ m(a) * exp(-C(a) / T_c)
+        rule "best":                    q(a) ∝ [m(a) = max_b m(b)] * exp(-C(a) / T_c)
+
+    over the candidates, 0 elsewhere. Views that are equally good therefore share mass in
+    favour of the cheaper ones (the prompt's Phase-2 cost tie-break), and a view that
+    never reproduces ``u_ref`` gets none (Phase 1). If no candidate ever matches, the
+    state carries no discriminative signal: with ``no_match="cost_prior"`` the label is
+    ``q ∝ exp(-C/T_c)`` over the candidates and ``stats["fallback"]`` is True (filter such
+    labels out if you do not want them); with ``no_match="raise"`` a
+    :class:`TeacherResponseError` is raised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memprism_ray.recorder import EventStream, StreamRecord
+from memprism_ray.view_space import ALL_ACTIONS, FACTORS, NUM_ACTIONS, ViewAction, cost_vector, factor_options
+
+log = logging.getLogger(__name__)
+
+PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
+PROMPT_FILES: dict[str, str] = {
+    "generic": "view_teacher_generic.txt",
+    "mind2web": "view_teacher_mind2web.txt",
+}
+#: Placeholders each prompt must be given (``top_k`` comes from the config).
+PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
+    "generic": (
+        "observation", "goal", "event_stream", "reference_next_action", "target_vlm_spec", "view_action_space",
+        "top_k",
+    ),
+    "mind2web": (
+        "goal", "current_summary", "prior_summary_events", "summary_diffs", "reference_next_action",
+        "observation_stats", "target_vlm_spec", "view_action_space", "top_k",
+    ),
+}  # fmt: skip
+
+DEFAULT_TARGET_VLM_SPEC: dict[str, Any] = {
+    "model": "Qwen2.5-VL-7B-Instruct",
+    "frozen": True,
+    "inputs": ["current observation", "goal", "short text history", "rendered view image"],
+}
+
+
+class TeacherError(ValueError):
+    """Base class of teacher failures (a ``ValueError``: one line for the CLI)."""
+
+
+class TeacherResponseError(TeacherError):
+    """The teacher's reply could not be turned into a distribution."""
+
+
+class TeacherRequestError(TeacherError):
+    """The endpoint could not be reached or kept failing after the retries."""
+
+
+@dataclass
+class TeacherLabel:
+    """``q_T(. | t)`` as float32 [144] (eq. A.1 order) plus labelling statistics."""
+
+    distribution: np.ndarray
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        q = np.asarray(self.distribution, dtype=np.float32)
+        if q.shape != (NUM_ACTIONS,):
+            raise ValueError(f"TeacherLabel.distribution must have shape ({NUM_ACTIONS},), got {q.shape}")
+        if not np.isfinite(q).all() or (q < 0).any():
+            raise ValueError("TeacherLabel.distribution must be finite and non-negative")
+        if abs(float(q.sum(dtype=np.float64)) - 1.0) > 1e-4:
+            raise ValueError(f"TeacherLabel.distribution must sum to 1, sums to {float(q.sum()):.6f}")
+        self.distribution = q
+
+    def top(self, k: int = 5) -> list[tuple[ViewAction, float]]:
+        order = np.argsort(-self.distribution, kind="stable")[:k]
+        return [(ALL_ACTIONS[i], float(self.distribution[i])) for i in order if self.distribution[i] > 0]
+
+
+def _normalised(weights: np.ndarray) -> np.ndarray:
+    total = math.fsum(float(w) for w in weights)
+    return (weights / total).astype(np.float32)
+
+
+# --- prompts -------------------------------------------------------------------------------
+def load_prompt(name: str) -> str:
+    """The verbatim view-teacher prompt ``generic`` or ``mind2web`` (appendix D)."""
+    if name not in PROMPT_FILES:
+        raise ValueError(f"unknown view-teacher prompt {name!r}; valid: {', '.join(PROMPT_FILES)}")
+    return (PROMPT_DIR / PROMPT_FILES[name]).read_text(encoding="utf-8")
+
+
+def view_action_space_description() -> dict[str, list[str]]:
+    """The ``view_action_space`` input: the canonical option names of each factor."""
+    return {f: list(factor_options(f)) for f in FACTORS}
+
+
+def fill_prompt(template: str, values: Mapping[str, str]) -> str:
+    """Replace ``{name}`` for the names in ``values`` in one pass; other braces stay literal.
+
+    Inserted text is never scanned again, so a value that itself contains ``{goal}`` is
+    left as it is.
+    """
+    if not values:
+        return template
+    pattern = re.compile("\\{(" + "|".join(re.escape(k) for k in values) + ")\\}")
+    return pattern.sub(lambda m: values[m.group(1)], template)
+
+
+def serialize_stream(stream: EventStream | Sequence[StreamRecord]) -> list[dict[str, Any]]:
+    """The ``event_stream`` input of the Generic prompt: one object per recorded step."""
+    out = []
+    for rec in stream:
+        ev = rec.event
+        out.append(
+            {
+                "step": ev.t,
+                "action": rec.raw.action,
+                "entity": ev.entity,
+                "action_type": ev.act,
+                "outcome": ev.outcome.value,
+                "delta": [d.to_dict() for d in ev.delta],
+                "feedback": rec.raw.feedback,
+            }
+        )
+    return out
+
+
+# --- response parsing -------------------------------------------------------------------------
+_VIEW_KEYS = ("a_view", "view", "view_action", "action")
+_SCORE_KEYS = ("score", "prob", "probability", "weight")
+_LIST_KEYS = ("teacher_distribution", "distribution", "labels")
+
+
+def _item_view(item: Mapping[str, Any]) -> Any:
+    for key in _VIEW_KEYS:
+        if key in item:
+            return item[key]
+    if all(k in item for k in FACTORS):
+        return {k: item[k] for k in FACTORS}
+    return None
+
+
+def _as_score(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and value >= 0.0 else None
+
+
+def parse_teacher_response(text: str, *, top_k: int | None = None) -> TeacherLabel:
+    """Turn a teacher reply into a :class:`TeacherLabel` (rules in the module docstring)."""
+    if not isinstance(text, str):
+        raise TeacherResponseError(f"teacher reply must be text, got {type(text).__name__}")
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        raise TeacherResponseError("teacher reply holds no JSON object (no '{' ... '}')")
+    try:
+        payload = json.loads(text[start : end + 1])
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise TeacherResponseError(
+            f"teacher reply is not valid JSON between the first '{{' and last '}}': {exc}"
+        ) from None
+    if not isinstance(payload, dict):
+        raise TeacherResponseError("teacher reply JSON is not an object")
+    items = next((payload[k] for k in _LIST_KEYS if k in payload), None)
+    if not isinstance(items, list):
+        raise TeacherResponseError("teacher reply has no 'teacher_distribution' list")
+    stats: dict[str, Any] = {
+        "items": len(items), "accepted": 0, "malformed_item": 0, "unknown_name": 0, "bad_score": 0,
+        "duplicate": 0, "over_top_k": 0,
+    }  # fmt: skip
+    scores: dict[int, float] = {}
+    for item in items:
+        view = _item_view(item) if isinstance(item, dict) else None
+        if view is None:
+            stats["malformed_item"] += 1
+            continue
+        try:
+            if isinstance(view, Mapping):
+                if not all(k in view for k in FACTORS):
+                    stats["malformed_item"] += 1
+                    continue
+                action = ViewAction(*(view[k] for k in FACTORS))
+            elif isinstance(view, str):
+                action = ViewAction.parse(view)
+            else:
+                stats["malformed_item"] += 1
+                continue
+        except ValueError:
+            stats["unknown_name"] += 1
+            continue
+        score = _as_score(next((item[k] for k in _SCORE_KEYS if k in item), None))
+        if score is None:
+            stats["bad_score"] += 1
+            continue
+        if action.index in scores:
+            stats["duplicate"] += 1
+            scores[action.index] += score
+        else:
+            scores[action.index] = score
+    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    if top_k is not None and len(ranked) > top_k:
+        stats["over_top_k"] = len(ranked) - top_k
+        ranked = ranked[:top_k]
+    ranked = [(i, s) for i, s in ranked if s > 0.0]
+    stats["accepted"] = len(ranked)
+    if not ranked:
+        raise TeacherResponseError(f"teacher reply has no valid view with a positive score ({stats})")
+    weights = np.zeros(NUM_ACTIONS, dtype=np.float64)
+    for i, s in ranked:
+        weights[i] = s
+    stats["raw_score_sum"] = math.fsum(s for _, s in ranked)
+    return TeacherLabel(_normalised(weights), stats)
+
+
+# --- the LLM teacher --------------------------------------------------------------------------
+@dataclass
+class LLMTeacherConfig:
+    """How to reach the view-teacher LLM (any OpenAI-compatible chat endpoint)."""
+
+    base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "endpoint base URL (…/v1)"})
+    model: str = field(default="", metadata={"help": "served model name sent in each request (required)"})
+    prompt: str = field(default="generic", metadata={"help": "view-teacher prompt: generic or mind2web"})
+    top_k: int = field(default=5, metadata={"help": "soft labels requested and kept"})
+    temperature: float = field(default=0.0, metadata={"help": "teacher sampling temperature"})
+    max_tokens: int = field(default=1024, metadata={"help": "completion token limit"})
+    timeout_s: float = field(default=120.0, metadata={"help": "per-request timeout in seconds"})
+    max_retries: int = field(default=3, metadata={"help": "retries after a failed request (timeouts, 429, 5xx)"})
+    retry_backoff_s: float = field(default=1.0, metadata={"help": "first retry delay, doubled each retry"})
+    api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "environment variable holding the key"})
+    target_vlm_spec: dict[str, Any] = field(
+        default_factory=lambda: dict(DEFAULT_TARGET_VLM_SPEC), metadata={"help": "target_vlm_spec prompt input"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.prompt not in PROMPT_FILES:
+            raise ValueError(f"LLMTeacherConfig.prompt must be one of {', '.join(PROMPT_FILES)}, got {self.prompt!r}")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"LLMTeacherConfig.base_url must start with http:// or https://, got {self.base_url!r}")
+        if not 1 <= self.top_k <= NUM_ACTIONS:
+            raise ValueError(f"LLMTeacherConfig.top_k must be in [1, {NUM_ACTIONS}], got {self.top_k}")
+        if self.temperature < 0 or self.timeout_s <= 0 or self.max_tokens < 1:
+            raise ValueError("LLMTeacherConfig needs temperature >= 0, timeout_s > 0 and max_tokens >= 1")
+        if self.max_retries < 0 or self.retry_backoff_s < 0:
+            raise ValueError("LLMTeacherConfig.max_retries and retry_backoff_s must be >= 0")
+
+
+class LLMViewTeacher:
+    """The appendix-D view teacher over an OpenAI-compatible endpoint (see module docstring).
+
+    ``transport`` is passed to ``httpx.Client`` (tests use ``httpx.MockTransport``).
+    """
+
+    RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+    def __init__(self, config: LLMTeacherConfig, *, transport: Any = None) -> None:
+        import httpx
+
+        self.config = config
+        self.template = load_prompt(config.prompt)
+        self.fields = PROMPT_FIELDS[config.prompt]
+        self._httpx = httpx
+        self._client = httpx.Client(timeout=httpx.Timeout(config.timeout_s), transport=transport)
+        self.counters = {"requests": 0, "retries": 0, "failures": 0}
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> LLMViewTeacher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def build_prompt(self, inputs: Mapping[str, Any]) -> str:
+        """Fill the template; every input is inserted as JSON (``top_k`` from the config)."""
+        values = dict(inputs)
+        if "top_k" in values:
+            raise ValueError("top_k comes from LLMTeacherConfig.top_k, do not pass it as an input")
+        values.setdefault("target_vlm_spec", self.config.target_vlm_spec)
+        values.setdefault("view_action_space", view_action_space_description())
+        wanted = set(self.fields) - {"top_k"}
+        missing = sorted(wanted - set(values))
+        unknown = sorted(set(values) - wanted)
+        if missing or unknown:
+            raise ValueError(
+                f"{self.config.prompt} view-teacher prompt inputs: missing {missing or 'none'}, "
+                f"unknown {unknown or 'none'}; expected {sorted(wanted)}"
+            )
+        try:
+            filled = {k: json.dumps(v, ensure_ascii=False) for k, v in values.items()}
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"view-teacher prompt inputs must be JSON-serialisable: {exc}") from None
+        filled["top_k"] = str(int(self.config.top_k))
+        return fill_prompt(self.template, filled)
+
+    def generic_inputs(
+        self,
+        stream: EventStream | Sequence[StreamRecord],
+        observation: str,
+        goal: str,
+        reference_next_action: str | Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """Inputs of the Generic prompt built from an event stream."""
+        return {
+            "observation": observation,
+            "goal": goal,
+            "event_stream": serialize_stream(stream),
+            "reference_next_action": reference_next_action,
+        }
+
+    def complete(self, prompt: str) -> str:
+        """Send one chat request; returns the assistant message text."""
+        if not self.config.model:
+            raise ValueError("LLMTeacherConfig.model is empty: set it to the model name the endpoint serves")
+        httpx = self._httpx
+        url = self.config.base_url.rstrip("/") + "/chat/completions"
+        body = {
+            "model": self.config.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_tokens,
+        }
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.config.api_key_env, "") if self.config.api_key_env else ""
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        last = "no attempt made"
+        for attempt in range(self.config.max_retries + 1):
+            if attempt:
+                self.counters["retries"] += 1
+                time.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+            self.counters["requests"] += 1
+            try:
+                resp = self._client.post(url, json=body, headers=headers)
+            except httpx.TimeoutException as exc:
+                last = f"timeout after {self.config.timeout_s}s ({type(exc).__name__})"
+                continue
+            except httpx.TransportError as exc:
+                last = f"transport error {type(exc).__name__}: {exc}"
+                continue
+            if resp.status_code in self.RETRY_STATUS:
+                last = f"HTTP {resp.status_code}"
+                continue
+            if resp.status_code >= 400:
+                self.counters["failures"] += 1
+                raise TeacherRequestError(f"teacher endpoint {url} answered HTTP {resp.status_code}: {resp.text[:200]}")
+            return _message_text(resp)
+        self.counters["failures"] += 1
+        raise TeacherRequestError(
+            f"teacher endpoint {url} failed {self.config.max_retries + 1} time(s); last error: {last}"
+        )
+
+    def label(self, inputs: Mapping[str, Any]) -> TeacherLabel:
+        """Build the prompt from ``inputs``, query the endpoint and parse the soft labels."""
+        reply = self.complete(self.build_prompt(inputs))
+        label = parse_teacher_response(reply, top_k=self.config.top_k)
+        label.stats["prompt"] = self.config.prompt
+        return label
+
+
+def _message_text(resp: Any) -> str:
+    try:
+        data = resp.json()
+        content = data["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise TeacherResponseError(
+            f"endpoint reply is not an OpenAI chat completion: {resp.text[:200]!r}"
+        ) from None
+    if isinstance(content, list):  # content parts
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if not isinstance(content, str):
+        raise TeacherResponseError("endpoint reply message content is not text")
+    return content
+
+
+# --- the counterfactual teacher ---------------------------------------------------------------
+@dataclass
+class CounterfactualConfig:
+    """Settings of :class:`CounterfactualTeacher` (rule in the module docstring)."""
+
+    samples_per_view: int = field(default=1, metadata={"help": "policy calls per candidate view (S)"})
+    cost_temperature: float = field(default=0.1, metadata={"help": "T_c of the cost tie-break exp(-C/T_c)"})
+    candidates: tuple[int, ...] | None = field(default=None, metadata={"help": "view indices to try; None: all 144"})
+    rule: str = field(default="proportional", metadata={"help": "proportional: q∝m·e^(-C/T); best: only max-m views"})
+    no_match: str = field(default="cost_prior", metadata={"help": "when no view matches: cost_prior or raise"})
+
+    def __post_init__(self) -> None:
+        if self.samples_per_view < 1:
+            raise ValueError(f"CounterfactualConfig.samples_per_view must be >= 1, got {self.samples_per_view}")
+        if not self.cost_temperature > 0:
+            raise ValueError(f"CounterfactualConfig.cost_temperature must be > 0, got {self.cost_temperature}")
+        if self.rule not in ("proportional", "best"):
+            raise ValueError(f"CounterfactualConfig.rule must be 'proportional' or 'best', got {self.rule!r}")
+        if self.no_match not in ("cost_prior", "raise"):
+            raise ValueError(f"CounterfactualConfig.no_match must be 'cost_prior' or 'raise', got {self.no_match!r}")
+        if self.candidates is not None:
+            cands = tuple(int(i) for i in self.candidates)
+            if not cands:
+                raise ValueError("CounterfactualConfig.candidates must not be empty (None means all 144)")
+            bad = [i for i in cands if not 0 <= i < NUM_ACTIONS]
+            if bad or len(set(cands)) != len(cands):
+                raise ValueError(f"CounterfactualConfig.candidates must be distinct indices in [0, 144); bad: {bad}")
+            self.candidates = cands
+
+
+def normalize_action(action: str | Mapping[str, Any]) -> str:
+    """Comparison key of an environment action: case- and whitespace-insensitive."""
+    if isinstance(action, Mapping):
+        norm = {str(k): (" ".join(v.lower().split()) if isinstance(v, str) else v) for k, v in action.items()}
+        return json.dumps(norm, sort_keys=True, separators=(",", ":"))
+    if isinstance(action, str):
+        text = action.strip()
+        if text.startswith("{"):
+            try:
+                parsed = json.loads(text)
+            except json.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict):
+                return normalize_action(parsed)
+        return " ".join(text.lower().split())
+    raise ValueError(f"an action must be str or a mapping, got {type(action).__name__}")
+
+
+class CounterfactualTeacher:
+    """Labels a decision by replaying the frozen policy under each candidate view."""
+
+    def __init__(
+        self, act: Callable[[Any, ViewAction], str | Mapping[str, Any]], config: CounterfactualConfig | None = None
+    ) -> None:
+        if not callable(act):
+            raise ValueError("CounterfactualTeacher needs a callable act(state, view_action) -> action")
+        self.act = act
+        self.config = config or CounterfactualConfig()
+        self._cost = np.asarray(cost_vector(), dtype=np.float64)
+
+    def match_rates(self, state: Any, reference_action: str | Mapping[str, Any]) -> dict[int, float]:
+        """``m(a)`` for every candidate index."""
+        ref = normalize_action(reference_action)
+        cands = self.config.candidates or tuple(range(NUM_ACTIONS))
+        s = self.config.samples_per_view
+        rates: dict[int, float] = {}
+        for i in cands:
+            view = ALL_ACTIONS[i]
+            hits = sum(normalize_action(self.act(state, view)) == ref for _ in range(s))
+            rates[i] = hits / s
+        return rates
+
+    def label(self, state: Any, reference_action: str | Mapping[str, Any]) -> TeacherLabel:
+        rates = self.match_rates(state, reference_action)
+        cands = np.fromiter(rates, dtype=np.int64)
+        m = np.fromiter(rates.values(), dtype=np.float64)
+        best = float(m.max())
+        stats: dict[str, Any] = {
+            "candidates": len(cands),
+            "policy_calls": len(cands) * self.config.samples_per_view,
+            "matched_views": int((m > 0).sum()),
+            "best_match_rate": best,
+            "fallback": False,
+        }
+        prior = np.exp(-self._cost[cands] / self.config.cost_temperature)
+        if best == 0.0:
+            if self.config.no_match == "raise":
+                raise TeacherResponseError(
+                    f"no candidate view led the policy to the reference action {reference_action!r}"
+                )
+            score = prior
+            stats["fallback"] = True
+        elif self.config.rule == "best":
+            score = (m == best) * prior
+        else:
+            score = m * prior
+        weights = np.zeros(NUM_ACTIONS, dtype=np.float64)
+        weights[cands] = score
+        return TeacherLabel(_normalised(weights), stats)
+
+
+def teacher_settings(teacher: LLMViewTeacher | CounterfactualTeacher) -> dict[str, Any]:
+    """The teacher's settings as a JSON-ready dict (for dataset metadata and run manifests)."""
+    cfg = asdict(teacher.config)
+    cfg["kind"] = "llm" if isinstance(teacher, LLMViewTeacher) else "counterfactual"
+    return cfg
