@@ -1,0 +1,164 @@
+"""The frozen task policy's interface (paper: "Render", eq. (task-policy)).
+
+The task policy emits one environment action ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``
+from the current input ``X_t`` (observation, admissible actions, camera image), the goal
+``g``, the shared short text history ``H_short`` and the working-memory view ``V_t``.
+Every backend (vLLM offline engine, OpenAI-compatible HTTP endpoint, transformers, the
+scripted CPU stand-in) implements the one batched :class:`TaskPolicy` protocol below.
+
+Invalid model output never raises: the policy returns ``valid=False`` with a reason and
+the caller decides the fallback (appendix D.5). Infrastructure failures (an endpoint that
+stays unreachable after its retries) raise :class:`PolicyBackendError`, so that a caller
+can mark the trajectory failed instead of counting an invalid action.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from PIL import Image
+
+#: Benchmarks with a task-policy prompt and an action contract (appendix D.3).
+BENCHMARKS: tuple[str, ...] = ("alfworld", "ebalfred", "mind2web")
+
+
+class PolicyBackendError(RuntimeError):
+    """The backend itself failed (unreachable server, engine crash), not the model output."""
+
+
+@dataclass(frozen=True)
+class HistoryRecord:
+    """One executed step of the short text history ``H_short``.
+
+    ``step`` is the zero-based decision index at which ``action`` was taken (prompts show
+    it one-based), ``observation`` what the agent saw before acting, ``feedback`` what the
+    environment answered.
+    """
+
+    step: int
+    observation: str
+    action: str
+    feedback: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.step, int) or isinstance(self.step, bool) or self.step < 0:
+            raise ValueError(f"HistoryRecord.step must be a non-negative int, got {self.step!r}")
+        for name in ("observation", "action", "feedback"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise ValueError(f"HistoryRecord.{name} must be a str, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class PolicyInput:
+    """Everything one decision's prompt holds.
+
+    ``step`` is the number of environment steps already taken (0 at the first decision).
+    The working-memory view comes as ``view_image`` (optical conditions), ``view_text``
+    (text-view conditions: the view goes into the prompt as a delimited text block) or
+    neither (No Memory). ``camera_image`` is EB-ALFRED's synchronized simulator frame.
+    For Mind2Web ``admissible`` holds the element refs of the current snapshot (when
+    empty, the ``[ref=...]`` markers of ``observation`` are used). ``meta`` carries
+    benchmark extras: ``examples`` (EB-ALFRED task-execution examples),
+    ``html_field`` (Mind2Web snapshot source), and anything a caller wants echoed.
+    """
+
+    benchmark: str
+    goal: str
+    observation: str
+    admissible: tuple[str, ...] = ()
+    history: tuple[HistoryRecord, ...] = ()
+    step: int = 0
+    view_image: Image.Image | None = None
+    view_text: str | None = None
+    camera_image: Image.Image | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.benchmark not in BENCHMARKS:
+            raise ValueError(f"unknown benchmark {self.benchmark!r}; valid benchmarks: {', '.join(BENCHMARKS)}")
+        for name in ("goal", "observation"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"PolicyInput.{name} must be a str, got {type(getattr(self, name)).__name__}")
+        if isinstance(self.admissible, str) or not isinstance(self.admissible, (tuple, list)):
+            raise ValueError("PolicyInput.admissible must be a tuple of strings (got a single string or non-sequence)")
+        object.__setattr__(self, "admissible", tuple(self.admissible))
+        bad = [a for a in self.admissible if not isinstance(a, str)]
+        if bad:
+            raise ValueError(f"PolicyInput.admissible must hold strings only, got {bad[0]!r}")
+        object.__setattr__(self, "history", tuple(self.history))
+        for rec in self.history:
+            if not isinstance(rec, HistoryRecord):
+                raise ValueError(f"PolicyInput.history must hold HistoryRecord items, got {type(rec).__name__}")
+        if not isinstance(self.step, int) or isinstance(self.step, bool) or self.step < 0:
+            raise ValueError(f"PolicyInput.step must be a non-negative int, got {self.step!r}")
+        if self.view_image is not None and self.view_text is not None:
+            raise ValueError("PolicyInput takes view_image (optical view) or view_text (text view), not both")
+        for name in ("view_image", "camera_image"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Image.Image):
+                raise ValueError(f"PolicyInput.{name} must be a PIL.Image.Image or None, got {type(value).__name__}")
+        if self.view_text is not None and not isinstance(self.view_text, str):
+            raise ValueError(f"PolicyInput.view_text must be a str or None, got {type(self.view_text).__name__}")
+        if self.camera_image is not None and self.benchmark != "ebalfred":
+            raise ValueError(f"camera_image is only part of the EB-ALFRED prompt, not {self.benchmark!r}")
+        if not isinstance(self.meta, dict):
+            raise ValueError(f"PolicyInput.meta must be a dict, got {type(self.meta).__name__}")
+
+    @property
+    def view_mode(self) -> str:
+        """``"image"``, ``"text"`` or ``"none"``: how the view reaches the policy."""
+        if self.view_image is not None:
+            return "image"
+        if self.view_text is not None:
+            return "text"
+        return "none"
+
+    def images(self) -> list[Image.Image]:
+        """The images of this input in prompt order (camera frame first, as in D.4)."""
+        return [im for im in (self.camera_image, self.view_image) if im is not None]
+
+
+@dataclass(frozen=True)
+class PolicyOutput:
+    """One decision's result.
+
+    ``action`` is the parsed, validated environment action (``None`` when invalid, with the
+    reason in ``error``). Token counts are ``None`` when the backend cannot know them.
+    ``latency_s`` is the wall time the decision waited for the backend (for a batched
+    engine call: the whole batch's time).
+    """
+
+    text: str
+    action: str | None
+    valid: bool
+    error: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    visual_tokens: int | None = None
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.valid and self.action is None:
+            raise ValueError("a valid PolicyOutput needs an action")
+        if not self.valid and self.error is None:
+            raise ValueError("an invalid PolicyOutput needs an error saying why")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain fields, ready for an Arrow row or JSON."""
+        return dataclasses.asdict(self)
+
+
+@runtime_checkable
+class TaskPolicy(Protocol):
+    """A frozen task policy: one call decides one action for each input of a batch.
+
+    ``act`` returns exactly one :class:`PolicyOutput` per input, in input order.
+    """
+
+    name: str
+
+    def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]: ...

@@ -1,0 +1,160 @@
+"""Task-policy settings (paper "Experiment Setup": frozen Qwen2.5-VL-7B-Instruct task
+policy, greedy decoding at evaluation; appendix B: decoding settings go into the run
+manifest; notes: 672x672 pixel cap per image).
+
+One :class:`PolicyConfig` selects a backend by name and holds each backend's settings;
+``make_policy`` (``memprism_ray.policy.factory``) builds the policy from it. The
+``num_replicas`` / ``gpus_per_replica`` keys are read by the Ray policy pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memprism_ray.config_tree import field
+from memprism_ray.policy.tokens import VISUAL_TOKEN_FAMILIES
+
+BACKENDS: tuple[str, ...] = ("vllm", "openai", "hf", "scripted")
+DEFAULT_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
+MAX_PIXELS_672 = 672 * 672
+
+
+def _check_decoding(owner: str, temperature: float, max_tokens: int, max_pixels: int, min_pixels: int) -> None:
+    if temperature < 0:
+        raise ValueError(f"{owner}.temperature must be >= 0 (0 = greedy), got {temperature}")
+    if max_tokens < 1:
+        raise ValueError(f"{owner}.max_tokens must be >= 1, got {max_tokens}")
+    if min_pixels < 1 or max_pixels < min_pixels:
+        raise ValueError(f"{owner}: need 1 <= min_pixels <= max_pixels, got {min_pixels} and {max_pixels}")
+
+
+@dataclass
+class VLLMConfig:
+    """vLLM offline engine (``vllm.LLM``) for Qwen2.5-VL-style models."""
+
+    model: str = field(DEFAULT_MODEL, help="model id or local path given to vllm.LLM")
+    max_model_len: int = field(16384, help="context length the engine plans for")
+    gpu_memory_utilization: float = field(0.85, help="fraction of GPU memory vLLM may take")
+    tensor_parallel_size: int = field(1, help="GPUs one engine shards the model over")
+    limit_mm_per_prompt: int = field(2, help="most images per prompt (EB-ALFRED sends camera + view)")
+    min_pixels: int = field(3136, help="image processor min_pixels (Qwen2.5-VL default)")
+    max_pixels: int = field(MAX_PIXELS_672, help="image processor max_pixels, set at engine start-up")
+    temperature: float = field(0.0, help="sampling temperature; 0 = greedy")
+    top_p: float = field(1.0, help="nucleus sampling mass (ignored when greedy)")
+    max_tokens: int = field(512, help="most generated tokens per decision")
+    seed: int = field(0, help="engine and sampling seed")
+    chat_template: str = field("model", help="'model' = the checkpoint's chat template, 'qwen2_vl' = built-in")
+    dtype: str = field("auto", help="weight dtype passed to vllm.LLM")
+    enforce_eager: bool = field(False, help="disable CUDA graphs (slower, less memory)")
+    visual_token_family: str = field("qwen2.5-vl", help="rule used to count visual tokens")
+
+    def __post_init__(self) -> None:
+        _check_decoding("vllm", self.temperature, self.max_tokens, self.max_pixels, self.min_pixels)
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"vllm.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.tensor_parallel_size < 1 or self.limit_mm_per_prompt < 1 or self.max_model_len < 1:
+            raise ValueError("vllm.tensor_parallel_size, limit_mm_per_prompt and max_model_len must be >= 1")
+        if self.chat_template not in ("model", "qwen2_vl"):
+            raise ValueError(f"vllm.chat_template must be 'model' or 'qwen2_vl', got {self.chat_template!r}")
+        if self.visual_token_family not in VISUAL_TOKEN_FAMILIES:
+            raise ValueError(f"vllm.visual_token_family must be one of {VISUAL_TOKEN_FAMILIES}")
+
+
+@dataclass
+class OpenAIConfig:
+    """Any OpenAI-compatible chat endpoint (e.g. ``vllm serve``)."""
+
+    base_url: str = field("http://127.0.0.1:8000/v1", help="endpoint root; /chat/completions is appended")
+    model: str = field(DEFAULT_MODEL, help="model name sent in each request")
+    api_key_env: str = field("OPENAI_API_KEY", help="environment variable holding the bearer token, if any")
+    temperature: float = field(0.0, help="sampling temperature; 0 = greedy")
+    top_p: float = field(1.0, help="nucleus sampling mass (ignored when greedy)")
+    max_tokens: int = field(512, help="most generated tokens per decision")
+    seed: int | None = field(0, help="per-request seed sent to the server (None: not sent)")
+    timeout_s: float = field(120.0, help="per-request timeout in seconds")
+    max_retries: int = field(4, help="retries on 429, 5xx and connection errors")
+    backoff_s: float = field(0.5, help="first retry delay; doubles each retry")
+    max_backoff_s: float = field(20.0, help="longest retry delay (also caps Retry-After)")
+    max_concurrency: int = field(8, help="requests of one batch in flight at once")
+    min_pixels: int = field(3136, help="server image processor min_pixels (for token accounting)")
+    max_pixels: int = field(MAX_PIXELS_672, help="server image processor max_pixels (for token accounting)")
+    png_compress_level: int = field(1, help="zlib level of the PNG images sent (1 = fast)")
+    visual_token_family: str = field("qwen2.5-vl", help="rule used to count visual tokens")
+
+    def __post_init__(self) -> None:
+        _check_decoding("openai", self.temperature, self.max_tokens, self.max_pixels, self.min_pixels)
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"openai.base_url must start with http:// or https://, got {self.base_url!r}")
+        if self.timeout_s <= 0 or self.backoff_s < 0 or self.max_backoff_s < self.backoff_s:
+            raise ValueError("openai: need timeout_s > 0 and 0 <= backoff_s <= max_backoff_s")
+        if self.max_retries < 0 or self.max_concurrency < 1:
+            raise ValueError("openai: need max_retries >= 0 and max_concurrency >= 1")
+        if not 0 <= self.png_compress_level <= 9:
+            raise ValueError(f"openai.png_compress_level must be 0..9, got {self.png_compress_level}")
+        if self.visual_token_family not in VISUAL_TOKEN_FAMILIES:
+            raise ValueError(f"openai.visual_token_family must be one of {VISUAL_TOKEN_FAMILIES}")
+
+
+@dataclass
+class HFConfig:
+    """transformers on CPU or GPU from a local model directory (no downloads)."""
+
+    model_path: str = field("", help="local directory with config, weights, tokenizer and processor files")
+    device: str = field("auto", help="'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'")
+    dtype: str = field("auto", help="'auto', 'float32', 'bfloat16' or 'float16'")
+    temperature: float = field(0.0, help="sampling temperature; 0 = greedy")
+    top_p: float = field(1.0, help="nucleus sampling mass (ignored when greedy)")
+    max_tokens: int = field(512, help="most generated tokens per decision")
+    seed: int = field(0, help="sampling seed (each call reseeds with seed + call index)")
+    batch_size: int = field(8, help="inputs per generate call")
+    min_pixels: int = field(3136, help="image processor min_pixels")
+    max_pixels: int = field(MAX_PIXELS_672, help="image processor max_pixels")
+    trust_remote_code: bool = field(False, help="allow model code from the checkpoint directory (off: safer)")
+
+    def __post_init__(self) -> None:
+        _check_decoding("hf", self.temperature, self.max_tokens, self.max_pixels, self.min_pixels)
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"hf.dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ValueError(f"hf.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.batch_size < 1:
+            raise ValueError(f"hf.batch_size must be >= 1, got {self.batch_size}")
+
+
+@dataclass
+class PolicyConfig:
+    """Which task policy runs, and each backend's settings."""
+
+    backend: str = field("scripted", help="task-policy backend: vllm, openai, hf or scripted")
+    num_replicas: int = field(1, help="policy replicas in the Ray policy pool")
+    gpus_per_replica: float = field(0.0, help="GPUs reserved by each policy replica (0 on CPU)")
+    vllm: VLLMConfig = field(default_factory=VLLMConfig, help="vLLM offline engine settings")
+    openai: OpenAIConfig = field(default_factory=OpenAIConfig, help="OpenAI-compatible endpoint settings")
+    hf: HFConfig = field(default_factory=HFConfig, help="transformers backend settings")
+    scripted: dict[str, Any] = field(default_factory=dict, help="keyword settings of the scripted policy")
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"policy.backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.num_replicas < 1:
+            raise ValueError(f"policy.num_replicas must be >= 1, got {self.num_replicas}")
+        if self.gpus_per_replica < 0:
+            raise ValueError(f"policy.gpus_per_replica must be >= 0, got {self.gpus_per_replica}")
+        if self.backend == "vllm" and self.gpus_per_replica < self.vllm.tensor_parallel_size:
+            raise ValueError(
+                f"policy.backend=vllm needs gpus_per_replica >= vllm.tensor_parallel_size "
+                f"({self.vllm.tensor_parallel_size}), got {self.gpus_per_replica}"
+            )
+        if self.backend == "hf" and not self.hf.model_path:
+            raise ValueError("policy.backend=hf needs policy.hf.model_path (a local model directory)")
+
+    def decoding(self) -> dict[str, Any]:
+        """The decoding settings of the selected backend, for the run manifest."""
+        if self.backend == "scripted":
+            return {"backend": "scripted", **self.scripted}
+        cfg = getattr(self, self.backend)
+        keys = ("temperature", "top_p", "max_tokens", "seed", "min_pixels", "max_pixels")
+        out = {"backend": self.backend, **{k: getattr(cfg, k) for k in keys}}
+        out["model"] = cfg.model_path if self.backend == "hf" else cfg.model
+        return out

@@ -1,0 +1,57 @@
+"""Build the configured task policy (paper "Render", eq. task-policy: one frozen policy
+``pi_task`` behind every condition; DESIGN.md: backends vllm, openai, hf, scripted).
+
+Backends are imported only when chosen, so selecting ``scripted`` never imports vLLM or
+transformers. The scripted CPU stand-in lives in ``memprism_ray.policy.scripted`` and is
+looked up by module path: it must expose ``ScriptedPolicy``, built with
+``ScriptedPolicy.from_config(config)`` when that classmethod exists, else
+``ScriptedPolicy(**config.scripted)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from memprism_ray.policy.base import TaskPolicy
+from memprism_ray.policy.config import PolicyConfig
+
+SCRIPTED_MODULE = "memprism_ray.policy.scripted"
+
+
+def _scripted(config: PolicyConfig) -> TaskPolicy:
+    if importlib.util.find_spec(SCRIPTED_MODULE) is None:
+        raise ValueError(f"policy.backend=scripted needs the module {SCRIPTED_MODULE}, which is not installed")
+    module = importlib.import_module(SCRIPTED_MODULE)
+    cls = getattr(module, "ScriptedPolicy", None)
+    if cls is None:
+        raise ValueError(f"{SCRIPTED_MODULE} does not define ScriptedPolicy")
+    if hasattr(cls, "from_config"):
+        policy = cls.from_config(config)
+    else:
+        try:
+            policy = cls(**config.scripted)
+        except TypeError as exc:
+            raise ValueError(f"policy.scripted settings {sorted(config.scripted)} rejected: {exc}") from None
+    if not isinstance(policy, TaskPolicy):
+        raise ValueError(f"{SCRIPTED_MODULE}.ScriptedPolicy does not implement TaskPolicy (name, act(inputs))")
+    return policy
+
+
+def make_policy(config: PolicyConfig) -> TaskPolicy:
+    """The :class:`TaskPolicy` selected by ``config.backend``."""
+    if config.backend == "vllm":
+        from memprism_ray.policy.vllm_backend import VLLMPolicy
+
+        return VLLMPolicy(config.vllm)
+    if config.backend == "openai":
+        from memprism_ray.policy.openai_backend import OpenAIChatPolicy
+
+        return OpenAIChatPolicy(config.openai)
+    if config.backend == "hf":
+        from memprism_ray.policy.hf_backend import HFPolicy
+
+        return HFPolicy(config.hf)
+    if config.backend == "scripted":
+        return _scripted(config)
+    raise ValueError(f"unknown policy backend {config.backend!r}")

@@ -1,0 +1,287 @@
+"""Action parsing and validation (paper appendix D.3 action contracts, D.5 "Parsing and
+validation").
+
+* ALFWorld: the text inside ``<action></action>``, matched to the current admissible set:
+  exact, then case- and whitespace-normalised; anything else is invalid.
+* EB-ALFRED: matched in order by exact string, case-insensitive string and normalised
+  whitespace; any ``put down ...`` form becomes ``put down the object in hand`` when that
+  skill is available.
+* Mind2Web: exactly one tagged JSON action; ``op`` in CLICK/TYPE/SELECT, ``ref`` present in
+  the current snapshot, ``value`` required for TYPE and SELECT. JSON is parsed as data
+  (``json.loads``), never evaluated.
+
+Every output needs exactly one ``<action>`` tag pair. Tags inside a closed ``<think>``
+block are ignored, because models often restate the output format while reasoning. The
+tag scanner is linear in the output length, so huge or adversarial outputs cannot stall it.
+Parsers never raise on model output; they return a :class:`ParseResult` with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from memprism_ray.policy.base import PolicyInput, PolicyOutput
+from memprism_ray.policy.prompts import snapshot_refs
+
+#: Longest action text considered (ALFWorld / EB-ALFRED commands are short).
+MAX_ACTION_CHARS = 1_000
+#: Longest Mind2Web JSON payload considered.
+MAX_JSON_CHARS = 20_000
+
+MIND2WEB_OPS: tuple[str, ...] = ("CLICK", "TYPE", "SELECT")
+EBALFRED_PUT_DOWN = "put down the object in hand"
+
+_TAG = re.compile(r"<\s*(/?)\s*(think|action)\s*>", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """A parsed action (``action``) or the reason there is none (``error``)."""
+
+    action: str | None
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.action is not None
+
+
+def _invalid(reason: str) -> ParseResult:
+    return ParseResult(action=None, error=reason)
+
+
+def extract_action_tag(text: str) -> tuple[str | None, str | None]:
+    """The content of the single ``<action>...</action>`` pair of ``text``, or an error.
+
+    Returns ``(content, None)`` or ``(None, reason)``.
+    """
+    if not isinstance(text, str):
+        return None, f"model output is {type(text).__name__}, not text"
+    tokens = [(m.group(2).lower(), m.group(1) == "/", m.start(), m.end()) for m in _TAG.finditer(text)]
+    # Closed <think> blocks; an unclosed one is not a block (its action tags still count).
+    blocks: list[tuple[int, int]] = []
+    open_at: int | None = None
+    for kind, closing, start, end in tokens:
+        if kind != "think":
+            continue
+        if not closing and open_at is None:
+            open_at = start
+        elif closing and open_at is not None:
+            blocks.append((open_at, end))
+            open_at = None
+    pairs: list[tuple[int, int]] = []
+    depth_start: int | None = None
+    stray_close = 0
+    b = 0
+    for kind, closing, start, end in tokens:
+        if kind != "action":
+            continue
+        while b < len(blocks) and blocks[b][1] <= start:
+            b += 1
+        if b < len(blocks) and blocks[b][0] <= start:
+            continue
+        if not closing:
+            if depth_start is not None:
+                return None, "nested <action> tags"
+            depth_start = end
+        elif depth_start is None:
+            stray_close += 1
+        else:
+            pairs.append((depth_start, start))
+            depth_start = None
+    if depth_start is not None:
+        return None, "unclosed <action> tag"
+    if stray_close:
+        return None, "</action> without a matching <action>"
+    if not pairs:
+        return None, "no <action>...</action> tag in the output"
+    if len(pairs) > 1:
+        return None, f"found {len(pairs)} <action> tags; expected exactly one"
+    start, end = pairs[0]
+    return text[start:end], None
+
+
+def normalize_ws(text: str) -> str:
+    """Collapse runs of (any Unicode) whitespace to one space and trim."""
+    return " ".join(text.split())
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _unique(candidates: list[str], what: str, content: str) -> ParseResult | None:
+    uniq = list(dict.fromkeys(candidates))
+    if len(uniq) == 1:
+        return ParseResult(action=uniq[0])
+    if len(uniq) > 1:
+        return _invalid(f"action {_short(content)} matches several {what}: {uniq[:3]}")
+    return None
+
+
+def _action_text(text: str) -> tuple[str | None, str | None]:
+    content, err = extract_action_tag(text)
+    if err is not None:
+        return None, err
+    assert content is not None
+    stripped = content.strip()
+    if not stripped:
+        return None, "empty <action> tag"
+    if len(stripped) > MAX_ACTION_CHARS:
+        return None, f"action text too long ({len(stripped)} chars > {MAX_ACTION_CHARS})"
+    return stripped, None
+
+
+def parse_alfworld(text: str, admissible: tuple[str, ...] | list[str]) -> ParseResult:
+    """ALFWorld: the tagged action must be one of ``admissible`` (exact, then normalised)."""
+    action, err = _action_text(text)
+    if err is not None:
+        return _invalid(err)
+    assert action is not None
+    if action in admissible:
+        return ParseResult(action=action)
+    key = normalize_ws(action).casefold()
+    hit = _unique([a for a in admissible if normalize_ws(a).casefold() == key], "admissible actions", action)
+    if hit is not None:
+        return hit
+    return _invalid(f"action {_short(action)} is not in the admissible set ({len(admissible)} actions)")
+
+
+def parse_ebalfred(text: str, skills: tuple[str, ...] | list[str]) -> ParseResult:
+    """EB-ALFRED: exact, case-insensitive, normalised whitespace; ``put down ...`` canonicalised."""
+    action, err = _action_text(text)
+    if err is not None:
+        return _invalid(err)
+    assert action is not None
+    if action in skills:
+        return ParseResult(action=action)
+    folded = action.casefold()
+    hit = _unique([s for s in skills if s.casefold() == folded], "skills", action)
+    if hit is not None:
+        return hit
+    key = normalize_ws(action).casefold()
+    hit = _unique([s for s in skills if normalize_ws(s).casefold() == key], "skills", action)
+    if hit is not None:
+        return hit
+    if key.startswith("put down") and EBALFRED_PUT_DOWN in skills:
+        return ParseResult(action=EBALFRED_PUT_DOWN)
+    return _invalid(f"action {_short(action)} is not one of the {len(skills)} available skills")
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"JSON constant {name} is not allowed")
+
+
+def _pairs_no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate JSON key {k!r}")
+        out[k] = v
+    return out
+
+
+def encode_mind2web_action(op: str, ref: str, value: str | None) -> str:
+    """The canonical one-line JSON form of a Mind2Web action."""
+    return json.dumps({"op": op, "ref": ref, "value": value}, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_mind2web_action(action: str) -> dict[str, Any]:
+    """The ``{"op", "ref", "value"}`` mapping of a canonical action string."""
+    data = json.loads(action)
+    if not isinstance(data, dict) or set(data) != {"op", "ref", "value"}:
+        raise ValueError(f"not a canonical Mind2Web action: {_short(action)}")
+    return data
+
+
+def parse_mind2web(text: str, refs: tuple[str, ...] | list[str] | set[str]) -> ParseResult:
+    """Mind2Web: exactly one tagged JSON action with a known op and a ref of the snapshot.
+
+    Extra JSON fields are ignored and dropped from the canonical action; a CLICK's value is
+    always ``null``.
+    """
+    content, err = extract_action_tag(text)
+    if err is not None:
+        return _invalid(err)
+    assert content is not None
+    first, last = content.find("{"), content.rfind("}")
+    if first < 0 or last < first:
+        return _invalid("no JSON object inside <action>")
+    payload = content[first : last + 1]
+    if len(payload) > MAX_JSON_CHARS:
+        return _invalid(f"JSON action too long ({len(payload)} chars > {MAX_JSON_CHARS})")
+    try:
+        data = json.loads(payload, parse_constant=_no_constants, object_pairs_hook=_pairs_no_duplicates)
+    except (ValueError, RecursionError) as exc:
+        return _invalid(f"invalid JSON action: {str(exc)[:120]}")
+    if not isinstance(data, dict):
+        return _invalid(f"JSON action must be an object, got {type(data).__name__}")
+    op = data.get("op")
+    if not isinstance(op, str):
+        return _invalid("JSON action needs a string 'op'")
+    op_norm = op.strip().upper()
+    if op_norm not in MIND2WEB_OPS:
+        return _invalid(f"unknown op {_short(op)}; allowed: {', '.join(MIND2WEB_OPS)}")
+    ref = data.get("ref")
+    if not isinstance(ref, str) or not ref.strip():
+        return _invalid("JSON action needs a non-empty string 'ref'")
+    ref = ref.strip()
+    if ref not in refs:
+        return _invalid(f"ref {_short(ref)} is not in the current snapshot")
+    value = data.get("value")
+    if op_norm == "CLICK":
+        value = None
+    else:
+        if not isinstance(value, str) or not value.strip():
+            return _invalid(f"{op_norm} needs a non-empty string 'value'")
+        if len(value) > MAX_ACTION_CHARS:
+            return _invalid(f"value too long ({len(value)} chars > {MAX_ACTION_CHARS})")
+    return ParseResult(action=encode_mind2web_action(op_norm, ref, value))
+
+
+def mind2web_refs(inp: PolicyInput) -> tuple[str, ...]:
+    """The refs a Mind2Web action may use: ``admissible`` if given, else the snapshot's markers."""
+    return inp.admissible if inp.admissible else snapshot_refs(inp.observation)
+
+
+def parse_action(inp: PolicyInput, text: str) -> ParseResult:
+    """Parse ``text`` under the action contract of ``inp.benchmark``."""
+    if inp.benchmark == "alfworld":
+        return parse_alfworld(text, inp.admissible)
+    if inp.benchmark == "ebalfred":
+        return parse_ebalfred(text, inp.admissible)
+    return parse_mind2web(text, set(mind2web_refs(inp)))
+
+
+def to_output(
+    inp: PolicyInput,
+    text: str,
+    *,
+    prompt_tokens: int | None = None,
+    completion_tokens: int | None = None,
+    visual_tokens: int | None = None,
+    latency_s: float = 0.0,
+) -> PolicyOutput:
+    """A :class:`PolicyOutput` for model ``text``: parsed, validated, never raising."""
+    text = text if isinstance(text, str) else ""
+    result = parse_action(inp, text)
+    return PolicyOutput(
+        text=text,
+        action=result.action,
+        valid=result.valid,
+        error=result.error,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        visual_tokens=visual_tokens,
+        latency_s=latency_s,
+    )
+
+
+def failed_output(error: str, *, visual_tokens: int | None = None, latency_s: float = 0.0) -> PolicyOutput:
+    """An invalid output for a request the backend rejected (e.g. prompt too long)."""
+    return PolicyOutput(
+        text="", action=None, valid=False, error=error, visual_tokens=visual_tokens, latency_s=latency_s
+    )
