@@ -22,10 +22,14 @@ import hashlib
 import math
 import random
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from memprism_ray.policy.alfworld_reader import EpisodeFacts, instance_type, read_facts
+from memprism_ray.policy.base import PolicyInput, PolicyOutput
+from memprism_ray.policy.config import PolicyConfig
+from memprism_ray.policy.parsing import failed_output, to_output
 
 # Goal templates of alfworld/gen/goal_library.py, most specific first.
 _GOALS: tuple[tuple[str, str], ...] = (
@@ -251,15 +255,30 @@ def _explore(target: str, facts: EpisodeFacts, adm: dict[str, list[tuple[str, ..
 
 
 class ScriptedPolicy:
-    """Stateless ALFWorld policy reading only prompt content (see module docstring)."""
+    """Stateless ALFWorld policy reading only prompt content (see module docstring).
+
+    It reads the view as text. In text-view conditions that is ``PolicyInput.view_text``;
+    in optical conditions it cannot read pixels, so the agent also passes the text
+    rendering of the same view structure (same entries, same cap) in
+    ``meta["view_text"]``; it stands for a reader with perfect OCR. This is why
+    :attr:`needs_view_text` is true.
+    """
 
     name = "scripted"
+    needs_view_text = True
 
     def __init__(self, temperature: float = 1.0, seed: int = 0) -> None:
         if temperature < 0:
             raise ValueError(f"scripted policy temperature must be >= 0, got {temperature}")
-        self.temperature = temperature
-        self.seed = seed
+        self.temperature = float(temperature)
+        self.seed = int(seed)
+
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> ScriptedPolicy:
+        unknown = set(config.scripted) - {"temperature", "seed"}
+        if unknown:
+            raise ValueError(f"unknown policy.scripted setting(s) {sorted(unknown)}; valid: temperature, seed")
+        return cls(**config.scripted)
 
     def _rng(self, episode_id: str, step: int) -> random.Random:
         digest = hashlib.blake2b(f"{self.seed}|{episode_id}|{step}".encode(), digest_size=8).digest()
@@ -280,16 +299,39 @@ class ScriptedPolicy:
             return "look", "no admissible actions listed"
         decision = decide(goal, observation, admissible, memory_texts)
         items = sorted(decision.scores.items())
-        if self.temperature == 0:
-            top = max(s for _, s in items)
-            action = next(a for a, s in items if s == top)
-            return action, decision.reason
         top = max(s for _, s in items)
+        if self.temperature == 0:
+            return next(a for a, s in items if s == top), decision.reason
         weights = [math.exp((s - top) / self.temperature) for _, s in items]
         action = self._rng(episode_id, step).choices([a for a, _ in items], weights=weights)[0]
         return action, decision.reason
 
     @staticmethod
-    def format_output(action: str, reason: str) -> str:
-        """The reply a VLM would give: reasoning in <think>, one action in <action>."""
-        return f"<think>{reason}</think>\n<action>{action}</action>"
+    def memory_texts(inp: PolicyInput) -> list[str]:
+        """The prompt's memory: the view (text form) and the short history, oldest first."""
+        texts = []
+        view = inp.view_text if inp.view_text is not None else inp.meta.get("view_text")
+        if inp.view_mode != "none" and view:
+            texts.append(str(view))
+        texts.extend(f"{rec.action}\n{rec.feedback}" for rec in inp.history)
+        return texts
+
+    def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
+        outputs = []
+        for inp in inputs:
+            start = time.perf_counter()
+            if inp.benchmark != "alfworld":
+                outputs.append(failed_output(f"the scripted policy plays ALFWorld only, not {inp.benchmark}"))
+                continue
+            episode_id = str(inp.meta.get("episode_id", ""))
+            action, reason = self.choose(
+                inp.goal,
+                inp.observation,
+                inp.admissible,
+                self.memory_texts(inp),
+                episode_id=episode_id,
+                step=inp.step,
+            )
+            text = f"<think>{reason}</think>\n<action>{action}</action>"
+            outputs.append(to_output(inp, text, completion_tokens=None, latency_s=time.perf_counter() - start))
+        return outputs
