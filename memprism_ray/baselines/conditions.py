@@ -1,0 +1,249 @@
+"""The evaluation conditions as view selectors (paper "Experiment Setup" baselines and
+"Where Does the Gain Come From?").
+
+* ``no_memory``          no view, no text history (lower text-memory bound)
+* ``full_history``       no view, every earlier step as text (upper text-memory bound)
+* ``recent4``            no view, the last 4 steps as text (``recent:K`` for other K)
+* ``fixed:TAU``          one relation view at the paper's fixed scope "recent long + medium
+                         + all" (window recent_long, gamma medium, filter all), optical
+* ``fixed_text:TAU``     the same view rendered as text (Fixed Text vs Fixed Optical)
+* ``memprism``           the Router's greedy choice, optical (Dynamic Optical)
+* ``memprism_text``      the Router's greedy choice as text (Dynamic Text)
+* ``freq_random``        Frequency-Matched Random: views sampled from a given marginal over
+                         the 144 actions, ignoring the decision context
+* ``constrained:F=V``    the Router with one factor fixed (e.g. ``gamma=fine``), the other
+                         three still chosen by it
+
+Conditions that show a view keep the agent's default short history; the text-history
+conditions set their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memprism_ray.baselines.base import FULL_HISTORY, DecisionContext, ViewDecision, ViewSelector
+from memprism_ray.view_space import ALL_ACTIONS, FACTORS, NUM_ACTIONS, TAUS, ViewAction
+
+#: The fixed scope of the paper's four fixed relation views.
+FIXED_WINDOW, FIXED_FILTER, FIXED_GAMMA = "recent_long", "all", "medium"
+
+
+class TextHistory:
+    """No view; the prompt keeps ``history`` steps of text (0 = No Memory, -1 = all)."""
+
+    uses_features = False
+
+    def __init__(self, name: str, history: int) -> None:
+        self.name = name
+        self.history = history
+
+    def select(self, contexts: Sequence[DecisionContext], features: object | None = None) -> list[ViewDecision]:
+        return [ViewDecision(None, "none", 0.0, self.history) for _ in contexts]
+
+
+class FixedView:
+    """The same view action at every decision."""
+
+    uses_features = False
+
+    def __init__(self, action: ViewAction, medium: str = "optical", name: str | None = None) -> None:
+        self.action = action
+        self.medium = medium
+        self.name = name or f"fixed{'_text' if medium == 'text' else ''}:{action.tau}"
+
+    def select(self, contexts: Sequence[DecisionContext], features: object | None = None) -> list[ViewDecision]:
+        return [ViewDecision(self.action, self.medium) for _ in contexts]
+
+
+def _seeded_uniform(seed: int, ctx: DecisionContext) -> float:
+    digest = hashlib.blake2b(f"{seed}|{ctx.episode_id}|{ctx.step}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2**64
+
+
+class FrequencyMatchedRandom:
+    """Samples each decision's view from a fixed marginal over the 144 actions, ignoring the
+    context. The draw for a decision depends only on ``(seed, episode id, step)``, so runs
+    are reproducible whatever the batch order."""
+
+    uses_features = False
+
+    def __init__(self, marginal: Sequence[float], seed: int = 0, medium: str = "optical") -> None:
+        p = np.asarray(marginal, dtype=np.float64)
+        if p.shape != (NUM_ACTIONS,):
+            raise ValueError(f"frequency-matched marginal needs {NUM_ACTIONS} probabilities, got shape {p.shape}")
+        if (p < 0).any() or not np.isfinite(p).all() or p.sum() <= 0:
+            raise ValueError("frequency-matched marginal must be finite, non-negative and not all zero")
+        self.marginal = p / p.sum()
+        self._cdf = np.cumsum(self.marginal)
+        self.seed = seed
+        self.medium = medium
+        self.name = "freq_random"
+
+    def select(self, contexts: Sequence[DecisionContext], features: object | None = None) -> list[ViewDecision]:
+        out = []
+        for ctx in contexts:
+            i = int(np.searchsorted(self._cdf, _seeded_uniform(self.seed, ctx) * self._cdf[-1], side="right"))
+            i = min(i, NUM_ACTIONS - 1)
+            out.append(ViewDecision(ALL_ACTIONS[i], self.medium, float(np.log(self.marginal[i]))))
+        return out
+
+
+def factor_mask(factor: str, value: str) -> np.ndarray:
+    """Boolean mask over the 144 actions whose ``factor`` equals ``value``."""
+    if factor not in FACTORS:
+        raise ValueError(f"unknown view factor {factor!r}; valid factors: {', '.join(FACTORS)}")
+    probe = ViewAction(**{**ALL_ACTIONS[0].to_dict(), factor: value})  # canonicalises or raises
+    canonical = getattr(probe, factor)
+    return np.array([getattr(a, factor) == canonical for a in ALL_ACTIONS])
+
+
+class RouterSelector:
+    """The MemPrism Router (paper eq. view-policy / greedy-view): argmax at evaluation,
+    samples at ``temperature`` in GRPO rollouts. ``mask`` restricts the choice to a subset
+    (the constrained planners); the log-prob is under the restricted distribution.
+
+    Sampling uses one ``torch.Generator`` seeded at construction (and by :meth:`reseed`),
+    so a worker that plays its decisions in a fixed order is reproducible.
+    """
+
+    uses_features = True
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        greedy: bool = True,
+        temperature: float = 1.0,
+        medium: str = "optical",
+        mask: np.ndarray | None = None,
+        seed: int = 0,
+        name: str = "memprism",
+    ) -> None:
+        import torch
+
+        if temperature <= 0:
+            raise ValueError(f"Router temperature must be > 0, got {temperature}")
+        if mask is not None and (mask.shape != (NUM_ACTIONS,) or not mask.any()):
+            raise ValueError("Router mask must be a boolean vector of 144 entries with at least one True")
+        self.model = model
+        self.greedy = greedy
+        self.temperature = temperature
+        self.medium = medium
+        self.mask = None if mask is None else torch.as_tensor(mask, dtype=torch.bool)
+        self.name = name
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def reseed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    def logits(self, features: Any) -> Any:
+        import torch
+
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                logits = self.model(*features.to_tensors(device)).float().cpu()
+        finally:
+            self.model.train(was_training)
+        if self.mask is not None:
+            logits = logits.masked_fill(~self.mask, float("-inf"))
+        return logits
+
+    def select(self, contexts: Sequence[DecisionContext], features: object | None) -> list[ViewDecision]:
+        import torch
+
+        if features is None:
+            raise ValueError("the Router selector needs Router features")
+        logp = torch.log_softmax(self.logits(features) / self.temperature, dim=-1)
+        if self.greedy:
+            idx = logp.argmax(dim=-1)
+        else:
+            idx = torch.multinomial(logp.exp(), 1, generator=self.generator).squeeze(-1)
+        chosen = logp.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+        return [ViewDecision(ALL_ACTIONS[int(i)], self.medium, float(lp)) for i, lp in zip(idx, chosen)]
+
+
+def load_marginal(source: str | Path | Sequence[float]) -> np.ndarray:
+    """A 144-way marginal from a list, a JSON file holding a list or ``{"view_marginal": [...]}``,
+    or an evaluation directory whose ``report.json`` has ``view_marginal``."""
+    if not isinstance(source, (str, Path)):
+        return np.asarray(source, dtype=np.float64)
+    path = Path(source)
+    if path.is_dir():
+        path = path / "report.json"
+    if not path.exists():
+        raise ValueError(f"frequency-matched marginal: {path} does not exist (give a report.json or a JSON list)")
+    data = json.loads(path.read_text())
+    if isinstance(data, dict):
+        if "view_marginal" not in data:
+            raise ValueError(f"{path} has no 'view_marginal' entry (run `memprism eval --condition memprism` first)")
+        data = data["view_marginal"]
+    return np.asarray(data, dtype=np.float64)
+
+
+CONDITIONS_HELP = (
+    "no_memory, full_history, recent4 (recent:K), fixed:TAU, fixed_text:TAU, memprism, memprism_text, "
+    "freq_random, constrained:FACTOR=VALUE"
+)
+
+
+def make_selector(
+    condition: str,
+    *,
+    router: Any = None,
+    marginal: str | Path | Sequence[float] | None = None,
+    seed: int = 0,
+    greedy: bool = True,
+    temperature: float = 1.0,
+) -> ViewSelector:
+    """Build the selector for a condition name (see the module docstring)."""
+    name = condition.strip()
+    if name == "no_memory":
+        return TextHistory(name, 0)
+    if name == "full_history":
+        return TextHistory(name, FULL_HISTORY)
+    if name == "recent4":
+        return TextHistory(name, 4)
+    if name.startswith("recent:"):
+        k = name.split(":", 1)[1]
+        if not k.isdigit() or int(k) < 1:
+            raise ValueError(f"condition {condition!r}: recent:K needs a positive integer K")
+        return TextHistory(f"recent{k}", int(k))
+    if name.startswith(("fixed:", "fixed_text:")):
+        kind, tau = name.split(":", 1)
+        action = ViewAction(tau, FIXED_WINDOW, FIXED_FILTER, FIXED_GAMMA)
+        medium = "text" if kind == "fixed_text" else "optical"
+        return FixedView(action, medium, name=f"{kind}:{action.tau}")
+    if name == "freq_random":
+        if marginal is None:
+            raise ValueError("condition freq_random needs a marginal (--marginal: a report.json or a JSON list)")
+        return FrequencyMatchedRandom(load_marginal(marginal), seed=seed)
+    if name in ("memprism", "memprism_text") or name.startswith("constrained:"):
+        if router is None:
+            raise ValueError(f"condition {condition!r} needs a Router checkpoint (--checkpoint)")
+        medium = "text" if name == "memprism_text" else "optical"
+        mask = None
+        if name.startswith("constrained:"):
+            spec = name.split(":", 1)[1]
+            if "=" not in spec:
+                raise ValueError(f"condition {condition!r}: use constrained:FACTOR=VALUE, e.g. constrained:gamma=fine")
+            factor, value = (s.strip() for s in spec.split("=", 1))
+            mask = factor_mask(factor, value)
+        return RouterSelector(
+            router, greedy=greedy, temperature=temperature, medium=medium, mask=mask, seed=seed, name=name
+        )
+    raise ValueError(f"unknown condition {condition!r}; valid conditions: {CONDITIONS_HELP}")
+
+
+def fixed_view_conditions() -> list[str]:
+    """The four fixed relation views in D.3 order."""
+    return [f"fixed:{tau}" for tau in TAUS]

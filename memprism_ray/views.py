@@ -1,0 +1,144 @@
+"""Compose + render one working-memory view per request, with a content-addressed cache
+(paper "Composer" and "Render"; appendix C.3: "The same event stream, action, goal, and
+renderer configuration produce the same image").
+
+Because the output is a pure function of (stream content, view action, goal, renderer
+settings), a view is addressed by ``sha256(stream.digest, action index, goal, medium,
+render settings)``: identical views requested by several trajectories of a GRPO group (all
+of them at step 1, for instance) are drawn once. The Ray ``ViewWorker`` wraps this class;
+in-process runs use it directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, is_dataclass
+from typing import Any
+
+from PIL import Image
+
+from memprism_ray.recorder.stream import EventStream
+from memprism_ray.view_space import ViewAction
+
+
+@dataclass(frozen=True)
+class ViewRequest:
+    """One view to build. ``want_image``/``want_text`` choose the renderers to run."""
+
+    stream: EventStream
+    action: ViewAction
+    goal: str
+    want_image: bool = True
+    want_text: bool = False
+
+
+@dataclass(frozen=True)
+class RenderedView:
+    """A rendered view. ``png`` is set when the image is wanted and ``encode_png`` is on
+    (actors ship bytes, not PIL objects); ``image`` is the in-process PIL image."""
+
+    action: ViewAction
+    text: str | None
+    image: Image.Image | None
+    png: bytes | None
+    width: int
+    height: int
+    visual_tokens: int
+    compose_ms: float
+    render_ms: float
+    cached: bool
+    n_selected: int
+    key: str
+
+    def pil(self) -> Image.Image | None:
+        """The image as PIL (decoding the PNG when only bytes travelled)."""
+        if self.image is not None:
+            return self.image
+        if self.png is None:
+            return None
+        with Image.open(io.BytesIO(self.png)) as im:
+            im.load()
+            return im.convert("RGB")
+
+    @property
+    def pixels(self) -> int:
+        return self.width * self.height
+
+
+def _settings_digest(config: Any) -> str:
+    data = asdict(config) if is_dataclass(config) else dict(vars(config)) if config is not None else {}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class ViewService:
+    """Compose and render views with an LRU cache keyed by content address."""
+
+    def __init__(self, render_config: Any = None, *, cache_size: int = 512, encode_png: bool = False) -> None:
+        from memprism_ray.render import RenderConfig
+
+        self.render_config = render_config if render_config is not None else RenderConfig()
+        self.encode_png = encode_png
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, RenderedView] = OrderedDict()
+        self._settings = _settings_digest(self.render_config)
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, req: ViewRequest) -> str:
+        parts = [req.stream.digest, str(req.action.index), req.goal, str(req.want_image), str(req.want_text)]
+        parts.append(self._settings)
+        return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+    def render(self, requests: Sequence[ViewRequest]) -> list[RenderedView]:
+        return [self.render_one(r) for r in requests]
+
+    def render_one(self, req: ViewRequest) -> RenderedView:
+        from memprism_ray.composer import compose
+        from memprism_ray.render import render_image, render_text
+        from memprism_ray.render.visual_tokens import qwen25vl_tokens
+
+        key = self.key(req)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            self.hits += 1
+            return RenderedView(**{**hit.__dict__, "cached": True})
+        self.misses += 1
+        t0 = time.perf_counter()
+        view = compose(req.stream, req.action, req.goal)
+        t1 = time.perf_counter()
+        image = render_image(view, self.render_config) if req.want_image else None
+        text = render_text(view, self.render_config) if req.want_text else None
+        png = None
+        if image is not None and self.encode_png:
+            buf = io.BytesIO()
+            image.save(buf, format="PNG", compress_level=1)
+            png = buf.getvalue()
+        t2 = time.perf_counter()
+        width, height = (image.width, image.height) if image is not None else (0, 0)
+        out = RenderedView(
+            action=req.action,
+            text=text,
+            image=None if self.encode_png else image,
+            png=png,
+            width=width,
+            height=height,
+            visual_tokens=qwen25vl_tokens(width, height) if image is not None else 0,
+            compose_ms=(t1 - t0) * 1000,
+            render_ms=(t2 - t1) * 1000,
+            cached=False,
+            n_selected=view.n_selected,
+            key=key,
+        )
+        self._cache[key] = out
+        if len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return out
+
+    def stats(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "size": len(self._cache)}
