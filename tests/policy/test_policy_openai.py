@@ -1,0 +1,189 @@
+"""OpenAI-compatible backend against a local stub server (127.0.0.1, threading http.server)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from PIL import Image
+
+from memprism_ray.policy.base import PolicyBackendError, PolicyInput
+from memprism_ray.policy.config import OpenAIConfig
+from memprism_ray.policy.openai_backend import OpenAIChatPolicy, build_openai_payload
+
+VIEW = Image.new("RGB", (672, 448), (10, 20, 30))
+CAM = Image.new("RGB", (112, 112), (200, 0, 0))
+
+
+class Stub:
+    """Scripted server state: fail the first ``fail`` requests with ``fail_status``."""
+
+    def __init__(self) -> None:
+        self.fail = 0
+        self.fail_status = 503
+        self.status_override: int | None = None
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        self.lock = threading.Lock()
+
+
+def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def _send(self, status: int, body: dict, headers: dict | None = None) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with stub.lock:
+                stub.requests.append(body)
+                stub.headers.append(dict(self.headers))
+                failing = stub.fail > 0
+                if failing:
+                    stub.fail -= 1
+            if self.path != "/v1/chat/completions":
+                return self._send(404, {"error": "not found"})
+            if failing:
+                return self._send(stub.fail_status, {"error": "busy"}, {"Retry-After": "0"})
+            if stub.status_override is not None:
+                return self._send(stub.status_override, {"error": {"message": "prompt is too long"}})
+            text = body["messages"][0]["content"]
+            task = next(p["text"] for p in text if p["type"] == "text")
+            action = "look" if "LOOK" in task else "go to the moon"
+            return self._send(
+                200,
+                {
+                    "choices": [
+                        {"message": {"role": "assistant", "content": f"<think>ok</think><action>{action}</action>"}}
+                    ],
+                    "usage": {"prompt_tokens": 321, "completion_tokens": 9, "total_tokens": 330},
+                },
+            )
+
+    return Handler
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[Stub, str]]:
+    stub = Stub()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(stub))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield stub, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def policy_for(url: str, **kw) -> OpenAIChatPolicy:
+    cfg = OpenAIConfig(base_url=url, model="qwen-vl-test", backoff_s=0.0, max_backoff_s=0.0, timeout_s=5.0, **kw)
+    return OpenAIChatPolicy(cfg, sleep=lambda s: None)
+
+
+def decode_png(url: str) -> Image.Image:
+    assert url.startswith("data:image/png;base64,")
+    return Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+
+
+def test_payload_carries_images_as_png_data_urls_in_order() -> None:
+    inp = PolicyInput("ebalfred", "g", "o", admissible=("find a Pan",), camera_image=CAM, view_image=VIEW)
+    payload = build_openai_payload(inp, OpenAIConfig(model="m"))
+    parts = payload["messages"][0]["content"]
+    assert [p["type"] for p in parts] == ["text", "image_url", "image_url"]
+    first, second = decode_png(parts[1]["image_url"]["url"]), decode_png(parts[2]["image_url"]["url"])
+    assert first.size == CAM.size and first.getpixel((0, 0)) == (200, 0, 0)
+    assert second.size == VIEW.size and second.getpixel((5, 5)) == (10, 20, 30)
+    assert payload["model"] == "m" and payload["temperature"] == 0.0 and payload["seed"] == 0
+
+
+def test_batch_goes_through_the_endpoint(server, monkeypatch) -> None:
+    stub, url = server
+    monkeypatch.setenv("MEMPRISM_TEST_KEY", "sekrit")
+    policy = policy_for(url, api_key_env="MEMPRISM_TEST_KEY")
+    inputs = [
+        PolicyInput(
+            "alfworld",
+            f"LOOK {i}" if i % 2 == 0 else f"roam {i}",
+            "o",
+            admissible=("look",),
+            view_image=VIEW if i == 0 else None,
+        )
+        for i in range(5)
+    ]
+    with policy:
+        outs = policy.act(inputs)
+    assert [o.valid for o in outs] == [True, False, True, False, True]  # order preserved under concurrency
+    assert outs[0].action == "look" and "not in the admissible" in outs[1].error
+    assert outs[0].prompt_tokens == 321 and outs[0].completion_tokens == 9
+    assert outs[0].visual_tokens == 24 * 16 + 2 and outs[1].visual_tokens == 0
+    assert len(stub.requests) == 5
+    with_image = [r for r in stub.requests if any(p["type"] == "image_url" for p in r["messages"][0]["content"])]
+    assert len(with_image) == 1
+    assert all(h.get("Authorization") == "Bearer sekrit" for h in stub.headers)
+    assert all(r["model"] == "qwen-vl-test" and r["max_tokens"] == 512 for r in stub.requests)
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_retries_then_succeeds(server, status: int) -> None:
+    stub, url = server
+    stub.fail, stub.fail_status = 2, status
+    delays: list[float] = []
+    cfg = OpenAIConfig(base_url=url, backoff_s=0.01, max_backoff_s=0.02, max_retries=3)
+    policy = OpenAIChatPolicy(cfg, sleep=delays.append)
+    out = policy.act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])[0]
+    assert out.valid and out.action == "look"
+    assert len(stub.requests) == 3 and policy.retries_used == 2
+    assert delays == [0.01, 0.02]  # exponential, capped
+
+
+def test_gives_up_after_bounded_retries(server) -> None:
+    stub, url = server
+    stub.fail = 10
+    policy = policy_for(url, max_retries=2)
+    with pytest.raises(PolicyBackendError, match="unavailable after 3 attempts: HTTP 503"):
+        policy.act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])
+    assert len(stub.requests) == 3
+
+
+def test_client_error_is_an_invalid_output_without_retry(server) -> None:
+    stub, url = server
+    stub.status_override = 400
+    out = policy_for(url).act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])[0]
+    assert not out.valid and "HTTP 400" in out.error and "too long" in out.error
+    assert len(stub.requests) == 1
+
+
+def test_connection_refused_is_retried_then_a_backend_error() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = policy_for(f"http://127.0.0.1:{port}/v1", max_retries=1)
+    with pytest.raises(PolicyBackendError, match="ConnectError"):
+        policy.act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])
+    assert policy.retries_used == 1
+
+
+def test_config_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAIConfig(base_url="127.0.0.1:8000")
+    with pytest.raises(ValueError, match="max_retries"):
+        OpenAIConfig(max_retries=-1)
+    with pytest.raises(ValueError, match="temperature"):
+        OpenAIConfig(temperature=-0.1)
