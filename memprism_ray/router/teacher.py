@@ -70,14 +70,26 @@ PROMPT_FILES: dict[str, str] = {
 #: Placeholders each prompt must be given (``top_k`` comes from the config).
 PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "generic": (
-        "observation", "goal", "event_stream", "reference_next_action", "target_vlm_spec", "view_action_space",
+        "observation",
+        "goal",
+        "event_stream",
+        "reference_next_action",
+        "target_vlm_spec",
+        "view_action_space",
         "top_k",
     ),
     "mind2web": (
-        "goal", "current_summary", "prior_summary_events", "summary_diffs", "reference_next_action",
-        "observation_stats", "target_vlm_spec", "view_action_space", "top_k",
+        "goal",
+        "current_summary",
+        "prior_summary_events",
+        "summary_diffs",
+        "reference_next_action",
+        "observation_stats",
+        "target_vlm_spec",
+        "view_action_space",
+        "top_k",
     ),
-}  # fmt: skip
+}
 
 DEFAULT_TARGET_VLM_SPEC: dict[str, Any] = {
     "model": "Qwen2.5-VL-7B-Instruct",
@@ -217,9 +229,14 @@ def parse_teacher_response(text: str, *, top_k: int | None = None) -> TeacherLab
     if not isinstance(items, list):
         raise TeacherResponseError("teacher reply has no 'teacher_distribution' list")
     stats: dict[str, Any] = {
-        "items": len(items), "accepted": 0, "malformed_item": 0, "unknown_name": 0, "bad_score": 0,
-        "duplicate": 0, "over_top_k": 0,
-    }  # fmt: skip
+        "items": len(items),
+        "accepted": 0,
+        "malformed_item": 0,
+        "unknown_name": 0,
+        "bad_score": 0,
+        "duplicate": 0,
+        "over_top_k": 0,
+    }
     scores: dict[int, float] = {}
     for item in items:
         view = _item_view(item) if isinstance(item, dict) else None
@@ -415,9 +432,7 @@ def _message_text(resp: Any) -> str:
         data = resp.json()
         content = data["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError):
-        raise TeacherResponseError(
-            f"endpoint reply is not an OpenAI chat completion: {resp.text[:200]!r}"
-        ) from None
+        raise TeacherResponseError(f"endpoint reply is not an OpenAI chat completion: {resp.text[:200]!r}") from None
     if isinstance(content, list):  # content parts
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
     if not isinstance(content, str):

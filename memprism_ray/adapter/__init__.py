@@ -1,0 +1,27 @@
+"""Adapter: view-policy learning (paper: "Adapter"; appendix A.3, A.4, C.4).
+
+``sft`` (D1: KL to the view teacher plus expected structural cost), ``grpo`` (D2: grouped
+GRPO with clipped ratio, reference KL and entropy), ``checkpoint`` (safetensors weights,
+JSON config, safely loaded trainer state). The Router's other modules stay frozen.
+"""
+
+from memprism_ray.adapter.checkpoint import LoadedCheckpoint, load_checkpoint, resume_trainer, save_checkpoint
+from memprism_ray.adapter.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, group_advantages, grpo_loss
+from memprism_ray.adapter.sft import SFTConfig, SFTDataset, SFTTrainer, sft_loss, train_sft
+
+__all__ = [
+    "GRPOBatch",
+    "GRPOConfig",
+    "GRPOTrainer",
+    "LoadedCheckpoint",
+    "SFTConfig",
+    "SFTDataset",
+    "SFTTrainer",
+    "group_advantages",
+    "grpo_loss",
+    "load_checkpoint",
+    "resume_trainer",
+    "save_checkpoint",
+    "sft_loss",
+    "train_sft",
+]

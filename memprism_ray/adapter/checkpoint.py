@@ -1,0 +1,243 @@
+"""Router checkpoints (paper: appendix A.1 "checkpoint hashes", A.2 "Models, checkpoints",
+A.4 "Hardware, software, and checkpoints").
+
+A.4: "Epoch and GRPO checkpoints store the full model, encoder, Planner, optimizer state,
+stage, epoch or iteration, metrics, and configuration; exported reference or final
+weight-only checkpoints may omit optimizer state by design." A checkpoint is a directory:
+
+* ``model.safetensors``  every ViewPolicyModel tensor (safetensors: no code is loaded),
+* ``config.json``        format tag, RouterConfig, stage, iteration/epoch, metrics, the
+                         training config, parameter counts and the SHA-256 of
+                         ``model.safetensors`` (checked on load; the run manifest cites it),
+* ``state.pt``           (optional) trainer state (optimizer, scheduler, shuffling
+                         generator, counters) and the global RNG states (python, numpy,
+                         torch, CUDA), written with ``torch.save`` and read back with
+                         ``torch.load(weights_only=True)``, so no pickled code runs.
+
+Each file is written to a temporary name and renamed, so an interrupted save leaves the
+previous checkpoint intact. Resume order matters for bit-identical continuation: build the
+model (weights from :func:`load_checkpoint`), build the trainer, then call
+:func:`resume_trainer`, which loads the trainer state and restores the RNG states last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, is_dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from memprism_ray.router.model import RouterConfig, ViewPolicyModel
+
+CHECKPOINT_FORMAT = "memprism-router-checkpoint"
+CHECKPOINT_VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+STATE_FILE = "state.pt"
+
+
+class Resumable(Protocol):
+    config: Any
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --- RNG state ------------------------------------------------------------------------------
+def capture_rng() -> dict[str, Any]:
+    """Global RNG states as tensors, ints and lists only (loadable with ``weights_only=True``)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    py_version, py_state, py_gauss = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "name": str(name),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "python": {"version": int(py_version), "state": [int(x) for x in py_state], "gauss": py_gauss},
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    npst = state["numpy"]
+    np.random.set_state(
+        (npst["name"], npst["keys"].numpy().astype(np.uint32), npst["pos"], npst["has_gauss"], npst["cached_gaussian"])
+    )
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# --- save / load --------------------------------------------------------------------------
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _config_dict(cfg: Any) -> dict[str, Any] | None:
+    if cfg is None:
+        return None
+    if hasattr(cfg, "to_dict"):
+        return cfg.to_dict()
+    if is_dataclass(cfg):
+        from dataclasses import asdict
+
+        return asdict(cfg)
+    return dict(cfg)
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: ViewPolicyModel,
+    *,
+    trainer: Resumable | None = None,
+    stage: str = "init",
+    iteration: int | None = None,
+    metrics: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a checkpoint directory; with ``trainer`` it can be resumed (``state.pt``).
+
+    ``stage`` names what produced it (``init``, ``d1``, ``d2``, ``export``); ``iteration``
+    defaults to the trainer's epoch (D1) or iteration (D2).
+    """
+    from safetensors.torch import save as st_save
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    weights = st_save(tensors, metadata={"format": CHECKPOINT_FORMAT})
+    _atomic_write_bytes(out / WEIGHTS_FILE, weights)
+    digest = hashlib.sha256(weights).hexdigest()
+    if trainer is not None:
+        state = {"trainer": trainer.state_dict(), "rng": capture_rng()}
+        tmp = out / (STATE_FILE + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, out / STATE_FILE)
+        if iteration is None:
+            iteration = int(getattr(trainer, "epoch", getattr(trainer, "iteration", 0)))
+    elif (out / STATE_FILE).exists():
+        (out / STATE_FILE).unlink()  # weights-only export: a stale state would not match
+    meta = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "stage": stage,
+        "iteration": int(iteration or 0),
+        "router_config": model.config.to_dict(),
+        "weights_file": WEIGHTS_FILE,
+        "weights_sha256": digest,
+        "parameter_counts": model.parameter_counts(),
+        "train_config": _config_dict(getattr(trainer, "config", None)),
+        "train_config_type": type(trainer.config).__name__ if trainer is not None else None,
+        "has_state": trainer is not None,
+        "metrics": dict(metrics or {}),
+        "extra": dict(extra or {}),
+        "torch_version": torch.__version__,
+    }
+    _atomic_write_bytes(out / CONFIG_FILE, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+    return out
+
+
+def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
+    """``config.json`` of a checkpoint directory, format-checked (no tensors loaded)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ValueError(f"{root}: not a checkpoint directory")
+    cfg_path = root / CONFIG_FILE
+    if not cfg_path.exists():
+        raise ValueError(f"{root}: no {CONFIG_FILE}; not a memprism Router checkpoint")
+    try:
+        meta = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{cfg_path}: not valid JSON ({exc.msg})") from None
+    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{cfg_path}: not a {CHECKPOINT_FORMAT} file")
+    if meta.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"{cfg_path}: unsupported checkpoint version {meta.get('version')!r}")
+    return meta
+
+
+def verify_weights(path: str | Path, meta: Mapping[str, Any] | None = None) -> str:
+    """SHA-256 of the weight file; raises if it differs from the recorded hash."""
+    root = Path(path)
+    meta = meta or read_checkpoint_meta(root)
+    weights = root / meta.get("weights_file", WEIGHTS_FILE)
+    if not weights.exists():
+        raise ValueError(f"{root}: weight file {weights.name} is missing")
+    digest = sha256_file(weights)
+    if digest != meta.get("weights_sha256"):
+        raise ValueError(
+            f"{weights}: SHA-256 {digest} does not match the recorded {meta.get('weights_sha256')}; "
+            "the weights were modified or the copy is corrupt"
+        )
+    return digest
+
+
+@dataclass
+class LoadedCheckpoint:
+    model: ViewPolicyModel
+    meta: dict[str, Any]
+    state: dict[str, Any] | None
+
+
+def load_checkpoint(
+    path: str | Path, *, map_location: str | torch.device = "cpu", verify: bool = True
+) -> LoadedCheckpoint:
+    """Build the model from a checkpoint directory (hash checked), plus its resumable state."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    root = Path(path)
+    meta = read_checkpoint_meta(root)
+    if verify:
+        verify_weights(root, meta)
+    config = RouterConfig.from_dict(meta["router_config"])
+    model = ViewPolicyModel(config)
+    try:
+        tensors = load_file(str(root / meta.get("weights_file", WEIGHTS_FILE)), device=str(map_location))
+    except (SafetensorError, OSError) as exc:
+        raise ValueError(f"{root}: cannot read the weights ({exc})") from None
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{root}: weights do not fit RouterConfig: missing {missing}, unexpected {unexpected}")
+    model.to(map_location)
+    state = None
+    if (root / STATE_FILE).exists():
+        try:
+            state = torch.load(root / STATE_FILE, map_location=map_location, weights_only=True)
+        except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ... for bad files
+            raise ValueError(f"{root / STATE_FILE}: cannot load trainer state safely ({exc})") from None
+    return LoadedCheckpoint(model, meta, state)
+
+
+def resume_trainer(trainer: Resumable, checkpoint: LoadedCheckpoint) -> None:
+    """Load the trainer state and then the RNG states (call after building everything)."""
+    if checkpoint.state is None:
+        raise ValueError("this checkpoint holds weights only (no state.pt); it cannot resume training")
+    trainer.load_state_dict(checkpoint.state["trainer"])
+    restore_rng(checkpoint.state["rng"])

@@ -1,0 +1,546 @@
+"""D2: outcome-guided grouped GRPO of the Router (paper: "Adapter", eqs. advantage, ratio,
+grpo-loss; appendix A.3, A.4 Table "Training configurations", C.4).
+
+For each task ``G`` trajectories form a group. With ``mu_g`` and ``sigma_g`` the mean and
+standard deviation of the returns within the group,
+
+    A_i = (R_i - mu_g) / (sigma_g + eps)   if sigma_g > eps,   else 0,
+
+and every view decision of trajectory ``i`` shares ``A_i``. ``sigma_g`` is the POPULATION
+standard deviation (divide by ``G``, not ``G - 1``): the group is the whole set of
+rollouts being compared, not a sample from which a wider population is estimated; with it
+the normalised advantages of a group have exactly unit mean square (up to ``eps``), and a
+group with a single surviving trajectory is well defined (sigma = 0, so A = 0) where the
+sample estimate would divide by zero. Trajectories marked failed (infrastructure
+failures: a dead actor, a timeout) are left out of their group's mean and std and out of
+the loss; they are never counted as zero-return siblings. A group with no surviving
+trajectory contributes nothing.
+
+The loss over the surviving view decisions ``(i, t)``, each averaged with equal weight:
+
+    rho      = pi_theta(a | z) / pi_old(a | z)                  (pi_old: stored rollout log-prob)
+    L        = - E[min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)]
+               + beta_KL E[KL(pi_ref(. | z) || pi_theta(. | z))]  (exact over the 144 actions)
+               - beta_H  E[H(pi_theta(. | z))]
+
+with ``eps_low = eps_high = clip_eps`` unless both are given (Mind2Web: 0.1 / 0.15). The
+log-prob in the ratio is taken under the rollout temperature, like the stored one; the KL
+and entropy terms use the policy itself (temperature 1). ``clip_frac`` is the fraction of
+decisions where the clipped term is the smaller one strictly (its gradient is cut).
+
+Only the planner (three residual blocks, final LayerNorm, 144-way head) is updated; the
+encoder is frozen and run in eval mode, so ``z`` is computed once per update without
+gradients, while the planner runs in train mode ("Planner train mode", Table A.4) unless
+``planner_train_mode`` is off. The reference policy is the frozen D1 model in eval mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from memprism_ray.adapter.tables import check_metadata, fixed_list_array, matrix_column, schema_metadata
+from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM
+from memprism_ray.router.model import ViewPolicyModel
+from memprism_ray.view_space import NUM_ACTIONS
+
+log = logging.getLogger(__name__)
+
+BATCH_FORMAT = "memprism-grpo-steps"
+BATCH_VERSION = 1
+_FEATURE_DIMS: dict[str, int] = {"obs": TEXT_DIM, "goal": TEXT_DIM, "window": WINDOW_DIM, "stats": STATS_DIM}
+
+
+# --- configuration ------------------------------------------------------------------------
+_GRPO_PRESETS: dict[str, dict[str, Any]] = {
+    "alfworld": {},
+    "alfred": {"max_steps": 30, "progress_reward_coef": 0.2, "beta_entropy": 0.0},
+    "mind2web": {
+        "lr": 1e-6,
+        "clip_eps_low": 0.1,
+        "clip_eps_high": 0.15,
+        "beta_kl": 0.01,
+        "beta_entropy": 0.0,
+        "top_p": 0.85,
+        "iterations": 150,
+        "reward": "action_correct",
+    },
+}
+
+
+@dataclass
+class GRPOConfig:
+    """D2 settings; the defaults are Table A.4's ALFWorld rows, :meth:`preset` gives the others."""
+
+    preset_name: str = field(default="alfworld", metadata={"help": "Table A.4 row these settings came from"})
+    lr: float = field(default=3e-6, metadata={"help": "AdamW learning rate (constant)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    clip_eps: float = field(default=0.2, metadata={"help": "symmetric ratio clip epsilon"})
+    clip_eps_low: float | None = field(default=None, metadata={"help": "lower clip epsilon (with clip_eps_high)"})
+    clip_eps_high: float | None = field(default=None, metadata={"help": "upper clip epsilon (with clip_eps_low)"})
+    beta_kl: float = field(default=0.2, metadata={"help": "weight of KL(pi_ref || pi_theta)"})
+    beta_entropy: float = field(default=0.003, metadata={"help": "weight of the entropy bonus"})
+    update_batch_size: int = field(default=512, metadata={"help": "view decisions per optimizer step"})
+    update_epochs: int = field(default=1, metadata={"help": "passes over each iteration's decisions"})
+    grad_norm: float = field(default=1.0, metadata={"help": "gradient-norm cap"})
+    lr_schedule: str = field(default="constant", metadata={"help": "learning-rate schedule (constant)"})
+    rollout_temperature: float = field(default=1.0, metadata={"help": "Router sampling temperature in rollouts"})
+    top_p: float = field(default=1.0, metadata={"help": "Router nucleus sampling in rollouts (1: off)"})
+    iterations: int = field(default=100, metadata={"help": "GRPO iterations (Mind2Web: training steps)"})
+    groups_per_iteration: int = field(default=8, metadata={"help": "task groups per iteration"})
+    group_size: int = field(default=16, metadata={"help": "trajectories per task group"})
+    max_steps: int = field(default=50, metadata={"help": "environment step limit per trajectory"})
+    progress_reward_coef: float = field(default=0.0, metadata={"help": "goal-progress reward weight (ALFRED 0.2)"})
+    reward: str = field(default="success", metadata={"help": "reward signal: success or action_correct"})
+    adv_eps: float = field(default=1e-6, metadata={"help": "eps of the advantage rule (threshold and denominator)"})
+    planner_train_mode: bool = field(default=True, metadata={"help": "dropout active in the planner during updates"})
+    seed: int = field(default=7, metadata={"help": "seed of the update shuffling and dropout"})
+    device: str = field(default="cpu", metadata={"help": "torch device of the learner"})
+
+    def __post_init__(self) -> None:
+        if (self.clip_eps_low is None) != (self.clip_eps_high is None):
+            raise ValueError("GRPOConfig: set both clip_eps_low and clip_eps_high, or neither (then clip_eps is used)")
+        for name in ("clip_eps", "clip_eps_low", "clip_eps_high"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 < v < 1.0:
+                raise ValueError(f"GRPOConfig.{name} must be in (0, 1), got {v}")
+        if not self.lr > 0 or self.weight_decay < 0 or not self.grad_norm > 0:
+            raise ValueError("GRPOConfig needs lr > 0, weight_decay >= 0 and grad_norm > 0")
+        if self.beta_kl < 0 or self.beta_entropy < 0:
+            raise ValueError("GRPOConfig.beta_kl and beta_entropy must be >= 0")
+        for name in (
+            "update_batch_size",
+            "update_epochs",
+            "iterations",
+            "groups_per_iteration",
+            "group_size",
+            "max_steps",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr_schedule != "constant":
+            raise ValueError(f"lr_schedule: only 'constant' (Table A.4) is supported, not {self.lr_schedule!r}")
+        if not self.rollout_temperature > 0 or not 0.0 < self.top_p <= 1.0:
+            raise ValueError("GRPOConfig needs rollout_temperature > 0 and top_p in (0, 1]")
+        if not self.adv_eps > 0:
+            raise ValueError(f"GRPOConfig.adv_eps must be > 0, got {self.adv_eps}")
+        if self.reward not in ("success", "action_correct"):
+            raise ValueError(f"GRPOConfig.reward must be 'success' or 'action_correct', got {self.reward!r}")
+
+    @property
+    def eps_low(self) -> float:
+        return self.clip_eps if self.clip_eps_low is None else self.clip_eps_low
+
+    @property
+    def eps_high(self) -> float:
+        return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> GRPOConfig:
+        """Table A.4 GRPO row ``alfworld``, ``alfred`` or ``mind2web``, with optional overrides."""
+        if name not in _GRPO_PRESETS:
+            raise ValueError(f"unknown GRPO preset {name!r}; valid: {', '.join(_GRPO_PRESETS)}")
+        return cls(**{"preset_name": name, **_GRPO_PRESETS[name], **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- advantages ----------------------------------------------------------------------------
+def _as_1d(x: Any, dtype: torch.dtype, name: str) -> Tensor:
+    t = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x).to(dtype)
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be 1-d, got shape {tuple(t.shape)}")
+    return t
+
+
+def _failed_mask(failed_mask: Any, gid: Tensor) -> Tensor:
+    if failed_mask is None:
+        return torch.zeros_like(gid, dtype=torch.bool)
+    return _as_1d(failed_mask, torch.bool, "failed_mask")
+
+
+def _group_moments(
+    returns: Tensor, group_ids: Tensor, keep: Tensor, eps: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-trajectory group mean and population std, plus each unique group's (std, live count)."""
+    uniq, inverse = torch.unique(group_ids, return_inverse=True)
+    g = uniq.numel()
+    w = keep.double()
+    r = returns.double() * w
+    count = torch.zeros(g, dtype=torch.float64).index_add_(0, inverse, w)
+    total = torch.zeros(g, dtype=torch.float64).index_add_(0, inverse, r)
+    mean = total / count.clamp(min=1.0)
+    dev = (returns.double() - mean[inverse]) ** 2 * w
+    var = torch.zeros(g, dtype=torch.float64).index_add_(0, inverse, dev) / count.clamp(min=1.0)
+    std = var.sqrt()
+    return mean[inverse], std[inverse], std, count
+
+
+def group_advantages(returns: Any, group_ids: Any, failed_mask: Any = None, eps: float = 1e-6) -> Tensor:
+    """Trajectory advantages ``A_i`` (float32 [T]) by the rule in the module docstring.
+
+    ``returns``, ``group_ids`` and ``failed_mask`` hold one entry per trajectory. Failed
+    trajectories get ``A = 0`` and do not enter their group's mean or (population) std.
+    """
+    r = _as_1d(returns, torch.float64, "returns")
+    gid = _as_1d(group_ids, torch.int64, "group_ids")
+    failed = _failed_mask(failed_mask, gid)
+    if not (r.numel() == gid.numel() == failed.numel()):
+        raise ValueError(f"returns, group_ids, failed_mask lengths: {r.numel()}, {gid.numel()}, {failed.numel()}")
+    if not torch.isfinite(r[~failed]).all():
+        raise ValueError("returns of non-failed trajectories must be finite")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
+    keep = ~failed
+    r = torch.where(keep, r, torch.zeros_like(r))
+    mean, std, _, _ = _group_moments(r, gid, keep, eps)
+    adv = torch.where(std > eps, (r - mean) / (std + eps), torch.zeros_like(r))
+    return torch.where(keep, adv, torch.zeros_like(adv)).float()
+
+
+def group_summary(returns: Any, group_ids: Any, failed_mask: Any = None, eps: float = 1e-6) -> dict[str, float]:
+    """How many groups took part and which fraction of them had ``std <= eps`` (zero advantage)."""
+    r = _as_1d(returns, torch.float64, "returns")
+    gid = _as_1d(group_ids, torch.int64, "group_ids")
+    failed = _failed_mask(failed_mask, gid)
+    keep = ~failed
+    r = torch.where(keep, r, torch.zeros_like(r))
+    _, _, std, count = _group_moments(r, gid, keep, eps)
+    live = count > 0
+    n_live = int(live.sum())
+    zero = int(((std <= eps) & live).sum())
+    return {
+        "num_groups": float(n_live),
+        "num_groups_all_failed": float(int((~live).sum())),
+        "zero_std_group_frac": zero / n_live if n_live else 0.0,
+    }
+
+
+# --- loss -------------------------------------------------------------------------------------
+def grpo_loss(
+    logits: Tensor,
+    actions: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    ref_logits: Tensor | None,
+    *,
+    clip_eps: float = 0.2,
+    clip_eps_low: float | None = None,
+    clip_eps_high: float | None = None,
+    beta_kl: float = 0.0,
+    beta_entropy: float = 0.0,
+    temperature: float = 1.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """eq. grpo-loss over a batch of view decisions; returns ``(loss, detached statistics)``."""
+    lo = clip_eps if clip_eps_low is None else clip_eps_low
+    hi = clip_eps if clip_eps_high is None else clip_eps_high
+    if logits.dim() != 2 or logits.shape[1] != NUM_ACTIONS:
+        raise ValueError(f"logits must be [B, {NUM_ACTIONS}], got {tuple(logits.shape)}")
+    if beta_kl > 0 and ref_logits is None:
+        raise ValueError("beta_kl > 0 needs reference logits")
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp_t = logp if temperature == 1.0 else torch.log_softmax(logits.float() / temperature, dim=-1)
+    new_lp = logp_t.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    ratio = torch.exp(new_lp - old_logprobs.float())
+    adv = advantages.float()
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - lo, 1.0 + hi) * adv
+    surrogate = torch.minimum(unclipped, clipped)
+    pg_loss = -surrogate.mean()
+    probs = logp.exp()
+    entropy = -(probs * logp).sum(dim=-1)
+    if ref_logits is not None:
+        ref_logp = torch.log_softmax(ref_logits.float(), dim=-1)
+        kl = (ref_logp.exp() * (ref_logp - logp)).sum(dim=-1)
+    else:
+        kl = torch.zeros_like(entropy)
+    loss = pg_loss + beta_kl * kl.mean() - beta_entropy * entropy.mean()
+    stats = {
+        "pg_loss": pg_loss.detach(),
+        "kl": kl.mean().detach(),
+        "entropy": entropy.mean().detach(),
+        "clip_frac": (clipped < unclipped).float().mean().detach(),
+        "ratio_mean": ratio.mean().detach(),
+    }
+    return loss, stats
+
+
+# --- step batches ------------------------------------------------------------------------------
+@dataclass
+class GRPOBatch:
+    """One iteration's view decisions, one row per decision (step).
+
+    ``traj_return`` and ``failed`` repeat the trajectory's values on each of its steps;
+    ``old_logprob`` is the rollout policy's log-prob of ``action`` (from ``select_views``).
+    """
+
+    obs: Tensor
+    goal: Tensor
+    window: Tensor
+    stats: Tensor
+    action: Tensor
+    old_logprob: Tensor
+    traj_id: Tensor
+    group_id: Tensor
+    traj_return: Tensor
+    failed: Tensor
+
+    def __post_init__(self) -> None:
+        n: int | None = None
+        for name, dim in _FEATURE_DIMS.items():
+            t = torch.as_tensor(
+                np.asarray(getattr(self, name)) if not isinstance(getattr(self, name), Tensor) else getattr(self, name)
+            ).float()
+            if t.dim() != 2 or t.shape[1] != dim:
+                raise ValueError(f"GRPOBatch.{name} must be [S, {dim}], got {tuple(t.shape)}")
+            if not torch.isfinite(t).all():
+                raise ValueError(f"GRPOBatch.{name} contains NaN or infinite values")
+            n = t.shape[0] if n is None else n
+            if t.shape[0] != n:
+                raise ValueError(f"GRPOBatch.{name} has {t.shape[0]} rows, obs has {n}")
+            setattr(self, name, t)
+        kinds = {
+            "action": torch.int64,
+            "old_logprob": torch.float32,
+            "traj_id": torch.int64,
+            "group_id": torch.int64,
+            "traj_return": torch.float32,
+            "failed": torch.bool,
+        }
+        for name, dtype in kinds.items():
+            t = _as_1d(getattr(self, name), dtype, f"GRPOBatch.{name}")
+            if t.numel() != n:
+                raise ValueError(f"GRPOBatch.{name} has {t.numel()} entries for {n} steps")
+            setattr(self, name, t)
+        if n and (self.action.min() < 0 or self.action.max() >= NUM_ACTIONS):
+            raise ValueError(f"GRPOBatch.action must be view indices in [0, {NUM_ACTIONS})")
+        live = ~self.failed
+        if not torch.isfinite(self.old_logprob[live]).all() or (self.old_logprob[live] > 1e-6).any():
+            raise ValueError("GRPOBatch.old_logprob must be finite log-probabilities (<= 0)")
+        if not torch.isfinite(self.traj_return[live]).all():
+            raise ValueError("GRPOBatch.traj_return must be finite for trajectories that did not fail")
+
+    def __len__(self) -> int:
+        return int(self.obs.shape[0])
+
+    @classmethod
+    def concat(cls, batches: Sequence[GRPOBatch]) -> GRPOBatch:
+        if not batches:
+            raise ValueError("GRPOBatch.concat needs at least one batch")
+        return cls(**{f.name: torch.cat([getattr(b, f.name) for b in batches]) for f in fields(cls)})
+
+    def trajectories(self) -> dict[str, Tensor]:
+        """One entry per trajectory id: ``traj_id``, ``group_id``, ``return``, ``failed``, ``inverse``.
+
+        Raises if steps of one trajectory disagree on its group, return or failed flag.
+        """
+        uniq, inverse = torch.unique(self.traj_id, return_inverse=True)
+        first = torch.full((uniq.numel(),), len(self), dtype=torch.int64)
+        first = first.scatter_reduce(0, inverse, torch.arange(len(self)), reduce="amin")
+        for name in ("group_id", "traj_return", "failed"):
+            col = getattr(self, name)
+            per_traj = col[first]
+            same = per_traj[inverse] == col
+            if name == "traj_return":
+                same = same | (self.failed & per_traj[inverse].isnan())
+            if not bool(same.all()):
+                bad = int(self.traj_id[~same][0])
+                raise ValueError(f"GRPOBatch: steps of trajectory {bad} disagree on {name}")
+        return {
+            "traj_id": uniq,
+            "group_id": self.group_id[first],
+            "return": self.traj_return[first],
+            "failed": self.failed[first],
+            "inverse": inverse,
+        }
+
+    def to_arrow(self, meta: Mapping[str, Any] | None = None) -> Any:
+        import pyarrow as pa
+
+        cols: dict[str, Any] = {name: fixed_list_array(getattr(self, name).numpy()) for name in _FEATURE_DIMS}
+        cols["action"] = pa.array(self.action.numpy(), pa.int16())
+        cols["old_logprob"] = pa.array(self.old_logprob.numpy(), pa.float32())
+        cols["traj_id"] = pa.array(self.traj_id.numpy(), pa.int64())
+        cols["group_id"] = pa.array(self.group_id.numpy(), pa.int64())
+        cols["traj_return"] = pa.array(self.traj_return.numpy(), pa.float32())
+        cols["failed"] = pa.array(self.failed.numpy(), pa.bool_())
+        return pa.table(cols).replace_schema_metadata(schema_metadata(BATCH_FORMAT, BATCH_VERSION, meta or {}))
+
+    @classmethod
+    def from_arrow(cls, table: Any) -> GRPOBatch:
+        """Read :meth:`to_arrow` output; string ``traj_id`` / ``group_id`` columns are factorised."""
+        import pyarrow as pa
+
+        check_metadata(table, BATCH_FORMAT, BATCH_VERSION)
+        feats = {name: torch.from_numpy(matrix_column(table, name, dim).copy()) for name, dim in _FEATURE_DIMS.items()}
+        cols: dict[str, Any] = {}
+        for name in ("action", "old_logprob", "traj_id", "group_id", "traj_return", "failed"):
+            if name not in table.column_names:
+                raise ValueError(f"GRPO step table lacks column {name!r}")
+            col = table.column(name).combine_chunks()
+            if col.null_count and name != "traj_return":
+                raise ValueError(f"GRPO step table column {name!r} has null values")
+            if name in ("traj_id", "group_id") and (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+                col = col.dictionary_encode().indices
+            arr = col.to_numpy(zero_copy_only=False)
+            cols[name] = torch.from_numpy(np.array(arr, copy=True))
+        return cls(**feats, **cols)
+
+
+# --- trainer -------------------------------------------------------------------------------------
+class GRPOTrainer:
+    """The central D2 learner: :meth:`update` runs one iteration's optimisation on a step batch.
+
+    Builds AdamW over the planner parameters only and freezes the encoder and the
+    reference model. Building the trainer seeds the global torch RNG (planner dropout) and
+    its shuffling generator with ``config.seed``; see :mod:`memprism_ray.adapter.checkpoint`
+    for resuming.
+    """
+
+    def __init__(self, model: ViewPolicyModel, ref_model: ViewPolicyModel | None, config: GRPOConfig) -> None:
+        if ref_model is None and config.beta_kl > 0:
+            raise ValueError("GRPOTrainer needs the D1 reference model when beta_kl > 0")
+        if ref_model is model:
+            raise ValueError("ref_model must be a separate frozen copy of the D1 model, not the trained model")
+        self.model = model
+        self.ref_model = ref_model
+        self.config = config
+        self.device = torch.device(config.device)
+        torch.manual_seed(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        model.to(self.device)
+        groups = model.parameter_groups()
+        for p in groups["encoder"] + model.frozen_parameters():
+            p.requires_grad_(False)
+        self.params = groups["planner"]
+        for p in self.params:
+            p.requires_grad_(True)
+        if ref_model is not None:
+            ref_model.to(self.device).eval()
+            ref_model.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: 1.0)
+        self.iteration = 0
+        self.step = 0
+
+    def update(self, batch: GRPOBatch) -> dict[str, float]:
+        """One D2 iteration on ``batch``; returns the statistics of the module docstring."""
+        cfg = self.config
+        traj = batch.trajectories()
+        adv_traj = group_advantages(traj["return"], traj["group_id"], traj["failed"], cfg.adv_eps)
+        summary = group_summary(traj["return"], traj["group_id"], traj["failed"], cfg.adv_eps)
+        keep = ~batch.failed
+        n = int(keep.sum())
+        stats: dict[str, float] = {
+            "iteration": float(self.iteration + 1),
+            "num_steps": float(n),
+            "num_trajectories": float(traj["traj_id"].numel()),
+            "num_failed_excluded": float(int(traj["failed"].sum())),
+            "num_failed_steps_excluded": float(len(batch) - n),
+            **summary,
+        }
+        live_returns = traj["return"][~traj["failed"]]
+        stats["mean_return"] = float(live_returns.mean()) if live_returns.numel() else 0.0
+        self.iteration += 1
+        if n == 0:
+            log.warning("GRPO iteration %d: every trajectory failed; no update", self.iteration)
+            stats.update(
+                {
+                    "loss": 0.0,
+                    "pg_loss": 0.0,
+                    "kl": 0.0,
+                    "entropy": 0.0,
+                    "clip_frac": 0.0,
+                    "ratio_mean": 1.0,
+                    "grad_norm": 0.0,
+                    "num_minibatches": 0.0,
+                }
+            )
+            stats["lr"] = float(self.scheduler.get_last_lr()[0])
+            return stats
+        dev = self.device
+        adv = adv_traj[traj["inverse"]][keep].to(dev)
+        actions = batch.action[keep].to(dev)
+        old_lp = batch.old_logprob[keep].to(dev)
+        inputs = [getattr(batch, k)[keep].to(dev) for k in _FEATURE_DIMS]
+        stats["adv_abs_mean"] = float(adv.abs().mean())
+        self.model.set_mode(encoder_train=False, planner_train=cfg.planner_train_mode)
+        with torch.no_grad():
+            z = self.model.encode(*inputs)
+            ref_logits = self.ref_model(*inputs) if self.ref_model is not None else None
+        keys = ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "grad_norm")
+        totals = dict.fromkeys(keys, 0.0)
+        minibatches = 0
+        for _ in range(cfg.update_epochs):
+            order = torch.randperm(n, generator=self.generator).to(dev)
+            for start in range(0, n, cfg.update_batch_size):
+                idx = order[start : start + cfg.update_batch_size]
+                logits = self.model.planner_logits(z[idx])
+                loss, parts = grpo_loss(
+                    logits,
+                    actions[idx],
+                    old_lp[idx],
+                    adv[idx],
+                    ref_logits[idx] if ref_logits is not None else None,
+                    clip_eps=cfg.clip_eps,
+                    clip_eps_low=cfg.clip_eps_low,
+                    clip_eps_high=cfg.clip_eps_high,
+                    beta_kl=cfg.beta_kl,
+                    beta_entropy=cfg.beta_entropy,
+                    temperature=cfg.rollout_temperature,
+                )
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_norm)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.step += 1
+                minibatches += 1
+                w = len(idx) / (n * cfg.update_epochs)
+                totals["loss"] += float(loss.detach()) * w
+                totals["grad_norm"] += float(grad_norm) * w
+                for k in ("pg_loss", "kl", "entropy", "clip_frac", "ratio_mean"):
+                    totals[k] += float(parts[k]) * w
+        stats.update(totals)
+        stats["num_minibatches"] = float(minibatches)
+        stats["lr"] = float(self.scheduler.get_last_lr()[0])
+        if not all(math.isfinite(v) for v in stats.values()):
+            raise FloatingPointError(f"GRPO iteration {self.iteration} produced non-finite statistics: {stats}")
+        log.info(
+            "D2 iteration %d: loss %.4f kl %.4f entropy %.3f clip %.3f zero-std groups %.2f steps %d",
+            self.iteration,
+            stats["loss"],
+            stats["kl"],
+            stats["entropy"],
+            stats["clip_frac"],
+            stats["zero_std_group_frac"],
+            n,
+        )
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "grpo",
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+            "iteration": self.iteration,
+            "step": self.step,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("kind") != "grpo":
+            raise ValueError(f"cannot resume a GRPO trainer from a {state.get('kind')!r} trainer state")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+        self.iteration = int(state["iteration"])
+        self.step = int(state["step"])

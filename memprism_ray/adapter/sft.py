@@ -1,0 +1,396 @@
+"""D1: decision-conditioned initialisation (paper: "Adapter", eq. sft-loss; appendix A.3,
+A.4 Table "Training configurations", C.4).
+
+    L_SFT = KL(q_T(. | t) || pi_theta(. | z_t)) + lambda_C * sum_a pi_theta(a | z_t) C(a)
+
+averaged over the decisions of a batch, with the structural cost ``C`` of
+:func:`memprism_ray.view_space.cost_vector`. A.3: "The 144-way action head is trained
+jointly with the encoder and the three residual Planner blocks; the unused
+compatibility-only entity-hint head remains frozen."
+
+Table A.4, D1 shared: AdamW, learning rate 1e-4, weight decay 0.01, batch size 256,
+gradient-norm cap 1.0, seed 7; per benchmark: epochs, cosine schedule down to 0.01 of the
+learning rate, lambda_cost and BF16 (:meth:`SFTConfig.preset`). The schedule steps once
+per optimizer step over ``epochs * ceil(N / batch_size)`` steps. ``seed`` seeds the
+global torch RNG (dropout) and the trainer's own shuffling generator when the trainer is
+built; both are saved in checkpoints so that a resumed run continues bit-identically.
+
+The labelled dataset (:class:`SFTDataset`) is four feature matrices and the teacher
+distribution ``q`` [N, 144], stored as Parquet with fixed-size list columns.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from memprism_ray.adapter.tables import (
+    check_metadata,
+    fixed_list_array,
+    matrix_column,
+    read_parquet,
+    schema_metadata,
+)
+from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM, RouterFeatures
+from memprism_ray.router.model import ViewPolicyModel
+from memprism_ray.router.teacher import TeacherLabel
+from memprism_ray.view_space import NUM_ACTIONS, cost_vector
+
+log = logging.getLogger(__name__)
+
+DATASET_FORMAT = "memprism-sft-dataset"
+DATASET_VERSION = 1
+_FEATURE_DIMS: dict[str, int] = {"obs": TEXT_DIM, "goal": TEXT_DIM, "window": WINDOW_DIM, "stats": STATS_DIM}
+
+
+# --- configuration ------------------------------------------------------------------------
+_SFT_PRESETS: dict[str, dict[str, Any]] = {
+    "alfworld": {"epochs": 50, "lambda_cost": 0.02, "bf16": True},
+    "alfred": {"epochs": 20, "lambda_cost": 0.0, "bf16": False},
+    "mind2web": {"epochs": 50, "lambda_cost": 0.02, "bf16": True},
+}
+
+
+@dataclass
+class SFTConfig:
+    """D1 optimisation settings (Table A.4); :meth:`preset` gives the per-benchmark rows."""
+
+    preset_name: str = field(default="custom", metadata={"help": "Table A.4 row these settings came from"})
+    epochs: int = field(default=50, metadata={"help": "passes over the labelled dataset"})
+    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
+    batch_size: int = field(default=256, metadata={"help": "decisions per optimizer step"})
+    grad_norm: float = field(default=1.0, metadata={"help": "gradient-norm cap"})
+    lambda_cost: float = field(default=0.02, metadata={"help": "weight of the expected structural cost"})
+    schedule: str = field(default="cosine", metadata={"help": "learning-rate schedule: cosine or constant"})
+    min_lr_ratio: float = field(default=0.01, metadata={"help": "final lr / lr of the cosine schedule"})
+    seed: int = field(default=7, metadata={"help": "seed of dropout and shuffling"})
+    bf16: bool = field(default=False, metadata={"help": "BF16 autocast (applied on CUDA; recorded on CPU)"})
+    device: str = field(default="cpu", metadata={"help": "torch device"})
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ValueError(f"SFTConfig needs epochs >= 1 and batch_size >= 1, got {self.epochs}, {self.batch_size}")
+        if not self.lr > 0 or self.weight_decay < 0 or not self.grad_norm > 0:
+            raise ValueError("SFTConfig needs lr > 0, weight_decay >= 0 and grad_norm > 0")
+        if self.lambda_cost < 0:
+            raise ValueError(f"SFTConfig.lambda_cost must be >= 0, got {self.lambda_cost}")
+        if self.schedule not in ("cosine", "constant"):
+            raise ValueError(f"SFTConfig.schedule must be 'cosine' or 'constant', got {self.schedule!r}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"SFTConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> SFTConfig:
+        """Table A.4 D1 row ``alfworld``, ``alfred`` or ``mind2web``, with optional overrides."""
+        if name not in _SFT_PRESETS:
+            raise ValueError(f"unknown SFT preset {name!r}; valid: {', '.join(_SFT_PRESETS)}")
+        return cls(**{"preset_name": name, **_SFT_PRESETS[name], **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- dataset -------------------------------------------------------------------------------
+@dataclass
+class SFTDataset:
+    """Labelled D1 decisions: features ``[N, D]`` and teacher distributions ``q [N, 144]``."""
+
+    obs: np.ndarray
+    goal: np.ndarray
+    window: np.ndarray
+    stats: np.ndarray
+    q: np.ndarray
+    sample_ids: list[str] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n: int | None = None
+        for name, dim in {**_FEATURE_DIMS, "q": NUM_ACTIONS}.items():
+            arr = np.ascontiguousarray(getattr(self, name), dtype=np.float32)
+            if arr.ndim != 2 or arr.shape[1] != dim:
+                raise ValueError(f"SFTDataset.{name} must have shape [N, {dim}], got {arr.shape}")
+            if n is None:
+                n = arr.shape[0]
+            elif arr.shape[0] != n:
+                raise ValueError(f"SFTDataset.{name} has {arr.shape[0]} rows, obs has {n}")
+            bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
+            if bad.size:
+                raise ValueError(f"SFTDataset.{name} row {int(bad[0])} has NaN or infinite values")
+            setattr(self, name, arr)
+        neg = np.flatnonzero((self.q < 0).any(axis=1))
+        if neg.size:
+            raise ValueError(f"SFTDataset.q row {int(neg[0])} has negative probabilities")
+        sums = self.q.astype(np.float64).sum(axis=1)
+        off = np.flatnonzero(np.abs(sums - 1.0) > 1e-3)
+        if off.size:
+            raise ValueError(f"SFTDataset.q row {int(off[0])} sums to {sums[off[0]]:.6f}, not 1")
+        self.q = (self.q / sums[:, None]).astype(np.float32)
+        if self.sample_ids is not None:
+            self.sample_ids = [str(s) for s in self.sample_ids]
+            if len(self.sample_ids) != n:
+                raise ValueError(f"SFTDataset.sample_ids has {len(self.sample_ids)} entries for {n} rows")
+
+    def __len__(self) -> int:
+        return int(self.obs.shape[0])
+
+    @property
+    def features(self) -> RouterFeatures:
+        return RouterFeatures(self.obs, self.goal, self.window, self.stats)
+
+    @classmethod
+    def from_examples(
+        cls,
+        examples: Sequence[tuple[RouterFeatures, TeacherLabel | np.ndarray]],
+        *,
+        sample_ids: Sequence[str] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> SFTDataset:
+        """Stack ``(features, label)`` pairs (single decisions) into a dataset."""
+        if not examples:
+            raise ValueError("SFTDataset.from_examples needs at least one example")
+        feats = RouterFeatures.stack([f for f, _ in examples])
+        q = np.stack([lab.distribution if isinstance(lab, TeacherLabel) else np.asarray(lab) for _, lab in examples])
+        return cls(
+            feats.obs,
+            feats.goal,
+            feats.window,
+            feats.stats,
+            q,
+            list(sample_ids) if sample_ids else None,
+            dict(meta or {}),
+        )
+
+    def subset(self, indices: Sequence[int] | np.ndarray) -> SFTDataset:
+        idx = np.asarray(indices, dtype=np.int64)
+        ids = [self.sample_ids[i] for i in idx] if self.sample_ids is not None else None
+        return SFTDataset(
+            self.obs[idx], self.goal[idx], self.window[idx], self.stats[idx], self.q[idx], ids, dict(self.meta)
+        )
+
+    def to_arrow(self) -> Any:
+        import pyarrow as pa
+
+        cols = {name: fixed_list_array(getattr(self, name)) for name in (*_FEATURE_DIMS, "q")}
+        if self.sample_ids is not None:
+            cols["sample_id"] = pa.array(self.sample_ids, pa.string())
+        return pa.table(cols).replace_schema_metadata(schema_metadata(DATASET_FORMAT, DATASET_VERSION, self.meta))
+
+    @classmethod
+    def from_arrow(cls, table: Any) -> SFTDataset:
+        meta = check_metadata(table, DATASET_FORMAT, DATASET_VERSION)
+        arrays = {name: matrix_column(table, name, dim) for name, dim in {**_FEATURE_DIMS, "q": NUM_ACTIONS}.items()}
+        ids = table.column("sample_id").to_pylist() if "sample_id" in table.column_names else None
+        return cls(**arrays, sample_ids=ids, meta=meta)
+
+    def write_parquet(self, path: str | Path) -> None:
+        import pyarrow.parquet as pq
+
+        pq.write_table(self.to_arrow(), str(path))
+
+    @classmethod
+    def read_parquet(cls, path: str | Path) -> SFTDataset:
+        try:
+            return cls.from_arrow(read_parquet(path))
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+
+# --- loss ------------------------------------------------------------------------------------
+def sft_loss(logits: Tensor, q: Tensor, cost: Tensor, lambda_cost: float) -> tuple[Tensor, dict[str, Tensor]]:
+    """``mean_t [KL(q_t || pi_t) + lambda_C * E_{pi_t}[C]]`` and its two parts (detached means).
+
+    ``0 log 0 = 0``: actions the teacher gives no mass contribute nothing to the KL.
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    q = q.float()
+    kl = (torch.xlogy(q, q) - q * logp).sum(dim=-1)
+    expected_cost = (logp.exp() * cost.float()).sum(dim=-1)
+    loss = (kl + lambda_cost * expected_cost).mean()
+    return loss, {"kl": kl.mean().detach(), "cost": expected_cost.mean().detach()}
+
+
+def cosine_factor(step: int, total: int, min_ratio: float) -> float:
+    """lr multiplier: 1 at step 0, ``min_ratio`` at ``total`` and after."""
+    if total <= 0:
+        return 1.0
+    progress = min(step, total) / total
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+# --- trainer --------------------------------------------------------------------------------
+class SFTTrainer:
+    """Runs D1 epoch by epoch; :meth:`state_dict` / :meth:`load_state_dict` make it resumable.
+
+    Building the trainer seeds the global torch RNG with ``config.seed``; restore a saved
+    state only after every module and trainer is built (construction consumes RNG).
+    """
+
+    def __init__(self, model: ViewPolicyModel, dataset: SFTDataset, config: SFTConfig) -> None:
+        if len(dataset) == 0:
+            raise ValueError("the SFT dataset is empty")
+        self.model = model
+        self.dataset = dataset
+        self.config = config
+        self.device = torch.device(config.device)
+        torch.manual_seed(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        model.to(self.device)
+        groups = model.parameter_groups()
+        self.params = groups["encoder"] + groups["planner"]
+        for p in self.params:
+            p.requires_grad_(True)
+        for p in model.frozen_parameters():
+            p.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay)
+        self.steps_per_epoch = math.ceil(len(dataset) / config.batch_size)
+        self.total_steps = self.steps_per_epoch * config.epochs
+        if config.schedule == "cosine":
+            total, ratio = self.total_steps, config.min_lr_ratio
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: cosine_factor(s, total, ratio))
+        else:
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: 1.0)
+        self.cost = torch.tensor(cost_vector(), dtype=torch.float32, device=self.device)
+        self.tensors = {
+            name: torch.as_tensor(getattr(dataset, name), device=self.device) for name in (*_FEATURE_DIMS, "q")
+        }
+        self.epoch = 0
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+        self._autocast = config.bf16 and self.device.type == "cuda"
+        if config.bf16 and not self._autocast:
+            log.info("bf16 requested; autocast is applied on CUDA only, training in float32 on %s", self.device)
+
+    @property
+    def done(self) -> bool:
+        return self.epoch >= self.config.epochs
+
+    def train_epoch(self) -> dict[str, float]:
+        """One pass over the shuffled dataset; returns the epoch's mean loss, KL, cost and lr."""
+        self.model.train()
+        n = len(self.dataset)
+        order = torch.randperm(n, generator=self.generator).to(self.device)
+        totals = {"loss": 0.0, "kl": 0.0, "cost": 0.0, "grad_norm": 0.0}
+        bs = self.config.batch_size
+        for start in range(0, n, bs):
+            idx = order[start : start + bs]
+            with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
+                logits = self.model(*(self.tensors[k][idx] for k in _FEATURE_DIMS))
+            loss, parts = sft_loss(logits, self.tensors["q"][idx], self.cost, self.config.lambda_cost)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.step += 1
+            w = len(idx) / n
+            totals["loss"] += float(loss.detach()) * w
+            totals["kl"] += float(parts["kl"]) * w
+            totals["cost"] += float(parts["cost"]) * w
+            totals["grad_norm"] += float(grad_norm) * w
+        self.epoch += 1
+        metrics = {
+            "epoch": float(self.epoch),
+            "step": float(self.step),
+            **totals,
+            "lr": float(self.scheduler.get_last_lr()[0]),
+        }
+        self.history.append(metrics)
+        log.info(
+            "D1 epoch %d/%d loss %.4f kl %.4f cost %.4f lr %.2e",
+            self.epoch,
+            self.config.epochs,
+            metrics["loss"],
+            metrics["kl"],
+            metrics["cost"],
+            metrics["lr"],
+        )
+        return metrics
+
+    @torch.no_grad()
+    def evaluate(self, dataset: SFTDataset | None = None) -> dict[str, float]:
+        """Mean loss, KL and expected cost on ``dataset`` (default: the training set), eval mode."""
+        ds = dataset or self.dataset
+        was_training = self.model.training
+        self.model.eval()
+        tensors = {k: torch.as_tensor(getattr(ds, k), device=self.device) for k in (*_FEATURE_DIMS, "q")}
+        totals = {"loss": 0.0, "kl": 0.0, "cost": 0.0}
+        n = len(ds)
+        for start in range(0, n, self.config.batch_size):
+            sl = slice(start, start + self.config.batch_size)
+            logits = self.model(*(tensors[k][sl] for k in _FEATURE_DIMS))
+            loss, parts = sft_loss(logits, tensors["q"][sl], self.cost, self.config.lambda_cost)
+            w = logits.shape[0] / n
+            totals["loss"] += float(loss) * w
+            totals["kl"] += float(parts["kl"]) * w
+            totals["cost"] += float(parts["cost"]) * w
+        self.model.train(was_training)
+        return totals
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "sft",
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+            "epoch": self.epoch,
+            "step": self.step,
+            "history": [dict(h) for h in self.history],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("kind") != "sft":
+            raise ValueError(f"cannot resume an SFT trainer from a {state.get('kind')!r} trainer state")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+        self.epoch = int(state["epoch"])
+        self.step = int(state["step"])
+        self.history = [dict(h) for h in state["history"]]
+
+
+def train_sft(
+    model: ViewPolicyModel,
+    dataset: SFTDataset,
+    config: SFTConfig,
+    *,
+    on_epoch: Callable[[SFTTrainer, dict[str, float]], None] | None = None,
+    trainer: SFTTrainer | None = None,
+) -> dict[str, Any]:
+    """Train ``model`` on ``dataset`` for the remaining epochs of ``config``.
+
+    ``on_epoch(trainer, metrics)`` runs after every epoch (e.g. to save a checkpoint);
+    pass a resumed ``trainer`` to continue an interrupted run. Returns the per-epoch
+    history and the final metrics.
+    """
+    trainer = trainer or SFTTrainer(model, dataset, config)
+    try:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=config.epochs, initial=trainer.epoch, desc="D1 SFT", unit="epoch", leave=False)
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        bar = None
+    while not trainer.done:
+        metrics = trainer.train_epoch()
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{metrics['loss']:.4f}")
+        if on_epoch is not None:
+            on_epoch(trainer, metrics)
+    if bar is not None:
+        bar.close()
+    return {
+        "epochs": trainer.epoch,
+        "steps": trainer.step,
+        "history": list(trainer.history),
+        "final": dict(trainer.history[-1]) if trainer.history else {},
+        "config": replace(config).to_dict(),
+    }

@@ -1,0 +1,159 @@
+"""``memprism router``: inspect, create and D1-train Router checkpoints (paper: "Router",
+"Adapter"; appendix A.2 checkpoints and hashes, A.4 D1 settings).
+
+    memprism router info CKPT [--json]          parameter counts per group, SHA-256, settings
+    memprism router init OUT [--seed 7]         a freshly initialised ViewPolicyModel
+    memprism router sft DATA.parquet OUT        D1 on a labelled dataset (Table A.4 presets)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("router", help="inspect, create and D1-train Router checkpoints")
+    sub = parser.add_subparsers(dest="router_command", metavar="ACTION")
+
+    info = sub.add_parser("info", help="parameter counts per group and the weight hash of a checkpoint")
+    info.add_argument("checkpoint", help="checkpoint directory (config.json + model.safetensors)")
+    info.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    info.set_defaults(func=_info)
+
+    init = sub.add_parser("init", help="write a freshly initialised ViewPolicyModel checkpoint")
+    init.add_argument("out", help="output checkpoint directory")
+    init.add_argument("--seed", type=int, default=7, help="torch seed of the initial weights (default 7)")
+    init.set_defaults(func=_init)
+
+    sft = sub.add_parser("sft", help="D1: train on a labelled Parquet dataset (KL to the teacher + cost)")
+    sft.add_argument("dataset", help="Parquet file written by SFTDataset.write_parquet")
+    sft.add_argument("out", help="output checkpoint directory (saved after every epoch; resumable)")
+    sft.add_argument("--preset", default="alfworld", help="Table A.4 D1 row: alfworld, alfred or mind2web")
+    sft.add_argument("--init", dest="init_ckpt", help="start from this checkpoint instead of a fresh model")
+    sft.add_argument("--epochs", type=int, help="override the preset's epochs")
+    sft.add_argument("--batch-size", type=int, help="override the batch size (256)")
+    sft.add_argument("--lambda-cost", type=float, help="override lambda_cost")
+    sft.add_argument("--resume", action="store_true", help="continue the run saved in OUT")
+    sft.set_defaults(func=_sft)
+
+    parser.set_defaults(func=lambda args: parser.print_help() or 2)
+
+
+def checkpoint_info(path: str | Path) -> dict[str, Any]:
+    """What ``router info`` prints, as a dict (counts are read from the weight file itself)."""
+    from safetensors import safe_open
+
+    from memprism_ray.adapter.checkpoint import read_checkpoint_meta, verify_weights
+    from memprism_ray.router.model import parameter_group_of
+
+    root = Path(path)
+    meta = read_checkpoint_meta(root)
+    digest = verify_weights(root, meta)
+    counts = {"encoder": 0, "planner": 0, "entity_hint": 0}
+    with safe_open(str(root / meta.get("weights_file", "model.safetensors")), framework="pt") as fh:
+        for key in fh.keys():  # noqa: SIM118 (safe_open is not a mapping)
+            shape = fh.get_slice(key).get_shape()
+            n = 1
+            for d in shape:
+                n *= int(d)
+            counts[parameter_group_of(key)] += n
+    counts["total"] = sum(counts.values())
+    return {
+        "checkpoint": str(root),
+        "stage": meta.get("stage"),
+        "iteration": meta.get("iteration"),
+        "weights_sha256": digest,
+        "hash_verified": True,
+        "parameter_counts": counts,
+        "router_config": meta.get("router_config"),
+        "train_config_type": meta.get("train_config_type"),
+        "train_config": meta.get("train_config"),
+        "resumable": bool(meta.get("has_state")) and (root / "state.pt").exists(),
+        "metrics": meta.get("metrics", {}),
+    }
+
+
+def _info(args: argparse.Namespace) -> int:
+    info = checkpoint_info(args.checkpoint)
+    if args.json:
+        print(json.dumps(info, sort_keys=True))
+        return 0
+    c = info["parameter_counts"]
+    rc = info["router_config"] or {}
+    print(f"checkpoint   {info['checkpoint']}")
+    print(f"stage        {info['stage']} (iteration {info['iteration']})")
+    print(f"sha256       {info['weights_sha256']} (model.safetensors, matches config.json)")
+    print(f"encoder      {c['encoder']:>12,d} parameters (trained by D1)")
+    print(f"planner      {c['planner']:>12,d} parameters (trained by D1 and D2)")
+    print(f"entity_hint  {c['entity_hint']:>12,d} parameters (frozen)")
+    print(f"total        {c['total']:>12,d} parameters")
+    print(
+        f"architecture d_model {rc.get('d_model')}, {rc.get('n_layers')} layers x {rc.get('n_heads')} heads, "
+        f"ff {rc.get('ff_dim')}, planner {rc.get('planner_blocks')}x{rc.get('planner_hidden')}, "
+        f"dropout {rc.get('dropout')}"
+    )
+    tc = info["train_config"]
+    if tc:
+        print(f"training     {info['train_config_type']} preset {tc.get('preset_name')}")
+    print(f"resumable    {'yes' if info['resumable'] else 'no (weights only)'}")
+    for k, v in sorted((info["metrics"] or {}).items()):
+        print(f"metric       {k} = {v}")
+    return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    import torch
+
+    from memprism_ray.adapter.checkpoint import save_checkpoint
+    from memprism_ray.router.model import RouterConfig, ViewPolicyModel
+
+    torch.manual_seed(args.seed)
+    model = ViewPolicyModel(RouterConfig())
+    out = save_checkpoint(args.out, model, stage="init", extra={"seed": args.seed})
+    print(f"wrote {out} ({model.parameter_counts()['total']:,d} parameters)")
+    return 0
+
+
+def _sft(args: argparse.Namespace) -> int:
+    import torch
+
+    from memprism_ray.adapter.checkpoint import load_checkpoint, resume_trainer, save_checkpoint
+    from memprism_ray.adapter.sft import SFTConfig, SFTDataset, SFTTrainer, train_sft
+    from memprism_ray.cli import CliError
+    from memprism_ray.router.model import RouterConfig, ViewPolicyModel
+
+    overrides = {
+        k: v
+        for k, v in {"epochs": args.epochs, "batch_size": args.batch_size, "lambda_cost": args.lambda_cost}.items()
+        if v is not None
+    }
+    config = SFTConfig.preset(args.preset, **overrides)
+    dataset = SFTDataset.read_parquet(args.dataset)
+    out = Path(args.out)
+    if args.resume:
+        ckpt = load_checkpoint(out)
+        if ckpt.state is None:
+            raise CliError(f"{out} holds no trainer state; cannot --resume")
+        model = ckpt.model
+        trainer = SFTTrainer(model, dataset, config)
+        resume_trainer(trainer, ckpt)
+    else:
+        if (out / "config.json").exists():
+            raise CliError(f"{out} already holds a checkpoint; pass --resume to continue it or choose a new OUT")
+        if args.init_ckpt:
+            model = load_checkpoint(args.init_ckpt).model
+        else:
+            torch.manual_seed(config.seed)
+            model = ViewPolicyModel(RouterConfig())
+        trainer = SFTTrainer(model, dataset, config)
+
+    def save(tr: SFTTrainer, metrics: dict[str, float]) -> None:
+        save_checkpoint(out, model, trainer=tr, stage="d1", metrics=metrics)
+        print(f"epoch {tr.epoch}/{config.epochs} loss {metrics['loss']:.4f} kl {metrics['kl']:.4f} -> {out}")
+
+    result = train_sft(model, dataset, config, on_epoch=save, trainer=trainer)
+    print(f"D1 done: {result['epochs']} epochs, {result['steps']} steps, final loss {result['final']['loss']:.4f}")
+    return 0
