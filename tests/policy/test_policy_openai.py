@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -27,6 +28,7 @@ class Stub:
         self.fail = 0
         self.fail_status = 503
         self.status_override: int | None = None
+        self.delay_s = 0.0
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.lock = threading.Lock()
@@ -55,6 +57,8 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
                 failing = stub.fail > 0
                 if failing:
                     stub.fail -= 1
+            if stub.delay_s:
+                time.sleep(stub.delay_s)
             if self.path != "/v1/chat/completions":
                 return self._send(404, {"error": "not found"})
             if failing:
@@ -187,3 +191,15 @@ def test_config_rejects_bad_settings() -> None:
         OpenAIConfig(max_retries=-1)
     with pytest.raises(ValueError, match="temperature"):
         OpenAIConfig(temperature=-0.1)
+
+
+def test_timeouts_are_retried_then_reported(server) -> None:
+    stub, url = server
+    stub.delay_s = 1.0
+    policy = OpenAIChatPolicy(
+        OpenAIConfig(base_url=url, timeout_s=0.1, max_retries=1, backoff_s=0.0, max_backoff_s=0.0),
+        sleep=lambda s: None,
+    )
+    with pytest.raises(PolicyBackendError, match="ReadTimeout"):
+        policy.act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])
+    assert policy.retries_used == 1

@@ -260,3 +260,29 @@ def test_to_output_counts_invalid_outputs_without_raising() -> None:
     bad = to_output(inp, None)  # type: ignore[arg-type]
     assert not bad.valid and bad.text == "" and "no <action>" in bad.error
     assert extract_action_tag(b"<action>x</action>")[1] is not None  # type: ignore[arg-type]
+
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=20)
+extra_fields = st.dictionaries(
+    st.text(max_size=10).filter(lambda k: k not in ("op", "ref", "value")),
+    json_scalars | st.lists(json_scalars, max_size=3),
+    max_size=4,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    op=st.sampled_from(["CLICK", "TYPE", "SELECT", "click", " Type "]),
+    ref=st.sampled_from(REFS),
+    value=st.text(min_size=1, max_size=40).filter(lambda v: v.strip()),
+    extra=extra_fields,
+    noise=st.text(alphabet=st.characters(blacklist_characters="<>{}", blacklist_categories=("Cs",)), max_size=40),
+)
+def test_mind2web_json_with_extra_fields_and_unicode(op: str, ref: str, value: str, extra: dict, noise: str) -> None:
+    body = json.dumps({**extra, "op": op, "ref": ref, "value": value}, ensure_ascii=bool(len(value) % 2))
+    result = parse_mind2web(f"<reasoning>{noise}</reasoning><action>{noise}{body}{noise}</action>", REFS)
+    assert result.valid, result.error
+    canonical = decode_mind2web_action(result.action)
+    assert set(canonical) == {"op", "ref", "value"}
+    assert canonical["op"] == op.strip().upper() and canonical["ref"] == ref
+    assert canonical["value"] == (None if canonical["op"] == "CLICK" else value)
