@@ -1,0 +1,47 @@
+"""ALFWorld on the real TextWorld PDDL engine, offline (issue 3).
+
+* :mod:`.generator` / :mod:`.corpus`: ALFWorld-style games from the packaged layouts,
+  validated by ALFWorld's handcoded expert; ``ensure_default_corpus`` for the embedded
+  default.
+* :mod:`.data`: split listing over the official ``alfworld-download`` tree or a generated one.
+* :mod:`.engine`: the stock engine with caches that keep transcripts identical.
+* :mod:`.env`: :class:`AlfworldEnv`, the shared Env protocol on that engine.
+* :mod:`.expert`: the handcoded expert with the 0.4.2 move/put fix.
+* :mod:`.expert_data`: reference trajectories as Parquet for view-teacher labelling (D1).
+
+Heavy imports (alfworld, textworld, fast-downward) happen when a submodule is used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "SPLITS",
+    "TASK_TYPES",
+    "AlfworldEnv",
+    "CorpusConfig",
+    "build_corpus",
+    "collect_expert_trajectories",
+    "ensure_default_corpus",
+    "list_games",
+]
+
+_LAZY = {
+    "SPLITS": "memprism_ray.envs.alfworld.data",
+    "list_games": "memprism_ray.envs.alfworld.data",
+    "TASK_TYPES": "memprism_ray.envs.alfworld.generator",
+    "AlfworldEnv": "memprism_ray.envs.alfworld.env",
+    "CorpusConfig": "memprism_ray.envs.alfworld.corpus",
+    "build_corpus": "memprism_ray.envs.alfworld.corpus",
+    "ensure_default_corpus": "memprism_ray.envs.alfworld.corpus",
+    "collect_expert_trajectories": "memprism_ray.envs.alfworld.expert_data",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,608 @@
+"""Build, resume and cache a corpus of ALFWorld-style games (issue 3, item 1).
+
+``build_corpus`` writes ``train``, ``eval_in_distribution`` and ``eval_out_of_distribution``
+games in the ``alfworld-download`` layout (see :mod:`memprism_ray.envs.alfworld.data`),
+plus ``logic/alfred.{pddl,twl2}`` so ALFWorld's own ``AlfredTWEnv`` runs on the tree with
+its stock config. A game enters the corpus only after ALFWorld's handcoded expert (with
+the move/put fix, :mod:`memprism_ray.envs.alfworld.expert`) wins it on the real engine;
+its winning commands are stored as the game's ``walkthrough``.
+
+Determinism: the corpus is a function of ``(seed, train, eval)``. Every game slot
+``(split, task type, k)`` draws its (task, object, target, scene) combination from a
+seeded shuffle of all valid combinations; attempt ``j`` of a slot uses a fixed other
+combination and placement seed, so which worker builds a slot, and in which order, never
+matters. Eval-in-distribution combinations are reserved before train draws, so they are
+unseen in train (same scenes, other task/object/target triples); eval-out-of-distribution
+uses ALFRED's held-out scenes only.
+
+Resumability: each finished slot is renamed into place atomically and then recorded in
+``.build/slots/``; a restarted build skips recorded slots and clears half-written
+temporaries. ``manifest.json`` (per-split per-type counts, SHA-256 of every file) is
+written last, so its presence means the build completed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memprism_ray.envs.alfworld.generator import (
+    SPLIT_DIRS,
+    TASK_TYPES,
+    TaskSpec,
+    enumerate_task_specs,
+    generate_game,
+    write_json,
+)
+from memprism_ray.envs.alfworld.layouts import test_scenes, train_scenes
+
+log = logging.getLogger(__name__)
+
+FORMAT = "memprism-alfworld-corpus"
+#: Bump when the generator's output for a given seed changes.
+GENERATOR_VERSION = 1
+JSON_DIR = "json_2.1.1"
+
+#: ALFWorld's corpus sizes (paper: 3,827 training instances, 140 evaluation games).
+ALFWORLD_TRAIN_GAMES = 3827
+ALFWORLD_EVAL_GAMES = 140
+
+#: Embedded default: small enough to build in ~2-3 minutes on 2 cores, large enough for a
+#: few GRPO groups per task type and a 24-game evaluation per split.
+DEFAULT_TRAIN_GAMES = 48
+DEFAULT_EVAL_GAMES = 24
+DEFAULT_SEED = 0
+
+#: Task mix, close to that of ALFWorld's training games (pick 790, look 308, clean 650,
+#: heat 459, cool 533, pick-two 813 out of 3,553).
+TASK_WEIGHTS: dict[str, float] = {
+    "pick_and_place_simple": 790,
+    "look_at_obj_in_light": 308,
+    "pick_clean_then_place_in_recep": 650,
+    "pick_heat_then_place_in_recep": 459,
+    "pick_cool_then_place_in_recep": 533,
+    "pick_two_obj_and_place": 813,
+}
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """Settings of one corpus build."""
+
+    out: Path = field(metadata={"help": "output folder (the ALFWORLD_DATA root of the new tree)"})
+    train: int = field(default=ALFWORLD_TRAIN_GAMES, metadata={"help": "number of training games"})
+    eval: int = field(default=ALFWORLD_EVAL_GAMES, metadata={"help": "games per evaluation split (ID and OOD)"})
+    seed: int = field(default=DEFAULT_SEED, metadata={"help": "corpus seed; the corpus is a function of it"})
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1, metadata={"help": "worker processes"})
+    max_attempts: int = field(default=8, metadata={"help": "games tried per slot before the build fails"})
+    expert_max_steps: int = field(default=120, metadata={"help": "commands the expert may use to win a game"})
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out", Path(self.out))
+        for name in ("train", "eval"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"corpus {name} size must be an int >= 0, got {v!r}")
+        if self.train + self.eval == 0:
+            raise ValueError("corpus sizes are all 0: ask for --train and/or --eval games")
+        for name in ("workers", "max_attempts", "expert_max_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"corpus {name} must be an int >= 1, got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"corpus seed must be an int >= 0, got {self.seed!r}")
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": self.train, "eval_in_distribution": self.eval, "eval_out_of_distribution": self.eval}
+
+    def identity(self) -> dict[str, Any]:
+        """What determines the corpus content (workers and limits do not)."""
+        return {
+            "format": FORMAT,
+            "generator_version": GENERATOR_VERSION,
+            "seed": self.seed,
+            "sizes": self.sizes(),
+            "max_attempts": self.max_attempts,
+            "expert_max_steps": self.expert_max_steps,
+        }
+
+
+def allocate(n: int, weights: Mapping[str, float] = TASK_WEIGHTS) -> dict[str, int]:
+    """Split ``n`` games over task types by largest remainder; every type gets one when n >= 6."""
+    types = list(TASK_TYPES)
+    if n >= len(types):
+        base = dict.fromkeys(types, 1)
+        rest = n - len(types)
+    else:
+        base = dict.fromkeys(types, 0)
+        rest = n
+    total = sum(weights[t] for t in types)
+    quotas = {t: rest * weights[t] / total for t in types}
+    alloc = {t: base[t] + int(quotas[t]) for t in types}
+    left = n - sum(alloc.values())
+    for t in sorted(types, key=lambda t: (-(quotas[t] - int(quotas[t])), types.index(t)))[:left]:
+        alloc[t] += 1
+    return alloc
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One game position of the corpus and the combinations its attempts use."""
+
+    split: str
+    task_type: str
+    index: int
+    candidates: tuple[TaskSpec, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.split}/{self.task_type}/{self.index:06d}"
+
+
+def plan_slots(cfg: CorpusConfig) -> list[Slot]:
+    """Every slot with its attempt candidates; cheap (no engine), deterministic."""
+    by_type_train: dict[str, list[TaskSpec]] = {t: [] for t in TASK_TYPES}
+    by_type_test: dict[str, list[TaskSpec]] = {t: [] for t in TASK_TYPES}
+    for spec in enumerate_task_specs(train_scenes()):
+        by_type_train[spec.task_type].append(spec)
+    for spec in enumerate_task_specs(test_scenes()):
+        by_type_test[spec.task_type].append(spec)
+    sizes = cfg.sizes()
+    alloc = {split: allocate(n) for split, n in sizes.items()}
+    slots: list[Slot] = []
+    for task in TASK_TYPES:
+        train_pool = list(by_type_train[task])
+        random.Random(f"{cfg.seed}:pool:train:{task}").shuffle(train_pool)
+        ood_pool = list(by_type_test[task])
+        random.Random(f"{cfg.seed}:pool:ood:{task}").shuffle(ood_pool)
+        n_id = alloc["eval_in_distribution"][task]
+        if n_id and len(train_pool) < 2 * n_id:
+            raise ValueError(
+                f"only {len(train_pool)} {task} combinations in train scenes; too few for {n_id} eval games"
+            )
+        pools = {
+            "eval_in_distribution": train_pool[:n_id],
+            "train": train_pool[n_id:],
+            "eval_out_of_distribution": ood_pool,
+        }
+        for split in SPLIT_DIRS:
+            n = alloc[split][task]
+            pool = pools[split]
+            if n and not pool:
+                raise ValueError(f"no valid {task} combination for split {split}")
+            for k in range(n):
+                cands = tuple(pool[(k + j * max(n, 1)) % len(pool)] for j in range(cfg.max_attempts))
+                slots.append(Slot(split, task, k, cands))
+    return slots
+
+
+def trial_name(seed: int, index: int, attempt: int) -> str:
+    return f"trial_T{seed:08d}_{index:06d}_a{attempt}"
+
+
+# --- worker side ---------------------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init() -> None:
+    from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
+
+    from memprism_ray.envs.alfworld.engine import install_engine_caches, make_engine
+
+    install_engine_caches(max_translations=8)
+    _WORKER["engine"] = make_engine(expert=True)
+    _WORKER["domain"] = Path(ALFRED_PDDL_PATH).read_text()
+    _WORKER["grammar"] = Path(ALFRED_TWL2_PATH).read_text()
+
+
+def _build_slot(out: str, seed: int, slot: Slot, expert_max_steps: int) -> dict[str, Any]:
+    """Try the slot's candidates in order; the first game the expert wins is kept."""
+    from memprism_ray.envs.alfworld.expert import ExpertFailed, expert_walkthrough
+
+    if not _WORKER:
+        _worker_init()
+    root = Path(out)
+    failures: list[str] = []
+    for attempt, spec in enumerate(slot.candidates):
+        trial = trial_name(seed, slot.index, attempt)
+        rel = Path(JSON_DIR) / SPLIT_DIRS[slot.split] / spec.task_folder / trial
+        tmp = root / ".build" / "tmp" / uuid.uuid4().hex
+        tmp.mkdir(parents=True)
+        try:
+            game = generate_game(spec, seed=_game_seed(seed, slot, attempt), trial=trial)
+            write_json(tmp / "traj_data.json", game.traj_data)
+            write_json(tmp / "game.tw-pddl", game.game_json(_WORKER["domain"], _WORKER["grammar"], None))
+            walkthrough = expert_walkthrough(_WORKER["engine"], tmp / "game.tw-pddl", max_steps=expert_max_steps)
+        except (ValueError, ExpertFailed) as exc:
+            failures.append(f"{spec.task_folder} attempt {attempt}: {exc}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            continue
+        write_json(tmp / "game.tw-pddl", game.game_json(_WORKER["domain"], _WORKER["grammar"], walkthrough))
+        final = root / rel
+        if final.exists():  # left by a build killed between rename and record: same content
+            shutil.rmtree(final)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(tmp, final)
+        result = {
+            "slot": slot.key,
+            "split": slot.split,
+            "task_type": slot.task_type,
+            "game_id": f"{spec.task_folder}/{trial}",
+            "path": rel.as_posix(),
+            "scene": spec.scene_num,
+            "expert_steps": len(walkthrough),
+            "attempts": attempt + 1,
+            "failures": failures,
+        }
+        _atomic_write_json(root / ".build" / "slots" / f"{slot.key.replace('/', '__')}.json", result)
+        return result
+    return {"slot": slot.key, "split": slot.split, "task_type": slot.task_type, "failures": failures, "path": None}
+
+
+def _game_seed(seed: int, slot: Slot, attempt: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{slot.key}:{attempt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def _atomic_write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True, indent=1))
+    os.replace(tmp, path)
+
+
+# --- driver ----------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _load_done(root: Path) -> dict[str, dict[str, Any]]:
+    done: dict[str, dict[str, Any]] = {}
+    slot_dir = root / ".build" / "slots"
+    if not slot_dir.is_dir():
+        return done
+    for f in sorted(slot_dir.glob("*.json")):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # a torn record: the slot is rebuilt
+        if rec.get("path") and (root / rec["path"] / "game.tw-pddl").is_file():
+            done[rec["slot"]] = rec
+    return done
+
+
+def _check_identity(root: Path, cfg: CorpusConfig) -> None:
+    ident_path = root / ".build" / "config.json"
+    if ident_path.exists():
+        try:
+            previous = json.loads(ident_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            previous = None
+        if previous != cfg.identity():
+            raise ValueError(
+                f"{root} holds a build with other settings ({previous}); resume it with the same "
+                f"--train/--eval/--seed or choose another --out"
+            )
+    else:
+        manifest = root / "manifest.json"
+        if manifest.exists():
+            raise ValueError(f"{root} already holds a finished corpus without build state; choose another --out")
+        _atomic_write_json(ident_path, cfg.identity())
+
+
+def write_logic(root: Path) -> None:
+    """``logic/alfred.pddl`` and ``logic/alfred.twl2`` as ``alfworld-download`` places them."""
+    from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
+
+    (root / "logic").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ALFRED_PDDL_PATH, root / "logic" / "alfred.pddl")
+    shutil.copyfile(ALFRED_TWL2_PATH, root / "logic" / "alfred.twl2")
+
+
+def build_corpus(cfg: CorpusConfig, *, progress: bool = True) -> Path:
+    """Build (or finish) the corpus described by ``cfg``; returns the path of its manifest."""
+    import alfworld
+
+    root = cfg.out
+    root.mkdir(parents=True, exist_ok=True)
+    _check_identity(root, cfg)
+    shutil.rmtree(root / ".build" / "tmp", ignore_errors=True)
+    write_logic(root)
+    slots = plan_slots(cfg)
+    done = _load_done(root)
+    todo = [s for s in slots if s.key not in done]
+    log.info("corpus %s: %d games planned, %d already built, %d to build", root, len(slots), len(done), len(todo))
+    if progress:
+        print(
+            f"memprism games build: {len(slots)} games ({len(done)} done, {len(todo)} to build) "
+            f"with {min(cfg.workers, max(len(todo), 1))} worker(s) -> {root}",
+            file=sys.stderr,
+            flush=True,
+        )
+    failed: list[dict[str, Any]] = []
+    if todo:
+        for rec in _run(cfg, todo, progress):
+            if rec.get("path"):
+                done[rec["slot"]] = rec
+            else:
+                failed.append(rec)
+    if failed:
+        first = failed[0]
+        raise RuntimeError(
+            f"{len(failed)} game slot(s) found no game the expert wins in {cfg.max_attempts} attempts "
+            f"(first: {first['slot']}: {first['failures'][-1] if first['failures'] else '?'}); "
+            f"the games built so far are kept: rerun with a larger --max-attempts to finish"
+        )
+    games = [done[s.key] for s in slots]
+    files: dict[str, str] = {}
+    for rel in ("logic/alfred.pddl", "logic/alfred.twl2"):
+        files[rel] = _sha256(root / rel)
+    for rec in games:
+        for name in ("game.tw-pddl", "traj_data.json"):
+            rel = f"{rec['path']}/{name}"
+            files[rel] = _sha256(root / rel)
+    counts = {split: dict.fromkeys(TASK_TYPES, 0) for split in SPLIT_DIRS}
+    for rec in games:
+        counts[rec["split"]][rec["task_type"]] += 1
+    manifest = {
+        **cfg.identity(),
+        "alfworld_version": getattr(alfworld, "__version__", "unknown"),
+        "splits": dict(SPLIT_DIRS),
+        "counts": counts,
+        "games": [
+            {k: rec[k] for k in ("split", "task_type", "game_id", "path", "scene", "expert_steps", "attempts")}
+            for rec in games
+        ],
+        "rejected_attempts": sum(rec["attempts"] - 1 for rec in games),
+        "files": dict(sorted(files.items())),
+        "note": (
+            "ALFWorld-style games generated from the scene layouts packaged in alfworld; not the official "
+            "ALFWorld games (no THOR placements, no human goal annotations, generated splits)"
+        ),
+    }
+    _atomic_write_json(root / "manifest.json", manifest)
+    return root / "manifest.json"
+
+
+def _slot_to_json(slot: Slot) -> dict[str, Any]:
+    return {
+        "split": slot.split,
+        "task_type": slot.task_type,
+        "index": slot.index,
+        "candidates": [[c.task_type, c.object_target, c.target, c.scene_num] for c in slot.candidates],
+    }
+
+
+def _slot_from_json(data: Mapping[str, Any]) -> Slot:
+    cands = tuple(TaskSpec(str(t), str(o), str(r), int(n)) for t, o, r, n in data["candidates"])
+    return Slot(str(data["split"]), str(data["task_type"]), int(data["index"]), cands)
+
+
+def _run(cfg: CorpusConfig, todo: list[Slot], progress: bool) -> Iterator[dict[str, Any]]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(todo), desc="games", unit="game", disable=not progress, file=sys.stderr)
+    t0 = time.monotonic()
+    workers = min(cfg.workers, len(todo))
+    try:
+        if workers == 1:
+            for slot in todo:
+                rec = _build_slot(str(cfg.out), cfg.seed, slot, cfg.expert_max_steps)
+                bar.update(1)
+                yield rec
+            return
+        for rec in _run_subprocesses(cfg, todo, workers):
+            bar.update(1)
+            yield rec
+    finally:
+        bar.close()
+        log.info("built %d game slot(s) in %.1fs", len(todo), time.monotonic() - t0)
+
+
+def _run_subprocesses(cfg: CorpusConfig, todo: list[Slot], workers: int) -> Iterator[dict[str, Any]]:
+    """Worker processes fed one slot at a time over pipes.
+
+    Plain subprocesses rather than ``multiprocessing``: fast-downward's translator is not
+    thread-safe (processes are needed), ``spawn`` would re-import the caller's ``__main__``
+    (breaking scripts without a main guard), and ``fork`` is unsafe inside Ray workers.
+    """
+    import selectors
+    import subprocess
+
+    queue = list(reversed(todo))
+    procs: list[subprocess.Popen[str]] = []
+    sel = selectors.DefaultSelector()
+    try:
+        for _ in range(workers):
+            p = subprocess.Popen(
+                [sys.executable, "-m", "memprism_ray.envs.alfworld.corpus", "--worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+            )
+            procs.append(p)
+            sel.register(p.stdout, selectors.EVENT_READ, p)  # type: ignore[arg-type]
+        busy = 0
+
+        def feed(p: subprocess.Popen[str]) -> None:
+            nonlocal busy
+            slot = queue.pop()
+            job = {"out": str(cfg.out), "seed": cfg.seed, "expert_max_steps": cfg.expert_max_steps}
+            assert p.stdin is not None
+            p.stdin.write(json.dumps({**job, "slot": _slot_to_json(slot)}) + "\n")
+            p.stdin.flush()
+            busy += 1
+
+        for p in procs:
+            if queue:
+                feed(p)
+        while busy:
+            for key, _ in sel.select():
+                p = key.data
+                line = p.stdout.readline()
+                if not line:
+                    code = p.wait()
+                    raise RuntimeError(
+                        f"a corpus worker exited with code {code}; the games built so far are kept, rerun to resume"
+                    )
+                busy -= 1
+                yield json.loads(line)
+                if queue:
+                    feed(p)
+    finally:
+        for p in procs:
+            with contextlib.suppress(OSError):
+                if p.stdin:
+                    p.stdin.close()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        sel.close()
+
+
+def _worker_main() -> int:
+    """Read one JSON job per line on stdin, answer one JSON result per line.
+
+    The protocol uses a private copy of the stdout descriptor; fd 1 itself goes to
+    /dev/null so prints from the engine can never corrupt it.
+    """
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        rec = _build_slot(job["out"], int(job["seed"]), _slot_from_json(job["slot"]), int(job["expert_max_steps"]))
+        proto.write(json.dumps(rec) + "\n")
+        proto.flush()
+    return 0
+
+
+# --- manifest checks and the embedded default ---------------------------------------------
+
+
+def read_manifest(root: Path) -> dict[str, Any] | None:
+    path = Path(root) / "manifest.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def verify_corpus(root: Path) -> list[str]:
+    """Files whose SHA-256 differs from the manifest (empty list: the corpus is intact)."""
+    manifest = read_manifest(root)
+    if manifest is None:
+        raise ValueError(f"{root}: no corpus manifest.json (not built, or the build did not finish)")
+    bad = []
+    for rel, digest in manifest["files"].items():
+        p = Path(root) / rel
+        if not p.is_file() or _sha256(p) != digest:
+            bad.append(rel)
+    return bad
+
+
+def default_cache_dir(
+    seed: int = DEFAULT_SEED, train: int = DEFAULT_TRAIN_GAMES, eval: int = DEFAULT_EVAL_GAMES
+) -> Path:
+    """``$MEMPRISM_CACHE/alfworld-corpus-<seed>`` (default base ``~/.cache/memprism``); other
+    sizes than the default get their own folder."""
+    base = Path(os.environ.get("MEMPRISM_CACHE") or Path.home() / ".cache" / "memprism").expanduser()
+    name = f"alfworld-corpus-{seed}"
+    if (train, eval) != (DEFAULT_TRAIN_GAMES, DEFAULT_EVAL_GAMES):
+        name += f"-t{train}-e{eval}"
+    return base / name
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_default_corpus(
+    cache_dir: Path | None = None,
+    train: int = DEFAULT_TRAIN_GAMES,
+    eval: int = DEFAULT_EVAL_GAMES,
+    seed: int = DEFAULT_SEED,
+    workers: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """The embedded default corpus: built on first use (a few minutes), then reused.
+
+    Safe when several processes call it at once: one builds under a file lock, the others
+    wait and then find the finished manifest.
+    """
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir(seed, train, eval)
+    cfg = CorpusConfig(out=root, train=train, eval=eval, seed=seed, workers=workers or (os.cpu_count() or 1))
+    if _matches(root, cfg):
+        return root
+    with _file_lock(root.with_name(root.name + ".lock")):
+        if not _matches(root, cfg):
+            if progress:
+                print(f"memprism: building the embedded ALFWorld corpus in {root} (first use)", file=sys.stderr)
+            build_corpus(cfg, progress=progress)
+    return root
+
+
+def _matches(root: Path, cfg: CorpusConfig) -> bool:
+    manifest = read_manifest(root)
+    if manifest is None:
+        return False
+    ident = cfg.identity()
+    return all(manifest.get(k) == v for k, v in ident.items())
+
+
+__all__ = [
+    "ALFWORLD_EVAL_GAMES",
+    "ALFWORLD_TRAIN_GAMES",
+    "DEFAULT_EVAL_GAMES",
+    "DEFAULT_SEED",
+    "DEFAULT_TRAIN_GAMES",
+    "CorpusConfig",
+    "allocate",
+    "build_corpus",
+    "default_cache_dir",
+    "ensure_default_corpus",
+    "plan_slots",
+    "read_manifest",
+    "verify_corpus",
+]
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
+    sys.exit(_worker_main())

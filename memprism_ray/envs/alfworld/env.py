@@ -1,0 +1,196 @@
+"""``AlfworldEnv``: the real ALFWorld TextWorld engine behind the shared Env protocol.
+
+Each slot is one stock wrapper stack (``PddlEnv`` -> ``AlfredDemangler`` -> ``AlfredInfos``,
+as ALFWorld's ``AlfredTWEnv`` builds it), so observations, feedback, admissible commands
+and success are the engine's own. The engine caches of
+:mod:`memprism_ray.envs.alfworld.engine` make resets and steps fast without changing any
+text (``benchmarks/bench_env.py`` checks this against an unpatched process).
+
+Differences from ALFWorld's gym wrapper, on purpose:
+
+* ``help`` is never offered as admissible (it is a manual, not a move); sent anyway, the
+  engine answers it as usual;
+* a non-admissible command is passed to the engine, which answers "Nothing happens." --
+  that answer is what is recorded;
+* the step limit (50 in the paper) is the agent loop's business; ``max_steps`` here is an
+  optional extra guard that ends an episode without success.
+
+Every slot holds its own copy of fast-downward's library (the engine copies
+``libdownward.so`` per instance), about 10 MB of memory each after the first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memprism_ray.envs.alfworld.data import game_ref_from_path
+from memprism_ray.envs.alfworld.engine import install_engine_caches, make_engine
+from memprism_ray.envs.base import GameRef, Observation, Transition
+
+_GOAL = re.compile(r"Your task is to:\s*(.+?)\.?\s*$", re.DOTALL)
+HIDDEN_COMMANDS: frozenset[str] = frozenset({"help"})
+
+
+def goal_from_intro(intro: str) -> str:
+    """``"... Your task is to: put a mug in desk."`` -> ``"put a mug in desk"``."""
+    m = _GOAL.search(intro)
+    if not m:
+        raise ValueError(f"ALFWorld intro has no 'Your task is to:' sentence: {intro[-200:]!r}")
+    return m.group(1).strip()
+
+
+@dataclass
+class _Slot:
+    engine: Any
+    game: GameRef | None = None
+    loaded_path: str | None = None
+    steps: int = 0
+    over: bool = False
+    goal: str = ""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class AlfworldEnv:
+    """Several ALFWorld game slots on the real engine (see the module docstring).
+
+    ``expert=True`` runs ALFWorld's handcoded expert (move/put fix, seeded) beside every
+    slot; its next command is then in ``meta["expert_action"]`` of every observation and
+    transition (costs a little per step: the expert reads the engine's facts).
+    ``fast=False`` leaves the stock engine unpatched.
+    """
+
+    def __init__(
+        self,
+        num_slots: int = 1,
+        *,
+        expert: bool = False,
+        expert_seed: int = 0,
+        fast: bool = True,
+        max_steps: int | None = None,
+    ) -> None:
+        if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
+            raise ValueError(f"num_slots must be a positive int, got {num_slots!r}")
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+        if fast:
+            install_engine_caches()
+        self._expert = expert
+        self._expert_seed = expert_seed
+        self.max_steps = max_steps
+        self._slots: list[_Slot | None] = [None] * num_slots
+        self._closed = False
+
+    @property
+    def num_slots(self) -> int:
+        return len(self._slots)
+
+    def _slot(self, slot: int, *, create: bool) -> _Slot:
+        if self._closed:
+            raise ValueError("AlfworldEnv is closed")
+        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < len(self._slots):
+            raise ValueError(f"slot must be an int in [0, {len(self._slots) - 1}], got {slot!r}")
+        s = self._slots[slot]
+        if s is None:
+            if not create:
+                raise ValueError(f"slot {slot} has no game: call reset(game, slot={slot}) first")
+            if self._expert:
+                from memprism_ray.envs.alfworld.expert import FixedAlfredExpert
+
+                engine = FixedAlfredExpert(make_engine(facts=True), seed=self._expert_seed)
+            else:
+                engine = make_engine()
+            s = self._slots[slot] = _Slot(engine)
+        return s
+
+    def _admissible(self, state: Any) -> tuple[str, ...]:
+        return tuple(c for c in state["admissible_commands"] if c not in HIDDEN_COMMANDS)
+
+    def _meta(self, s: _Slot, state: Any, slot: int) -> dict[str, Any]:
+        assert s.game is not None
+        meta: dict[str, Any] = {
+            "benchmark": "alfworld",
+            "game_id": s.game.game_id,
+            "task_type": s.game.task_type,
+            "split": s.game.split,
+            "slot": slot,
+            "step": s.steps,
+        }
+        if self._expert:
+            plan = state.get("extra.expert_plan") or []
+            meta["expert_action"] = plan[0] if plan else None
+        return meta
+
+    def reset(self, game: GameRef | str | Path, slot: int = 0) -> Observation:
+        """Start ``game`` in ``slot`` (loading it only when the slot held another game)."""
+        ref = game if isinstance(game, GameRef) else game_ref_from_path(game)
+        s = self._slot(slot, create=True)
+        path = str(ref.path)
+        if s.loaded_path != path:
+            try:
+                s.engine.load(path)
+            except KeyError as exc:
+                # fast-downward emits a dummy task for an unreachable goal; PddlEnv then fails here.
+                raise ValueError(f"{path}: the engine cannot load this game (unreachable goal? {exc!r})") from None
+            s.loaded_path = path
+        state = s.engine.reset()
+        s.game, s.steps, s.over = ref, 0, False
+        s.goal = goal_from_intro(state["feedback"])
+        return Observation(
+            text=state["feedback"], goal=s.goal, admissible=self._admissible(state), meta=self._meta(s, state, slot)
+        )
+
+    def step(self, action: str, slot: int = 0) -> Transition:
+        """Send ``action`` to the engine as is; see the module docstring."""
+        if not isinstance(action, str):
+            raise ValueError(f"action must be a str, got {type(action).__name__}")
+        s = self._slot(slot, create=False)
+        if s.game is None:
+            raise ValueError(f"slot {slot} has no game: call reset(game, slot={slot}) first")
+        if s.over:
+            raise ValueError(f"the episode in slot {slot} is over after {s.steps} steps; reset it first")
+        state, score, done = s.engine.step(action)
+        s.steps += 1
+        won = bool(state["won"])
+        truncated = self.max_steps is not None and s.steps >= self.max_steps and not won
+        s.over = bool(done) or won or truncated
+        meta = self._meta(s, state, slot)
+        if truncated:
+            meta["truncated"] = True
+        return Transition(
+            feedback=state["feedback"],
+            reward=float(score),
+            done=s.over,
+            won=won,
+            admissible=self._admissible(state),
+            meta=meta,
+        )
+
+    def game_in(self, slot: int = 0) -> GameRef | None:
+        """The game last reset in ``slot``."""
+        s = self._slots[slot] if 0 <= slot < len(self._slots) else None
+        return s.game if s else None
+
+    def close(self) -> None:
+        """Release the engines (each holds a loaded copy of fast-downward's library)."""
+        import fast_downward
+
+        for s in self._slots:
+            if s is None:
+                continue
+            s.engine.close()
+            pddl_env = s.engine.unwrapped
+            lib = getattr(pddl_env, "downward_lib", None)
+            if lib is not None:
+                pddl_env.downward_lib = None
+                fast_downward.close_lib(lib)
+        self._slots = [None] * len(self._slots)
+        self._closed = True
+
+    def __enter__(self) -> AlfworldEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,139 @@
+"""The environment protocol shared by every benchmark (paper: "Recorder", appendix C.1).
+
+Each decision step of the agent loop (DESIGN.md "Decision step") reads an
+:class:`Observation` (the pre-action observation ``o_t^-``, the goal ``g`` and the admissible
+commands), sends one action ``u_t`` and receives a :class:`Transition` (the feedback
+``y_t^+``, the task signal ``r_t``, termination). The raw event
+``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)`` is built from exactly these fields, so an
+environment never has to know about the Recorder.
+
+An environment instance holds ``num_slots`` independent game slots; every call names its
+slot, so one worker process can play a whole GRPO group step-synchronously. The episode
+step limit (50 for ALFWorld) is enforced by the agent loop, not here.
+
+Data crossing a Ray actor boundary must be plain: both result types are frozen dataclasses
+of strings, numbers, tuples and JSON-serialisable mappings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+
+def _check_meta(owner: str, meta: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(meta, Mapping):
+        raise ValueError(f"{owner}.meta must be a mapping, got {type(meta).__name__}")
+    meta = dict(meta)
+    try:
+        json.dumps(meta, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{owner}.meta must be JSON-serialisable: {exc}") from None
+    return meta
+
+
+def _check_admissible(owner: str, admissible: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(admissible, str) or not isinstance(admissible, Sequence):
+        raise ValueError(f"{owner}.admissible must be a sequence of strings, got {type(admissible).__name__}")
+    out = tuple(admissible)
+    bad = [a for a in out if not isinstance(a, str)]
+    if bad:
+        raise ValueError(f"{owner}.admissible holds non-string command(s): {bad[:3]!r}")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the agent sees at the start of an episode (``o_1^-`` and the goal ``g``).
+
+    ``text`` is the environment's own opening text (for ALFWorld the intro, which also
+    ends with the task sentence); ``goal`` is the task sentence alone. ``meta`` holds
+    task and environment facts (task type, game id, step count) that go into ``m_t``.
+    """
+
+    text: str
+    goal: str
+    admissible: tuple[str, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not isinstance(self.goal, str):
+            raise ValueError("Observation.text and Observation.goal must be str")
+        object.__setattr__(self, "admissible", _check_admissible("Observation", self.admissible))
+        object.__setattr__(self, "meta", _check_meta("Observation", self.meta))
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """The result of one executed action: feedback ``y_t^+``, reward ``r_t`` and termination.
+
+    ``won`` is the task-success flag; ``done`` is true when the episode ended inside the
+    environment (for ALFWorld, when the goal is reached). ``admissible`` are the commands
+    offered for the next decision. ``meta`` carries per-step facts (step count, and the
+    reference expert action where the environment was asked for it).
+    """
+
+    feedback: str
+    reward: float
+    done: bool
+    won: bool
+    admissible: tuple[str, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.feedback, str):
+            raise ValueError(f"Transition.feedback must be str, got {type(self.feedback).__name__}")
+        if isinstance(self.reward, bool) or not isinstance(self.reward, (int, float)):
+            raise ValueError(f"Transition.reward must be a number, got {self.reward!r}")
+        object.__setattr__(self, "reward", float(self.reward))
+        object.__setattr__(self, "done", bool(self.done))
+        object.__setattr__(self, "won", bool(self.won))
+        object.__setattr__(self, "admissible", _check_admissible("Transition", self.admissible))
+        object.__setattr__(self, "meta", _check_meta("Transition", self.meta))
+
+
+@dataclass(frozen=True, slots=True)
+class GameRef:
+    """A playable game: a stable id, the file the engine loads, its task type and split.
+
+    ``game_id`` is unique within a data root and stable across machines: for ALFWorld it
+    is the game directory relative to the split folder
+    (``"pick_and_place_simple-Mug-None-Desk-308/trial_T00000007_000012"``).
+    """
+
+    game_id: str
+    path: Path
+    task_type: str
+    split: str
+
+    def __post_init__(self) -> None:
+        if not self.game_id or not isinstance(self.game_id, str):
+            raise ValueError("GameRef.game_id must be a non-empty string")
+        object.__setattr__(self, "path", Path(self.path))
+
+    def to_dict(self) -> dict[str, str]:
+        return {"game_id": self.game_id, "path": str(self.path), "task_type": self.task_type, "split": self.split}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GameRef:
+        missing = [k for k in ("game_id", "path", "task_type", "split") if k not in data]
+        if missing:
+            raise ValueError(f"game reference is missing field(s) {', '.join(missing)}")
+        return cls(str(data["game_id"]), Path(data["path"]), str(data["task_type"]), str(data["split"]))
+
+
+@runtime_checkable
+class Env(Protocol):
+    """One environment instance with ``num_slots`` independent game slots."""
+
+    @property
+    def num_slots(self) -> int: ...
+
+    def reset(self, game: GameRef, slot: int = 0) -> Observation: ...
+
+    def step(self, action: str, slot: int = 0) -> Transition: ...
+
+    def close(self) -> None: ...
