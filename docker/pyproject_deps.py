@@ -8,7 +8,8 @@ Two subcommands; each prints one requirement per line, for ``pip -r`` / ``pip -c
                   installed there win. ``--extras-only`` prints just the extras' requirements.
 ``constraints``   ``name==version`` for every installed distribution matching the GPU stack
                   patterns: the torch family, CUDA wheels, vLLM, and the libraries vLLM pins
-                  (transformers, tokenizers).
+                  (transformers, tokenizers). ``--check FILE`` exits 1 if the installed stack no
+                  longer equals an earlier output, naming what changed.
 
 Why a GPU node needs this (checked against the published wheels): every vLLM release pins one
 exact torch and caps transformers, e.g. vLLM 0.32.0 needs torch==2.13.0 and transformers<5.20,
@@ -166,7 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     raise ValueError(f"--check {args.check}: no such file") from None
                 if before != lines:
                     changed = sorted(set(before) ^ set(lines))
-                    print(f"pyproject_deps: the GPU stack changed since {args.check}: {', '.join(changed)}", file=sys.stderr)
+                    print(f"pyproject_deps: the GPU stack changed since {args.check}: {', '.join(changed)}",
+                          file=sys.stderr)
                     return 1
     except (ValueError, RuntimeError) as exc:
         print(f"pyproject_deps: error: {exc}", file=sys.stderr)
