@@ -1,0 +1,284 @@
+"""Evaluation reports (paper appendix B "Common controlled protocol", section "Long-Horizon
+Behavior" and appendix B.5 "View-selection distributions").
+
+From a condition's episode summaries and step rows this module computes:
+
+* success count and denominator with a Wilson 95% interval, and SR per task type;
+* efficiency: prompt tokens per decision (mean, max; text tokens counted with a named
+  tokenizer, plus the visual tokens of the view image), visual tokens, rendered pixels,
+  compose/render and task-policy latency, stored bytes of the event streams, invalid
+  actions;
+* SR and prompt tokens by cumulative trajectory-length threshold L in 5, 10, ..., 50:
+  ``SR(<=L)`` counts episodes won within at most L steps over all episodes (so it rises to
+  the final SR at L = max steps, as in the paper's figure) and ``tokens(<=L)`` is the mean
+  prompt tokens of the decisions taken at steps 1..L;
+* the view-selection marginals: by type, by window/filter pair and by granularity (the
+  paper's Table B.5), plus the joint 144-way marginal ``view_marginal`` that the
+  Frequency-Matched Random condition samples from.
+
+Outputs: ``report.json``, ``report.md`` and PNG plots, for one condition or several side by
+side (``summary.md`` / ``summary.json`` with paired bootstrap differences).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memprism_ray.eval.stats import paired_bootstrap_diff, wilson_interval
+from memprism_ray.view_space import ALL_ACTIONS, FILTERS, GAMMAS, NUM_ACTIONS, TAUS, WINDOWS, ViewAction
+
+THRESHOLDS: tuple[int, ...] = (5, 10, 15, 20, 25, 30, 35, 40, 45, 50)
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return float(np.mean(xs)) if len(xs) else None
+
+
+def _pct(xs: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(xs, q)) if len(xs) else None
+
+
+def view_marginals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Marginal view-selection distributions over the decisions that showed a view."""
+    idx = [int(r["view_index"]) for r in rows if int(r.get("view_index", -1)) >= 0]
+    joint = np.zeros(NUM_ACTIONS)
+    for i in idx:
+        joint[i] += 1
+    n = len(idx)
+    actions = [ALL_ACTIONS[i] for i in idx]
+    by_tau = Counter(a.tau for a in actions)
+    by_wf = Counter(f"{a.window} / {a.filter}" for a in actions)
+    by_gamma = Counter(a.gamma for a in actions)
+
+    def pct(counter: Counter[str], keys: Sequence[str]) -> dict[str, float]:
+        return {k: (100.0 * counter[k] / n if n else 0.0) for k in keys}
+
+    return {
+        "decisions_with_view": n,
+        "tau": pct(by_tau, TAUS),
+        "window_filter": pct(by_wf, [f"{w} / {f}" for w in WINDOWS for f in FILTERS]),
+        "gamma": pct(by_gamma, GAMMAS),
+        "view_marginal": (joint / n).tolist() if n else [0.0] * NUM_ACTIONS,
+    }
+
+
+def condition_report(
+    condition: str,
+    episodes: Sequence[dict[str, Any]],
+    rows: Sequence[dict[str, Any]],
+    *,
+    tokenizer: str,
+    stored_bytes: int | None = None,
+    max_steps: int = 50,
+) -> dict[str, Any]:
+    """Everything appendix B asks of one condition's run (see the module docstring)."""
+    done = [e for e in episodes if e["status"] != "failed"]
+    failed = [e for e in episodes if e["status"] == "failed"]
+    n = len(done)
+    wins = sum(1 for e in done if e["won"])
+    low, high = wilson_interval(wins, n) if n else (0.0, 0.0)
+    per_type: dict[str, dict[str, Any]] = {}
+    by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in done:
+        by_type[e["task_type"]].append(e)
+    for t in sorted(by_type):
+        k = sum(1 for e in by_type[t] if e["won"])
+        lo, hi = wilson_interval(k, len(by_type[t]))
+        per_type[t] = {"successes": k, "n": len(by_type[t]), "sr": k / len(by_type[t]), "wilson95": [lo, hi]}
+
+    prompt = [float(r["prompt_tokens"]) for r in rows]
+    visual = [float(r["visual_tokens"]) for r in rows]
+    shown = [r for r in rows if r.get("view_medium") == "optical"]
+    render = [float(r["compose_ms"]) + float(r["render_ms"]) for r in rows if r.get("view_index", -1) >= 0]
+    render_fresh = [
+        float(r["compose_ms"]) + float(r["render_ms"])
+        for r in rows
+        if r.get("view_index", -1) >= 0 and not r.get("view_cached")
+    ]
+    policy = [float(r["policy_latency_ms"]) for r in rows]
+    invalid = sum(1 for r in rows if not r["valid"])
+
+    thresholds = [L for L in THRESHOLDS if max_steps >= L] or [max_steps]
+    by_len = []
+    for L in thresholds:
+        won_by = sum(1 for e in done if e["won"] and e["steps"] <= L)
+        tok = [float(r["prompt_tokens"]) for r in rows if int(r["step"]) < L]
+        by_len.append({"threshold": L, "sr": (won_by / n if n else 0.0), "prompt_tokens_mean": _mean(tok)})
+
+    return {
+        "condition": condition,
+        "successes": wins,
+        "n": n,
+        "sr": (wins / n if n else 0.0),
+        "wilson95": [low, high],
+        "failed_episodes": len(failed),
+        "per_task_type": per_type,
+        "efficiency": {
+            "tokenizer": tokenizer,
+            "decisions": len(rows),
+            "prompt_tokens_mean": _mean(prompt),
+            "prompt_tokens_max": max(prompt) if prompt else None,
+            "visual_tokens_mean": _mean(visual),
+            "pixels_mean": _mean([float(r["pixels"]) for r in shown]),
+            "compose_render_ms_mean": _mean(render),
+            "compose_render_ms_p50_uncached": _pct(render_fresh, 50),
+            "policy_ms_mean": _mean(policy),
+            "stored_bytes": stored_bytes,
+            "invalid_actions": invalid,
+            "invalid_action_rate": (invalid / len(rows) if rows else 0.0),
+            "mean_steps": _mean([float(e["steps"]) for e in done]),
+        },
+        "by_length": by_len,
+        "view_selection": view_marginals(rows),
+    }
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def condition_markdown(rep: dict[str, Any]) -> str:
+    e = rep["efficiency"]
+    lines = [
+        f"# Evaluation: {rep['condition']}",
+        "",
+        f"Success: **{rep['successes']} / {rep['n']}** = {100 * rep['sr']:.2f}% "
+        f"(Wilson 95% [{100 * rep['wilson95'][0]:.1f}, {100 * rep['wilson95'][1]:.1f}]); "
+        f"failed (infrastructure) episodes: {rep['failed_episodes']}",
+        "",
+        "| task type | successes | n | SR % |",
+        "|---|---:|---:|---:|",
+    ]
+    for t, v in rep["per_task_type"].items():
+        lines.append(f"| {t} | {v['successes']} | {v['n']} | {100 * v['sr']:.1f} |")
+    lines += [
+        "",
+        f"Efficiency (prompt text tokens counted with {e['tokenizer']}):",
+        "",
+        "| metric | value |",
+        "|---|---:|",
+        f"| decisions | {e['decisions']} |",
+        f"| prompt tokens mean / max | {_fmt(e['prompt_tokens_mean'])} / {_fmt(e['prompt_tokens_max'], 0)} |",
+        f"| visual tokens mean | {_fmt(e['visual_tokens_mean'])} |",
+        f"| rendered pixels mean | {_fmt(e['pixels_mean'], 0)} |",
+        f"| compose+render ms mean (p50 uncached) | {_fmt(e['compose_render_ms_mean'], 2)} "
+        f"({_fmt(e['compose_render_ms_p50_uncached'], 2)}) |",
+        f"| task-policy ms mean | {_fmt(e['policy_ms_mean'], 2)} |",
+        f"| stored event-stream bytes | {e['stored_bytes'] if e['stored_bytes'] is not None else '-'} |",
+        f"| invalid actions | {e['invalid_actions']} ({100 * e['invalid_action_rate']:.2f}%) |",
+        f"| mean episode length | {_fmt(e['mean_steps'])} |",
+        "",
+        "SR and prompt tokens by cumulative trajectory-length threshold:",
+        "",
+        "| steps <= | SR % | prompt tokens |",
+        "|---:|---:|---:|",
+    ]
+    for b in rep["by_length"]:
+        lines.append(f"| {b['threshold']} | {100 * b['sr']:.1f} | {_fmt(b['prompt_tokens_mean'])} |")
+    vs = rep["view_selection"]
+    if vs["decisions_with_view"]:
+        lines += [
+            "",
+            f"View selection over {vs['decisions_with_view']} decisions (%):",
+            "",
+            "| choice | % |",
+            "|---|---:|",
+        ]
+        for group in ("tau", "window_filter", "gamma"):
+            for k, v in vs[group].items():
+                lines.append(f"| {k} | {v:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_condition(rep: dict[str, Any], out_dir: Path) -> list[Path]:
+    """SR and prompt tokens vs length threshold; view marginals. Returns the PNG paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    xs = [b["threshold"] for b in rep["by_length"]]
+    ax.plot(xs, [100 * b["sr"] for b in rep["by_length"]], "o-", label="SR %")
+    ax.set_xlabel("trajectory length threshold (steps <=)")
+    ax.set_ylabel("SR %")
+    ax2 = ax.twinx()
+    ax2.plot(xs, [b["prompt_tokens_mean"] or 0 for b in rep["by_length"]], "^--", color="tab:orange")
+    ax2.set_ylabel("prompt tokens")
+    ax.set_title(rep["condition"])
+    fig.tight_layout()
+    p = out_dir / "sr_tokens_by_length.png"
+    fig.savefig(p, dpi=100)
+    plt.close(fig)
+    paths.append(p)
+    vs = rep["view_selection"]
+    if vs["decisions_with_view"]:
+        fig, axes = plt.subplots(1, 3, figsize=(11, 3.5), gridspec_kw={"width_ratios": [4, 12, 3]})
+        for ax, group in zip(axes, ("tau", "window_filter", "gamma")):
+            keys = list(vs[group])
+            ax.bar(range(len(keys)), [vs[group][k] for k in keys])
+            ax.set_xticks(range(len(keys)), keys, rotation=70, fontsize=7)
+            ax.set_title(group)
+        fig.tight_layout()
+        p = out_dir / "view_marginals.png"
+        fig.savefig(p, dpi=100)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def paired_comparison(a: dict[str, bool], b: dict[str, bool], *, n_boot: int = 10000, seed: int = 0) -> dict[str, Any]:
+    """Paired bootstrap of SR(b) - SR(a) on the common episode ids."""
+    # paired_bootstrap_diff(x, y) estimates SR(x) - SR(y).
+    diff, low, high, n_common = paired_bootstrap_diff(
+        {k: int(v) for k, v in b.items()}, {k: int(v) for k, v in a.items()}, n_boot=n_boot, seed=seed
+    )
+    return {"diff": diff, "ci95": [low, high], "n_common": n_common}
+
+
+def summary_markdown(reports: Sequence[dict[str, Any]], comparisons: dict[str, dict[str, Any]], base: str) -> str:
+    lines = [
+        "# Conditions side by side",
+        "",
+        "| condition | successes / n | SR % | Wilson 95% | prompt tokens mean | visual tokens mean | mean steps |"
+        f" diff vs {base} (paired 95% CI) |",
+        "|---|---:|---:|---|---:|---:|---:|---|",
+    ]
+    for r in reports:
+        e = r["efficiency"]
+        c = comparisons.get(r["condition"])
+        cmp = (
+            f"{100 * c['diff']:+.1f} [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
+            if c and r["condition"] != base
+            else "-"
+        )
+        lines.append(
+            f"| {r['condition']} | {r['successes']} / {r['n']} | {100 * r['sr']:.1f} | "
+            f"[{100 * r['wilson95'][0]:.1f}, {100 * r['wilson95'][1]:.1f}] | {_fmt(e['prompt_tokens_mean'])} | "
+            f"{_fmt(e['visual_tokens_mean'])} | {_fmt(e['mean_steps'])} | {cmp} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default))
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, ViewAction):
+        return o.to_dict()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
