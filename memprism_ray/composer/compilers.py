@@ -1,0 +1,306 @@
+"""The four relation compilers ``C_{tau,gamma}`` (paper "Composer: Relational View
+Construction", appendix C.3, and the view teacher's "View-specific gamma behavior").
+
+Granularity rules implemented here (``selection`` is the merged, time-ordered ``E^_t``):
+
+TemporalTrace
+    fine: every selected event. medium: every state_update and exception event; each run
+    of >= 2 consecutive no_observed_change events becomes one representative
+    :class:`TraceRun` (first, latest, count). coarse: the selection is cut into maximal
+    runs of equal outcome; a no_observed_change run is one :class:`TraceRun`; in other runs
+    the first event (the very first event or an outcome transition), the latest event of
+    the view, each exception with an action not yet failed in that run and each
+    goal-matching state_update are kept, and every stretch of >= 2 other events becomes one
+    :class:`TraceGap` with its count (repeated-run counts).
+ActionEffect
+    groups by (action type, entity) with attempt count and outcome histogram. coarse
+    shows the first and latest attempt and the first state_update and first exception
+    attempt; medium adds every outcome-transition attempt and the 2 most recent attempts;
+    fine shows every attempt.
+EntityState
+    accepted new values grouped by entity and state key into ordered chains (never an
+    inferred old value). fine: every update with source step and action type (unchanged
+    repeats included, flagged); medium: every distinct value change (consecutive repeats
+    collapsed); coarse: initial -> latest plus the key intermediate values, defined as the
+    (at most 2 most recent) intermediate values that match the goal; the number of skipped
+    changes is kept in ``elided``.
+DependencyChain
+    anchor = latest event, then the immediately previous event, then selected events that
+    share an entity or a delta-key prefix (``recorder.split_key`` entity part; the agent
+    itself does not link, it is updated by almost every step) with the anchor, most
+    recent first, then the nearest earlier context; at most 6 / 8 / 10 chain events
+    (anchor included) for coarse / medium / fine.
+
+By construction the displayed entries are nested (coarse within medium within fine) for
+ActionEffect, EntityState and DependencyChain, and TemporalTrace entry counts are monotone.
+Every compiler is a single pass over the selection (O(N)).
+"""
+
+from __future__ import annotations
+
+from memprism_ray.composer.select import SelectedEvent, Selection
+from memprism_ray.composer.structures import (
+    ActionEffect,
+    ChainLink,
+    DependencyChain,
+    EffectGroup,
+    EntityRow,
+    EntityState,
+    LinkKind,
+    StateChain,
+    StateValue,
+    TemporalTrace,
+    TraceEntry,
+    TraceGap,
+    TraceRun,
+    ViewBody,
+    histogram,
+)
+from memprism_ray.composer.terms import text_terms
+from memprism_ray.recorder.events import Outcome
+
+DEPENDENCY_CAPS: dict[str, int] = {"coarse": 6, "medium": 8, "fine": 10}
+#: Most recent attempts a medium ActionEffect group always shows.
+MEDIUM_RECENT_ATTEMPTS = 2
+#: Goal-matching intermediate values a coarse EntityState chain keeps.
+COARSE_KEY_INTERMEDIATES = 2
+
+_EXC = Outcome.EXCEPTION
+_UPD = Outcome.STATE_UPDATE
+_NOC = Outcome.NO_OBSERVED_CHANGE
+
+
+def _check_gamma(gamma: str) -> None:
+    if gamma not in DEPENDENCY_CAPS:
+        raise ValueError(f"unknown gamma {gamma!r}; valid gamma names: coarse, medium, fine")
+
+
+# --- TemporalTrace -------------------------------------------------------------------
+def _run(items: tuple[SelectedEvent, ...], i: int, j: int) -> TraceRun:
+    return TraceRun(
+        first=items[i],
+        last=items[j - 1],
+        count=j - i,
+        outcome=items[i].event.outcome,
+        goal_match=any(items[k].goal_match for k in range(i, j)),
+    )
+
+
+def compile_temporal(selection: Selection, gamma: str) -> TemporalTrace:
+    _check_gamma(gamma)
+    items = selection.items
+    if gamma == "fine":
+        return TemporalTrace(items)
+    out: list[TraceEntry] = []
+    n = len(items)
+    i = 0
+    while i < n:
+        outcome = items[i].event.outcome
+        j = i + 1
+        if gamma == "medium" and outcome is not _NOC:
+            out.append(items[i])
+            i = j
+            continue
+        while j < n and items[j].event.outcome is outcome:
+            j += 1
+        if j - i == 1:
+            out.append(items[i])
+        elif outcome is _NOC:
+            out.append(_run(items, i, j))
+        else:
+            out.extend(_coarse_run(items, i, j, is_last=j == n))
+        i = j
+    return TemporalTrace(tuple(out))
+
+
+def _coarse_run(items: tuple[SelectedEvent, ...], i: int, j: int, *, is_last: bool) -> list[TraceEntry]:
+    keep = [False] * (j - i)
+    keep[0] = True
+    if is_last:
+        keep[-1] = True
+    failed: set[str] = set()
+    for k in range(i, j):
+        it = items[k]
+        if it.event.outcome is _EXC:
+            if it.event.action not in failed:
+                failed.add(it.event.action)
+                keep[k - i] = True
+        elif it.goal_match:
+            keep[k - i] = True
+    out: list[TraceEntry] = []
+    k = i
+    while k < j:
+        if keep[k - i]:
+            out.append(items[k])
+            k += 1
+            continue
+        m = k
+        while m < j and not keep[m - i]:
+            m += 1
+        if m - k == 1:  # a one-event gap would hide the event without saving an entry
+            out.append(items[k])
+        else:
+            collapsed = items[k:m]
+            out.append(TraceGap(collapsed[0].event.t, collapsed[-1].event.t, m - k, histogram(collapsed)))
+        k = m
+    return out
+
+
+# --- ActionEffect --------------------------------------------------------------------
+def _shown_attempts(its: list[SelectedEvent], gamma: str) -> list[int]:
+    n = len(its)
+    if gamma == "fine":
+        return list(range(n))
+    keep = {0, n - 1}
+    first_upd = next((k for k, it in enumerate(its) if it.event.outcome is _UPD), None)
+    first_exc = next((k for k, it in enumerate(its) if it.event.outcome is _EXC), None)
+    keep.update(k for k in (first_upd, first_exc) if k is not None)
+    if gamma == "medium":
+        keep.update(k for k in range(1, n) if its[k].event.outcome is not its[k - 1].event.outcome)
+        keep.update(range(max(0, n - MEDIUM_RECENT_ATTEMPTS), n))
+    return sorted(keep)
+
+
+def compile_effect(selection: Selection, gamma: str) -> ActionEffect:
+    _check_gamma(gamma)
+    groups: dict[tuple[str, str], list[SelectedEvent]] = {}
+    for it in selection.items:
+        ev = it.event
+        key = (ev.act, ev.entity)
+        bucket = groups.get(key)
+        if bucket is None:
+            groups[key] = [it]
+        else:
+            bucket.append(it)
+    out = []
+    for (act, entity), its in groups.items():
+        shown = _shown_attempts(its, gamma)
+        out.append(
+            EffectGroup(
+                act=act,
+                entity=entity,
+                count=len(its),
+                histogram=histogram(its),
+                attempts=tuple(its[k] for k in shown),
+                numbers=tuple(k + 1 for k in shown),
+                first_t=its[0].event.t,
+                latest_t=its[-1].event.t,
+                goal_match=any(it.goal_match for it in its),
+            )
+        )
+    out.sort(key=lambda g: g.latest_t)
+    return ActionEffect(tuple(out))
+
+
+# --- EntityState ---------------------------------------------------------------------
+def compile_state(selection: Selection, gamma: str) -> EntityState:
+    _check_gamma(gamma)
+    goal = frozenset(selection.goal_terms)
+    # entity -> key -> [(value, t, act, changed)]; dicts keep first-appearance order.
+    # entity -> key -> [StateValue]; dicts keep first-appearance order.
+    table: dict[str, dict[str, list[StateValue]]] = {}
+    attrs: dict[str, str] = {}
+    first_t: dict[str, int] = {}
+    latest_t: dict[str, int] = {}
+    use_goal = bool(goal)
+    for it in selection.items:
+        ev = it.event
+        if not ev.deltas:
+            continue
+        memo = ev.memo
+        for k, d in enumerate(ev.deltas):
+            gm = use_goal and not goal.isdisjoint(d.value_terms)
+            memo_key = ("state_value", k, gm)
+            sv = memo.get(memo_key)
+            if sv is None:
+                sv = memo[memo_key] = StateValue(d.value, ev.t, ev.act, d.changed, gm)
+            keys = table.get(d.entity)
+            if keys is None:
+                keys = table[d.entity] = {}
+                first_t[d.entity] = ev.t
+            chain = keys.get(d.key)
+            if chain is None:
+                chain = keys[d.key] = []
+                attrs[d.key] = d.attribute
+            chain.append(sv)
+            latest_t[d.entity] = ev.t
+    rows = []
+    for entity, keys in table.items():
+        chains = []
+        for key, updates in keys.items():
+            chains.append(_chain(key, attrs[key], updates, gamma))
+        rows.append(
+            EntityRow(
+                entity=entity,
+                chains=tuple(chains),
+                first_t=first_t[entity],
+                latest_t=latest_t[entity],
+                goal_match=bool(goal) and not goal.isdisjoint(text_terms(entity)),
+            )
+        )
+    rows.sort(key=lambda r: r.latest_t)
+    return EntityState(tuple(rows))
+
+
+def _chain(key: str, attribute: str, updates: list[StateValue], gamma: str) -> StateChain:
+    if gamma == "fine":
+        return StateChain(key, attribute, tuple(updates), len(updates), 0)
+    distinct = [updates[0]]
+    for u in updates[1:]:
+        if u.value != distinct[-1].value:
+            distinct.append(u)
+    if gamma == "medium" or len(distinct) <= 2:
+        return StateChain(key, attribute, tuple(distinct), len(updates), 0)
+    middle = [k for k in range(1, len(distinct) - 1) if distinct[k].goal_match]
+    keep = [0, *middle[-COARSE_KEY_INTERMEDIATES:], len(distinct) - 1]
+    return StateChain(key, attribute, tuple(distinct[k] for k in keep), len(updates), len(distinct) - len(keep))
+
+
+# --- DependencyChain -----------------------------------------------------------------
+def compile_dependency(selection: Selection, gamma: str) -> DependencyChain:
+    _check_gamma(gamma)
+    cap = DEPENDENCY_CAPS[gamma]
+    items = selection.items
+    if not selection.recent_ts or not items:
+        return DependencyChain((), cap, 0)
+    anchor = items[-1]
+    if anchor.event.t != selection.recent_ts[-1]:
+        raise ValueError(
+            f"DependencyChain needs the latest event t={selection.recent_ts[-1]} in the selection "
+            f"(RecentContext); this selection was made for {selection.action.tau}"
+        )
+    links = [ChainLink(anchor, LinkKind.ANCHOR)]
+    rest = items[:-1]
+    if len(selection.recent_ts) == 2 and rest and rest[-1].event.t == selection.recent_ts[0]:
+        links.append(ChainLink(rest[-1], LinkKind.PREVIOUS))
+        rest = rest[:-1]
+    anchor_entities = anchor.event.link_entities
+    linked: list[ChainLink] = []
+    context: list[ChainLink] = []
+    room = cap - len(links)
+    for it in reversed(rest):
+        if len(linked) >= room:
+            break
+        shared = it.event.link_entities & anchor_entities
+        if shared:
+            kind = LinkKind.SAME_ENTITY if it.event.entity == anchor.event.entity else LinkKind.SHARED_KEY
+            linked.append(ChainLink(it, kind, tuple(sorted(shared))))
+        elif len(context) < room:
+            context.append(ChainLink(it, LinkKind.CONTEXT))
+    links.extend(linked)
+    links.extend(context[: max(0, room - len(linked))])
+    return DependencyChain(tuple(links[:cap]), cap, len(rest))
+
+
+COMPILERS = {
+    "TemporalTrace": compile_temporal,
+    "ActionEffect": compile_effect,
+    "EntityState": compile_state,
+    "DependencyChain": compile_dependency,
+}
+
+
+def compile_view(selection: Selection, gamma: str | None = None) -> ViewBody:
+    """``C_{tau,gamma}(E^_t)`` for the selection's view action (``gamma`` overrides it)."""
+    tau = selection.action.tau
+    return COMPILERS[tau](selection, gamma or selection.action.gamma)

@@ -1,0 +1,108 @@
+"""What the Composer reads off one recorded step (paper "Composer", appendix C.1 and C.3).
+
+An :class:`EventView` is an immutable, display-ready reading of one
+:class:`~memprism_ray.recorder.StreamRecord`: the structured event, the executed action as
+text, each accepted delta with its entity/attribute split (``recorder.split_key``) and
+whether it changed the tracked state, the event's normalised terms (for goal matching)
+and its link entities (for DependencyChain).
+
+Views are recompiled at every decision from the same, append-only records, so the reading
+of each record is cached. The cache is keyed by object identity and checked with ``is``,
+so a stale entry can never be returned; it only holds records it has seen (bounded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from memprism_ray.composer.terms import text_terms
+from memprism_ray.recorder.events import AGENT_ENTITY, Outcome, split_key
+from memprism_ray.recorder.stream import StreamRecord
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaView:
+    """One accepted ``(key, new_value)`` with its split key and change flag."""
+
+    key: str
+    entity: str
+    attribute: str
+    value: str
+    changed: bool
+    value_terms: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class EventView:
+    """A recorded step as every compiler sees it (read-only)."""
+
+    t: int
+    entity: str
+    act: str
+    action: str
+    outcome: Outcome
+    deltas: tuple[DeltaView, ...]
+    terms: frozenset[str]
+    link_entities: frozenset[str]
+    # Derived objects the compilers build from this event (e.g. its SelectedEvent for a
+    # given reason), memoised because views are recompiled from the same events at every
+    # decision and frozen-dataclass construction dominates compose time otherwise.
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @property
+    def changed_deltas(self) -> tuple[DeltaView, ...]:
+        """Deltas that changed the tracked state (what medium/coarse views display)."""
+        return tuple(d for d in self.deltas if d.changed)
+
+
+def _build(record: StreamRecord) -> EventView:
+    ev = record.event
+    changed = record.changed if len(record.changed) == len(ev.delta) else (True,) * len(ev.delta)
+    deltas = []
+    term_texts = [ev.entity, record.raw.action_text]
+    links = set()
+    if ev.entity and ev.entity != AGENT_ENTITY:
+        links.add(ev.entity)
+    for d, flag in zip(ev.delta, changed):
+        entity, attribute = split_key(d.key)
+        deltas.append(DeltaView(d.key, entity, attribute, d.new_value, bool(flag), text_terms(d.new_value)))
+        term_texts.append(d.key)
+        term_texts.append(d.new_value)
+        # The agent is updated by almost every step; linking through it would link everything.
+        if entity and entity != AGENT_ENTITY:
+            links.add(entity)
+    action = " ".join(record.raw.action_text.split())
+    return EventView(
+        t=ev.t,
+        entity=ev.entity,
+        act=ev.act,
+        action=action,
+        outcome=ev.outcome,
+        deltas=tuple(deltas),
+        terms=text_terms(" | ".join(term_texts)),
+        link_entities=frozenset(links),
+    )
+
+
+_CACHE: dict[int, tuple[StreamRecord, EventView]] = {}
+_CACHE_MAX = 50_000
+
+
+def event_view(record: StreamRecord) -> EventView:
+    """The cached :class:`EventView` of ``record``."""
+    hit = _CACHE.get(id(record))
+    if hit is not None and hit[0] is record:
+        return hit[1]
+    if not isinstance(record, StreamRecord):
+        raise ValueError(f"the Composer reads StreamRecords (an EventStream's items), got {type(record).__name__}")
+    view = _build(record)
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[id(record)] = (record, view)
+    return view
+
+
+def clear_cache() -> None:
+    """Forget every cached reading (used by benchmarks to time a cold compose)."""
+    _CACHE.clear()

@@ -1,0 +1,191 @@
+"""Event selection ``Select(E_<t, w, c, g)`` (paper "Composer: Relational View Construction",
+eq. event-select, and appendix C.3)::
+
+    E^_t = Merge( sigma_{w,c}(E_<t), TaskRelevant(E_<t, g), RecentContext(E_<t, tau) )
+
+* ``sigma_{w,c}`` (**scope**): the most recent 6 / 10 / all events (``view_space.WINDOW_SIZES``),
+  then the outcome filter (``all`` keeps every outcome).
+* ``TaskRelevant`` (**goal_restore**): events outside the scope whose normalised terms
+  (``composer.terms``) match a goal term are restored. *Where* they are restored from is
+  :attr:`ComposerConfig.goal_restore`: ``"window"`` (default) restores, inside the chosen
+  time window, the events the outcome filter removed; ``"history"`` restores matching
+  events from the whole stream (the literal reading of the C.3 equation); ``"off"``
+  disables restoration (an ablation). The default follows the method text ("restores
+  task-related events that may be removed by a strict filter") and the view teacher's
+  contract that ``recent_short`` covers the last 6 steps; under ``"history"`` a short
+  window would show goal evidence from any time and the window factor would lose its
+  meaning for exactly the evidence the policy needs.
+* ``RecentContext`` (**recent_context**): for DependencyChain the latest event (the
+  anchor) and the immediately previous event always come from the full unfiltered stream;
+  window and filter only decide the extra candidates.
+
+Merge keeps time order and never duplicates an event. Each selected event records *why*
+it is in (the first of scope, goal_restore, recent_context that holds) and whether it
+matches the goal, so Render can highlight goal-relevant evidence. The stream is only read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from memprism_ray.composer.records import EventView, event_view
+from memprism_ray.composer.terms import goal_terms
+from memprism_ray.recorder.events import Outcome
+from memprism_ray.recorder.stream import EventStream, StreamRecord
+from memprism_ray.view_space import WINDOW_SIZES, ViewAction
+
+GOAL_RESTORE_MODES: tuple[str, ...] = ("window", "history", "off")
+
+
+@dataclass(frozen=True)
+class ComposerConfig:
+    """Settings of the Composer (the paper fixes everything else)."""
+
+    goal_restore: str = field(
+        default="window",
+        metadata={"help": "where goal-matching events are restored from: window | history | off"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.goal_restore not in GOAL_RESTORE_MODES:
+            raise ValueError(
+                f"ComposerConfig.goal_restore must be one of {', '.join(GOAL_RESTORE_MODES)}, got {self.goal_restore!r}"
+            )
+
+
+class Reason(str, Enum):
+    """Why an event is in the selection (the Merge term that put it there)."""
+
+    SCOPE = "scope"
+    GOAL_RESTORE = "goal_restore"
+    RECENT_CONTEXT = "recent_context"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class SelectedEvent:
+    """One selected event, why it is selected, and whether it matches the goal."""
+
+    event: EventView
+    reason: Reason
+    goal_match: bool
+
+    @property
+    def t(self) -> int:
+        return self.event.t
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """``E^_t``: the merged selection in time order, with its bookkeeping.
+
+    ``n_scope`` counts the events of ``sigma_{w,c}``; ``recent_ts`` holds the ``t`` of the
+    stream's last two events (the DependencyChain anchor and its previous event)."""
+
+    action: ViewAction
+    goal: str
+    goal_terms: tuple[str, ...]
+    items: tuple[SelectedEvent, ...]
+    n_stream: int
+    n_scope: int
+    recent_ts: tuple[int, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def ts(self) -> tuple[int, ...]:
+        return tuple(it.event.t for it in self.items)
+
+    def count(self, reason: Reason) -> int:
+        return sum(1 for it in self.items if it.reason is reason)
+
+
+DEFAULT_CONFIG = ComposerConfig()
+
+
+def as_records(stream_or_records: Any) -> Sequence[StreamRecord]:
+    """Accept an :class:`EventStream` or a sequence of its :class:`StreamRecord` items."""
+    if isinstance(stream_or_records, EventStream):
+        return stream_or_records
+    if isinstance(stream_or_records, (list, tuple)):
+        for i, rec in enumerate(stream_or_records):
+            if not isinstance(rec, StreamRecord):
+                raise ValueError(f"record {i} is a {type(rec).__name__}, not a StreamRecord")
+        for i in range(1, len(stream_or_records)):
+            if stream_or_records[i].event.t <= stream_or_records[i - 1].event.t:
+                raise ValueError(f"records are not in time order at position {i}")
+        return stream_or_records
+    raise ValueError(
+        f"select expects an EventStream or a sequence of StreamRecords, got {type(stream_or_records).__name__}"
+    )
+
+
+def as_action(action: ViewAction | str) -> ViewAction:
+    if isinstance(action, ViewAction):
+        return action
+    if isinstance(action, str):
+        return ViewAction.parse(action)
+    raise ValueError(f"view action must be a ViewAction or 'tau/window/filter/gamma', got {type(action).__name__}")
+
+
+def select(
+    stream_or_records: EventStream | Sequence[StreamRecord],
+    action: ViewAction | str,
+    goal: str,
+    config: ComposerConfig | None = None,
+) -> Selection:
+    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (C.3).
+
+    Work is proportional to the events that can be selected: the window for recent
+    windows (goal restore ``"window"``), the whole stream otherwise.
+    """
+    cfg = config or DEFAULT_CONFIG
+    act = as_action(action)
+    if not isinstance(goal, str):
+        raise ValueError(f"goal must be a string, got {type(goal).__name__}")
+    records = as_records(stream_or_records)
+    n = len(records)
+    size = WINDOW_SIZES[act.window]
+    start = 0 if size is None else max(0, n - size)
+    want = None if act.filter == "all" else Outcome(act.filter)
+    terms = goal_terms(goal)
+    restore = bool(terms) and cfg.goal_restore != "off"
+    restore_from = 0 if cfg.goal_restore == "history" else start
+    context_from = max(0, n - 2) if act.tau == "DependencyChain" else n
+    lo = min(start, restore_from if restore else n, context_from)
+
+    items: list[SelectedEvent] = []
+    n_scope = 0
+    rows = records.records if isinstance(records, EventStream) else records
+    for i in range(lo, n):
+        ev = event_view(rows[i])
+        gm = bool(terms) and not terms.isdisjoint(ev.terms)
+        if i >= start and (want is None or ev.outcome is want):
+            reason = Reason.SCOPE
+            n_scope += 1
+        elif gm and restore and i >= restore_from:
+            reason = Reason.GOAL_RESTORE
+        elif i >= context_from:
+            reason = Reason.RECENT_CONTEXT
+        else:
+            continue
+        memo_key = (reason, gm)
+        item = ev.memo.get(memo_key)
+        if item is None:
+            item = ev.memo[memo_key] = SelectedEvent(ev, reason, gm)
+        items.append(item)
+    return Selection(
+        action=act,
+        goal=goal,
+        goal_terms=tuple(sorted(terms)),
+        items=tuple(items),
+        n_stream=n,
+        n_scope=n_scope,
+        recent_ts=tuple(records[i].event.t for i in range(max(0, n - 2), n)),
+    )

@@ -1,0 +1,30 @@
+"""Render: optical working memory (paper "Render: Optical Working Memory", appendix C.3).
+
+``render_image`` / ``render_png`` draw a compiled view with the fixed visual grammar;
+``render_text`` prints the same entries as text; ``visual_tokens`` counts what an image
+costs a VLM. Importing this package loads no font: atlases are built on first use.
+"""
+
+from memprism_ray.render.config import PATCH, RenderColors, RenderConfig
+from memprism_ray.render.layout import Page, layout
+from memprism_ray.render.optical import Rendered, encode_png, render, render_image, render_png
+from memprism_ray.render.text import render_text
+from memprism_ray.render.visual_tokens import minicpmv26_tokens, qwen3vl_tokens, qwen25vl_tokens, smart_resize
+
+__all__ = [
+    "PATCH",
+    "Page",
+    "RenderColors",
+    "RenderConfig",
+    "Rendered",
+    "encode_png",
+    "layout",
+    "minicpmv26_tokens",
+    "qwen3vl_tokens",
+    "qwen25vl_tokens",
+    "render",
+    "render_image",
+    "render_png",
+    "render_text",
+    "smart_resize",
+]

@@ -1,0 +1,130 @@
+"""Monospace glyph atlas for the optical renderer (paper "Render": a fixed, deterministic
+visual grammar).
+
+Text is drawn from an atlas of DejaVu Sans Mono glyphs (shipped in matplotlib's
+``mpl-data/fonts/ttf``, loaded with ``ImageFont.Layout.BASIC`` so no host shaping library is
+involved). Each glyph is rasterised once into a fixed ``cell_w x cell_h`` cell and stored
+as 8 coverage levels (0..7); a text span becomes a strip assembled with numpy fancy
+indexing, and strips are cached by text. Pixels therefore depend only on the pinned
+Pillow/FreeType and the font file, never on the order things were drawn in.
+Characters the font lacks are drawn as ``?``; control characters as spaces.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+LEVELS = 8  # coverage levels per glyph pixel (palette images hold 32 styles x 8 levels)
+_STRIP_CACHE_BYTES = 32 * 1024 * 1024
+
+
+def font_path(bold: bool = False) -> Path:
+    """DejaVu Sans Mono (regular or bold) from matplotlib's bundled fonts."""
+    import matplotlib
+
+    name = "DejaVuSansMono-Bold.ttf" if bold else "DejaVuSansMono.ttf"
+    path = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / name
+    if not path.is_file():
+        raise FileNotFoundError(f"font {path} not found: matplotlib's mpl-data fonts are required")
+    return path
+
+
+@lru_cache(maxsize=2)
+def _charmap(bold: bool) -> frozenset[int]:
+    from matplotlib.ft2font import FT2Font
+
+    return frozenset(FT2Font(str(font_path(bold))).get_charmap())
+
+
+class GlyphAtlas:
+    """Glyph cells of one font file at one pixel size; grows on demand, thread-safe."""
+
+    def __init__(self, size: int, bold: bool, cell: tuple[int, int] | None = None) -> None:
+        from PIL import ImageFont
+
+        self.size = size
+        self.bold = bold
+        self.font = ImageFont.truetype(str(font_path(bold)), size, layout_engine=ImageFont.Layout.BASIC)
+        ascent, descent = self.font.getmetrics()
+        if cell is None:
+            advance = round(self.font.getlength("M"))
+            ink_right = max(self.font.getbbox(chr(c))[2] for c in range(33, 127))
+            cell = (max(advance, ink_right), ascent + descent)
+        self.cell_w, self.cell_h = cell
+        self._cmap = _charmap(bold)
+        self._lock = threading.Lock()
+        self._index: dict[str, int] = {}
+        self._glyphs: list[np.ndarray] = []
+        self._atlas = np.zeros((0, self.cell_h, self.cell_w), np.uint8)
+        self._ascii = np.zeros(128, np.intp)
+        self._strips: dict[str, np.ndarray] = {}
+        self._strip_bytes = 0
+        with self._lock:
+            for code in range(128):
+                ch = chr(code) if 32 <= code < 127 else " "
+                self._ascii[code] = self._add(ch)
+
+    def _raster(self, ch: str) -> np.ndarray:
+        from PIL import Image, ImageDraw
+
+        img = Image.new("L", (self.cell_w, self.cell_h), 0)
+        ImageDraw.Draw(img).text((0, 0), ch, font=self.font, fill=255)
+        cover = np.asarray(img, dtype=np.uint16)
+        return ((cover * (LEVELS - 1) + 127) // 255).astype(np.uint8)
+
+    def _add(self, ch: str) -> int:
+        # Callers hold the lock. The index is published only after the atlas holds the
+        # glyph, so a concurrent reader never sees an index past the atlas it reads.
+        idx = self._index.get(ch)
+        if idx is None:
+            idx = len(self._glyphs)
+            self._glyphs.append(self._raster(ch))
+            self._atlas = np.stack(self._glyphs)
+            self._index[ch] = idx
+        return idx
+
+    def _lookup(self, ch: str) -> int:
+        idx = self._index.get(ch)
+        if idx is not None:
+            return idx
+        code = ord(ch)
+        if code < 32 or 127 <= code < 160:
+            return self._index[" "]
+        if code not in self._cmap:
+            return self._index["?"]
+        with self._lock:
+            return self._add(ch)
+
+    def codes(self, text: str) -> np.ndarray:
+        """Atlas indices of the characters of ``text``."""
+        if text.isascii():
+            return self._ascii[np.frombuffer(text.encode("ascii"), np.uint8)]
+        return np.fromiter((self._lookup(ch) for ch in text), np.intp, len(text))
+
+    def strip(self, text: str) -> np.ndarray:
+        """Coverage levels of ``text`` as a ``(cell_h, len(text) * cell_w)`` uint8 array."""
+        cached = self._strips.get(text)
+        if cached is not None:
+            return cached
+        codes = self.codes(text)
+        atlas = self._atlas
+        strip = atlas[codes].transpose(1, 0, 2).reshape(self.cell_h, len(text) * self.cell_w)
+        if self._strip_bytes > _STRIP_CACHE_BYTES:
+            self._strips.clear()
+            self._strip_bytes = 0
+        self._strips[text] = strip
+        self._strip_bytes += strip.nbytes + len(text) + 64
+        return strip
+
+
+@lru_cache(maxsize=16)
+def atlas(size: int, bold: bool = False) -> GlyphAtlas:
+    """The shared atlas for ``(size, bold)``; bold glyphs use the regular font's cell."""
+    if bold:
+        regular = atlas(size, False)
+        return GlyphAtlas(size, True, (regular.cell_w, regular.cell_h))
+    return GlyphAtlas(size, False)

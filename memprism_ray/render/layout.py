@@ -1,0 +1,763 @@
+"""Layout of a compiled view: the fixed visual grammar and the row budget (paper "Render:
+Optical Working Memory", appendix C.3 "rendering invariants").
+
+Grammar (``V_t = R_{tau,gamma}(S_t)``):
+
+* a header bar names the view (tau, window, filter, gamma), the goal (goal terms in the
+  accent colour) and the counts (events in the stream, in scope, selected, shown);
+* **proximity groups**: ActionEffect groups are separate cards, DependencyChain links sit
+  under their anchor, EntityState keeps one entity per table row;
+* **rows and columns support comparison**: every event row has the same columns
+  (step | action | outcome | state changes); EntityState is a table with entity rows and
+  state-key columns holding value chains;
+* **cards align actions and outcomes**: an ActionEffect card heads with the
+  (action type, entity) pair, its attempt count and outcome histogram, then one aligned
+  row per shown attempt;
+* **arrows** show change (``key -> value`` and value chains ``a -> b -> c``) and
+  dependency (a connector from every linked event up to the anchor card);
+* **highlights**: failed (exception) rows on a red background, goal-relevant evidence
+  (events/entities matching a goal term) on a yellow background with an accent bar in the
+  left margin.
+
+Detail by granularity: fine shows every accepted delta (unchanged repeats as
+``key = value``); medium and coarse show only deltas that changed the tracked state (C.1:
+"individual view extractors may suppress unchanged values").
+
+Row budget. A view is drawn at full width (``max_side``) and only as tall as its content
+(rounded up to a multiple of 28, at most ``max_side``), so both sides are multiples of 28
+and the long side never exceeds ``max_side``. When the entries do not fit, the entries
+*closest to the decision* are kept: for time-ordered views (TemporalTrace, ActionEffect
+groups, EntityState rows; all ordered oldest to newest) the most recent entries that fit,
+with a ``... N earlier <unit> omitted`` marker at the top that counts what was dropped; for
+DependencyChain the anchor and the highest-priority links, with the marker at the bottom.
+The text renderer prints exactly the kept entries with the same marker (one entry per
+line), so the optical and the text view carry the same information. Only a single entry
+taller than the whole page (pathological: dozens of deltas in one event) is clipped in the
+image; its text line stays complete.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from memprism_ray.composer.select import SelectedEvent
+from memprism_ray.composer.structures import (
+    ActionEffect,
+    ChainLink,
+    DependencyChain,
+    EffectGroup,
+    EntityRow,
+    EntityState,
+    StateChain,
+    TemporalTrace,
+    TraceGap,
+    TraceRun,
+    View,
+)
+from memprism_ray.composer.terms import fold
+from memprism_ray.recorder.events import Outcome
+from memprism_ray.render.config import PATCH, RenderConfig
+from memprism_ray.render.font import atlas
+
+# --- the page model ------------------------------------------------------------------
+#: A text segment: (text, colour role, bold).
+Seg = tuple[str, str, bool]
+
+
+@dataclass(slots=True)
+class Span:
+    """Text at a column of its block's content box."""
+
+    col: int
+    text: str
+    fg: str = "text"
+    bold: bool = False
+
+
+@dataclass(slots=True)
+class Row:
+    """One text row; ``bg`` overrides the block background, ``bar`` draws an accent bar
+    in the left margin."""
+
+    spans: list[Span]
+    bg: str | None = None
+    bar: str | None = None
+
+
+@dataclass(slots=True)
+class Block:
+    """A group of rows drawn as one unit: kinds plain, marker, card, anchor, link,
+    table_head, table_row. ``lines`` is the text rendering of the same content."""
+
+    kind: str
+    rows: list[Row]
+    lines: list[str]
+    gap: int = 0
+    col_rules: tuple[int, ...] = ()
+    bg: str = "background"
+
+
+# kind -> (border, pad_left, pad_right, pad_top, pad_bottom) in pixels; link adds a gutter.
+_BOX: dict[str, tuple[int, int, int, int, int]] = {
+    "header": (0, 0, 0, 3, 3),
+    "plain": (0, 0, 0, 0, 0),
+    "marker": (0, 0, 0, 1, 1),
+    "card": (1, 5, 5, 2, 2),
+    "anchor": (2, 5, 5, 2, 2),
+    "link": (0, 0, 0, 1, 1),
+    "table_head": (0, 0, 0, 1, 1),
+    "table_row": (0, 0, 0, 1, 2),
+}
+LINK_GUTTER_COLS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """Pixel geometry derived from a :class:`RenderConfig` and the font cell."""
+
+    width: int
+    max_side: int
+    margin: int
+    cell_w: int
+    cell_h: int
+    row_h: int
+
+    @property
+    def cols(self) -> int:
+        return (self.width - 2 * self.margin) // self.cell_w
+
+    def content_x(self, kind: str) -> int:
+        border, left, _, _, _ = _BOX[kind]
+        x = self.margin + border + left
+        if kind == "link":
+            x += LINK_GUTTER_COLS * self.cell_w
+        return x
+
+    def content_cols(self, kind: str) -> int:
+        border, left, right, _, _ = _BOX[kind]
+        width = self.width - 2 * self.margin - 2 * border - left - right
+        if kind == "link":
+            width -= LINK_GUTTER_COLS * self.cell_w
+        return width // self.cell_w
+
+    def height(self, block: Block) -> int:
+        border, _, _, top, bottom = _BOX[block.kind]
+        return 2 * border + top + bottom + len(block.rows) * self.row_h
+
+
+@lru_cache(maxsize=32)
+def geometry(config: RenderConfig) -> Geometry:
+    font = atlas(config.font_size)
+    row_h = font.cell_h + config.line_gap
+    return Geometry(
+        width=config.max_side,
+        max_side=config.max_side,
+        margin=config.margin,
+        cell_w=font.cell_w,
+        cell_h=font.cell_h,
+        row_h=row_h,
+    )
+
+
+@dataclass(slots=True)
+class Page:
+    """A laid-out view: header, blocks top to bottom, the text lines and the budget."""
+
+    view: View
+    geometry: Geometry
+    header: Block
+    blocks: list[Block]
+    total: int
+    shown: int
+    unit: str
+    height: int = 0
+    header_h: int = 0
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def omitted(self) -> int:
+        return self.total - self.shown
+
+
+# --- text helpers --------------------------------------------------------------------
+_SPACES = re.compile(r"\s+")
+
+
+def clean(text: str) -> str:
+    """One line of text: whitespace runs (newlines, tabs) become single spaces."""
+    return _SPACES.sub(" ", text).strip()
+
+
+@lru_cache(maxsize=16384)
+def wrap(text: str, width: int) -> tuple[str, ...]:
+    """Greedy word wrap to ``width`` columns; words longer than a line are split."""
+    if width <= 0:
+        return (text,)
+    if len(text) <= width:
+        return (text,)
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        while len(word) > width:
+            if line:
+                lines.append(line)
+                line = ""
+            lines.append(word[:width])
+            word = word[width:]
+        if not line:
+            line = word
+        elif len(line) + 1 + len(word) <= width:
+            line = f"{line} {word}"
+        else:
+            lines.append(line)
+            line = word
+    if line or not lines:
+        lines.append(line)
+    return tuple(lines)
+
+
+_TOKENS = re.compile(r"\S+\s*|\s+")
+
+
+def flow(items: list[list[Seg]], sep: Seg | None, width: int, cont: Seg | None = None) -> list[list[Seg]]:
+    """Lay items (segment lists) into lines of ``width`` columns, joined by ``sep`` within
+    a line; a continuation line starts with ``cont`` (e.g. the chain arrow). An item that
+    does not fit on its own line is word-wrapped; words longer than a line are split."""
+    width = max(1, width)
+    if cont is not None and len(cont[0]) + 4 > width:
+        cont = None
+    lines: list[list[Seg]] = []
+    line: list[Seg] = []
+    used = 0
+    fresh = True
+
+    def break_line() -> None:
+        nonlocal line, used, fresh
+        lines.append(line)
+        line, used, fresh = ([cont], len(cont[0]), True) if cont else ([], 0, True)
+
+    for item in items:
+        size = sum(len(t) for t, _, _ in item)
+        if not fresh:
+            if sep is not None and used + len(sep[0]) + size <= width:
+                line.append(sep)
+                used += len(sep[0])
+            elif sep is not None or used + size > width:
+                break_line()
+        if used + size <= width:
+            line.extend(item)
+            used += size
+            fresh = False
+            continue
+        for text, fg, bold in item:
+            for tok in _TOKENS.findall(text):
+                if not fresh and used + len(tok.rstrip()) > width:
+                    break_line()
+                    tok = tok.lstrip()
+                while tok and len(tok.rstrip()) > width - used:
+                    room = width - used
+                    line.append((tok[:room], fg, bold))
+                    fresh = False
+                    break_line()
+                    tok = tok[room:]
+                if tok:
+                    take = tok if used + len(tok) <= width else tok.rstrip()
+                    line.append((take, fg, bold))
+                    used += len(take)
+                    fresh = False
+    if line and not (fresh and lines):
+        lines.append(line)
+    if not lines:
+        lines.append([])
+    return lines
+
+
+Cell = tuple[int, list[list[Seg]]]  # (column, lines of segments)
+
+
+def text_cell(col: int, text: str, width: int, fg: str = "text", bold: bool = False) -> Cell:
+    return col, [[(line, fg, bold)] for line in wrap(text, width)]
+
+
+def grid(cells: list[Cell], bg: str | None = None, bar: str | None = None) -> list[Row]:
+    """Rows holding cells side by side; the entry is as tall as its tallest cell."""
+    height = max((len(lines) for _, lines in cells), default=1) or 1
+    rows = []
+    for r in range(height):
+        spans = []
+        for col, lines in cells:
+            if r < len(lines):
+                c = col
+                for text, fg, bold in lines[r]:
+                    if text:
+                        spans.append(Span(c, text, fg, bold))
+                    c += len(text)
+        rows.append(Row(spans, bg, bar))
+    return rows
+
+
+# --- shared event formatting -----------------------------------------------------------
+OUTCOME_LABEL: dict[Outcome, tuple[str, str]] = {
+    Outcome.EXCEPTION: ("exception", "exception"),
+    Outcome.STATE_UPDATE: ("update", "update"),
+    Outcome.NO_OBSERVED_CHANGE: ("no change", "dim"),
+}
+OUTCOME_W = 9
+
+
+def delta_items(item: SelectedEvent, gamma: str) -> list[tuple[str, str, bool]]:
+    """``(key, value, changed)`` shown at this granularity (see the module docstring)."""
+    ev = item.event
+    if gamma == "fine":
+        return [(d.key, d.value, d.changed) for d in ev.deltas]
+    return [(d.key, d.value, True) for d in ev.deltas if d.changed]
+
+
+def delta_text(key: str, value: str, changed: bool) -> str:
+    return f"{key} -> {value}" if changed else f"{key} = {value}"
+
+
+def event_line(item: SelectedEvent, gamma: str) -> str:
+    """``step 7 | take mug 1 from countertop 2 | state_update | agent.holding -> mug 1``."""
+    ev = item.event
+    line = f"step {ev.t} | {ev.action} | {ev.outcome.value}"
+    deltas = delta_items(item, gamma)
+    if deltas:
+        line += " | " + "; ".join(delta_text(k, clean(v), c) for k, v, c in deltas)
+    return line + (" [goal]" if item.goal_match else "")
+
+
+@dataclass(frozen=True, slots=True)
+class EventColumns:
+    """Column positions of an event row inside a block of ``cols`` columns. When the
+    state-change column would be too narrow to read (``stacked``), changes go on the rows
+    under the action instead, spanning to the right edge."""
+
+    prefix_w: int
+    step_w: int
+    action_w: int
+    delta_w: int
+    stacked: bool = False
+
+    @property
+    def step_col(self) -> int:
+        return self.prefix_w + (1 if self.prefix_w else 0)
+
+    @property
+    def action_col(self) -> int:
+        return self.step_col + self.step_w + 1
+
+    @property
+    def outcome_col(self) -> int:
+        return self.action_col + self.action_w + 1
+
+    @property
+    def delta_col(self) -> int:
+        return self.action_col if self.stacked else self.outcome_col + OUTCOME_W + 1
+
+
+MIN_DELTA_W = 24
+
+
+def event_columns(cols: int, prefix_w: int, step_w: int, longest_action: int) -> EventColumns:
+    fixed = prefix_w + (1 if prefix_w else 0) + step_w + 1 + OUTCOME_W + 1 + 1
+    rest = max(8, cols - fixed)
+    action_w = max(8, min(longest_action, (rest * 11) // 20))
+    if rest - action_w >= MIN_DELTA_W:
+        return EventColumns(prefix_w, step_w, action_w, rest - action_w)
+    ec = EventColumns(prefix_w, step_w, rest, 0, True)
+    return EventColumns(prefix_w, step_w, rest, max(8, cols - ec.action_col - 2), True)
+
+
+def body_cells(ec: EventColumns, action: str, right: list[list[Seg]], fg: str = "text") -> list[Cell]:
+    """The action cell and the state-change lines (beside it, or under it when stacked)."""
+    action_lines: list[list[Seg]] = [[(line, fg, False)] for line in wrap(action, ec.action_w)]
+    if not right:
+        return [(ec.action_col, action_lines)]
+    if ec.stacked:
+        return [(ec.action_col, action_lines + [[("  ", "dim", False), *line] for line in right])]
+    return [(ec.action_col, action_lines), (ec.delta_col, right)]
+
+
+def row_style(item_outcome: Outcome | None, goal_match: bool) -> tuple[str | None, str | None]:
+    bg = "exception_bg" if item_outcome is Outcome.EXCEPTION else ("goal_bg" if goal_match else None)
+    return bg, ("accent" if goal_match else None)
+
+
+def event_cells(item: SelectedEvent, gamma: str, ec: EventColumns, prefix: list[list[Seg]] | None = None) -> list[Cell]:
+    ev = item.event
+    label, fg = OUTCOME_LABEL[ev.outcome]
+    cells: list[Cell] = []
+    if prefix:
+        cells.append((0, prefix))
+    cells.append((ec.step_col, [[(f"s{ev.t}".rjust(ec.step_w), "dim", False)]]))
+    cells.append((ec.outcome_col, [[(label, fg, False)]]))
+    lines: list[list[Seg]] = []
+    for key, value, changed in delta_items(item, gamma):
+        arrow = " → " if changed else " = "
+        parts = [[(key, "text", False), (arrow, "arrow" if changed else "dim", False)], [(clean(value), "text", False)]]
+        lines.extend(flow(parts, None, ec.delta_w, ("  ", "dim", False)))
+    return cells + body_cells(ec, ev.action, lines)
+
+
+# --- header --------------------------------------------------------------------------
+_WORD = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]+")
+
+
+def _goal_segments(goal: str, terms: frozenset[str]) -> list[Seg]:
+    segs: list[Seg] = [("goal: ", "dim", False)]
+    for tok in _WORD.findall(clean(goal)):
+        hit = tok[0].isalnum() and not tok.isdigit() and fold(tok.lower()) in terms
+        segs.append((tok, "accent" if hit else "text", hit))
+    return segs
+
+
+def header_block(view: View, geo: Geometry, counts: list[str]) -> Block:
+    """Title (tau, window, filter, gamma), goal (at most 2 rows, goal terms highlighted)
+    and counts; rows wrap at narrow widths."""
+    a = view.action
+    cols = geo.cols
+    title: list[list[Seg]] = [[(a.tau, "text", True)]]
+    title += [
+        [(f"{k}={v}", "text", False)] for k, v in (("window", a.window), ("filter", a.filter), ("gamma", a.gamma))
+    ]
+    goal_lines = flow([[s] for s in _goal_segments(view.goal, frozenset(view.goal_terms))], None, cols - 1)
+    if len(goal_lines) > 2:
+        goal_lines = [goal_lines[0], [*goal_lines[1], ("…", "dim", False)]]
+    lines = flow(title, ("  ", "text", False), cols) + goal_lines
+    lines += flow([[(c, "dim", False)] for c in counts], (" · ", "dim", False), cols)
+    text = [
+        f"view: {a.tau} | window={a.window} | filter={a.filter} | gamma={a.gamma}",
+        f"goal: {clean(view.goal)}",
+        " | ".join(counts),
+    ]
+    return Block("header", grid([(0, lines)]), text, bg="header_bg")
+
+
+# --- per-view entry builders ---------------------------------------------------------
+Builder = Callable[[int], Block]
+
+
+def _step_w(view: View) -> int:
+    return len(f"s{max(view.n_stream, 1)}")
+
+
+def _longest_action(items: list[SelectedEvent]) -> int:
+    return max((len(it.event.action) for it in items), default=8)
+
+
+def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) -> tuple[int, Builder]:
+    entries = body.entries
+    gamma = view.action.gamma
+    recent = entries[-budget_rows:]
+    reps = [e if isinstance(e, SelectedEvent) else e.last for e in recent if not isinstance(e, TraceGap)]
+    ec = event_columns(geo.cols, 0, max(_step_w(view), 3), _longest_action(reps))
+
+    def build(i: int) -> Block:
+        e = entries[i]
+        if isinstance(e, SelectedEvent):
+            bg, bar = row_style(e.event.outcome, e.goal_match)
+            return Block("plain", grid(event_cells(e, gamma, ec), bg, bar), [event_line(e, gamma)])
+        if isinstance(e, TraceRun):
+            label, fg = OUTCOME_LABEL[e.outcome]
+            note = f"×{e.count} since s{e.first.t}: {e.first.event.action}"
+            cells = [
+                (ec.step_col, [[(f"s{e.last.t}".rjust(ec.step_w), "dim", False)]]),
+                (ec.outcome_col, [[(label, fg, False)]]),
+                *body_cells(ec, e.last.event.action, [[(line, "dim", False)] for line in wrap(note, ec.delta_w)]),
+            ]
+            bg, bar = row_style(e.outcome, e.goal_match)
+            line = (
+                f"steps {e.first.t}-{e.last.t} | {e.count}x {e.outcome.value} | "
+                f"first: {e.first.event.action} | last: {e.last.event.action}"
+            ) + (" [goal]" if e.goal_match else "")
+            return Block("plain", grid(cells, bg, bar), [line])
+        assert isinstance(e, TraceGap)
+        hist = [(o, c) for o, c in e.histogram if c]
+        segs: list[Seg] = [(f"⋯ {e.count} events s{e.first_t}–s{e.last_t} collapsed: ", "dim", False)]
+        for k, (o, c) in enumerate(hist):
+            segs.append((f"{', ' if k else ''}{c} {OUTCOME_LABEL[o][0]}", OUTCOME_LABEL[o][1], False))
+        cells = [(ec.step_col, [[("⋯".rjust(ec.step_w), "dim", False)]]), (ec.action_col, flow([segs], None, geo.cols))]
+        text = ", ".join(f"{o.value} {c}" for o, c in hist)
+        return Block("plain", grid(cells), [f"steps {e.first_t}-{e.last_t} | {e.count} events collapsed | {text}"])
+
+    return len(entries), build
+
+
+def _histogram_segs(group: EffectGroup) -> list[Seg]:
+    segs: list[Seg] = []
+    for o, c in group.histogram:
+        label, fg = OUTCOME_LABEL[o]
+        segs.append((f"  {label} {c}", fg if c else "dim", bool(c)))
+    return segs
+
+
+def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> tuple[int, Builder]:
+    groups = body.groups
+    gamma = view.action.gamma
+    cols = geo.content_cols("card")
+    recent = [it for g in groups[-budget_rows:] for it in g.attempts]
+    num_w = max((len(f"#{g.count}") for g in groups[-budget_rows:]), default=2)
+    ec = event_columns(cols, num_w, max(_step_w(view), 3), _longest_action(recent))
+
+    def build(i: int) -> Block:
+        g = groups[i]
+        bar = "accent" if g.goal_match else None
+        head: list[Seg] = [(f"{g.act} {g.entity}".strip() or "(no entity)", "text", True)]
+        head.append((f"   {g.count} attempt{'s' if g.count != 1 else ''}", "dim", False))
+        head.extend(_histogram_segs(g))
+        rows = grid([(0, flow([[s] for s in head], None, cols))], "goal_bg" if g.goal_match else None, bar)
+        hist = ", ".join(f"{o.value} {c}" for o, c in g.histogram)
+        lines = [
+            f"{g.act} {g.entity} | attempts {g.count} | {hist}" + (" [goal]" if g.goal_match else ""),
+        ]
+        for num, it in g.shown():
+            bg, _ = row_style(it.event.outcome, False)
+            prefix = [[(f"#{num}".ljust(num_w), "dim", False)]]
+            rows.extend(grid(event_cells(it, gamma, ec, prefix), bg, "accent" if it.goal_match else None))
+            lines.append(f"  #{num} {event_line(it, gamma)}")
+        return Block("card", rows, lines, gap=4, bg="card_bg")
+
+    return len(groups), build
+
+
+def _chain_items(chain: StateChain, gamma: str) -> list[list[Seg]]:
+    items: list[list[Seg]] = []
+    last = len(chain.values) - 1
+    for k, v in enumerate(chain.values):
+        fg = "accent" if v.goal_match else ("text" if v.changed or k == 0 else "dim")
+        item: list[Seg] = [(clean(v.value), fg, k == last)]
+        if gamma == "fine":
+            item.append((f" s{v.t} {v.act}" + ("" if v.changed else " ="), "dim", False))
+        items.append(item)
+        if k == 0 and chain.elided:
+            items.append([(f"⋯{chain.elided}", "dim", False)])
+    return items
+
+
+def _chain_text(chain: StateChain, gamma: str) -> str:
+    values = [clean(v.value) for v in chain.values]
+    if chain.elided:
+        values.insert(1, f"({chain.elided} more)")
+    text = f"{chain.key}: " + " -> ".join(values)
+    if gamma == "fine":
+        sources = ", ".join(f"step {v.t} {v.act}" + ("" if v.changed else " (=)") for v in chain.values)
+        text += f" | sources: {sources}"
+    return text
+
+
+def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[int, list[tuple[str, int, int]], int]:
+    """Entity column width, kept attribute columns ``(attribute, col, width)`` and the
+    column of the catch-all ``other`` column (``-1``: none).
+
+    Attributes are ordered by how many entities have them. Each column first gets its
+    minimum (its title, or its longest single value plus the chain arrow, at most 20 and
+    at least 8); attributes that do not fit at their minimum share one ``other`` column.
+    The remaining width goes to the columns in proportion to how much chain text they
+    hold, so long chains (locations) get the room and short states stay narrow."""
+    count: dict[str, int] = {}
+    longest: dict[str, int] = {}
+    demand: dict[str, int] = {}
+    for r in rows:
+        for c in r.chains:
+            a = c.attribute
+            count[a] = count.get(a, 0) + 1
+            sizes = [sum(len(s[0]) for s in item) for item in _chain_items(c, gamma)]
+            longest[a] = max(longest.get(a, 0), max(sizes, default=0))
+            demand[a] = demand.get(a, 0) + sum(sizes) + 3 * max(0, len(sizes) - 1)
+    attrs = sorted(count, key=lambda a: (-count[a], a))
+    ew = max(6, min(18, max((len(r.entity) for r in rows), default=6)))
+    cap = 26 if gamma == "fine" else 20
+    minw = {a: max(len(a), 8, min(cap, longest[a] + 2)) for a in attrs}
+    avail = cols - ew
+    kept: list[str] = list(attrs)
+    if sum(minw[a] + 3 for a in attrs) > avail:
+        kept = []
+        for a in attrs:
+            if sum(minw[x] + 3 for x in kept) + minw[a] + 3 + 3 + 16 > avail:
+                break
+            kept.append(a)
+    other = len(kept) < len(attrs)
+    demand_other = sum(demand[a] for a in attrs[len(kept) :])
+    room = avail - 3 * len(kept) - (3 if other else 0)
+    widths = {a: minw[a] for a in kept}
+    spare = room - sum(widths.values()) - (16 if other else 0)
+    if spare > 0:
+        wants = {a: max(0, demand[a] - widths[a]) for a in kept}
+        if other:
+            wants["\0other"] = max(0, demand_other - 16)
+        total_want = sum(wants.values())
+        if total_want:
+            for a, want in wants.items():
+                if a != "\0other":
+                    widths[a] += min(want, spare * want // total_want)
+    out = []
+    col = ew
+    for a in kept:
+        out.append((a, col + 3, widths[a]))
+        col += 3 + widths[a]
+    other_col = col + 3 if other else -1
+    return ew, out, other_col
+
+
+def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tuple[int, Builder, Block | None]:
+    rows = body.rows
+    gamma = view.action.gamma
+    cols = geo.content_cols("table_row")
+    if not rows:
+        return 0, lambda i: Block("plain", [], []), None
+    ew, attr_cols, other_col = _table_columns(rows, cols, gamma)
+    where = {a: (c, w) for a, c, w in attr_cols}
+    other_w = cols - other_col if other_col >= 0 else 0
+    rules = tuple(c - 2 for _, c, _ in attr_cols) + ((other_col - 2,) if other_col >= 0 else ())
+    head_cells: list[Cell] = [(0, [[("entity", "text", True)]])]
+    head_cells += [(c, [[(a[:w], "text", True)]]) for a, c, w in attr_cols]
+    if other_col >= 0:
+        head_cells.append((other_col, [[("other", "text", True)]]))
+    head = Block("table_head", grid(head_cells), [], col_rules=rules, bg="header_bg")
+
+    def build(i: int) -> Block:
+        r = rows[i]
+        cells: list[Cell] = [text_cell(0, r.entity, ew, "accent" if r.goal_match else "text", True)]
+        extra: list[list[Seg]] = []
+        for c in r.chains:
+            items = _chain_items(c, gamma)
+            if c.attribute in where:
+                col, w = where[c.attribute]
+                cells.append((col, flow(items, (" → ", "arrow", False), w, ("→ ", "arrow", False))))
+            else:
+                items[0] = [(f"{c.attribute}: ", "dim", True), *items[0]]
+                extra.extend(flow(items, (" → ", "arrow", False), other_w, ("→ ", "arrow", False)))
+        if extra:
+            cells.append((other_col, extra))
+        bg = "goal_bg" if r.goal_match else None
+        line = f"{r.entity} | " + " | ".join(_chain_text(c, gamma) for c in r.chains)
+        line += " [goal]" if r.goal_match else ""
+        return Block("table_row", grid(cells, bg, "accent" if r.goal_match else None), [line], col_rules=rules)
+
+    return len(rows), build, head
+
+
+LINK_LABEL = {
+    "anchor": "ANCHOR",
+    "previous": "previous",
+    "same_entity": "same entity",
+    "shared_key": "shared key",
+    "context": "context",
+}
+
+
+def _dependency(view: View, body: DependencyChain, geo: Geometry) -> tuple[int, Builder]:
+    links = body.links
+    gamma = view.action.gamma
+    cols = geo.content_cols("link")
+    label_w = max(len(v) for v in LINK_LABEL.values())
+    ec = event_columns(cols, label_w, max(_step_w(view), 3), _longest_action([lk.item for lk in links]))
+    anchor_ec = event_columns(geo.content_cols("anchor"), label_w, ec.step_w, ec.action_w)
+
+    def build(i: int) -> Block:
+        lk: ChainLink = links[i]
+        it = lk.item
+        label = LINK_LABEL[lk.kind.value]
+        line = f"{lk.kind.value} | {event_line(it, gamma)}" + (f" | via {', '.join(lk.via)}" if lk.via else "")
+        if i == 0:
+            prefix = [[(label.ljust(label_w), "arrow", True)]]
+            cells = event_cells(it, gamma, anchor_ec, prefix)
+            bg, bar = row_style(it.event.outcome, it.goal_match)
+            return Block("anchor", grid(cells, bg, bar), [line], bg="card_bg")
+        prefix = [[(label.ljust(label_w), "link", False)]]
+        if lk.via:
+            prefix.append([(f"via {', '.join(lk.via)}"[:label_w], "dim", False)])
+        bg, bar = row_style(it.event.outcome, it.goal_match)
+        return Block("link", grid(event_cells(it, gamma, ec, prefix), bg, bar), [line], gap=2)
+
+    return len(links), build
+
+
+# --- fitting ---------------------------------------------------------------------------
+def _marker(text: str) -> Block:
+    return Block("marker", [Row([Span(0, text, "dim")])], [text.replace("⋯", "...")])
+
+
+def layout(view: View, config: RenderConfig | None = None) -> Page:
+    """Lay ``view`` out under ``config``'s row budget (see the module docstring)."""
+    config = config or RenderConfig()
+    geo = geometry(config)
+    body = view.body
+    counts = [f"events {view.n_stream}", f"in scope {view.n_scope}", f"selected {view.n_selected}"]
+    if isinstance(body, TemporalTrace):
+        counts.append(f"entries {len(body.entries)}")
+    elif isinstance(body, ActionEffect):
+        counts.append(f"groups {len(body.groups)}")
+    elif isinstance(body, EntityState):
+        counts.append(f"entities {len(body.rows)}")
+    elif isinstance(body, DependencyChain):
+        counts += [f"chain {len(body.links)}/{body.cap}", f"candidates {body.candidates}"]
+    header = header_block(view, geo, counts)
+    header_h = geo.height(header) + 2
+    top = header_h + 4
+    budget = geo.max_side - top - geo.margin
+    budget_rows = max(1, budget // geo.row_h)
+    fixed: list[Block] = []
+    recent_first = True
+    if isinstance(body, TemporalTrace):
+        total, build = _temporal(view, body, geo, budget_rows)
+        unit = "entries"
+    elif isinstance(body, ActionEffect):
+        total, build = _effect(view, body, geo, budget_rows)
+        unit = "groups"
+    elif isinstance(body, EntityState):
+        total, build, head = _state(view, body, geo, budget_rows)
+        if head is not None:
+            fixed.append(head)
+        unit = "entities"
+    elif isinstance(body, DependencyChain):
+        total, build = _dependency(view, body, geo)
+        unit = "links"
+        recent_first = False
+    else:  # pragma: no cover - View.body is one of the four
+        raise ValueError(f"cannot lay out a view body of type {type(body).__name__}")
+
+    used = sum(b.gap + geo.height(b) for b in fixed)
+    kept: list[Block] = []
+    order = range(total - 1, -1, -1) if recent_first else range(total)
+    for i in order:
+        b = build(i)
+        h = b.gap + geo.height(b)
+        if used + h > budget:
+            break
+        kept.append(b)
+        used += h
+    if total and not kept:  # one entry taller than the page: clip its rows (image only)
+        b = build(total - 1 if recent_first else 0)
+        room = max(1, (budget - used - b.gap - geo.height(Block(b.kind, [], []))) // geo.row_h - 1)
+        b.rows = b.rows[:room]
+        if b.rows and b.rows[-1].spans:
+            b.rows[-1].spans.append(Span(geo.content_cols(b.kind) - 1, "…", "dim"))
+        kept.append(b)
+        used += b.gap + geo.height(b)
+    marker: Block | None = None
+    if len(kept) < total:
+        word = "earlier" if recent_first else "lower-priority"
+        marker = _marker(f"⋯ {total - len(kept)} {word} {unit} omitted")
+        while len(kept) > 1 and used + geo.height(marker) > budget:
+            dropped = kept.pop()
+            used -= dropped.gap + geo.height(dropped)
+            marker = _marker(f"⋯ {total - len(kept)} {word} {unit} omitted")
+        used += geo.height(marker)
+    if recent_first:
+        kept.reverse()
+    shown = len(kept)
+    blocks = fixed + kept
+    if marker is not None:
+        blocks = [*fixed, marker, *kept] if recent_first else [*fixed, *kept, marker]
+    if total == 0:
+        blocks = [_marker("(no events in this view)")]
+        used = geo.height(blocks[0])
+    height = min(geo.max_side, -(-(top + used + geo.margin) // PATCH) * PATCH)
+    page = Page(view, geo, header, blocks, total, shown, unit, height, header_h)
+    page.lines = [*header.lines, *(line for b in blocks for line in b.lines)]
+    return page

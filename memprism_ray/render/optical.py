@@ -1,0 +1,196 @@
+"""The optical renderer ``V_t = R_{tau,gamma}(S_t)`` (paper "Render: Optical Working
+Memory"; appendix C.3: "The same event stream, action, goal, and renderer configuration
+produce the same image").
+
+A laid-out page (``render.layout``) is painted into a palette-index canvas with numpy: the
+palette holds 32 (foreground, background) styles x 8 coverage levels, so a text span is
+one array assignment (glyph levels + style base) and a fill is one slice assignment. The
+result is a ``P`` image with exact colours (1 byte per pixel: PNG encoding is ~6x faster
+than RGB and files are small); ``RenderConfig.image_mode="RGB"`` returns a converted copy.
+No step depends on process state, so bytes are identical in any process.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from PIL import Image
+
+from memprism_ray.composer.structures import View
+from memprism_ray.render.config import RenderColors, RenderConfig
+from memprism_ray.render.font import LEVELS, atlas
+from memprism_ray.render.layout import _BOX, Block, Page, layout
+
+_FGS = ("text", "dim", "exception", "update", "arrow", "link", "accent")
+#: (foreground, background) colour roles with a palette style, in palette order.
+STYLE_PAIRS: tuple[tuple[str, str], ...] = (
+    *((fg, bg) for bg in ("background", "exception_bg", "goal_bg", "card_bg") for fg in _FGS),
+    ("rule", "background"),
+    ("text", "header_bg"),
+    ("dim", "header_bg"),
+    ("accent", "header_bg"),
+)
+assert len(STYLE_PAIRS) * LEVELS <= 256
+STYLE_BASE: dict[tuple[str, str], int] = {pair: i * LEVELS for i, pair in enumerate(STYLE_PAIRS)}
+_SOLID: dict[str, int] = {}
+for (_fg, _bg), _base in STYLE_BASE.items():
+    _SOLID.setdefault(_bg, _base)  # level 0: the background colour
+    _SOLID.setdefault(_fg, _base + LEVELS - 1)  # top level: the foreground colour
+
+
+def solid(role: str) -> int:
+    """Palette index of a plain colour role."""
+    return _SOLID[role]
+
+
+@lru_cache(maxsize=16)
+def palette(colors: RenderColors) -> bytes:
+    """768-byte RGB palette: style ``s`` level ``k`` is ``bg + (fg - bg) * k / 7``."""
+    out = bytearray()
+    for fg_role, bg_role in STYLE_PAIRS:
+        fg, bg = colors.rgb(fg_role), colors.rgb(bg_role)
+        for k in range(LEVELS):
+            out.extend(
+                (bg[c] * (LEVELS - 1) + (fg[c] - bg[c]) * k + (LEVELS - 1) // 2) // (LEVELS - 1) for c in range(3)
+            )
+    out.extend(b"\x00" * (768 - len(out)))
+    return bytes(out)
+
+
+def _draw_rows(canvas: np.ndarray, block: Block, y: int, page: Page, config: RenderConfig) -> None:
+    geo = page.geometry
+    border, _, _, top, _ = _BOX[block.kind]
+    x_text = geo.content_x(block.kind)
+    x0 = geo.margin + border
+    x1 = geo.width - geo.margin - border
+    if block.kind == "link":
+        x0 = x_text - 3
+    regular = atlas(config.font_size)
+    bold = atlas(config.font_size, True)
+    height, width = canvas.shape
+    for r, row in enumerate(block.rows):
+        ry = y + border + top + r * geo.row_h
+        if ry >= height:
+            return
+        ry1 = min(height, ry + geo.row_h)
+        bg = row.bg or block.bg
+        if row.bg:
+            canvas[ry:ry1, x0:x1] = solid(row.bg)
+        if row.bar:
+            canvas[ry:ry1, max(0, geo.margin - 5) : geo.margin - 2] = solid(row.bar)
+        for span in row.spans:
+            x = x_text + span.col * geo.cell_w
+            if x >= width:
+                continue
+            strip = (bold if span.bold else regular).strip(span.text)
+            w = min(strip.shape[1], width - x)
+            h = min(strip.shape[0], height - ry)
+            canvas[ry : ry + h, x : x + w] = strip[:h, :w] + np.uint8(STYLE_BASE[(span.fg, bg)])
+
+
+def paint(page: Page, config: RenderConfig) -> np.ndarray:
+    """Palette indices ``(height, width)`` of a laid-out page."""
+    geo = page.geometry
+    h, w = page.height, geo.width
+    canvas = np.full((h, w), solid("background"), np.uint8)
+    canvas[: page.header_h, :] = solid("header_bg")
+    canvas[page.header_h - 2 : page.header_h, :] = solid("arrow")
+    _draw_rows(canvas, page.header, 0, page, config)
+    y = page.header_h + 4
+    anchor_bottom = -1
+    link_mids: list[int] = []
+    for block in page.blocks:
+        y += block.gap
+        bh = geo.height(block)
+        if y >= h:
+            break
+        y1 = min(h, y + bh)
+        x0, x1 = geo.margin, w - geo.margin
+        border = _BOX[block.kind][0]
+        if block.kind in ("card", "anchor"):
+            canvas[y:y1, x0:x1] = solid("arrow" if block.kind == "anchor" else "rule")
+            canvas[y + border : max(y + border, y1 - border), x0 + border : x1 - border] = solid(block.bg)
+            if block.kind == "anchor":
+                anchor_bottom = y1
+        elif block.kind == "table_head":
+            canvas[y:y1, x0:x1] = solid("header_bg")
+        if block.kind in ("table_head", "table_row"):
+            x_text = geo.content_x(block.kind)
+            for col in block.col_rules:
+                xr = x_text + col * geo.cell_w + geo.cell_w // 2
+                canvas[y:y1, xr : xr + 1] = solid("rule")
+            if block.kind == "table_row" and y + bh - 1 < h:
+                canvas[y + bh - 1, x0:x1] = solid("rule")
+        _draw_rows(canvas, block, y, page, config)
+        if block.kind == "link":
+            link_mids.append(y + _BOX["link"][3] + geo.row_h // 2)
+        y += bh
+    if anchor_bottom >= 0 and link_mids:
+        _connectors(canvas, page, anchor_bottom, link_mids)
+    return canvas
+
+
+def _connectors(canvas: np.ndarray, page: Page, top: int, mids: list[int]) -> None:
+    """Dependency arrows: a trunk from each linked event up to the anchor card."""
+    geo = page.geometry
+    color = solid("arrow")
+    x = geo.margin + geo.cell_w
+    x_end = geo.content_x("link") - 4
+    bottom = min(canvas.shape[0] - 1, max(mids))
+    canvas[top : bottom + 1, x : x + 2] = color
+    for ym in mids:
+        if ym < canvas.shape[0]:
+            canvas[ym : ym + 2, x:x_end] = color
+    for k in range(4):  # arrowhead pointing up at the anchor
+        yk = top + k
+        if yk < canvas.shape[0]:
+            canvas[yk, max(0, x - k) : x + 2 + k] = color
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """An optical view and its text twin from one layout."""
+
+    image: Image.Image
+    text: str
+    width: int
+    height: int
+    shown: int
+    total: int
+
+
+def _image(page: Page, config: RenderConfig) -> Image.Image:
+    canvas = paint(page, config)
+    img = Image.frombytes("P", (canvas.shape[1], canvas.shape[0]), canvas.tobytes())
+    img.putpalette(palette(config.colors))
+    return img.convert("RGB") if config.image_mode == "RGB" else img
+
+
+def render_image(view: View, config: RenderConfig | None = None) -> Image.Image:
+    """The optical view as a PIL image (mode ``P`` by default, see the module docstring)."""
+    config = config or RenderConfig()
+    return _image(layout(view, config), config)
+
+
+def encode_png(image: Image.Image, config: RenderConfig | None = None) -> bytes:
+    config = config or RenderConfig()
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", compress_level=config.compress_level)
+    return buf.getvalue()
+
+
+def render_png(view: View, config: RenderConfig | None = None) -> bytes:
+    """The optical view as PNG bytes (byte-identical for the same view and config)."""
+    config = config or RenderConfig()
+    return encode_png(render_image(view, config), config)
+
+
+def render(view: View, config: RenderConfig | None = None) -> Rendered:
+    """Image and text from one layout (what the agent loop needs at each decision)."""
+    config = config or RenderConfig()
+    page = layout(view, config)
+    img = _image(page, config)
+    return Rendered(img, "\n".join(page.lines), img.width, img.height, page.shown, page.total)
