@@ -109,13 +109,14 @@ class CorpusConfig:
         return {"train": self.train, "eval_in_distribution": self.eval, "eval_out_of_distribution": self.eval}
 
     def identity(self) -> dict[str, Any]:
-        """What determines the corpus content (workers and limits do not)."""
+        """What determines the corpus content. Workers do not; nor does ``max_attempts``:
+        attempt ``j`` of a slot is the same game whatever the limit, so a build that ran out
+        of attempts can be finished with a larger one."""
         return {
             "format": FORMAT,
             "generator_version": GENERATOR_VERSION,
             "seed": self.seed,
             "sizes": self.sizes(),
-            "max_attempts": self.max_attempts,
             "expert_max_steps": self.expert_max_steps,
         }
 

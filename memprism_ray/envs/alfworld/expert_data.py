@@ -1,0 +1,215 @@
+"""Reference trajectories of ALFWorld's handcoded expert, as Parquet (issue 3, item 6).
+
+For view-teacher labelling and cold-start distillation (paper appendix "Training dataset
+setup", D1) every decision state needs what the task policy would see (goal, current
+observation, admissible commands), the event stream so far, and a reference next action.
+``collect_expert_trajectories`` plays each game with the expert (move/put fix, seeded; see
+:mod:`memprism_ray.envs.alfworld.expert`) on :class:`AlfworldEnv`, records every step through
+:class:`~memprism_ray.recorder.phi.alfworld.AlfworldPhi` into an
+:class:`~memprism_ray.recorder.EventStream`, and writes one row per decision state.
+
+The rows carry exactly the stream's Arrow columns (``t``, ``entity``, ``act``, ``outcome``,
+``delta``, ``changed``, ``evidence_json``, ``o_pre``, ``action_json``, ``feedback``,
+``reward``, ``meta_json``), so selecting one episode's rows and those columns gives back its
+stream with ``EventStream.from_arrow``; plus ``episode``, ``game_id``, ``task_type``,
+``split``, ``goal``, ``admissible`` (the commands offered at that state),
+``reference_action`` (the expert's command at that state), ``reference_source``, ``won``
+and ``done``.
+
+When the handcoded expert cannot win a game (it is a heuristic; a few official games defeat
+it) the game's stored ``walkthrough`` is replayed instead and ``reference_source`` says so;
+a game neither wins is left out and reported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memprism_ray.envs.alfworld.env import AlfworldEnv
+from memprism_ray.envs.base import GameRef
+from memprism_ray.recorder import EventStream, RawEvent
+from memprism_ray.recorder.phi import record_event
+from memprism_ray.recorder.phi.alfworld import AlfworldPhi
+
+log = logging.getLogger(__name__)
+
+OUTPUT_NAME = "expert_trajectories.parquet"
+STREAM_COLUMNS: tuple[str, ...] = (
+    "t",
+    "entity",
+    "act",
+    "outcome",
+    "delta",
+    "changed",
+    "evidence_json",
+    "o_pre",
+    "action_json",
+    "feedback",
+    "reward",
+    "meta_json",
+)
+
+
+@dataclass(frozen=True)
+class ExpertEpisode:
+    """One recorded expert episode."""
+
+    game: GameRef
+    goal: str
+    stream: EventStream
+    admissible: tuple[tuple[str, ...], ...]
+    reference: tuple[str, ...]
+    source: str
+    won: bool
+
+
+def _play(env: AlfworldEnv, game: GameRef, commands: Sequence[str] | None, max_steps: int) -> ExpertEpisode:
+    """Play ``game`` following the expert (``commands is None``) or the given commands."""
+    phi = AlfworldPhi()
+    obs = env.reset(game)
+    stream = EventStream({"benchmark": "alfworld", "game_id": game.game_id, "goal": obs.goal})
+    o_pre, admissible, meta = obs.text, obs.admissible, obs.meta
+    offered: list[tuple[str, ...]] = []
+    reference: list[str] = []
+    won = False
+    for t in range(max_steps):
+        if commands is None:
+            action = meta.get("expert_action")
+            if not action:
+                break
+        else:
+            if t >= len(commands):
+                break
+            action = commands[t]
+        offered.append(tuple(admissible))
+        reference.append(action)
+        tr = env.step(action)
+        raw_meta = {"step": t + 1, "game_id": game.game_id, "task_type": game.task_type, "won": tr.won}
+        record_event(stream, RawEvent(o_pre, action, tr.feedback, tr.reward, raw_meta), phi)
+        o_pre, admissible, meta = tr.feedback, tr.admissible, tr.meta
+        if tr.done:
+            won = tr.won
+            break
+    source = "handcoded_expert" if commands is None else "walkthrough"
+    return ExpertEpisode(game, obs.goal, stream, tuple(offered), tuple(reference), source, won)
+
+
+def _walkthrough(game: GameRef) -> list[str] | None:
+    try:
+        data = json.loads(Path(game.path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    walk = data.get("walkthrough") if isinstance(data, dict) else None
+    return [str(c) for c in walk] if isinstance(walk, list) and walk else None
+
+
+def record_expert_episode(env: AlfworldEnv, game: GameRef, max_steps: int = 120) -> ExpertEpisode | None:
+    """The expert's winning episode on ``game`` (walkthrough fallback), or ``None``.
+
+    ``env`` must be built with ``expert=True``.
+    """
+    try:
+        episode = _play(env, game, None, max_steps)
+    except Exception as exc:  # the expert signals failure with NameError subclasses and Exception("Timeout")
+        log.info("handcoded expert failed on %s: %s", game.game_id, exc)
+        episode = None
+    if episode is not None and episode.won:
+        return episode
+    walk = _walkthrough(game)
+    if walk:
+        episode = _play(env, game, walk, max(max_steps, len(walk)))
+        if episode.won:
+            return episode
+    return None
+
+
+def episodes_to_arrow(episodes: Sequence[ExpertEpisode]) -> Any:
+    """One row per decision state; see the module docstring. Returns a ``pyarrow.Table``."""
+    import pyarrow as pa
+
+    tables = []
+    for i, ep in enumerate(episodes):
+        table = ep.stream.to_arrow()
+        n = table.num_rows
+        extra = {
+            "episode": pa.array([i] * n, pa.int32()),
+            "game_id": pa.array([ep.game.game_id] * n, pa.string()),
+            "task_type": pa.array([ep.game.task_type] * n, pa.string()),
+            "split": pa.array([ep.game.split] * n, pa.string()),
+            "goal": pa.array([ep.goal] * n, pa.string()),
+            "admissible": pa.array([list(a) for a in ep.admissible], pa.list_(pa.string())),
+            "reference_action": pa.array(list(ep.reference), pa.string()),
+            "reference_source": pa.array([ep.source] * n, pa.string()),
+            "won": pa.array([ep.won] * n, pa.bool_()),
+            "done": pa.array([j == n - 1 for j in range(n)], pa.bool_()),
+        }
+        for name, col in extra.items():
+            table = table.append_column(name, col)
+        tables.append(table.replace_schema_metadata(None))
+    if not tables:
+        raise ValueError("no expert episode to write")
+    return pa.concat_tables(tables).replace_schema_metadata({b"memprism.format": b"alfworld-expert-trajectories"})
+
+
+def collect_expert_trajectories(
+    games: Sequence[GameRef],
+    out_dir: str | Path,
+    *,
+    max_steps: int = 120,
+    expert_seed: int = 0,
+    progress: bool = True,
+) -> Path:
+    """Play every game with the expert and write ``out_dir/expert_trajectories.parquet``.
+
+    Returns the path of the Parquet file. Games no reference wins are logged and skipped;
+    an empty result is an error.
+    """
+    import pyarrow.parquet as pq
+    from tqdm import tqdm
+
+    if not games:
+        raise ValueError("no games given to collect expert trajectories from")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    episodes: list[ExpertEpisode] = []
+    skipped: list[str] = []
+    with AlfworldEnv(1, expert=True, expert_seed=expert_seed) as env:
+        for game in tqdm(games, desc="expert", unit="game", disable=not progress, file=sys.stderr):
+            ep = record_expert_episode(env, game, max_steps=max_steps)
+            if ep is None:
+                skipped.append(game.game_id)
+            else:
+                episodes.append(ep)
+    if skipped:
+        log.warning("no winning reference for %d game(s): %s", len(skipped), ", ".join(skipped[:5]))
+    if not episodes:
+        raise ValueError(f"the expert won none of the {len(games)} game(s); nothing written")
+    path = out / OUTPUT_NAME
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(episodes_to_arrow(episodes), str(tmp))
+    tmp.replace(path)
+    summary = {
+        "games": len(games),
+        "episodes": len(episodes),
+        "skipped": skipped,
+        "steps": sum(len(e.stream) for e in episodes),
+        "sources": {s: sum(e.source == s for e in episodes) for s in ("handcoded_expert", "walkthrough")},
+    }
+    (out / "expert_trajectories.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+    return path
+
+
+def load_expert_stream(table: Any, episode: int) -> EventStream:
+    """The :class:`EventStream` of one episode of an expert-trajectory table."""
+    import pyarrow.compute as pc
+
+    rows = table.filter(pc.equal(table["episode"], episode))
+    if rows.num_rows == 0:
+        raise ValueError(f"no episode {episode} in the expert-trajectory table")
+    return EventStream.from_arrow(rows.select(list(STREAM_COLUMNS)))
