@@ -133,7 +133,12 @@ class SFTDataset:
         off = np.flatnonzero(np.abs(sums - 1.0) > 1e-3)
         if off.size:
             raise ValueError(f"SFTDataset.q row {int(off[0])} sums to {sums[off[0]]:.6f}, not 1")
-        self.q = (self.q / sums[:, None]).astype(np.float32)
+        # Renormalise only rows that need it, so a write/read round trip is exact.
+        fix = np.abs(sums - 1.0) > 1e-6
+        if fix.any():
+            q = self.q.copy()
+            q[fix] = (self.q[fix] / sums[fix, None]).astype(np.float32)
+            self.q = q
         if self.sample_ids is not None:
             self.sample_ids = [str(s) for s in self.sample_ids]
             if len(self.sample_ids) != n:

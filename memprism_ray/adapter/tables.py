@@ -48,7 +48,7 @@ def matrix_column(table: Any, name: str, width: int) -> np.ndarray:
         raise ValueError(f"column {name!r} must be a list column, got {col.type}")
     if values.null_count:
         raise ValueError(f"column {name!r} contains null values")
-    return values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(n, width)
+    return np.array(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, width)
 
 
 def schema_metadata(fmt: str, version: int, meta: Mapping[str, Any]) -> dict[bytes, bytes]:

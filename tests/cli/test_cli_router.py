@@ -1,0 +1,71 @@
+"""``memprism router``: init, info (counts per group, hash), sft with resume, clear errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memprism_ray.adapter.sft import SFTDataset
+from memprism_ray.cli import main
+
+
+def test_init_then_info_prints_groups_and_hash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "init"
+    assert main(["router", "init", str(out), "--seed", "3"]) == 0
+    capsys.readouterr()
+    assert main(["router", "info", str(out)]) == 0
+    text = capsys.readouterr().out
+    digest = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+    assert f"sha256       {digest}" in text
+    assert "encoder         9,402,880 parameters" in text
+    assert "planner         3,228,304 parameters" in text
+    assert "entity_hint        32,832 parameters (frozen)" in text
+    assert "total          12,664,016 parameters" in text
+    assert "resumable    no (weights only)" in text
+    assert main(["router", "info", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["parameter_counts"]["total"] == 12_664_016 and info["weights_sha256"] == digest
+
+
+def test_info_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["router", "info", str(tmp_path / "missing")]) == 2
+    assert "memprism: error:" in capsys.readouterr().err
+    out = tmp_path / "c"
+    main(["router", "init", str(out)])
+    data = bytearray((out / "model.safetensors").read_bytes())
+    data[-5] ^= 1
+    (out / "model.safetensors").write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["router", "info", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not match the recorded" in err
+
+
+def test_sft_trains_saves_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(0)
+    n = 12
+    q = rng.random((n, 144))
+    q /= q.sum(1, keepdims=True)
+    data_path = tmp_path / "d1.parquet"
+    SFTDataset(
+        rng.normal(size=(n, 384)), rng.normal(size=(n, 384)), rng.random((n, 128)), rng.random((n, 8)), q
+    ).write_parquet(data_path)
+    out = tmp_path / "run"
+    args = ["router", "sft", str(data_path), str(out), "--preset", "alfred", "--batch-size", "6"]
+    assert main([*args, "--epochs", "1"]) == 0
+    assert "epoch 1/1" in capsys.readouterr().out
+    assert main([*args, "--epochs", "1"]) == 2  # refuses to overwrite
+    assert "pass --resume" in capsys.readouterr().err
+    assert main([*args, "--epochs", "2", "--resume"]) == 0
+    text = capsys.readouterr().out
+    assert "epoch 2/2" in text and "epoch 1/2" not in text
+    assert main(["router", "info", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["stage"] == "d1" and info["iteration"] == 2 and info["resumable"]
+    assert info["train_config"]["preset_name"] == "alfred" and info["train_config"]["lambda_cost"] == 0.0
+    assert main(["router", "sft", str(tmp_path / "none.parquet"), str(tmp_path / "o2")]) == 2
+    assert "cannot read as Parquet" in capsys.readouterr().err
