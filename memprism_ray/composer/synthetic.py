@@ -161,3 +161,30 @@ def alfworld_like_stream(n_events: int, seed: int = 0, goal: str | None = None) 
         stream.record(raw, entity=entity, act=action.split(" ", 1)[0], delta=delta, failed=failed)
         obs = feedback
     return stream
+
+
+def random_stream(n_events: int, seed: int = 0, goal: str = "put a clean mug in cabinet") -> EventStream:
+    """A deterministic stream over a tiny vocabulary, for property tests: few entities and
+    keys (so links, repeated attempts and repeated values are common), every outcome,
+    forced outcomes, empty deltas, unchanged repeats and agent-only deltas."""
+    if n_events < 0:
+        raise ValueError(f"n_events must be >= 0, got {n_events}")
+    rng = random.Random(seed)
+    entities = ("mug 1", "mug 2", "cabinet 1", "cabinet 2", "drawer 1", "apple 1", "agent", "")
+    acts = ("go", "take", "put", "open", "clean", "look")
+    attrs = ("location", "state", "holding", "contents")
+    values = ("cabinet 1", "drawer 1", "open", "closed", "clean", "mug 1", "nothing", "countertop 1")
+    stream = EventStream({"goal": goal, "task_id": f"random-{seed}"})
+    for _ in range(n_events):
+        entity = rng.choice(entities)
+        act = rng.choice(acts)
+        delta = []
+        for _ in range(rng.choice((0, 0, 1, 1, 2, 3))):
+            owner = rng.choice((entity or "agent", "agent", rng.choice(entities) or "mug 1"))
+            delta.append(StateDelta(f"{owner}.{rng.choice(attrs)}", rng.choice(values)))
+        target = entity or "room"
+        raw = RawEvent(o_pre="obs", action=f"{act} {target}", feedback="ok", meta={"step": stream.next_t})
+        roll = rng.random()
+        outcome = None if roll < 0.7 else rng.choice(("exception", "state_update", "no_observed_change"))
+        stream.record(raw, entity=entity, act=act, delta=delta, failed=roll < 0.15, outcome=outcome)
+    return stream

@@ -320,13 +320,18 @@ def delta_text(key: str, value: str, changed: bool) -> str:
     return f"{key} -> {value}" if changed else f"{key} = {value}"
 
 
-def event_line(item: SelectedEvent, gamma: str) -> str:
-    """``step 7 | take mug 1 from countertop 2 | state_update | agent.holding -> mug 1``."""
+def event_line(item: SelectedEvent, gamma: str, shown: int | None = None) -> str:
+    """``step 7 | take mug 1 from countertop 2 | state_update | agent.holding -> mug 1``;
+    ``shown`` limits the state changes to the ones the image shows (with a count)."""
     ev = item.event
     line = f"step {ev.t} | {ev.action} | {ev.outcome.value}"
     deltas = delta_items(item, gamma)
-    if deltas:
-        line += " | " + "; ".join(delta_text(k, clean(v), c) for k, v, c in deltas)
+    kept = deltas if shown is None else deltas[:shown]
+    parts = [delta_text(k, clean(v), c) for k, v, c in kept]
+    if len(kept) < len(deltas):
+        parts.append(f"(+{len(deltas) - len(kept)} more changes)")
+    if parts:
+        line += " | " + "; ".join(parts)
     return line + (" [goal]" if item.goal_match else "")
 
 
@@ -387,7 +392,11 @@ def row_style(item_outcome: Outcome | None, goal_match: bool) -> tuple[str | Non
     return bg, ("accent" if goal_match else None)
 
 
-def event_cells(item: SelectedEvent, gamma: str, ec: EventColumns, prefix: list[list[Seg]] | None = None) -> list[Cell]:
+def event_entry(
+    item: SelectedEvent, gamma: str, ec: EventColumns, limit: int, prefix: list[list[Seg]] | None = None
+) -> tuple[list[Cell], int]:
+    """Cells of one event row and how many of its state changes they show: at most
+    ``limit`` rows, the changes that do not fit are counted on a ``... k more changes`` row."""
     ev = item.event
     label, fg = OUTCOME_LABEL[ev.outcome]
     cells: list[Cell] = []
@@ -395,12 +404,21 @@ def event_cells(item: SelectedEvent, gamma: str, ec: EventColumns, prefix: list[
         cells.append((0, prefix))
     cells.append((ec.step_col, [[(f"s{ev.t}".rjust(ec.step_w), "dim", False)]]))
     cells.append((ec.outcome_col, [[(label, fg, False)]]))
+    deltas = delta_items(item, gamma)
+    room = limit - (len(wrap(ev.action, ec.action_w)) if ec.stacked else 0)
     lines: list[list[Seg]] = []
-    for key, value, changed in delta_items(item, gamma):
+    shown = 0
+    for k, (key, value, changed) in enumerate(deltas):
         arrow = " → " if changed else " = "
         parts = [[(key, "text", False), (arrow, "arrow" if changed else "dim", False)], [(clean(value), "text", False)]]
-        lines.extend(flow(parts, None, ec.delta_w, ("  ", "dim", False)))
-    return cells + body_cells(ec, ev.action, lines)
+        dl = flow(parts, None, ec.delta_w, ("  ", "dim", False))
+        if len(lines) + len(dl) + (1 if k < len(deltas) - 1 else 0) > room:
+            break
+        lines.extend(dl)
+        shown += 1
+    if shown < len(deltas):
+        lines.append([(f"⋯ {len(deltas) - shown} more changes", "dim", False)])
+    return cells + body_cells(ec, ev.action, lines), shown
 
 
 # --- header --------------------------------------------------------------------------
@@ -441,6 +459,12 @@ def header_block(view: View, geo: Geometry, counts: list[str]) -> Block:
 Builder = Callable[[int], Block]
 
 
+def entry_limit(budget_rows: int) -> int:
+    """Rows one entry (an event's changes, a table cell's chain) may take: a third of the
+    page, so no single long entry crowds out the rest of the view."""
+    return max(4, budget_rows // 3)
+
+
 def _step_w(view: View) -> int:
     return len(f"s{max(view.n_stream, 1)}")
 
@@ -451,6 +475,7 @@ def _longest_action(items: list[SelectedEvent]) -> int:
 
 def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) -> tuple[int, Builder]:
     entries = body.entries
+    limit = entry_limit(budget_rows)
     gamma = view.action.gamma
     recent = entries[-budget_rows:]
     reps = [e if isinstance(e, SelectedEvent) else e.last for e in recent if not isinstance(e, TraceGap)]
@@ -460,7 +485,8 @@ def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) 
         e = entries[i]
         if isinstance(e, SelectedEvent):
             bg, bar = row_style(e.event.outcome, e.goal_match)
-            return Block("plain", grid(event_cells(e, gamma, ec), bg, bar), [event_line(e, gamma)])
+            cells, shown = event_entry(e, gamma, ec, limit)
+            return Block("plain", grid(cells, bg, bar), [event_line(e, gamma, shown)])
         if isinstance(e, TraceRun):
             label, fg = OUTCOME_LABEL[e.outcome]
             note = f"×{e.count} since s{e.first.t}: {e.first.event.action}"
@@ -503,50 +529,103 @@ def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> 
     num_w = max((len(f"#{g.count}") for g in groups[-budget_rows:]), default=2)
     ec = event_columns(cols, num_w, max(_step_w(view), 3), _longest_action(recent))
 
+    limit = entry_limit(budget_rows)
+    card_limit = max(limit, budget_rows // 2)
+
     def build(i: int) -> Block:
         g = groups[i]
         bar = "accent" if g.goal_match else None
         head: list[Seg] = [(f"{g.act} {g.entity}".strip() or "(no entity)", "text", True)]
         head.append((f"   {g.count} attempt{'s' if g.count != 1 else ''}", "dim", False))
         head.extend(_histogram_segs(g))
-        rows = grid([(0, flow([[s] for s in head], None, cols))], "goal_bg" if g.goal_match else None, bar)
+        head_rows = grid([(0, flow([[s] for s in head], None, cols))], "goal_bg" if g.goal_match else None, bar)
         hist = ", ".join(f"{o.value} {c}" for o, c in g.histogram)
-        lines = [
-            f"{g.act} {g.entity} | attempts {g.count} | {hist}" + (" [goal]" if g.goal_match else ""),
-        ]
-        for num, it in g.shown():
+        head_line = f"{g.act} {g.entity} | attempts {g.count} | {hist}" + (" [goal]" if g.goal_match else "")
+        # Most recent attempts first until the card is full (same rule as the page).
+        body_rows: list[Row] = []
+        body_lines: list[str] = []
+        shown_attempts = g.shown()
+        kept = 0
+        for num, it in reversed(shown_attempts):
             bg, _ = row_style(it.event.outcome, False)
             prefix = [[(f"#{num}".ljust(num_w), "dim", False)]]
-            rows.extend(grid(event_cells(it, gamma, ec, prefix), bg, "accent" if it.goal_match else None))
-            lines.append(f"  #{num} {event_line(it, gamma)}")
-        return Block("card", rows, lines, gap=4, bg="card_bg")
+            cells, shown = event_entry(it, gamma, ec, limit, prefix)
+            rows = grid(cells, bg, "accent" if it.goal_match else None)
+            more = 1 if kept + 1 < len(shown_attempts) else 0
+            if kept and len(head_rows) + len(body_rows) + len(rows) + more > card_limit:
+                break
+            body_rows[:0] = rows
+            body_lines.insert(0, f"  #{num} {event_line(it, gamma, shown)}")
+            kept += 1
+        if kept < len(shown_attempts):
+            note = f"⋯ {len(shown_attempts) - kept} earlier shown attempts omitted"
+            body_rows.insert(0, Row([Span(0, note, "dim")]))
+            body_lines.insert(0, "  " + note.replace("⋯", "..."))
+        return Block("card", head_rows + body_rows, [head_line, *body_lines], gap=4, bg="card_bg")
 
     return len(groups), build
 
 
-def _chain_items(chain: StateChain, gamma: str) -> list[list[Seg]]:
+def _chain_items(chain: StateChain, gamma: str, drop: int = 0) -> list[list[Seg]]:
+    """Chain items; ``drop`` more values after the first are skipped (added to the
+    ``...k`` marker that coarse elision already uses)."""
+    values = chain.values if not drop else (chain.values[0], *chain.values[1 + drop :])
+    skipped = chain.elided + drop
     items: list[list[Seg]] = []
-    last = len(chain.values) - 1
-    for k, v in enumerate(chain.values):
+    last = len(values) - 1
+    for k, v in enumerate(values):
         fg = "accent" if v.goal_match else ("text" if v.changed or k == 0 else "dim")
         item: list[Seg] = [(clean(v.value), fg, k == last)]
         if gamma == "fine":
             item.append((f" s{v.t} {v.act}" + ("" if v.changed else " ="), "dim", False))
         items.append(item)
-        if k == 0 and chain.elided:
-            items.append([(f"⋯{chain.elided}", "dim", False)])
+        if k == 0 and skipped:
+            items.append([(f"⋯{skipped}", "dim", False)])
     return items
 
 
-def _chain_text(chain: StateChain, gamma: str) -> str:
-    values = [clean(v.value) for v in chain.values]
-    if chain.elided:
-        values.insert(1, f"({chain.elided} more)")
-    text = f"{chain.key}: " + " -> ".join(values)
+def _chain_text(chain: StateChain, gamma: str, drop: int = 0) -> str:
+    values = chain.values if not drop else (chain.values[0], *chain.values[1 + drop :])
+    skipped = chain.elided + drop
+    texts = [clean(v.value) for v in values]
+    if skipped:
+        texts.insert(1, f"({skipped} more)")
+    text = f"{chain.key}: " + " -> ".join(texts)
     if gamma == "fine":
-        sources = ", ".join(f"step {v.t} {v.act}" + ("" if v.changed else " (=)") for v in chain.values)
+        sources = ", ".join(f"step {v.t} {v.act}" + ("" if v.changed else " (=)") for v in values)
         text += f" | sources: {sources}"
     return text
+
+
+_ARROW: Seg = (" → ", "arrow", False)
+_CONT: Seg = ("→ ", "arrow", False)
+
+
+def _fit_chain(
+    chain: StateChain, gamma: str, width: int, limit: int, label: Seg | None = None
+) -> tuple[list[list[Seg]], int]:
+    """Flowed lines of a chain in at most ``limit`` rows and how many values were dropped:
+    the initial value and the most recent values that fit are kept."""
+
+    def lines_for(drop: int) -> list[list[Seg]]:
+        items = _chain_items(chain, gamma, drop)
+        if label is not None:
+            items[0] = [label, *items[0]]
+        return flow(items, _ARROW, width, _CONT)
+
+    best = lines_for(0)
+    if len(best) <= limit or len(chain.values) <= 2:
+        return best, 0
+    lo, hi = 1, len(chain.values) - 2  # keep at least the initial and the latest value
+    best, best_drop = lines_for(hi), hi
+    while lo < hi:  # fewest dropped values whose chain fits (rows shrink as values drop)
+        mid = (lo + hi) // 2
+        lines = lines_for(mid)
+        if len(lines) <= limit:
+            best, best_drop, hi = lines, mid, mid
+        else:
+            lo = mid + 1
+    return best, best_drop
 
 
 def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[int, list[tuple[str, int, int]], int]:
@@ -619,23 +698,28 @@ def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tu
         head_cells.append((other_col, [[("other", "text", True)]]))
     head = Block("table_head", grid(head_cells), [], col_rules=rules, bg="header_bg")
 
+    limit = entry_limit(budget_rows)
+
     def build(i: int) -> Block:
         r = rows[i]
         cells: list[Cell] = [text_cell(0, r.entity, ew, "accent" if r.goal_match else "text", True)]
         extra: list[list[Seg]] = []
+        texts = []
+        n_other = sum(1 for c in r.chains if c.attribute not in where)
+        other_limit = max(2, limit // max(1, n_other))  # the other cell shares the entry's rows
         for c in r.chains:
-            items = _chain_items(c, gamma)
             if c.attribute in where:
                 col, w = where[c.attribute]
-                cells.append((col, flow(items, (" → ", "arrow", False), w, ("→ ", "arrow", False))))
+                lines, drop = _fit_chain(c, gamma, w, limit)
+                cells.append((col, lines))
             else:
-                items[0] = [(f"{c.attribute}: ", "dim", True), *items[0]]
-                extra.extend(flow(items, (" → ", "arrow", False), other_w, ("→ ", "arrow", False)))
+                lines, drop = _fit_chain(c, gamma, other_w, other_limit, (f"{c.attribute}: ", "dim", True))
+                extra.extend(lines)
+            texts.append(_chain_text(c, gamma, drop))
         if extra:
             cells.append((other_col, extra))
         bg = "goal_bg" if r.goal_match else None
-        line = f"{r.entity} | " + " | ".join(_chain_text(c, gamma) for c in r.chains)
-        line += " [goal]" if r.goal_match else ""
+        line = f"{r.entity} | " + " | ".join(texts) + (" [goal]" if r.goal_match else "")
         return Block("table_row", grid(cells, bg, "accent" if r.goal_match else None), [line], col_rules=rules)
 
     return len(rows), build, head
@@ -650,7 +734,7 @@ LINK_LABEL = {
 }
 
 
-def _dependency(view: View, body: DependencyChain, geo: Geometry) -> tuple[int, Builder]:
+def _dependency(view: View, body: DependencyChain, geo: Geometry, budget_rows: int) -> tuple[int, Builder]:
     links = body.links
     gamma = view.action.gamma
     cols = geo.content_cols("link")
@@ -658,21 +742,25 @@ def _dependency(view: View, body: DependencyChain, geo: Geometry) -> tuple[int, 
     ec = event_columns(cols, label_w, max(_step_w(view), 3), _longest_action([lk.item for lk in links]))
     anchor_ec = event_columns(geo.content_cols("anchor"), label_w, ec.step_w, ec.action_w)
 
+    limit = entry_limit(budget_rows)
+
     def build(i: int) -> Block:
         lk: ChainLink = links[i]
         it = lk.item
         label = LINK_LABEL[lk.kind.value]
-        line = f"{lk.kind.value} | {event_line(it, gamma)}" + (f" | via {', '.join(lk.via)}" if lk.via else "")
+        bg, bar = row_style(it.event.outcome, it.goal_match)
         if i == 0:
             prefix = [[(label.ljust(label_w), "arrow", True)]]
-            cells = event_cells(it, gamma, anchor_ec, prefix)
-            bg, bar = row_style(it.event.outcome, it.goal_match)
-            return Block("anchor", grid(cells, bg, bar), [line], bg="card_bg")
-        prefix = [[(label.ljust(label_w), "link", False)]]
-        if lk.via:
-            prefix.append([(f"via {', '.join(lk.via)}"[:label_w], "dim", False)])
-        bg, bar = row_style(it.event.outcome, it.goal_match)
-        return Block("link", grid(event_cells(it, gamma, ec, prefix), bg, bar), [line], gap=2)
+            cells, shown = event_entry(it, gamma, anchor_ec, limit, prefix)
+            kind, gap, block_bg = "anchor", 0, "card_bg"
+        else:
+            prefix = [[(label.ljust(label_w), "link", False)]]
+            if lk.via:
+                prefix.append([(f"via {', '.join(lk.via)}"[:label_w], "dim", False)])
+            cells, shown = event_entry(it, gamma, ec, limit, prefix)
+            kind, gap, block_bg = "link", 2, "background"
+        line = f"{lk.kind.value} | {event_line(it, gamma, shown)}" + (f" | via {', '.join(lk.via)}" if lk.via else "")
+        return Block(kind, grid(cells, bg, bar), [line], gap=gap, bg=block_bg)
 
     return len(links), build
 
@@ -715,7 +803,7 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
             fixed.append(head)
         unit = "entities"
     elif isinstance(body, DependencyChain):
-        total, build = _dependency(view, body, geo)
+        total, build = _dependency(view, body, geo, budget_rows)
         unit = "links"
         recent_first = False
     else:  # pragma: no cover - View.body is one of the four

@@ -162,7 +162,8 @@ class Rendered:
     total: int
 
 
-def _image(page: Page, config: RenderConfig) -> Image.Image:
+def paint_image(page: Page, config: RenderConfig) -> Image.Image:
+    """A laid-out page as a PIL image (palette or RGB per ``config.image_mode``)."""
     canvas = paint(page, config)
     img = Image.frombytes("P", (canvas.shape[1], canvas.shape[0]), canvas.tobytes())
     img.putpalette(palette(config.colors))
@@ -172,7 +173,7 @@ def _image(page: Page, config: RenderConfig) -> Image.Image:
 def render_image(view: View, config: RenderConfig | None = None) -> Image.Image:
     """The optical view as a PIL image (mode ``P`` by default, see the module docstring)."""
     config = config or RenderConfig()
-    return _image(layout(view, config), config)
+    return paint_image(layout(view, config), config)
 
 
 def encode_png(image: Image.Image, config: RenderConfig | None = None) -> bytes:
@@ -192,5 +193,5 @@ def render(view: View, config: RenderConfig | None = None) -> Rendered:
     """Image and text from one layout (what the agent loop needs at each decision)."""
     config = config or RenderConfig()
     page = layout(view, config)
-    img = _image(page, config)
+    img = paint_image(page, config)
     return Rendered(img, "\n".join(page.lines), img.width, img.height, page.shown, page.total)
