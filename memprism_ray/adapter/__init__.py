@@ -7,7 +7,7 @@ JSON config, safely loaded trainer state). The Router's other modules stay froze
 
 from memprism_ray.adapter.checkpoint import LoadedCheckpoint, load_checkpoint, resume_trainer, save_checkpoint
 from memprism_ray.adapter.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, group_advantages, grpo_loss
-from memprism_ray.adapter.sft import SFTConfig, SFTDataset, SFTTrainer, sft_loss, train_sft
+from memprism_ray.adapter.sft import SFTConfig, SFTDataset, SFTTrainer, label_decisions, sft_loss, train_sft
 
 __all__ = [
     "GRPOBatch",
@@ -19,6 +19,7 @@ __all__ = [
     "SFTTrainer",
     "group_advantages",
     "grpo_loss",
+    "label_decisions",
     "load_checkpoint",
     "resume_trainer",
     "save_checkpoint",

@@ -39,9 +39,9 @@ from memprism_ray.adapter.tables import (
     read_parquet,
     schema_metadata,
 )
-from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM, RouterFeatures
+from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM, FeatureExtractor, RouterFeatures
 from memprism_ray.router.model import ViewPolicyModel
-from memprism_ray.router.teacher import TeacherLabel
+from memprism_ray.router.teacher import DecisionState, TeacherError, TeacherLabel
 from memprism_ray.view_space import NUM_ACTIONS, cost_vector
 
 log = logging.getLogger(__name__)
@@ -207,6 +207,53 @@ class SFTDataset:
             return cls.from_arrow(read_parquet(path))
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
+
+
+def label_decisions(
+    states: Sequence[DecisionState],
+    extractor: FeatureExtractor,
+    label: Callable[[DecisionState], TeacherLabel],
+    *,
+    keep_fallback: bool = False,
+    batch_size: int = 64,
+    meta: Mapping[str, Any] | None = None,
+) -> tuple[SFTDataset, dict[str, int]]:
+    """Build the D1 dataset: Router features of each decision and its teacher label.
+
+    ``label`` is a teacher call, e.g. ``lambda s: teacher.label(s, s.reference_action)``
+    for the counterfactual teacher or ``lambda s: llm.label(llm.state_inputs(s))``.
+    Decisions whose teacher fails (:class:`TeacherError`) are skipped and counted, as are
+    counterfactual labels that fell back to the cost prior unless ``keep_fallback``.
+    """
+    counts = {"decisions": len(states), "labelled": 0, "teacher_error": 0, "fallback_skipped": 0}
+    examples: list[tuple[RouterFeatures, TeacherLabel]] = []
+    ids: list[str] = []
+    for start in range(0, len(states), batch_size):
+        chunk = states[start : start + batch_size]
+        kept: list[tuple[DecisionState, TeacherLabel]] = []
+        for state in chunk:
+            try:
+                lab = label(state)
+            except TeacherError as exc:
+                counts["teacher_error"] += 1
+                log.warning("teacher failed on %s: %s", state.sample_id, exc)
+                continue
+            if lab.stats.get("fallback") and not keep_fallback:
+                counts["fallback_skipped"] += 1
+                continue
+            kept.append((state, lab))
+        if not kept:
+            continue
+        feats = extractor.features_batch(
+            [s.history for s, _ in kept], [s.observation for s, _ in kept], [s.goal for s, _ in kept]
+        )
+        for i, (state, lab) in enumerate(kept):
+            examples.append((RouterFeatures(feats.obs[i], feats.goal[i], feats.window[i], feats.stats[i]), lab))
+            ids.append(state.sample_id)
+    counts["labelled"] = len(examples)
+    if not examples:
+        raise ValueError(f"no decision could be labelled ({counts})")
+    return SFTDataset.from_examples(examples, sample_ids=ids, meta={**dict(meta or {}), "counts": counts}), counts
 
 
 # --- loss ------------------------------------------------------------------------------------

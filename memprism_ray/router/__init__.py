@@ -31,6 +31,8 @@ _LAZY = {
     "LLMTeacherConfig": "memprism_ray.router.teacher",
     "CounterfactualTeacher": "memprism_ray.router.teacher",
     "CounterfactualConfig": "memprism_ray.router.teacher",
+    "DecisionState": "memprism_ray.router.teacher",
+    "decision_states": "memprism_ray.router.teacher",
 }
 
 __all__ = [

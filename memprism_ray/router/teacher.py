@@ -181,6 +181,42 @@ def serialize_stream(stream: EventStream | Sequence[StreamRecord]) -> list[dict[
     return out
 
 
+# --- decision states -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class DecisionState:
+    """One offline decision of a reference trajectory: ``(o_t, g, E_<t, u_t^ref)`` (eq. view-teacher).
+
+    ``history`` holds the records before step ``step`` (1-based), ``observation`` the
+    observation before the reference action (the raw event's ``o_pre``).
+    """
+
+    history: tuple[StreamRecord, ...]
+    observation: str
+    goal: str
+    reference_action: str | Mapping[str, Any]
+    step: int
+    task_id: str = ""
+
+    @property
+    def sample_id(self) -> str:
+        return f"{self.task_id}#{self.step}" if self.task_id else f"#{self.step}"
+
+
+def decision_states(stream: EventStream, goal: str | None = None, task_id: str | None = None) -> list[DecisionState]:
+    """Every decision of a recorded reference trajectory, in order.
+
+    The goal and task id default to ``stream.meta["goal"]`` and ``stream.meta["task_id"]``.
+    """
+    goal = goal if goal is not None else stream.meta.get("goal")
+    if not isinstance(goal, str) or not goal:
+        raise ValueError("decision_states needs the task goal: pass goal= or set stream.meta['goal']")
+    task = task_id if task_id is not None else str(stream.meta.get("task_id", ""))
+    records = stream.records
+    return [
+        DecisionState(records[:i], rec.raw.o_pre, goal, rec.raw.action, i + 1, task) for i, rec in enumerate(records)
+    ]
+
+
 # --- response parsing -------------------------------------------------------------------------
 _VIEW_KEYS = ("a_view", "view", "view_action", "action")
 _SCORE_KEYS = ("score", "prob", "probability", "weight")
@@ -361,6 +397,10 @@ class LLMViewTeacher:
             raise ValueError(f"view-teacher prompt inputs must be JSON-serialisable: {exc}") from None
         filled["top_k"] = str(int(self.config.top_k))
         return fill_prompt(self.template, filled)
+
+    def state_inputs(self, state: DecisionState) -> dict[str, Any]:
+        """Generic-prompt inputs of a :class:`DecisionState`."""
+        return self.generic_inputs(state.history, state.observation, state.goal, state.reference_action)
 
     def generic_inputs(
         self,
