@@ -163,29 +163,37 @@ def _shown_attempts(its: list[SelectedEvent], gamma: str) -> list[int]:
 
 def compile_effect(selection: Selection, gamma: str) -> ActionEffect:
     _check_gamma(gamma)
-    groups: dict[tuple[str, str], list[SelectedEvent]] = {}
+    # One pass: per (act, entity) the attempts, outcome counts and whether any matches the goal.
+    groups: dict[tuple[str, str], list] = {}
+    slot = {_EXC: 0, _UPD: 1, _NOC: 2}
     for it in selection.items:
         ev = it.event
         key = (ev.act, ev.entity)
-        bucket = groups.get(key)
-        if bucket is None:
-            groups[key] = [it]
-        else:
-            bucket.append(it)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = [[], [0, 0, 0], False]
+        g[0].append(it)
+        g[1][slot[ev.outcome]] += 1
+        if it.goal_match:
+            g[2] = True
     out = []
-    for (act, entity), its in groups.items():
-        shown = _shown_attempts(its, gamma)
+    for (act, entity), (its, counts, goal_match) in groups.items():
+        if gamma == "fine":
+            attempts, numbers = tuple(its), tuple(range(1, len(its) + 1))
+        else:
+            shown = _shown_attempts(its, gamma)
+            attempts, numbers = tuple(its[k] for k in shown), tuple(k + 1 for k in shown)
         out.append(
             EffectGroup(
                 act=act,
                 entity=entity,
                 count=len(its),
-                histogram=histogram(its),
-                attempts=tuple(its[k] for k in shown),
-                numbers=tuple(k + 1 for k in shown),
+                histogram=((_EXC, counts[0]), (_UPD, counts[1]), (_NOC, counts[2])),
+                attempts=attempts,
+                numbers=numbers,
                 first_t=its[0].event.t,
                 latest_t=its[-1].event.t,
-                goal_match=any(it.goal_match for it in its),
+                goal_match=goal_match,
             )
         )
     out.sort(key=lambda g: g.latest_t)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from memprism_ray.composer.records import EventView, event_view
+from memprism_ray.composer.records import _CACHE, EventView, event_view
 from memprism_ray.composer.terms import goal_terms
 from memprism_ray.recorder.events import Outcome
 from memprism_ray.recorder.stream import EventStream, StreamRecord
@@ -163,8 +163,11 @@ def select(
     items: list[SelectedEvent] = []
     n_scope = 0
     rows = records.records if isinstance(records, EventStream) else records
+    cache = _CACHE
     for i in range(lo, n):
-        ev = event_view(rows[i])
+        rec = rows[i]
+        hit = cache.get(id(rec))
+        ev = hit[1] if hit is not None and hit[0] is rec else event_view(rec)
         gm = bool(terms) and not terms.isdisjoint(ev.terms)
         if i >= start and (want is None or ev.outcome is want):
             reason = Reason.SCOPE

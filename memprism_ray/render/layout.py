@@ -52,7 +52,9 @@ from memprism_ray.composer.structures import (
     EntityRow,
     EntityState,
     StateChain,
+    StateValue,
     TemporalTrace,
+    TraceEntry,
     TraceGap,
     TraceRun,
     View,
@@ -186,6 +188,7 @@ class Page:
 _SPACES = re.compile(r"\s+")
 
 
+@lru_cache(maxsize=65536)
 def clean(text: str) -> str:
     """One line of text: whitespace runs (newlines, tabs) become single spaces."""
     return _SPACES.sub(" ", text).strip()
@@ -458,6 +461,30 @@ def header_block(view: View, geo: Geometry, counts: list[str]) -> Block:
 # --- per-view entry builders ---------------------------------------------------------
 Builder = Callable[[int], Block]
 
+# Laid-out entries, cached by content. At consecutive decisions a view shows mostly the
+# entries it showed before (the stream only grew by one event), so their blocks are reused.
+# Keys name compiled objects by identity (SelectedEvent/StateValue are memoised per record)
+# plus every layout parameter; the value keeps those objects alive, so an id cannot be
+# reused while its key is cached. Cached blocks are never mutated (the clip path copies).
+_BLOCKS: dict[tuple, tuple[object, Block]] = {}
+_BLOCKS_MAX = 20_000
+
+
+def _memo_block(key: tuple, refs: object, make: Callable[[], Block]) -> Block:
+    hit = _BLOCKS.get(key)
+    if hit is not None:
+        return hit[1]
+    block = make()
+    if len(_BLOCKS) >= _BLOCKS_MAX:
+        _BLOCKS.clear()
+    _BLOCKS[key] = (refs, block)
+    return block
+
+
+def clear_layout_cache() -> None:
+    """Forget cached entry blocks (benchmarks time cold layouts with it)."""
+    _BLOCKS.clear()
+
 
 def entry_limit(budget_rows: int) -> int:
     """Rows one entry (an event's changes, a table cell's chain) may take: a third of the
@@ -481,8 +508,18 @@ def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) 
     reps = [e if isinstance(e, SelectedEvent) else e.last for e in recent if not isinstance(e, TraceGap)]
     ec = event_columns(geo.cols, 0, max(_step_w(view), 3), _longest_action(reps))
 
+    common = ("T", gamma, ec, limit, geo)
+
     def build(i: int) -> Block:
         e = entries[i]
+        if isinstance(e, SelectedEvent):
+            return _memo_block((*common, id(e)), e, lambda: make(e))
+        if isinstance(e, TraceRun):
+            key = (*common, "run", id(e.first), id(e.last), e.count, e.outcome, e.goal_match)
+            return _memo_block(key, (e.first, e.last), lambda: make(e))
+        return _memo_block((*common, "gap", e.first_t, e.last_t, e.count, e.histogram), None, lambda: make(e))
+
+    def make(e: TraceEntry) -> Block:
         if isinstance(e, SelectedEvent):
             bg, bar = row_style(e.event.outcome, e.goal_match)
             cells, shown = event_entry(e, gamma, ec, limit)
@@ -525,15 +562,21 @@ def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> 
     groups = body.groups
     gamma = view.action.gamma
     cols = geo.content_cols("card")
-    recent = [it for g in groups[-budget_rows:] for it in g.attempts]
+    recent = [it for g in groups[-budget_rows:] for it in g.attempts[-budget_rows:]]
     num_w = max((len(f"#{g.count}") for g in groups[-budget_rows:]), default=2)
     ec = event_columns(cols, num_w, max(_step_w(view), 3), _longest_action(recent))
 
     limit = entry_limit(budget_rows)
     card_limit = max(limit, budget_rows // 2)
 
+    common = ("E", gamma, ec, limit, card_limit, num_w, cols, geo)
+
     def build(i: int) -> Block:
         g = groups[i]
+        key = (*common, g.act, g.entity, g.count, g.histogram, g.goal_match, g.numbers, tuple(map(id, g.attempts)))
+        return _memo_block(key, g.attempts, lambda: make(g))
+
+    def make(g: EffectGroup) -> Block:
         bar = "accent" if g.goal_match else None
         head: list[Seg] = [(f"{g.act} {g.entity}".strip() or "(no entity)", "text", True)]
         head.append((f"   {g.count} attempt{'s' if g.count != 1 else ''}", "dim", False))
@@ -601,11 +644,52 @@ _ARROW: Seg = (" → ", "arrow", False)
 _CONT: Seg = ("→ ", "arrow", False)
 
 
+@lru_cache(maxsize=65536)
+def _value_size(v: StateValue, gamma: str) -> int:
+    """Columns one chain item takes (must match :func:`_chain_items`)."""
+    size = len(clean(v.value))
+    if gamma == "fine":
+        size += len(f" s{v.t} {v.act}") + (0 if v.changed else 2)
+    return size
+
+
+def _count_lines(sizes: list[int], width: int) -> int:
+    """Rows :func:`flow` needs for items of these sizes with the chain arrow (an estimate
+    for items longer than a row, which flow word-wraps)."""
+    sep, cont = len(_ARROW[0]), len(_CONT[0])
+    lines, used, fresh = 1, 0, True
+    for size in sizes:
+        if not fresh:
+            if used + sep + size <= width:
+                used += sep + size
+                continue
+            lines, used, fresh = lines + 1, cont, True
+        if used + size <= width:
+            used += size
+        else:
+            lines += (used + size - 1) // width
+            used = (used + size) % width or width
+        fresh = False
+    return lines
+
+
 def _fit_chain(
     chain: StateChain, gamma: str, width: int, limit: int, label: Seg | None = None
 ) -> tuple[list[list[Seg]], int]:
     """Flowed lines of a chain in at most ``limit`` rows and how many values were dropped:
-    the initial value and the most recent values that fit are kept."""
+    the initial value and the most recent values that fit are kept. The number to drop is
+    found on item sizes (cheap), then checked with the real flow."""
+    values = chain.values
+    n = len(values)
+    label_len = len(label[0]) if label else 0
+
+    def sizes_for(drop: int) -> list[int]:
+        sizes = [label_len + _value_size(values[0], gamma)]
+        skipped = chain.elided + drop
+        if skipped:
+            sizes.append(len(f"⋯{skipped}"))
+        sizes.extend(_value_size(v, gamma) for v in values[1 + drop :])
+        return sizes
 
     def lines_for(drop: int) -> list[list[Seg]]:
         items = _chain_items(chain, gamma, drop)
@@ -613,19 +697,26 @@ def _fit_chain(
             items[0] = [label, *items[0]]
         return flow(items, _ARROW, width, _CONT)
 
-    best = lines_for(0)
-    if len(best) <= limit or len(chain.values) <= 2:
-        return best, 0
-    lo, hi = 1, len(chain.values) - 2  # keep at least the initial and the latest value
-    best, best_drop = lines_for(hi), hi
-    while lo < hi:  # fewest dropped values whose chain fits (rows shrink as values drop)
-        mid = (lo + hi) // 2
-        lines = lines_for(mid)
-        if len(lines) <= limit:
-            best, best_drop, hi = lines, mid, mid
-        else:
-            lo = mid + 1
-    return best, best_drop
+    drop = 0
+    if n > 2 and _count_lines(sizes_for(0), width) > limit:
+        # Values that can possibly fit: a row holds at most `width` columns.
+        room, k = limit * width, n - 1
+        while k > 1 and room > 0:
+            room -= _value_size(values[k], gamma) + len(_ARROW[0])
+            k -= 1
+        lo, hi = max(1, k), n - 2
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _count_lines(sizes_for(mid), width) <= limit:
+                hi = mid
+            else:
+                lo = mid + 1
+        drop = lo
+    lines = lines_for(drop)
+    while len(lines) > limit and n - drop > 2:
+        drop += 1
+        lines = lines_for(drop)
+    return lines, drop
 
 
 def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[int, list[tuple[str, int, int]], int]:
@@ -644,7 +735,9 @@ def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[
         for c in r.chains:
             a = c.attribute
             count[a] = count.get(a, 0) + 1
-            sizes = [sum(len(s[0]) for s in item) for item in _chain_items(c, gamma)]
+            # The first value and the most recent ones are what a cell can show.
+            tail = c.values if len(c.values) <= 33 else (c.values[0], *c.values[-32:])
+            sizes = [_value_size(v, gamma) for v in tail]
             longest[a] = max(longest.get(a, 0), max(sizes, default=0))
             demand[a] = demand.get(a, 0) + sum(sizes) + 3 * max(0, len(sizes) - 1)
     attrs = sorted(count, key=lambda a: (-count[a], a))
@@ -700,8 +793,15 @@ def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tu
 
     limit = entry_limit(budget_rows)
 
+    common = ("S", gamma, limit, ew, tuple(attr_cols), other_col, cols, geo)
+
     def build(i: int) -> Block:
         r = rows[i]
+        chains = tuple((c.key, c.attribute, c.total, c.elided, tuple(map(id, c.values))) for c in r.chains)
+        key = (*common, r.entity, r.goal_match, chains)
+        return _memo_block(key, tuple(c.values for c in r.chains), lambda: make(r))
+
+    def make(r: EntityRow) -> Block:
         cells: list[Cell] = [text_cell(0, r.entity, ew, "accent" if r.goal_match else "text", True)]
         extra: list[list[Seg]] = []
         texts = []
@@ -744,8 +844,13 @@ def _dependency(view: View, body: DependencyChain, geo: Geometry, budget_rows: i
 
     limit = entry_limit(budget_rows)
 
+    common = ("D", gamma, ec, anchor_ec, label_w, limit, geo)
+
     def build(i: int) -> Block:
-        lk: ChainLink = links[i]
+        lk = links[i]
+        return _memo_block((*common, i == 0, id(lk.item), lk.kind, lk.via), lk.item, lambda: make(i, lk))
+
+    def make(i: int, lk: ChainLink) -> Block:
         it = lk.item
         label = LINK_LABEL[lk.kind.value]
         bg, bar = row_style(it.event.outcome, it.goal_match)
@@ -821,6 +926,7 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
         used += h
     if total and not kept:  # one entry taller than the page: clip its rows (image only)
         b = build(total - 1 if recent_first else 0)
+        b = Block(b.kind, [Row(list(r.spans), r.bg, r.bar) for r in b.rows], list(b.lines), b.gap, b.col_rules, b.bg)
         room = max(1, (budget - used - b.gap - geo.height(Block(b.kind, [], []))) // geo.row_h - 1)
         b.rows = b.rows[:room]
         if b.rows and b.rows[-1].spans:

@@ -22,7 +22,7 @@ from PIL import Image
 from memprism_ray.composer.structures import View
 from memprism_ray.render.config import RenderColors, RenderConfig
 from memprism_ray.render.font import LEVELS, atlas
-from memprism_ray.render.layout import _BOX, Block, Page, layout
+from memprism_ray.render.layout import _BOX, Block, Page, Row, layout
 
 _FGS = ("text", "dim", "exception", "update", "arrow", "link", "accent")
 #: (foreground, background) colour roles with a palette style, in palette order.
@@ -60,6 +60,42 @@ def palette(colors: RenderColors) -> bytes:
     return bytes(out)
 
 
+_ROW_CACHE: dict[tuple, np.ndarray] = {}
+_ROW_CACHE_BYTES = [0]
+_ROW_CACHE_MAX = 24 * 1024 * 1024
+
+
+def row_strip(row: Row, bg: str, size: int) -> np.ndarray:
+    """Palette indices of one text row (its spans over its background), cached by content:
+    consecutive decisions redraw mostly the same entries, so rows repeat."""
+    key = (size, bg, tuple((sp.col, sp.text, sp.fg, sp.bold) for sp in row.spans))
+    cached = _ROW_CACHE.get(key)
+    if cached is not None:
+        return cached
+    regular, bold = atlas(size), atlas(size, True)
+    end = max((sp.col + len(sp.text) for sp in row.spans), default=0)
+    strip = np.full((regular.cell_h, end * regular.cell_w), solid(bg), np.uint8)
+    for sp in row.spans:
+        glyphs = (bold if sp.bold else regular).strip(sp.text)
+        x = sp.col * regular.cell_w
+        strip[:, x : x + glyphs.shape[1]] = glyphs + np.uint8(STYLE_BASE[(sp.fg, bg)])
+    if _ROW_CACHE_BYTES[0] > _ROW_CACHE_MAX:
+        _ROW_CACHE.clear()
+        _ROW_CACHE_BYTES[0] = 0
+    _ROW_CACHE[key] = strip
+    _ROW_CACHE_BYTES[0] += strip.nbytes + 200
+    return strip
+
+
+def clear_render_caches() -> None:
+    """Forget cached row strips and laid-out entry blocks (benchmarks time cold renders)."""
+    from memprism_ray.render.layout import clear_layout_cache
+
+    _ROW_CACHE.clear()
+    _ROW_CACHE_BYTES[0] = 0
+    clear_layout_cache()
+
+
 def _draw_rows(canvas: np.ndarray, block: Block, y: int, page: Page, config: RenderConfig) -> None:
     geo = page.geometry
     border, _, _, top, _ = _BOX[block.kind]
@@ -68,27 +104,22 @@ def _draw_rows(canvas: np.ndarray, block: Block, y: int, page: Page, config: Ren
     x1 = geo.width - geo.margin - border
     if block.kind == "link":
         x0 = x_text - 3
-    regular = atlas(config.font_size)
-    bold = atlas(config.font_size, True)
     height, width = canvas.shape
     for r, row in enumerate(block.rows):
         ry = y + border + top + r * geo.row_h
         if ry >= height:
             return
         ry1 = min(height, ry + geo.row_h)
-        bg = row.bg or block.bg
         if row.bg:
             canvas[ry:ry1, x0:x1] = solid(row.bg)
         if row.bar:
             canvas[ry:ry1, max(0, geo.margin - 5) : geo.margin - 2] = solid(row.bar)
-        for span in row.spans:
-            x = x_text + span.col * geo.cell_w
-            if x >= width:
-                continue
-            strip = (bold if span.bold else regular).strip(span.text)
-            w = min(strip.shape[1], width - x)
-            h = min(strip.shape[0], height - ry)
-            canvas[ry : ry + h, x : x + w] = strip[:h, :w] + np.uint8(STYLE_BASE[(span.fg, bg)])
+        if not row.spans:
+            continue
+        strip = row_strip(row, row.bg or block.bg, config.font_size)
+        w = min(strip.shape[1], width - x_text)
+        h = min(strip.shape[0], height - ry)
+        canvas[ry : ry + h, x_text : x_text + w] = strip[:h, :w]
 
 
 def paint(page: Page, config: RenderConfig) -> np.ndarray:

@@ -142,23 +142,14 @@ def test_select_accepts_records_and_rejects_other_input() -> None:
         ComposerConfig(goal_restore="sometimes")
 
 
-def test_recent_window_selection_reads_only_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib
+def test_recent_window_selection_reads_only_the_window() -> None:
+    from memprism_ray.composer.records import _CACHE, clear_cache
 
-    select_module = importlib.import_module("memprism_ray.composer.select")  # the package re-exports select()
-
-    seen: list[int] = []
-    real = select_module.event_view
-
-    def counting(record):  # type: ignore[no-untyped-def]
-        seen.append(record.event.t)
-        return real(record)
-
-    monkeypatch.setattr(select_module, "event_view", counting)
     stream = alfworld_like_stream(300, 1)
     a = ViewAction("ActionEffect", "recent_long", "exception", "fine")
+    clear_cache()
     select(stream, a, stream.meta["goal"])
-    assert sorted(seen) == list(range(291, 301))
-    seen.clear()
+    assert sorted(view.t for _, view in _CACHE.values()) == list(range(291, 301))
+    clear_cache()
     select(stream, a, stream.meta["goal"], ComposerConfig("history"))
-    assert sorted(seen) == list(range(1, 301))
+    assert sorted(view.t for _, view in _CACHE.values()) == list(range(1, 301))
