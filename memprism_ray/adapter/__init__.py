@@ -5,7 +5,14 @@ GRPO with clipped ratio, reference KL and entropy), ``checkpoint`` (safetensors 
 JSON config, safely loaded trainer state). The Router's other modules stay frozen.
 """
 
-from memprism_ray.adapter.checkpoint import LoadedCheckpoint, load_checkpoint, resume_trainer, save_checkpoint
+from memprism_ray.adapter.checkpoint import (
+    LoadedCheckpoint,
+    checkpoint_sha256,
+    load_checkpoint,
+    load_model,
+    resume_trainer,
+    save_checkpoint,
+)
 from memprism_ray.adapter.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, group_advantages, grpo_loss
 from memprism_ray.adapter.sft import SFTConfig, SFTDataset, SFTTrainer, label_decisions, sft_loss, train_sft
 
@@ -17,10 +24,12 @@ __all__ = [
     "SFTConfig",
     "SFTDataset",
     "SFTTrainer",
+    "checkpoint_sha256",
     "group_advantages",
     "grpo_loss",
     "label_decisions",
     "load_checkpoint",
+    "load_model",
     "resume_trainer",
     "save_checkpoint",
     "sft_loss",

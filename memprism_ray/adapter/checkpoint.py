@@ -14,10 +14,13 @@ weight-only checkpoints may omit optimizer state by design." A checkpoint is a d
                          torch, CUDA), written with ``torch.save`` and read back with
                          ``torch.load(weights_only=True)``, so no pickled code runs.
 
-Each file is written to a temporary name and renamed, so an interrupted save leaves the
-previous checkpoint intact. Resume order matters for bit-identical continuation: build the
-model (weights from :func:`load_checkpoint`), build the trainer, then call
-:func:`resume_trainer`, which loads the trainer state and restores the RNG states last.
+All files are first written under temporary names and then renamed into place, so an
+interrupted save leaves the previous checkpoint as it was, or (if it stops between the
+renames) a mismatch that the hash check reports instead of loading mixed weights.
+
+Resume order matters for bit-identical continuation: build the model (weights from
+:func:`load_checkpoint`), build the trainer, then call :func:`resume_trainer`, which loads
+the trainer state and restores the RNG states last.
 """
 
 from __future__ import annotations
@@ -93,10 +96,8 @@ def restore_rng(state: Mapping[str, Any]) -> None:
 
 
 # --- save / load --------------------------------------------------------------------------
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+def _tmp(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
 
 
 def _config_dict(cfg: Any) -> dict[str, Any] | None:
@@ -132,17 +133,12 @@ def save_checkpoint(
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     weights = st_save(tensors, metadata={"format": CHECKPOINT_FORMAT})
-    _atomic_write_bytes(out / WEIGHTS_FILE, weights)
+    _tmp(out / WEIGHTS_FILE).write_bytes(weights)
     digest = hashlib.sha256(weights).hexdigest()
     if trainer is not None:
-        state = {"trainer": trainer.state_dict(), "rng": capture_rng()}
-        tmp = out / (STATE_FILE + ".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, out / STATE_FILE)
+        torch.save({"trainer": trainer.state_dict(), "rng": capture_rng()}, _tmp(out / STATE_FILE))
         if iteration is None:
             iteration = int(getattr(trainer, "epoch", getattr(trainer, "iteration", 0)))
-    elif (out / STATE_FILE).exists():
-        (out / STATE_FILE).unlink()  # weights-only export: a stale state would not match
     meta = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
@@ -159,7 +155,14 @@ def save_checkpoint(
         "extra": dict(extra or {}),
         "torch_version": torch.__version__,
     }
-    _atomic_write_bytes(out / CONFIG_FILE, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+    _tmp(out / CONFIG_FILE).write_bytes((json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+    # Everything is on disk under temporary names; swap it in with renames only.
+    os.replace(_tmp(out / WEIGHTS_FILE), out / WEIGHTS_FILE)
+    if trainer is not None:
+        os.replace(_tmp(out / STATE_FILE), out / STATE_FILE)
+    elif (out / STATE_FILE).exists():
+        (out / STATE_FILE).unlink()  # weights-only export: a stale state would not match
+    os.replace(_tmp(out / CONFIG_FILE), out / CONFIG_FILE)
     return out
 
 
@@ -206,7 +209,7 @@ class LoadedCheckpoint:
 
 
 def load_checkpoint(
-    path: str | Path, *, map_location: str | torch.device = "cpu", verify: bool = True
+    path: str | Path, *, map_location: str | torch.device = "cpu", verify: bool = True, with_state: bool = True
 ) -> LoadedCheckpoint:
     """Build the model from a checkpoint directory (hash checked), plus its resumable state."""
     from safetensors import SafetensorError
@@ -227,12 +230,22 @@ def load_checkpoint(
         raise ValueError(f"{root}: weights do not fit RouterConfig: missing {missing}, unexpected {unexpected}")
     model.to(map_location)
     state = None
-    if (root / STATE_FILE).exists():
+    if with_state and (root / STATE_FILE).exists():
         try:
             state = torch.load(root / STATE_FILE, map_location=map_location, weights_only=True)
         except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ... for bad files
             raise ValueError(f"{root / STATE_FILE}: cannot load trainer state safely ({exc})") from None
     return LoadedCheckpoint(model, meta, state)
+
+
+def load_model(path: str | Path, *, map_location: str | torch.device = "cpu", verify: bool = True) -> ViewPolicyModel:
+    """Only the (hash-checked) ViewPolicyModel of a checkpoint, e.g. for evaluation or rollouts."""
+    return load_checkpoint(path, map_location=map_location, verify=verify, with_state=False).model
+
+
+def checkpoint_sha256(path: str | Path) -> str:
+    """The verified SHA-256 of a checkpoint's weight file (what run manifests record)."""
+    return verify_weights(path)
 
 
 def resume_trainer(trainer: Resumable, checkpoint: LoadedCheckpoint) -> None:

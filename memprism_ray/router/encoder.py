@@ -177,20 +177,12 @@ class TextEncoder(_CachedEncoder):
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         torch = self._torch
-        # Sorting by length keeps padding small; results go back to input order.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        enc = self.tokenizer(texts, truncation=True, max_length=self.config.max_length)
+        lengths = [len(ids) for ids in enc["input_ids"]]
         out = np.empty((len(texts), TEXT_DIM), dtype=np.float32)
-        bs = self.config.batch_size
         with torch.inference_mode():
-            for start in range(0, len(order), bs):
-                idx = order[start : start + bs]
-                batch = self.tokenizer(
-                    [texts[i] for i in idx],
-                    padding=True,
-                    truncation=True,
-                    max_length=self.config.max_length,
-                    return_tensors="pt",
-                )
+            for idx in _length_buckets(lengths, self.config.batch_size):
+                batch = self.tokenizer.pad({k: [enc[k][i] for i in idx] for k in enc}, return_tensors="pt")
                 batch = {k: v.to(self.config.device) for k, v in batch.items()}
                 hidden = self.model(**batch).last_hidden_state
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
@@ -198,6 +190,22 @@ class TextEncoder(_CachedEncoder):
                 pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
                 out[idx] = pooled.cpu().numpy()
         return out
+
+
+def _length_buckets(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped by similar token length, at most ``batch_size`` each.
+
+    Padding a short goal to a long observation doubles the work of a mixed batch; a new
+    group starts when the length would exceed 1.25x the group's shortest text plus 8.
+    """
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and len(groups[-1]) < batch_size and lengths[i] <= 1.25 * lengths[groups[-1][0]] + 8:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def _unwrap(model: Any) -> tuple[Any, Any]:

@@ -15,7 +15,9 @@ import torch
 
 from memprism_ray.adapter.checkpoint import (
     capture_rng,
+    checkpoint_sha256,
     load_checkpoint,
+    load_model,
     read_checkpoint_meta,
     restore_rng,
     resume_trainer,
@@ -127,6 +129,8 @@ def test_files_hash_and_config(tmp_path: Path) -> None:
     assert meta["parameter_counts"] == model.parameter_counts() and not meta["has_state"]
     loaded = load_checkpoint(out)
     assert_same_params(model, loaded.model)
+    assert_same_params(model, load_model(out))
+    assert checkpoint_sha256(out) == meta["weights_sha256"]
     x = [torch.randn(2, d) for d in (384, 384, 128, 8)]
     torch.testing.assert_close(model.eval()(*x), loaded.model.eval()(*x), rtol=0, atol=0)
     assert not any(p.requires_grad for p in loaded.model.frozen_parameters())
@@ -143,6 +147,10 @@ def test_tampered_weights_and_bad_files_are_rejected(tmp_path: Path) -> None:
     weights.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="does not match the recorded"):
         load_checkpoint(out)
+    with pytest.raises(ValueError, match="does not match the recorded"):
+        load_model(out)
+    with pytest.raises(ValueError, match="does not match the recorded"):
+        checkpoint_sha256(out)
     load_checkpoint(out, verify=False)  # the user may opt out explicitly
     with pytest.raises(ValueError, match=r"no config\.json"):
         read_checkpoint_meta(tmp_path)

@@ -124,3 +124,16 @@ def test_hashing_encoder_is_a_deterministic_unit_double() -> None:
     assert not np.allclose(a, c)
     np.testing.assert_allclose(np.linalg.norm(enc.encode(["", "x"]), axis=1), 1.0, atol=1e-6)
     np.testing.assert_array_equal(HashingEncoder(cache_size=0).encode(["open fridge 1"])[0], c)
+
+
+def test_length_buckets_cover_all_and_limit_padding() -> None:
+    from memprism_ray.router.encoder import _length_buckets
+
+    lengths = [12, 70, 9, 66, 80, 11, 200, 75, 10]
+    groups = _length_buckets(lengths, batch_size=3)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert all(len(g) <= 3 for g in groups)
+    for g in groups:
+        shortest, longest = min(lengths[i] for i in g), max(lengths[i] for i in g)
+        assert longest <= 1.25 * shortest + 8
+    assert [sorted(lengths[i] for i in g) for g in groups] == [[9, 10, 11], [12], [66, 70, 75], [80], [200]]
