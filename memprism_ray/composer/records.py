@@ -86,7 +86,7 @@ def _build(record: StreamRecord) -> EventView:
 
 
 _CACHE: dict[int, tuple[StreamRecord, EventView]] = {}
-_CACHE_MAX = 50_000
+_CACHE_MAX = 20_000
 
 
 def event_view(record: StreamRecord) -> EventView:

@@ -396,10 +396,16 @@ def row_style(item_outcome: Outcome | None, goal_match: bool) -> tuple[str | Non
 
 
 def event_entry(
-    item: SelectedEvent, gamma: str, ec: EventColumns, limit: int, prefix: list[list[Seg]] | None = None
+    item: SelectedEvent,
+    gamma: str,
+    ec: EventColumns,
+    limit: int,
+    prefix: list[list[Seg]] | None = None,
+    note: Seg | None = None,
 ) -> tuple[list[Cell], int]:
     """Cells of one event row and how many of its state changes they show: at most
-    ``limit`` rows, the changes that do not fit are counted on a ``... k more changes`` row."""
+    ``limit`` rows, the changes that do not fit are counted on a ``... k more changes`` row.
+    ``note`` (e.g. a dependency link's shared entities) heads the state-change column."""
     ev = item.event
     label, fg = OUTCOME_LABEL[ev.outcome]
     cells: list[Cell] = []
@@ -409,7 +415,7 @@ def event_entry(
     cells.append((ec.outcome_col, [[(label, fg, False)]]))
     deltas = delta_items(item, gamma)
     room = limit - (len(wrap(ev.action, ec.action_w)) if ec.stacked else 0)
-    lines: list[list[Seg]] = []
+    lines: list[list[Seg]] = flow([[note]], None, ec.delta_w) if note else []
     shown = 0
     for k, (key, value, changed) in enumerate(deltas):
         arrow = " → " if changed else " = "
@@ -467,7 +473,7 @@ Builder = Callable[[int], Block]
 # plus every layout parameter; the value keeps those objects alive, so an id cannot be
 # reused while its key is cached. Cached blocks are never mutated (the clip path copies).
 _BLOCKS: dict[tuple, tuple[object, Block]] = {}
-_BLOCKS_MAX = 20_000
+_BLOCKS_MAX = 8_192
 
 
 def _memo_block(key: tuple, refs: object, make: Callable[[], Block]) -> Block:
@@ -860,9 +866,8 @@ def _dependency(view: View, body: DependencyChain, geo: Geometry, budget_rows: i
             kind, gap, block_bg = "anchor", 0, "card_bg"
         else:
             prefix = [[(label.ljust(label_w), "link", False)]]
-            if lk.via:
-                prefix.append([(f"via {', '.join(lk.via)}"[:label_w], "dim", False)])
-            cells, shown = event_entry(it, gamma, ec, limit, prefix)
+            note: Seg | None = (f"via {', '.join(lk.via)}", "link", False) if lk.via else None
+            cells, shown = event_entry(it, gamma, ec, limit, prefix, note)
             kind, gap, block_bg = "link", 2, "background"
         line = f"{lk.kind.value} | {event_line(it, gamma, shown)}" + (f" | via {', '.join(lk.via)}" if lk.via else "")
         return Block(kind, grid(cells, bg, bar), [line], gap=gap, bg=block_bg)

@@ -183,3 +183,25 @@ def test_unusual_characters_render() -> None:
         img = render_image(view)
         assert img.size[0] == 672
         assert "tab here newline" in render_text(view) or tau == "EntityState"
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 80), seed=st.integers(0, 500), actions=st.lists(st.sampled_from(ALL_ACTIONS), min_size=2))
+def test_caches_never_change_pixels(n: int, seed: int, actions: list[ViewAction]) -> None:
+    """Row strips, entry blocks and record readings are caches only: a view drawn with warm
+    caches (after other views of a growing stream) is byte-identical to a cold drawing."""
+    from memprism_ray.composer.records import clear_cache
+    from memprism_ray.render.optical import clear_render_caches
+
+    stream = random_stream(n, seed)
+    grow = EventStream(stream.meta)
+    warm = []
+    for k, rec in enumerate(stream):
+        grow.append(rec.raw, rec.event)
+        if k % 7 == 0:
+            render_png(compose(grow, actions[k % len(actions)]))
+    for a in actions:
+        warm.append(render_png(compose(grow, a)))
+    clear_cache()
+    clear_render_caches()
+    assert [render_png(compose(grow, a)) for a in actions] == warm
