@@ -38,6 +38,7 @@ Every compiler is a single pass over the selection (O(N)).
 
 from __future__ import annotations
 
+from memprism_ray.composer.records import DeltaView, EventView
 from memprism_ray.composer.select import SelectedEvent, Selection
 from memprism_ray.composer.structures import (
     ActionEffect,
@@ -201,48 +202,47 @@ def compile_effect(selection: Selection, gamma: str) -> ActionEffect:
 
 
 # --- EntityState ---------------------------------------------------------------------
+def _state_values(ev: EventView, goal: frozenset[str]) -> tuple[StateValue, ...]:
+    """The event's deltas as StateValues for this goal (memoised on the event)."""
+    memo_key = ("state_values", goal)
+    values = ev.memo.get(memo_key)
+    if values is None:
+        values = ev.memo[memo_key] = tuple(
+            StateValue(d.value, ev.t, ev.act, d.changed, bool(goal) and not goal.isdisjoint(d.value_terms))
+            for d in ev.deltas
+        )
+    return values
+
+
 def compile_state(selection: Selection, gamma: str) -> EntityState:
     _check_gamma(gamma)
     goal = frozenset(selection.goal_terms)
-    # entity -> key -> [(value, t, act, changed)]; dicts keep first-appearance order.
-    # entity -> key -> [StateValue]; dicts keep first-appearance order.
-    table: dict[str, dict[str, list[StateValue]]] = {}
-    attrs: dict[str, str] = {}
-    first_t: dict[str, int] = {}
-    latest_t: dict[str, int] = {}
-    use_goal = bool(goal)
+    # key -> [StateValue] in time order; the dict keeps first-appearance order of keys.
+    chains: dict[str, list[StateValue]] = {}
+    owner: dict[str, DeltaView] = {}
     for it in selection.items:
         ev = it.event
         if not ev.deltas:
             continue
-        memo = ev.memo
-        for k, d in enumerate(ev.deltas):
-            gm = use_goal and not goal.isdisjoint(d.value_terms)
-            memo_key = ("state_value", k, gm)
-            sv = memo.get(memo_key)
-            if sv is None:
-                sv = memo[memo_key] = StateValue(d.value, ev.t, ev.act, d.changed, gm)
-            keys = table.get(d.entity)
-            if keys is None:
-                keys = table[d.entity] = {}
-                first_t[d.entity] = ev.t
-            chain = keys.get(d.key)
+        for d, sv in zip(ev.deltas, _state_values(ev, goal)):
+            chain = chains.get(d.key)
             if chain is None:
-                chain = keys[d.key] = []
-                attrs[d.key] = d.attribute
-            chain.append(sv)
-            latest_t[d.entity] = ev.t
+                chains[d.key] = [sv]
+                owner[d.key] = d
+            else:
+                chain.append(sv)
+    # Group keys by entity; an entity's first/latest update come from its keys' chains.
+    by_entity: dict[str, list[str]] = {}
+    for key in chains:
+        by_entity.setdefault(owner[key].entity, []).append(key)
     rows = []
-    for entity, keys in table.items():
-        chains = []
-        for key, updates in keys.items():
-            chains.append(_chain(key, attrs[key], updates, gamma))
+    for entity, keys in by_entity.items():
         rows.append(
             EntityRow(
                 entity=entity,
-                chains=tuple(chains),
-                first_t=first_t[entity],
-                latest_t=latest_t[entity],
+                chains=tuple(_chain(key, owner[key].attribute, chains[key], gamma) for key in keys),
+                first_t=min(chains[key][0].t for key in keys),
+                latest_t=max(chains[key][-1].t for key in keys),
                 goal_match=bool(goal) and not goal.isdisjoint(text_terms(entity)),
             )
         )

@@ -787,7 +787,8 @@ def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tu
     cols = geo.content_cols("table_row")
     if not rows:
         return 0, lambda i: Block("plain", [], []), None
-    ew, attr_cols, other_col = _table_columns(rows, cols, gamma)
+    # Only the most recent rows can be on the page (each takes at least one text row).
+    ew, attr_cols, other_col = _table_columns(rows[-budget_rows:], cols, gamma)
     where = {a: (c, w) for a, c, w in attr_cols}
     other_w = cols - other_col if other_col >= 0 else 0
     rules = tuple(c - 2 for _, c, _ in attr_cols) + ((other_col - 2,) if other_col >= 0 else ())
