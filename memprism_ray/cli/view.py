@@ -27,14 +27,18 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("events", help="event stream file: .jsonl or .parquet (EventStream.save)")
     p.add_argument(
-        "--tau", default="TemporalTrace", help="TemporalTrace | ActionEffect | EntityState | DependencyChain"
+        "--tau", default="TemporalTrace", help="TemporalTrace (default) | ActionEffect | EntityState | DependencyChain"
     )
-    p.add_argument("--window", default="recent_short", help="recent_short (6) | recent_long (10) | all")
-    p.add_argument("--filter", default="all", help="all | exception | state_update | no_observed_change")
-    p.add_argument("--gamma", default="fine", help="coarse | medium | fine")
+    p.add_argument("--window", default="recent_short", help="recent_short (6 events, default) | recent_long (10) | all")
+    p.add_argument("--filter", default="all", help="all (default) | exception | state_update | no_observed_change")
+    p.add_argument("--gamma", default="fine", help="coarse | medium | fine (default)")
     p.add_argument("--goal", default=None, help="task goal (default: the stream's meta 'goal')")
     p.add_argument("--max-side", default="672", help="long-side cap in pixels, a multiple of 28 (default 672)")
-    p.add_argument("--goal-restore", default="window", help="window | history | off (see composer.select)")
+    p.add_argument(
+        "--goal-restore",
+        default="window",
+        help="where goal-matching events are restored from: window (default) | history | off",
+    )
     p.add_argument("--out", default=None, help="output file (.png, or the text with --text; default stdout for --text)")
     p.add_argument("--text", action="store_true", help="write the text rendering instead of the PNG")
     p.set_defaults(func=_run)
