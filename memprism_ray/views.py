@@ -99,7 +99,7 @@ class ViewService:
 
     def render_one(self, req: ViewRequest) -> RenderedView:
         from memprism_ray.composer import compose
-        from memprism_ray.render import render_image, render_text
+        from memprism_ray.render import encode_png, render, render_image, render_text
         from memprism_ray.render.visual_tokens import qwen25vl_tokens
 
         key = self.key(req)
@@ -112,13 +112,15 @@ class ViewService:
         t0 = time.perf_counter()
         view = compose(req.stream, req.action, req.goal)
         t1 = time.perf_counter()
-        image = render_image(view, self.render_config) if req.want_image else None
-        text = render_text(view, self.render_config) if req.want_text else None
-        png = None
-        if image is not None and self.encode_png:
-            buf = io.BytesIO()
-            image.save(buf, format="PNG", compress_level=1)
-            png = buf.getvalue()
+        image, text = None, None
+        if req.want_image and req.want_text:
+            both = render(view, self.render_config)  # one layout for both media
+            image, text = both.image, both.text
+        elif req.want_image:
+            image = render_image(view, self.render_config)
+        elif req.want_text:
+            text = render_text(view, self.render_config)
+        png = encode_png(image, self.render_config) if (image is not None and self.encode_png) else None
         t2 = time.perf_counter()
         width, height = (image.width, image.height) if image is not None else (0, 0)
         out = RenderedView(

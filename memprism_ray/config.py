@@ -1,0 +1,177 @@
+"""The one config tree of a memprism-ray job (DESIGN.md: "One config tree, typed, each
+field with a one-line doc; presets are YAML").
+
+Each section is the dataclass of the component it configures (``grpo`` is the adapter's
+``GRPOConfig``, ``policy`` the task policy's ``PolicyConfig``, ...); this module adds the
+sections that belong to the jobs themselves (run directory, corpus, view labelling, rollout
+placement, final evaluation) and loads presets::
+
+    cfg = load_config("configs/local.yaml", ["--grpo.lr", "1e-6"])
+
+``memprism_ray.config_tree.describe(ExperimentConfig)`` lists every key with its default
+and help text (``python jobs/grpo_alfworld.py --help-config``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from memprism_ray.adapter.grpo import GRPOConfig
+from memprism_ray.adapter.sft import SFTConfig
+from memprism_ray.agent import AgentConfig
+from memprism_ray.config_tree import field, from_dict, load_yaml, merge, parse_overrides
+from memprism_ray.policy.config import PolicyConfig
+from memprism_ray.render.config import RenderConfig
+from memprism_ray.router.encoder import EncoderConfig
+from memprism_ray.router.model import RouterConfig
+
+
+@dataclass
+class RunConfig:
+    """Where a job writes and how it resumes."""
+
+    name: str = field("grpo-alfworld", help="run name: the run directory is <out_dir>/<name>")
+    out_dir: str = field("runs", help="parent directory of run directories")
+    seed: int = field(0, help="job seed: task sampling, rollout sampling, final evaluation order")
+    resume: str = field("", help="'' (fresh; refuses a non-empty run dir), 'auto' (latest checkpoint) or a path")
+    checkpoint_every: int = field(1, help="learner checkpoint every K iterations (and at the end)")
+    ray_address: str = field("auto", help="'auto': join the job's cluster or start a local one; 'local': always local")
+    num_cpus: int = field(0, help="CPUs of a locally started Ray (0: all)")
+    call_timeout_s: float = field(300.0, help="timeout of every ray.get on a worker call")
+    tensorboard: bool = field(True, help="write TensorBoard event files beside the JSONL log")
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_every < 1:
+            raise ValueError(f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        if self.call_timeout_s <= 0:
+            raise ValueError(f"run.call_timeout_s must be > 0, got {self.call_timeout_s}")
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.out_dir) / self.name
+
+
+@dataclass
+class CorpusSection:
+    """Which games the job plays: an ALFWorld data root, or the embedded generated corpus."""
+
+    data_root: str = field("", help="ALFWorld data root ('' : $ALFWORLD_DATA, else the embedded generated corpus)")
+    train_games: int = field(48, help="embedded corpus: training games built on first use")
+    eval_games: int = field(24, help="embedded corpus: games per evaluation split built on first use")
+    seed: int = field(0, help="embedded corpus seed")
+    cache_dir: str = field("", help="embedded corpus location ('' : $MEMPRISM_CACHE or ~/.cache/memprism)")
+    train_split: str = field("train", help="split whose games form GRPO groups and D1 data")
+
+    def __post_init__(self) -> None:
+        if self.train_games < 1 or self.eval_games < 0:
+            raise ValueError("corpus.train_games must be >= 1 and corpus.eval_games >= 0")
+
+
+@dataclass
+class LabelConfig:
+    """D1 data: expert trajectories labelled by a view teacher (appendix A.3)."""
+
+    teacher: str = field("counterfactual", help="view teacher: counterfactual (no LLM) or llm (OpenAI-compatible)")
+    games: int = field(24, help="training games whose expert trajectories are labelled")
+    samples_per_view: int = field(2, help="counterfactual teacher: policy samples per candidate view")
+    cost_temperature: float = field(0.1, help="counterfactual teacher: cost tie-break temperature")
+    policy_temperature: float = field(0.5, help="counterfactual teacher: scripted policy temperature")
+    llm_base_url: str = field("http://127.0.0.1:8000/v1", help="llm teacher: OpenAI-compatible endpoint")
+    llm_model: str = field("Qwen/Qwen2.5-72B-Instruct", help="llm teacher: model name")
+    top_k: int = field(5, help="llm teacher: soft labels requested")
+    workers: int = field(2, help="Ray actors labelling in parallel")
+
+    def __post_init__(self) -> None:
+        if self.teacher not in ("counterfactual", "llm"):
+            raise ValueError(f"label.teacher must be 'counterfactual' or 'llm', got {self.teacher!r}")
+        if self.games < 1 or self.samples_per_view < 1 or self.workers < 1:
+            raise ValueError("label.games, label.samples_per_view and label.workers must be >= 1")
+
+
+@dataclass
+class RolloutConfig:
+    """Placement of the rollout actors (DESIGN.md "Distributed rollout")."""
+
+    num_workers: int = field(2, help="RolloutWorker actors; each runs one group at a time")
+    env_slots_per_worker: int = field(16, help="game slots per rollout worker (>= grpo.group_size)")
+    env_workers_per_rollout: int = field(1, help="EnvWorker actors per rollout worker (slots split among them)")
+    env_cpus: float = field(0.5, help="CPUs reserved by each EnvWorker")
+    rollout_cpus: float = field(0.5, help="CPUs reserved by each RolloutWorker (Router + encoder)")
+    phi_workers: int = field(1, help="PhiWorker actors (0: extract inside the rollout worker)")
+    view_workers: int = field(1, help="ViewWorker actors (0: compose + render inside the rollout worker)")
+    view_cache_size: int = field(2048, help="content-addressed view cache entries per ViewWorker")
+    policy_cpus: float = field(0.25, help="CPUs reserved by each CPU policy replica")
+    helper_cpus: float = field(0.25, help="CPUs reserved by each Phi/View worker")
+    max_restarts: int = field(3, help="automatic restarts of a dead actor")
+    rerun_failed: bool = field(True, help="re-run a group once when some of its trajectories failed")
+    group_timeout_s: float = field(900.0, help="longest wait for one group before its trajectories are failed")
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 1 or self.env_slots_per_worker < 1 or self.env_workers_per_rollout < 1:
+            raise ValueError("rollout.num_workers, env_slots_per_worker and env_workers_per_rollout must be >= 1")
+        if self.env_workers_per_rollout > self.env_slots_per_worker:
+            raise ValueError("rollout.env_workers_per_rollout cannot exceed rollout.env_slots_per_worker")
+        if min(self.env_cpus, self.rollout_cpus, self.policy_cpus, self.helper_cpus) < 0:
+            raise ValueError("rollout CPU reservations must be >= 0")
+        if self.phi_workers < 0 or self.view_workers < 0 or self.max_restarts < 0:
+            raise ValueError("rollout.phi_workers, view_workers and max_restarts must be >= 0")
+
+
+@dataclass
+class FinalEvalConfig:
+    """The evaluation a training job ends with (and ``jobs/eval_alfworld.py`` runs)."""
+
+    enabled: bool = field(True, help="evaluate the trained Router at the end of the job")
+    split: str = field("eval_out_of_distribution", help="evaluation split")
+    episodes: int = field(0, help="episodes (0: every game of the split once)")
+    conditions: tuple[str, ...] = field(
+        ("memprism", "freq_random"), help="conditions; freq_random uses the memprism run's view marginal"
+    )
+    workers: int = field(2, help="Ray actors playing evaluation episodes in parallel")
+    slots: int = field(8, help="episodes per actor played step-synchronously")
+    policy_temperature: float = field(0.3, help="scripted task-policy temperature at evaluation")
+    artifacts: int = field(2, help="episodes per condition with full artifacts (views, HTML)")
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.slots < 1 or self.episodes < 0:
+            raise ValueError("eval.workers and eval.slots must be >= 1, eval.episodes >= 0")
+
+
+@dataclass
+class ExperimentConfig:
+    """Everything one job reads."""
+
+    run: RunConfig = field(default_factory=RunConfig, help="run directory, resume and Ray connection")
+    corpus: CorpusSection = field(default_factory=CorpusSection, help="games")
+    agent: AgentConfig = field(default_factory=AgentConfig, help="decision loop")
+    render: RenderConfig = field(default_factory=RenderConfig, help="optical renderer")
+    encoder: EncoderConfig = field(default_factory=EncoderConfig, help="frozen MiniLM encoder")
+    router: RouterConfig = field(default_factory=RouterConfig, help="Router architecture")
+    label: LabelConfig = field(default_factory=LabelConfig, help="D1 view-teacher labelling")
+    sft: SFTConfig = field(default_factory=SFTConfig, help="D1 optimisation")
+    grpo: GRPOConfig = field(default_factory=GRPOConfig, help="D2 grouped GRPO")
+    rollout: RolloutConfig = field(default_factory=RolloutConfig, help="rollout actor placement")
+    policy: PolicyConfig = field(default_factory=PolicyConfig, help="frozen task policy")
+    eval: FinalEvalConfig = field(default_factory=FinalEvalConfig, help="final evaluation")
+    init_checkpoint: str = field("", help="Router checkpoint GRPO starts from ('' : run D1 first, in this job)")
+
+    def __post_init__(self) -> None:
+        if self.rollout.env_slots_per_worker < self.grpo.group_size:
+            raise ValueError(
+                f"rollout.env_slots_per_worker ({self.rollout.env_slots_per_worker}) must be >= grpo.group_size "
+                f"({self.grpo.group_size}): a rollout worker plays a whole group step-synchronously"
+            )
+        if self.agent.max_steps != self.grpo.max_steps:
+            raise ValueError(
+                f"agent.max_steps ({self.agent.max_steps}) and grpo.max_steps ({self.grpo.max_steps}) disagree; "
+                "set both"
+            )
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """A preset (YAML, optional ``base:`` inheritance) plus dotted ``--section.key value`` overrides."""
+    data = load_yaml(path) if path else {}
+    data = merge(data, parse_overrides(overrides))
+    return from_dict(ExperimentConfig, data)
