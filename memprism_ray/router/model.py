@@ -241,6 +241,11 @@ class ViewPolicyModel(nn.Module):
         device = next(self.parameters()).device
         return self(*features.to_tensors(device))
 
+    @staticmethod
+    def factor_marginals(logits: Tensor) -> dict[str, Tensor]:
+        """See the module-level :func:`factor_marginals`."""
+        return factor_marginals(logits)
+
 
 def _check_inputs(config: RouterConfig, obs: Tensor, goal: Tensor, window: Tensor, stats: Tensor) -> None:
     dims = {"obs": config.obs_dim, "goal": config.goal_dim, "window": config.window_dim, "stats": config.stats_dim}

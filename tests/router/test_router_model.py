@@ -148,6 +148,7 @@ def test_factor_marginals_against_brute_force() -> None:
     for a in ALL_ACTIONS:
         wf[:, WINDOWS.index(a.window) * 4 + FILTERS.index(a.filter)] += p[:, a.index]
     torch.testing.assert_close(marg["window_filter"].double(), wf, atol=1e-6, rtol=1e-5)
+    assert torch.equal(ViewPolicyModel.factor_marginals(logits)["tau"], marg["tau"])
 
 
 class FixedLogits(nn.Module):
