@@ -322,7 +322,7 @@ def write_logic(root: Path) -> None:
 
 def build_corpus(cfg: CorpusConfig, *, progress: bool = True) -> Path:
     """Build (or finish) the corpus described by ``cfg``; returns the path of its manifest."""
-    import alfworld
+    from importlib.metadata import version
 
     root = cfg.out
     root.mkdir(parents=True, exist_ok=True)
@@ -367,7 +367,7 @@ def build_corpus(cfg: CorpusConfig, *, progress: bool = True) -> Path:
         counts[rec["split"]][rec["task_type"]] += 1
     manifest = {
         **cfg.identity(),
-        "alfworld_version": getattr(alfworld, "__version__", "unknown"),
+        "alfworld_version": version("alfworld"),
         "splits": dict(SPLIT_DIRS),
         "counts": counts,
         "games": [

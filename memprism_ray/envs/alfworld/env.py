@@ -174,18 +174,11 @@ class AlfworldEnv:
         return s.game if s else None
 
     def close(self) -> None:
-        """Release the engines (each holds a loaded copy of fast-downward's library)."""
-        import fast_downward
-
+        """Drop the engines. Their copies of fast-downward's library stay mapped until the
+        process ends: unloading one (``dlclose``) makes the next load crash."""
         for s in self._slots:
-            if s is None:
-                continue
-            s.engine.close()
-            pddl_env = s.engine.unwrapped
-            lib = getattr(pddl_env, "downward_lib", None)
-            if lib is not None:
-                pddl_env.downward_lib = None
-                fast_downward.close_lib(lib)
+            if s is not None:
+                s.engine.close()
         self._slots = [None] * len(self._slots)
         self._closed = True
 

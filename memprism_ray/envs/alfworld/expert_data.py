@@ -154,7 +154,7 @@ def episodes_to_arrow(episodes: Sequence[ExpertEpisode]) -> Any:
         tables.append(table.replace_schema_metadata(None))
     if not tables:
         raise ValueError("no expert episode to write")
-    return pa.concat_tables(tables).replace_schema_metadata({b"memprism.format": b"alfworld-expert-trajectories"})
+    return pa.concat_tables(tables).replace_schema_metadata({b"memprism.table": b"alfworld-expert-trajectories"})
 
 
 def collect_expert_trajectories(
@@ -212,4 +212,4 @@ def load_expert_stream(table: Any, episode: int) -> EventStream:
     rows = table.filter(pc.equal(table["episode"], episode))
     if rows.num_rows == 0:
         raise ValueError(f"no episode {episode} in the expert-trajectory table")
-    return EventStream.from_arrow(rows.select(list(STREAM_COLUMNS)))
+    return EventStream.from_arrow(rows.select(list(STREAM_COLUMNS)).replace_schema_metadata(None))
