@@ -131,7 +131,6 @@ class FinalEvalConfig:
     )
     workers: int = field(2, help="Ray actors playing evaluation episodes in parallel")
     slots: int = field(8, help="episodes per actor played step-synchronously")
-    policy_temperature: float = field(0.3, help="scripted task-policy temperature at evaluation")
     artifacts: int = field(2, help="episodes per condition with full artifacts (views, HTML)")
 
     def __post_init__(self) -> None:

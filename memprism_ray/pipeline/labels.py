@@ -1,0 +1,133 @@
+"""D1 data: view-teacher labels over expert trajectories (paper "Adapter", decision-
+conditioned initialisation, eq. view-teacher; appendix A.3 "Cold-start distillation").
+
+For each decision state of a reference (expert) trajectory -- observation ``o_t``, goal
+``g``, history ``E_<t`` and reference next action ``u_t^ref`` -- a teacher returns a soft
+distribution over the 144 view actions. The default here is the counterfactual teacher
+(:class:`~memprism_ray.router.teacher.CounterfactualTeacher`): it shows the frozen task
+policy each candidate view of the same history, in the same prompt the agent would build
+(goal, observation, admissible actions, short history, the view), and puts mass on the
+views under which the policy produces ``u_t^ref``, cheaper views first among equals.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memprism_ray.policy.base import HistoryRecord, PolicyInput, TaskPolicy
+from memprism_ray.recorder.stream import StreamRecord
+from memprism_ray.router.teacher import DecisionState
+from memprism_ray.view_space import ViewAction
+
+
+@dataclass(frozen=True)
+class LabelState:
+    """A decision state plus the admissible actions the expert was offered there."""
+
+    state: DecisionState
+    admissible: tuple[str, ...]
+
+
+def expert_states(table: Any, episodes: Sequence[int] | None = None) -> list[LabelState]:
+    """Decision states of an expert-trajectory table (``memprism games expert`` output)."""
+    from memprism_ray.envs.alfworld.expert_data import load_expert_stream
+    from memprism_ray.router.teacher import decision_states
+
+    all_eps = sorted(set(table.column("episode").to_pylist()))
+    chosen = all_eps if episodes is None else [e for e in all_eps if e in set(episodes)]
+    import pyarrow.compute as pc
+
+    out: list[LabelState] = []
+    for ep in chosen:
+        stream = load_expert_stream(table, ep)
+        rows = table.filter(pc.equal(table["episode"], ep))
+        admissible = rows.column("admissible").to_pylist()
+        game_id = rows.column("game_id")[0].as_py()
+        goal = rows.column("goal")[0].as_py()
+        for st, adm in zip(decision_states(stream, goal=goal, task_id=game_id), admissible):
+            out.append(LabelState(st, tuple(adm)))
+    return out
+
+
+def _history(records: Sequence[StreamRecord], k: int) -> tuple[HistoryRecord, ...]:
+    start = max(0, len(records) - k)
+    return tuple(
+        HistoryRecord(i, r.raw.o_pre, r.raw.action_text, r.raw.feedback)
+        for i, r in enumerate(records[start:], start=start)
+    )
+
+
+class ViewConditionedActor:
+    """``act(label_state, view) -> action``: the frozen task policy given one candidate view.
+
+    Views are composed and rendered as the agent would (text form for text readers such
+    as the scripted policy; the image too for VLMs). Each call uses a fresh episode id so a
+    sampling policy draws independent samples.
+    """
+
+    def __init__(self, policy: TaskPolicy, render_config: Any = None, short_history: int = 2) -> None:
+        from memprism_ray.render import RenderConfig
+
+        self.policy = policy
+        self.render_config = render_config or RenderConfig()
+        self.short_history = short_history
+        self.reads_text = bool(getattr(policy, "needs_view_text", False))
+        self._calls = itertools.count()
+
+    def __call__(self, ls: LabelState, view: ViewAction) -> str:
+        from memprism_ray.composer import compose
+        from memprism_ray.render import render
+
+        st = ls.state
+        composed = compose(st.history, view, st.goal)
+        rendered = render(composed, self.render_config)
+        meta = {"episode_id": f"label:{st.sample_id}:{next(self._calls)}"}
+        if self.reads_text:
+            meta["view_text"] = rendered.text
+        inp = PolicyInput(
+            benchmark="alfworld",
+            goal=st.goal,
+            observation=st.observation,
+            admissible=ls.admissible,
+            history=_history(st.history, self.short_history),
+            step=st.step - 1,
+            view_image=rendered.image,
+            meta=meta,
+        )
+        out = self.policy.act([inp])[0]
+        return out.action if out.action is not None else out.text
+
+
+def counterfactual_labels(
+    states: Sequence[LabelState],
+    extractor: Any,
+    policy: TaskPolicy,
+    *,
+    render_config: Any = None,
+    short_history: int = 2,
+    samples_per_view: int = 1,
+    cost_temperature: float = 0.1,
+    candidates: Sequence[int] | None = None,
+) -> tuple[Any, dict[str, int]]:
+    """Label ``states`` with the counterfactual teacher; returns ``(SFTDataset, counts)``."""
+    from memprism_ray.adapter.sft import label_decisions
+    from memprism_ray.router.teacher import CounterfactualConfig, CounterfactualTeacher
+
+    actor = ViewConditionedActor(policy, render_config, short_history)
+    by_id = {ls.state.sample_id: ls for ls in states}
+    teacher = CounterfactualTeacher(
+        lambda st, view: actor(by_id[st.sample_id], view),
+        CounterfactualConfig(
+            samples_per_view=samples_per_view,
+            cost_temperature=cost_temperature,
+            candidates=tuple(candidates) if candidates is not None else None,
+        ),
+    )
+    return label_decisions(
+        [ls.state for ls in states],
+        extractor,
+        lambda st: teacher.label(st, st.reference_action),
+    )
