@@ -82,3 +82,19 @@ def test_game_ref_from_path(alfworld_games: dict, tmp_path: Path) -> None:
     (tmp_path / "game.tw-pddl").write_text("{}")
     with pytest.raises(ValueError, match=r"no traj_data\.json"):
         game_ref_from_path(tmp_path)
+
+
+def test_alfworlds_own_placeholder_is_not_an_error(
+    alfworld_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memprism_ray.envs.alfworld.corpus as corpus
+
+    # importing alfworld.info sets ALFWORLD_DATA=~/.cache/alfworld (an empty folder)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".cache" / "alfworld").mkdir(parents=True)
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / ".cache" / "alfworld"))
+    monkeypatch.setattr(corpus, "ensure_default_corpus", lambda: alfworld_corpus)
+    assert resolve_data_root() == alfworld_corpus
+    # the same folder holding games is used as given
+    (tmp_path / ".cache" / "alfworld" / "json_2.1.1").mkdir()
+    assert resolve_data_root() == tmp_path / ".cache" / "alfworld"

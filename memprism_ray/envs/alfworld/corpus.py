@@ -200,14 +200,13 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_init() -> None:
-    from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
-
-    from memprism_ray.envs.alfworld.engine import install_engine_caches, make_engine
+    from memprism_ray.envs.alfworld.engine import install_engine_caches, make_engine, packaged_logic
 
     install_engine_caches(max_translations=8)
     _WORKER["engine"] = make_engine(expert=True)
-    _WORKER["domain"] = Path(ALFRED_PDDL_PATH).read_text()
-    _WORKER["grammar"] = Path(ALFRED_TWL2_PATH).read_text()
+    domain, grammar = packaged_logic()
+    _WORKER["domain"] = domain.read_text()
+    _WORKER["grammar"] = grammar.read_text()
 
 
 def _build_slot(out: str, seed: int, slot: Slot, expert_max_steps: int) -> dict[str, Any]:
@@ -313,11 +312,12 @@ def _check_identity(root: Path, cfg: CorpusConfig) -> None:
 
 def write_logic(root: Path) -> None:
     """``logic/alfred.pddl`` and ``logic/alfred.twl2`` as ``alfworld-download`` places them."""
-    from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
+    from memprism_ray.envs.alfworld.engine import packaged_logic
 
+    domain, grammar = packaged_logic()
     (root / "logic").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(ALFRED_PDDL_PATH, root / "logic" / "alfred.pddl")
-    shutil.copyfile(ALFRED_TWL2_PATH, root / "logic" / "alfred.twl2")
+    shutil.copyfile(domain, root / "logic" / "alfred.pddl")
+    shutil.copyfile(grammar, root / "logic" / "alfred.twl2")
 
 
 def build_corpus(cfg: CorpusConfig, *, progress: bool = True) -> Path:

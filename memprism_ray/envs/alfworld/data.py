@@ -12,19 +12,23 @@ with ``AlfredTWEnv.collect_game_files``' filters: a ``traj_data.json`` beside a
 
 The data root is, in order: the ``data_root`` argument, ``$ALFWORLD_DATA``, or the embedded
 default corpus (:func:`~memprism_ray.envs.alfworld.corpus.ensure_default_corpus`, built on
-first use). A root that is missing or holds no playable game is an error that says how to
-fix it, never an empty list.
+first use). ``$ALFWORLD_DATA`` equal to alfworld's own default ``~/.cache/alfworld`` with no
+games in it counts as unset: importing ``alfworld.info`` sets it so. A root that is missing
+or holds no playable game is an error that says how to fix it, never an empty list.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from pathlib import Path
 
 from memprism_ray.envs.alfworld.generator import SPLIT_DIRS, TASK_TYPES
 from memprism_ray.envs.base import GameRef
+
+log = logging.getLogger(__name__)
 
 SPLITS: tuple[str, ...] = tuple(SPLIT_DIRS)
 JSON_DIR = "json_2.1.1"
@@ -46,12 +50,26 @@ def resolve_data_root(data_root: str | Path | None = None) -> Path:
     """The root of an alfworld-download tree, checked; see the module docstring."""
     if data_root is None:
         env = os.environ.get("ALFWORLD_DATA")
-        if env:
+        if env and not _is_alfworld_placeholder(Path(os.path.expandvars(env)).expanduser()):
             return _check_root(Path(os.path.expandvars(env)).expanduser(), "ALFWORLD_DATA")
         from memprism_ray.envs.alfworld.corpus import ensure_default_corpus
 
         return ensure_default_corpus()
     return _check_root(Path(data_root).expanduser(), "data root")
+
+
+def _is_alfworld_placeholder(root: Path) -> bool:
+    """Importing ``alfworld.info`` sets ``ALFWORLD_DATA`` to ``~/.cache/alfworld`` (creating
+    it) when unset; that folder without games means "not configured", not "empty data"."""
+    default = Path("~/.cache/alfworld").expanduser()
+    try:
+        same = root.resolve() == default.resolve()
+    except OSError:
+        return False
+    if same and not (root / JSON_DIR).exists():
+        log.info("ALFWORLD_DATA=%s holds no games (alfworld's own default); using the embedded corpus", root)
+        return True
+    return False
 
 
 def _check_root(root: Path, what: str) -> Path:

@@ -36,6 +36,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 _LOCK = threading.Lock()
@@ -151,6 +152,18 @@ def engine_caches_installed() -> bool:
 def engine_cache_stats() -> dict[str, int]:
     """Hit/miss counters since the process started (for benchmarks and logs)."""
     return dict(_STATS)
+
+
+def packaged_logic() -> tuple[Path, Path]:
+    """The PDDL domain and text grammar shipped in the alfworld wheel.
+
+    Located from the package folder rather than ``alfworld.info``, whose import sets
+    ``ALFWORLD_DATA`` to ``~/.cache/alfworld`` in the process environment as a side effect.
+    """
+    import alfworld
+
+    data = Path(alfworld.__file__).parent / "data"
+    return data / "alfred.pddl", data / "alfred.twl2"
 
 
 def make_engine(*, facts: bool = False, expert: bool = False) -> Any:

@@ -16,7 +16,8 @@ Differences from ALFWorld's gym wrapper, on purpose:
   optional extra guard that ends an episode without success.
 
 Every slot holds its own copy of fast-downward's library (the engine copies
-``libdownward.so`` per instance), about 10 MB of memory each after the first.
+``libdownward.so`` per instance). Measured here: the engine imports take ~55 MB, a slot
+with a game loaded ~5-8 MB more (8 slots: ~106 MB PSS for the whole process).
 """
 
 from __future__ import annotations
