@@ -175,3 +175,19 @@ def test_ensure_default_corpus_is_safe_under_concurrency(tmp_path: Path) -> None
     t0 = time.monotonic()
     assert ensure_default_corpus(cache, train=2, eval=0, seed=4, workers=1, progress=False) == cache
     assert time.monotonic() - t0 < 5
+
+
+def test_full_size_plan_keeps_eval_combinations_unseen_in_train(tmp_path: Path) -> None:
+    from memprism_ray.envs.alfworld.corpus import plan_slots
+    from memprism_ray.envs.alfworld.layouts import test_scenes as held_out
+
+    slots = plan_slots(CorpusConfig(out=tmp_path))  # ALFWorld's sizes: 3,827 + 140 + 140
+    by_split: dict[str, set] = {}
+    for s in slots:
+        by_split.setdefault(s.split, set()).update(s.candidates)
+    assert sum(s.split == "train" for s in slots) == 3827
+    assert sum(s.split == "eval_in_distribution" for s in slots) == 140
+    assert by_split["train"].isdisjoint(by_split["eval_in_distribution"])
+    assert all(c.scene_num in held_out() for c in by_split["eval_out_of_distribution"])
+    assert not any(c.scene_num in held_out() for c in by_split["train"] | by_split["eval_in_distribution"])
+    assert plan_slots(CorpusConfig(out=tmp_path)) == slots  # deterministic
