@@ -14,6 +14,8 @@ export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+export HF_HUB_DISABLE_PROGRESS_BARS := 1
+export TRANSFORMERS_VERBOSITY := error
 
 .PHONY: run test setup lint bench clean-venv
 

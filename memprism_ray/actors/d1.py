@@ -101,50 +101,77 @@ def sft_task(dataset_bytes: bytes, cfg: Any) -> dict[str, Any]:
         return {"epochs": history, "final": final, "sha256": checkpoint_sha256(tmp), "files": read_files(Path(tmp))}
 
 
-def run_d1(cfg: Any, train_games: list[Any], d1_dir: Path, log: Any = print) -> Path:
-    """Build the D1 reference policy under ``d1_dir`` (reusing finished stages) and return
-    the checkpoint directory."""
+def collect_expert(cfg: Any, games: list[Any], d1_dir: Path, log: Any = print) -> Path:
+    """``d1_dir/expert_trajectories.parquet`` from the handcoded expert (reused when present)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    d1_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = d1_dir / "checkpoint"
-    if (ckpt / "config.json").exists():
-        log(f"D1: reusing {ckpt}")
-        return ckpt
-    games = train_games[: cfg.label.games]
-    expert_path = d1_dir / "expert_trajectories.parquet"
-    if not expert_path.exists():
-        workers = max(1, min(cfg.label.workers, len(games)))
-        chunks = [games[i::workers] for i in range(workers)]
-        log(f"D1: expert trajectories on {len(games)} games ({workers} tasks)")
-        parts = ray.get([expert_task.remote([g.to_dict() for g in c]) for c in chunks if c])
-        tables = [pq.read_table(io.BytesIO(b)) for b in parts]
-        offset, renumbered = 0, []
-        for t in tables:  # episode numbers are per task: make them global
-            eps = t.column("episode").to_pylist()
-            t = t.set_column(
-                t.column_names.index("episode"), "episode", pa.array([e + offset for e in eps], pa.int32())
-            )
-            offset += (max(eps) + 1) if eps else 0
-            renumbered.append(t.replace_schema_metadata(None))
-        pq.write_table(pa.concat_tables(renumbered), expert_path)
-    labels_path = d1_dir / "labels.parquet"
-    if not labels_path.exists():
-        data = expert_path.read_bytes()
-        table = pq.read_table(expert_path)
-        episodes = sorted(set(table.column("episode").to_pylist()))
-        workers = max(1, min(cfg.label.workers, len(episodes)))
-        log(f"D1: counterfactual view labels for {table.num_rows} decisions ({workers} tasks)")
-        ref = ray.put(data)
-        parts = ray.get([label_task.remote(ref, episodes[i::workers], cfg) for i in range(workers)])
-        tables = [pq.read_table(io.BytesIO(b)) for b in parts if b]
-        if not tables:
-            raise RuntimeError("the view teacher labelled no decision: check the task policy and the expert data")
-        pq.write_table(pa.concat_tables(tables), labels_path)
+    path = d1_dir / "expert_trajectories.parquet"
+    if path.exists():
+        log(f"D1: reusing {path}")
+        return path
+    workers = max(1, min(cfg.label.workers, len(games)))
+    chunks = [games[i::workers] for i in range(workers)]
+    log(f"D1: expert trajectories on {len(games)} games ({workers} tasks)")
+    parts = ray.get([expert_task.remote([g.to_dict() for g in c]) for c in chunks if c])
+    tables, offset = [], 0
+    for blob in parts:  # episode numbers are per task: make them global
+        t = pq.read_table(io.BytesIO(blob))
+        eps = t.column("episode").to_pylist()
+        col = pa.array([e + offset for e in eps], pa.int32())
+        t = t.set_column(t.column_names.index("episode"), "episode", col)
+        offset += (max(eps) + 1) if eps else 0
+        tables.append(t.replace_schema_metadata(None))
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(pa.concat_tables(tables), tmp)
+    tmp.replace(path)
+    return path
+
+
+def label_expert(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print) -> Path:
+    """``d1_dir/labels.parquet``: counterfactual view labels of every expert decision."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = d1_dir / "labels.parquet"
+    if path.exists():
+        log(f"D1: reusing {path}")
+        return path
+    table = pq.read_table(expert_path)
+    episodes = sorted(set(table.column("episode").to_pylist()))
+    workers = max(1, min(cfg.label.workers, len(episodes)))
+    log(f"D1: counterfactual view labels for {table.num_rows} decisions ({workers} tasks)")
+    ref = ray.put(expert_path.read_bytes())
+    parts = ray.get([label_task.remote(ref, episodes[i::workers], cfg) for i in range(workers)])
+    tables = [pq.read_table(io.BytesIO(b)) for b in parts if b]
+    if not tables:
+        raise RuntimeError("the view teacher labelled no decision: check the task policy and the expert data")
+    merged = pa.concat_tables(tables)
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(merged, tmp)
+    tmp.replace(path)
+    log(f"D1: {merged.num_rows} labelled decisions")
+    return path
+
+
+def train_d1(cfg: Any, labels_path: Path, ckpt: Path, log: Any = print) -> Path:
+    """Supervised Router training on the labels; the checkpoint is written at ``ckpt``."""
     log(f"D1: supervised Router training ({cfg.sft.epochs} epochs)")
     gpus = gpu_request(1.0 if cfg.sft.device in ("auto", "cuda") else 0.0)
     result = ray.get(sft_task.options(num_gpus=gpus).remote(labels_path.read_bytes(), cfg))
     write_files(result["files"], ckpt)
     log(f"D1: done, final {result['final']}, sha256 {result['sha256'][:12]}")
     return ckpt
+
+
+def run_d1(cfg: Any, train_games: list[Any], d1_dir: Path, log: Any = print) -> Path:
+    """Build the D1 reference policy under ``d1_dir`` (reusing finished stages) and return
+    the checkpoint directory."""
+    d1_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = d1_dir / "checkpoint"
+    if (ckpt / "config.json").exists():
+        log(f"D1: reusing {ckpt}")
+        return ckpt
+    expert = collect_expert(cfg, train_games[: cfg.label.games], d1_dir, log)
+    labels = label_expert(cfg, expert, d1_dir, log)
+    return train_d1(cfg, labels, ckpt, log)

@@ -65,7 +65,13 @@ class EvalWorker:
             ev.marginal = fh.name
         eps = [EpisodeSpec(s["episode_id"], GameRef.from_dict(s["game"])) for s in specs]
         results, rows = run_condition(
-            condition, eps, ev, env=self.env, phi=self.phi, policy=self.policy, router=self.router,
+            condition,
+            eps,
+            ev,
+            env=self.env,
+            phi=self.phi,
+            policy=self.policy,
+            router=self.router,
             features=self.features,
         )
         return {"results": results, "rows": rows}

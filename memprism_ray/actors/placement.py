@@ -24,6 +24,8 @@ def set_ray_env() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[str, Any]:
@@ -39,12 +41,20 @@ def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[st
     runtime_env = {
         "env_vars": {
             k: os.environ[k]
-            for k in ("RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+            for k in (
+                "RAY_USAGE_STATS_ENABLED",
+                "RAY_AUTH_MODE",
+                "HF_HUB_OFFLINE",
+                "TRANSFORMERS_OFFLINE",
+                "HF_HUB_DISABLE_PROGRESS_BARS",
+                "TRANSFORMERS_VERBOSITY",
+            )
             if k in os.environ
         }
     }
     if address == "auto" and os.environ.get("RAY_ADDRESS"):
-        ray.init(address="auto", runtime_env=runtime_env, log_to_driver=True, **kwargs)
+        # Under `ray job submit` the job's runtime env already applies (merging would conflict).
+        ray.init(address="auto", log_to_driver=True, **kwargs)
     else:
         opts: dict[str, Any] = {"address": "local", "include_dashboard": False, "runtime_env": runtime_env}
         if num_cpus:

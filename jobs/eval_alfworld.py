@@ -1,0 +1,60 @@
+"""Distributed evaluation of any condition on an ALFWorld split (paper appendix B), with
+the same report as ``memprism eval``: Wilson intervals, per-type SR, efficiency, SR and
+prompt tokens by trajectory length, view marginals, paired bootstrap differences.
+
+    ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
+        python jobs/eval_alfworld.py --config configs/local.yaml \
+        --checkpoint runs/local/checkpoints/iter_0010 \
+        --eval.conditions memprism,freq_random,fixed:TemporalTrace,full_history
+
+Conditions: no_memory, full_history, recent4, fixed:TAU, fixed_text:TAU, memprism,
+memprism_text, freq_random (after memprism: samples its measured view marginal),
+constrained:FACTOR=VALUE. Reports go to ``<run>/eval/`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from memprism_ray.actors.evaluation import evaluate_distributed
+from memprism_ray.actors.placement import init_ray
+from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
+
+
+def say(msg: str) -> None:
+    print(f"[eval] {msg}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    checkpoint, out = "", ""
+    for flag in ("--checkpoint", "--out"):
+        if flag in argv:
+            i = argv.index(flag)
+            if i + 1 >= len(argv):
+                raise SystemExit(f"{flag} needs a value")
+            value = argv[i + 1]
+            del argv[i : i + 2]
+            checkpoint, out = (value, out) if flag == "--checkpoint" else (checkpoint, value)
+    _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv)
+    router_state = None
+    if any(c.startswith(("memprism", "constrained")) for c in cfg.eval.conditions):
+        if not checkpoint:
+            raise SystemExit("Router conditions need --checkpoint DIR (a D1 or D2 checkpoint directory)")
+        from memprism_ray.actors.learner import state_to_numpy
+        from memprism_ray.adapter.checkpoint import load_model
+
+        model = load_model(checkpoint)
+        cfg.router = model.config
+        router_state = state_to_numpy(model.state_dict())
+    init_ray(cfg.run.ray_address, cfg.run.num_cpus)
+    cfg = resolve_corpus(cfg, say)
+    out_dir = Path(out) if out else cfg.run.dir / "eval"
+    evaluate_distributed(cfg, cfg.eval.conditions, router_state, checkpoint, out_dir, log=say)
+    print((out_dir / "summary.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

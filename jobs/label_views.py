@@ -1,0 +1,45 @@
+"""View-teacher labels over expert trajectories, the D1 data (paper "Adapter", eq.
+view-teacher; appendix A.3 "Cold-start distillation").
+
+    ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
+        python jobs/label_views.py --config configs/local.yaml
+    python jobs/label_views.py --config configs/local.yaml --label.games 32
+
+Plays ALFWorld's handcoded expert on ``label.games`` training games and labels every
+decision state with the counterfactual view teacher (the frozen task policy shown each of
+the 144 views), spread over Ray tasks. Writes ``<run>/d1/expert_trajectories.parquet`` and
+``<run>/d1/labels.parquet`` (Router features + 144-way soft labels); stages already done
+are reused.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from memprism_ray.actors.d1 import collect_expert, label_expert
+from memprism_ray.actors.placement import init_ray
+from memprism_ray.envs.alfworld import list_games
+from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
+
+
+def say(msg: str) -> None:
+    print(f"[label] {msg}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv)
+    if cfg.label.teacher != "counterfactual":
+        raise SystemExit("label.teacher=llm: use memprism_ray.router.teacher.LLMViewTeacher with your endpoint")
+    d1_dir = cfg.run.dir / "d1"
+    d1_dir.mkdir(parents=True, exist_ok=True)
+    init_ray(cfg.run.ray_address, cfg.run.num_cpus)
+    cfg = resolve_corpus(cfg, say)
+    games = list_games(cfg.corpus.train_split, cfg.corpus.data_root)[: cfg.label.games]
+    expert = collect_expert(cfg, games, d1_dir, say)
+    labels = label_expert(cfg, expert, d1_dir, say)
+    say(f"done: {labels}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

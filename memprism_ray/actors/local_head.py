@@ -1,0 +1,223 @@
+"""Start, probe and stop a local Ray head as a child process group, and submit jobs to it
+through the Job API (what ``make run`` and the end-to-end test do).
+
+Every listener is bound to 127.0.0.1 (dashboard, job API, metrics export). The head runs in
+its own process group so it is stopped by its own process id, never with ``ray stop``
+(which would kill every Ray process on the machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port(preferred: int | None = None) -> int:
+    """``preferred`` when it is free on 127.0.0.1, else any free port."""
+    if preferred:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", preferred))
+                return preferred
+            except OSError:
+                pass
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def head_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for the head and the CLI: explicit Ray settings, this Python first on PATH
+    (a job's ``python`` entrypoint is the first on the head's PATH)."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_AUTH_MODE": env.get("RAY_AUTH_MODE", "disabled"),
+            # Keeps every Ray listener on 127.0.0.1 (measured with Ray 2.60; an internal setting).
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            "TRANSFORMERS_VERBOSITY": "error",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
+    env.pop("RAY_ADDRESS", None)
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class LocalHead:
+    """A running local head."""
+
+    process: subprocess.Popen
+    dashboard_port: int
+    metrics_port: int
+    temp_dir: Path
+    log_path: Path
+
+    @property
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the head's whole process group (SIGTERM, then SIGKILL)."""
+        if self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=timeout)
+        # Ray's children may outlive the head process itself: sweep the group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def start_head(
+    temp_dir: Path,
+    *,
+    num_cpus: int | None = None,
+    dashboard_port: int = 8265,
+    metrics_port: int = 8080,
+    timeout_s: float = 120.0,
+) -> LocalHead:
+    """Start ``ray start --head --block`` in a new process group and wait until the job API
+    answers. Ports that are taken are replaced by free ones (the chosen ports are on the
+    returned object)."""
+    temp_dir = Path(temp_dir).resolve()
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    dash = free_port(dashboard_port)
+    met = free_port(metrics_port)
+    ray_bin = Path(sys.executable).parent / "ray"
+    cmd = [
+        str(ray_bin) if ray_bin.exists() else "ray",
+        "start",
+        "--head",
+        "--block",
+        f"--port={free_port(6379)}",
+        "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dash}",
+        f"--metrics-export-port={met}",
+        f"--temp-dir={temp_dir}",
+        "--include-dashboard=true",
+        "--disable-usage-stats",
+    ]
+    if num_cpus:
+        cmd.append(f"--num-cpus={num_cpus}")
+    log_path = temp_dir / "head.log"
+    log_fh = log_path.open("w")
+    proc = subprocess.Popen(
+        cmd, stdout=log_fh, stderr=subprocess.STDOUT, env=head_env(), start_new_session=True, stdin=subprocess.DEVNULL
+    )
+    head = LocalHead(proc, dash, met, temp_dir, log_path)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not head.alive():
+            raise RuntimeError(f"the Ray head exited while starting; see {log_path}:\n{log_path.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{head.address}/api/version", timeout=2) as r:
+                if r.status == 200:
+                    return head
+        except OSError:
+            time.sleep(1.0)
+    head.stop()
+    raise TimeoutError(f"the Ray head did not answer on {head.address} within {timeout_s:.0f}s; see {log_path}")
+
+
+def submit_and_wait(
+    address: str,
+    entrypoint: str,
+    working_dir: Path,
+    *,
+    timeout_s: float = 3600.0,
+    echo: bool = True,
+    env_vars: dict[str, str] | None = None,
+    on_poll: Callable[[str], None] | None = None,
+) -> tuple[str, str]:
+    """Submit a job through the Job API, stream its logs, wait for a terminal status.
+
+    Returns ``(status, logs)``.
+    """
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(address)
+    runtime_env = {
+        "working_dir": str(working_dir),
+        "env_vars": {
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            "TRANSFORMERS_VERBOSITY": "error",
+            **(env_vars or {}),
+        },
+        "excludes": [".venv", "runs", ".git", "**/__pycache__", ".hypothesis", ".pytest_cache", ".ruff_cache"],
+    }
+    job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env)
+    if echo:
+        print(f"submitted job {job_id} to {address}; dashboard: {address}/#/jobs/{job_id}", flush=True)
+    deadline = time.monotonic() + timeout_s
+    shown = 0
+    terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
+    status = client.get_job_status(job_id)
+    while True:
+        logs = client.get_job_logs(job_id)
+        if echo and len(logs) > shown:
+            sys.stdout.write(logs[shown:])
+            sys.stdout.flush()
+            shown = len(logs)
+        status = client.get_job_status(job_id)
+        if on_poll is not None:
+            on_poll(str(status))
+        if status in terminal:
+            break
+        if time.monotonic() > deadline:
+            client.stop_job(job_id)
+            raise TimeoutError(f"job {job_id} did not finish within {timeout_s:.0f}s")
+        time.sleep(2.0)
+    logs = client.get_job_logs(job_id)
+    if echo and len(logs) > shown:
+        sys.stdout.write(logs[shown:])
+    return str(status.value if hasattr(status, "value") else status), logs
+
+
+def scrape_metrics(port: int, prefix: str = "ray_memprism_") -> dict[str, float]:
+    """Metric samples named ``prefix*`` on the node's Prometheus endpoint (sum over tags)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            try:
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                continue
+    return out
+
+
+def dump(obj: object) -> str:
+    return json.dumps(obj, indent=2, default=str)

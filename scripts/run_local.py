@@ -1,0 +1,72 @@
+"""``make run``: the main job on the embedded default, the way a cluster user runs it.
+
+Starts a local Ray head (dashboard and job API on http://127.0.0.1:8265, metrics on
+127.0.0.1:8080, or free ports if those are taken), submits
+``python jobs/grpo_alfworld.py --config configs/local.yaml`` through ``ray job submit``'s
+Job API, streams the job's logs, and stops the head it started (by its own process group)
+when the job ends. Outputs land in ``runs/<name>/`` under this checkout.
+
+    python scripts/run_local.py [--config configs/local.yaml] [--keep-head] [-- extra overrides]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from memprism_ray.actors.local_head import start_head, submit_and_wait  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="configs/local.yaml", help="job preset")
+    p.add_argument("--name", default="", help="run name (default: local-<timestamp>)")
+    p.add_argument("--keep-head", action="store_true", help="leave the Ray head running after the job")
+    p.add_argument("--dashboard-port", type=int, default=8265, help="preferred dashboard / job API port")
+    p.add_argument("overrides", nargs="*", help="extra --section.key VALUE overrides for the job (after --)")
+    args = p.parse_args(argv)
+
+    name = args.name or time.strftime("local-%Y%m%d-%H%M%S")
+    out_dir = ROOT / "runs"
+    temp = Path(tempfile.mkdtemp(prefix="memprism-ray-"))
+    print("memprism-ray: the main job on the embedded default (local Ray head, CPU, offline game corpus)", flush=True)
+    print(f"memprism-ray: starting a local Ray head (temp dir {temp})", flush=True)
+    head = start_head(temp, dashboard_port=args.dashboard_port)
+    metrics_url = f"http://127.0.0.1:{head.metrics_port}/metrics"
+    print(f"memprism-ray: Ray dashboard {head.address} ; metrics {metrics_url}", flush=True)
+    entry = [
+        "python",
+        "jobs/grpo_alfworld.py",
+        "--config",
+        args.config,
+        "--run.name",
+        name,
+        "--run.out_dir",
+        str(out_dir),
+        *args.overrides,
+    ]
+    status = "FAILED"
+    try:
+        status, _ = submit_and_wait(head.address, shlex.join(entry), ROOT, timeout_s=4 * 3600)
+    finally:
+        if args.keep_head:
+            print(f"memprism-ray: head left running at {head.address} (stop it: kill -- -{head.process.pid})")
+        else:
+            head.stop()
+    run_dir = out_dir / name
+    print(f"memprism-ray: job {status}; run directory {run_dir}")
+    summary = run_dir / "eval" / "summary.md"
+    if summary.exists():
+        print(summary.read_text())
+    return 0 if status == "SUCCEEDED" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
