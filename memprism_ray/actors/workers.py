@@ -45,11 +45,23 @@ class EnvWorker:
         from memprism_ray.envs.alfworld import AlfworldEnv
 
         self.env = AlfworldEnv(num_slots=num_slots)
+        self._crash_after: int | None = None
+
+    def inject_crash(self, after_steps: int) -> None:
+        """Fault injection for tests and drills: the process exits abruptly (as on an OOM
+        kill or a lost node) during the ``after_steps``-th later ``step`` call."""
+        self._crash_after = after_steps
 
     def reset(self, requests: Sequence[tuple[int, dict[str, Any]]]) -> list[Observation | BaseException]:
         return _each(lambda r: self.env.reset(GameRef.from_dict(r[1]), slot=r[0]), requests)
 
     def step(self, requests: Sequence[tuple[int, str]]) -> list[Transition | BaseException]:
+        if self._crash_after is not None:
+            self._crash_after -= 1
+            if self._crash_after <= 0:
+                import os
+
+                os._exit(1)
         return _each(lambda r: self.env.step(r[1], slot=r[0]), requests)
 
     def pid(self) -> int:

@@ -14,7 +14,6 @@ the first condition.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,12 +53,9 @@ class EvalConfig:
 
 def resolve_games(split: str, data_root: str = "") -> list[Any]:
     """Games of ``split`` from ``data_root``, ``$ALFWORLD_DATA`` or the embedded corpus."""
-    from memprism_ray.envs.alfworld import ensure_default_corpus, list_games
+    from memprism_ray.envs.alfworld import list_games
 
-    root = data_root or os.environ.get("ALFWORLD_DATA", "")
-    if not root:
-        root = str(ensure_default_corpus())
-    return list_games(split, root)
+    return list_games(split, data_root or None)
 
 
 def load_router(checkpoint: str) -> Any:

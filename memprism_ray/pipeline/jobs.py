@@ -46,7 +46,7 @@ def resolve_corpus(cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
     ALFWorld-style games generated from the layouts shipped in the ``alfworld`` package,
     built on first use and cached.
     """
-    root = cfg.corpus.data_root or os.environ.get("ALFWORLD_DATA", "")
+    root = cfg.corpus.data_root or _official_root()
     if not root:
         from memprism_ray.envs.alfworld import ensure_default_corpus
 
@@ -61,4 +61,18 @@ def resolve_corpus(cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
             ensure_default_corpus(cache, train=cfg.corpus.train_games, eval=cfg.corpus.eval_games, seed=cfg.corpus.seed)
         )
     log(f"games: {root}")
+    from memprism_ray.envs.alfworld.data import resolve_data_root
+
+    root = str(resolve_data_root(root))  # checked: a clear error if it holds no games
     return dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=root))
+
+
+def _official_root() -> str:
+    """``$ALFWORLD_DATA`` unless it is alfworld's own empty placeholder folder."""
+    env = os.environ.get("ALFWORLD_DATA", "")
+    if not env:
+        return ""
+    from memprism_ray.envs.alfworld.data import _is_alfworld_placeholder
+
+    path = Path(os.path.expandvars(env)).expanduser()
+    return "" if _is_alfworld_placeholder(path) else str(path)
