@@ -31,11 +31,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from memprism_ray.composer.records import _CACHE, EventView, event_view
-from memprism_ray.composer.terms import goal_terms
-from memprism_ray.recorder.events import Outcome
+from memprism_ray.composer.records import EventView
 from memprism_ray.recorder.stream import EventStream, StreamRecord
-from memprism_ray.view_space import WINDOW_SIZES, ViewAction
+from memprism_ray.view_space import ViewAction
 
 GOAL_RESTORE_MODES: tuple[str, ...] = ("window", "history", "off")
 
@@ -142,53 +140,14 @@ def select(
 ) -> Selection:
     """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (C.3).
 
-    Work is proportional to the events that can be selected: the window for recent
-    windows (goal restore ``"window"``), the whole stream otherwise.
+    Defined by the single pass of ``composer.reference.select_reference`` (O(N) for
+    ``window=all``); answered from the stream's incremental index (``composer.index``), so
+    a call costs the events appended since the last one plus the selection it returns.
     """
+    from memprism_ray.composer.index import select_indexed
+
     cfg = config or DEFAULT_CONFIG
     act = as_action(action)
     if not isinstance(goal, str):
         raise ValueError(f"goal must be a string, got {type(goal).__name__}")
-    records = as_records(stream_or_records)
-    n = len(records)
-    size = WINDOW_SIZES[act.window]
-    start = 0 if size is None else max(0, n - size)
-    want = None if act.filter == "all" else Outcome(act.filter)
-    terms = goal_terms(goal)
-    restore = bool(terms) and cfg.goal_restore != "off"
-    restore_from = 0 if cfg.goal_restore == "history" else start
-    context_from = max(0, n - 2) if act.tau == "DependencyChain" else n
-    lo = min(start, restore_from if restore else n, context_from)
-
-    items: list[SelectedEvent] = []
-    n_scope = 0
-    rows = records.records if isinstance(records, EventStream) else records
-    cache = _CACHE
-    for i in range(lo, n):
-        rec = rows[i]
-        hit = cache.get(id(rec))
-        ev = hit[1] if hit is not None and hit[0] is rec else event_view(rec)
-        gm = bool(terms) and not terms.isdisjoint(ev.terms)
-        if i >= start and (want is None or ev.outcome is want):
-            reason = Reason.SCOPE
-            n_scope += 1
-        elif gm and restore and i >= restore_from:
-            reason = Reason.GOAL_RESTORE
-        elif i >= context_from:
-            reason = Reason.RECENT_CONTEXT
-        else:
-            continue
-        memo_key = (reason, gm)
-        item = ev.memo.get(memo_key)
-        if item is None:
-            item = ev.memo[memo_key] = SelectedEvent(ev, reason, gm)
-        items.append(item)
-    return Selection(
-        action=act,
-        goal=goal,
-        goal_terms=tuple(sorted(terms)),
-        items=tuple(items),
-        n_stream=n,
-        n_scope=n_scope,
-        recent_ts=tuple(records[i].event.t for i in range(max(0, n - 2), n)),
-    )
+    return select_indexed(stream_or_records, act, goal, cfg)
