@@ -45,6 +45,8 @@ _CMD_TREAT = re.compile(rf"\b(?P<verb>clean|heat|cool) (?P<o>{_INST}) with (?P<r
 # State keys written by the rule Phi ("mug 1.location -> countertop 2", "agent.location: a -> b").
 _DELTA = re.compile(rf"(?P<ent>{_INST}|agent)\.(?P<attr>[a-z_]+)\s*(?:->|=|:)\s*(?P<val>[^|;\n]*)")
 _ARROW_TAIL = re.compile(r"->\s*")
+# Row annotations the text renderer appends ("... egg 1.hot: true [goal]").
+_ROW_MARK = re.compile(r"\s*\[[a-z ]+\]\s*$")
 
 _TREAT_STATE = {"clean": "clean", "heat": "hot", "cool": "cool"}
 _STATE_WORDS = {
@@ -156,8 +158,8 @@ class EpisodeFacts:
             self._apply_delta(m.group("ent"), m.group("attr"), m.group("val"))
 
     def _apply_delta(self, entity: str, attr: str, value: str) -> None:
-        # A chain "a -> b -> c" ends in the latest value.
-        value = _ARROW_TAIL.split(value.strip())[-1].strip().strip(",").strip()
+        # A chain "a -> b -> c" ends in the latest value; a row marker is not part of it.
+        value = _ARROW_TAIL.split(_ROW_MARK.sub("", value.strip()))[-1].strip().strip(",").strip()
         if not value:
             return
         low = value.lower()
