@@ -1,0 +1,92 @@
+"""End to end, the way users run it: a real local Ray head as a subprocess, ``ray job
+submit`` through the Job API, a tiny config, SUCCEEDED, then the run directory and the
+metrics endpoint. The head is torn down by its own process group; every listener it opens
+is on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _listening_addresses(pid_group: int) -> set[str]:
+    """Local addresses of TCP listeners owned by processes of the head's process group."""
+    try:
+        out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    pids = set(subprocess.run(["pgrep", "-g", str(pid_group)], capture_output=True, text=True).stdout.split())
+    addrs = set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and any(f"pid={p}," in parts[5] for p in pids):
+            addrs.add(parts[3].rsplit(":", 1)[0])
+    return addrs
+
+
+def test_ray_job_submit_runs_the_grpo_job(
+    memprism_tiny_corpus: Path, actors_reference_ckpt: Path, memprism_tiny_overrides, tmp_path: Path
+) -> None:
+    from memprism_ray.actors.local_head import scrape_metrics, start_head, submit_and_wait
+
+    # Ray's socket paths must stay under 107 bytes: a short temp dir, removed afterwards.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="mpr-"))
+    head = start_head(ray_tmp, num_cpus=2, dashboard_port=0, metrics_port=0)
+    seen: dict[str, float] = {}
+
+    def poll(_status: str) -> None:
+        with contextlib.suppress(OSError):
+            seen.update(scrape_metrics(head.metrics_port))
+
+    try:
+        with urllib.request.urlopen(f"{head.address}/api/version", timeout=10) as r:
+            assert json.loads(r.read())["ray_version"] == "2.60.0"
+        out = tmp_path / "runs"
+        overrides = memprism_tiny_overrides(memprism_tiny_corpus, out, "e2e")
+        pairs = dict(zip(overrides[::2], overrides[1::2]))
+        pairs.pop("--eval.enabled")
+        pairs.pop("--run.tensorboard")
+        overrides = [x for kv in pairs.items() for x in kv]
+        entry = " ".join(
+            [
+                "python jobs/grpo_alfworld.py --config configs/local.yaml",
+                *overrides,
+                f"--init_checkpoint {actors_reference_ckpt}",
+                "--run.checkpoint_every 2 --run.tensorboard true",
+                "--eval.enabled true --eval.episodes 2 --eval.workers 1 --eval.slots 2",
+            ]
+        )
+        status, logs = submit_and_wait(head.address, entry, ROOT, timeout_s=900, echo=False, on_poll=poll)
+        poll("final")
+        listeners = _listening_addresses(head.process.pid)
+    finally:
+        head.stop()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert status == "SUCCEEDED", logs[-4000:]
+    run = out / "e2e"
+    assert (run / "checkpoints" / "iter_0002" / "config.json").exists()
+    assert (run / "config.yaml").exists() and list((run / "tb").glob("events.out.tfevents.*"))
+    grpo = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in grpo if x["kind"] == "grpo"] == [1, 2]
+    summary = json.loads((run / "eval" / "summary.json").read_text())
+    assert [c["condition"] for c in summary["conditions"]] == ["memprism", "freq_random"]
+    assert (run / "eval" / "memprism" / "report.md").exists()
+    assert (run / "eval" / "memprism" / "manifest.json").exists()
+    # The dashboard's metrics endpoint exported this project's metrics while the job ran.
+    for name in ("ray_memprism_decisions", "ray_memprism_success_rate", "ray_memprism_grpo_kl"):
+        assert any(k.startswith(name) for k in seen), f"{name} missing; saw {sorted(seen)[:20]}"
+    # Listeners stay on loopback.
+    assert listeners, "could not list the head's listeners"
+    assert listeners <= {"127.0.0.1", "[::ffff:127.0.0.1]"}, listeners
+    assert not head.alive()
