@@ -104,5 +104,8 @@ def event_view(record: StreamRecord) -> EventView:
 
 
 def clear_cache() -> None:
-    """Forget every cached reading (used by benchmarks to time a cold compose)."""
+    """Forget every cached reading and every stream index (benchmarks time a cold compose)."""
+    from memprism_ray.composer.index import clear_indexes
+
     _CACHE.clear()
+    clear_indexes()

@@ -490,6 +490,9 @@ def _memo_block(key: tuple, refs: object, make: Callable[[], Block]) -> Block:
 def clear_layout_cache() -> None:
     """Forget cached entry blocks (benchmarks time cold layouts with it)."""
     _BLOCKS.clear()
+    _CHAIN_STATS.clear()
+    _ROW_CONTENT.clear()
+    _TABLES.clear()
 
 
 def entry_limit(budget_rows: int) -> int:
@@ -725,6 +728,47 @@ def _fit_chain(
     return lines, drop
 
 
+# Per chain object: (longest shown value, columns its shown values want). Chains are
+# immutable; the Composer's index returns the same chain object while a key is unchanged.
+_CHAIN_STATS: dict[tuple[int, str], tuple[StateChain, int, int]] = {}
+_CHAIN_STATS_MAX = 16_384
+
+
+def _chain_stats(c: StateChain, gamma: str) -> tuple[int, int]:
+    hit = _CHAIN_STATS.get((id(c), gamma))
+    if hit is not None and hit[0] is c:
+        return hit[1], hit[2]
+    # The first value and the most recent ones are what a cell can show.
+    tail = c.values if len(c.values) <= 33 else (c.values[0], *c.values[-32:])
+    sizes = [_value_size(v, gamma) for v in tail]
+    longest, demand = max(sizes, default=0), sum(sizes) + 3 * max(0, len(sizes) - 1)
+    if len(_CHAIN_STATS) >= _CHAIN_STATS_MAX:
+        _CHAIN_STATS.clear()
+    _CHAIN_STATS[(id(c), gamma)] = (c, longest, demand)
+    return longest, demand
+
+
+# Rows (by identity) -> their table columns. The Composer's index returns the same row
+# objects while entities are unchanged, so repeated views of a table reuse its columns;
+# the value keeps the rows alive, so their ids in the key cannot be reused meanwhile.
+_TABLES: dict[tuple, tuple[tuple[EntityRow, ...], tuple[int, list[tuple[str, int, int]], int]]] = {}
+_TABLES_MAX = 2_048
+
+
+def _table_columns_memo(
+    rows: tuple[EntityRow, ...], cols: int, gamma: str
+) -> tuple[int, list[tuple[str, int, int]], int]:
+    key = (tuple(map(id, rows)), cols, gamma)
+    hit = _TABLES.get(key)
+    if hit is not None:
+        return hit[1]
+    out = _table_columns(rows, cols, gamma)
+    if len(_TABLES) >= _TABLES_MAX:
+        _TABLES.clear()
+    _TABLES[key] = (rows, out)
+    return out
+
+
 def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[int, list[tuple[str, int, int]], int]:
     """Entity column width, kept attribute columns ``(attribute, col, width)`` and the
     column of the catch-all ``other`` column (``-1``: none).
@@ -741,11 +785,9 @@ def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[
         for c in r.chains:
             a = c.attribute
             count[a] = count.get(a, 0) + 1
-            # The first value and the most recent ones are what a cell can show.
-            tail = c.values if len(c.values) <= 33 else (c.values[0], *c.values[-32:])
-            sizes = [_value_size(v, gamma) for v in tail]
-            longest[a] = max(longest.get(a, 0), max(sizes, default=0))
-            demand[a] = demand.get(a, 0) + sum(sizes) + 3 * max(0, len(sizes) - 1)
+            c_longest, c_demand = _chain_stats(c, gamma)
+            longest[a] = max(longest.get(a, 0), c_longest)
+            demand[a] = demand.get(a, 0) + c_demand
     attrs = sorted(count, key=lambda a: (-count[a], a))
     ew = max(6, min(18, max((len(r.entity) for r in rows), default=6)))
     cap = 26 if gamma == "fine" else 20
@@ -781,6 +823,23 @@ def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[
     return ew, out, other_col
 
 
+# Per EntityRow object: the content part of its block key (names values by identity).
+_ROW_CONTENT: dict[int, tuple[EntityRow, tuple]] = {}
+_ROW_CONTENT_MAX = 16_384
+
+
+def _row_content(r: EntityRow) -> tuple:
+    hit = _ROW_CONTENT.get(id(r))
+    if hit is not None and hit[0] is r:
+        return hit[1]
+    chains = tuple((c.key, c.attribute, c.total, c.elided, tuple(map(id, c.values))) for c in r.chains)
+    content = (r.entity, r.goal_match, chains)
+    if len(_ROW_CONTENT) >= _ROW_CONTENT_MAX:
+        _ROW_CONTENT.clear()
+    _ROW_CONTENT[id(r)] = (r, content)
+    return content
+
+
 def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tuple[int, Builder, Block | None]:
     rows = body.rows
     gamma = view.action.gamma
@@ -788,7 +847,7 @@ def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tu
     if not rows:
         return 0, lambda i: Block("plain", [], []), None
     # Only the most recent rows can be on the page (each takes at least one text row).
-    ew, attr_cols, other_col = _table_columns(rows[-budget_rows:], cols, gamma)
+    ew, attr_cols, other_col = _table_columns_memo(rows[-budget_rows:], cols, gamma)
     where = {a: (c, w) for a, c, w in attr_cols}
     other_w = cols - other_col if other_col >= 0 else 0
     rules = tuple(c - 2 for _, c, _ in attr_cols) + ((other_col - 2,) if other_col >= 0 else ())
@@ -796,7 +855,11 @@ def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tu
     head_cells += [(c, [[(a[:w], "text", True)]]) for a, c, w in attr_cols]
     if other_col >= 0:
         head_cells.append((other_col, [[("other", "text", True)]]))
-    head = Block("table_head", grid(head_cells), [], col_rules=rules, bg="header_bg")
+    head = _memo_block(
+        ("SH", tuple(attr_cols), other_col, geo),
+        None,
+        lambda: Block("table_head", grid(head_cells), [], col_rules=rules, bg="header_bg"),
+    )
 
     limit = entry_limit(budget_rows)
 
@@ -804,8 +867,7 @@ def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tu
 
     def build(i: int) -> Block:
         r = rows[i]
-        chains = tuple((c.key, c.attribute, c.total, c.elided, tuple(map(id, c.values))) for c in r.chains)
-        key = (*common, r.entity, r.goal_match, chains)
+        key = (*common, *_row_content(r))
         return _memo_block(key, tuple(c.values for c in r.chains), lambda: make(r))
 
     def make(r: EntityRow) -> Block:
@@ -878,7 +940,9 @@ def _dependency(view: View, body: DependencyChain, geo: Geometry, budget_rows: i
 
 # --- fitting ---------------------------------------------------------------------------
 def _marker(text: str) -> Block:
-    return Block("marker", [Row([Span(0, text, "dim")])], [text.replace("⋯", "...")])
+    return _memo_block(
+        ("M", text), None, lambda: Block("marker", [Row([Span(0, text, "dim")])], [text.replace("⋯", "...")])
+    )
 
 
 def layout(view: View, config: RenderConfig | None = None) -> Page:
@@ -895,7 +959,12 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
         counts.append(f"entities {len(body.rows)}")
     elif isinstance(body, DependencyChain):
         counts += [f"chain {len(body.links)}/{body.cap}", f"candidates {body.candidates}"]
-    header = header_block(view, geo, counts)
+    a = view.action
+    header = _memo_block(
+        ("H", a.tau, a.window, a.filter, a.gamma, view.goal, view.goal_terms, tuple(counts), geo),
+        None,
+        lambda: header_block(view, geo, counts),
+    )
     header_h = geo.height(header) + 2
     top = header_h + 4
     budget = geo.max_side - top - geo.margin

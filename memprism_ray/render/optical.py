@@ -22,7 +22,7 @@ from PIL import Image
 from memprism_ray.composer.structures import View
 from memprism_ray.render.config import RenderColors, RenderConfig
 from memprism_ray.render.font import LEVELS, atlas
-from memprism_ray.render.layout import _BOX, Block, Page, Row, layout
+from memprism_ray.render.layout import _BOX, Block, Geometry, Page, Row, layout
 
 _FGS = ("text", "dim", "exception", "update", "arrow", "link", "accent")
 #: (foreground, background) colour roles with a palette style, in palette order.
@@ -65,13 +65,29 @@ _ROW_CACHE_BYTES = [0]
 _ROW_CACHE_MAX = 24 * 1024 * 1024
 
 
+# Row object -> (row, size, bg, strip): rows of cached entry blocks are drawn again at every
+# decision that shows the entry, so their strip is found without rebuilding the content key.
+_ROW_IDS: dict[int, tuple[Row, int, str, np.ndarray]] = {}
+_ROW_IDS_MAX = 32_768
+
+
 def row_strip(row: Row, bg: str, size: int) -> np.ndarray:
     """Palette indices of one text row (its spans over its background), cached by content:
     consecutive decisions redraw mostly the same entries, so rows repeat."""
+    hit = _ROW_IDS.get(id(row))
+    if hit is not None and hit[0] is row and hit[1] == size and hit[2] == bg:
+        return hit[3]
     key = (size, bg, tuple((sp.col, sp.text, sp.fg, sp.bold) for sp in row.spans))
     cached = _ROW_CACHE.get(key)
-    if cached is not None:
-        return cached
+    if cached is None:
+        cached = _row_strip(row, bg, size, key)
+    if len(_ROW_IDS) >= _ROW_IDS_MAX:
+        _ROW_IDS.clear()
+    _ROW_IDS[id(row)] = (row, size, bg, cached)
+    return cached
+
+
+def _row_strip(row: Row, bg: str, size: int, key: tuple) -> np.ndarray:
     regular, bold = atlas(size), atlas(size, True)
     end = max((sp.col + len(sp.text) for sp in row.spans), default=0)
     strip = np.full((regular.cell_h, end * regular.cell_w), solid(bg), np.uint8)
@@ -93,6 +109,8 @@ def clear_render_caches() -> None:
 
     _ROW_CACHE.clear()
     _ROW_CACHE_BYTES[0] = 0
+    _ROW_IDS.clear()
+    _OPS.clear()
     clear_layout_cache()
 
 
@@ -122,8 +140,117 @@ def _draw_rows(canvas: np.ndarray, block: Block, y: int, page: Page, config: Ren
         canvas[ry : ry + h, x_text : x_text + w] = strip[:h, :w]
 
 
+def _paint_block(canvas: np.ndarray, block: Block, y: int, page: Page, config: RenderConfig) -> None:
+    """Draw one block with its top at ``y``, clipped to the canvas (the reference drawing)."""
+    geo = page.geometry
+    h, w = canvas.shape
+    bh = geo.height(block)
+    y1 = min(h, y + bh)
+    x0, x1 = geo.margin, w - geo.margin
+    border = _BOX[block.kind][0]
+    if block.kind in ("card", "anchor"):
+        canvas[y:y1, x0:x1] = solid("arrow" if block.kind == "anchor" else "rule")
+        canvas[y + border : max(y + border, y1 - border), x0 + border : x1 - border] = solid(block.bg)
+    elif block.kind == "table_head":
+        canvas[y:y1, x0:x1] = solid("header_bg")
+    if block.kind in ("table_head", "table_row"):
+        x_text = geo.content_x(block.kind)
+        for col in block.col_rules:
+            xr = x_text + col * geo.cell_w + geo.cell_w // 2
+            canvas[y:y1, xr : xr + 1] = solid("rule")
+        if block.kind == "table_row" and y + bh - 1 < h:
+            canvas[y + bh - 1, x0:x1] = solid("rule")
+    _draw_rows(canvas, block, y, page, config)
+
+
+#: One drawing step of a block: ``canvas[y + dy0 : y + dy1, x0:x1] = value``.
+Op = tuple[int, int, int, int, "int | np.ndarray"]
+# Block object -> (block, font size, geometry, ops). Blocks of a page are cached by layout and
+# drawn again at every decision that shows their entry; replaying their recorded steps skips
+# the per-row bookkeeping. The ops reference the shared row strips, so they cost little memory.
+_OPS: dict[int, tuple[Block, int, Geometry, list[Op]]] = {}
+_OPS_MAX = 16_384
+
+
+def _record_ops(block: Block, geo: Geometry, config: RenderConfig) -> list[Op]:
+    """The steps of :func:`_paint_block` for an unclipped block at ``y = 0``, in order."""
+    ops: list[Op] = []
+    bh = geo.height(block)
+    x0, x1 = geo.margin, geo.width - geo.margin
+    border, _, _, top, _ = _BOX[block.kind]
+    if block.kind in ("card", "anchor"):
+        ops.append((0, bh, x0, x1, solid("arrow" if block.kind == "anchor" else "rule")))
+        ops.append((border, max(border, bh - border), x0 + border, x1 - border, solid(block.bg)))
+    elif block.kind == "table_head":
+        ops.append((0, bh, x0, x1, solid("header_bg")))
+    if block.kind in ("table_head", "table_row"):
+        x_text = geo.content_x(block.kind)
+        for col in block.col_rules:
+            xr = x_text + col * geo.cell_w + geo.cell_w // 2
+            ops.append((0, bh, xr, xr + 1, solid("rule")))
+        if block.kind == "table_row":
+            ops.append((bh - 1, bh, x0, x1, solid("rule")))
+    x_text = geo.content_x(block.kind)
+    rx0 = x_text - 3 if block.kind == "link" else geo.margin + border
+    rx1 = geo.width - geo.margin - border
+    for r, row in enumerate(block.rows):
+        ry = border + top + r * geo.row_h
+        if row.bg:
+            ops.append((ry, ry + geo.row_h, rx0, rx1, solid(row.bg)))
+        if row.bar:
+            ops.append((ry, ry + geo.row_h, max(0, geo.margin - 5), geo.margin - 2, solid(row.bar)))
+        if row.spans:
+            strip = row_strip(row, row.bg or block.bg, config.font_size)
+            w = min(strip.shape[1], geo.width - x_text)
+            ops.append((ry, ry + strip.shape[0], x_text, x_text + w, strip[:, :w]))
+    return ops
+
+
+def _block_ops(block: Block, geo: Geometry, config: RenderConfig) -> list[Op]:
+    hit = _OPS.get(id(block))
+    if hit is not None and hit[0] is block and hit[1] == config.font_size and hit[2] == geo:
+        return hit[3]
+    ops = _record_ops(block, geo, config)
+    if len(_OPS) >= _OPS_MAX:
+        _OPS.clear()
+    _OPS[id(block)] = (block, config.font_size, geo, ops)
+    return ops
+
+
 def paint(page: Page, config: RenderConfig) -> np.ndarray:
-    """Palette indices ``(height, width)`` of a laid-out page."""
+    """Palette indices ``(height, width)`` of a laid-out page (equal to
+    :func:`paint_reference`: blocks that fit are drawn by replaying their recorded steps)."""
+    geo = page.geometry
+    h, w = page.height, geo.width
+    canvas = np.full((h, w), solid("background"), np.uint8)
+    canvas[: page.header_h, :] = solid("header_bg")
+    canvas[page.header_h - 2 : page.header_h, :] = solid("arrow")
+    _draw_rows(canvas, page.header, 0, page, config)
+    y = page.header_h + 4
+    anchor_bottom = -1
+    link_mids: list[int] = []
+    for block in page.blocks:
+        y += block.gap
+        bh = geo.height(block)
+        if y >= h:
+            break
+        if y + bh <= h:
+            for dy0, dy1, xa, xb, value in _block_ops(block, geo, config):
+                canvas[y + dy0 : y + dy1, xa:xb] = value
+        else:
+            _paint_block(canvas, block, y, page, config)
+        if block.kind == "anchor":
+            anchor_bottom = min(h, y + bh)
+        elif block.kind == "link":
+            link_mids.append(y + _BOX["link"][3] + geo.row_h // 2)
+        y += bh
+    if anchor_bottom >= 0 and link_mids:
+        _connectors(canvas, page, anchor_bottom, link_mids)
+    return canvas
+
+
+def paint_reference(page: Page, config: RenderConfig) -> np.ndarray:
+    """Palette indices of a laid-out page, every row drawn directly (the reference)."""
     geo = page.geometry
     h, w = page.height, geo.width
     canvas = np.full((h, w), solid("background"), np.uint8)
@@ -194,9 +321,12 @@ class Rendered:
 
 
 def paint_image(page: Page, config: RenderConfig) -> Image.Image:
-    """A laid-out page as a PIL image (palette or RGB per ``config.image_mode``)."""
+    """A laid-out page as a PIL image (palette or RGB per ``config.image_mode``).
+
+    The palette image maps the painted array without a copy (as ``Image.fromarray`` does:
+    Pillow marks it read-only and copies before any in-place edit)."""
     canvas = paint(page, config)
-    img = Image.frombytes("P", (canvas.shape[1], canvas.shape[0]), canvas.tobytes())
+    img = Image.frombuffer("P", (canvas.shape[1], canvas.shape[0]), canvas, "raw", "P", 0, 1)
     img.putpalette(palette(config.colors))
     return img.convert("RGB") if config.image_mode == "RGB" else img
 
