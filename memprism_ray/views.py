@@ -3,10 +3,12 @@
 renderer configuration produce the same image").
 
 Because the output is a pure function of (stream content, view action, goal, renderer
-settings), a view is addressed by ``sha256(stream.digest, action index, goal, medium,
-render settings)``: identical views requested by several trajectories of a GRPO group (all
-of them at step 1, for instance) are drawn once. The Ray ``ViewWorker`` wraps this class;
-in-process runs use it directly.
+settings), a view is addressed by ``sha256(content digest, action index, goal, medium,
+render settings)``. The content digest covers every record's raw event and structured
+event but not the bookkeeping metadata (the stream's episode id, the raw events' step,
+game id and chosen view name), which no view shows: identical views requested by several
+trajectories of a GRPO group (all of them at step 1, for instance) are drawn once. The Ray
+``ViewWorker`` wraps this class; in-process runs use it directly.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from PIL import Image
 
-from memprism_ray.recorder.stream import EventStream
+from memprism_ray.recorder.stream import EventStream, StreamRecord
 from memprism_ray.view_space import ViewAction
 
 
@@ -75,6 +77,33 @@ def _settings_digest(config: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+#: Per-record digests kept by record identity (records are immutable), bounded.
+_RECORD_DIGESTS: dict[int, tuple[StreamRecord, bytes]] = {}
+_RECORD_DIGESTS_MAX = 50_000
+
+
+def _record_digest(rec: StreamRecord) -> bytes:
+    hit = _RECORD_DIGESTS.get(id(rec))
+    if hit is not None and hit[0] is rec:
+        return hit[1]
+    data = rec.to_dict()
+    data["raw"].pop("meta", None)
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()).digest()
+    if len(_RECORD_DIGESTS) >= _RECORD_DIGESTS_MAX:
+        _RECORD_DIGESTS.clear()
+    _RECORD_DIGESTS[id(rec)] = (rec, digest)
+    return digest
+
+
+def content_digest(stream: EventStream) -> str:
+    """Digest of what a view of ``stream`` can depend on: each record's raw and structured
+    event, in order, without episode bookkeeping metadata (see the module docstring)."""
+    h = hashlib.sha256(b"memprism-view-content")
+    for rec in stream:
+        h.update(_record_digest(rec))
+    return h.hexdigest()
+
+
 class ViewService:
     """Compose and render views with an LRU cache keyed by content address."""
 
@@ -90,7 +119,7 @@ class ViewService:
         self.misses = 0
 
     def key(self, req: ViewRequest) -> str:
-        parts = [req.stream.digest, str(req.action.index), req.goal, str(req.want_image), str(req.want_text)]
+        parts = [content_digest(req.stream), str(req.action.index), req.goal, str(req.want_image), str(req.want_text)]
         parts.append(self._settings)
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
