@@ -42,6 +42,7 @@ from memprism_ray.pipeline.run_dir import (
     prepare_run_dir,
     write_files,
 )
+from memprism_ray.policy.factory import needs_view_text as policy_needs_view_text
 
 
 def say(msg: str) -> None:
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         ).remote(cfg.policy)
         for _ in range(cfg.policy.num_replicas)
     ]
-    needs_text = ray.get(replicas[0].needs_view_text.remote(), timeout=cfg.run.call_timeout_s * 4)
+    needs_text = policy_needs_view_text(cfg.policy)
     full_state = ray.get(learner.full_weights.remote(), timeout=cfg.run.call_timeout_s)
     full_ref = ray.put(full_state)
     rollout_workers = [
@@ -97,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(ro.num_workers)
     ]
     ray.get([w.ping.remote() for w in rollout_workers], timeout=cfg.run.call_timeout_s * 4)
-    say(f"{len(rollout_workers)} rollout workers, {len(replicas)} policy replicas ({cfg.policy.backend})")
+    where = f"{len(replicas)} policy replicas" if replicas else "the policy inside each rollout worker"
+    say(f"{len(rollout_workers)} rollout workers, {where} ({cfg.policy.backend})")
 
     # 4. GRPO iterations.
     bar = tqdm(

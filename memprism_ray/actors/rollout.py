@@ -50,6 +50,12 @@ class TrajectoryGroup:
         return sum(1 for e in self.episodes if e["status"] == "failed")
 
 
+def _local_policy(cfg: Any) -> Any:
+    from memprism_ray.policy.factory import make_policy
+
+    return make_policy(cfg.policy)
+
+
 @ray.remote(max_restarts=3, max_task_retries=0)
 class RolloutWorker:
     """See the module docstring. ``model_state`` is the full Router state dict (numpy)."""
@@ -106,7 +112,7 @@ class RolloutWorker:
             per,
             phi=phi,
             views=views,
-            policy=Pool(policy_handles, "act", timeout),
+            policy=Pool(policy_handles, "act", timeout) if policy_handles else _local_policy(cfg),
             timeout_s=timeout,
             needs_view_text=needs_view_text,
         )

@@ -89,7 +89,7 @@ class RayServices:
 
     ``env_workers[k]`` holds ``slots_per_worker`` slots; global slot ``s`` lives on worker
     ``s // slots_per_worker``. ``phi``/``views`` are pools or local objects (``Phi``,
-    ``ViewService``); ``policy`` is a pool of :class:`PolicyReplica`.
+    ``ViewService``); ``policy`` is a pool of :class:`PolicyReplica` or a local policy.
     """
 
     def __init__(
@@ -99,7 +99,7 @@ class RayServices:
         *,
         phi: Pool | Any,
         views: Pool | Any,
-        policy: Pool,
+        policy: Pool | Any,
         timeout_s: float,
         needs_view_text: bool = False,
     ) -> None:
@@ -158,4 +158,9 @@ class RayServices:
         return out
 
     def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput | BaseException]:
-        return self.policy_pool.map([to_request(i) for i in inputs], lambda chunk: (chunk,))
+        if isinstance(self.policy_pool, Pool):
+            return self.policy_pool.map([to_request(i) for i in inputs], lambda chunk: (chunk,))
+        try:  # an in-process policy (policy.num_replicas = 0)
+            return list(self.policy_pool.act(inputs))
+        except Exception as exc:
+            return [exc for _ in inputs]

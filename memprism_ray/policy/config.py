@@ -127,7 +127,7 @@ class PolicyConfig:
     """Which task policy runs, and each backend's settings."""
 
     backend: str = field("scripted", help="task-policy backend: vllm, openai, hf or scripted")
-    num_replicas: int = field(1, help="policy replicas in the Ray policy pool")
+    num_replicas: int = field(1, help="policy replicas in the Ray policy pool (0: in each rollout worker)")
     gpus_per_replica: float = field(0.0, help="GPUs reserved by each policy replica (0 on CPU)")
     vllm: VLLMConfig = field(default_factory=VLLMConfig, help="vLLM offline engine settings")
     openai: OpenAIConfig = field(default_factory=OpenAIConfig, help="OpenAI-compatible endpoint settings")
@@ -137,8 +137,8 @@ class PolicyConfig:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"policy.backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        if self.num_replicas < 1:
-            raise ValueError(f"policy.num_replicas must be >= 1, got {self.num_replicas}")
+        if self.num_replicas < 0:
+            raise ValueError(f"policy.num_replicas must be >= 0, got {self.num_replicas}")
         if self.gpus_per_replica < 0:
             raise ValueError(f"policy.gpus_per_replica must be >= 0, got {self.gpus_per_replica}")
         if self.backend == "vllm" and self.gpus_per_replica < self.vllm.tensor_parallel_size:

@@ -55,3 +55,12 @@ def make_policy(config: PolicyConfig) -> TaskPolicy:
     if config.backend == "scripted":
         return _scripted(config)
     raise ValueError(f"unknown policy backend {config.backend!r}")
+
+
+def needs_view_text(config: PolicyConfig) -> bool:
+    """Whether the configured policy reads the view as text even in optical conditions
+    (the scripted stand-in cannot read pixels), without building the policy."""
+    if config.backend != "scripted":
+        return False
+    cls = getattr(importlib.import_module(SCRIPTED_MODULE), "ScriptedPolicy", None)
+    return bool(getattr(cls, "needs_view_text", False))
