@@ -83,7 +83,7 @@ def condition_report(
     failed = [e for e in episodes if e["status"] == "failed"]
     n = len(done)
     wins = sum(1 for e in done if e["won"])
-    low, high = wilson_interval(wins, n) if n else (0.0, 0.0)
+    low, high = wilson_interval(wins, n)  # (0, 1) when nothing finished: no information
     per_type: dict[str, dict[str, Any]] = {}
     by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in done:
@@ -105,7 +105,8 @@ def condition_report(
     policy = [float(r["policy_latency_ms"]) for r in rows]
     invalid = sum(1 for r in rows if not r["valid"])
 
-    thresholds = [L for L in THRESHOLDS if max_steps >= L] or [max_steps]
+    # The last threshold is the step limit itself, so the curve ends at the final SR.
+    thresholds = [L for L in THRESHOLDS if max_steps > L] + [max_steps]
     by_len = []
     for L in thresholds:
         won_by = sum(1 for e in done if e["won"] and e["steps"] <= L)
@@ -236,7 +237,11 @@ def plot_condition(rep: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def paired_comparison(a: dict[str, bool], b: dict[str, bool], *, n_boot: int = 10000, seed: int = 0) -> dict[str, Any]:
-    """Paired bootstrap of SR(b) - SR(a) on the common episode ids."""
+    """Paired bootstrap of SR(b) - SR(a) on the common episode ids. Without common ids (e.g.
+    every episode of one condition failed) there is nothing to compare: ``diff`` and
+    ``ci95`` are ``None`` and ``n_common`` is 0."""
+    if not set(a) & set(b):
+        return {"diff": None, "ci95": None, "n_common": 0}
     # paired_bootstrap_diff(x, y) estimates SR(x) - SR(y).
     diff, low, high, n_common = paired_bootstrap_diff(
         {k: int(v) for k, v in b.items()}, {k: int(v) for k, v in a.items()}, n_boot=n_boot, seed=seed
@@ -255,11 +260,12 @@ def summary_markdown(reports: Sequence[dict[str, Any]], comparisons: dict[str, d
     for r in reports:
         e = r["efficiency"]
         c = comparisons.get(r["condition"])
-        cmp = (
-            f"{100 * c['diff']:+.1f} [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
-            if c and r["condition"] != base
-            else "-"
-        )
+        if not c or r["condition"] == base:
+            cmp = "-"
+        elif c["diff"] is None:
+            cmp = "no common episodes"
+        else:
+            cmp = f"{100 * c['diff']:+.1f} [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
         lines.append(
             f"| {r['condition']} | {r['successes']} / {r['n']} | {100 * r['sr']:.1f} | "
             f"[{100 * r['wilson95'][0]:.1f}, {100 * r['wilson95'][1]:.1f}] | {_fmt(e['prompt_tokens_mean'])} | "
