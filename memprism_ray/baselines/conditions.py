@@ -174,7 +174,8 @@ class RouterSelector:
 
 def load_marginal(source: str | Path | Sequence[float]) -> np.ndarray:
     """A 144-way marginal from a list, a JSON file holding a list or ``{"view_marginal": [...]}``,
-    or an evaluation directory whose ``report.json`` has ``view_marginal``."""
+    an evaluation ``report.json`` (``view_selection.view_marginal``) or the condition directory
+    holding it."""
     if not isinstance(source, (str, Path)):
         return np.asarray(source, dtype=np.float64)
     path = Path(source)
@@ -184,7 +185,8 @@ def load_marginal(source: str | Path | Sequence[float]) -> np.ndarray:
         raise ValueError(f"frequency-matched marginal: {path} does not exist (give a report.json or a JSON list)")
     data = json.loads(path.read_text())
     if isinstance(data, dict):
-        if "view_marginal" not in data:
+        data = data.get("view_selection", data) if "view_marginal" not in data else data
+        if not isinstance(data, dict) or "view_marginal" not in data:
             raise ValueError(f"{path} has no 'view_marginal' entry (run `memprism eval --condition memprism` first)")
         data = data["view_marginal"]
     return np.asarray(data, dtype=np.float64)
@@ -242,6 +244,22 @@ def make_selector(
             router, greedy=greedy, temperature=temperature, medium=medium, mask=mask, seed=seed, name=name
         )
     raise ValueError(f"unknown condition {condition!r}; valid conditions: {CONDITIONS_HELP}")
+
+
+#: Stands in for a Router model when only a condition's name is checked.
+_NAME_CHECK = object()
+
+
+def condition_needs(condition: str) -> frozenset[str]:
+    """What ``condition`` needs besides the episodes: ``{"router"}`` (a Router checkpoint),
+    ``{"marginal"}`` (freq_random) or nothing. Raises ``ValueError`` listing the valid
+    conditions for an unknown or malformed name, so a run can reject it before any work."""
+    selector = make_selector(condition, router=_NAME_CHECK, marginal=np.ones(NUM_ACTIONS))
+    if isinstance(selector, RouterSelector):
+        return frozenset({"router"})
+    if isinstance(selector, FrequencyMatchedRandom):
+        return frozenset({"marginal"})
+    return frozenset()
 
 
 def fixed_view_conditions() -> list[str]:

@@ -150,8 +150,25 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
+def check_conditions(cfg: EvalConfig) -> None:
+    """Reject unknown, repeated or under-specified conditions before any episode is played."""
+    from memprism_ray.baselines.conditions import condition_needs, make_selector
+
+    seen: set[str] = set()
+    for condition in cfg.conditions:
+        needs = condition_needs(condition)
+        if condition in seen:
+            raise ValueError(f"condition {condition!r} is listed twice")
+        seen.add(condition)
+        if "router" in needs and not cfg.checkpoint:
+            raise ValueError(f"condition {condition!r} needs a Router checkpoint (--checkpoint)")
+        if "marginal" in needs:
+            make_selector(condition, marginal=cfg.marginal or None)  # loads and checks the marginal
+
+
 def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Run every condition of ``cfg`` on one ordered episode list; see the module docstring."""
+    check_conditions(cfg)
     from memprism_ray.agent import TokenCounter
     from memprism_ray.envs.alfworld import AlfworldEnv
     from memprism_ray.eval.episodes import build_episode_list

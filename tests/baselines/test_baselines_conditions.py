@@ -180,10 +180,16 @@ def test_load_marginal_sources(tmp_path: Path) -> None:
         load_marginal(tmp_path / "missing")
 
 
-def test_freq_random_condition_reads_a_report(tmp_path: Path) -> None:
-    marginal = [0.0] * NUM_ACTIONS
-    marginal[17] = 1.0
-    (tmp_path / "report.json").write_text(json.dumps({"view_marginal": marginal}))
+def test_freq_random_condition_reads_an_evaluation_report(tmp_path: Path) -> None:
+    from memprism_ray.eval.report import condition_report, write_json
+
+    episodes = [{"episode_id": "e", "task_type": "t", "won": True, "steps": 2, "status": "ok"}]
+    rows = [
+        {"step": s, "view_index": 17, "view_medium": "optical", "prompt_tokens": 1, "visual_tokens": 1, "pixels": 1,
+         "compose_ms": 0.0, "render_ms": 0.0, "policy_latency_ms": 0.0, "valid": True}
+        for s in range(2)
+    ]  # fmt: skip
+    write_json(tmp_path / "report.json", condition_report("memprism", episodes, rows, tokenizer="words"))
     sel = make_selector("freq_random", marginal=tmp_path, seed=0)
     assert {d.index for d in sel.select(_ctx(20), None)} == {17}
     with pytest.raises(ValueError, match="needs a marginal"):

@@ -1,0 +1,158 @@
+"""The in-process evaluation runner (paper appendix B "Common controlled protocol": every
+condition plays the same ordered episode list; per condition a manifest, tables, report,
+plots and a few episodes' artifacts; several conditions side by side with paired
+differences). Runs the real engine on the shared tiny corpus (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from memprism_ray.agent import AgentConfig
+from memprism_ray.baselines.conditions import FIXED_FILTER, FIXED_GAMMA, FIXED_WINDOW
+from memprism_ray.eval.episodes import parse_episode_id
+from memprism_ray.eval.runner import EvalConfig, check_conditions, run_conditions
+from memprism_ray.policy.config import PolicyConfig
+from memprism_ray.view_space import ViewAction
+
+SPLIT = "eval_out_of_distribution"
+
+
+def _cfg(corpus: Path, out: Path, conditions: tuple[str, ...], **kw) -> EvalConfig:
+    base = {
+        "conditions": conditions,
+        "split": SPLIT,
+        "episodes": 4,
+        "seed": 3,
+        "data_root": str(corpus),
+        "slots": 4,
+        "artifacts": 1,
+        "out": str(out),
+        "agent": AgentConfig(max_steps=12, token_counter="words"),
+        "policy": PolicyConfig(backend="scripted", scripted={"temperature": 0.3, "seed": 3}),
+    }
+    return EvalConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def agent_eval_run(memprism_tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("eval-run")
+    lines: list[str] = []
+    summary = run_conditions(_cfg(memprism_tiny_corpus, out, ("no_memory", "fixed:EntityState")), progress=lines.append)
+    assert any(line.startswith("[fixed:EntityState] 4/4 episodes") for line in lines)
+    return out, summary
+
+
+def test_each_condition_plays_the_same_ordered_episodes(agent_eval_run) -> None:
+    out, _ = agent_eval_run
+    ids = {}
+    for cond, name in (("no_memory", "no_memory"), ("fixed_EntityState", "fixed:EntityState")):
+        manifest = json.loads((out / cond / "manifest.json").read_text())
+        episodes = pq.read_table(out / cond / "episodes.parquet").to_pylist()
+        assert [e["episode_id"] for e in episodes] == manifest["episode_ids"]
+        assert len(manifest["episode_ids"]) == 4 and manifest["split"] == SPLIT and manifest["seed"] == 3
+        assert all(parse_episode_id(e)[0] == SPLIT for e in manifest["episode_ids"])
+        assert manifest["n_unique_games"] == 4  # 4 of 6 games, none repeated
+        assert manifest["model_ids"]["task_policy"].startswith("scripted:")
+        assert manifest["prompt_version"] and manifest["decoding"]
+        assert manifest["output_paths"]["dir"] == str(out / cond)
+        assert manifest["checkpoint_sha256"] == {}
+        assert manifest["extra"]["config"]["agent"]["max_steps"] == 12
+        assert manifest["condition"] == name
+        ids[cond] = manifest["episode_ids"]
+    assert ids["no_memory"] == ids["fixed_EntityState"]
+
+
+def test_tables_reports_and_plots_agree(agent_eval_run) -> None:
+    out, summary = agent_eval_run
+    for cond, rep in zip(("no_memory", "fixed_EntityState"), summary["conditions"]):
+        d = out / cond
+        episodes = pq.read_table(d / "episodes.parquet").to_pylist()
+        steps = pq.read_table(d / "steps.parquet").to_pylist()
+        report = json.loads((d / "report.json").read_text())
+        assert report == json.loads(json.dumps(rep))
+        assert report["n"] + report["failed_episodes"] == 4
+        assert report["successes"] == sum(e["won"] for e in episodes if e["status"] == "ok")
+        assert len(steps) == sum(e["steps"] for e in episodes) == report["efficiency"]["decisions"]
+        assert {s["condition"] for s in steps} == {report["condition"]}
+        assert all(e["steps"] <= 12 for e in episodes)
+        assert report["efficiency"]["stored_bytes"] > 0
+        assert (d / "report.md").read_text().startswith(f"# Evaluation: {report['condition']}")
+        assert (d / "sr_tokens_by_length.png").stat().st_size > 0
+        assert (d / "view_marginals.png").exists() == (cond != "no_memory")
+        # Full artifacts of the first episode only.
+        arts = sorted((d / "episodes").iterdir())
+        assert len(arts) == 1 and (arts[0] / "trajectory.html").exists() and (arts[0] / "events.parquet").exists()
+    fixed = summary["conditions"][1]
+    want = ViewAction("EntityState", FIXED_WINDOW, FIXED_FILTER, FIXED_GAMMA)
+    assert fixed["view_selection"]["view_marginal"][want.index] == 1.0
+    assert summary["conditions"][0]["view_selection"]["decisions_with_view"] == 0
+
+
+def test_summary_pairs_every_condition_with_the_first(agent_eval_run) -> None:
+    out, summary = agent_eval_run
+    assert summary["base"] == "no_memory"
+    assert [r["condition"] for r in summary["conditions"]] == ["no_memory", "fixed:EntityState"]
+    cmp = summary["paired_vs_base"]
+    assert cmp["no_memory"]["diff"] == 0.0
+    a, b = summary["conditions"]
+    assert cmp["fixed:EntityState"]["n_common"] == 4
+    assert cmp["fixed:EntityState"]["diff"] == pytest.approx(b["sr"] - a["sr"])
+    assert json.loads((out / "summary.json").read_text())["base"] == "no_memory"
+    md = (out / "summary.md").read_text()
+    assert "| no_memory |" in md and "| fixed:EntityState |" in md and "diff vs no_memory" in md
+
+
+def test_freq_random_samples_the_marginal_of_another_run(agent_eval_run, memprism_tiny_corpus, tmp_path) -> None:
+    out, _ = agent_eval_run
+    cfg = _cfg(memprism_tiny_corpus, tmp_path, ("freq_random",), marginal=str(out / "fixed_EntityState"),
+               episodes=2, artifacts=0, agent=AgentConfig(max_steps=4, token_counter="words"))  # fmt: skip
+    run_conditions(cfg, progress=None)
+    steps = pq.read_table(tmp_path / "freq_random" / "steps.parquet").to_pylist()
+    want = ViewAction("EntityState", FIXED_WINDOW, FIXED_FILTER, FIXED_GAMMA).index
+    assert steps and {s["view_index"] for s in steps} == {want}
+    assert all(s["view_logprob"] == 0.0 for s in steps)  # log(1)
+    assert not (tmp_path / "freq_random" / "episodes").exists()
+
+
+@pytest.mark.parametrize(
+    ("conditions", "kw", "message"),
+    [(("no_memory", "bogus"), {}, "valid conditions: no_memory"),
+     (("no_memory", "no_memory"), {}, "listed twice"),
+     (("constrained:gamma=fine",), {}, "needs a Router checkpoint"),
+     (("freq_random",), {}, "needs a marginal"),
+     (("freq_random",), {"marginal": "/nonexistent/report.json"}, "does not exist")],
+)  # fmt: skip
+def test_bad_conditions_fail_before_any_work(conditions, kw, message, tmp_path: Path) -> None:
+    out = tmp_path / "never"
+    cfg = _cfg(tmp_path / "no-corpus", out, conditions, **kw)
+    with pytest.raises(ValueError, match=message):
+        check_conditions(cfg)
+    with pytest.raises(ValueError, match=message):
+        run_conditions(cfg, progress=None)
+    assert not out.exists()
+
+
+def test_eval_config_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="at least one condition"):
+        EvalConfig(conditions=())
+    with pytest.raises(ValueError, match="slots"):
+        EvalConfig(slots=0)
+
+
+@pytest.mark.slow
+def test_memprism_condition_uses_the_router(memprism_tiny_corpus, actors_reference_ckpt, tmp_path) -> None:
+    from memprism_ray.adapter.checkpoint import checkpoint_sha256
+
+    cfg = _cfg(memprism_tiny_corpus, tmp_path, ("memprism",), checkpoint=str(actors_reference_ckpt), episodes=2,
+               artifacts=0, agent=AgentConfig(max_steps=3, token_counter="words"))  # fmt: skip
+    summary = run_conditions(cfg, progress=None)
+    steps = pq.read_table(tmp_path / "memprism" / "steps.parquet").to_pylist()
+    assert steps and all(0 <= s["view_index"] < 144 and s["view_logprob"] <= 0.0 for s in steps)
+    assert all(s["view_medium"] == "optical" and s["visual_tokens"] > 0 for s in steps)
+    manifest = json.loads((tmp_path / "memprism" / "manifest.json").read_text())
+    assert manifest["checkpoint_sha256"] == {"router": checkpoint_sha256(actors_reference_ckpt)}
+    assert summary["conditions"][0]["view_selection"]["decisions_with_view"] == len(steps)
