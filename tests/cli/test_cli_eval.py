@@ -1,0 +1,93 @@
+"""``memprism eval`` and ``memprism compare`` (paper appendix B evaluation protocol) on the
+shared tiny corpus (tests/conftest.py), and their one-line errors."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from memprism_ray.cli import main
+
+SPLIT = "eval_out_of_distribution"
+
+
+@pytest.fixture(scope="module")
+def agent_cli_eval(memprism_tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("cli-eval")
+    args = ["eval", "--condition", "no_memory,fixed:TemporalTrace", "--split", SPLIT, "--data-root",
+            str(memprism_tiny_corpus), "--out", str(out), "--episodes", "3", "--slots", "3", "--max-steps", "10",
+            "--seed", "2", "--artifacts", "1"]  # fmt: skip
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(args) == 0
+    return out, buf.getvalue()
+
+
+def test_eval_writes_reports_manifests_plots_and_summary(agent_cli_eval) -> None:
+    out, stdout = agent_cli_eval
+    assert stdout.rstrip().endswith((out / "summary.md").read_text().rstrip())
+    assert "| no_memory |" in stdout and "| fixed:TemporalTrace |" in stdout
+    for d in ("no_memory", "fixed_TemporalTrace"):
+        for name in ("report.json", "report.md", "manifest.json", "episodes.parquet", "steps.parquet",
+                     "sr_tokens_by_length.png"):  # fmt: skip
+            assert (out / d / name).is_file(), (d, name)
+        manifest = json.loads((out / d / "manifest.json").read_text())
+        assert manifest["split"] == SPLIT and manifest["seed"] == 2 and len(manifest["episode_ids"]) == 3
+        # The CLI's defaults reach the run: scripted policy at temperature 0.3 seeded by --seed.
+        assert manifest["extra"]["config"]["policy"]["scripted"] == {"temperature": 0.3, "seed": 2}
+        assert manifest["extra"]["config"]["agent"]["max_steps"] == 10
+        assert all(s <= 10 for s in pq.read_table(out / d / "episodes.parquet").column("steps").to_pylist())
+    assert (out / "fixed_TemporalTrace" / "view_marginals.png").is_file()
+    assert json.loads((out / "summary.json").read_text())["base"] == "no_memory"
+
+
+def test_compare_prints_the_paired_difference(agent_cli_eval, capsys: pytest.CaptureFixture[str]) -> None:
+    out, _ = agent_cli_eval
+    a, b = out / "no_memory", out / "fixed_TemporalTrace"
+    assert main(["compare", str(a), str(b), "--boot", "2000"]) == 0
+    text = capsys.readouterr().out
+    res = json.loads(text.strip().splitlines()[-1])
+    won_a = {r["episode_id"]: r["won"] for r in pq.read_table(a / "episodes.parquet").to_pylist()}
+    won_b = {r["episode_id"]: r["won"] for r in pq.read_table(b / "episodes.parquet").to_pylist()}
+    assert res["n_common"] == 3
+    assert res["diff"] == pytest.approx(sum(won_b.values()) / 3 - sum(won_a.values()) / 3)
+    assert res["sr_a"] == pytest.approx(sum(won_a.values()) / 3) and res["a"] == str(a)
+    assert res["ci95"][0] <= res["diff"] <= res["ci95"][1]
+    assert f"on 3 common episodes: {100 * res['diff']:+.2f} points" in text
+    # Swapping the directories flips the sign.
+    assert main(["compare", str(b), str(a), "--boot", "2000"]) == 0
+    swapped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert swapped["diff"] == pytest.approx(-res["diff"])
+
+
+def test_bad_condition_exits_2_with_the_valid_list(
+    memprism_tiny_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = main(["eval", "--condition", "no_memory,fixed_views", "--split", SPLIT, "--data-root",
+                 str(memprism_tiny_corpus), "--out", str(out)])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("memprism: error: unknown condition 'fixed_views'")
+    for name in ("no_memory", "full_history", "recent4", "fixed:TAU", "freq_random", "constrained:FACTOR=VALUE"):
+        assert name in err
+    assert not out.exists()  # rejected before any episode ran
+
+
+def test_compare_errors(agent_cli_eval, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, _ = agent_cli_eval
+    assert main(["compare", str(tmp_path), str(out / "no_memory")]) == 2
+    assert "is not an evaluation directory (no episodes.parquet)" in capsys.readouterr().err
+    other = tmp_path / "other"
+    other.mkdir()
+    rows = pq.read_table(out / "no_memory" / "episodes.parquet").to_pylist()
+    pq.write_table(pa.Table.from_pylist([{**r, "episode_id": r["episode_id"] + "-x"} for r in rows]),
+                   other / "episodes.parquet")  # fmt: skip
+    assert main(["compare", str(out / "no_memory"), str(other)]) == 2
+    assert "share no episode ids" in capsys.readouterr().err
