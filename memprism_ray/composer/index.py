@@ -696,6 +696,8 @@ def clear_indexes() -> None:
     with _REGISTRY_LOCK:
         _STREAMS.clear()
         _SEQUENCES.clear()
+        _INDEXED_VIEWS.clear()
+        _INTERNED.clear()
 
 
 # --- select / compose ----------------------------------------------------------------
@@ -774,6 +776,71 @@ def select_indexed(
         return Selection(act, goal, tuple(sorted(terms)), items, len(idx.records), n_scope, _recent_ts(idx))
 
 
+# --- shared sub-structures --------------------------------------------------------------
+# Recent windows are compiled from scratch (a handful of events); their groups, rows and
+# chains are then replaced by one shared instance per content, named by the identity of
+# the memoised SelectedEvents/StateValues they hold. A group or chain whose events did not
+# change since the previous decision (the window slid past other events) is then the same
+# object, so Render finds its laid-out block by identity. Values are unchanged (equal).
+_INTERNED: dict[tuple, tuple[object, object]] = {}
+_INTERNED_MAX = 32_768
+
+
+def _shared(key: tuple, refs: object, obj: object) -> object:
+    """The shared instance of ``obj``; ``key`` holds every field (objects by identity)."""
+    hit = _INTERNED.get(key)
+    if hit is not None:
+        return hit[1]
+    if len(_INTERNED) >= _INTERNED_MAX:
+        _INTERNED.clear()
+    # The value keeps the objects named by id in the key alive, so the ids stay theirs.
+    _INTERNED[key] = (refs, obj)
+    return obj
+
+
+def _intern(body: ActionEffect | EntityState) -> ActionEffect | EntityState:
+    with _REGISTRY_LOCK:
+        if isinstance(body, ActionEffect):
+            groups = tuple(
+                _shared(
+                    ("E", g.act, g.entity, g.count, g.histogram, g.numbers, g.goal_match, tuple(map(id, g.attempts))),
+                    g.attempts,
+                    g,
+                )
+                for g in body.groups
+            )
+            return ActionEffect(groups)  # type: ignore[arg-type]
+        rows = []
+        for r in body.rows:
+            chains = tuple(
+                _shared(("C", c.key, c.attribute, c.total, c.elided, tuple(map(id, c.values))), c.values, c)
+                for c in r.chains
+            )
+            key = ("R", r.entity, r.first_t, r.latest_t, r.goal_match, tuple(map(id, chains)))
+            rows.append(_shared(key, chains, EntityRow(r.entity, chains, r.first_t, r.latest_t, r.goal_match)))  # type: ignore[arg-type]
+        return EntityState(tuple(rows))  # type: ignore[arg-type]
+
+
+# The last views whose entries (ActionEffect groups, EntityState rows and chains) are objects
+# owned by an index: such objects recur at later decisions while unchanged, so Render keys
+# its caches by their identity; for other views (fresh objects) it keys by content only.
+_INDEXED_VIEWS: OrderedDict[int, View] = OrderedDict()
+_INDEXED_VIEWS_MAX = 256
+
+
+def _remember(view: View) -> View:
+    with _REGISTRY_LOCK:
+        _INDEXED_VIEWS[id(view)] = view
+        if len(_INDEXED_VIEWS) > _INDEXED_VIEWS_MAX:
+            _INDEXED_VIEWS.popitem(last=False)
+    return view
+
+
+def entries_are_indexed(view: View) -> bool:
+    """Whether ``view`` was compiled from an index (its groups/rows/chains recur)."""
+    return _INDEXED_VIEWS.get(id(view)) is view
+
+
 def compose_indexed(
     records: EventStream | Sequence[StreamRecord], act: ViewAction, goal: str, cfg: ComposerConfig
 ) -> View:
@@ -789,9 +856,12 @@ def compose_indexed(
         goal_t = tuple(sorted(terms))
         if base is not None and act.tau != "DependencyChain":
             body = base.compile(act.tau, act.gamma)
-            return View(act, goal, goal_t, n, n_scope, k, body)
+            return _remember(View(act, goal, goal_t, n, n_scope, k, body))
         if base is not None:
             body = _dependency(base, k, tail, min(n, 2), act.gamma)
             return View(act, goal, goal_t, n, n_scope, k + len(tail), body)
         sel = Selection(act, goal, goal_t, tuple(tail), n, n_scope, _recent_ts(idx))
-        return View(act, goal, goal_t, n, n_scope, len(tail), compile_view(sel))
+        body = compile_view(sel)
+        if isinstance(body, (ActionEffect, EntityState)):
+            return _remember(View(act, goal, goal_t, n, n_scope, len(tail), _intern(body)))
+        return View(act, goal, goal_t, n, n_scope, len(tail), body)

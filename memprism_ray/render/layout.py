@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from memprism_ray.composer.index import entries_are_indexed
 from memprism_ray.composer.select import SelectedEvent
 from memprism_ray.composer.structures import (
     ActionEffect,
@@ -487,12 +488,55 @@ def _memo_block(key: tuple, refs: object, make: Callable[[], Block]) -> Block:
     return block
 
 
+# Layout parameters of a view kind (``common`` tuples: gamma, columns, limits, geometry)
+# -> a small int, so per-entry keys hash two ints instead of the whole parameter tuple.
+# Numbers are never reused (a monotonic counter), so clearing this map is always safe.
+_COMMONS: dict[tuple, int] = {}
+_COMMONS_NEXT = [0]
+
+
+def _cid(common: tuple) -> int:
+    cid = _COMMONS.get(common)
+    if cid is None:
+        if len(_COMMONS) >= 4_096:
+            _COMMONS.clear()
+        cid = _COMMONS[common] = _COMMONS_NEXT[0]
+        _COMMONS_NEXT[0] += 1
+    return cid
+
+
+# (layout parameters, entry object identity) -> (entry, block): the Composer's index
+# returns the same entry objects (events, groups, rows) while they are unchanged, so their
+# block is found without building the content key. Misses fall back to ``_memo_block``.
+_BY_OBJ: dict[tuple[int, int], tuple[object, Block]] = {}
+_BY_OBJ_MAX = 16_384
+
+
+def _memo_obj(
+    cid: int, obj: object, content: Callable[[], tuple], refs: object, make: Callable[[], Block], stable: bool = True
+) -> Block:
+    """The block of ``obj``; ``stable``: the object recurs (worth remembering by identity)."""
+    if not stable:
+        return _memo_block((cid, *content()), refs, make)
+    hit = _BY_OBJ.get((cid, id(obj)))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    block = _memo_block((cid, *content()), refs, make)
+    if len(_BY_OBJ) >= _BY_OBJ_MAX:
+        _BY_OBJ.clear()
+    _BY_OBJ[(cid, id(obj))] = (obj, block)
+    return block
+
+
 def clear_layout_cache() -> None:
     """Forget cached entry blocks (benchmarks time cold layouts with it)."""
     _BLOCKS.clear()
+    _BY_OBJ.clear()
+    _COMMONS.clear()
     _CHAIN_STATS.clear()
     _ROW_CONTENT.clear()
     _TABLES.clear()
+    _GROUP_FACTS.clear()
 
 
 def entry_limit(budget_rows: int) -> int:
@@ -517,16 +561,16 @@ def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) 
     reps = [e if isinstance(e, SelectedEvent) else e.last for e in recent if not isinstance(e, TraceGap)]
     ec = event_columns(geo.cols, 0, max(_step_w(view), 3), _longest_action(reps))
 
-    common = ("T", gamma, ec, limit, geo)
+    cid = _cid(("T", gamma, ec, limit, geo))
 
     def build(i: int) -> Block:
         e = entries[i]
         if isinstance(e, SelectedEvent):
-            return _memo_block((*common, id(e)), e, lambda: make(e))
+            return _memo_obj(cid, e, lambda: (id(e),), e, lambda: make(e))
         if isinstance(e, TraceRun):
-            key = (*common, "run", id(e.first), id(e.last), e.count, e.outcome, e.goal_match)
+            key = (cid, "run", id(e.first), id(e.last), e.count, e.outcome, e.goal_match)
             return _memo_block(key, (e.first, e.last), lambda: make(e))
-        return _memo_block((*common, "gap", e.first_t, e.last_t, e.count, e.histogram), None, lambda: make(e))
+        return _memo_block((cid, "gap", e.first_t, e.last_t, e.count, e.histogram), None, lambda: make(e))
 
     def make(e: TraceEntry) -> Block:
         if isinstance(e, SelectedEvent):
@@ -567,23 +611,52 @@ def _histogram_segs(group: EffectGroup) -> list[Seg]:
     return segs
 
 
-def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> tuple[int, Builder]:
+# Per EffectGroup object: (group, content part of its block key, {k: longest action among
+# its last k shown attempts}). The Composer's index returns the same group object while the
+# group is unchanged, so a page of groups does not rescan their attempts.
+_GROUP_FACTS: dict[int, tuple[EffectGroup, tuple, dict[int, int]]] = {}
+_GROUP_FACTS_MAX = 16_384
+
+
+def _group_facts(g: EffectGroup, stable: bool) -> tuple[tuple, dict[int, int]]:
+    hit = _GROUP_FACTS.get(id(g))
+    if hit is not None and hit[0] is g:
+        return hit[1], hit[2]
+    content = (g.act, g.entity, g.count, g.histogram, g.goal_match, g.numbers, tuple(map(id, g.attempts)))
+    if not stable:
+        return content, {}
+    if len(_GROUP_FACTS) >= _GROUP_FACTS_MAX:
+        _GROUP_FACTS.clear()
+    _GROUP_FACTS[id(g)] = (g, content, {})
+    return content, _GROUP_FACTS[id(g)][2]
+
+
+def _group_longest(g: EffectGroup, k: int, stable: bool) -> int:
+    """``_longest_action`` of the group's last ``k`` shown attempts (``-1``: none)."""
+    longest = _group_facts(g, stable)[1]
+    got = longest.get(k)
+    if got is None:
+        got = longest[k] = max((len(it.event.action) for it in g.attempts[-k:]), default=-1)
+    return got
+
+
+def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int, stable: bool) -> tuple[int, Builder]:
     groups = body.groups
     gamma = view.action.gamma
     cols = geo.content_cols("card")
-    recent = [it for g in groups[-budget_rows:] for it in g.attempts[-budget_rows:]]
-    num_w = max((len(f"#{g.count}") for g in groups[-budget_rows:]), default=2)
-    ec = event_columns(cols, num_w, max(_step_w(view), 3), _longest_action(recent))
+    shown = groups[-budget_rows:]
+    longest = max((_group_longest(g, budget_rows, stable) for g in shown), default=-1)
+    num_w = max((len(f"#{g.count}") for g in shown), default=2)
+    ec = event_columns(cols, num_w, max(_step_w(view), 3), 8 if longest < 0 else longest)
 
     limit = entry_limit(budget_rows)
     card_limit = max(limit, budget_rows // 2)
 
-    common = ("E", gamma, ec, limit, card_limit, num_w, cols, geo)
+    cid = _cid(("E", gamma, ec, limit, card_limit, num_w, cols, geo))
 
     def build(i: int) -> Block:
         g = groups[i]
-        key = (*common, g.act, g.entity, g.count, g.histogram, g.goal_match, g.numbers, tuple(map(id, g.attempts)))
-        return _memo_block(key, g.attempts, lambda: make(g))
+        return _memo_obj(cid, g, lambda: _group_facts(g, stable)[0], g.attempts, lambda: make(g), stable)
 
     def make(g: EffectGroup) -> Block:
         bar = "accent" if g.goal_match else None
@@ -653,7 +726,6 @@ _ARROW: Seg = (" → ", "arrow", False)
 _CONT: Seg = ("→ ", "arrow", False)
 
 
-@lru_cache(maxsize=65536)
 def _value_size(v: StateValue, gamma: str) -> int:
     """Columns one chain item takes (must match :func:`_chain_items`)."""
     size = len(clean(v.value))
@@ -734,7 +806,7 @@ _CHAIN_STATS: dict[tuple[int, str], tuple[StateChain, int, int]] = {}
 _CHAIN_STATS_MAX = 16_384
 
 
-def _chain_stats(c: StateChain, gamma: str) -> tuple[int, int]:
+def _chain_stats(c: StateChain, gamma: str, stable: bool) -> tuple[int, int]:
     hit = _CHAIN_STATS.get((id(c), gamma))
     if hit is not None and hit[0] is c:
         return hit[1], hit[2]
@@ -742,6 +814,8 @@ def _chain_stats(c: StateChain, gamma: str) -> tuple[int, int]:
     tail = c.values if len(c.values) <= 33 else (c.values[0], *c.values[-32:])
     sizes = [_value_size(v, gamma) for v in tail]
     longest, demand = max(sizes, default=0), sum(sizes) + 3 * max(0, len(sizes) - 1)
+    if not stable:
+        return longest, demand
     if len(_CHAIN_STATS) >= _CHAIN_STATS_MAX:
         _CHAIN_STATS.clear()
     _CHAIN_STATS[(id(c), gamma)] = (c, longest, demand)
@@ -756,20 +830,24 @@ _TABLES_MAX = 2_048
 
 
 def _table_columns_memo(
-    rows: tuple[EntityRow, ...], cols: int, gamma: str
+    rows: tuple[EntityRow, ...], cols: int, gamma: str, stable: bool
 ) -> tuple[int, list[tuple[str, int, int]], int]:
+    if not stable:
+        return _table_columns(rows, cols, gamma, stable)
     key = (tuple(map(id, rows)), cols, gamma)
     hit = _TABLES.get(key)
     if hit is not None:
         return hit[1]
-    out = _table_columns(rows, cols, gamma)
+    out = _table_columns(rows, cols, gamma, stable)
     if len(_TABLES) >= _TABLES_MAX:
         _TABLES.clear()
     _TABLES[key] = (rows, out)
     return out
 
 
-def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[int, list[tuple[str, int, int]], int]:
+def _table_columns(
+    rows: tuple[EntityRow, ...], cols: int, gamma: str, stable: bool = False
+) -> tuple[int, list[tuple[str, int, int]], int]:
     """Entity column width, kept attribute columns ``(attribute, col, width)`` and the
     column of the catch-all ``other`` column (``-1``: none).
 
@@ -785,7 +863,7 @@ def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[
         for c in r.chains:
             a = c.attribute
             count[a] = count.get(a, 0) + 1
-            c_longest, c_demand = _chain_stats(c, gamma)
+            c_longest, c_demand = _chain_stats(c, gamma, stable)
             longest[a] = max(longest.get(a, 0), c_longest)
             demand[a] = demand.get(a, 0) + c_demand
     attrs = sorted(count, key=lambda a: (-count[a], a))
@@ -828,26 +906,30 @@ _ROW_CONTENT: dict[int, tuple[EntityRow, tuple]] = {}
 _ROW_CONTENT_MAX = 16_384
 
 
-def _row_content(r: EntityRow) -> tuple:
+def _row_content(r: EntityRow, stable: bool) -> tuple:
     hit = _ROW_CONTENT.get(id(r))
     if hit is not None and hit[0] is r:
         return hit[1]
     chains = tuple((c.key, c.attribute, c.total, c.elided, tuple(map(id, c.values))) for c in r.chains)
     content = (r.entity, r.goal_match, chains)
+    if not stable:
+        return content
     if len(_ROW_CONTENT) >= _ROW_CONTENT_MAX:
         _ROW_CONTENT.clear()
     _ROW_CONTENT[id(r)] = (r, content)
     return content
 
 
-def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tuple[int, Builder, Block | None]:
+def _state(
+    view: View, body: EntityState, geo: Geometry, budget_rows: int, stable: bool
+) -> tuple[int, Builder, Block | None]:
     rows = body.rows
     gamma = view.action.gamma
     cols = geo.content_cols("table_row")
     if not rows:
         return 0, lambda i: Block("plain", [], []), None
     # Only the most recent rows can be on the page (each takes at least one text row).
-    ew, attr_cols, other_col = _table_columns_memo(rows[-budget_rows:], cols, gamma)
+    ew, attr_cols, other_col = _table_columns_memo(rows[-budget_rows:], cols, gamma, stable)
     where = {a: (c, w) for a, c, w in attr_cols}
     other_w = cols - other_col if other_col >= 0 else 0
     rules = tuple(c - 2 for _, c, _ in attr_cols) + ((other_col - 2,) if other_col >= 0 else ())
@@ -863,12 +945,12 @@ def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tu
 
     limit = entry_limit(budget_rows)
 
-    common = ("S", gamma, limit, ew, tuple(attr_cols), other_col, cols, geo)
+    cid = _cid(("S", gamma, limit, ew, tuple(attr_cols), other_col, cols, geo))
 
     def build(i: int) -> Block:
         r = rows[i]
-        key = (*common, *_row_content(r))
-        return _memo_block(key, tuple(c.values for c in r.chains), lambda: make(r))
+        refs = tuple(c.values for c in r.chains)
+        return _memo_obj(cid, r, lambda: _row_content(r, stable), refs, lambda: make(r), stable)
 
     def make(r: EntityRow) -> Block:
         cells: list[Cell] = [text_cell(0, r.entity, ew, "accent" if r.goal_match else "text", True)]
@@ -913,11 +995,11 @@ def _dependency(view: View, body: DependencyChain, geo: Geometry, budget_rows: i
 
     limit = entry_limit(budget_rows)
 
-    common = ("D", gamma, ec, anchor_ec, label_w, limit, geo)
+    cid = _cid(("D", gamma, ec, anchor_ec, label_w, limit, geo))
 
     def build(i: int) -> Block:
         lk = links[i]
-        return _memo_block((*common, i == 0, id(lk.item), lk.kind, lk.via), lk.item, lambda: make(i, lk))
+        return _memo_block((cid, i == 0, id(lk.item), lk.kind, lk.via), lk.item, lambda: make(i, lk))
 
     def make(i: int, lk: ChainLink) -> Block:
         it = lk.item
@@ -950,6 +1032,8 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
     config = config or RenderConfig()
     geo = geometry(config)
     body = view.body
+    # Entries of views compiled from an index recur at later decisions: remember them by identity.
+    stable = entries_are_indexed(view)
     counts = [f"events {view.n_stream}", f"in scope {view.n_scope}", f"selected {view.n_selected}"]
     if isinstance(body, TemporalTrace):
         counts.append(f"entries {len(body.entries)}")
@@ -975,10 +1059,10 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
         total, build = _temporal(view, body, geo, budget_rows)
         unit = "entries"
     elif isinstance(body, ActionEffect):
-        total, build = _effect(view, body, geo, budget_rows)
+        total, build = _effect(view, body, geo, budget_rows, stable)
         unit = "groups"
     elif isinstance(body, EntityState):
-        total, build, head = _state(view, body, geo, budget_rows)
+        total, build, head = _state(view, body, geo, budget_rows, stable)
         if head is not None:
             fixed.append(head)
         unit = "entities"

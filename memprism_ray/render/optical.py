@@ -13,6 +13,8 @@ No step depends on process state, so bytes are identical in any process.
 from __future__ import annotations
 
 import io
+import sys
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -111,6 +113,9 @@ def clear_render_caches() -> None:
     _ROW_CACHE_BYTES[0] = 0
     _ROW_IDS.clear()
     _OPS.clear()
+    _FRAMES.clear()
+    with _CANVAS_LOCK:
+        _CANVASES.clear()
     clear_layout_cache()
 
 
@@ -172,8 +177,36 @@ _OPS: dict[int, tuple[Block, int, Geometry, list[Op]]] = {}
 _OPS_MAX = 16_384
 
 
+# (frame steps, block height) -> one pre-drawn array: a block's frame (card border and
+# background, table rules) is pasted in one step. Few distinct frames exist per geometry.
+_FRAMES: dict[tuple, tuple[int, int, np.ndarray]] = {}
+_FRAMES_MAX = 1_024
+
+
+def _frame(ops: list[Op], bh: int, width: int) -> Op:
+    """The frame steps ``ops`` (plain fills) as one step: an array spanning the columns
+    they touch, background wherever none of them paints."""
+    key = (bh, width, tuple((*op[:4], int(op[4])) for op in ops))
+    hit = _FRAMES.get(key)
+    if hit is None:
+        full = np.full((bh, width), solid("background"), np.uint8)
+        for dy0, dy1, xa, xb, value in ops:
+            full[dy0:dy1, xa:xb] = value
+        touched = np.zeros(width, bool)
+        for _, _, xa, xb, _ in ops:
+            touched[xa:xb] = True
+        cols = np.flatnonzero(touched)
+        lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, 0)
+        if len(_FRAMES) >= _FRAMES_MAX:
+            _FRAMES.clear()
+        hit = _FRAMES[key] = (lo, hi, full[:, lo:hi].copy())
+    lo, hi, arr = hit
+    return (0, bh, lo, hi, arr)
+
+
 def _record_ops(block: Block, geo: Geometry, config: RenderConfig) -> list[Op]:
-    """The steps of :func:`_paint_block` for an unclipped block at ``y = 0``, in order."""
+    """The steps of :func:`_paint_block` for an unclipped block at ``y = 0``, in order
+    (the frame fills merged into one step when the frame touches contiguous columns)."""
     ops: list[Op] = []
     bh = geo.height(block)
     x0, x1 = geo.margin, geo.width - geo.margin
@@ -190,6 +223,10 @@ def _record_ops(block: Block, geo: Geometry, config: RenderConfig) -> list[Op]:
             ops.append((0, bh, xr, xr + 1, solid("rule")))
         if block.kind == "table_row":
             ops.append((bh - 1, bh, x0, x1, solid("rule")))
+    if len(ops) > 1:
+        # The block's area is still background when its frame is drawn, so pasting the
+        # pre-drawn rectangle (background wherever no frame step paints) is exact.
+        ops = [_frame(ops, bh, geo.width)]
     x_text = geo.content_x(block.kind)
     rx0 = x_text - 3 if block.kind == "link" else geo.margin + border
     rx1 = geo.width - geo.margin - border
@@ -208,7 +245,7 @@ def _record_ops(block: Block, geo: Geometry, config: RenderConfig) -> list[Op]:
 
 def _block_ops(block: Block, geo: Geometry, config: RenderConfig) -> list[Op]:
     hit = _OPS.get(id(block))
-    if hit is not None and hit[0] is block and hit[1] == config.font_size and hit[2] == geo:
+    if hit is not None and hit[0] is block and hit[1] == config.font_size and (hit[2] is geo or hit[2] == geo):
         return hit[3]
     ops = _record_ops(block, geo, config)
     if len(_OPS) >= _OPS_MAX:
@@ -217,12 +254,50 @@ def _block_ops(block: Block, geo: Geometry, config: RenderConfig) -> list[Op]:
     return ops
 
 
+# Canvases handed out by `paint` and reused once nothing else refers to them. A fresh
+# max_side x max_side array costs page faults on every decision (the allocator returns
+# large blocks to the system); a returned image maps its canvas, so a canvas is free again
+# only when the image and every view of the array are gone, which its reference count says.
+_CANVASES: list[np.ndarray] = []
+_CANVASES_MAX = 16
+_CANVAS_LOCK = threading.Lock()
+
+
+def _refs(pool: list[np.ndarray], i: int) -> int:
+    """References to ``pool[i]`` counted from here (free: the pool's only)."""
+    return sys.getrefcount(pool[i])
+
+
+# What `_refs` reports for an array only the pool refers to (measured, not assumed).
+_FREE_REFS = _refs([np.zeros(1, np.uint8)], 0)
+
+
+def _canvas(h: int, w: int, fill: int) -> np.ndarray:
+    """A ``(h, w)`` uint8 array filled with ``fill``, reused from the pool when one is free."""
+    with _CANVAS_LOCK:
+        spare = -1
+        for i in range(len(_CANVASES)):
+            if _refs(_CANVASES, i) == _FREE_REFS:
+                a = _CANVASES[i]
+                if a.shape == (h, w):
+                    a.fill(fill)
+                    return a
+                spare = i
+        a = np.full((h, w), fill, np.uint8)
+        if len(_CANVASES) < _CANVASES_MAX:
+            _CANVASES.append(a)
+        elif spare >= 0:
+            _CANVASES[spare] = a
+        return a
+
+
 def paint(page: Page, config: RenderConfig) -> np.ndarray:
     """Palette indices ``(height, width)`` of a laid-out page (equal to
-    :func:`paint_reference`: blocks that fit are drawn by replaying their recorded steps)."""
+    :func:`paint_reference`: blocks that fit are drawn by replaying their recorded steps).
+    The array may be reused by a later call once the caller has dropped every reference."""
     geo = page.geometry
     h, w = page.height, geo.width
-    canvas = np.full((h, w), solid("background"), np.uint8)
+    canvas = _canvas(h, w, solid("background"))
     canvas[: page.header_h, :] = solid("header_bg")
     canvas[page.header_h - 2 : page.header_h, :] = solid("arrow")
     _draw_rows(canvas, page.header, 0, page, config)

@@ -117,3 +117,51 @@ def test_every_clip_height_of_cards_tables_and_anchors() -> None:
         for cut in range(0, 120):
             short = dataclasses.replace(page, height=page.height - cut)
             assert np.array_equal(paint(short, cfg), paint_reference(short, cfg)), (name, cut)
+
+
+def test_pooled_canvases_are_reused_only_when_nothing_refers_to_them() -> None:
+    """``paint`` reuses a canvas only after the caller dropped every reference (the array,
+    an image mapping it, a view of it): images kept by a caller never change."""
+    stream = alfworld_like_stream(300, 1)
+    cfg = RenderConfig()
+    pages = [layout(compose(stream, a), cfg) for a in ALL_ACTIONS if a.window == "all"]
+    kept_images = [(paint_image(p, cfg), paint_reference(p, cfg).tobytes()) for p in pages[:6]]
+    kept_arrays = [(paint(p, cfg), paint_reference(p, cfg)) for p in pages[6:12]]
+    kept_view = paint(pages[12], cfg)[10:20]
+    want_view = paint_reference(pages[12], cfg)[10:20].copy()
+    first = paint(pages[13], cfg)
+    first_id = id(first)
+    del first
+    assert id(paint(pages[13], cfg)) == first_id, "a dropped canvas of the same size is reused"
+    for _ in range(3):
+        for p in pages:
+            assert np.array_equal(paint(p, cfg), paint_reference(p, cfg))
+    for img, pixels in kept_images:
+        assert img.tobytes() == pixels
+    for arr, want in kept_arrays:
+        assert np.array_equal(arr, want)
+    assert np.array_equal(kept_view, want_view)
+
+
+def test_concurrent_painting_gives_the_reference_pixels() -> None:
+    import threading
+
+    stream = alfworld_like_stream(200, 2)
+    cfg = RenderConfig()
+    pages = [layout(compose(stream, a), cfg) for a in ALL_ACTIONS[::5]]
+    want = [paint_reference(p, cfg).tobytes() for p in pages]
+    errors: list[int] = []
+
+    def worker(offset: int) -> None:
+        for k in range(len(pages)):
+            i = (k + offset) % len(pages)
+            img = paint_image(pages[i], cfg)
+            if img.tobytes() != want[i]:
+                errors.append(i)
+
+    threads = [threading.Thread(target=worker, args=(j * 7,)) for j in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
