@@ -424,6 +424,7 @@ class Agent:
         shared = {
             "features_ms": (t1 - t0) * 1000 / n,
             "select_ms": (t2 - t1) * 1000 / n,
+            "view_ms": (t3 - t2) * 1000 / n,
             "policy_ms": (t4 - t3) * 1000 / n,
             "env_ms": (t5 - t4) * 1000 / n,
             "phi_ms": (t6 - t5) * 1000 / n,
