@@ -43,12 +43,15 @@ import threading
 import weakref
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 from memprism_ray.composer.compilers import (
     COARSE_KEY_INTERMEDIATES,
     DEPENDENCY_CAPS,
     MEDIUM_RECENT_ATTEMPTS,
+    _chain,
+    _shown_attempts,
     _state_values,
     compile_view,
 )
@@ -697,7 +700,7 @@ def clear_indexes() -> None:
         _STREAMS.clear()
         _SEQUENCES.clear()
         _INDEXED_VIEWS.clear()
-        _INTERNED.clear()
+        _SHARED.clear()
 
 
 # --- select / compose ----------------------------------------------------------------
@@ -777,48 +780,116 @@ def select_indexed(
 
 
 # --- shared sub-structures --------------------------------------------------------------
-# Recent windows are compiled from scratch (a handful of events); their groups, rows and
-# chains are then replaced by one shared instance per content, named by the identity of
-# the memoised SelectedEvents/StateValues they hold. A group or chain whose events did not
-# change since the previous decision (the window slid past other events) is then the same
-# object, so Render finds its laid-out block by identity. Values are unchanged (equal).
-_INTERNED: dict[tuple, tuple[object, object]] = {}
-_INTERNED_MAX = 32_768
+# Recent windows are compiled from scratch (a handful of events), as ``compile_effect`` /
+# ``compile_state`` do, except that each group, chain and row is looked up by its inputs
+# (the memoised SelectedEvents/StateValues it is built from, by identity) before it is
+# built: a group or chain whose events did not change since the previous decision (the
+# window slid past other events) is the same object, so Render finds its laid-out block by
+# identity, and it is not rebuilt. Values are those of the reference compilers.
+_SHARED: dict[tuple, tuple[object, object]] = {}
+_SHARED_MAX = 32_768
 
 
-def _shared(key: tuple, refs: object, obj: object) -> object:
-    """The shared instance of ``obj``; ``key`` holds every field (objects by identity)."""
-    hit = _INTERNED.get(key)
+def _shared(key: tuple, refs: object, build: Callable[[], object]) -> object:
+    """The one instance built from the inputs named by ``key`` (objects by identity)."""
+    hit = _SHARED.get(key)
     if hit is not None:
         return hit[1]
-    if len(_INTERNED) >= _INTERNED_MAX:
-        _INTERNED.clear()
+    obj = build()
+    if len(_SHARED) >= _SHARED_MAX:
+        _SHARED.clear()
     # The value keeps the objects named by id in the key alive, so the ids stay theirs.
-    _INTERNED[key] = (refs, obj)
+    _SHARED[key] = (refs, obj)
     return obj
 
 
-def _intern(body: ActionEffect | EntityState) -> ActionEffect | EntityState:
-    with _REGISTRY_LOCK:
-        if isinstance(body, ActionEffect):
-            groups = tuple(
-                _shared(
-                    ("E", g.act, g.entity, g.count, g.histogram, g.numbers, g.goal_match, tuple(map(id, g.attempts))),
-                    g.attempts,
-                    g,
-                )
-                for g in body.groups
+def _effect_shared(selection: Selection, gamma: str) -> ActionEffect:
+    """``compile_effect`` with groups shared by their attempts."""
+    groups: dict[tuple[str, str], list[SelectedEvent]] = {}
+    for it in selection.items:
+        ev = it.event
+        g = groups.get((ev.act, ev.entity))
+        if g is None:
+            groups[(ev.act, ev.entity)] = [it]
+        else:
+            g.append(it)
+
+    def build(act: str, entity: str, its: list[SelectedEvent]) -> EffectGroup:
+        counts = [0, 0, 0]
+        for it in its:
+            counts[_SLOT[it.event.outcome]] += 1
+        if gamma == "fine":
+            attempts, numbers = tuple(its), tuple(range(1, len(its) + 1))
+        else:
+            shown = _shown_attempts(its, gamma)
+            attempts, numbers = tuple(its[k] for k in shown), tuple(k + 1 for k in shown)
+        return EffectGroup(
+            act=act,
+            entity=entity,
+            count=len(its),
+            histogram=((_EXC, counts[0]), (_UPD, counts[1]), (_NOC, counts[2])),
+            attempts=attempts,
+            numbers=numbers,
+            first_t=its[0].event.t,
+            latest_t=its[-1].event.t,
+            goal_match=any(it.goal_match for it in its),
+        )
+
+    out = [
+        _shared(("E", gamma, tuple(map(id, its))), its, lambda a=act, e=entity, its=its: build(a, e, its))
+        for (act, entity), its in groups.items()
+    ]
+    out.sort(key=lambda g: g.latest_t)  # type: ignore[attr-defined]
+    return ActionEffect(tuple(out))  # type: ignore[arg-type]
+
+
+def _state_shared(selection: Selection, gamma: str) -> EntityState:
+    """``compile_state`` with chains shared by their updates and rows by their chains."""
+    goal = goal_terms_of(selection.goal_terms)
+    chains: dict[str, list[StateValue]] = {}
+    owner: dict[str, tuple[str, str]] = {}
+    for it in selection.items:
+        ev = it.event
+        if not ev.deltas:
+            continue
+        for d, sv in zip(ev.deltas, _state_values(ev, goal)):
+            chain = chains.get(d.key)
+            if chain is None:
+                chains[d.key] = [sv]
+                owner[d.key] = (d.entity, d.attribute)
+            else:
+                chain.append(sv)
+    by_entity: dict[str, list[str]] = {}
+    for key in chains:
+        by_entity.setdefault(owner[key][0], []).append(key)
+    rows = []
+    for entity, keys in by_entity.items():
+        row_chains = tuple(
+            _shared(
+                ("C", gamma, key, tuple(map(id, chains[key]))),
+                chains[key],
+                lambda key=key: _chain(key, owner[key][1], chains[key], gamma),
             )
-            return ActionEffect(groups)  # type: ignore[arg-type]
-        rows = []
-        for r in body.rows:
-            chains = tuple(
-                _shared(("C", c.key, c.attribute, c.total, c.elided, tuple(map(id, c.values))), c.values, c)
-                for c in r.chains
+            for key in keys
+        )
+        first_t = min(chains[key][0].t for key in keys)
+        latest_t = max(chains[key][-1].t for key in keys)
+        goal_match = bool(goal) and not goal.isdisjoint(text_terms(entity))
+        rows.append(
+            _shared(
+                ("R", entity, first_t, latest_t, goal_match, tuple(map(id, row_chains))),
+                row_chains,
+                lambda e=entity, c=row_chains, f=first_t, lt=latest_t, gm=goal_match: EntityRow(e, c, f, lt, gm),  # type: ignore[arg-type]
             )
-            key = ("R", r.entity, r.first_t, r.latest_t, r.goal_match, tuple(map(id, chains)))
-            rows.append(_shared(key, chains, EntityRow(r.entity, chains, r.first_t, r.latest_t, r.goal_match)))  # type: ignore[arg-type]
-        return EntityState(tuple(rows))  # type: ignore[arg-type]
+        )
+    rows.sort(key=lambda r: r.latest_t)  # type: ignore[attr-defined]
+    return EntityState(tuple(rows))  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=1024)
+def goal_terms_of(terms: tuple[str, ...]) -> frozenset[str]:
+    """One frozenset per goal-term tuple (its hash is computed once)."""
+    return frozenset(terms)
 
 
 # The last views whose entries (ActionEffect groups, EntityState rows and chains) are objects
@@ -861,7 +932,9 @@ def compose_indexed(
             body = _dependency(base, k, tail, min(n, 2), act.gamma)
             return View(act, goal, goal_t, n, n_scope, k + len(tail), body)
         sel = Selection(act, goal, goal_t, tuple(tail), n, n_scope, _recent_ts(idx))
-        body = compile_view(sel)
-        if isinstance(body, (ActionEffect, EntityState)):
-            return _remember(View(act, goal, goal_t, n, n_scope, len(tail), _intern(body)))
-        return View(act, goal, goal_t, n, n_scope, len(tail), body)
+        # Shared instances need no lock: a race builds an equal object twice, nothing worse.
+        if act.tau == "ActionEffect":
+            return _remember(View(act, goal, goal_t, n, n_scope, len(tail), _effect_shared(sel, act.gamma)))
+        if act.tau == "EntityState":
+            return _remember(View(act, goal, goal_t, n, n_scope, len(tail), _state_shared(sel, act.gamma)))
+        return View(act, goal, goal_t, n, n_scope, len(tail), compile_view(sel))
