@@ -115,6 +115,8 @@ _BOX: dict[str, tuple[int, int, int, int, int]] = {
     "table_row": (0, 0, 0, 1, 2),
 }
 LINK_GUTTER_COLS = 3
+#: Height of a block of each kind without its rows (borders and paddings).
+_BOX_HEIGHT: dict[str, int] = {kind: 2 * b + top + bottom for kind, (b, _, _, top, bottom) in _BOX.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,6 +539,7 @@ def clear_layout_cache() -> None:
     _ROW_CONTENT.clear()
     _TABLES.clear()
     _GROUP_FACTS.clear()
+    _EFFECT_WIDTHS.clear()
 
 
 def entry_limit(budget_rows: int) -> int:
@@ -566,6 +569,9 @@ def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) 
     def build(i: int) -> Block:
         e = entries[i]
         if isinstance(e, SelectedEvent):
+            hit = _BY_OBJ.get((cid, id(e)))
+            if hit is not None and hit[0] is e:
+                return hit[1]
             return _memo_obj(cid, e, lambda: (id(e),), e, lambda: make(e))
         if isinstance(e, TraceRun):
             key = (cid, "run", id(e.first), id(e.last), e.count, e.outcome, e.goal_match)
@@ -640,13 +646,27 @@ def _group_longest(g: EffectGroup, k: int, stable: bool) -> int:
     return got
 
 
+# Groups shown on a page (by identity) -> (longest action, attempt-number width); the value
+# keeps the groups alive, so the ids in the key stay theirs.
+_EFFECT_WIDTHS: dict[tuple, tuple[tuple[EffectGroup, ...], tuple[int, int]]] = {}
+
+
 def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int, stable: bool) -> tuple[int, Builder]:
     groups = body.groups
     gamma = view.action.gamma
     cols = geo.content_cols("card")
     shown = groups[-budget_rows:]
-    longest = max((_group_longest(g, budget_rows, stable) for g in shown), default=-1)
-    num_w = max((len(f"#{g.count}") for g in shown), default=2)
+    key = (tuple(map(id, shown)), budget_rows) if stable else None
+    hit = _EFFECT_WIDTHS.get(key) if key is not None else None
+    if hit is not None:
+        longest, num_w = hit[1]
+    else:
+        longest = max((_group_longest(g, budget_rows, stable) for g in shown), default=-1)
+        num_w = max((len(f"#{g.count}") for g in shown), default=2)
+        if key is not None:
+            if len(_EFFECT_WIDTHS) >= _GROUP_FACTS_MAX:
+                _EFFECT_WIDTHS.clear()
+            _EFFECT_WIDTHS[key] = (shown, (longest, num_w))
     ec = event_columns(cols, num_w, max(_step_w(view), 3), 8 if longest < 0 else longest)
 
     limit = entry_limit(budget_rows)
@@ -656,6 +676,9 @@ def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int, sta
 
     def build(i: int) -> Block:
         g = groups[i]
+        hit = _BY_OBJ.get((cid, id(g))) if stable else None
+        if hit is not None and hit[0] is g:
+            return hit[1]
         return _memo_obj(cid, g, lambda: _group_facts(g, stable)[0], g.attempts, lambda: make(g), stable)
 
     def make(g: EffectGroup) -> Block:
@@ -949,6 +972,9 @@ def _state(
 
     def build(i: int) -> Block:
         r = rows[i]
+        hit = _BY_OBJ.get((cid, id(r))) if stable else None
+        if hit is not None and hit[0] is r:
+            return hit[1]
         refs = tuple(c.values for c in r.chains)
         return _memo_obj(cid, r, lambda: _row_content(r, stable), refs, lambda: make(r), stable)
 
@@ -1076,9 +1102,10 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
     used = sum(b.gap + geo.height(b) for b in fixed)
     kept: list[Block] = []
     order = range(total - 1, -1, -1) if recent_first else range(total)
+    row_h = geo.row_h
     for i in order:
         b = build(i)
-        h = b.gap + geo.height(b)
+        h = b.gap + _BOX_HEIGHT[b.kind] + len(b.rows) * row_h  # == b.gap + geo.height(b)
         if used + h > budget:
             break
         kept.append(b)

@@ -304,13 +304,19 @@ def paint(page: Page, config: RenderConfig) -> np.ndarray:
     y = page.header_h + 4
     anchor_bottom = -1
     link_mids: list[int] = []
+    size = config.font_size
     for block in page.blocks:
         y += block.gap
         bh = geo.height(block)
         if y >= h:
             break
         if y + bh <= h:
-            for dy0, dy1, xa, xb, value in _block_ops(block, geo, config):
+            hit = _OPS.get(id(block))
+            if hit is not None and hit[0] is block and hit[1] == size and hit[2] is geo:
+                ops = hit[3]
+            else:
+                ops = _block_ops(block, geo, config)
+            for dy0, dy1, xa, xb, value in ops:
                 canvas[y + dy0 : y + dy1, xa:xb] = value
         else:
             _paint_block(canvas, block, y, page, config)
