@@ -15,14 +15,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "actors"))
-from conftest import tiny_overrides
 
 pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _cmd(corpus: Path, out: Path, name: str, ref: Path, *extra: str) -> list[str]:
+def _cmd(tiny_overrides, corpus: Path, out: Path, name: str, ref: Path, *extra: str) -> list[str]:
 
     return [
         sys.executable,
@@ -54,11 +53,11 @@ def _weights_sha(ckpt: Path) -> str:
 
 
 def test_killed_driver_resumes_to_the_same_state(
-    memprism_tiny_corpus: Path, actors_reference_ckpt: Path, tmp_path: Path
+    memprism_tiny_corpus: Path, actors_reference_ckpt: Path, memprism_tiny_overrides, tmp_path: Path
 ) -> None:
     # A: two iterations without interruption.
     a = subprocess.run(
-        _cmd(memprism_tiny_corpus, tmp_path, "a", actors_reference_ckpt),
+        _cmd(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, "a", actors_reference_ckpt),
         cwd=ROOT,
         env=_env(),
         capture_output=True,
@@ -77,7 +76,7 @@ def test_killed_driver_resumes_to_the_same_state(
 
     # B: the same run, its driver killed after the first checkpoint, then --resume auto.
     proc = subprocess.Popen(
-        _cmd(memprism_tiny_corpus, tmp_path, "b", actors_reference_ckpt),
+        _cmd(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, "b", actors_reference_ckpt),
         cwd=ROOT,
         env=_env(),
         stdout=subprocess.DEVNULL,
@@ -95,7 +94,7 @@ def test_killed_driver_resumes_to_the_same_state(
 
     # A fresh start into a run directory with checkpoints is refused (nothing overwritten).
     refused = subprocess.run(
-        _cmd(memprism_tiny_corpus, tmp_path, "b", actors_reference_ckpt),
+        _cmd(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, "b", actors_reference_ckpt),
         cwd=ROOT,
         env=_env(),
         capture_output=True,
@@ -105,7 +104,7 @@ def test_killed_driver_resumes_to_the_same_state(
     assert refused.returncode != 0 and "--resume auto" in (refused.stdout + refused.stderr)
 
     b = subprocess.run(
-        _cmd(memprism_tiny_corpus, tmp_path, "b", actors_reference_ckpt, "--resume", "auto"),
+        _cmd(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, "b", actors_reference_ckpt, "--resume", "auto"),
         cwd=ROOT,
         env=_env(),
         capture_output=True,
