@@ -28,7 +28,9 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="episode order and policy seed")
     p.add_argument("--data-root", default="", help="ALFWorld data root (default: $ALFWORLD_DATA or built-in corpus)")
     p.add_argument("--checkpoint", default="", help="Router checkpoint for memprism/constrained conditions")
-    p.add_argument("--marginal", default="", help="freq_random marginal: eval dir, report.json or JSON list")
+    p.add_argument(
+        "--marginal", default="", help="freq_random marginal: eval dir, report.json, JSON list, or auto (this run)"
+    )
     p.add_argument("--slots", type=int, default=8, help="episodes played step-synchronously")
     p.add_argument("--max-steps", type=int, default=50, help="environment steps per episode")
     p.add_argument("--policy", default="scripted", help="task-policy backend: scripted, vllm, openai, hf")

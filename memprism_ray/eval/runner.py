@@ -37,7 +37,9 @@ class EvalConfig:
     seed: int = field(0, help="seed of the episode order, the policy and the random selectors")
     data_root: str = field("", help="ALFWorld data root (empty: $ALFWORLD_DATA, else the embedded default corpus)")
     checkpoint: str = field("", help="Router checkpoint directory for memprism/constrained conditions")
-    marginal: str = field("", help="freq_random marginal: a report.json, an eval directory or a JSON list")
+    marginal: str = field(
+        "", help="freq_random marginal: a report.json, an eval directory, a JSON list, or 'auto' (this run's memprism)"
+    )
     slots: int = field(8, help="episodes played step-synchronously in one batch")
     artifacts: int = field(3, help="episodes per condition whose full artifacts (views, HTML) are written")
     out: str = field("runs/eval", help="output directory")
@@ -162,7 +164,10 @@ def check_conditions(cfg: EvalConfig) -> None:
         seen.add(condition)
         if "router" in needs and not cfg.checkpoint:
             raise ValueError(f"condition {condition!r} needs a Router checkpoint (--checkpoint)")
-        if "marginal" in needs:
+        if "marginal" in needs and cfg.marginal == "auto":
+            if "memprism" not in seen:
+                raise ValueError(f"--marginal auto: list the memprism condition before {condition!r}")
+        elif "marginal" in needs:
             make_selector(condition, marginal=cfg.marginal or None)  # loads and checks the marginal
 
 
@@ -170,6 +175,7 @@ def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = pri
     """Run every condition of ``cfg`` on one ordered episode list; see the module docstring."""
     check_conditions(cfg)
     from memprism_ray.agent import TokenCounter
+    from memprism_ray.baselines.conditions import condition_needs
     from memprism_ray.envs.alfworld import AlfworldEnv
     from memprism_ray.eval.episodes import build_episode_list
     from memprism_ray.eval.manifest import RunManifest
@@ -201,10 +207,14 @@ def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = pri
     reports, wins_by = [], {}
     try:
         for condition in cfg.conditions:
+            cond_cfg = cfg
+            if cfg.marginal == "auto" and condition_needs(condition) & {"marginal"}:
+                # Frequency-Matched Random: the view marginal this run measured for memprism.
+                cond_cfg = dataclasses.replace(cfg, marginal=str(out / _safe("memprism") / "report.json"))
             results, rows = run_condition(
                 condition,
                 specs,
-                cfg,
+                cond_cfg,
                 env=env,
                 phi=phi,
                 policy=policy,
