@@ -156,3 +156,26 @@ def test_memprism_condition_uses_the_router(memprism_tiny_corpus, actors_referen
     manifest = json.loads((tmp_path / "memprism" / "manifest.json").read_text())
     assert manifest["checkpoint_sha256"] == {"router": checkpoint_sha256(actors_reference_ckpt)}
     assert summary["conditions"][0]["view_selection"]["decisions_with_view"] == len(steps)
+
+
+@pytest.mark.slow
+def test_freq_random_auto_samples_the_memprism_marginal(memprism_tiny_corpus, actors_reference_ckpt, tmp_path) -> None:
+    cfg = _cfg(
+        memprism_tiny_corpus,
+        tmp_path,
+        ("memprism", "freq_random"),
+        checkpoint=str(actors_reference_ckpt),
+        marginal="auto",
+        episodes=2,
+        artifacts=0,
+        agent=AgentConfig(max_steps=3, token_counter="words"),
+    )
+    summary = run_conditions(cfg, progress=None)
+    memprism, freq = summary["conditions"]
+    chosen = {i for i, p in enumerate(memprism["view_selection"]["view_marginal"]) if p > 0}
+    steps = pq.read_table(tmp_path / "freq_random" / "steps.parquet").to_pylist()
+    # Every view freq_random drew has positive mass in the marginal memprism measured.
+    assert steps and {s["view_index"] for s in steps} <= chosen
+    assert freq["condition"] == "freq_random"
+    with pytest.raises(ValueError, match="list the memprism condition before"):
+        check_conditions(_cfg(memprism_tiny_corpus, tmp_path, ("freq_random",), marginal="auto"))
