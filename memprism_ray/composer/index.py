@@ -787,7 +787,7 @@ def select_indexed(
 # window slid past other events) is the same object, so Render finds its laid-out block by
 # identity, and it is not rebuilt. Values are those of the reference compilers.
 _SHARED: dict[tuple, tuple[object, object]] = {}
-_SHARED_MAX = 32_768
+_SHARED_MAX = 8_192
 
 
 def _shared(key: tuple, refs: object, build: Callable[[], object]) -> object:

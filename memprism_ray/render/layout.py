@@ -34,6 +34,14 @@ The text renderer prints exactly the kept entries with the same marker (one entr
 line), so the optical and the text view carry the same information. Only a single entry
 taller than the whole page (pathological: dozens of deltas in one event) is clipped in the
 image; its text line stays complete.
+
+Caches. Laid-out entry blocks are memoised by content (entry objects by identity, plus
+every layout parameter); entries that recur as the same object (events always; groups,
+rows and chains of views the Composer's index or shared instances produced, see
+``composer.index.entries_are_indexed``) are also found by identity, with the per-page
+facts computed from them (table columns, column widths). Headers and markers are
+memoised by their text. None of this changes a line or a pixel (tests lay pages out from
+empty caches and compare).
 """
 
 from __future__ import annotations
@@ -486,6 +494,7 @@ def _memo_block(key: tuple, refs: object, make: Callable[[], Block]) -> Block:
     block = make()
     if len(_BLOCKS) >= _BLOCKS_MAX:
         _BLOCKS.clear()
+        _BY_OBJ.clear()  # it would keep the dropped blocks alive
     _BLOCKS[key] = (refs, block)
     return block
 
@@ -511,7 +520,7 @@ def _cid(common: tuple) -> int:
 # returns the same entry objects (events, groups, rows) while they are unchanged, so their
 # block is found without building the content key. Misses fall back to ``_memo_block``.
 _BY_OBJ: dict[tuple[int, int], tuple[object, Block]] = {}
-_BY_OBJ_MAX = 16_384
+_BY_OBJ_MAX = 8_192
 
 
 def _memo_obj(
@@ -621,7 +630,7 @@ def _histogram_segs(group: EffectGroup) -> list[Seg]:
 # its last k shown attempts}). The Composer's index returns the same group object while the
 # group is unchanged, so a page of groups does not rescan their attempts.
 _GROUP_FACTS: dict[int, tuple[EffectGroup, tuple, dict[int, int]]] = {}
-_GROUP_FACTS_MAX = 16_384
+_GROUP_FACTS_MAX = 4_096
 
 
 def _group_facts(g: EffectGroup, stable: bool) -> tuple[tuple, dict[int, int]]:
@@ -826,7 +835,7 @@ def _fit_chain(
 # Per chain object: (longest shown value, columns its shown values want). Chains are
 # immutable; the Composer's index returns the same chain object while a key is unchanged.
 _CHAIN_STATS: dict[tuple[int, str], tuple[StateChain, int, int]] = {}
-_CHAIN_STATS_MAX = 16_384
+_CHAIN_STATS_MAX = 8_192
 
 
 def _chain_stats(c: StateChain, gamma: str, stable: bool) -> tuple[int, int]:
@@ -849,7 +858,7 @@ def _chain_stats(c: StateChain, gamma: str, stable: bool) -> tuple[int, int]:
 # objects while entities are unchanged, so repeated views of a table reuse its columns;
 # the value keeps the rows alive, so their ids in the key cannot be reused meanwhile.
 _TABLES: dict[tuple, tuple[tuple[EntityRow, ...], tuple[int, list[tuple[str, int, int]], int]]] = {}
-_TABLES_MAX = 2_048
+_TABLES_MAX = 1_024
 
 
 def _table_columns_memo(
@@ -926,7 +935,7 @@ def _table_columns(
 
 # Per EntityRow object: the content part of its block key (names values by identity).
 _ROW_CONTENT: dict[int, tuple[EntityRow, tuple]] = {}
-_ROW_CONTENT_MAX = 16_384
+_ROW_CONTENT_MAX = 4_096
 
 
 def _row_content(r: EntityRow, stable: bool) -> tuple:
