@@ -39,6 +39,7 @@ comparison). Anything else rebuilds the index, so a stale index is never used.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import weakref
 from bisect import bisect_left
@@ -78,7 +79,7 @@ from memprism_ray.composer.structures import (
 )
 from memprism_ray.composer.terms import goal_terms, text_terms
 from memprism_ray.recorder.events import Outcome
-from memprism_ray.recorder.stream import EventStream, StreamRecord
+from memprism_ray.recorder.stream import EventStream, StreamRecord, _canonical_json  # the digest's encoding
 from memprism_ray.view_space import WINDOW_SIZES, ViewAction
 
 _EXC = Outcome.EXCEPTION
@@ -563,7 +564,7 @@ class _Base:
 class StreamIndex:
     """Everything the Composer derives from one append-only stream, extended in place."""
 
-    __slots__ = ("__weakref__", "bases", "goals", "lock", "records", "views")
+    __slots__ = ("__weakref__", "bases", "digest", "goals", "lock", "owner", "records", "views")
 
     def __init__(self) -> None:
         self.records: list[StreamRecord] = []
@@ -572,6 +573,9 @@ class StreamIndex:
         self.bases: dict[tuple[Outcome | None, bool, frozenset[str]], _Base] = {}
         # Views of one stream may be requested from several threads (a threaded actor).
         self.lock = threading.RLock()
+        # For an EventStream's index: the stream (weakly) and its digest at len(records).
+        self.owner: weakref.ref | None = None
+        self.digest: str | None = None
 
     def extend(self, rows: Sequence[StreamRecord]) -> None:
         """Take the records appended since the last call (their readings come lazily)."""
@@ -618,6 +622,42 @@ def _forget(key: int, ref: weakref.ref) -> None:
             del _STREAMS[key]
 
 
+# Recently used indexes of EventStreams, kept (strongly) after their stream is gone: a
+# stream that arrives as a new object with the same content plus new events (an actor
+# receives the pickled stream at every decision) continues such an index. Bounded.
+_RECENT: OrderedDict[int, StreamIndex] = OrderedDict()
+_RECENT_MAX = 64
+_RECENT_RECORDS_MAX = 200_000
+#: Most new events a continued index catches up on (beyond it the index is rebuilt).
+CATCH_UP_MAX = 256
+
+
+def _continues(stream: EventStream) -> StreamIndex | None:
+    """An orphaned index whose content ``stream`` extends, proven by the stream's digest:
+    chaining the index's digest over the new records must give ``stream.digest`` (the
+    recorder's SHA-256 hash chain over meta and every record). Call with the registry lock."""
+    n = len(stream)
+    target = stream.digest
+    lines: dict[int, bytes] = {}
+    for idx in reversed(_RECENT.values()):
+        m = len(idx.records)
+        if idx.digest is None or m > n or n - m > CATCH_UP_MAX:
+            continue
+        if idx.owner is not None and idx.owner() is not None:
+            continue  # still in use by its own stream
+        d = idx.digest
+        for j in range(m, n):
+            line = lines.get(j)
+            if line is None:
+                line = lines[j] = _canonical_json(stream[j].to_dict())
+            d = hashlib.sha256(d.encode() + line).hexdigest()
+        if d == target:
+            # Same content: take this stream's record objects for the identity checks.
+            idx.records = list(stream.records[:m])
+            return idx
+    return None
+
+
 def _stream_index(stream: EventStream) -> StreamIndex:
     key = id(stream)
     with _REGISTRY_LOCK:
@@ -629,9 +669,16 @@ def _stream_index(stream: EventStream) -> StreamIndex:
             if n > len(stream) or (n and stream[n - 1] is not idx.records[-1]):
                 idx = None
         if idx is None:
-            idx = StreamIndex()
+            idx = _continues(stream) or StreamIndex()
             ref = weakref.ref(stream, lambda r, key=key: _forget(key, r))
+            idx.owner = ref
             _STREAMS[key] = (ref, idx)
+        _RECENT[id(idx)] = idx
+        _RECENT.move_to_end(id(idx))
+        while len(_RECENT) > _RECENT_MAX or (
+            len(_RECENT) > 1 and sum(len(i.records) for i in _RECENT.values()) > _RECENT_RECORDS_MAX
+        ):
+            _RECENT.popitem(last=False)
     return idx
 
 
@@ -690,7 +737,12 @@ def _synced(idx: StreamIndex, rows: EventStream | Sequence[StreamRecord]) -> Str
     another thread has meanwhile extended past ``rows`` is replaced by a private one."""
     if len(idx.records) > len(rows):
         idx = StreamIndex()
-    idx.extend(rows)
+    if isinstance(rows, EventStream):
+        digest = rows.digest  # read before the length: an append updates the digest last
+        idx.extend(rows)
+        idx.digest = digest if len(rows) == len(idx.records) else None
+    else:
+        idx.extend(rows)
     return idx
 
 
@@ -699,6 +751,7 @@ def clear_indexes() -> None:
     with _REGISTRY_LOCK:
         _STREAMS.clear()
         _SEQUENCES.clear()
+        _RECENT.clear()
         _INDEXED_VIEWS.clear()
         _SHARED.clear()
 

@@ -191,3 +191,68 @@ def test_concurrent_views_of_one_growing_stream_equal_reference() -> None:
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_a_stream_received_anew_each_decision_continues_its_index() -> None:
+    """An actor receives the pickled stream at every decision (a new object each time): the
+    index of the previous copy is continued (proven by the recorder's digest chain) and
+    reads only the new events; answers equal the reference."""
+    import pickle
+
+    from memprism_ray.composer.records import _CACHE
+
+    clear_indexes()
+    full = alfworld_like_stream(120, 6)
+    grow = EventStream(full.meta)
+    for rec in full.records[:100]:
+        grow.append(rec.raw, rec.event)
+    compose(pickle.loads(pickle.dumps(grow)), "EntityState/all/all/fine")
+    unread = 0  # events appended since the last window=all view read the history
+    for k, rec in enumerate(full.records[100:]):
+        grow.append(rec.raw, rec.event)
+        unread += 1
+        received = pickle.loads(pickle.dumps(grow))
+        _CACHE.clear()
+        action = ALL_ACTIONS[(k * 17) % len(ALL_ACTIONS)]
+        view = compose(received, action)
+        read = len(_CACHE)
+        assert view == compose_reference(received, action), action.name
+        if action.window == "all":
+            assert read <= unread, f"{action.name} read {read} records, expected the {unread} new ones"
+            unread = 0
+
+
+def test_continuation_needs_the_same_content() -> None:
+    """Streams with the same meta and length but other events, or a live stream's copy,
+    never take over another stream's index."""
+    import pickle
+
+    clear_indexes()
+    a = random_stream(40, 1)
+    b = random_stream(40, 2)  # same meta (goal) except the task id: rebuild it with a's meta
+    other = EventStream(a.meta)
+    for rec in b:
+        other.append(rec.raw, rec.event)
+    wide = [x for x in ALL_ACTIONS if x.window == "all"]
+    first = pickle.loads(pickle.dumps(a))
+    for act in wide:
+        assert compose(first, act) == compose_reference(first, act)
+    del first
+    gc.collect()
+    for act in wide:
+        assert compose(other, act) == compose_reference(other, act)
+    live = pickle.loads(pickle.dumps(a))
+    twin = pickle.loads(pickle.dumps(a))
+    for act in wide:
+        assert compose(live, act) == compose_reference(live, act)
+        assert compose(twin, act) == compose_reference(twin, act)
+    from memprism_ray.composer.records import _CACHE
+
+    _CACHE.clear()
+    compose(live, wide[0])
+    assert len(_CACHE) == 0, "the live stream kept its own index (the twin did not take it)"
+    extra = random_stream(41, 1)
+    live.append(extra[40].raw, extra[40].event)
+    for act in wide:
+        assert compose(live, act) == compose_reference(live, act)
+        assert compose(twin, act) == compose_reference(twin, act)
