@@ -31,10 +31,13 @@ recent window restores every earlier goal-matching event, so its selection and c
 proportional to those events (the restore prefix is taken from the index by bisection).
 
 Indexes are found by stream identity: an :class:`EventStream` maps to its index through a
-weak reference (the index dies with the stream) and is checked in O(1) to still extend what
-was indexed (same length prefix, same last record object); a list or tuple of records maps
-through its first record and is checked by identity of the indexed prefix (a C-level
-comparison). Anything else rebuilds the index, so a stale index is never used.
+weak reference and is checked in O(1) to still extend what was indexed (same length
+prefix, same last record object); a list or tuple of records maps through its first record
+and is checked by identity of the indexed prefix (a C-level comparison). A stream that
+arrives as a new object (an actor receives the pickled stream at every decision) continues
+a recently used index whose stream is gone when the recorder's digest chain proves it: the
+index's digest chained over the new records equals the stream's digest. Anything else
+rebuilds the index, so a stale index is never used.
 """
 
 from __future__ import annotations
