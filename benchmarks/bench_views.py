@@ -27,7 +27,7 @@ history length, though early-episode events carry fewer state changes), p50@1000
 decision while the stream grows, caches starting empty), fully cold timings and the
 first view of a fresh process, so cached and uncached costs are all visible.
 
-    .venv/bin/python benchmarks/bench_views.py            # ~1-2 minutes
+    .venv/bin/python benchmarks/bench_views.py            # ~15 s on 2 cores
     .venv/bin/python benchmarks/bench_views.py --quick    # smoke run
 
 The last stdout line is ``RESULT {json}``.
