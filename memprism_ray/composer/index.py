@@ -615,7 +615,9 @@ _STREAMS: dict[int, tuple[weakref.ref, StreamIndex]] = {}
 _SEQUENCES: OrderedDict[int, list[StreamIndex]] = OrderedDict()
 _SEQUENCE_KEYS_MAX = 64
 _SEQUENCE_INDEXES_MAX = 4
-_REGISTRY_LOCK = threading.Lock()
+# Re-entrant: a stream collected by the garbage collector while this thread holds the lock
+# runs its weak-reference callback (``_forget``) here, which takes the lock again.
+_REGISTRY_LOCK = threading.RLock()
 
 
 def _forget(key: int, ref: weakref.ref) -> None:
