@@ -176,7 +176,16 @@ def submit_and_wait(
         },
         "excludes": [".venv", "runs", ".git", "**/__pycache__", ".hypothesis", ".pytest_cache", ".ruff_cache"],
     }
-    job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env)
+    job_id = None
+    wait_until = time.monotonic() + 120
+    while job_id is None:
+        try:
+            job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env)
+        except RuntimeError as exc:
+            # The job API answers before the head's dashboard agent is up: retry that one case.
+            if "No available agent" not in str(exc) or time.monotonic() > wait_until:
+                raise
+            time.sleep(2.0)
     if echo:
         print(f"submitted job {job_id} to {address}; dashboard: {address}/#/jobs/{job_id}", flush=True)
     deadline = time.monotonic() + timeout_s

@@ -138,6 +138,24 @@ class RolloutWorker:
         self.model.eval()
         self.weights_version = version
 
+    def _wait_for_envs(self, timeout_s: float = 120.0) -> None:
+        """Block until every EnvWorker answers: after a crash Ray restarts it, and calls made
+        in the moment between death and restart fail instead of queueing."""
+        deadline = time.monotonic() + timeout_s
+        pending = list(self.env_workers)
+        while pending:
+            still = []
+            for w in pending:
+                try:
+                    ray.get(w.pid.remote(), timeout=10)
+                except Exception:
+                    still.append(w)
+            pending = still
+            if pending:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{len(pending)} EnvWorker(s) did not come back within {timeout_s:.0f}s")
+                time.sleep(0.5)
+
     def run_group(self, spec: GroupSpec, weights: dict[str, np.ndarray] | None, version: int) -> TrajectoryGroup:
         """Play ``spec``'s trajectories under Router weights ``version``."""
         from memprism_ray.actors import metrics
@@ -146,6 +164,7 @@ class RolloutWorker:
         from memprism_ray.envs.base import GameRef
 
         t0 = time.perf_counter()
+        self._wait_for_envs()
         self._load_weights(weights, version)
         cfg = self.cfg
         selector = RouterSelector(
