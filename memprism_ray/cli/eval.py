@@ -33,6 +33,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--slots", type=int, default=8, help="episodes played step-synchronously")
     p.add_argument("--max-steps", type=int, default=50, help="environment steps per episode")
+    p.add_argument("--short-history", type=int, default=2, help="steps of text history H_short in view conditions")
     p.add_argument("--policy", default="scripted", help="task-policy backend: scripted, vllm, openai, hf")
     p.add_argument("--policy-temperature", type=float, default=None, help="task-policy sampling temperature")
     p.add_argument("--artifacts", type=int, default=3, help="episodes per condition with full artifacts")
@@ -73,7 +74,7 @@ def _eval(args: argparse.Namespace) -> int:
         slots=args.slots,
         artifacts=args.artifacts,
         out=args.out,
-        agent=AgentConfig(max_steps=args.max_steps),
+        agent=AgentConfig(max_steps=args.max_steps, short_history=args.short_history),
         policy=from_dict(PolicyConfig, policy),
     )
     run_conditions(cfg)
