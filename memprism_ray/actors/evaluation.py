@@ -95,7 +95,7 @@ def evaluate_distributed(
     from memprism_ray.eval import report as rpt
     from memprism_ray.eval.episodes import build_episode_list
     from memprism_ray.eval.manifest import RunManifest
-    from memprism_ray.eval.runner import resolve_games, write_condition
+    from memprism_ray.eval.runner import _safe, resolve_games, write_condition
     from memprism_ray.policy.prompts import PROMPT_VERSION
 
     games = resolve_games(cfg.eval.split, cfg.corpus.data_root)
@@ -125,7 +125,7 @@ def evaluate_distributed(
         order = {s["episode_id"]: i for i, s in enumerate(specs)}
         results = sorted((r for p in parts for r in p["results"]), key=lambda r: order[r.spec.episode_id])
         rows = [row for p in parts for row in p["rows"]]
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in condition)
+        safe = _safe(condition)
         manifest = RunManifest.create(
             episodes=episodes,
             condition=condition,
