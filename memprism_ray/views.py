@@ -24,7 +24,7 @@ from typing import Any
 
 from PIL import Image
 
-from memprism_ray.recorder.stream import EventStream, StreamRecord
+from memprism_ray.recorder.stream import EventStream
 from memprism_ray.view_space import ViewAction
 
 
@@ -77,31 +77,10 @@ def _settings_digest(config: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-#: Per-record digests kept by record identity (records are immutable), bounded.
-_RECORD_DIGESTS: dict[int, tuple[StreamRecord, bytes]] = {}
-_RECORD_DIGESTS_MAX = 50_000
-
-
-def _record_digest(rec: StreamRecord) -> bytes:
-    hit = _RECORD_DIGESTS.get(id(rec))
-    if hit is not None and hit[0] is rec:
-        return hit[1]
-    data = rec.to_dict()
-    data["raw"].pop("meta", None)
-    digest = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()).digest()
-    if len(_RECORD_DIGESTS) >= _RECORD_DIGESTS_MAX:
-        _RECORD_DIGESTS.clear()
-    _RECORD_DIGESTS[id(rec)] = (rec, digest)
-    return digest
-
-
 def content_digest(stream: EventStream) -> str:
     """Digest of what a view of ``stream`` can depend on: each record's raw and structured
-    event, in order, without episode bookkeeping metadata (see the module docstring)."""
-    h = hashlib.sha256(b"memprism-view-content")
-    for rec in stream:
-        h.update(_record_digest(rec))
-    return h.hexdigest()
+    event, in order, without episode bookkeeping metadata (kept by the stream, O(1))."""
+    return stream.content_digest
 
 
 class ViewService:

@@ -63,6 +63,7 @@ class EventStream:
         self._state: dict[str, str] = {}
         self._dropped = {"empty_key": 0, "unknown_value": 0, "duplicate": 0}
         self._digest = hashlib.sha256(_canonical_json(meta)).hexdigest()
+        self._content = hashlib.sha256(b"memprism-view-content").hexdigest()
         self._sink: IO[str] | None = None
 
     # --- reading --------------------------------------------------------------------
@@ -106,6 +107,13 @@ class EventStream:
         return self._digest
 
     @property
+    def content_digest(self) -> str:
+        """Hash chain over the records only, without stream meta or raw-event meta (episode
+        bookkeeping): two trajectories with the same events have the same content digest,
+        so a view of one is a view of the other."""
+        return self._content
+
+    @property
     def dropped(self) -> dict[str, int]:
         """Deltas removed by validation since the stream began, by reason."""
         return dict(self._dropped)
@@ -128,13 +136,17 @@ class EventStream:
             event = Event(event.t, event.entity, event.act, event.outcome, accepted, event.evidence)
         changed = changed_flags(accepted, self._state)
         record = StreamRecord(raw, event, changed)
-        line = _canonical_json(record.to_dict())
+        data = record.to_dict()
+        line = _canonical_json(data)
+        del data["raw"]["meta"]
+        content_line = _canonical_json(data)
         # Everything that can fail has run; mutate now.
         self._records.append(record)
         for d in accepted:
             self._state[d.key] = d.new_value
         self._count(report)
         self._digest = hashlib.sha256(self._digest.encode() + line).hexdigest()
+        self._content = hashlib.sha256(self._content.encode() + content_line).hexdigest()
         if self._sink is not None:
             self._sink.write(line.decode() + "\n")
             self._sink.flush()
@@ -340,6 +352,7 @@ class EventStream:
         other._state = dict(self._state)
         other._dropped = dict(self._dropped)
         other._digest = self._digest
+        other._content = self._content
         return other
 
     def __eq__(self, other: object) -> bool:
