@@ -124,7 +124,9 @@ class AgentServices(Protocol):
     def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput | BaseException]: ...
 
 
-def _each(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+def each_request(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """``fn`` over a batch; an exception becomes that request's result (one bad request
+    fails one episode, not the batch)."""
     out: list[Any] = []
     for item in items:
         try:
@@ -144,16 +146,16 @@ class LocalServices:
         self.view_service = view_service or ViewService()
 
     def reset(self, requests: Sequence[tuple[int, GameRef]]) -> list[Observation | BaseException]:
-        return _each(lambda r: self.env.reset(r[1], slot=r[0]), requests)
+        return each_request(lambda r: self.env.reset(r[1], slot=r[0]), requests)
 
     def step(self, requests: Sequence[tuple[int, str]]) -> list[Transition | BaseException]:
-        return _each(lambda r: self.env.step(r[1], slot=r[0]), requests)
+        return each_request(lambda r: self.env.step(r[1], slot=r[0]), requests)
 
     def extract(self, raws: Sequence[RawEvent], states: Sequence[dict[str, str]]) -> list[Extraction | BaseException]:
-        return _each(lambda p: self.phi.extract(p[0], p[1]), list(zip(raws, states)))
+        return each_request(lambda p: self.phi.extract(p[0], p[1]), list(zip(raws, states)))
 
     def views(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
-        return _each(self.view_service.render_one, requests)
+        return each_request(self.view_service.render_one, requests)
 
     def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput | BaseException]:
         if not inputs:
@@ -605,9 +607,7 @@ def write_episode_artifacts(result: EpisodeResult, out_dir: str | Path) -> Path:
         f"<h1>{html.escape(result.spec.episode_id)}</h1>"
         f"<p><b>Goal</b> {html.escape(result.goal)}</p>"
         f"<p><b>Result</b> {'success' if result.won else 'failure'} in {result.steps} steps"
-        f" (status {html.escape(summary['status'])})</p>"
-        + "".join(cards)
-        + "</body></html>"
+        f" (status {html.escape(summary['status'])})</p>" + "".join(cards) + "</body></html>"
     )
     (root / "trajectory.html").write_text(page, encoding="utf-8")
     return root

@@ -16,6 +16,7 @@ from typing import Any
 
 import ray
 
+from memprism_ray.agent import each_request
 from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent
@@ -24,16 +25,6 @@ from memprism_ray.views import RenderedView, ViewRequest
 
 #: Ray's inline-argument limit: larger payloads go through the object store by reference.
 INLINE_LIMIT = 100 * 1024
-
-
-def _each(fn: Any, items: Sequence[Any]) -> list[Any]:
-    out = []
-    for item in items:
-        try:
-            out.append(fn(item))
-        except Exception as exc:  # one bad request must not sink the batch
-            out.append(exc)
-    return out
 
 
 @ray.remote(max_restarts=3, max_task_retries=0)
@@ -53,7 +44,7 @@ class EnvWorker:
         self._crash_after = after_steps
 
     def reset(self, requests: Sequence[tuple[int, dict[str, Any]]]) -> list[Observation | BaseException]:
-        return _each(lambda r: self.env.reset(GameRef.from_dict(r[1]), slot=r[0]), requests)
+        return each_request(lambda r: self.env.reset(GameRef.from_dict(r[1]), slot=r[0]), requests)
 
     def step(self, requests: Sequence[tuple[int, str]]) -> list[Transition | BaseException]:
         if self._crash_after is not None:
@@ -62,7 +53,7 @@ class EnvWorker:
                 import os
 
                 os._exit(1)
-        return _each(lambda r: self.env.step(r[1], slot=r[0]), requests)
+        return each_request(lambda r: self.env.step(r[1], slot=r[0]), requests)
 
     def pid(self) -> int:
         import os
@@ -82,7 +73,7 @@ class PhiWorker:
         self.phi = AlfworldPhi()
 
     def extract(self, raws: Sequence[RawEvent], states: Sequence[dict[str, str]]) -> list[Extraction | BaseException]:
-        return _each(lambda p: self.phi.extract(p[0], p[1]), list(zip(raws, states)))
+        return each_request(lambda p: self.phi.extract(p[0], p[1]), list(zip(raws, states)))
 
 
 @ray.remote(max_restarts=3, max_task_retries=1)
@@ -96,7 +87,7 @@ class ViewWorker:
         self.service = ViewService(render_config, cache_size=cache_size, encode_png=True)
 
     def render(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
-        return _each(self.service.render_one, requests)
+        return each_request(self.service.render_one, requests)
 
     def stats(self) -> dict[str, int]:
         return self.service.stats()
