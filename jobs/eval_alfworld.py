@@ -9,7 +9,9 @@ prompt tokens by trajectory length, view marginals, paired bootstrap differences
 
 Conditions: no_memory, full_history, recent4, fixed:TAU, fixed_text:TAU, memprism,
 memprism_text, freq_random (after memprism: samples its measured view marginal),
-constrained:FACTOR=VALUE. Reports go to ``<run>/eval/`` (or ``--out``).
+constrained:FACTOR=VALUE. Reports go to ``<run>/eval/`` (or ``--out``). Every episode of
+the plan is reported; when any failed (a broken game, a crashed episode or worker) they
+count as failures and the job exits with status 1.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from memprism_ray.actors.evaluation import evaluate_distributed
 from memprism_ray.actors.placement import init_ray
+from memprism_ray.eval.report import failure_message
 from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
 
 
@@ -51,8 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     cfg = resolve_corpus(cfg, say)
     out_dir = Path(out) if out else cfg.run.dir / "eval"
-    evaluate_distributed(cfg, cfg.eval.conditions, router_state, checkpoint, out_dir, log=say)
+    summary = evaluate_distributed(cfg, cfg.eval.conditions, router_state, checkpoint, out_dir, log=say)
     print((out_dir / "summary.md").read_text())
+    problem = failure_message(summary)
+    if problem:
+        print(f"[eval] error: {problem}; see {out_dir / 'summary.md'}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

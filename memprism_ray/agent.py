@@ -19,8 +19,9 @@ loop itself exists once.
 
 Per step the loop records, as one Arrow row: the Router features, view index and log-prob,
 action, outcome, prompt and visual tokens, pixels, and the latency of each stage. An
-infrastructure failure (a service raising) ends only the episodes it touched, which are
-marked ``failed`` with the error; an invalid policy output is not a failure: the text is
+infrastructure failure (a service raising, or returning more or fewer results than it was
+given requests) ends only the episodes it touched, which are marked ``failed`` with the
+error, so no episode waits for a result that never comes; an invalid policy output is not a failure: the text is
 passed to the environment, which answers as it does ("Nothing happens.").
 """
 
@@ -124,6 +125,28 @@ class AgentServices(Protocol):
     def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput | BaseException]: ...
 
 
+class ResultCountError(RuntimeError):
+    """A batched stage returned a different number of results than it was given requests."""
+
+
+def paired_results(stage: str, call: Callable[[], Sequence[Any]], expected: int) -> list[Any]:
+    """One result per request from a batched stage call, whatever the stage does.
+
+    A stage that raises, or returns more or fewer results than ``expected``, gives every
+    request the error as its result: the results cannot be paired with the requests, and
+    an unpaired request would leave its episode waiting for ever (issue 10 item 1)."""
+    if expected == 0:
+        return []
+    try:
+        results = list(call())
+    except Exception as exc:  # the whole batch failed: every episode in it fails
+        return [exc] * expected
+    if len(results) != expected:
+        err = ResultCountError(f"{stage} returned {len(results)} result(s) for {expected} request(s)")
+        return [err] * expected
+    return results
+
+
 def each_request(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     """``fn`` over a batch; an exception becomes that request's result (one bad request
     fails one episode, not the batch)."""
@@ -152,7 +175,7 @@ class LocalServices:
         return each_request(lambda r: self.env.step(r[1], slot=r[0]), requests)
 
     def extract(self, raws: Sequence[RawEvent], states: Sequence[dict[str, str]]) -> list[Extraction | BaseException]:
-        return each_request(lambda p: self.phi.extract(p[0], p[1]), list(zip(raws, states)))
+        return each_request(lambda p: self.phi.extract(p[0], p[1]), list(zip(raws, states, strict=True)))
 
     def views(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
         return each_request(self.view_service.render_one, requests)
@@ -280,7 +303,7 @@ class Agent:
         slots = list(range(len(specs))) if slots is None else list(slots)
         if len(slots) != len(specs):
             raise ValueError(f"run needs one slot per episode, got {len(slots)} slots for {len(specs)} episodes")
-        lives = [_Live(EpisodeResult(spec), slot) for spec, slot in zip(specs, slots)]
+        lives = [_Live(EpisodeResult(spec), slot) for spec, slot in zip(specs, slots, strict=True)]
         self._reset(lives)
         while True:
             active = [lv for lv in lives if not lv.done]
@@ -300,8 +323,9 @@ class Agent:
         live.result.error = f"{stage}: {type(exc).__name__}: {exc}"
 
     def _reset(self, lives: list[_Live]) -> None:
-        obs = self.services.reset([(lv.slot, lv.result.spec.game) for lv in lives])
-        for lv, ob in zip(lives, obs):
+        requests = [(lv.slot, lv.result.spec.game) for lv in lives]
+        obs = paired_results("env reset", lambda: self.services.reset(requests), len(requests))
+        for lv, ob in zip(lives, obs, strict=True):
             if isinstance(ob, BaseException):
                 self._fail(lv, "reset", ob)
                 continue
@@ -330,23 +354,37 @@ class Agent:
         feats = None
         t0 = time.perf_counter()
         if self.features is not None and (self.selector.uses_features or self.record_features):
-            feats = self.features.features_batch(
-                [lv.result.stream for lv in active], [lv.obs for lv in active], [lv.result.goal for lv in active]
-            )
+            try:
+                feats = self.features.features_batch(
+                    [lv.result.stream for lv in active], [lv.obs for lv in active], [lv.result.goal for lv in active]
+                )
+                rows = {len(getattr(feats, name)) for name in ("obs", "goal", "window", "stats")}
+                if rows != {len(active)}:
+                    raise ResultCountError(f"features returned {sorted(rows)} row(s) for {len(active)} episode(s)")
+            except Exception as exc:  # no features: every episode of the batch fails, none waits
+                for lv in active:
+                    self._fail(lv, "features", exc)
+                return
         t1 = time.perf_counter()
-        decisions = self.selector.select(contexts, feats)
+        decisions = paired_results("view selector", lambda: self.selector.select(contexts, feats), len(active))
         t2 = time.perf_counter()
+        for lv, d in zip(active, decisions, strict=True):
+            if isinstance(d, BaseException):
+                self._fail(lv, "select", d)
+        if all(lv.done for lv in active):
+            return
 
         # Views: only for decisions that show one.
         requests, owners = [], []
-        for i, (lv, d) in enumerate(zip(active, decisions)):
-            if d.action is None:
+        for i, (lv, d) in enumerate(zip(active, decisions, strict=True)):
+            if lv.done or d.action is None:
                 continue
             want_text = d.medium == "text" or self.needs_view_text
             requests.append(ViewRequest(lv.result.stream, d.action, lv.result.goal, d.medium == "optical", want_text))
             owners.append(i)
         rendered: list[RenderedView | None] = [None] * len(active)
-        for i, rv in zip(owners, self.services.views(requests) if requests else []):
+        views = paired_results("view service", lambda: self.services.views(requests), len(requests))
+        for i, rv in zip(owners, views, strict=True):
             if isinstance(rv, BaseException):
                 self._fail(active[i], "view", rv)
             else:
@@ -355,7 +393,7 @@ class Agent:
 
         # Policy inputs.
         inputs, idx = [], []
-        for i, (lv, d, rv) in enumerate(zip(active, decisions, rendered)):
+        for i, (lv, d, rv) in enumerate(zip(active, decisions, rendered, strict=True)):
             if lv.done:
                 continue
             view_image = rv.pil() if (rv is not None and d.medium == "optical") else None
@@ -377,12 +415,12 @@ class Agent:
                 )
             )
             idx.append(i)
-        outputs = self.services.act(inputs) if inputs else []
+        outputs = paired_results("task policy", lambda: self.services.act(inputs), len(inputs))
         t4 = time.perf_counter()
 
         # Environment.
         env_reqs, env_idx, actions = [], [], {}
-        for i, out in zip(idx, outputs):
+        for i, out in zip(idx, outputs, strict=True):
             lv = active[i]
             if isinstance(out, BaseException):
                 self._fail(lv, "policy", out)
@@ -391,13 +429,13 @@ class Agent:
             actions[i] = (action, out)
             env_reqs.append((lv.slot, action))
             env_idx.append(i)
-        transitions = self.services.step(env_reqs) if env_reqs else []
+        transitions = paired_results("env step", lambda: self.services.step(env_reqs), len(env_reqs))
         t5 = time.perf_counter()
 
         # Recorder.
         raws, states, rec_idx = [], [], []
         trans_of: dict[int, Transition] = {}
-        for i, tr in zip(env_idx, transitions):
+        for i, tr in zip(env_idx, transitions, strict=True):
             lv = active[i]
             if isinstance(tr, BaseException):
                 self._fail(lv, "env", tr)
@@ -419,7 +457,7 @@ class Agent:
             raws.append(raw)
             states.append(lv.result.stream.state)
             rec_idx.append(i)
-        extractions = self.services.extract(raws, states) if raws else []
+        extractions = paired_results("phi", lambda: self.services.extract(raws, states), len(raws))
         t6 = time.perf_counter()
 
         n = max(len(active), 1)
@@ -431,8 +469,8 @@ class Agent:
             "env_ms": (t5 - t4) * 1000 / n,
             "phi_ms": (t6 - t5) * 1000 / n,
         }
-        input_of = dict(zip(idx, inputs))
-        for i, raw, ex in zip(rec_idx, raws, extractions):
+        input_of = dict(zip(idx, inputs, strict=True))
+        for i, raw, ex in zip(rec_idx, raws, extractions, strict=True):
             lv = active[i]
             if isinstance(ex, BaseException):
                 self._fail(lv, "phi", ex)

@@ -92,39 +92,43 @@ def evaluate_distributed(
     condition (so list ``memprism`` first), as the paper's Frequency-Matched Random does.
     """
     from memprism_ray.agent import TokenCounter
-    from memprism_ray.eval import report as rpt
-    from memprism_ray.eval.episodes import build_episode_list
     from memprism_ray.eval.manifest import RunManifest
-    from memprism_ray.eval.runner import _safe, resolve_games, write_condition
+    from memprism_ray.eval.runner import _safe, failed_result, plan_episodes, write_condition, write_summary
     from memprism_ray.policy.prompts import PROMPT_VERSION
 
-    games = resolve_games(cfg.eval.split, cfg.corpus.data_root)
-    episodes = build_episode_list(cfg.eval.split, [g.game_id for g in games], cfg.eval.episodes or None, cfg.run.seed)
-    by_id = {g.game_id: g for g in games}
-    specs = [
-        {"episode_id": eid, "game": by_id[gid].to_dict()} for eid, gid in zip(episodes.episode_ids, episodes.game_ids)
-    ]
+    # Every episode of the plan is reported: a broken game's episodes fail without being played.
+    episodes, plan, broken = plan_episodes(cfg.eval.split, cfg.corpus.data_root, cfg.eval.episodes, cfg.run.seed)
+    if broken:
+        log(f"{len(broken)} broken game(s) in split {cfg.eval.split!r}: their episodes count as failures")
+    specs = [{"episode_id": s.episode_id, "game": s.game.to_dict()} for s in plan if s.game.game_id not in broken]
     needs_router = any(c.startswith(("memprism", "constrained")) for c in conditions)
     state_ref = ray.put(router_state) if (needs_router and router_state is not None) else None
-    n_workers = max(1, min(cfg.eval.workers, len(specs)))
+    n_workers = max(1, min(cfg.eval.workers, len(specs) or 1))
     workers = [
         EvalWorker.options(num_cpus=cfg.rollout.env_cpus).remote(cfg, cfg.eval.slots, state_ref)
         for _ in range(n_workers)
     ]
     tokens = TokenCounter(cfg.agent.token_counter)
-    reports, wins_by, marginal = [], {}, None
+    reports, results_by, marginal = [], {}, None
     out_dir.mkdir(parents=True, exist_ok=True)
     for condition in conditions:
         if condition == "freq_random" and marginal is None:
             raise ValueError("freq_random needs a memprism condition before it (its view marginal is sampled)")
         shares = [specs[i::n_workers] for i in range(n_workers)]
-        parts = ray.get(
-            [w.play.remote(condition, s, marginal) for w, s in zip(workers, shares) if s],
-            timeout=cfg.run.call_timeout_s * 20,
-        )
-        order = {s["episode_id"]: i for i, s in enumerate(specs)}
-        results = sorted((r for p in parts for r in p["results"]), key=lambda r: order[r.spec.episode_id])
-        rows = [row for p in parts for row in p["rows"]]
+        calls = [(w.play.remote(condition, s, marginal), s) for w, s in zip(workers, shares, strict=True) if s]
+        by_id = {s.episode_id: failed_result(s, broken[s.game.game_id]) for s in plan if s.game.game_id in broken}
+        rows = []
+        for ref, share in calls:
+            try:
+                part = ray.get(ref, timeout=cfg.run.call_timeout_s * 20)
+            except Exception as exc:  # a lost worker: its share of the plan fails, with the reason
+                error = f"crashed: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+                lost = {x["episode_id"] for x in share}
+                part = {"results": [failed_result(s, error) for s in plan if s.episode_id in lost], "rows": []}
+            by_id.update({r.spec.episode_id: r for r in part["results"]})
+            rows.extend(part["rows"])
+        lost = "lost: no result came back for this episode"
+        results = [by_id.get(s.episode_id) or failed_result(s, lost) for s in plan]
         safe = _safe(condition)
         manifest = RunManifest.create(
             episodes=episodes,
@@ -149,13 +153,10 @@ def evaluate_distributed(
         if condition == "memprism":
             marginal = rep["view_selection"]["view_marginal"]
         reports.append(rep)
-        wins_by[condition] = {r.spec.episode_id: r.won for r in results if not r.failed}
-        log(f"eval {condition}: {rep['successes']}/{rep['n']} = {100 * rep['sr']:.1f}%")
-    base = conditions[0]
-    comparisons = {c: rpt.paired_comparison(wins_by[base], wins_by[c], seed=cfg.run.seed) for c in conditions}
-    summary = {"base": base, "conditions": reports, "paired_vs_base": comparisons}
-    rpt.write_json(out_dir / "summary.json", summary)
-    (out_dir / "summary.md").write_text(rpt.summary_markdown(reports, comparisons, base))
+        results_by[condition] = results
+        failed = f", {rep['failed_episodes']} failed" if rep["failed_episodes"] else ""
+        log(f"eval {condition}: {rep['successes']}/{rep['n']} = {100 * rep['sr']:.1f}%{failed}")
+    summary = write_summary(out_dir, reports, results_by, seed=cfg.run.seed)
     for w in workers:
         ray.kill(w)
     return summary

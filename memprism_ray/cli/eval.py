@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ def register(sub: Any) -> None:
             "Play every game of a split (or --episodes N of them) under each condition, on the same ordered "
             "episode list, and write report.json, report.md, plots and a run manifest per condition. "
             "Conditions: no_memory, full_history, recent4, fixed:TAU, fixed_text:TAU, memprism, memprism_text, "
-            "freq_random, constrained:FACTOR=VALUE (comma-separated for several)."
+            "freq_random, constrained:FACTOR=VALUE (comma-separated for several). Every episode of the plan is "
+            "reported; a broken game or a crashed episode counts as a failure, and the exit code is then 1."
         ),
     )
     p.add_argument("--condition", required=True, help="condition name(s), comma-separated")
@@ -50,6 +52,7 @@ def register(sub: Any) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from memprism_ray.agent import AgentConfig
     from memprism_ray.config_tree import from_dict
+    from memprism_ray.eval.report import failure_message
     from memprism_ray.eval.runner import EvalConfig, run_conditions
     from memprism_ray.policy.config import PolicyConfig
 
@@ -77,8 +80,13 @@ def _eval(args: argparse.Namespace) -> int:
         agent=AgentConfig(max_steps=args.max_steps, short_history=args.short_history),
         policy=from_dict(PolicyConfig, policy),
     )
-    run_conditions(cfg)
+    summary = run_conditions(cfg)
     print((Path(args.out) / "summary.md").read_text())
+    problem = failure_message(summary)
+    if problem:
+        # Exit 1: the run finished and its reports are written, but not every episode played.
+        print(f"memprism: error: {problem}; see {Path(args.out) / 'summary.md'}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -89,7 +97,8 @@ def _load_outcomes(path: Path) -> dict[str, bool]:
     if not table_path.exists():
         raise CliError(f"{path} is not an evaluation directory (no episodes.parquet)")
     rows = pq.read_table(table_path).to_pylist()
-    return {r["episode_id"]: bool(r["won"]) for r in rows if r["status"] != "failed"}
+    # A failed episode is a failure, as in the reports' success rates.
+    return {r["episode_id"]: bool(r["won"]) and r["status"] != "failed" for r in rows}
 
 
 def _compare(args: argparse.Namespace) -> int:

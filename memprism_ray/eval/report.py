@@ -3,7 +3,9 @@ Behavior" and appendix B.5 "View-selection distributions").
 
 From a condition's episode summaries and step rows this module computes:
 
-* success count and denominator with a Wilson 95% interval, and SR per task type;
+* success count and denominator with a Wilson 95% interval, and SR per task type. The
+  denominator is every episode of the plan: an episode that failed (a broken game file, a
+  crashed stage) counts as a failure, and the report says how many failed and why;
 * efficiency: prompt tokens per decision (mean, max; text tokens counted with a named
   tokenizer, plus the visual tokens of the view image), visual tokens, rendered pixels,
   compose/render and task-policy latency, stored bytes of the event streams, invalid
@@ -35,6 +37,8 @@ from memprism_ray.eval.stats import paired_bootstrap_diff, wilson_interval
 from memprism_ray.view_space import ALL_ACTIONS, FILTERS, GAMMAS, NUM_ACTIONS, TAUS, WINDOWS, ViewAction
 
 THRESHOLDS: tuple[int, ...] = (5, 10, 15, 20, 25, 30, 35, 40, 45, 50)
+#: Failed episodes listed by name in report.md (all of them are in report.json).
+_MAX_LISTED = 20
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -78,18 +82,21 @@ def condition_report(
     stored_bytes: int | None = None,
     max_steps: int = 50,
 ) -> dict[str, Any]:
-    """Everything appendix B asks of one condition's run (see the module docstring)."""
+    """Everything appendix B asks of one condition's run (see the module docstring).
+
+    ``episodes`` is the whole plan: a failed episode stays in every denominator as a
+    failure (issue 10: never a smaller denominator), and is listed with its error."""
     done = [e for e in episodes if e["status"] != "failed"]
     failed = [e for e in episodes if e["status"] == "failed"]
-    n = len(done)
+    n = len(episodes)
     wins = sum(1 for e in done if e["won"])
-    low, high = wilson_interval(wins, n)  # (0, 1) when nothing finished: no information
+    low, high = wilson_interval(wins, n)  # (0, 1) for an empty plan: no information
     per_type: dict[str, dict[str, Any]] = {}
     by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for e in done:
+    for e in episodes:
         by_type[e["task_type"]].append(e)
     for t in sorted(by_type):
-        k = sum(1 for e in by_type[t] if e["won"])
+        k = sum(1 for e in by_type[t] if e["won"] and e["status"] != "failed")
         lo, hi = wilson_interval(k, len(by_type[t]))
         per_type[t] = {"successes": k, "n": len(by_type[t]), "sr": k / len(by_type[t]), "wilson95": [lo, hi]}
 
@@ -120,6 +127,8 @@ def condition_report(
         "sr": (wins / n if n else 0.0),
         "wilson95": [low, high],
         "failed_episodes": len(failed),
+        "failure_reasons": failure_reasons(failed),
+        "failed": [{"episode_id": e["episode_id"], "error": e.get("error")} for e in failed],
         "per_task_type": per_type,
         "efficiency": {
             "tokenizer": tokenizer,
@@ -141,6 +150,40 @@ def condition_report(
     }
 
 
+def failure_kind(error: str | None) -> str:
+    """The stage an episode failed in: the prefix of its error (``"policy: ConnectionError:
+    ..."`` -> ``"policy"``; ``"broken game: ..."`` -> ``"broken game"``)."""
+    if not error:
+        return "unknown"
+    return error.split(":", 1)[0].strip() or "unknown"
+
+
+def failure_reasons(failed: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Failed episodes counted by :func:`failure_kind`, most frequent first."""
+    return dict(Counter(failure_kind(e.get("error")) for e in failed).most_common())
+
+
+def _first_line(text: str | None) -> str:
+    return (str(text or "").strip().splitlines() or ["(no error recorded)"])[0]
+
+
+def _reasons_text(reasons: dict[str, int]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in reasons.items())
+
+
+def failure_message(summary: dict[str, Any]) -> str | None:
+    """One line saying how many episodes failed and why, or ``None`` when none did."""
+    parts = [
+        f"{r['condition']}: {r['failed_episodes']} of {r['n']} ({_reasons_text(r['failure_reasons'])})"
+        for r in summary["conditions"]
+        if r["failed_episodes"]
+    ]
+    if not parts:
+        return None
+    total = sum(r["failed_episodes"] for r in summary["conditions"])
+    return f"{total} episode(s) failed and count as failures: " + "; ".join(parts)
+
+
 def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -152,7 +195,8 @@ def condition_markdown(rep: dict[str, Any]) -> str:
         "",
         f"Success: **{rep['successes']} / {rep['n']}** = {100 * rep['sr']:.2f}% "
         f"(Wilson 95% [{100 * rep['wilson95'][0]:.1f}, {100 * rep['wilson95'][1]:.1f}]); "
-        f"failed (infrastructure) episodes: {rep['failed_episodes']}",
+        f"failed episodes (counted as failures): {rep['failed_episodes']}"
+        + (f" ({_reasons_text(rep['failure_reasons'])})" if rep["failed_episodes"] else ""),
         "",
         "| task type | successes | n | SR % |",
         "|---|---:|---:|---:|",
@@ -183,6 +227,11 @@ def condition_markdown(rep: dict[str, Any]) -> str:
     ]
     for b in rep["by_length"]:
         lines.append(f"| {b['threshold']} | {100 * b['sr']:.1f} | {_fmt(b['prompt_tokens_mean'])} |")
+    if rep["failed"]:
+        lines += ["", "Failed episodes:", ""]
+        lines += [f"- `{f['episode_id']}`: {_first_line(f['error'])}" for f in rep["failed"][:_MAX_LISTED]]
+        if len(rep["failed"]) > _MAX_LISTED:
+            lines.append(f"- ... and {len(rep['failed']) - _MAX_LISTED} more (report.json, episodes.parquet)")
     vs = rep["view_selection"]
     if vs["decisions_with_view"]:
         lines += [
@@ -253,9 +302,9 @@ def summary_markdown(reports: Sequence[dict[str, Any]], comparisons: dict[str, d
     lines = [
         "# Conditions side by side",
         "",
-        "| condition | successes / n | SR % | Wilson 95% | prompt tokens mean | visual tokens mean | mean steps |"
-        f" diff vs {base} (paired 95% CI) |",
-        "|---|---:|---:|---|---:|---:|---:|---|",
+        "| condition | successes / n | SR % | Wilson 95% | failed | prompt tokens mean | visual tokens mean |"
+        f" mean steps | diff vs {base} (paired 95% CI) |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in reports:
         e = r["efficiency"]
@@ -268,9 +317,17 @@ def summary_markdown(reports: Sequence[dict[str, Any]], comparisons: dict[str, d
             cmp = f"{100 * c['diff']:+.1f} [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
         lines.append(
             f"| {r['condition']} | {r['successes']} / {r['n']} | {100 * r['sr']:.1f} | "
-            f"[{100 * r['wilson95'][0]:.1f}, {100 * r['wilson95'][1]:.1f}] | {_fmt(e['prompt_tokens_mean'])} | "
-            f"{_fmt(e['visual_tokens_mean'])} | {_fmt(e['mean_steps'])} | {cmp} |"
+            f"[{100 * r['wilson95'][0]:.1f}, {100 * r['wilson95'][1]:.1f}] | {r['failed_episodes']} | "
+            f"{_fmt(e['prompt_tokens_mean'])} | {_fmt(e['visual_tokens_mean'])} | {_fmt(e['mean_steps'])} | {cmp} |"
         )
+    failed = [r for r in reports if r["failed_episodes"]]
+    if failed:
+        lines += ["", "Failed episodes count as failures in every SR above:", ""]
+        lines += [
+            f"- {r['condition']}: {r['failed_episodes']} of {r['n']} ({_reasons_text(r['failure_reasons'])}); "
+            "see its report.md"
+            for r in failed
+        ]
     return "\n".join(lines) + "\n"
 
 

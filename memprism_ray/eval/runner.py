@@ -9,13 +9,18 @@ decision), ``manifest.json``, ``report.json``, ``report.md`` and plots, a few ep
 full artifacts (event stream, step views, HTML viewer), and, for several conditions,
 ``summary.md``/``summary.json`` side by side with paired bootstrap differences against
 the first condition.
+
+Every episode of the plan is reported (issue 10): a game whose files cannot be read, or an
+episode whose batch crashed, is a failed episode with its error, counted as a failure in
+the success rate, named in the reports, and summed in ``summary["failed_episodes"]`` so
+that ``memprism eval`` and ``jobs/eval_alfworld.py`` exit non-zero.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,10 +52,35 @@ class EvalConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig, help="task-policy settings")
 
     def __post_init__(self) -> None:
-        if not self.conditions:
-            raise ValueError("eval.conditions must name at least one condition")
+        check_condition_names(self.conditions, "eval.conditions")
+        check_split(self.split, "eval.split")
         if self.episodes < 0 or self.slots < 1 or self.artifacts < 0:
             raise ValueError("eval: need episodes >= 0, slots >= 1 and artifacts >= 0")
+
+
+def check_condition_names(conditions: Sequence[str], key: str) -> None:
+    """Reject an empty, unknown or repeated condition name, naming ``key`` and the valid ones."""
+    from memprism_ray.baselines.conditions import CONDITIONS_HELP, condition_needs
+
+    if not conditions:
+        raise ValueError(f"{key} must name at least one condition; valid conditions: {CONDITIONS_HELP}")
+    seen: set[str] = set()
+    for condition in conditions:
+        try:
+            condition_needs(condition)
+        except ValueError as exc:
+            raise ValueError(f"{key}: {exc}") from None
+        if condition in seen:
+            raise ValueError(f"{key}: condition {condition!r} is listed twice")
+        seen.add(condition)
+
+
+def check_split(split: str, key: str) -> None:
+    """Reject a split name ALFWorld does not have, naming ``key`` and the valid ones."""
+    from memprism_ray.envs.alfworld.generator import SPLIT_DIRS
+
+    if split not in SPLIT_DIRS:
+        raise ValueError(f"{key}: unknown split {split!r}; valid splits: {', '.join(SPLIT_DIRS)}")
 
 
 def resolve_games(split: str, data_root: str = "") -> list[Any]:
@@ -58,6 +88,33 @@ def resolve_games(split: str, data_root: str = "") -> list[Any]:
     from memprism_ray.envs.alfworld import list_games
 
     return list_games(split, data_root or None)
+
+
+def plan_episodes(
+    split: str, data_root: str = "", n_episodes: int = 0, seed: int = 0
+) -> tuple[Any, list[EpisodeSpec], dict[str, str]]:
+    """The ordered episode plan of ``split`` over every game of it, playable or broken.
+
+    Returns ``(episode list, specs in plan order, {game_id: error})`` where the last maps
+    each broken game to the error its episodes fail with: a broken game stays in the plan
+    (and so in every denominator) instead of silently shrinking it.
+    """
+    from memprism_ray.envs.alfworld.data import scan_split
+    from memprism_ray.eval.episodes import build_episode_list
+
+    scan = scan_split(split, data_root or None)
+    refs = {g.game_id: g for g in scan.games} | {b.game.game_id: b.game for b in scan.broken}
+    episode_list = build_episode_list(split, sorted(refs), n_episodes or None, seed=seed)
+    specs = [
+        EpisodeSpec(eid, refs[gid]) for eid, gid in zip(episode_list.episode_ids, episode_list.game_ids, strict=True)
+    ]
+    broken = {b.game.game_id: f"broken game: {b.reason}" for b in scan.broken}
+    return episode_list, specs, broken
+
+
+def failed_result(spec: EpisodeSpec, error: str) -> EpisodeResult:
+    """An episode that could not be played: a failure, with its error."""
+    return EpisodeResult(spec, status="failed", error=error)
 
 
 def load_router(checkpoint: str) -> Any:
@@ -88,8 +145,11 @@ def run_condition(
     router: Any = None,
     features: Any = None,
     progress: Callable[[str], None] | None = None,
+    broken: Mapping[str, str] | None = None,
 ) -> tuple[list[EpisodeResult], list[dict[str, Any]]]:
-    """Play ``specs`` under one condition; returns the results and all step rows."""
+    """Play ``specs`` under one condition; returns one result per spec, in order, and all
+    step rows. Episodes of a game in ``broken`` (game id -> error) fail without being
+    played; a wave whose loop raises fails each of its episodes with the error."""
     from memprism_ray.baselines import make_selector
 
     selector = make_selector(
@@ -98,21 +158,30 @@ def run_condition(
     agent_cfg = dataclasses.replace(cfg.agent, keep_views=cfg.artifacts > 0)
     services = LocalServices(env, phi, policy)
     agent = Agent(services, selector, agent_cfg, features=features if selector.uses_features else None)
-    results: list[EpisodeResult] = []
+    broken = broken or {}
+    by_id: dict[str, EpisodeResult] = {
+        s.episode_id: failed_result(s, broken[s.game.game_id]) for s in specs if s.game.game_id in broken
+    }
+    playable = [s for s in specs if s.game.game_id not in broken]
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    for start in range(0, len(specs), cfg.slots):
-        wave = list(specs[start : start + cfg.slots])
-        for r in agent.run(wave):
+    for start in range(0, len(playable), cfg.slots):
+        wave = list(playable[start : start + cfg.slots])
+        try:
+            played = agent.run(wave)
+        except Exception as exc:  # a crash of the loop itself: its episodes fail, the run goes on
+            played = [failed_result(s, f"crashed: {type(exc).__name__}: {exc}") for s in wave]
+        for r in played:
             rows.extend({**row, "condition": condition} for row in r.rows)
-            results.append(r)
+            by_id[r.spec.episode_id] = r
         if progress:
-            wins = sum(r.won for r in results)
+            wins = sum(r.won and not r.failed for r in by_id.values())
+            failed = sum(r.failed for r in by_id.values())
             progress(
-                f"[{condition}] {len(results)}/{len(specs)} episodes, SR {wins}/{len(results)}, "
-                f"{time.perf_counter() - t0:.0f}s"
+                f"[{condition}] {min(start + cfg.slots, len(playable))}/{len(playable)} played, "
+                f"SR {wins}/{len(by_id)}{f', {failed} failed' if failed else ''}, {time.perf_counter() - t0:.0f}s"
             )
-    return results, rows
+    return [by_id[s.episode_id] for s in specs], rows
 
 
 def write_condition(
@@ -156,11 +225,10 @@ def check_conditions(cfg: EvalConfig) -> None:
     """Reject unknown, repeated or under-specified conditions before any episode is played."""
     from memprism_ray.baselines.conditions import condition_needs, make_selector
 
+    check_condition_names(cfg.conditions, "eval.conditions")
     seen: set[str] = set()
     for condition in cfg.conditions:
         needs = condition_needs(condition)
-        if condition in seen:
-            raise ValueError(f"condition {condition!r} is listed twice")
         seen.add(condition)
         if "router" in needs and not cfg.checkpoint:
             raise ValueError(f"condition {condition!r} needs a Router checkpoint (--checkpoint)")
@@ -177,7 +245,6 @@ def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = pri
     from memprism_ray.agent import TokenCounter
     from memprism_ray.baselines.conditions import condition_needs
     from memprism_ray.envs.alfworld import AlfworldEnv
-    from memprism_ray.eval.episodes import build_episode_list
     from memprism_ray.eval.manifest import RunManifest
     from memprism_ray.policy.factory import make_policy
     from memprism_ray.policy.prompts import PROMPT_VERSION
@@ -185,12 +252,9 @@ def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = pri
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    games = resolve_games(cfg.split, cfg.data_root)
-    if not games:
-        raise ValueError(f"split {cfg.split!r} has no games")
-    episode_list = build_episode_list(cfg.split, [g.game_id for g in games], cfg.episodes or None, seed=cfg.seed)
-    by_id = {g.game_id: g for g in games}
-    specs = [EpisodeSpec(eid, by_id[gid]) for eid, gid in zip(episode_list.episode_ids, episode_list.game_ids)]
+    episode_list, specs, broken = plan_episodes(cfg.split, cfg.data_root, cfg.episodes, cfg.seed)
+    if broken and progress:
+        progress(f"{len(broken)} broken game(s) in split {cfg.split!r}: their episodes count as failures")
 
     needs_router = any(c.startswith(("memprism", "constrained")) for c in cfg.conditions)
     router = load_router(cfg.checkpoint) if needs_router else None
@@ -204,7 +268,7 @@ def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = pri
     phi = AlfworldPhi()
     policy = make_policy(cfg.policy)
     tokens = TokenCounter(cfg.agent.token_counter)
-    reports, wins_by = [], {}
+    reports, results_by = [], {}
     try:
         for condition in cfg.conditions:
             cond_cfg = cfg
@@ -221,6 +285,7 @@ def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = pri
                 router=router,
                 features=features,
                 progress=progress,
+                broken=broken,
             )
             manifest = RunManifest.create(
                 episodes=episode_list,
@@ -249,16 +314,31 @@ def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = pri
                 artifacts=cfg.artifacts,
             )
             reports.append(rep)
-            wins_by[condition] = {r.spec.episode_id: r.won for r in results if not r.failed}
+            results_by[condition] = results
     finally:
         close = getattr(env, "close", None)
         if close:
             close()
-    base = cfg.conditions[0]
-    comparisons = {c: rpt.paired_comparison(wins_by[base], wins_by[c], seed=cfg.seed) for c in cfg.conditions}
-    summary = {"base": base, "conditions": reports, "paired_vs_base": comparisons}
+    return write_summary(out, reports, results_by, seed=cfg.seed)
+
+
+def write_summary(
+    out: Path, reports: Sequence[dict[str, Any]], results_by: Mapping[str, Sequence[EpisodeResult]], *, seed: int
+) -> dict[str, Any]:
+    """Write ``summary.json`` and ``summary.md`` (conditions side by side, paired against the
+    first) and return the summary. A failed episode is a failure in the paired comparison
+    too, as in each success rate; ``failed_episodes`` sums them over the conditions."""
+    outcomes = {c: {r.spec.episode_id: bool(r.won and not r.failed) for r in rs} for c, rs in results_by.items()}
+    base = next(iter(outcomes))
+    comparisons = {c: rpt.paired_comparison(outcomes[base], outcomes[c], seed=seed) for c in outcomes}
+    summary = {
+        "base": base,
+        "conditions": list(reports),
+        "paired_vs_base": comparisons,
+        "failed_episodes": sum(r["failed_episodes"] for r in reports),
+    }
     rpt.write_json(out / "summary.json", summary)
-    (out / "summary.md").write_text(rpt.summary_markdown(reports, comparisons, base))
+    (out / "summary.md").write_text(rpt.summary_markdown(list(reports), comparisons, base))
     return summary
 
 

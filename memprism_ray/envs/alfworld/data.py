@@ -14,7 +14,10 @@ The data root is, in order: the ``data_root`` argument, ``$ALFWORLD_DATA``, or t
 default corpus (:func:`~memprism_ray.envs.alfworld.corpus.ensure_default_corpus`, built on
 first use). ``$ALFWORLD_DATA`` equal to alfworld's own default ``~/.cache/alfworld`` with no
 games in it counts as unset: importing ``alfworld.info`` sets it so. A root that is missing
-or holds no playable game is an error that says how to fix it, never an empty list.
+or holds no playable game is an error that says how to fix it, never an empty list. A trial
+whose ``traj_data.json`` or ``game.tw-pddl`` cannot be read is *broken*, never dropped
+silently: :func:`list_games` leaves it out with a warning naming it, and
+:func:`scan_split` returns it so that an evaluation counts its episodes as failures.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import functools
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from memprism_ray.envs.alfworld.generator import SPLIT_DIRS, TASK_TYPES
@@ -82,25 +86,41 @@ def _check_root(root: Path, what: str) -> Path:
     return root
 
 
+def _read_json(path: str) -> tuple[dict | None, str | None]:
+    """``(data, None)`` or ``(None, why it cannot be read)``."""
+    name = Path(path).name
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"{name} unreadable ({type(exc).__name__}: {exc})"
+    except json.JSONDecodeError as exc:
+        return None, f"{name} is not valid JSON ({exc})"
+    if not isinstance(data, dict):
+        return None, f"{name} holds a {type(data).__name__}, not a JSON object"
+    return data, None
+
+
 @functools.lru_cache(maxsize=65536)
-def _read_task_type(path: str, mtime_ns: int, size: int) -> str | None:
+def _read_task_type(path: str, mtime_ns: int, size: int) -> tuple[str | None, str | None]:
+    """``(task type, None)`` or ``(None, why the trial is broken)``."""
     del mtime_ns, size  # cache key only: an edited file is read again
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    task = data.get("task_type") if isinstance(data, dict) else None
-    return task if isinstance(task, str) else None
+    data, err = _read_json(path)
+    if data is None:
+        return None, err
+    task = data.get("task_type")
+    if not isinstance(task, str):
+        return None, "traj_data.json has no task_type"
+    return task, None
 
 
 @functools.lru_cache(maxsize=65536)
-def _read_solvable(path: str, mtime_ns: int, size: int) -> bool:
+def _read_solvable(path: str, mtime_ns: int, size: int) -> tuple[bool, str | None]:
+    """``(solvable, None)`` or ``(False, why the game file is broken)``."""
     del mtime_ns, size
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(data, dict) and bool(data.get("solvable"))
+    data, err = _read_json(path)
+    if data is None:
+        return False, err
+    return bool(data.get("solvable")), None
 
 
 def _stat_key(path: Path) -> tuple[str, int, int]:
@@ -108,14 +128,32 @@ def _stat_key(path: Path) -> tuple[str, int, int]:
     return str(path), st.st_mtime_ns, st.st_size
 
 
-def _task_type(traj_path: Path) -> str | None:
-    return _read_task_type(*_stat_key(traj_path))
+@dataclass(frozen=True)
+class BrokenGame:
+    """A trial of the split whose files cannot be read. It is not filtered out the way
+    AlfredTWEnv filters games (those are not part of the split): an evaluation counts
+    each of its episodes as a failure, with ``reason``."""
+
+    game: GameRef
+    reason: str
 
 
-def _scan(root: Path, split: str, task_types: tuple[str, ...]) -> tuple[list[GameRef], str]:
+@dataclass(frozen=True)
+class SplitScan:
+    """A split's playable games (sorted by ``game_id``), its broken trials, and a one-line
+    account of what was found and skipped."""
+
+    games: list[GameRef]
+    broken: list[BrokenGame]
+    summary: str
+
+
+def _scan(root: Path, split: str, task_types: tuple[str, ...]) -> SplitScan:
     """Apply ``AlfredTWEnv.collect_game_files``' filters (game files are read once per
-    content version: the scan of a large official tree is paid once per process)."""
+    content version: the scan of a large official tree is paid once per process). A trial
+    whose ``traj_data.json`` or ``game.tw-pddl`` cannot be read is broken, not filtered."""
     games: list[GameRef] = []
+    broken: list[BrokenGame] = []
     skipped = {"movable_or_sliced": 0, "task_type": 0, "no_game_file": 0, "unsolvable": 0}
     found = 0
     for dirpath, _dirs, files in os.walk(root):
@@ -126,30 +164,41 @@ def _scan(root: Path, split: str, task_types: tuple[str, ...]) -> tuple[list[Gam
         if "movable" in dirpath or "Sliced" in dirpath:
             skipped["movable_or_sliced"] += 1
             continue
-        task = _task_type(trial / "traj_data.json")
+        game_id = trial.relative_to(root).as_posix()
+        game = trial / "game.tw-pddl"
+        task, err = _read_task_type(*_stat_key(trial / "traj_data.json"))
+        if err is not None:
+            broken.append(BrokenGame(GameRef(game_id, game, "unknown", split), err))
+            continue
         if task not in task_types:
             skipped["task_type"] += 1
             continue
-        game = trial / "game.tw-pddl"
         if not game.exists():
             skipped["no_game_file"] += 1
             continue
-        if not _read_solvable(*_stat_key(game)):
+        solvable, err = _read_solvable(*_stat_key(game))
+        if err is not None:
+            broken.append(BrokenGame(GameRef(game_id, game, task, split), err))
+            continue
+        if not solvable:
             skipped["unsolvable"] += 1
             continue
-        games.append(GameRef(trial.relative_to(root).as_posix(), game, task, split))
+        games.append(GameRef(game_id, game, task, split))
     games.sort(key=lambda g: g.game_id)
+    broken.sort(key=lambda b: b.game.game_id)
     reasons = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in skipped.items() if v)
     summary = f"{found} traj_data.json found" + (f", skipped: {reasons}" if reasons else "")
-    return games, summary
+    if broken:
+        summary += f", {len(broken)} broken"
+    return SplitScan(games, broken, summary)
 
 
-def list_games(
+def scan_split(
     split: str,
     data_root: str | Path | None = None,
     task_types: tuple[str, ...] = TASK_TYPES,
-) -> list[GameRef]:
-    """The playable games of ``split``, sorted by their stable ``game_id``."""
+) -> SplitScan:
+    """The playable and the broken games of ``split``; raises when it holds neither."""
     bad = [t for t in task_types if t not in TASK_TYPES]
     if bad:
         raise ValueError(f"unknown ALFWorld task type(s) {bad}; valid: {', '.join(TASK_TYPES)}")
@@ -157,10 +206,38 @@ def list_games(
     split_root = root / JSON_DIR / split_dir_name(split)
     if not split_root.is_dir():
         raise ValueError(f"{root} has no {JSON_DIR}/{split_dir_name(split)}/ folder for split {split!r}; {_FIX}")
-    games, summary = _scan(split_root, split, tuple(task_types))
-    if not games:
-        raise ValueError(f"no playable ALFWorld games for split {split!r} under {split_root} ({summary}); {_FIX}")
-    return games
+    scan = _scan(split_root, split, tuple(task_types))
+    if not scan.games and not scan.broken:
+        raise ValueError(f"no playable ALFWorld games for split {split!r} under {split_root} ({scan.summary}); {_FIX}")
+    return scan
+
+
+def describe_broken(broken: list[BrokenGame], limit: int = 3) -> str:
+    """``"3 broken game file(s), e.g. a/b: game.tw-pddl is not valid JSON (...)"``."""
+    shown = "; ".join(f"{b.game.game_id}: {b.reason}" for b in broken[:limit])
+    more = f"; and {len(broken) - limit} more" if len(broken) > limit else ""
+    return f"{len(broken)} broken game file(s): {shown}{more}"
+
+
+def list_games(
+    split: str,
+    data_root: str | Path | None = None,
+    task_types: tuple[str, ...] = TASK_TYPES,
+) -> list[GameRef]:
+    """The playable games of ``split``, sorted by their stable ``game_id``.
+
+    Broken trials (unreadable files) are left out with a warning naming them; a split with
+    no playable game is an error. Evaluation uses :func:`scan_split` instead, so that a
+    broken game counts as a failed episode rather than shrinking the denominator.
+    """
+    scan = scan_split(split, data_root, task_types)
+    if scan.broken:
+        log.warning("split %r: leaving out %s", split, describe_broken(scan.broken))
+    if not scan.games:
+        raise ValueError(
+            f"no playable ALFWorld games for split {split!r} ({scan.summary}; {describe_broken(scan.broken)}); {_FIX}"
+        )
+    return scan.games
 
 
 def game_ref_from_path(path: str | Path, split: str = "unknown") -> GameRef:
@@ -172,7 +249,7 @@ def game_ref_from_path(path: str | Path, split: str = "unknown") -> GameRef:
     traj = game.parent / "traj_data.json"
     if not traj.is_file():
         raise ValueError(f"{game}: no traj_data.json beside it; ALFWorld games need both files")
-    task = _task_type(traj)
+    task, err = _read_task_type(*_stat_key(traj))
     if task is None:
-        raise ValueError(f"{traj}: not a valid traj_data.json (no task_type)")
+        raise ValueError(f"{traj}: not a valid traj_data.json ({err})")
     return GameRef(f"{game.parent.parent.name}/{game.parent.name}", game, task, split)
