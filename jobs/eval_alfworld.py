@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             value = argv[i + 1]
             del argv[i : i + 2]
             checkpoint, out = (value, out) if flag == "--checkpoint" else (checkpoint, value)
-    _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv)
+    _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv, job="eval_alfworld")
     router_state = None
     if any(c.startswith(("memprism", "constrained")) for c in cfg.eval.conditions):
         if not checkpoint:

@@ -50,7 +50,7 @@ def say(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv)
+    _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv, job="grpo_alfworld")
     run_dir = cfg.run.dir
     resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg)
     resources = init_ray(cfg.run.ray_address, cfg.run.num_cpus)

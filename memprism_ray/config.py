@@ -14,6 +14,7 @@ and help text (``python jobs/grpo_alfworld.py --help-config``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,9 @@ from pathlib import Path
 from memprism_ray.adapter.grpo import GRPOConfig
 from memprism_ray.adapter.sft import SFTConfig
 from memprism_ray.agent import AgentConfig
+from memprism_ray.baselines.conditions import check_condition_names, condition_needs
 from memprism_ray.config_tree import field, from_dict, load_yaml, merge, parse_overrides
+from memprism_ray.envs.alfworld.data import check_split
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.render.config import RenderConfig
 from memprism_ray.router.encoder import EncoderConfig
@@ -45,8 +48,13 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.checkpoint_every < 1:
             raise ValueError(f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
-        if self.call_timeout_s <= 0:
-            raise ValueError(f"run.call_timeout_s must be > 0, got {self.call_timeout_s}")
+        if not 0 < self.call_timeout_s < math.inf:
+            raise ValueError(f"run.call_timeout_s must be a finite number of seconds > 0, got {self.call_timeout_s}")
+        if self.ray_address not in ("auto", "local"):
+            raise ValueError(
+                f"run.ray_address must be 'auto' (join the cluster of `ray job submit`, else start a local Ray) "
+                f"or 'local', got {self.ray_address!r}; to use a cluster, submit the job to it (clusters/README.md)"
+            )
 
     @property
     def dir(self) -> Path:
@@ -67,6 +75,7 @@ class CorpusSection:
     def __post_init__(self) -> None:
         if self.train_games < 1 or self.eval_games < 0:
             raise ValueError("corpus.train_games must be >= 1 and corpus.eval_games >= 0")
+        check_split(self.train_split, "corpus.train_split")
 
 
 @dataclass
@@ -88,6 +97,12 @@ class LabelConfig:
             raise ValueError(f"label.teacher must be 'counterfactual' or 'llm', got {self.teacher!r}")
         if self.games < 1 or self.samples_per_view < 1 or self.workers < 1:
             raise ValueError("label.games, label.samples_per_view and label.workers must be >= 1")
+        if not self.policy_temperature >= 0:
+            raise ValueError(f"label.policy_temperature must be >= 0 (0 = greedy), got {self.policy_temperature}")
+        if not self.cost_temperature > 0:
+            raise ValueError(f"label.cost_temperature must be > 0, got {self.cost_temperature}")
+        if self.top_k < 1:
+            raise ValueError(f"label.top_k must be >= 1, got {self.top_k}")
 
 
 @dataclass
@@ -117,6 +132,10 @@ class RolloutConfig:
             raise ValueError("rollout CPU reservations must be >= 0")
         if self.phi_workers < 0 or self.view_workers < 0 or self.max_restarts < 0:
             raise ValueError("rollout.phi_workers, view_workers and max_restarts must be >= 0")
+        if not 0 < self.group_timeout_s < math.inf:
+            raise ValueError(
+                f"rollout.group_timeout_s must be a finite number of seconds > 0, got {self.group_timeout_s}"
+            )
 
 
 @dataclass
@@ -136,6 +155,17 @@ class FinalEvalConfig:
     def __post_init__(self) -> None:
         if self.workers < 1 or self.slots < 1 or self.episodes < 0:
             raise ValueError("eval.workers and eval.slots must be >= 1, eval.episodes >= 0")
+        if self.artifacts < 0:
+            raise ValueError(f"eval.artifacts must be >= 0, got {self.artifacts}")
+        check_split(self.split, "eval.split")
+        check_condition_names(self.conditions, "eval.conditions")
+        for i, condition in enumerate(self.conditions):
+            # The distributed evaluation samples freq_random from this run's memprism marginal.
+            if "marginal" in condition_needs(condition) and "memprism" not in self.conditions[:i]:
+                raise ValueError(
+                    f"eval.conditions: {condition!r} samples the view marginal of this run's memprism condition; "
+                    f"list memprism before it (got {', '.join(self.conditions)})"
+                )
 
 
 @dataclass

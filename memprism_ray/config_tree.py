@@ -4,12 +4,17 @@ Every setting lives in a dataclass field with a one-line ``metadata={"help": ...
 is a dataclass whose fields may be dataclasses themselves. Presets are YAML files that set a
 subset of fields; ``--section.field VALUE`` on the command line overrides one leaf.
 Unknown keys are errors that list the valid ones, values are coerced to the field's type
-with a clear message, and each dataclass's ``__post_init__`` validates the result.
+with a clear message (a YAML or command-line number given as a string becomes a number;
+``nan`` is never a valid setting), and each dataclass's ``__post_init__`` validates the
+result. A free-form ``dict`` field may name a ``schema`` dataclass: its entries are then
+coerced and validated by that dataclass's annotations and ``__post_init__`` too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -19,11 +24,45 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 T = TypeVar("T")
 
 
-def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING) -> Any:
-    """A dataclass field with its one-line help text."""
+def field(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    default_factory: Any = dataclasses.MISSING,
+    schema: type | None = None,
+) -> Any:
+    """A dataclass field with its one-line help text.
+
+    ``schema``: for a ``dict`` field holding keyword settings, the dataclass whose fields
+    are the allowed keys (see :func:`coerce_settings`)."""
+    metadata: dict[str, Any] = {"help": help}
+    if schema is not None:
+        metadata["schema"] = schema
     if default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata={"help": help})
-    return dataclasses.field(default=default, metadata={"help": help})
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def coerce_settings(schema: type, data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The entries of ``data`` coerced to the types of ``schema``'s fields and validated by
+    its ``__post_init__``; only the given keys are returned (the rest keep the consumer's
+    defaults). Unknown keys and bad values raise ``ValueError`` naming ``where.key``."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: expected a mapping of settings, got {data!r}")
+    hints = _hints(schema)
+    names = [f.name for f in dataclasses.fields(schema) if f.init]
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        raise ValueError(
+            f"unknown setting(s) {', '.join(f'{where}.{k}' for k in unknown)}; valid keys under {where}: "
+            f"{', '.join(names)}"
+        )
+    out = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    try:
+        schema(**out)
+    except TypeError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return out
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -100,16 +139,15 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 pass
         raise ValueError(f"{where}: expected an integer, got {value!r}")
     if tp is float:
-        if isinstance(value, bool):
+        number: float | None = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        elif isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                number = float(value)
+        if number is None or math.isnan(number):
             raise ValueError(f"{where}: expected a number, got {value!r}")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ValueError(f"{where}: expected a number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
@@ -135,7 +173,11 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
     kwargs = {}
     for name, value in data.items():
         where = f"{_where}.{name}" if _where else name
-        kwargs[name] = _coerce(value, hints[name], where)
+        schema = fields[name].metadata.get("schema")
+        if schema is not None and isinstance(value, Mapping):
+            kwargs[name] = coerce_settings(schema, value, where)
+        else:
+            kwargs[name] = _coerce(value, hints[name], where)
     try:
         return cls(**kwargs)
     except TypeError as exc:
@@ -224,6 +266,9 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
         tp = hints[f.name]
         if _is_dataclass_type(tp):
             rows.extend(describe(tp, name + "."))
+            continue
+        if f.metadata.get("schema") is not None:
+            rows.extend(describe(f.metadata["schema"], name + "."))
             continue
         if f.default is not dataclasses.MISSING:
             default = repr(f.default)

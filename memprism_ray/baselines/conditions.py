@@ -169,7 +169,7 @@ class RouterSelector:
         else:
             idx = torch.multinomial(logp.exp(), 1, generator=self.generator).squeeze(-1)
         chosen = logp.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
-        return [ViewDecision(ALL_ACTIONS[int(i)], self.medium, float(lp)) for i, lp in zip(idx, chosen)]
+        return [ViewDecision(ALL_ACTIONS[int(i)], self.medium, float(lp)) for i, lp in zip(idx, chosen, strict=True)]
 
 
 def load_marginal(source: str | Path | Sequence[float]) -> np.ndarray:
@@ -260,6 +260,22 @@ def condition_needs(condition: str) -> frozenset[str]:
     if isinstance(selector, FrequencyMatchedRandom):
         return frozenset({"marginal"})
     return frozenset()
+
+
+def check_condition_names(conditions: Sequence[str], key: str) -> None:
+    """Reject an empty list, an unknown or malformed name, or a name listed twice, with the
+    config ``key``, the value and the valid conditions (at config load, before any work)."""
+    if not conditions:
+        raise ValueError(f"{key} must name at least one condition; valid conditions: {CONDITIONS_HELP}")
+    seen: set[str] = set()
+    for condition in conditions:
+        try:
+            condition_needs(condition)
+        except ValueError as exc:
+            raise ValueError(f"{key}: {exc}") from None
+        if condition in seen:
+            raise ValueError(f"{key}: condition {condition!r} is listed twice")
+        seen.add(condition)
 
 
 def fixed_view_conditions() -> list[str]:

@@ -80,6 +80,9 @@ def _eval(args: argparse.Namespace) -> int:
         agent=AgentConfig(max_steps=args.max_steps, short_history=args.short_history),
         policy=from_dict(PolicyConfig, policy),
     )
+    problem = cfg.policy.unavailable_here()
+    if problem:
+        raise CliError(problem)
     summary = run_conditions(cfg)
     print((Path(args.out) / "summary.md").read_text())
     problem = failure_message(summary)

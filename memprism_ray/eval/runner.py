@@ -52,35 +52,13 @@ class EvalConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig, help="task-policy settings")
 
     def __post_init__(self) -> None:
+        from memprism_ray.baselines.conditions import check_condition_names
+        from memprism_ray.envs.alfworld.data import check_split
+
         check_condition_names(self.conditions, "eval.conditions")
         check_split(self.split, "eval.split")
         if self.episodes < 0 or self.slots < 1 or self.artifacts < 0:
             raise ValueError("eval: need episodes >= 0, slots >= 1 and artifacts >= 0")
-
-
-def check_condition_names(conditions: Sequence[str], key: str) -> None:
-    """Reject an empty, unknown or repeated condition name, naming ``key`` and the valid ones."""
-    from memprism_ray.baselines.conditions import CONDITIONS_HELP, condition_needs
-
-    if not conditions:
-        raise ValueError(f"{key} must name at least one condition; valid conditions: {CONDITIONS_HELP}")
-    seen: set[str] = set()
-    for condition in conditions:
-        try:
-            condition_needs(condition)
-        except ValueError as exc:
-            raise ValueError(f"{key}: {exc}") from None
-        if condition in seen:
-            raise ValueError(f"{key}: condition {condition!r} is listed twice")
-        seen.add(condition)
-
-
-def check_split(split: str, key: str) -> None:
-    """Reject a split name ALFWorld does not have, naming ``key`` and the valid ones."""
-    from memprism_ray.envs.alfworld.generator import SPLIT_DIRS
-
-    if split not in SPLIT_DIRS:
-        raise ValueError(f"{key}: unknown split {split!r}; valid splits: {', '.join(SPLIT_DIRS)}")
 
 
 def resolve_games(split: str, data_root: str = "") -> list[Any]:
@@ -223,7 +201,7 @@ def _safe(name: str) -> str:
 
 def check_conditions(cfg: EvalConfig) -> None:
     """Reject unknown, repeated or under-specified conditions before any episode is played."""
-    from memprism_ray.baselines.conditions import condition_needs, make_selector
+    from memprism_ray.baselines.conditions import check_condition_names, condition_needs, make_selector
 
     check_condition_names(cfg.conditions, "eval.conditions")
     seen: set[str] = set()

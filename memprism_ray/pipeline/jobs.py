@@ -1,5 +1,6 @@
-"""What every job script does first: parse ``--config FILE`` plus dotted overrides, and
-resolve the games (an ALFWorld data root, or the embedded corpus built on first use)."""
+"""What every job script does first: parse ``--config FILE`` plus dotted overrides, check
+that the job can do what the config asks, and resolve the games (an ALFWorld data root, or
+the embedded corpus built on first use)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,62 @@ from memprism_ray.config import ExperimentConfig, load_config
 from memprism_ray.config_tree import describe
 
 
-def parse_job_args(description: str, argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, ExperimentConfig]:
-    """``--config FILE [--resume auto|PATH] [--section.key VALUE ...]`` -> (args, config)."""
+@dataclass(frozen=True)
+class JobSpec:
+    """What one job can do, where the config tree accepts more (issue 10: a setting a job
+    would silently ignore is an error at load time)."""
+
+    supports: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    """dotted config key -> the values this job implements"""
+    runs_policy: bool = False
+    """whether the job runs the task policy (then its backend must be able to run)"""
+
+
+#: Per-job declarations. The GRPO job's D1 labels with the counterfactual teacher only
+#: (memprism_ray/actors/d1.py); add "llm" here when its D1 gains the LLM-teacher path.
+JOBS: dict[str, JobSpec] = {
+    "grpo_alfworld": JobSpec(supports={"label.teacher": ("counterfactual",)}, runs_policy=True),
+    "eval_alfworld": JobSpec(runs_policy=True),
+}
+
+
+def _dotted(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def check_job(job: str, cfg: ExperimentConfig, environ: Mapping[str, str] | None = None) -> None:
+    """Raise ``ValueError`` (one line: key, value, what is allowed) when ``job`` cannot do what
+    ``cfg`` asks: a setting it does not implement, or a policy backend that cannot run here.
+
+    The backend is checked only when the job's actors run on this machine (a local Ray);
+    under ``ray job submit`` the driver may sit on a CPU head while the policy replicas run on
+    GPU nodes that have vLLM."""
+    spec = JOBS.get(job)
+    if spec is None:
+        raise ValueError(f"unknown job {job!r}; known jobs: {', '.join(JOBS)}")
+    for key, allowed in spec.supports.items():
+        value = _dotted(cfg, key)
+        if value not in allowed:
+            raise ValueError(
+                f"{key}={value!r} is not supported by the {job} job; it supports: {', '.join(map(str, allowed))}"
+            )
+    environ = os.environ if environ is None else environ
+    joins_cluster = cfg.run.ray_address == "auto" and bool(environ.get("RAY_ADDRESS"))
+    if spec.runs_policy and not joins_cluster:
+        problem = cfg.policy.unavailable_here()
+        if problem:
+            raise ValueError(problem)
+
+
+def parse_job_args(
+    description: str, argv: Sequence[str] | None = None, *, job: str | None = None
+) -> tuple[argparse.Namespace, ExperimentConfig]:
+    """``--config FILE [--resume auto|PATH] [--section.key VALUE ...]`` -> (args, config).
+
+    With ``job`` (a key of :data:`JOBS`), also :func:`check_job`: everything is rejected
+    here, before Ray starts or D1 runs."""
     parser = argparse.ArgumentParser(
         description=description,
         epilog="Any other --section.key VALUE overrides one setting of the config tree (see --help-config).",
@@ -34,6 +90,8 @@ def parse_job_args(description: str, argv: Sequence[str] | None = None) -> tuple
         overrides += ["--run.resume", args.resume]
     try:
         cfg = load_config(args.config, overrides)
+        if job is not None:
+            check_job(job, cfg)
     except ValueError as exc:
         parser.error(str(exc))
     return args, cfg

@@ -9,10 +9,12 @@ One :class:`PolicyConfig` selects a backend by name and holds each backend's set
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from memprism_ray.config_tree import field
+from memprism_ray.config_tree import coerce_settings, field
 from memprism_ray.policy.tokens import VISUAL_TOKEN_FAMILIES
 
 BACKENDS: tuple[str, ...] = ("vllm", "openai", "hf", "scripted")
@@ -21,7 +23,7 @@ MAX_PIXELS_672 = 672 * 672
 
 
 def _check_decoding(owner: str, temperature: float, max_tokens: int, max_pixels: int, min_pixels: int) -> None:
-    if temperature < 0:
+    if not temperature >= 0:  # also catches nan
         raise ValueError(f"{owner}.temperature must be >= 0 (0 = greedy), got {temperature}")
     if max_tokens < 1:
         raise ValueError(f"{owner}.max_tokens must be >= 1, got {max_tokens}")
@@ -123,6 +125,19 @@ class HFConfig:
 
 
 @dataclass
+class ScriptedSettings:
+    """The keys ``policy.scripted`` accepts: ``ScriptedPolicy``'s keyword settings (its
+    defaults apply to the keys not given)."""
+
+    temperature: float = field(1.0, help="softmax temperature over the scored actions; 0 = greedy")
+    seed: int = field(0, help="sampling seed (combined with the episode id and step)")
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"policy.scripted.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+
+
+@dataclass
 class PolicyConfig:
     """Which task policy runs, and each backend's settings."""
 
@@ -132,9 +147,13 @@ class PolicyConfig:
     vllm: VLLMConfig = field(default_factory=VLLMConfig, help="vLLM offline engine settings")
     openai: OpenAIConfig = field(default_factory=OpenAIConfig, help="OpenAI-compatible endpoint settings")
     hf: HFConfig = field(default_factory=HFConfig, help="transformers backend settings")
-    scripted: dict[str, Any] = field(default_factory=dict, help="keyword settings of the scripted policy")
+    scripted: dict[str, Any] = field(
+        default_factory=dict, help="keyword settings of the scripted policy", schema=ScriptedSettings
+    )
 
     def __post_init__(self) -> None:
+        # Typed like every other setting even when built in code: '0.5' -> 0.5, -1 rejected.
+        self.scripted = coerce_settings(ScriptedSettings, self.scripted, "policy.scripted")
         if self.backend not in BACKENDS:
             raise ValueError(f"policy.backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.num_replicas < 0:
@@ -148,6 +167,23 @@ class PolicyConfig:
             )
         if self.backend == "hf" and not self.hf.model_path:
             raise ValueError("policy.backend=hf needs policy.hf.model_path (a local model directory)")
+
+    def unavailable_here(self) -> str | None:
+        """Why the selected backend cannot run in this process, or ``None``: a one-line
+        error for a job to raise before any work (vLLM not importable, no local model).
+        Call it only where the policy will run (not on a CPU head of a GPU cluster)."""
+        if self.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+            return (
+                "policy.backend=vllm needs vLLM, which is not importable here: install it on a GPU machine "
+                "(clusters/node_setup.sh install gpu, or docker/Dockerfile.gpu; see clusters/README.md) or pick "
+                "another backend (--policy.backend openai|hf|scripted)"
+            )
+        if self.backend == "hf" and not Path(self.hf.model_path).is_dir():
+            return (
+                f"policy.hf.model_path {self.hf.model_path!r} is not a local model directory here; "
+                "point it at one or pick another backend (--policy.backend vllm|openai|scripted)"
+            )
+        return None
 
     def decoding(self) -> dict[str, Any]:
         """The decoding settings of the selected backend, for the run manifest."""

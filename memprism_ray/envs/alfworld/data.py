@@ -50,6 +50,12 @@ def split_dir_name(split: str) -> str:
     return SPLIT_DIRS[split]
 
 
+def check_split(split: str, key: str) -> None:
+    """Reject a split ALFWorld does not have, naming the config ``key`` (at config load)."""
+    if split not in SPLIT_DIRS:
+        raise ValueError(f"{key}: unknown ALFWorld split {split!r}; valid splits: {', '.join(SPLITS)}")
+
+
 def resolve_data_root(data_root: str | Path | None = None) -> Path:
     """The root of an alfworld-download tree, checked; see the module docstring."""
     if data_root is None:
