@@ -338,6 +338,71 @@ def test_a_raising_policy_batch_fails_the_batch_not_the_run(agent_env, agent_gam
         assert r.failed and r.steps == 1 and r.error == "policy: ConnectionError: endpoint unreachable"
 
 
+class ShortChanging(RecordingServices):
+    """Services whose ``stage`` returns one result too few (``extra``: one too many) at its
+    ``call_no``-th batched call: results that cannot be paired with their requests."""
+
+    def __init__(self, inner, slots, stage: str, call_no: int, extra: bool = False) -> None:
+        super().__init__(inner, slots)
+        self.stage, self.call_no, self.extra = stage, call_no, extra
+
+    def _wrap(self, stage, slots, results, call_no):
+        if stage == self.stage and call_no == self.call_no:
+            return [*results, results[0]] if self.extra else results[:-1]
+        return results
+
+
+@pytest.mark.timeout(120)  # today's loop waits for ever on the unpaired episode
+@pytest.mark.parametrize(
+    ("stage", "label", "name"),
+    [("reset", "reset", "env reset"), ("views", "view", "view service"), ("act", "policy", "task policy"),
+     ("step", "env", "env step"), ("extract", "phi", "phi")],
+)  # fmt: skip
+@pytest.mark.parametrize("extra", [False, True])
+def test_a_stage_returning_the_wrong_number_of_results_fails_its_batch(
+    stage, label, name, extra, agent_env, agent_games
+) -> None:
+    specs = _specs(agent_games, 2)
+    plain = _services(agent_env, agent_games, specs)
+    call_no = 0 if stage == "reset" else 1
+    svc = ShortChanging(plain.inner, plain.slot_of, stage, call_no, extra)
+    results = Agent(svc, FixedView(ACTION), AgentConfig(max_steps=6, token_counter="words")).run(specs)
+    got = 3 if extra else 1
+    for r in results:  # both episodes of the batch fail, counted, with the reason; none is left waiting
+        assert r.failed and r.error == f"{label}: ResultCountError: {name} returned {got} result(s) for 2 request(s)"
+        assert r.steps == len(r.rows) == (0 if stage == "reset" else 1)
+
+
+@pytest.mark.timeout(120)
+def test_a_selector_returning_too_few_decisions_fails_its_batch(agent_env, agent_games) -> None:
+    class Short(FixedView):
+        def select(self, contexts, features=None):
+            return super().select(contexts, features)[:-1]
+
+    specs = _specs(agent_games, 2)
+    results = Agent(
+        _services(agent_env, agent_games, specs), Short(ACTION), AgentConfig(max_steps=4, token_counter="words")
+    ).run(specs)
+    for r in results:
+        assert r.failed and r.steps == 0
+        assert r.error == "select: ResultCountError: view selector returned 1 result(s) for 2 request(s)"
+
+
+def test_a_raising_env_batch_fails_its_episodes_not_the_run(agent_env, agent_games) -> None:
+    class Down(RecordingServices):
+        def step(self, requests):
+            if self._tick("step") == 2:
+                raise ConnectionError("env worker lost")
+            return self.inner.step(requests)
+
+    specs = _specs(agent_games, 2)
+    plain = _services(agent_env, agent_games, specs)
+    svc = Down(plain.inner, plain.slot_of)
+    results = Agent(svc, FixedView(ACTION), AgentConfig(max_steps=6, token_counter="words")).run(specs)
+    for r in results:
+        assert r.failed and r.steps == 2 and r.error == "env: ConnectionError: env worker lost"
+
+
 @pytest.mark.parametrize(
     ("text", "sent"),
     [("<action>dance wildly</action>", "dance wildly"),

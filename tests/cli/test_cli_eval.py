@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -74,7 +75,8 @@ def test_bad_condition_exits_2_with_the_valid_list(
                  str(memprism_tiny_corpus), "--out", str(out)])  # fmt: skip
     assert code == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and err.startswith("memprism: error: unknown condition 'fixed_views'")
+    assert err.count("\n") == 0
+    assert err.startswith("memprism: error: eval.conditions: unknown condition 'fixed_views'")
     for name in ("no_memory", "full_history", "recent4", "fixed:TAU", "freq_random", "constrained:FACTOR=VALUE"):
         assert name in err
     assert not out.exists()  # rejected before any episode ran
@@ -91,3 +93,67 @@ def test_compare_errors(agent_cli_eval, tmp_path: Path, capsys: pytest.CaptureFi
                    other / "episodes.parquet")  # fmt: skip
     assert main(["compare", str(out / "no_memory"), str(other)]) == 2
     assert "share no episode ids" in capsys.readouterr().err
+
+
+def test_broken_games_are_failures_and_the_exit_code_says_so(
+    memprism_tiny_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 10's report: four games of which three are broken printed "0 / 1" and exited 0.
+    import shutil
+
+    from memprism_ray.envs.alfworld import list_games
+
+    games = list_games(SPLIT, memprism_tiny_corpus)[:4]
+    for i, g in enumerate(games):
+        dst = tmp_path / "data" / "json_2.1.1" / "valid_unseen" / g.game_id
+        shutil.copytree(g.path.parent, dst)
+        if i:
+            (dst / "game.tw-pddl").write_text("not json {")
+    out = tmp_path / "out"
+    code = main(["eval", "--condition", "no_memory", "--split", SPLIT, "--data-root", str(tmp_path / "data"),
+                 "--out", str(out), "--max-steps", "3", "--artifacts", "0"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 1
+    row = next(line for line in captured.out.splitlines() if line.startswith("| no_memory |"))
+    assert re.match(r"\| no_memory \| [01] / 4 \| .* \| 3 \|", row)
+    assert "- no_memory: 3 of 4 (3 broken game); see its report.md" in captured.out
+    err = captured.err.strip()
+    assert err.count("\n") == 0 and err == (
+        "memprism: error: 3 episode(s) failed and count as failures: no_memory: 3 of 4 (3 broken game); "
+        f"see {out / 'summary.md'}"
+    )
+    rep = json.loads((out / "no_memory" / "report.json").read_text())
+    assert (rep["n"], rep["failed_episodes"]) == (4, 3)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--policy-temperature", "-1"], "policy.scripted.temperature must be >= 0 (0 = greedy), got -1.0"),
+     (["--split", "test"],
+      "eval.split: unknown ALFWorld split 'test'; valid splits: train, eval_in_distribution, eval_out_of_distribution"),
+     (["--condition", "no_memory,no_memory"], "eval.conditions: condition 'no_memory' is listed twice")],
+)  # fmt: skip
+def test_bad_settings_exit_2_before_any_work(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    base = {"--condition": "no_memory", "--split": SPLIT, "--data-root": str(tmp_path / "none"), "--out": str(out)}
+    base.update(dict(zip(args[::2], args[1::2], strict=True)))
+    assert main(["eval", *[x for kv in base.items() for x in kv]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err == f"memprism: error: {message}"
+    assert not out.exists()
+
+
+def test_compare_counts_failed_episodes_as_failures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def table(d: Path, rows: list[tuple[str, bool, str]]) -> Path:
+        d.mkdir()
+        pq.write_table(pa.Table.from_pylist([{"episode_id": e, "won": w, "status": s} for e, w, s in rows]),
+                       d / "episodes.parquet")  # fmt: skip
+        return d
+
+    a = table(tmp_path / "a", [("e1", True, "ok"), ("e2", True, "ok"), ("e3", False, "ok")])
+    b = table(tmp_path / "b", [("e1", True, "ok"), ("e2", True, "failed"), ("e3", False, "failed")])
+    assert main(["compare", str(a), str(b), "--boot", "200"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["n_common"] == 3 and res["sr_b"] == pytest.approx(1 / 3) and res["diff"] == pytest.approx(-1 / 3)

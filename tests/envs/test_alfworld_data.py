@@ -98,3 +98,50 @@ def test_alfworlds_own_placeholder_is_not_an_error(
     # the same folder holding games is used as given
     (tmp_path / ".cache" / "alfworld" / "json_2.1.1").mkdir()
     assert resolve_data_root() == tmp_path / ".cache" / "alfworld"
+
+
+def _copy_split(games: list, root: Path, n: int) -> list[Path]:
+    """The first ``n`` games copied into a fresh ``root`` tree (train split); their folders."""
+    split = root / "json_2.1.1" / "train"
+    out = []
+    for g in games[:n]:
+        dst = split / g.game_id
+        shutil.copytree(g.path.parent, dst)
+        out.append(dst)
+    return out
+
+
+def test_broken_game_files_are_reported_not_dropped_silently(
+    alfworld_corpus: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from memprism_ray.envs.alfworld.data import scan_split
+
+    src = list_games("train", alfworld_corpus)
+    _good, bad_game, bad_traj, not_object = _copy_split(src, tmp_path, 4)
+    (bad_game / "game.tw-pddl").write_text("not json {")
+    (bad_traj / "traj_data.json").write_bytes(b"\xff\xfe")
+    (not_object / "game.tw-pddl").write_text("[1, 2]")
+    scan = scan_split("train", tmp_path)
+    assert [g.game_id for g in scan.games] == [src[0].game_id]
+    reasons = {b.game.game_id: b.reason for b in scan.broken}
+    assert set(reasons) == {src[1].game_id, src[2].game_id, src[3].game_id}
+    assert reasons[src[1].game_id].startswith("game.tw-pddl is not valid JSON")
+    assert reasons[src[2].game_id].startswith("traj_data.json unreadable (UnicodeDecodeError")
+    assert reasons[src[3].game_id] == "game.tw-pddl holds a list, not a JSON object"
+    assert {b.game.split for b in scan.broken} == {"train"}
+    assert "3 broken" in scan.summary
+    # list_games (training jobs) leaves them out, but says so, naming them.
+    with caplog.at_level("WARNING", logger="memprism_ray.envs.alfworld.data"):
+        assert list_games("train", tmp_path) == scan.games
+    assert "3 broken game file(s)" in caplog.text and src[1].game_id in caplog.text
+
+
+def test_a_split_of_only_broken_games_is_an_error_naming_them(alfworld_corpus: Path, tmp_path: Path) -> None:
+    from memprism_ray.envs.alfworld.data import scan_split
+
+    src = list_games("train", alfworld_corpus)
+    (folder,) = _copy_split(src, tmp_path, 1)
+    (folder / "game.tw-pddl").write_text("")
+    assert [b.game.game_id for b in scan_split("train", tmp_path).broken] == [src[0].game_id]
+    with pytest.raises(ValueError, match=r"no playable ALFWorld games for split 'train'.*1 broken game file\(s\)"):
+        list_games("train", tmp_path)

@@ -18,8 +18,8 @@ A = ViewAction("TemporalTrace", "recent_long", "all", "medium")
 B = ViewAction("EntityState", "all", "exception", "fine")
 
 
-def _ep(eid: str, task: str, won: bool, steps: int, status: str = "ok") -> dict:
-    error = None if status == "ok" else "x"
+def _ep(eid: str, task: str, won: bool, steps: int, status: str = "ok", error: str = "reset: Injected: down") -> dict:
+    error = None if status == "ok" else error
     return {"episode_id": eid, "game_id": f"g-{eid}", "task_type": task, "split": "eval", "won": won,
             "reward": float(won), "steps": steps, "status": status, "error": error}  # fmt: skip
 
@@ -30,7 +30,7 @@ EPISODES = [
     _ep("e3", "pick_clean_then_place_in_recep", True, 12),
     _ep("e4", "pick_clean_then_place_in_recep", True, 27),
     _ep("e5", "pick_heat_then_place_in_recep", False, 50),
-    _ep("e6", "pick_heat_then_place_in_recep", True, 3, status="failed"),  # infrastructure: not counted
+    _ep("e6", "pick_heat_then_place_in_recep", True, 3, status="failed"),  # counted as a failure
     _ep("e7", "look_at_obj_in_light", True, 5),
 ]
 
@@ -68,9 +68,12 @@ def agent_report() -> dict:
 
 def test_success_count_denominator_and_wilson(agent_report: dict) -> None:
     r = agent_report
-    assert (r["successes"], r["n"], r["failed_episodes"]) == (4, 6, 1)
-    assert r["sr"] == pytest.approx(4 / 6)
-    assert r["wilson95"] == pytest.approx([0.3000, 0.9032], abs=5e-4)  # Wilson 95% for 4/6
+    # The failed episode stays in the denominator as a failure (issue 10), though it "won".
+    assert (r["successes"], r["n"], r["failed_episodes"]) == (4, 7, 1)
+    assert r["sr"] == pytest.approx(4 / 7)
+    assert r["wilson95"] == pytest.approx([0.2505, 0.8418], abs=5e-4)  # Wilson 95% for 4/7
+    assert r["failure_reasons"] == {"reset": 1}
+    assert r["failed"] == [{"episode_id": "e6", "error": "reset: Injected: down"}]
 
 
 def test_per_task_type_success(agent_report: dict) -> None:
@@ -80,19 +83,19 @@ def test_per_task_type_success(agent_report: dict) -> None:
         "look_at_obj_in_light": (1, 1),
         "pick_and_place_simple": (1, 2),
         "pick_clean_then_place_in_recep": (2, 2),
-        "pick_heat_then_place_in_recep": (0, 1),  # the failed episode is not a zero
+        "pick_heat_then_place_in_recep": (0, 2),  # the failed episode is a failure
     }
     assert per["pick_and_place_simple"]["sr"] == 0.5
     assert per["pick_and_place_simple"]["wilson95"] == pytest.approx([0.0945, 0.9055], abs=5e-4)
-    assert per["pick_heat_then_place_in_recep"]["wilson95"][0] == 0.0
+    assert per["pick_heat_then_place_in_recep"]["wilson95"] == pytest.approx([0.0, 0.6576], abs=5e-4)
 
 
 def test_sr_and_tokens_by_length_threshold(agent_report: dict) -> None:
     by = {b["threshold"]: b for b in agent_report["by_length"]}
     assert list(by) == [5, 10, 15, 20, 25, 30, 35, 40, 45, 50]
-    # Won within at most L steps, over all 6 finished episodes (cumulative, ends at the final SR).
+    # Won within at most L steps, over all 7 episodes (cumulative, ends at the final SR).
     wins = {5: 2, 10: 2, 15: 3, 20: 3, 25: 3, 30: 4, 35: 4, 40: 4, 45: 4, 50: 4}
-    assert {L: round(b["sr"] * 6) for L, b in by.items()} == wins
+    assert {L: round(b["sr"] * 7) for L, b in by.items()} == wins
     assert by[50]["sr"] == agent_report["sr"]
     # Mean prompt tokens of decisions 1..L (zero-based steps < L).
     assert by[5]["prompt_tokens_mean"] == pytest.approx(20.0)
@@ -138,8 +141,10 @@ def test_view_marginals(agent_report: dict) -> None:
 def test_empty_and_all_failed_runs() -> None:
     failed = [_ep("a", "t", False, 0, status="failed")]
     rep = rpt.condition_report("c", failed, [], tokenizer="words")
-    assert (rep["successes"], rep["n"], rep["sr"], rep["failed_episodes"]) == (0, 0, 0.0, 1)
-    assert rep["wilson95"] == [0.0, 1.0]  # no information, not certainty
+    assert (rep["successes"], rep["n"], rep["sr"], rep["failed_episodes"]) == (0, 1, 0.0, 1)
+    assert rep["wilson95"] == pytest.approx([0.0, 0.7935], abs=5e-4)  # one failure, not "no information"
+    empty = rpt.condition_report("c", [], [], tokenizer="words")
+    assert (empty["n"], empty["wilson95"]) == (0, [0.0, 1.0])  # no information, not certainty
     assert rep["efficiency"]["prompt_tokens_mean"] is None and rep["efficiency"]["invalid_action_rate"] == 0.0
     assert rep["view_selection"]["view_marginal"] == [0.0] * NUM_ACTIONS
     rpt.condition_markdown(rep)  # renders without numbers to show
@@ -163,23 +168,44 @@ def test_paired_comparison_sign_and_pairing() -> None:
 def test_markdown_reports(agent_report: dict) -> None:
     md = rpt.condition_markdown(agent_report)
     assert md.startswith("# Evaluation: fixed:TemporalTrace")
-    assert "**4 / 6** = 66.67%" in md and "Wilson 95% [30.0, 90.3]" in md
-    assert "failed (infrastructure) episodes: 1" in md
+    assert "**4 / 7** = 57.14%" in md and "Wilson 95% [25.0, 84.2]" in md
+    assert "failed episodes (counted as failures): 1 (1 reset)" in md
+    assert "Failed episodes:\n\n- `e6`: reset: Injected: down" in md
     assert "| pick_clean_then_place_in_recep | 2 | 2 | 100.0 |" in md
-    assert "| 30 | 66.7 | 45.0 |" in md and "| 5 | 33.3 | 20.0 |" in md
+    assert "| 30 | 57.1 | 45.0 |" in md and "| 5 | 28.6 | 20.0 |" in md
     assert "| invalid actions | 2 (20.00%) |" in md and "| TemporalTrace | 75.00 |" in md
-    other = dict(agent_report, condition="no_memory", successes=1, sr=1 / 6)
+    other = dict(agent_report, condition="no_memory", successes=1, sr=1 / 7, failed_episodes=0, failed=[])
     cmp = {"no_memory": rpt.paired_comparison({"e1": True}, {"e1": False}, n_boot=100)}
     summary = rpt.summary_markdown([agent_report, other], cmp, base="fixed:TemporalTrace")
     lines = summary.splitlines()
     assert "diff vs fixed:TemporalTrace" in lines[2]
     base_row = next(line for line in lines if line.startswith("| fixed:TemporalTrace |"))
-    assert base_row.endswith("| - |") and "| 4 / 6 | 66.7 |" in base_row
+    assert base_row.endswith("| - |") and "| 4 / 7 | 57.1 | [25.0, 84.2] | 1 |" in base_row
+    assert "- fixed:TemporalTrace: 1 of 7 (1 reset); see its report.md" in lines
+    assert not any(line.startswith("- no_memory") for line in lines)
     other_row = next(line for line in lines if line.startswith("| no_memory |"))
     assert "-100.0 [-100.0, -100.0]" in other_row
     none = rpt.summary_markdown([agent_report, other], {"no_memory": {"diff": None, "ci95": None, "n_common": 0}},
                                 base="fixed:TemporalTrace")  # fmt: skip
     assert "no common episodes" in none
+
+
+def test_failure_reasons_and_message() -> None:
+    eps = [_ep("a", "t", True, 3), _ep("b", "t", False, 0, "failed", "broken game: game.tw-pddl is not valid JSON"),
+           _ep("c", "t", False, 0, "failed", "broken game: traj_data.json unreadable"),
+           _ep("d", "t", False, 2, "failed", "policy: ResultCountError: task policy returned 1 result(s)"),
+           _ep("e", "t", False, 0, "failed", None)]  # fmt: skip
+    rep = rpt.condition_report("c", eps, [], tokenizer="words")
+    assert rep["failure_reasons"] == {"broken game": 2, "policy": 1, "unknown": 1}
+    assert (rep["successes"], rep["n"]) == (1, 5)
+    ok = rpt.condition_report("ok", eps[:1], [], tokenizer="words")
+    assert rpt.failure_message({"conditions": [ok]}) is None
+    assert rpt.failure_message({"conditions": [ok, rep]}) == (
+        "4 episode(s) failed and count as failures: c: 4 of 5 (2 broken game, 1 policy, 1 unknown)"
+    )
+    many = rpt.condition_report("m", [_ep(f"x{i}", "t", False, 0, "failed") for i in range(25)], [], tokenizer="w")
+    md = rpt.condition_markdown(many)
+    assert md.count("- `x") == 20 and "... and 5 more (report.json, episodes.parquet)" in md
 
 
 def test_plots_are_written(agent_report: dict, tmp_path: Path) -> None:

@@ -42,7 +42,8 @@ def agent_eval_run(memprism_tiny_corpus: Path, tmp_path_factory: pytest.TempPath
     out = tmp_path_factory.mktemp("eval-run")
     lines: list[str] = []
     summary = run_conditions(_cfg(memprism_tiny_corpus, out, ("no_memory", "fixed:EntityState")), progress=lines.append)
-    assert any(line.startswith("[fixed:EntityState] 4/4 episodes") for line in lines)
+    assert any(line.startswith("[fixed:EntityState] 4/4 played, SR ") for line in lines)
+    assert summary["failed_episodes"] == 0
     return out, summary
 
 
@@ -119,10 +120,20 @@ def test_freq_random_samples_the_marginal_of_another_run(agent_eval_run, mempris
 
 
 @pytest.mark.parametrize(
+    ("conditions", "message"),
+    [(("no_memory", "bogus"), "eval.conditions: unknown condition 'bogus'; valid conditions: no_memory"),
+     (("no_memory", "no_memory"), "eval.conditions: condition 'no_memory' is listed twice"),
+     (("fixed:Nope",), "eval.conditions: "),
+     ((), "eval.conditions must name at least one condition")],
+)  # fmt: skip
+def test_bad_condition_names_fail_when_the_config_is_built(conditions, message, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=message):
+        _cfg(tmp_path / "no-corpus", tmp_path / "never", conditions)
+
+
+@pytest.mark.parametrize(
     ("conditions", "kw", "message"),
-    [(("no_memory", "bogus"), {}, "valid conditions: no_memory"),
-     (("no_memory", "no_memory"), {}, "listed twice"),
-     (("constrained:gamma=fine",), {}, "needs a Router checkpoint"),
+    [(("constrained:gamma=fine",), {}, "needs a Router checkpoint"),
      (("freq_random",), {}, "needs a marginal"),
      (("freq_random",), {"marginal": "/nonexistent/report.json"}, "does not exist")],
 )  # fmt: skip
@@ -141,6 +152,69 @@ def test_eval_config_rejects_bad_settings() -> None:
         EvalConfig(conditions=())
     with pytest.raises(ValueError, match="slots"):
         EvalConfig(slots=0)
+    with pytest.raises(ValueError, match=r"eval\.split: unknown ALFWorld split 'test'; valid splits: train, "):
+        EvalConfig(split="test")
+    with pytest.raises(ValueError, match=r"policy\.scripted\.temperature must be >= 0"):
+        EvalConfig(policy=PolicyConfig(scripted={"temperature": -1}))
+
+
+def _corpus_with_broken_games(corpus: Path, root: Path, n: int, broken: int) -> list[str]:
+    """``n`` games of the split copied under ``root``, the last ``broken`` of them with a game
+    file that is not JSON; returns the broken games' ids."""
+    import shutil
+
+    from memprism_ray.envs.alfworld import list_games
+
+    games = list_games(SPLIT, corpus)[:n]
+    for g in games:
+        shutil.copytree(g.path.parent, root / "json_2.1.1" / "valid_unseen" / g.game_id)
+    for g in games[n - broken :]:
+        (root / "json_2.1.1" / "valid_unseen" / g.game_id / "game.tw-pddl").write_text("not json {")
+    return [g.game_id for g in games[n - broken :]]
+
+
+def test_broken_games_stay_in_the_plan_as_failures(memprism_tiny_corpus: Path, tmp_path: Path) -> None:
+    bad = _corpus_with_broken_games(memprism_tiny_corpus, tmp_path / "data", 4, 3)
+    cfg = _cfg(tmp_path / "data", tmp_path / "out", ("no_memory", "recent4"), episodes=0, artifacts=0,
+               agent=AgentConfig(max_steps=3, token_counter="words"))  # fmt: skip
+    lines: list[str] = []
+    summary = run_conditions(cfg, progress=lines.append)
+    assert "3 broken game(s) in split 'eval_out_of_distribution': their episodes count as failures" in lines
+    assert summary["failed_episodes"] == 6
+    for rep in summary["conditions"]:
+        assert (rep["n"], rep["failed_episodes"], rep["failure_reasons"]) == (4, 3, {"broken game": 3})
+        assert sorted(parse_episode_id(f["episode_id"])[1] for f in rep["failed"]) == sorted(bad)
+        assert all(f["error"].startswith("broken game: game.tw-pddl is not valid JSON") for f in rep["failed"])
+    episodes = pq.read_table(tmp_path / "out" / "no_memory" / "episodes.parquet").to_pylist()
+    manifest = json.loads((tmp_path / "out" / "no_memory" / "manifest.json").read_text())
+    assert [e["episode_id"] for e in episodes] == manifest["episode_ids"] and len(episodes) == 4
+    assert sum(e["status"] == "failed" for e in episodes) == 3
+    assert summary["paired_vs_base"]["recent4"]["n_common"] == 4  # failures are paired as failures
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "- no_memory: 3 of 4 (3 broken game); see its report.md" in md
+    assert "broken game: game.tw-pddl is not valid JSON" in (tmp_path / "out" / "recent4" / "report.md").read_text()
+
+
+def test_a_crashed_wave_fails_its_episodes_and_the_run_goes_on(
+    memprism_tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memprism_ray.agent import Agent
+
+    real_run = Agent.run
+
+    def run(self, specs, *args, **kwargs):
+        if len(specs) == 1:  # the last wave of 3 episodes in slots of 2
+            raise RuntimeError("selector exploded")
+        return real_run(self, specs, *args, **kwargs)
+
+    monkeypatch.setattr(Agent, "run", run)
+    cfg = _cfg(memprism_tiny_corpus, tmp_path, ("no_memory",), episodes=3, slots=2, artifacts=0,
+               agent=AgentConfig(max_steps=3, token_counter="words"))  # fmt: skip
+    rep = run_conditions(cfg, progress=None)["conditions"][0]
+    assert (rep["n"], rep["failed_episodes"], rep["failure_reasons"]) == (3, 1, {"crashed": 1})
+    assert rep["failed"][0]["error"] == "crashed: RuntimeError: selector exploded"
+    episodes = pq.read_table(tmp_path / "no_memory" / "episodes.parquet").to_pylist()
+    assert [e["status"] for e in episodes] == ["ok", "ok", "failed"]
 
 
 @pytest.mark.slow
