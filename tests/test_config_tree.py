@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -21,6 +21,22 @@ class Inner:
     def __post_init__(self) -> None:
         if self.lr <= 0:
             raise ValueError(f"inner.lr must be > 0, got {self.lr}")
+
+
+@dataclass
+class Knobs:
+    temperature: float = field(1.0, help="sampling temperature")
+    seed: int = field(0, help="seed")
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"knobs.temperature must be >= 0, got {self.temperature}")
+
+
+@dataclass
+class WithKnobs:
+    knobs: dict[str, Any] = field(default_factory=dict, help="keyword settings", schema=Knobs)
+    free: dict[str, Any] = field(default_factory=dict, help="no schema")
 
 
 @dataclass
@@ -86,3 +102,40 @@ def test_describe_lists_every_leaf_with_help() -> None:
     rows = {name: (default, help_) for name, default, help_ in describe(Outer)}
     assert rows["inner.lr"] == ("3e-06", "learning rate")
     assert set(rows) == {"inner.lr", "inner.steps", "inner.mode", "inner.tags", "name", "resume", "debug"}
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", float("nan")])
+def test_nan_is_never_a_number_setting(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"^inner\.lr: expected a number, got "):
+        from_dict(Outer, {"inner": {"lr": value}})
+
+
+def test_schema_dict_settings_are_typed_like_fields() -> None:
+    # Issue 10: "--policy.scripted.temperature 0.5" stayed the string '0.5' and failed late.
+    cfg = from_dict(WithKnobs, parse_overrides(["--knobs.temperature", "0.5", "--knobs.seed", "3"]))
+    assert cfg.knobs == {"temperature": 0.5, "seed": 3}
+    assert isinstance(cfg.knobs["temperature"], float) and isinstance(cfg.knobs["seed"], int)
+    # Only the keys given are kept: the consumer's defaults apply to the rest.
+    assert from_dict(WithKnobs, {"knobs": {"seed": "7"}}).knobs == {"seed": 7}
+    # A dict without a schema stays free-form.
+    assert from_dict(WithKnobs, {"free": {"temperature": "0.5"}}).free == {"temperature": "0.5"}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [({"knobs": {"temperature": "warm"}}, "knobs.temperature: expected a number, got 'warm'"),
+     ({"knobs": {"temp": 1}}, "unknown setting(s) knobs.temp; valid keys under knobs: temperature, seed"),
+     ({"knobs": {"temperature": "-1"}}, "knobs.temperature must be >= 0, got -1.0"),
+     ({"knobs": {"temperature": "nan"}}, "knobs.temperature: expected a number, got 'nan'"),
+     ({"knobs": "hot"}, "knobs: expected a mapping, got 'hot'")],
+)  # fmt: skip
+def test_schema_dict_errors_name_the_key(data: dict, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        from_dict(WithKnobs, data)
+    assert str(err.value) == message
+
+
+def test_describe_lists_schema_keys() -> None:
+    rows = {name: (default, help_) for name, default, help_ in describe(WithKnobs)}
+    assert rows["knobs.temperature"] == ("1.0", "sampling temperature") and rows["knobs.seed"] == ("0", "seed")
+    assert rows["free"] == ("{}", "no schema")

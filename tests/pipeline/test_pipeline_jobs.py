@@ -1,0 +1,86 @@
+"""What a job checks before any work (issue 10): settings it cannot honour, and a task-policy
+backend that cannot run here, are one-line errors at config load, before Ray or D1 start."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memprism_ray.config import load_config
+from memprism_ray.pipeline import jobs
+from memprism_ray.pipeline.jobs import JobSpec, check_job, parse_job_args
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def no_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+
+
+def test_the_grpo_job_rejects_the_llm_teacher_it_would_ignore() -> None:
+    cfg = load_config("configs/local.yaml", ["--label.teacher", "llm"])
+    with pytest.raises(ValueError) as err:
+        check_job("grpo_alfworld", cfg, environ={})
+    assert str(err.value) == (
+        "label.teacher='llm' is not supported by the grpo_alfworld job; it supports: counterfactual"
+    )
+    check_job("eval_alfworld", cfg, environ={})  # the eval job never labels views
+    check_job("grpo_alfworld", load_config("configs/local.yaml"), environ={})
+
+
+def test_widening_a_jobs_declaration_is_the_one_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = load_config("configs/local.yaml", ["--label.teacher", "llm"])
+    wide = JobSpec(supports={"label.teacher": ("counterfactual", "llm")}, runs_policy=True)
+    monkeypatch.setitem(jobs.JOBS, "grpo_alfworld", wide)
+    check_job("grpo_alfworld", cfg, environ={})
+    with pytest.raises(ValueError, match="unknown job 'grpo'; known jobs: grpo_alfworld, eval_alfworld"):
+        check_job("grpo", cfg, environ={})
+
+
+def test_a_vllm_policy_on_a_machine_without_vllm_fails_at_load(no_vllm: None) -> None:
+    cfg = load_config("configs/alfworld_paper.yaml")
+    with pytest.raises(ValueError, match=r"^policy\.backend=vllm needs vLLM, which is not importable here"):
+        check_job("grpo_alfworld", cfg, environ={})
+    with pytest.raises(ValueError, match=r"^policy\.backend=vllm needs vLLM"):
+        check_job("eval_alfworld", cfg, environ={"RAY_ADDRESS": ""})
+    # Under `ray job submit` the driver may sit on a CPU head; the GPU nodes run the policy.
+    check_job("grpo_alfworld", cfg, environ={"RAY_ADDRESS": "http://127.0.0.1:8265"})
+    local = load_config("configs/alfworld_paper.yaml", ["--run.ray_address", "local"])
+    with pytest.raises(ValueError, match="needs vLLM"):
+        check_job("grpo_alfworld", local, environ={"RAY_ADDRESS": "http://127.0.0.1:8265"})
+
+
+def test_parse_job_args_exits_2_with_the_error(no_vllm: None, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_job_args("x", ["--config", "configs/local.yaml", "--label.teacher", "llm"], job="grpo_alfworld")
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: label.teacher='llm' is not supported by the grpo_alfworld job; it supports: counterfactual"
+    )
+    _, cfg = parse_job_args("x", ["--config", "configs/local.yaml", "--label.teacher", "llm"])
+    assert cfg.label.teacher == "llm"  # without a job name nothing job-specific is checked
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is importable on this machine")
+def test_the_paper_preset_fails_before_ray_or_d1_without_vllm(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run(
+        [sys.executable, "jobs/grpo_alfworld.py", "--config", "configs/alfworld_paper.yaml",
+         "--run.out_dir", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "error: policy.backend=vllm needs vLLM, which is not importable here: install it on a GPU machine "
+        "(clusters/node_setup.sh install gpu, or docker/Dockerfile.gpu; see clusters/README.md) or pick another "
+        "backend (--policy.backend openai|hf|scripted)"
+    )
+    assert list(tmp_path.iterdir()) == []  # no run directory, no D1

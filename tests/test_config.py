@@ -1,0 +1,60 @@
+"""The job config tree (memprism_ray/config.py): bad settings are rejected when the config
+is read, with the key, the value and what is allowed (issue 10 item 2), never after D1."""
+
+from __future__ import annotations
+
+import pytest
+
+from memprism_ray.config import load_config
+from memprism_ray.config_tree import describe
+from memprism_ray.policy.factory import make_policy
+
+PRESET = "configs/local.yaml"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [(["--eval.conditions", "memprism,bogus"],
+      "eval.conditions: unknown condition 'bogus'; valid conditions: no_memory, full_history, recent4"),
+     (["--eval.conditions", "memprism,freq_random,memprism"], "eval.conditions: condition 'memprism' is listed twice"),
+     (["--eval.conditions", "freq_random,memprism"],
+      "eval.conditions: 'freq_random' samples the view marginal of this run's memprism condition; list memprism "
+      "before it"),
+     (["--eval.split", "test"], "eval.split: unknown ALFWorld split 'test'; valid splits: train, "),
+     (["--corpus.train_split", "valid_seen"], "corpus.train_split: unknown ALFWorld split 'valid_seen'"),
+     (["--label.policy_temperature", "-0.5"], "label.policy_temperature must be >= 0 (0 = greedy), got -0.5"),
+     (["--label.cost_temperature", "0"], "label.cost_temperature must be > 0, got 0.0"),
+     (["--policy.scripted.temperature", "-1"], "policy.scripted.temperature must be >= 0 (0 = greedy), got -1.0"),
+     (["--policy.scripted.temperature", "warm"], "policy.scripted.temperature: expected a number, got 'warm'"),
+     (["--policy.scripted.temp", "1"], "unknown setting(s) policy.scripted.temp; valid keys under policy.scripted: "
+      "temperature, seed"),
+     (["--policy.openai.temperature", "-1", "--policy.backend", "openai"], "openai.temperature must be >= 0"),
+     (["--rollout.group_timeout_s", "-5"],
+      "rollout.group_timeout_s must be a finite number of seconds > 0, got -5.0"),
+     (["--rollout.group_timeout_s", "nan"], "rollout.group_timeout_s: expected a number, got 'nan'"),
+     (["--rollout.group_timeout_s", "inf"], "rollout.group_timeout_s must be a finite number of seconds > 0, got inf"),
+     (["--run.call_timeout_s", "nan"], "run.call_timeout_s: expected a number, got 'nan'"),
+     (["--run.ray_address", "10.0.0.1:6379"], "run.ray_address must be 'auto'"),
+     (["--grpo.lr", "fast"], "grpo.lr: expected a number, got 'fast'")],
+)  # fmt: skip
+def test_bad_settings_are_rejected_when_the_config_is_read(overrides: list[str], message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        load_config(PRESET, overrides)
+    text = str(err.value)
+    assert text.startswith(message) and "\n" not in text
+
+
+def test_numbers_given_as_strings_reach_the_policy_as_numbers() -> None:
+    # Issue 10: the string '0.5' used to reach ScriptedPolicy and fail there with a TypeError.
+    cfg = load_config(PRESET, ["--policy.scripted.temperature", "0.5", "--policy.scripted.seed", "4"])
+    assert cfg.policy.scripted == {"temperature": 0.5, "seed": 4}
+    assert isinstance(cfg.policy.scripted["temperature"], float)
+    policy = make_policy(cfg.policy)
+    assert (policy.temperature, policy.seed) == (0.5, 4)
+
+
+def test_the_presets_load_and_list_the_scripted_keys() -> None:
+    for preset in (PRESET, "configs/alfworld_paper.yaml"):
+        load_config(preset)
+    names = {name for name, _, _ in describe(type(load_config(PRESET)))}
+    assert {"policy.scripted.temperature", "policy.scripted.seed", "rollout.group_timeout_s"} <= names
