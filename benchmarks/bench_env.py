@@ -181,7 +181,7 @@ def main() -> None:
     fast_cold, fast_warm, fast_steps, stock_resets, stock_steps = [], [], [], [], []
     mem_first = None
     t0 = time.perf_counter()
-    for g, rec in zip(games, stock):
+    for g, rec in zip(games, stock, strict=True):
         assert rec["game"] == str(g.path)
         if len(set(rec["intro"])) != 1:
             mismatches.append(f"{g.game_id}: the stock engine's intro changed between resets")

@@ -84,7 +84,8 @@ class RecordingServices:
         return stage in self.fail and self.fail[stage] == (slot, call_no)
 
     def _wrap(self, stage: str, slots: Sequence[int], results: list[Any], call_no: int) -> list[Any]:
-        return [Injected(f"{stage} down") if self._faulty(stage, s, call_no) else r for s, r in zip(slots, results)]
+        pairs = zip(slots, results, strict=True)
+        return [Injected(f"{stage} down") if self._faulty(stage, s, call_no) else r for s, r in pairs]
 
     def reset(self, requests):
         n = self._tick("reset")
@@ -183,7 +184,7 @@ def test_rows_record_every_decision(agent_run, agent_tokens) -> None:
         assert len(r.rows) == r.steps == len(r.stream) >= 1
         inputs = svc.inputs[eid]
         assert len(inputs) == r.steps
-        for i, (row, inp, rec) in enumerate(zip(r.rows, inputs, r.stream)):
+        for i, (row, inp, rec) in enumerate(zip(r.rows, inputs, r.stream, strict=True)):
             assert row["episode_id"] == eid and row["game_id"] == r.spec.game.game_id and row["step"] == i
             assert row["task_type"] == r.spec.game.task_type
             assert row["view_index"] == ACTION.index and row["view"] == ACTION.name
@@ -208,7 +209,7 @@ def test_rows_record_every_decision(agent_run, agent_tokens) -> None:
             stages = ("features_ms", "select_ms", "view_ms", "policy_ms", "env_ms", "phi_ms")
             assert row["step_ms"] >= sum(row[k] for k in stages) * 0.999
         # Feedback of step i is the observation of step i+1.
-        for rec, nxt in zip(r.stream, inputs[1:]):
+        for rec, nxt in zip(r.stream, inputs[1:], strict=False):
             assert nxt.observation == rec.raw.feedback
         last = r.rows[-1]
         assert last["won"] == r.won and (r.won == (r.reward == 1.0))
@@ -315,7 +316,7 @@ def test_a_service_failure_fails_only_its_episode(
     assert bad.error == f"{label}: Injected: {stage} down"
     assert bad.steps == len(bad.rows) == len(bad.stream) == steps_done
     assert bad.summary()["status"] == "failed" and bad.summary()["error"] == bad.error
-    for r, ref in zip(results, agent_reference):
+    for r, ref in zip(results, agent_reference, strict=True):
         if r is bad:
             continue
         assert not r.failed and r.error is None
@@ -475,12 +476,12 @@ def test_artifacts_round_trip(agent_run, tmp_path: Path) -> None:
     table = pq.read_table(root / "steps.parquet")
     assert table.num_rows == r.steps
     back = table.to_pylist()
-    for row, got in zip(r.rows, back):
+    for row, got in zip(r.rows, back, strict=True):
         assert got == row
     assert json.loads((root / "episode.json").read_text()) == r.summary()
     pngs = sorted((root / "views").glob("*.png"))
     assert [p.name for p in pngs] == [f"step_{i:03d}.png" for i in range(r.steps)]
-    for p, row in zip(pngs, r.rows):
+    for p, row in zip(pngs, r.rows, strict=True):
         with Image.open(p) as im:
             assert im.size[0] * im.size[1] == row["pixels"]
     page = (root / "trajectory.html").read_text()

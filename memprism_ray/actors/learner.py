@@ -38,7 +38,8 @@ def groups_to_batch(groups: list[Any]) -> Any:
             cols[name].append(flat.reshape(t.num_rows, -1))
         d = t.select(["episode_id", "group_id", "view_index", "view_logprob", "traj_return", "failed"]).to_pydict()
         for eid, gid, vi, lp, r, f in zip(
-            d["episode_id"], d["group_id"], d["view_index"], d["view_logprob"], d["traj_return"], d["failed"]
+            d["episode_id"], d["group_id"], d["view_index"], d["view_logprob"], d["traj_return"], d["failed"],
+            strict=True,
         ):
             traj.append(traj_ids.setdefault(eid, len(traj_ids)))
             group.append(group_ids.setdefault(gid, len(group_ids)))

@@ -124,7 +124,7 @@ class RayServices:
             order.extend(idxs)
         results = gather(calls, self.timeout_s)
         out: list[Any] = [None] * len(requests)
-        for i, r in zip(order, results):
+        for i, r in zip(order, results, strict=True):
             out[i] = r
         return out
 
@@ -136,10 +136,10 @@ class RayServices:
 
     def extract(self, raws: Sequence[RawEvent], states: Sequence[dict[str, str]]) -> list[Extraction | BaseException]:
         if isinstance(self.phi, Pool):
-            pairs = list(zip(raws, states))
+            pairs = list(zip(raws, states, strict=True))
             return self.phi.map(pairs, lambda chunk: ([p[0] for p in chunk], [p[1] for p in chunk]))
         out: list[Any] = []
-        for raw, state in zip(raws, states):
+        for raw, state in zip(raws, states, strict=True):
             try:
                 out.append(self.phi.extract(raw, state))
             except Exception as exc:

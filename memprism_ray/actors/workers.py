@@ -73,7 +73,7 @@ class PhiWorker:
         self.phi = AlfworldPhi()
 
     def extract(self, raws: Sequence[RawEvent], states: Sequence[dict[str, str]]) -> list[Extraction | BaseException]:
-        return each_request(lambda p: self.phi.extract(p[0], p[1]), list(zip(raws, states)))
+        return each_request(lambda p: self.phi.extract(p[0], p[1]), list(zip(raws, states, strict=True)))
 
 
 @ray.remote(max_restarts=3, max_task_retries=1)

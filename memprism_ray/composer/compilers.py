@@ -226,7 +226,7 @@ def compile_state(selection: Selection, gamma: str) -> EntityState:
         ev = it.event
         if not ev.deltas:
             continue
-        for d, sv in zip(ev.deltas, _state_values(ev, goal)):
+        for d, sv in zip(ev.deltas, _state_values(ev, goal), strict=True):
             chain = chains.get(d.key)
             if chain is None:
                 chains[d.key] = [sv]

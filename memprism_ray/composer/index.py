@@ -399,7 +399,7 @@ class _State:
             ev = items[k].event
             if not ev.deltas:
                 continue
-            for d, sv in zip(ev.deltas, _state_values(ev, goal)):
+            for d, sv in zip(ev.deltas, _state_values(ev, goal), strict=True):
                 kd = keys.get(d.key)
                 if kd is None:
                     kd = keys[d.key] = _Key(d.key, d.attribute)
@@ -910,7 +910,7 @@ def _state_shared(selection: Selection, gamma: str) -> EntityState:
         ev = it.event
         if not ev.deltas:
             continue
-        for d, sv in zip(ev.deltas, _state_values(ev, goal)):
+        for d, sv in zip(ev.deltas, _state_values(ev, goal), strict=True):
             chain = chains.get(d.key)
             if chain is None:
                 chains[d.key] = [sv]

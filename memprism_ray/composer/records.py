@@ -64,7 +64,7 @@ def _build(record: StreamRecord) -> EventView:
     links = set()
     if ev.entity and ev.entity != AGENT_ENTITY:
         links.add(ev.entity)
-    for d, flag in zip(ev.delta, changed):
+    for d, flag in zip(ev.delta, changed, strict=True):
         entity, attribute = split_key(d.key)
         deltas.append(DeltaView(d.key, entity, attribute, d.new_value, bool(flag), text_terms(d.new_value)))
         term_texts.append(d.key)

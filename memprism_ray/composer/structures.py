@@ -86,7 +86,7 @@ class EffectGroup:
 
     def shown(self) -> tuple[tuple[int, SelectedEvent], ...]:
         """``(attempt number, attempt)`` pairs in time order."""
-        return tuple(zip(self.numbers, self.attempts))
+        return tuple(zip(self.numbers, self.attempts, strict=True))
 
 
 @dataclass(frozen=True, slots=True)

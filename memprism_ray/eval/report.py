@@ -272,7 +272,7 @@ def plot_condition(rep: dict[str, Any], out_dir: Path) -> list[Path]:
     vs = rep["view_selection"]
     if vs["decisions_with_view"]:
         fig, axes = plt.subplots(1, 3, figsize=(11, 3.5), gridspec_kw={"width_ratios": [4, 12, 3]})
-        for ax, group in zip(axes, ("tau", "window_filter", "gamma")):
+        for ax, group in zip(axes, ("tau", "window_filter", "gamma"), strict=True):
             keys = list(vs[group])
             ax.bar(range(len(keys)), [vs[group][k] for k in keys])
             ax.set_xticks(range(len(keys)), keys, rotation=70, fontsize=7)

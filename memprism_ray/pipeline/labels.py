@@ -47,7 +47,7 @@ def expert_states(table: Any, episodes: Sequence[int] | None = None) -> list[Lab
         admissible = rows.column("admissible").to_pylist()
         game_id = rows.column("game_id")[0].as_py()
         goal = rows.column("goal")[0].as_py()
-        for st, adm in zip(decision_states(stream, goal=goal, task_id=game_id), admissible):
+        for st, adm in zip(decision_states(stream, goal=goal, task_id=game_id), admissible, strict=True):
             out.append(LabelState(st, tuple(adm)))
     return out
 

@@ -126,7 +126,7 @@ class VLLMPolicy:
                 outs = self._generate([req for _, req in pending])
                 if len(outs) != len(pending):
                     raise PolicyBackendError(f"vLLM returned {len(outs)} outputs for {len(pending)} requests")
-                raw = {i: out for (i, _), out in zip(pending, outs)}
+                raw = {i: out for (i, _), out in zip(pending, outs, strict=True)}
             except ValueError:
                 # vLLM validates inputs with ValueError (prompt longer than max_model_len, too
                 # many images), failing the whole batch; retry one by one so only the bad

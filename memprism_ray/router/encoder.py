@@ -137,7 +137,7 @@ class _CachedEncoder:
         if missing:
             unique = list(missing)
             emb = self._embed(unique)
-            for t, vec in zip(unique, emb):
+            for t, vec in zip(unique, emb, strict=True):
                 out[missing[t]] = vec
                 self.cache.put(t, vec)
         return out

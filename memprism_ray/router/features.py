@@ -278,8 +278,8 @@ class EventWindowSummarizer:
         weights = [self.recency_decay ** (n - 1 - j) for j in range(n)]
         total = math.fsum(weights)
         changed = [any(r.changed) for r in recs]
-        out[W_RECENT_STATE_CHANGE] = math.fsum(w for w, c in zip(weights, changed) if c) / total
-        out[W_RECENT_EXCEPTION] = math.fsum(w for w, e in zip(weights, exc) if e) / total
+        out[W_RECENT_STATE_CHANGE] = math.fsum(w for w, c in zip(weights, changed, strict=True) if c) / total
+        out[W_RECENT_EXCEPTION] = math.fsum(w for w, e in zip(weights, exc, strict=True) if e) / total
         return out
 
 

@@ -250,7 +250,7 @@ class ViewPolicyModel(nn.Module):
 def _check_inputs(config: RouterConfig, obs: Tensor, goal: Tensor, window: Tensor, stats: Tensor) -> None:
     dims = {"obs": config.obs_dim, "goal": config.goal_dim, "window": config.window_dim, "stats": config.stats_dim}
     batch = obs.shape[0] if obs.dim() == 2 else None
-    for (name, dim), t in zip(dims.items(), (obs, goal, window, stats)):
+    for (name, dim), t in zip(dims.items(), (obs, goal, window, stats), strict=True):
         if t.dim() != 2 or t.shape[1] != dim or t.shape[0] != batch:
             raise ValueError(f"ViewPolicyModel input {name} must be [B, {dim}] with a shared B, got {tuple(t.shape)}")
 

@@ -74,7 +74,7 @@ def test_rollout_group_is_an_arrow_trajectory_group(system) -> None:
     assert t.schema.field("feat_window").type.list_size == 128
     # Every step of a trajectory carries that trajectory's return (binary success).
     won = {e["episode_id"]: float(e["won"]) for e in group.episodes}
-    for eid, ret in zip(t.column("episode_id").to_pylist(), t.column("traj_return").to_pylist()):
+    for eid, ret in zip(t.column("episode_id").to_pylist(), t.column("traj_return").to_pylist(), strict=False):
         assert ret == won[eid]
     # Same seed, same weights -> the same group (rollouts are reproducible).
     again = ray.get(worker.run_group.remote(spec, None, 7), timeout=600)
@@ -170,7 +170,7 @@ def test_failed_trajectories_are_excluded_without_rerun(system) -> None:
         failed_ids = {e["episode_id"] for e in failed_eps}
         rows_failed = [
             f
-            for eid, f in zip(groups[0].steps.column("episode_id").to_pylist(), batch.failed.tolist())
+            for eid, f in zip(groups[0].steps.column("episode_id").to_pylist(), batch.failed.tolist(), strict=False)
             if eid in failed_ids
         ]
         assert all(rows_failed)

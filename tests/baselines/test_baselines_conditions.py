@@ -209,7 +209,7 @@ def test_router_greedy_is_the_argmax(agent_router: ViewPolicyModel) -> None:
         logits = agent_router(*feats.to_tensors())
     logp = torch.log_softmax(logits, dim=-1)
     assert [d.index for d in decisions] == logits.argmax(dim=-1).tolist()
-    for d, row in zip(decisions, logp):
+    for d, row in zip(decisions, logp, strict=False):
         assert d.medium == "optical" and d.logprob == pytest.approx(float(row[d.index]), abs=1e-5)
     assert make_selector("memprism_text", router=agent_router).select(_ctx(6), feats)[0].medium == "text"
 
@@ -269,7 +269,7 @@ def test_factor_masks_select_exactly_one_value(factor: str, value: str, canonica
     mask = factor_mask(factor, value)
     n_values = {"tau": 4, "window": 3, "filter": 4, "gamma": 3}[factor]
     assert mask.shape == (NUM_ACTIONS,) and int(mask.sum()) == NUM_ACTIONS // n_values
-    assert all((getattr(a, factor) == canonical) == bool(m) for a, m in zip(ALL_ACTIONS, mask))
+    assert all((getattr(a, factor) == canonical) == bool(m) for a, m in zip(ALL_ACTIONS, mask, strict=False))
 
 
 def test_constrained_planner_keeps_the_fixed_factor(agent_router: ViewPolicyModel) -> None:
@@ -294,7 +294,7 @@ def test_constrained_planner_keeps_the_fixed_factor(agent_router: ViewPolicyMode
     # The other three factors remain the Router's choice: the constrained planner is not a fixed view.
     chosen = make_selector("constrained:gamma=fine", router=agent_router).select(_ctx(16), feats)
     free = raw.argmax(-1).tolist()
-    for d, f in zip(chosen, free):
+    for d, f in zip(chosen, free, strict=False):
         if ALL_ACTIONS[f].gamma == "fine":
             assert d.index == f
 

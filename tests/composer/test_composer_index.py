@@ -53,7 +53,7 @@ def test_growing_stream_equals_reference(seed: int, kind: str, n: int, plan: lis
     records: list = []
     it = iter(full)
     for k, asks in plan:
-        for rec in [r for _, r in zip(range(k), it)]:
+        for rec in [r for _, r in zip(range(k), it, strict=False)]:
             grow.append(rec.raw, rec.event)
             records.append(rec)
         for index, goal, mode, src_kind in asks:

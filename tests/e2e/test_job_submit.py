@@ -54,7 +54,7 @@ def test_ray_job_submit_runs_the_grpo_job(
             assert json.loads(r.read())["ray_version"] == "2.60.0"
         out = tmp_path / "runs"
         overrides = memprism_tiny_overrides(memprism_tiny_corpus, out, "e2e")
-        pairs = dict(zip(overrides[::2], overrides[1::2]))
+        pairs = dict(zip(overrides[::2], overrides[1::2], strict=False))
         pairs.pop("--eval.enabled")
         pairs.pop("--run.tensorboard")
         overrides = [x for kv in pairs.items() for x in kv]

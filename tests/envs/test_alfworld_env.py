@@ -103,12 +103,12 @@ def test_engine_caches_keep_transcripts_identical_to_stock(alfworld_games: dict)
     games = alfworld_games["eval_out_of_distribution"][:3]
     with AlfworldEnv(1) as fast:
         scripts = [_random_actions(fast, g, 12, 7 + i) for i, g in enumerate(games)]
-        fast_runs = [_play(fast, g, s) for g, s in zip(games, scripts)]
+        fast_runs = [_play(fast, g, s) for g, s in zip(games, scripts, strict=False)]
     engine.uninstall_engine_caches()
     try:
         assert not engine.engine_caches_installed()
         with AlfworldEnv(1, fast=False) as stock:
-            stock_runs = [_play(stock, g, s) for g, s in zip(games, scripts)]
+            stock_runs = [_play(stock, g, s) for g, s in zip(games, scripts, strict=False)]
     finally:
         engine.install_engine_caches()
     assert fast_runs == stock_runs

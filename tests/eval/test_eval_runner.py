@@ -69,7 +69,7 @@ def test_each_condition_plays_the_same_ordered_episodes(agent_eval_run) -> None:
 
 def test_tables_reports_and_plots_agree(agent_eval_run) -> None:
     out, summary = agent_eval_run
-    for cond, rep in zip(("no_memory", "fixed_EntityState"), summary["conditions"]):
+    for cond, rep in zip(("no_memory", "fixed_EntityState"), summary["conditions"], strict=True):
         d = out / cond
         episodes = pq.read_table(d / "episodes.parquet").to_pylist()
         steps = pq.read_table(d / "steps.parquet").to_pylist()

@@ -118,7 +118,7 @@ def test_tiny_vlm_plumbing(tiny_model: Path) -> None:
     assert policy.name == "hf"
     outs = policy.act(INPUTS)
     assert len(outs) == 3
-    for inp, out in zip(INPUTS, outs):
+    for inp, out in zip(INPUTS, outs, strict=False):
         # Random weights: whatever it says, the parser rejects it with a reason, no crash.
         assert not out.valid and out.action is None and out.error
         assert 1 <= out.completion_tokens <= 6

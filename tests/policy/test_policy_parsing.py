@@ -175,7 +175,7 @@ def test_case_and_whitespace_noise_is_normalised(data: st.DataObject) -> None:
     seps = data.draw(
         st.lists(st.sampled_from([" ", "  ", "\t", "\n", "\u00a0"]), min_size=len(words) - 1, max_size=len(words) - 1)
     )
-    noisy = words[0] + "".join(s + w for s, w in zip(seps, words[1:]))
+    noisy = words[0] + "".join(s + w for s, w in zip(seps, words[1:], strict=False))
     noisy = "".join(c.upper() if data.draw(st.booleans()) else c for c in noisy)
     assert parse_alfworld(f"<action> {noisy} </action>", ADMISSIBLE).action == action
 

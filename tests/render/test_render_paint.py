@@ -67,7 +67,7 @@ def test_layout_caches_change_nothing(n: int, seed: int, picks: list[int]) -> No
         page = layout(compose(stream, ALL_ACTIONS[index]), cfg)
         warm.append((page.lines, paint(page, cfg).tobytes()))
     clear_render_caches()
-    for index, (lines, pixels) in zip(picks, warm):
+    for index, (lines, pixels) in zip(picks, warm, strict=False):
         page = layout(compose_reference(stream, ALL_ACTIONS[index]), cfg)
         assert page.lines == lines
         assert paint_reference(page, cfg).tobytes() == pixels

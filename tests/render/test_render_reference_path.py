@@ -49,7 +49,7 @@ def test_fast_path_equals_reference_path_for_all_actions(
         view = compose(grow, a, goal, composer)
         page = layout(view, config)
         fast.append((view, "\n".join(page.lines), paint(page, config).tobytes(), paint_image(page, config)))
-    for a, (view, text, pixels, image) in zip(ALL_ACTIONS, fast):
+    for a, (view, text, pixels, image) in zip(ALL_ACTIONS, fast, strict=False):
         ref_view = compose_reference(grow, a, goal, composer)
         clear_render_caches()
         ref_page = layout(ref_view, config)
