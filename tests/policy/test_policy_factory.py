@@ -64,8 +64,17 @@ def test_scripted_is_looked_up_by_module_path(monkeypatch: pytest.MonkeyPatch) -
     policy = make_policy(PolicyConfig(backend="scripted", scripted={"temperature": 0.5, "seed": 7}))
     assert isinstance(policy, _Echo) and policy.temperature == 0.5 and policy.seed == 7
     assert policy.act([PolicyInput("alfworld", "g", "o", admissible=("look",))])[0].action == "look"
+    # A misspelt key never reaches the policy: the config rejects it (issue 10).
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) policy\.scripted\.temprature"):
+        PolicyConfig(backend="scripted", scripted={"temprature": 0.5})
+
+    class NoSeed(_Echo):
+        def __init__(self, temperature: float = 1.0) -> None:
+            super().__init__(temperature)
+
+    _fake_module(monkeypatch, ScriptedPolicy=NoSeed)
     with pytest.raises(ValueError, match="rejected"):
-        make_policy(PolicyConfig(backend="scripted", scripted={"temprature": 0.5}))
+        make_policy(PolicyConfig(backend="scripted", scripted={"seed": 1}))
 
     class WithFromConfig(_Echo):
         @classmethod

@@ -204,7 +204,7 @@ def test_other_benchmarks_and_bad_settings() -> None:
     assert not out.valid and "ALFWorld only" in out.error
     with pytest.raises(ValueError, match="temperature"):
         ScriptedPolicy(temperature=-1)
-    with pytest.raises(ValueError, match="valid: temperature, seed"):
+    with pytest.raises(ValueError, match=r"valid keys under policy\.scripted: temperature, seed"):
         ScriptedPolicy.from_config(PolicyConfig(backend="scripted", scripted={"temp": 1.0}))
     p = ScriptedPolicy.from_config(PolicyConfig(backend="scripted", scripted={"temperature": 0.5, "seed": 4}))
     assert (p.temperature, p.seed, p.needs_view_text) == (0.5, 4, True)
