@@ -22,6 +22,7 @@ from memprism_ray.adapter.grpo import GRPOConfig
 from memprism_ray.adapter.sft import SFTConfig
 from memprism_ray.agent import AgentConfig
 from memprism_ray.config_tree import field, from_dict, load_yaml, merge, parse_overrides
+from memprism_ray.pipeline.run_dir import check_run_name
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.render.config import RenderConfig
 from memprism_ray.router.encoder import EncoderConfig
@@ -36,6 +37,9 @@ class RunConfig:
     out_dir: str = field("runs", help="parent directory of run directories")
     seed: int = field(0, help="job seed: task sampling, rollout sampling, final evaluation order")
     resume: str = field("", help="'' (fresh; refuses a non-empty run dir), 'auto' (latest checkpoint) or a path")
+    allow_config_change: bool = field(
+        False, help="resume from a checkpoint made with a different config (e.g. a new --grpo.lr)"
+    )
     checkpoint_every: int = field(1, help="learner checkpoint every K iterations (and at the end)")
     ray_address: str = field("auto", help="'auto': join the job's cluster or start a local one; 'local': always local")
     num_cpus: int = field(0, help="CPUs of a locally started Ray (0: all)")
@@ -43,6 +47,7 @@ class RunConfig:
     tensorboard: bool = field(True, help="write TensorBoard event files beside the JSONL log")
 
     def __post_init__(self) -> None:
+        check_run_name(self.name)
         if self.checkpoint_every < 1:
             raise ValueError(f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if self.call_timeout_s <= 0:
