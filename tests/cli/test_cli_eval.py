@@ -91,3 +91,15 @@ def test_compare_errors(agent_cli_eval, tmp_path: Path, capsys: pytest.CaptureFi
                    other / "episodes.parquet")  # fmt: skip
     assert main(["compare", str(out / "no_memory"), str(other)]) == 2
     assert "share no episode ids" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "content", [{"view_marginal": [[0.1] * 144]}, [{"a": 1}] * 144, {"view_selection": {"view_marginal": "x"}}]
+)
+def test_nested_marginal_json_is_a_one_line_error(tmp_path: Path, content: object, capsys) -> None:
+    path = tmp_path / "marginal.json"
+    path.write_text(json.dumps(content))
+    args = ["eval", "--condition", "freq_random", "--marginal", str(path), "--out", str(tmp_path / "o")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "flat JSON list of numbers" in err

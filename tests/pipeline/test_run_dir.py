@@ -51,7 +51,7 @@ def test_fresh_run_refuses_an_existing_directory(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["../../x", "/abs/x", "a/b", "..", ".hidden", ""])
 def test_run_names_that_leave_out_dir_are_rejected(tmp_path: Path, name: str) -> None:
-    with pytest.raises(ValueError, match="run.name"):
+    with pytest.raises(ValueError, match=r"run\.name"):
         cfg(tmp_path, "--run.name", name)
 
 
@@ -103,7 +103,7 @@ def test_bad_resume_paths_and_init_checkpoints_are_one_line_errors(tmp_path: Pat
     with pytest.raises(RunDirError, match=r"state\.pt: cannot be read"):
         prepare_run_dir(c.run.dir, str(ck), c)
     bad_init = cfg(tmp_path, "--init_checkpoint", str(tmp_path / "nope"))
-    with pytest.raises(RunDirError, match="init_checkpoint .*no such checkpoint directory"):
+    with pytest.raises(RunDirError, match=r"init_checkpoint .*no such checkpoint directory"):
         prepare_run_dir(bad_init.run.dir, "", bad_init)
     assert not c.run.dir.exists()  # nothing created for a refused start
 
