@@ -263,5 +263,5 @@ def condition_needs(condition: str) -> frozenset[str]:
 
 
 def fixed_view_conditions() -> list[str]:
-    """The four fixed relation views in D.3 order."""
+    """The four fixed relation views in E.4 order."""
     return [f"fixed:{tau}" for tau in TAUS]

@@ -1,4 +1,4 @@
-"""``memprism eval`` and ``memprism compare`` (paper appendix B evaluation protocol)."""
+"""``memprism eval`` and ``memprism compare`` (paper appendix C evaluation protocol)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The environment protocol shared by every benchmark (paper: "Recorder", appendix C.1).
+"""The environment protocol shared by every benchmark (paper: "Recorder", appendix D.1).
 
 Each decision step of the agent loop (DESIGN.md "Decision step") reads an
 :class:`Observation` (the pre-action observation ``o_t^-``, the goal ``g`` and the admissible

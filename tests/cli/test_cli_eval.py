@@ -1,4 +1,4 @@
-"""``memprism eval`` and ``memprism compare`` (paper appendix B evaluation protocol) on the
+"""``memprism eval`` and ``memprism compare`` (paper appendix C evaluation protocol) on the
 shared tiny corpus (tests/conftest.py), and their one-line errors."""
 
 from __future__ import annotations

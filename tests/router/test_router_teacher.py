@@ -1,4 +1,4 @@
-"""View teachers: verbatim appendix-D prompts, adversarial reply parsing, HTTP retries and the
+"""View teachers: verbatim appendix-E.2 prompts, adversarial reply parsing, HTTP retries and the
 counterfactual teacher's cost tie-break."""
 
 from __future__ import annotations
