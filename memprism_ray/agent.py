@@ -1,5 +1,5 @@
 """The decision loop, in-process (paper appendix D.3, "Decision-time compilation and
-environment update"; DESIGN.md "Decision step").
+environment update"; docs/architecture.md "Decision step").
 
 At each decision step of each running episode::
 

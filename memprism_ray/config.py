@@ -1,4 +1,4 @@
-"""The one config tree of a memprism-ray job (DESIGN.md: "One config tree, typed, each
+"""The one config tree of a memprism-ray job (docs/architecture.md "Configuration": "One config tree, typed, each
 field with a one-line doc; presets are YAML").
 
 Each section is the dataclass of the component it configures (``grpo`` is the adapter's
@@ -97,7 +97,7 @@ class LabelConfig:
 
 @dataclass
 class RolloutConfig:
-    """Placement of the rollout actors (DESIGN.md "Distributed rollout")."""
+    """Placement of the rollout actors (docs/architecture.md "Distributed rollout")."""
 
     num_workers: int = field(2, help="RolloutWorker actors; each runs one group at a time")
     env_slots_per_worker: int = field(16, help="game slots per rollout worker (>= grpo.group_size)")
