@@ -136,3 +136,20 @@ def test_killed_driver_resumes_to_the_same_state(
     assert len(meta["extra"]["config_sha256"]) == 64 and meta["extra"]["config"]["grpo.lr"] > 0
     for it in ("iter_0001", "iter_0002"):
         assert _weights_sha(tmp_path / "a" / "checkpoints" / it) == _weights_sha(tmp_path / "b" / "checkpoints" / it)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--resume", "/nonexistent/ckpt"), "no such checkpoint directory"),
+        (("--init_checkpoint", "/nonexistent/ckpt"), "init_checkpoint /nonexistent/ckpt"),
+        (("--run.name", "../../x"), "run.name '../../x'"),
+    ],
+)
+def test_bad_start_is_one_line_before_ray(tmp_path: Path, extra: tuple[str, ...], message: str) -> None:
+    cmd = [sys.executable, "jobs/grpo_alfworld.py", "--config", "configs/local.yaml", "--run.out_dir", str(tmp_path)]
+    r = subprocess.run([*cmd, *extra], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert "cluster" not in r.stdout  # refused before a Ray instance started
+    assert not any(tmp_path.iterdir())  # nothing created
