@@ -37,7 +37,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 run: $(STAMP)
-	$(PY) scripts/run_local.py
+	$(PY) scripts/run_local.py $(if $(filter disabled,$(RAY_AUTH_MODE)),--no-auth,)
 
 clean-venv:
 	rm -rf $(VENV)
