@@ -7,10 +7,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.memprism-installed
 
-# Ray and Hugging Face settings for every entry point: no usage reporting, no hub access,
-# token auth off unless the caller chose otherwise.
+# Ray and Hugging Face settings for every entry point: no usage reporting, no hub access.
+# `make run` starts its head with Ray token auth (a fresh token, printed, kept outside the
+# checkout); `make run RAY_AUTH_MODE=disabled` turns it off. Tests run without auth (their
+# Ray instances listen on 127.0.0.1 only).
 export RAY_USAGE_STATS_ENABLED := 0
-export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -30,12 +31,13 @@ setup: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+test: export RAY_AUTH_MODE := disabled
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
 run: $(STAMP)
-	$(PY) scripts/run_local.py
+	$(PY) scripts/run_local.py $(if $(filter disabled,$(RAY_AUTH_MODE)),--no-auth,)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,4 +1,4 @@
-"""Ray overhead and scaling of GRPO rollouts (issue 6 item 5; DESIGN.md "Distributed
+"""Ray overhead and scaling of GRPO rollouts (issue 6 item 5; docs/architecture.md "Distributed
 rollout").
 
 Plays the same groups (same games, trajectory ids, seeds and Router weights, hence the

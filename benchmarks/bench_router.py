@@ -1,4 +1,4 @@
-"""Router decision throughput on this machine (paper: appendix C.4/C.6 "Router inference is
+"""Router decision throughput on this machine (paper: appendix D.4/D.5 "Router inference is
 constant in N_t after its fixed-size summaries are constructed").
 
 A decision is what the agent does before composing a view: embed the current observation

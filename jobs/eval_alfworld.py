@@ -1,4 +1,4 @@
-"""Distributed evaluation of any condition on an ALFWorld split (paper appendix B), with
+"""Distributed evaluation of any condition on an ALFWorld split (paper appendix C), with
 the same report as ``memprism eval``: Wilson intervals, per-type SR, efficiency, SR and
 prompt tokens by trajectory length, view marginals, paired bootstrap differences.
 

@@ -1,5 +1,5 @@
 """Grouped GRPO for the MemPrism Router on ALFWorld (paper "Adapter", outcome-guided
-optimisation; Table A.4 "GRPO, ALFWorld"; DESIGN.md "Distributed rollout").
+optimisation; Table A.4 "GRPO, ALFWorld"; docs/architecture.md "Distributed rollout").
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
         python jobs/grpo_alfworld.py --config configs/local.yaml
@@ -36,9 +36,12 @@ from memprism_ray.actors.workers import PhiWorker, PolicyReplica, ViewWorker
 from memprism_ray.envs.alfworld import list_games
 from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
 from memprism_ray.pipeline.run_dir import (
+    RunDirError,
     RunLogger,
     checkpoint_dir,
+    checkpoint_extra,
     checkpoint_iteration,
+    d1_dir,
     prepare_run_dir,
     write_files,
 )
@@ -52,10 +55,16 @@ def say(msg: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv, job="grpo_alfworld")
     run_dir = cfg.run.dir
-    resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg)
+    try:
+        resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg)
+    except RunDirError as exc:
+        print(f"[grpo] error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    ck_extra = checkpoint_extra(cfg)  # the config as given (before the corpus path is resolved)
     resources = init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     say(f"run directory {run_dir}; cluster {dict(resources)}")
-    logger = RunLogger(run_dir, cfg.run.tensorboard)
+    resumed_at = checkpoint_iteration(resume_from) if resume_from is not None else 0
+    logger = RunLogger(run_dir, cfg.run.tensorboard, resume_step=resumed_at if cfg.run.resume else None)
 
     # 1. Games: an ALFWorld tree, or the embedded corpus generated from alfworld's layouts.
     cfg = resolve_corpus(cfg, say)
@@ -63,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     say(f"{len(train_games)} training games")
 
     # 2. The D1 reference policy (also GRPO's starting point).
-    reference = Path(cfg.init_checkpoint) if cfg.init_checkpoint else run_d1(cfg, train_games, run_dir / "d1", say)
+    reference = (
+        Path(cfg.init_checkpoint) if cfg.init_checkpoint else run_d1(cfg, train_games, d1_dir(run_dir, cfg), say)
+    )
 
     # 3. Actors: learner, stage pools, policy replicas, rollout workers.
     learner_gpus = gpu_request(1.0 if cfg.grpo.device in ("auto", "cuda") else 0.0)
@@ -119,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.log("grpo", it + 1, stats)
         bar.set_postfix(sr=f"{stats['success_rate']:.2f}", kl=f"{stats['kl']:.4f}", failed=stats["failed_trajectories"])
         if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.grpo.iterations:
-            ck = ray.get(learner.checkpoint.remote(metrics=stats), timeout=cfg.run.call_timeout_s)
+            ck = ray.get(learner.checkpoint.remote(metrics=stats, extra=ck_extra), timeout=cfg.run.call_timeout_s)
             write_files(ck["files"], checkpoint_dir(run_dir, it + 1))
             logger.log("checkpoint", it + 1, {"sha256": ck["sha256"]})
 

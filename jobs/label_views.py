@@ -7,8 +7,8 @@ view-teacher; appendix A.3 "Cold-start distillation").
 
 Plays ALFWorld's handcoded expert on ``label.games`` training games and labels every
 decision state with the counterfactual view teacher (the frozen task policy shown each of
-the 144 views), spread over Ray tasks. Writes ``<run>/d1/expert_trajectories.parquet`` and
-``<run>/d1/labels.parquet`` (Router features + 144-way soft labels); stages already done
+the 144 views), spread over Ray tasks. Writes ``<run>/d1/<key>/expert_trajectories.parquet`` and
+``<run>/d1/<key>/labels.parquet`` (Router features + 144-way soft labels); stages already done
 are reused.
 """
 
@@ -20,6 +20,7 @@ from memprism_ray.actors.d1 import collect_expert, label_expert
 from memprism_ray.actors.placement import init_ray
 from memprism_ray.envs.alfworld import list_games
 from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
+from memprism_ray.pipeline.run_dir import d1_dir as d1_dir_for
 
 
 def say(msg: str) -> None:
@@ -30,10 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv)
     if cfg.label.teacher != "counterfactual":
         raise SystemExit("label.teacher=llm: use memprism_ray.router.teacher.LLMViewTeacher with your endpoint")
-    d1_dir = cfg.run.dir / "d1"
-    d1_dir.mkdir(parents=True, exist_ok=True)
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     cfg = resolve_corpus(cfg, say)
+    d1_dir = d1_dir_for(cfg.run.dir, cfg)  # keyed by the config sections that make D1 (as in the GRPO job)
     games = list_games(cfg.corpus.train_split, cfg.corpus.data_root)[: cfg.label.games]
     expert = collect_expert(cfg, games, d1_dir, say)
     labels = label_expert(cfg, expert, d1_dir, say)

@@ -6,8 +6,8 @@ cosine to 0.01, seed 7, 50 epochs, lambda_cost 0.02).
         python jobs/sft_alfworld.py --config configs/local.yaml
     python jobs/sft_alfworld.py --config configs/local.yaml --sft.epochs 50
 
-Reads ``<run>/d1/labels.parquet`` (``jobs/label_views.py``; built here first when absent)
-and writes the D1 checkpoint ``<run>/d1/checkpoint`` (the reference policy of GRPO). The
+Reads ``<run>/d1/<key>/labels.parquet`` (``jobs/label_views.py``; built here first when absent)
+and writes the D1 checkpoint ``<run>/d1/<key>/checkpoint`` (the reference policy of GRPO). The
 update runs on a GPU when the cluster has one.
 """
 
@@ -19,6 +19,7 @@ from memprism_ray.actors.d1 import run_d1
 from memprism_ray.actors.placement import init_ray
 from memprism_ray.envs.alfworld import list_games
 from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
+from memprism_ray.pipeline.run_dir import d1_dir
 
 
 def say(msg: str) -> None:
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     cfg = resolve_corpus(cfg, say)
     games = list_games(cfg.corpus.train_split, cfg.corpus.data_root)
-    ckpt = run_d1(cfg, games, cfg.run.dir / "d1", say)
+    ckpt = run_d1(cfg, games, d1_dir(cfg.run.dir, cfg), say)
     say(f"D1 checkpoint: {ckpt}")
     return 0
 

@@ -1,5 +1,5 @@
-"""The decision loop, in-process (paper appendix C.3, "Decision-time compilation and
-environment update"; DESIGN.md "Decision step").
+"""The decision loop, in-process (paper appendix D.3, "Decision-time compilation and
+environment update"; docs/architecture.md "Decision step").
 
 At each decision step of each running episode::
 
@@ -72,7 +72,7 @@ class AgentConfig:
 
 
 class TokenCounter:
-    """Counts prompt text tokens with a named tokenizer (appendix B efficiency metrics).
+    """Counts prompt text tokens with a named tokenizer (appendix C.1 efficiency metrics).
 
     ``minilm``: the WordPiece tokenizer (bert-base-uncased vocabulary) shipped with the
     offline all-MiniLM-L6-v2 package; ``words``: words and punctuation marks. Backends that

@@ -1,4 +1,4 @@
-"""The one config tree of a memprism-ray job (DESIGN.md: "One config tree, typed, each
+"""The one config tree of a memprism-ray job (docs/architecture.md "Configuration": "One config tree, typed, each
 field with a one-line doc; presets are YAML").
 
 Each section is the dataclass of the component it configures (``grpo`` is the adapter's
@@ -25,6 +25,7 @@ from memprism_ray.agent import AgentConfig
 from memprism_ray.baselines.conditions import check_condition_names, condition_needs
 from memprism_ray.config_tree import field, from_dict, load_yaml, merge, parse_overrides
 from memprism_ray.envs.alfworld.data import check_split
+from memprism_ray.pipeline.run_dir import check_run_name
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.render.config import RenderConfig
 from memprism_ray.router.encoder import EncoderConfig
@@ -39,6 +40,9 @@ class RunConfig:
     out_dir: str = field("runs", help="parent directory of run directories")
     seed: int = field(0, help="job seed: task sampling, rollout sampling, final evaluation order")
     resume: str = field("", help="'' (fresh; refuses a non-empty run dir), 'auto' (latest checkpoint) or a path")
+    allow_config_change: bool = field(
+        False, help="resume from a checkpoint made with a different config (e.g. a new --grpo.lr)"
+    )
     checkpoint_every: int = field(1, help="learner checkpoint every K iterations (and at the end)")
     ray_address: str = field("auto", help="'auto': join the job's cluster or start a local one; 'local': always local")
     num_cpus: int = field(0, help="CPUs of a locally started Ray (0: all)")
@@ -46,6 +50,7 @@ class RunConfig:
     tensorboard: bool = field(True, help="write TensorBoard event files beside the JSONL log")
 
     def __post_init__(self) -> None:
+        check_run_name(self.name)
         if self.checkpoint_every < 1:
             raise ValueError(f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if not 0 < self.call_timeout_s < math.inf:
@@ -107,7 +112,7 @@ class LabelConfig:
 
 @dataclass
 class RolloutConfig:
-    """Placement of the rollout actors (DESIGN.md "Distributed rollout")."""
+    """Placement of the rollout actors (docs/architecture.md "Distributed rollout")."""
 
     num_workers: int = field(2, help="RolloutWorker actors; each runs one group at a time")
     env_slots_per_worker: int = field(16, help="game slots per rollout worker (>= grpo.group_size)")

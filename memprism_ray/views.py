@@ -1,5 +1,5 @@
 """Compose + render one working-memory view per request, with a content-addressed cache
-(paper "Composer" and "Render"; appendix C.3: "The same event stream, action, goal, and
+(paper "Composer" and "Render"; appendix D.3: "The same event stream, action, goal, and
 renderer configuration produce the same image").
 
 Because the output is a pure function of (stream content, view action, goal, renderer

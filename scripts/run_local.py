@@ -6,12 +6,19 @@ Starts a local Ray head (dashboard and job API on http://127.0.0.1:8265, metrics
 Job API, streams the job's logs, and stops the head it started (by its own process group)
 when the job ends. Outputs land in ``runs/<name>/`` under this checkout.
 
-    python scripts/run_local.py [--config configs/local.yaml] [--keep-head] [-- extra overrides]
+Ray token authentication is on: a fresh token is generated for each head, written to a 0600
+file in the head's temp dir (outside the checkout, never committed) and printed, with the
+environment a CLI needs to reach the head. ``--no-auth`` (or ``RAY_AUTH_MODE=disabled`` in
+the environment, e.g. ``make run RAY_AUTH_MODE=disabled``) turns it off; every listener stays
+on 127.0.0.1 either way. See docs/embedded-default.md.
+
+    python scripts/run_local.py [--config configs/local.yaml] [--keep-head] [--no-auth] [-- extra overrides]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import tempfile
@@ -21,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memprism_ray.actors.local_head import start_head, submit_and_wait  # noqa: E402
+from memprism_ray.actors.local_head import new_auth_token, start_head, submit_and_wait  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="", help="run name (default: local-<timestamp>)")
     p.add_argument("--keep-head", action="store_true", help="leave the Ray head running after the job")
     p.add_argument("--dashboard-port", type=int, default=8265, help="preferred dashboard / job API port")
+    p.add_argument(
+        "--no-auth", action="store_true", help="run the head without Ray token auth (also: RAY_AUTH_MODE=disabled)"
+    )
     p.add_argument("overrides", nargs="*", help="extra --section.key VALUE overrides for the job (after --)")
     args = p.parse_args(argv)
 
@@ -38,9 +48,20 @@ def main(argv: list[str] | None = None) -> int:
     temp = Path(tempfile.mkdtemp(prefix="memprism-ray-"))
     print("memprism-ray: the main job on the embedded default (local Ray head, CPU, offline game corpus)", flush=True)
     print(f"memprism-ray: starting a local Ray head (temp dir {temp})", flush=True)
-    head = start_head(temp, dashboard_port=args.dashboard_port)
+    auth = not args.no_auth and os.environ.get("RAY_AUTH_MODE", "").lower() != "disabled"
+    token = new_auth_token() if auth else None
+    head = start_head(temp, dashboard_port=args.dashboard_port, auth_token=token)
     metrics_url = f"http://127.0.0.1:{head.metrics_port}/metrics"
     print(f"memprism-ray: Ray dashboard {head.address} ; metrics {metrics_url}", flush=True)
+    if token:
+        print(
+            f"memprism-ray: Ray token auth on; token {token} (file {head.token_path}, mode 0600)\n"
+            f"memprism-ray: CLI access: RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={head.token_path} "
+            f"ray job list --address {head.address} ; the dashboard asks for the token once",
+            flush=True,
+        )
+    else:
+        print("memprism-ray: Ray token auth OFF (--no-auth / RAY_AUTH_MODE=disabled); listeners on 127.0.0.1")
     entry = [
         "python",
         "jobs/grpo_alfworld.py",
@@ -54,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     status = "FAILED"
     try:
-        status, _ = submit_and_wait(head.address, shlex.join(entry), ROOT, timeout_s=4 * 3600)
+        status, _ = submit_and_wait(head.address, shlex.join(entry), ROOT, timeout_s=4 * 3600, auth_token=token)
     finally:
         if args.keep_head:
             print(f"memprism-ray: head left running at {head.address} (stop it: kill -- -{head.process.pid})")

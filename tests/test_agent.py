@@ -1,4 +1,4 @@
-"""The in-process decision loop (paper appendix C.3 "Decision-time compilation and
+"""The in-process decision loop (paper appendix D.3 "Decision-time compilation and
 environment update"): per-step records, one event appended per step, the view discarded,
 the step limit, infrastructure failures confined to their episode, invalid policy output
 passed to the engine, and an episode's artifacts (events, steps, views, HTML viewer).

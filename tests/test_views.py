@@ -1,5 +1,5 @@
 """ViewService: compose + render per request with a content-addressed LRU cache (paper
-"Composer", "Render", appendix C.3: same stream, action, goal and renderer settings give
+"Composer", "Render", appendix D.3: same stream, action, goal and renderer settings give
 the same image)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Distributed evaluation (paper appendix B): the ordered episode list is split over
+"""Distributed evaluation (paper appendix C): the ordered episode list is split over
 ``EvalWorker`` actors, each playing its share in-process with the same decision loop as
 ``memprism eval``; the driver gathers the episodes and writes the same reports.
 """

@@ -1,4 +1,4 @@
-"""The GRPO driver's building blocks (DESIGN.md "Distributed rollout"): explicit task ids
+"""The GRPO driver's building blocks (docs/architecture.md "Distributed rollout"): explicit task ids
 per iteration, group dispatch to rollout workers with fault handling, iteration statistics.
 ``jobs/grpo_alfworld.py`` reads top to bottom on top of these."""
 

@@ -1,9 +1,12 @@
 """Start, probe and stop a local Ray head as a child process group, and submit jobs to it
 through the Job API (what ``make run`` and the end-to-end test do).
 
-Every listener is bound to 127.0.0.1 (dashboard, job API, metrics export). The head runs in
-its own process group so it is stopped by its own process id, never with ``ray stop``
-(which would kill every Ray process on the machine).
+Every listener is bound to 127.0.0.1 (dashboard, job API, metrics export, GCS, raylet,
+agents, workers). With ``auth_token`` the head runs with Ray token authentication
+(``RAY_AUTH_MODE=token``): the token is written to a 0600 file in the head's temp dir (never
+in the checkout) and every Job API request carries it. The head runs in its own process group
+so it is stopped by its own process id, never with ``ray stop`` (which would kill every Ray
+process on the machine). See docs/embedded-default.md.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -34,6 +38,25 @@ def free_port(preferred: int | None = None) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def new_auth_token() -> str:
+    """A fresh Ray auth token: 256 random bits, hex (the format ``ray get-auth-token --generate`` writes)."""
+    return secrets.token_hex(32)
+
+
+def write_token_file(path: Path, token: str) -> Path:
+    """``token`` in a file only its owner can read (created 0600, never world-readable in between)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token)
+    os.chmod(path, 0o600)
+    return path
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def head_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -68,6 +91,8 @@ class LocalHead:
     metrics_port: int
     temp_dir: Path
     log_path: Path
+    auth_token: str | None = None
+    token_path: Path | None = None
 
     @property
     def address(self) -> str:
@@ -101,12 +126,19 @@ def start_head(
     dashboard_port: int = 8265,
     metrics_port: int = 8080,
     timeout_s: float = 120.0,
+    auth_token: str | None = None,
 ) -> LocalHead:
     """Start ``ray start --head --block`` in a new process group and wait until the job API
     answers. Ports that are taken are replaced by free ones (the chosen ports are on the
-    returned object)."""
+    returned object). ``auth_token``: run the head with Ray token authentication (the token
+    file is ``temp_dir/auth_token``); ``None`` leaves it off."""
     temp_dir = Path(temp_dir).resolve()
     temp_dir.mkdir(parents=True, exist_ok=True)
+    auth_env = {"RAY_AUTH_MODE": "disabled"}
+    token_path = None
+    if auth_token:
+        token_path = write_token_file(temp_dir / "auth_token", auth_token)
+        auth_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
     dash = free_port(dashboard_port)
     met = free_port(metrics_port)
     ray_bin = Path(sys.executable).parent / "ray"
@@ -135,15 +167,21 @@ def start_head(
     log_path = temp_dir / "head.log"
     log_fh = log_path.open("w")
     proc = subprocess.Popen(
-        cmd, stdout=log_fh, stderr=subprocess.STDOUT, env=head_env(), start_new_session=True, stdin=subprocess.DEVNULL
+        cmd,
+        stdout=log_fh,
+        stderr=subprocess.STDOUT,
+        env=head_env(auth_env),
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
     )
-    head = LocalHead(proc, dash, met, temp_dir, log_path)
+    head = LocalHead(proc, dash, met, temp_dir, log_path, auth_token or None, token_path)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not head.alive():
             raise RuntimeError(f"the Ray head exited while starting; see {log_path}:\n{log_path.read_text()[-2000:]}")
         try:
-            with urllib.request.urlopen(f"{head.address}/api/version", timeout=2) as r:
+            req = urllib.request.Request(f"{head.address}/api/version", headers=auth_headers(head.auth_token))
+            with urllib.request.urlopen(req, timeout=2) as r:
                 if r.status == 200:
                     return head
         except OSError:
@@ -161,14 +199,16 @@ def submit_and_wait(
     echo: bool = True,
     env_vars: dict[str, str] | None = None,
     on_poll: Callable[[str], None] | None = None,
+    auth_token: str | None = None,
 ) -> tuple[str, str]:
     """Submit a job through the Job API, stream its logs, wait for a terminal status.
+    ``auth_token``: the head's token (sent as ``Authorization: Bearer ...``).
 
     Returns ``(status, logs)``.
     """
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    client = JobSubmissionClient(address)
+    client = JobSubmissionClient(address, headers=auth_headers(auth_token) or None)
     runtime_env = {
         "working_dir": str(working_dir),
         "env_vars": {

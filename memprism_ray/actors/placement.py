@@ -33,11 +33,25 @@ def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[st
 
     ``address="auto"``: under ``ray job submit`` (``RAY_ADDRESS`` set) join that cluster;
     otherwise start a local, in-process instance (``python jobs/x.py``). ``"local"`` always
-    starts a local instance. Returns ``ray.cluster_resources()``.
+    starts a local instance, every listener of which (GCS, raylet, object manager, dashboard
+    and runtime-env agents, workers) is bound to 127.0.0.1. Returns ``ray.cluster_resources()``.
     """
     set_ray_env()
     if ray.is_initialized():
         return ray.cluster_resources()
+    local = not (address == "auto" and os.environ.get("RAY_ADDRESS"))
+    if local:
+        # Ray picks the node address (and so where GCS, raylet and agents listen: `*` and the
+        # machine's interface address) from ray_constants.ENABLE_RAY_CLUSTER, read from
+        # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when `ray` is first imported; `_node_ip_address`
+        # alone does not move them. Measured with Ray 2.60 (`ss -ltnp`, docs/cluster.md): the
+        # setting off keeps every listener on 127.0.0.1. The environment variable carries it
+        # to Ray's child processes; the constant covers a `ray` this process already imported.
+        # Internal to Ray: tests/actors/test_local_listeners.py re-checks it on upgrades.
+        import ray._private.ray_constants as ray_constants
+
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        ray_constants.ENABLE_RAY_CLUSTER = False
     runtime_env = {
         "env_vars": {
             k: os.environ[k]
@@ -48,11 +62,12 @@ def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[st
                 "TRANSFORMERS_OFFLINE",
                 "HF_HUB_DISABLE_PROGRESS_BARS",
                 "TRANSFORMERS_VERBOSITY",
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
             )
             if k in os.environ
         }
     }
-    if address == "auto" and os.environ.get("RAY_ADDRESS"):
+    if not local:
         # Under `ray job submit` the job's runtime env already applies (merging would conflict).
         ray.init(address="auto", log_to_driver=True, **kwargs)
     else:

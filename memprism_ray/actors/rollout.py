@@ -1,5 +1,5 @@
 """``RolloutWorker``: plays one GRPO group of G trajectories of one task step-synchronously
-(DESIGN.md "Distributed rollout"; paper "Adapter", outcome-guided optimisation).
+(docs/architecture.md "Distributed rollout"; paper "Adapter", outcome-guided optimisation).
 
 It owns the group's event streams and a CPU copy of the Router (plus the frozen MiniLM
 encoder for the Router features), and reaches environments, Phi, Composer/Render and the

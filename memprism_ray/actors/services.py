@@ -3,7 +3,7 @@ in-process runs, with each stage behind Ray actors.
 
 Every call has a timeout. A call that fails (actor died, timeout) turns into an exception
 *value* for exactly the requests it carried, so the loop fails only the trajectories on
-that actor and the rest of the group goes on (DESIGN.md: a trajectory that failed for
+that actor and the rest of the group goes on (docs/architecture.md "Failures": a trajectory that failed for
 infrastructure reasons is marked failed, never counted as a zero-reward sibling).
 """
 

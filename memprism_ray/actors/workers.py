@@ -1,5 +1,5 @@
 """The stage actors: environments, Phi extractors, view composer/renderers and task-policy
-replicas (DESIGN.md "Distributed rollout"). Each is a thin shell around a core object; the
+replicas (docs/architecture.md "Distributed rollout"). Each is a thin shell around a core object; the
 algorithms live in the core packages.
 
 Results are plain dataclasses (``Observation``, ``Transition``, ``Extraction``,

@@ -1,4 +1,4 @@
-"""Adapter: view-policy learning (paper: "Adapter"; appendix A.3, A.4, C.4).
+"""Adapter: view-policy learning (paper: "Adapter"; appendix A.3, A.4, D.4).
 
 ``sft`` (D1: KL to the view teacher plus expected structural cost), ``grpo`` (D2: grouped
 GRPO with clipped ratio, reference KL and entropy), ``checkpoint`` (safetensors weights,

@@ -185,6 +185,14 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def router_config_of(path: str | Path, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The checkpoint's ``router_config`` mapping; ``ValueError`` when it has none."""
+    rc = meta.get("router_config")
+    if not isinstance(rc, Mapping) or not rc:
+        raise ValueError(f"{Path(path) / CONFIG_FILE}: no router_config; not a Router checkpoint (or a damaged one)")
+    return dict(rc)
+
+
 def verify_weights(path: str | Path, meta: Mapping[str, Any] | None = None) -> str:
     """SHA-256 of the weight file; raises if it differs from the recorded hash."""
     root = Path(path)
@@ -219,7 +227,7 @@ def load_checkpoint(
     meta = read_checkpoint_meta(root)
     if verify:
         verify_weights(root, meta)
-    config = RouterConfig.from_dict(meta["router_config"])
+    config = RouterConfig.from_dict(router_config_of(root, meta))
     model = ViewPolicyModel(config)
     try:
         tensors = load_file(str(root / meta.get("weights_file", WEIGHTS_FILE)), device=str(map_location))
@@ -253,4 +261,30 @@ def resume_trainer(trainer: Resumable, checkpoint: LoadedCheckpoint) -> None:
     if checkpoint.state is None:
         raise ValueError("this checkpoint holds weights only (no state.pt); it cannot resume training")
     trainer.load_state_dict(checkpoint.state["trainer"])
+    apply_config_hyperparameters(trainer)
     restore_rng(checkpoint.state["rng"])
+
+
+def apply_config_hyperparameters(trainer: Any) -> None:
+    """Make the trainer's config win over the hyperparameters saved in its optimizer state.
+
+    ``optimizer.load_state_dict`` restores each parameter group's ``lr`` and ``weight_decay``
+    and ``LambdaLR.load_state_dict`` its ``base_lrs``, so without this a run resumed with a new
+    ``--grpo.lr`` would silently keep the old one. The schedule's position (``last_epoch``)
+    is kept: the new rate is ``config.lr`` times the schedule factor at that step.
+    """
+    cfg = getattr(trainer, "config", None)
+    opt = getattr(trainer, "optimizer", None)
+    if opt is None or not hasattr(cfg, "lr"):
+        return
+    sched = getattr(trainer, "scheduler", None)
+    lambdas = getattr(sched, "lr_lambdas", None)
+    for i, group in enumerate(opt.param_groups):
+        factor = float(lambdas[i](sched.last_epoch)) if lambdas is not None else 1.0
+        group["initial_lr"] = float(cfg.lr)
+        group["lr"] = float(cfg.lr) * factor
+        if hasattr(cfg, "weight_decay"):
+            group["weight_decay"] = float(cfg.weight_decay)
+    if sched is not None:
+        sched.base_lrs = [float(cfg.lr)] * len(opt.param_groups)
+        sched._last_lr = [g["lr"] for g in opt.param_groups]

@@ -1,5 +1,5 @@
 """D1: decision-conditioned initialisation (paper: "Adapter", eq. sft-loss; appendix A.3,
-A.4 Table "Training configurations", C.4).
+A.4 Table "Training configurations", D.4).
 
     L_SFT = KL(q_T(. | t) || pi_theta(. | z_t)) + lambda_C * sum_a pi_theta(a | z_t) C(a)
 

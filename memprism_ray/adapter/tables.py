@@ -1,5 +1,5 @@
 """Arrow helpers shared by the D1 dataset and the D2 step batch (plain columnar data that
-crosses Ray actor boundaries; DESIGN.md "Data crossing an actor boundary ... Arrow").
+crosses Ray actor boundaries; docs/architecture.md "Data crossing an actor boundary").
 
 Feature matrices are stored as fixed-size list columns (``fixed_size_list<float32>[D]``)
 so a reader knows every row's width from the schema alone.

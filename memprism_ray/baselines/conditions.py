@@ -279,5 +279,5 @@ def check_condition_names(conditions: Sequence[str], key: str) -> None:
 
 
 def fixed_view_conditions() -> list[str]:
-    """The four fixed relation views in D.3 order."""
+    """The four fixed relation views in E.4 order."""
     return [f"fixed:{tau}" for tau in TAUS]

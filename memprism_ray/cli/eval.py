@@ -1,4 +1,4 @@
-"""``memprism eval`` and ``memprism compare`` (paper appendix B evaluation protocol)."""
+"""``memprism eval`` and ``memprism compare`` (paper appendix C evaluation protocol)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,30 @@ def register(sub: Any) -> None:
     c.set_defaults(func=_compare)
 
 
+def check_marginal_arg(value: str) -> None:
+    """A ``--marginal`` JSON must hold a flat list of numbers (directly, as ``view_marginal`` or
+    under ``view_selection``); anything nested would otherwise fail inside numpy with a
+    traceback. Missing files and wrong lengths are reported by the loader."""
+    if not value or value == "auto":
+        return
+    path = Path(value)
+    path = path / "report.json" if path.is_dir() else path
+    if not path.is_file():
+        return
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CliError(f"--marginal {value}: not valid JSON ({exc})") from None
+    if isinstance(data, dict):
+        inner = data.get("view_selection")
+        data = data.get("view_marginal", inner.get("view_marginal") if isinstance(inner, dict) else None)
+        if data is None:
+            return
+    if not isinstance(data, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in data):
+        shown = json.dumps(data)[:60]
+        raise CliError(f"--marginal {value}: the view marginal must be a flat JSON list of numbers, got {shown}")
+
+
 def _eval(args: argparse.Namespace) -> int:
     from memprism_ray.agent import AgentConfig
     from memprism_ray.config_tree import from_dict
@@ -56,6 +80,7 @@ def _eval(args: argparse.Namespace) -> int:
     from memprism_ray.eval.runner import EvalConfig, run_conditions
     from memprism_ray.policy.config import PolicyConfig
 
+    check_marginal_arg(args.marginal)
     conditions = tuple(c.strip() for c in args.condition.split(",") if c.strip())
     policy: dict[str, Any] = {"backend": args.policy}
     if args.policy_temperature is not None:

@@ -44,22 +44,27 @@ def register(subparsers: Any) -> None:
 
 def checkpoint_info(path: str | Path) -> dict[str, Any]:
     """What ``router info`` prints, as a dict (counts are read from the weight file itself)."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    from memprism_ray.adapter.checkpoint import read_checkpoint_meta, verify_weights
+    from memprism_ray.adapter.checkpoint import read_checkpoint_meta, router_config_of, verify_weights
     from memprism_ray.router.model import parameter_group_of
 
     root = Path(path)
     meta = read_checkpoint_meta(root)
+    router_config = router_config_of(root, meta)  # a checkpoint without one is an error, not "None"
     digest = verify_weights(root, meta)
     counts = {"encoder": 0, "planner": 0, "entity_hint": 0}
-    with safe_open(str(root / meta.get("weights_file", "model.safetensors")), framework="pt") as fh:
-        for key in fh.keys():  # noqa: SIM118 (safe_open is not a mapping)
-            shape = fh.get_slice(key).get_shape()
-            n = 1
-            for d in shape:
-                n *= int(d)
-            counts[parameter_group_of(key)] += n
+    weights = root / meta.get("weights_file", "model.safetensors")
+    try:
+        with safe_open(str(weights), framework="pt") as fh:
+            for key in fh.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                shape = fh.get_slice(key).get_shape()
+                n = 1
+                for d in shape:
+                    n *= int(d)
+                counts[parameter_group_of(key)] += n
+    except (SafetensorError, OSError) as exc:
+        raise ValueError(f"{weights}: not a readable safetensors file ({exc})") from None
     counts["total"] = sum(counts.values())
     return {
         "checkpoint": str(root),
@@ -68,7 +73,7 @@ def checkpoint_info(path: str | Path) -> dict[str, Any]:
         "weights_sha256": digest,
         "hash_verified": True,
         "parameter_counts": counts,
-        "router_config": meta.get("router_config"),
+        "router_config": router_config,
         "train_config_type": meta.get("train_config_type"),
         "train_config": meta.get("train_config"),
         "resumable": bool(meta.get("has_state")) and (root / "state.pt").exists(),
@@ -82,7 +87,7 @@ def _info(args: argparse.Namespace) -> int:
         print(json.dumps(info, sort_keys=True))
         return 0
     c = info["parameter_counts"]
-    rc = info["router_config"] or {}
+    rc = info["router_config"]
     print(f"checkpoint   {info['checkpoint']}")
     print(f"stage        {info['stage']} (iteration {info['iteration']})")
     print(f"sha256       {info['weights_sha256']} (model.safetensors, matches config.json)")

@@ -1,5 +1,5 @@
 """The four relation compilers ``C_{tau,gamma}`` (paper "Composer: Relational View
-Construction", appendix C.3, and the view teacher's "View-specific gamma behavior").
+Construction", appendix D.3, and the view teacher's "View-specific gamma behavior").
 
 Granularity rules implemented here (``selection`` is the merged, time-ordered ``E^_t``):
 

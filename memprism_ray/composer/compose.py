@@ -2,7 +2,7 @@
 event-select and compose).
 
 The stream is only read: granularity changes what a view shows, never what is stored, and
-the view is never written back (appendix C.3). The result equals
+the view is never written back (appendix D.3). The result equals
 ``composer.reference.compose_reference`` (select, then one compiler pass, O(N)); it is
 computed from the stream's incremental index (``composer.index``), so a decision costs the
 events appended since the previous one plus what the view holds.

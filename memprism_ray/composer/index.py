@@ -1,5 +1,5 @@
 """Incremental per-stream index behind ``select`` and ``compose`` (paper "Composer:
-Relational View Construction", appendix C.3; appendix "Computational and storage
+Relational View Construction", appendix D.3; appendix "Computational and storage
 complexity").
 
 Semantics are those of the straightforward path in ``composer.reference``: one pass of

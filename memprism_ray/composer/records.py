@@ -1,4 +1,4 @@
-"""What the Composer reads off one recorded step (paper "Composer", appendix C.1 and C.3).
+"""What the Composer reads off one recorded step (paper "Composer", appendix D.1 and D.3).
 
 An :class:`EventView` is an immutable, display-ready reading of one
 :class:`~memprism_ray.recorder.StreamRecord`: the structured event, the executed action as

@@ -1,5 +1,5 @@
 """Reference Composer: the straightforward O(N) ``select`` and compilers (paper "Composer:
-Relational View Construction", appendix C.3; appendix "Computational and storage
+Relational View Construction", appendix D.3; appendix "Computational and storage
 complexity": scope filtering is O(N) in the history length).
 
 This is the literal implementation every view is defined by: ``select_reference`` walks
@@ -47,7 +47,7 @@ def select_reference(
     goal: str,
     config: ComposerConfig | None = None,
 ) -> Selection:
-    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (C.3), one
+    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (D.3), one
     pass over the events that can be selected (the whole stream for ``window=all``)."""
     cfg = config or DEFAULT_CONFIG
     act = as_action(action)

@@ -1,5 +1,5 @@
 """Event selection ``Select(E_<t, w, c, g)`` (paper "Composer: Relational View Construction",
-eq. event-select, and appendix C.3)::
+eq. event-select, and appendix D.3)::
 
     E^_t = Merge( sigma_{w,c}(E_<t), TaskRelevant(E_<t, g), RecentContext(E_<t, tau) )
 
@@ -9,7 +9,7 @@ eq. event-select, and appendix C.3)::
   (``composer.terms``) match a goal term are restored. *Where* they are restored from is
   :attr:`ComposerConfig.goal_restore`: ``"window"`` (default) restores, inside the chosen
   time window, the events the outcome filter removed; ``"history"`` restores matching
-  events from the whole stream (the literal reading of the C.3 equation); ``"off"``
+  events from the whole stream (the literal reading of the D.3 equation); ``"off"``
   disables restoration (an ablation). The default follows the method text ("restores
   task-related events that may be removed by a strict filter") and the view teacher's
   contract that ``recent_short`` covers the last 6 steps; under ``"history"`` a short
@@ -138,7 +138,7 @@ def select(
     goal: str,
     config: ComposerConfig | None = None,
 ) -> Selection:
-    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (C.3).
+    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (D.3).
 
     Defined by the single pass of ``composer.reference.select_reference`` (O(N) for
     ``window=all``); answered from the stream's incremental index (``composer.index``), so

@@ -1,5 +1,5 @@
 """Typed relational structures ``S_t = C_{tau,gamma}(E^_t)`` (paper "Composer", the four
-relation paragraphs, appendix C.3, and the view teacher's "View-specific gamma behavior").
+relation paragraphs, appendix D.3, and the view teacher's "View-specific gamma behavior").
 
 Every structure is a frozen dataclass of tuples, so a view is immutable, hashable (a cache
 key) and carries no text layout: Render decides how it looks. ``entry_count`` is the

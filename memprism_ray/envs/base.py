@@ -1,6 +1,6 @@
-"""The environment protocol shared by every benchmark (paper: "Recorder", appendix C.1).
+"""The environment protocol shared by every benchmark (paper: "Recorder", appendix D.1).
 
-Each decision step of the agent loop (DESIGN.md "Decision step") reads an
+Each decision step of the agent loop (docs/architecture.md "Decision step") reads an
 :class:`Observation` (the pre-action observation ``o_t^-``, the goal ``g`` and the admissible
 commands), sends one action ``u_t`` and receives a :class:`Transition` (the feedback
 ``y_t^+``, the task signal ``r_t``, termination). The raw event

@@ -1,4 +1,4 @@
-"""Evaluation protocol (paper appendix B): ordered episode lists (``episodes``), run
+"""Evaluation protocol (paper appendix C): ordered episode lists (``episodes``), run
 manifests (``manifest``), Wilson intervals and paired bootstrap (``stats``), reports.
 
 Kept import-free so that ``import memprism_ray.eval.<module>`` loads only what it needs.

@@ -1,4 +1,4 @@
-"""Ordered evaluation episode lists (paper appendix B, "Common controlled protocol").
+"""Ordered evaluation episode lists (paper appendix C, "Common controlled protocol").
 
 The evaluation unit is an episode, not necessarily a unique source game. Every condition
 runs the same ordered list; the run record holds the ordered ids, the number of unique

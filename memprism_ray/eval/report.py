@@ -1,5 +1,5 @@
-"""Evaluation reports (paper appendix B "Common controlled protocol", section "Long-Horizon
-Behavior" and appendix B.5 "View-selection distributions").
+"""Evaluation reports (paper appendix C "Common controlled protocol", section "Long-Horizon
+Behavior" and appendix C.6 "View-selection distributions").
 
 From a condition's episode summaries and step rows this module computes:
 
@@ -15,7 +15,7 @@ From a condition's episode summaries and step rows this module computes:
   the final SR at L = max steps, as in the paper's figure) and ``tokens(<=L)`` is the mean
   prompt tokens of the decisions taken at steps 1..L;
 * the view-selection marginals: by type, by window/filter pair and by granularity (the
-  paper's Table B.5), plus the joint 144-way marginal ``view_marginal`` that the
+  paper's Table C.3), plus the joint 144-way marginal ``view_marginal`` that the
   Frequency-Matched Random condition samples from.
 
 Outputs: ``report.json``, ``report.md`` and PNG plots, for one condition or several side by
@@ -82,7 +82,7 @@ def condition_report(
     stored_bytes: int | None = None,
     max_steps: int = 50,
 ) -> dict[str, Any]:
-    """Everything appendix B asks of one condition's run (see the module docstring).
+    """Everything appendix C asks of one condition's run (see the module docstring).
 
     ``episodes`` is the whole plan: a failed episode stays in every denominator as a
     failure (issue 10: never a smaller denominator), and is listed with its error."""

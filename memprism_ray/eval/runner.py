@@ -1,4 +1,4 @@
-"""Run evaluation conditions on an ALFWorld split in-process (paper appendix B, "Common
+"""Run evaluation conditions on an ALFWorld split in-process (paper appendix C, "Common
 controlled protocol": the same ordered episode list, initial states, observation and
 admissible-action interfaces, short-context rule, task policy, 50-step horizon, parser and
 decoding settings for every condition; only the memory interface differs).

@@ -1,4 +1,4 @@
-"""Evaluation statistics (paper appendix B, "Common controlled protocol"): every archived
+"""Evaluation statistics (paper appendix C, "Common controlled protocol"): every archived
 result carries its raw success count and denominator with a Wilson 95% interval, and
 conditions evaluated on the same ordered tasks get a paired bootstrap interval for their
 success-rate difference, resampling the common episode ids with within-episode pairing kept.

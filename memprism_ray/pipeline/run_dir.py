@@ -3,84 +3,359 @@
 Layout::
 
     <out_dir>/<name>/
-      config.yaml          the resolved config tree
-      metrics.jsonl        one JSON line per iteration / stage (appended, never rewritten)
+      config.yaml          the resolved config tree (an earlier one is kept as config.1.yaml, ...)
+      metrics.jsonl        one JSON line per iteration / stage; on resume, rows past the resumed
+                           iteration move to metrics.superseded.jsonl (no step appears twice)
       tb/                  TensorBoard event files
-      d1/                  expert data, teacher labels, the D1 checkpoint (reference policy)
-      checkpoints/iter_0003/   resumable D2 checkpoints
+      d1/<key>/            expert data, teacher labels, the D1 checkpoint (reference policy),
+                           keyed by the config sections that produce them (see :func:`d1_key`)
+      checkpoints/iter_0003/   resumable D2 checkpoints (each records the hash of its config)
       eval/                final evaluation reports
+
+Resuming (docs/architecture.md "Run directories and resume"): ``--resume auto`` takes the
+latest checkpoint whose files verify, setting a corrupt one aside with a warning; a
+checkpoint made with a different config (:func:`config_hash`) is refused unless
+``run.allow_config_change`` is set.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from memprism_ray.config_tree import to_dict
+from memprism_ray.io_atomic import atomic_write_bytes, atomic_write_text
 
 CHECKPOINT_PREFIX = "iter_"
+_CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
+_RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+# Settings that say where and how a run executes, not what it computes: they may differ
+# between a checkpoint and the run resuming it. "eval" only shapes the final evaluation.
+RESUME_FREE_KEYS = frozenset(
+    {
+        "run.name",
+        "run.out_dir",
+        "run.resume",
+        "run.allow_config_change",
+        "run.ray_address",
+        "run.num_cpus",
+        "run.call_timeout_s",
+        "run.tensorboard",
+    }
+)
+RESUME_FREE_SECTIONS = ("eval",)
+# The config sections that produce the D1 artifacts (expert data, labels, D1 checkpoint).
+D1_SECTIONS = ("corpus", "label", "encoder", "render", "agent", "policy", "router", "sft")
 
 
-def prepare_run_dir(run_dir: Path, resume: str, config: Any) -> Path | None:
-    """Create ``run_dir`` (fresh) or find the checkpoint to resume from.
-
-    ``resume=""`` refuses a run directory that already holds checkpoints (nothing is
-    overwritten by accident); ``"auto"`` returns the latest checkpoint (or ``None`` when there
-    is none yet); any other value is a checkpoint path.
-    """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    latest = latest_checkpoint(run_dir)
-    if not resume:
-        if latest is not None:
-            raise ValueError(
-                f"run directory {run_dir} already has checkpoints (latest {latest.name}); "
-                "pass --resume auto to continue it or choose another --run.name"
-            )
-        found = None
-    elif resume == "auto":
-        found = latest
-    else:
-        found = Path(resume)
-        if not (found / "config.json").exists():
-            raise ValueError(f"--resume {resume}: not a checkpoint directory (no config.json)")
-    import yaml
-
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-    return found
+class RunDirError(ValueError):
+    """A run directory or ``--resume`` problem, reported as one line."""
 
 
+def _warn(msg: str) -> None:
+    print(f"memprism: warning: {msg}", file=sys.stderr, flush=True)
+
+
+def check_run_name(name: str) -> str:
+    """``name`` if it is one plain directory name (no ``/``, no ``..``, not absolute)."""
+    if not isinstance(name, str) or not _RUN_NAME_RE.match(name):
+        raise ValueError(
+            f"run.name {name!r}: must be a single directory name of letters, digits, '.', '_' and '-' "
+            "starting with a letter or digit (no '/', no '..', not an absolute path)"
+        )
+    return name
+
+
+# --- config hashes ---------------------------------------------------------------------------
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    out[prefix[:-1]] = tree
+    return out
+
+
+def resume_relevant_config(config: Any) -> dict[str, Any]:
+    """The dotted settings a checkpoint's config hash covers (:data:`RESUME_FREE_KEYS` left out)."""
+    flat = _flat(to_dict(config))
+    return {
+        k: v
+        for k, v in sorted(flat.items())
+        if k not in RESUME_FREE_KEYS and not k.startswith(tuple(s + "." for s in RESUME_FREE_SECTIONS))
+    }
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def config_hash(config: Any) -> str:
+    """SHA-256 of the settings that decide what a run computes."""
+    return _digest(resume_relevant_config(config))
+
+
+def checkpoint_extra(config: Any) -> dict[str, Any]:
+    """What every D2 checkpoint records about its config (``save_checkpoint(extra=...)``)."""
+    return {"config_sha256": config_hash(config), "config": resume_relevant_config(config)}
+
+
+def d1_key(config: Any) -> str:
+    """12 hex digits of the hash of the sections that produce the D1 artifacts (and the run seed)."""
+    tree = to_dict(config)
+    parts = {s: tree.get(s) for s in D1_SECTIONS}
+    parts["run.seed"] = tree.get("run", {}).get("seed")
+    return _digest(parts)[:12]
+
+
+def d1_dir(run_dir: Path, config: Any) -> Path:
+    """``run_dir/d1/<key>``: D1 artifacts made with another config are never reused."""
+    root = Path(run_dir) / "d1" / d1_key(config)
+    root.mkdir(parents=True, exist_ok=True)
+    about = root / "key.json"
+    if not about.exists():
+        tree = to_dict(config)
+        info = {"key": d1_key(config), "sections": {s: tree.get(s) for s in D1_SECTIONS}}
+        info["run.seed"] = tree.get("run", {}).get("seed")
+        atomic_write_text(about, json.dumps(info, indent=2, sort_keys=True, default=str) + "\n", overwrite=True)
+    return root
+
+
+# --- checkpoints -----------------------------------------------------------------------------
 def checkpoint_dir(run_dir: Path, iteration: int) -> Path:
     return run_dir / "checkpoints" / f"{CHECKPOINT_PREFIX}{iteration:04d}"
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The highest-iteration complete checkpoint (its config.json written last)."""
+def checkpoint_iteration(path: Path) -> int:
+    m = _CHECKPOINT_RE.match(Path(path).name)
+    if m is None:
+        raise ValueError(f"{path}: not a checkpoint directory name ({CHECKPOINT_PREFIX}NNNN)")
+    return int(m.group(1))
+
+
+def _checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints (config.json is written last), newest first."""
     root = run_dir / "checkpoints"
     if not root.is_dir():
-        return None
-    done = [p for p in root.iterdir() if p.name.startswith(CHECKPOINT_PREFIX) and (p / "config.json").exists()]
-    return max(done, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :])) if done else None
+        return []
+    done = [p for p in root.iterdir() if _CHECKPOINT_RE.match(p.name) and (p / "config.json").exists()]
+    return sorted(done, key=checkpoint_iteration, reverse=True)
 
 
-def checkpoint_iteration(path: Path) -> int:
-    return int(path.name[len(CHECKPOINT_PREFIX) :])
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The highest-iteration complete checkpoint (its config.json written last)."""
+    found = _checkpoints(run_dir)
+    return found[0] if found else None
+
+
+def verify_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint's metadata, after checking that its weights match the recorded SHA-256
+    and that its trainer state loads; ``ValueError`` (one line) otherwise."""
+    import torch
+
+    from memprism_ray.adapter.checkpoint import STATE_FILE, read_checkpoint_meta, verify_weights
+
+    meta = read_checkpoint_meta(path)
+    verify_weights(path, meta)
+    if meta.get("has_state"):
+        state = Path(path) / STATE_FILE
+        if not state.exists():
+            raise ValueError(f"{path}: {STATE_FILE} is missing; it cannot resume training")
+        try:
+            torch.load(state, map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ...
+            raise ValueError(f"{state}: cannot be read ({type(exc).__name__})") from None
+    return meta
+
+
+def _set_aside(path: Path) -> Path:
+    n = 0
+    while True:
+        target = path.with_name(f"{path.name}.corrupt{'' if n == 0 else '.' + str(n)}")
+        if not target.exists():
+            path.rename(target)
+            return target
+        n += 1
+
+
+def latest_valid_checkpoint(run_dir: Path, warn: Callable[[str], None] = _warn) -> Path | None:
+    """The newest checkpoint that verifies; each corrupt newer one is renamed ``*.corrupt``
+    (kept, not deleted) with a warning, so the run falls back to the previous one."""
+    for path in _checkpoints(run_dir):
+        try:
+            verify_checkpoint(path)
+        except ValueError as exc:
+            aside = _set_aside(path)
+            warn(f"checkpoint {path.name} is corrupt ({exc}); moved to {aside.name}, falling back to the previous one")
+            continue
+        return path
+    return None
+
+
+def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: Any, allow: bool) -> list[str]:
+    """Differences between the checkpoint's config and ``config`` (dotted keys); raises unless
+    they are none or ``allow``."""
+    extra = meta.get("extra") or {}
+    recorded = extra.get("config_sha256")
+    if recorded == config_hash(config):
+        return []
+    if recorded is None:
+        changed = ["(the checkpoint records no config hash)"]
+    else:
+        old = extra.get("config") or {}
+        new = resume_relevant_config(config)
+        changed = [k for k in sorted(set(old) | set(new)) if old.get(k, "<unset>") != new.get(k, "<unset>")]
+        changed = changed or ["(settings hashed differently)"]
+    if not allow:
+        shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+        raise RunDirError(
+            f"--resume {checkpoint}: the config differs from the one the checkpoint was made with ({shown}); "
+            "pass --run.allow_config_change true to resume with the new values"
+        )
+    return changed
+
+
+def prepare_run_dir(run_dir: Path, resume: str, config: Any, *, warn: Callable[[str], None] = _warn) -> Path | None:
+    """Create ``run_dir`` (fresh) or find the checkpoint to resume from.
+
+    ``resume=""`` refuses a run directory that already exists and is not empty (nothing is
+    overwritten by accident); ``"auto"`` returns the latest checkpoint that verifies (or
+    ``None`` when there is none yet); any other value is a checkpoint path, which must not be
+    older than the run directory's own latest checkpoint (later ones would be overwritten).
+    A checkpoint made with a different config is refused unless
+    ``config.run.allow_config_change``. Errors are :class:`RunDirError` with a one-line message.
+    """
+    run = getattr(config, "run", None)
+    if run is not None:
+        try:
+            check_run_name(run.name)
+        except ValueError as exc:
+            raise RunDirError(str(exc)) from None
+    allow = bool(getattr(run, "allow_config_change", False))
+    init = getattr(config, "init_checkpoint", "")
+    if init:  # checked now, not when the learner actor first loads it
+        if not Path(init).is_dir():
+            raise RunDirError(f"init_checkpoint {init}: no such checkpoint directory")
+        try:
+            verify_checkpoint(Path(init))
+        except ValueError as exc:
+            raise RunDirError(f"init_checkpoint {init}: {exc}") from None
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"run directory {run_dir} exists and is not a directory")
+    if not resume:
+        if run_dir.exists() and any(run_dir.iterdir()):
+            latest = latest_checkpoint(run_dir)
+            held = f"latest checkpoint {latest.name}" if latest else "no checkpoint yet"
+            raise RunDirError(
+                f"run directory {run_dir} already exists ({held}); "
+                "pass --resume auto to continue it or choose another --run.name"
+            )
+        found = None
+    elif resume == "auto":
+        found = latest_valid_checkpoint(run_dir, warn) if run_dir.is_dir() else None
+    else:
+        found = Path(resume)
+        if not found.is_dir():
+            raise RunDirError(f"--resume {resume}: no such checkpoint directory")
+        try:
+            verify_checkpoint(found)
+        except ValueError as exc:
+            raise RunDirError(f"--resume {resume}: {exc}") from None
+        latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+        if (
+            latest is not None
+            and latest.resolve() != found.resolve()
+            and _CHECKPOINT_RE.match(found.name)
+            and checkpoint_iteration(found) < checkpoint_iteration(latest)
+        ):
+            raise RunDirError(
+                f"--resume {resume}: run directory {run_dir} already has the later checkpoint {latest.name}, "
+                "which resuming would overwrite; resume into another --run.name"
+            )
+    if found is not None:
+        from memprism_ray.adapter.checkpoint import read_checkpoint_meta
+
+        changed = check_resume_config(found, read_checkpoint_meta(found), config, allow)
+        if changed:
+            warn(f"resuming {found} with a changed config (run.allow_config_change): {', '.join(changed)}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_config(run_dir, config)
+    return found
+
+
+def write_config(run_dir: Path, config: Any) -> Path:
+    """``run_dir/config.yaml``, atomically; a different earlier one is kept as ``config.N.yaml``."""
+    import yaml
+
+    path = run_dir / "config.yaml"
+    text = yaml.safe_dump(to_dict(config), sort_keys=False)
+    if path.exists():
+        if path.read_text() == text:
+            return path
+        n = 1
+        while (run_dir / f"config.{n}.yaml").exists():
+            n += 1
+        path.rename(run_dir / f"config.{n}.yaml")
+    return atomic_write_text(path, text)
 
 
 class RunLogger:
-    """Appends JSON lines to ``metrics.jsonl`` and scalars to TensorBoard."""
+    """Appends JSON lines to ``metrics.jsonl`` and scalars to TensorBoard.
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+    ``resume_step``: the iteration a resumed run continues from. Rows logged past it by the
+    interrupted run (their iterations are played again) move to ``metrics.superseded.jsonl``,
+    as do evaluation rows at it, and TensorBoard drops its events after it, so no step is
+    logged twice.
+    """
+
+    SUPERSEDED = "metrics.superseded.jsonl"
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.writer = None
+        self.superseded = 0
+        if resume_step is not None:
+            self.superseded = self._supersede(run_dir, resume_step)
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.writer = SummaryWriter(str(run_dir / "tb"))
+                purge = {} if resume_step is None else {"purge_step": resume_step + 1}
+                self.writer = SummaryWriter(str(run_dir / "tb"), **purge)
             except Exception as exc:  # TensorBoard is optional; the JSONL log is not
                 print(f"memprism: TensorBoard logging off ({exc})")
+
+    def _supersede(self, run_dir: Path, step: int) -> int:
+        if not self.path.exists():
+            return 0
+        keep, drop = [], []
+        for line in self.path.read_text().splitlines(keepends=True):
+            try:
+                row = json.loads(line)
+                s = int(row.get("step", 0))
+                later = s > step or (row.get("kind") == "eval" and s >= step)
+            except (ValueError, TypeError, AttributeError):
+                later = False  # a torn last line from a killed writer stays where it was
+            (drop if later else keep).append(line if line.endswith("\n") else line + "\n")
+        if drop:
+            with (run_dir / self.SUPERSEDED).open("a") as fh:
+                fh.writelines(drop)
+            atomic_write_text(self.path, "".join(keep), overwrite=True)
+            print(
+                f"memprism: resuming at iteration {step}: {len(drop)} metrics rows of the interrupted run past it "
+                f"moved to {self.SUPERSEDED}",
+                flush=True,
+            )
+        return len(drop)
 
     def log(self, kind: str, step: int, values: dict[str, Any]) -> None:
         record = {"kind": kind, "step": step, "time": time.time(), **values}
@@ -104,14 +379,12 @@ def read_files(root: Path) -> dict[str, bytes]:
 
 def write_files(files: dict[str, bytes], root: Path) -> Path:
     """Write :func:`read_files` output under ``root``; ``config.json`` last, so a crash never
-    leaves a directory that looks complete (``latest_checkpoint`` keys on it)."""
+    leaves a directory that looks complete (``latest_checkpoint`` keys on it). Each file is
+    replaced atomically (a checkpoint directory is rewritten only when its iteration is
+    played again)."""
     root.mkdir(parents=True, exist_ok=True)
     for name in sorted(files, key=lambda n: n == "config.json"):
-        target = root / name
-        if ".." in Path(name).parts:
+        if Path(name).is_absolute() or ".." in Path(name).parts:
             raise ValueError(f"refusing to write outside {root}: {name}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_bytes(files[name])
-        tmp.replace(target)
+        atomic_write_bytes(root / name, files[name], overwrite=True)
     return root

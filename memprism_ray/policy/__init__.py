@@ -1,4 +1,4 @@
-"""Task policies (paper "Render", eq. task-policy; appendix D.3-D.5): the batched
+"""Task policies (paper "Render", eq. task-policy; appendix E.3-E.5): the batched
 :class:`TaskPolicy` protocol, the paper's versioned prompts, action parsers and the vllm,
 openai, hf and scripted backends. Backends are imported lazily (``make_policy``), so
 importing this package pulls in neither vLLM, httpx nor transformers.

@@ -1,6 +1,6 @@
 """What a reader can learn about an ALFWorld episode from text it is shown.
 
-The scripted CPU stand-in for the frozen VLM (DESIGN.md "The scripted policy") is stateless:
+The scripted CPU stand-in for the frozen VLM (docs/architecture.md "The scripted policy") is stateless:
 at each call it sees only what a task-policy prompt holds (paper eq. task-policy: current
 input X_t, goal g, short history H_short and the view V_t, here in text form). This module
 turns that text into facts with plain regular expressions over ALFWorld's own language

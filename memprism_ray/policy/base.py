@@ -7,7 +7,7 @@ Every backend (vLLM offline engine, OpenAI-compatible HTTP endpoint, transformer
 scripted CPU stand-in) implements the one batched :class:`TaskPolicy` protocol below.
 
 Invalid model output never raises: the policy returns ``valid=False`` with a reason and
-the caller decides the fallback (appendix D.5). Infrastructure failures (an endpoint that
+the caller decides the fallback (appendix E.5). Infrastructure failures (an endpoint that
 stays unreachable after its retries) raise :class:`PolicyBackendError`, so that a caller
 can mark the trajectory failed instead of counting an invalid action.
 """
@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from PIL import Image
 
-#: Benchmarks with a task-policy prompt and an action contract (appendix D.3).
+#: Benchmarks with a task-policy prompt and an action contract (appendix E.3-E.4).
 BENCHMARKS: tuple[str, ...] = ("alfworld", "ebalfred", "mind2web")
 
 
@@ -118,7 +118,7 @@ class PolicyInput:
         return "none"
 
     def images(self) -> list[Image.Image]:
-        """The images of this input in prompt order (camera frame first, as in D.4)."""
+        """The images of this input in prompt order (camera frame first, as in E.3)."""
         return [im for im in (self.camera_image, self.view_image) if im is not None]
 
 

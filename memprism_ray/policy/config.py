@@ -1,5 +1,5 @@
 """Task-policy settings (paper "Experiment Setup": frozen Qwen2.5-VL-7B-Instruct task
-policy, greedy decoding at evaluation; appendix B: decoding settings go into the run
+policy, greedy decoding at evaluation; appendix C: decoding settings go into the run
 manifest; notes: 672x672 pixel cap per image).
 
 One :class:`PolicyConfig` selects a backend by name and holds each backend's settings;

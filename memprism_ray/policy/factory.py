@@ -1,5 +1,5 @@
 """Build the configured task policy (paper "Render", eq. task-policy: one frozen policy
-``pi_task`` behind every condition; DESIGN.md: backends vllm, openai, hf, scripted).
+``pi_task`` behind every condition; docs/architecture.md "Task policy": vllm, openai, hf, scripted).
 
 Backends are imported only when chosen, so selecting ``scripted`` never imports vLLM or
 transformers. The scripted CPU stand-in lives in ``memprism_ray.policy.scripted`` and is

@@ -1,5 +1,5 @@
 """transformers task policy from a local checkpoint, on CPU or GPU (paper "Experiment Setup":
-frozen Qwen2.5-VL-style VLM, greedy decoding; appendix D.4 prompts).
+frozen Qwen2.5-VL-style VLM, greedy decoding; appendix E.3 prompts).
 
 Loads ``AutoModelForImageTextToText`` and ``AutoProcessor`` from a local directory only
 (``local_files_only``; model code from the checkpoint only with ``trust_remote_code``).

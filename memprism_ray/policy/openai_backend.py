@@ -1,5 +1,5 @@
 """Task policy behind any OpenAI-compatible chat endpoint, e.g. ``vllm serve`` (paper
-"Experiment Setup": frozen Qwen2.5-VL-7B-Instruct; appendix D.4 prompts; notes: server
+"Experiment Setup": frozen Qwen2.5-VL-7B-Instruct; appendix E.3 prompts; notes: server
 ``--limit-mm-per-prompt`` / ``--mm-processor-kwargs`` and base64 ``image_url`` parts).
 
 Images travel as base64 PNG ``data:`` URLs inside ``image_url`` parts, in prompt order.

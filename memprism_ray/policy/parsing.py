@@ -1,4 +1,4 @@
-"""Action parsing and validation (paper appendix D.3 action contracts, D.5 "Parsing and
+"""Action parsing and validation (paper appendix E.4 action contracts, E.5 "Parsing and
 validation").
 
 * ALFWorld: the text inside ``<action></action>``, matched to the current admissible set:

@@ -1,4 +1,4 @@
-"""Task-policy prompts (paper appendix D.4 "Task-policy prompts", versioned).
+"""Task-policy prompts (paper appendix E.3 "Task-policy prompts", versioned).
 
 The ALFWorld, EB-ALFRED (system + user) and Mind2Web prompts are stored verbatim in
 ``templates/<PROMPT_VERSION>/*.txt``. Any change to a template *or* to the formatting

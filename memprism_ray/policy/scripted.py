@@ -1,4 +1,4 @@
-"""The scripted task policy: a CPU stand-in for the frozen VLM (DESIGN.md "The scripted
+"""The scripted task policy: a CPU stand-in for the frozen VLM (docs/architecture.md "The scripted
 policy"; paper eq. task-policy ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``).
 
 It exists so that the whole system, learning included, runs and is tested on a CPU, and so

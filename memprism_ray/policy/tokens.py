@@ -1,4 +1,4 @@
-"""Visual-token accounting for task-policy inputs (paper appendix B efficiency metrics:
+"""Visual-token accounting for task-policy inputs (paper appendix C.1 efficiency metrics:
 "visual tokens attributable to memory").
 
 The counting rules live in :mod:`memprism_ray.render.visual_tokens`; this module applies

@@ -1,5 +1,5 @@
 """vLLM offline-engine task policy (paper "Experiment Setup": frozen Qwen2.5-VL-7B-Instruct,
-greedy decoding; appendix D.4 prompts; notes: vLLM offline inputs and ``max_pixels``).
+greedy decoding; appendix E.3 prompts; notes: vLLM offline inputs and ``max_pixels``).
 
 Request construction is a pure function (:func:`build_vllm_request`): the chat prompt with
 one vision placeholder per image and ``multi_modal_data={"image": [PIL images]}``, the form

@@ -1,4 +1,4 @@
-"""Raw and structured events (paper: "Recorder: Persistent Event Memory", appendix C.1).
+"""Raw and structured events (paper: "Recorder: Persistent Event Memory", appendix D.1).
 
 A raw event ``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)`` keeps what actually happened: the
 observation before the action, the executed action, the feedback, the reward or step label
@@ -26,7 +26,7 @@ from typing import Any
 
 
 class Outcome(str, Enum):
-    """Outcome type of a structured event (exactly three values, appendix C.1)."""
+    """Outcome type of a structured event (exactly three values, appendix D.1)."""
 
     EXCEPTION = "exception"
     STATE_UPDATE = "state_update"

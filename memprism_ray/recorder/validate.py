@@ -1,4 +1,4 @@
-"""Deterministic validators for extractor output (appendix C.1).
+"""Deterministic validators for extractor output (appendix D.1).
 
 "Validation drops empty keys, unknown values, and exact duplicates within one extractor
 response, but it retains accepted deltas on repeated events." The Recorder keeps the
@@ -32,7 +32,7 @@ class ValidationReport:
 
 
 def validate_deltas(deltas: Iterable[StateDelta]) -> tuple[tuple[StateDelta, ...], ValidationReport]:
-    """Apply the C.1 rules to one extractor response; order of the survivors is kept.
+    """Apply the D.1 rules to one extractor response; order of the survivors is kept.
 
     Keys and values are whitespace-stripped; a delta whose key is empty, whose value is
     unknown, or that repeats an earlier ``(key, new_value)`` pair of the same response is

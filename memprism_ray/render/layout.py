@@ -1,5 +1,5 @@
 """Layout of a compiled view: the fixed visual grammar and the row budget (paper "Render:
-Optical Working Memory", appendix C.3 "rendering invariants").
+Optical Working Memory", appendix D.3 "rendering invariants").
 
 Grammar (``V_t = R_{tau,gamma}(S_t)``):
 
@@ -20,7 +20,7 @@ Grammar (``V_t = R_{tau,gamma}(S_t)``):
   left margin.
 
 Detail by granularity: fine shows every accepted delta (unchanged repeats as
-``key = value``); medium and coarse show only deltas that changed the tracked state (C.1:
+``key = value``); medium and coarse show only deltas that changed the tracked state (D.1:
 "individual view extractors may suppress unchanged values").
 
 Row budget. A view is drawn at full width (``max_side``) and only as tall as its content

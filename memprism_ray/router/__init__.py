@@ -1,4 +1,4 @@
-"""Router: decision-conditioned view routing (paper: "Router"; appendix A.2, C.4).
+"""Router: decision-conditioned view routing (paper: "Router"; appendix A.2, D.4).
 
 ``features`` (window summary, global statistics, :class:`RouterFeatures`), ``encoder``
 (frozen MiniLM), ``model`` (:class:`ViewPolicyModel`, :func:`select_views`) and

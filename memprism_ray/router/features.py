@@ -1,4 +1,4 @@
-"""Router input features (paper: "Router", eq. router-state; appendix A.2 and C.4).
+"""Router input features (paper: "Router", eq. router-state; appendix A.2 and D.4).
 
 ``z_t = Enc_theta(o_t, g, Summary(E_<t))`` reads four fixed-size vectors:
 

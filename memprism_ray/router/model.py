@@ -1,4 +1,4 @@
-"""ViewPolicyModel: the Router network (paper: "Router", eq. view-policy; appendix A.2, C.4).
+"""ViewPolicyModel: the Router network (paper: "Router", eq. view-policy; appendix A.2, D.4).
 
 A.2: "Four independent linear layers project e_t^o, e^g, u_t, and s_t to 512 dimensions;
 a learned 512-dimensional [CLS] token is prepended to form the five-token sequence
@@ -8,7 +8,7 @@ passes through a 512->512->512 GELU MLP and LayerNorm to yield z_t in R^512. ...
 residual MLP blocks with 1,024-dimensional hidden layers map z_t to a single joint
 distribution over all 144 view actions. The reported tau, window/filter, and gamma
 marginals are derived from these joint logits rather than trained by separate heads."
-C.4: "A 64-dimensional entity-hint head is retained for compatibility with the older
+D.4: "A 64-dimensional entity-hint head is retained for compatibility with the older
 rendering interface but is frozen by the current D1/D2 objective."
 
 Parameter groups: ``encoder`` (projections, [CLS], Transformer, z-MLP and its LayerNorm)

@@ -1,4 +1,4 @@
-"""View teachers for D1 (paper: "Adapter", eq. view-teacher; appendix A.3, C.4, D.2).
+"""View teachers for D1 (paper: "Adapter", eq. view-teacher; appendix A.3, D.4, E.2).
 
 A view teacher maps a decision state and its reference next action ``u_t^ref`` to a soft
 distribution ``q_T(a | o_t, g, E_<t, u_t^ref)`` over the 144 view actions. Both teachers
@@ -6,7 +6,7 @@ here return a :class:`TeacherLabel`: ``distribution`` (float32 [144], sums to 1,
 by eq. A.1) and ``stats`` (what happened while labelling).
 
 LLMViewTeacher
-    The paper's teacher. The Generic and Mind2Web view-teacher prompts of appendix D are
+    The paper's teacher. The Generic and Mind2Web view-teacher prompts of appendix E.2 are
     stored verbatim in ``router/prompts/`` and filled by a single regex pass over the known
     placeholders only (the prompts contain literal JSON braces, so ``str.format`` is never
     used); every input value is inserted as JSON, ``top_k`` as a bare integer. The prompt
@@ -139,7 +139,7 @@ def _normalised(weights: np.ndarray) -> np.ndarray:
 
 # --- prompts -------------------------------------------------------------------------------
 def load_prompt(name: str) -> str:
-    """The verbatim view-teacher prompt ``generic`` or ``mind2web`` (appendix D)."""
+    """The verbatim view-teacher prompt ``generic`` or ``mind2web`` (appendix E.2)."""
     if name not in PROMPT_FILES:
         raise ValueError(f"unknown view-teacher prompt {name!r}; valid: {', '.join(PROMPT_FILES)}")
     return (PROMPT_DIR / PROMPT_FILES[name]).read_text(encoding="utf-8")
@@ -350,7 +350,7 @@ class LLMTeacherConfig:
 
 
 class LLMViewTeacher:
-    """The appendix-D view teacher over an OpenAI-compatible endpoint (see module docstring).
+    """The appendix-E.2 view teacher over an OpenAI-compatible endpoint (see module docstring).
 
     ``transport`` is passed to ``httpx.Client`` (tests use ``httpx.MockTransport``).
     """

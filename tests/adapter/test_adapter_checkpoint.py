@@ -187,3 +187,33 @@ def test_rng_capture_restore_roundtrip() -> None:
     restore_rng(state)
     b = (torch.rand(3), np.random.rand(3), random.random())
     assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
+
+
+@pytest.mark.parametrize("kind", ["grpo", "sft"])
+def test_resume_with_a_new_lr_uses_it(tmp_path: Path, kind: str) -> None:
+    """optimizer.load_state_dict restores the saved lr: the resumed trainer's config must win."""
+    torch.manual_seed(0)
+    model = ViewPolicyModel(TINY)
+    if kind == "grpo":
+        first = GRPOTrainer(model, copy.deepcopy(model), GRPOConfig(lr=1e-3, update_batch_size=16))
+        first.update(batch(0))
+    else:
+        first = SFTTrainer(model, dataset(), SFTConfig(epochs=4, lr=1e-3, batch_size=16))
+        first.train_epoch()
+    save_checkpoint(tmp_path / "c", model, trainer=first)
+    ckpt = load_checkpoint(tmp_path / "c")
+    if kind == "grpo":
+        resumed = GRPOTrainer(ckpt.model, copy.deepcopy(ckpt.model), GRPOConfig(lr=5e-4, update_batch_size=16))
+    else:
+        resumed = SFTTrainer(ckpt.model, dataset(), SFTConfig(epochs=4, lr=5e-4, batch_size=16))
+    resume_trainer(resumed, ckpt)
+    factor = first.scheduler.get_last_lr()[0] / 1e-3  # the schedule's position is kept
+    assert resumed.scheduler.last_epoch == first.scheduler.last_epoch
+    assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4 * factor)
+    assert resumed.scheduler.get_last_lr()[0] == pytest.approx(5e-4 * factor)
+    if kind == "grpo":
+        assert resumed.update(batch(1))["lr"] == pytest.approx(5e-4)
+    else:
+        resumed.train_epoch()
+        assert resumed.scheduler.base_lrs == [5e-4]
+        assert resumed.optimizer.param_groups[0]["lr"] < 5e-4 * factor  # cosine keeps decaying from the new base

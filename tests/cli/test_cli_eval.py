@@ -1,4 +1,4 @@
-"""``memprism eval`` and ``memprism compare`` (paper appendix B evaluation protocol) on the
+"""``memprism eval`` and ``memprism compare`` (paper appendix C evaluation protocol) on the
 shared tiny corpus (tests/conftest.py), and their one-line errors."""
 
 from __future__ import annotations
@@ -157,3 +157,15 @@ def test_compare_counts_failed_episodes_as_failures(tmp_path: Path, capsys: pyte
     assert main(["compare", str(a), str(b), "--boot", "200"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["n_common"] == 3 and res["sr_b"] == pytest.approx(1 / 3) and res["diff"] == pytest.approx(-1 / 3)
+
+
+@pytest.mark.parametrize(
+    "content", [{"view_marginal": [[0.1] * 144]}, [{"a": 1}] * 144, {"view_selection": {"view_marginal": "x"}}]
+)
+def test_nested_marginal_json_is_a_one_line_error(tmp_path: Path, content: object, capsys) -> None:
+    path = tmp_path / "marginal.json"
+    path.write_text(json.dumps(content))
+    args = ["eval", "--condition", "freq_random", "--marginal", str(path), "--out", str(tmp_path / "o")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "flat JSON list of numbers" in err

@@ -69,3 +69,31 @@ def test_sft_trains_saves_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixt
     assert info["train_config"]["preset_name"] == "alfred" and info["train_config"]["lambda_cost"] == 0.0
     assert main(["router", "sft", str(tmp_path / "none.parquet"), str(tmp_path / "o2")]) == 2
     assert "cannot read as Parquet" in capsys.readouterr().err
+
+
+def test_info_on_a_checkpoint_without_router_config_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "c"
+    main(["router", "init", str(out)])
+    meta = json.loads((out / "config.json").read_text())
+    del meta["router_config"]
+    (out / "config.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+    assert main(["router", "info", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "None" not in captured.out and captured.err.count("\n") == 1
+    assert "no router_config" in captured.err
+
+
+def test_info_on_unreadable_weights_with_a_matching_hash_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "c"
+    main(["router", "init", str(out)])
+    (out / "model.safetensors").write_bytes(b"not safetensors at all")
+    meta = json.loads((out / "config.json").read_text())
+    meta["weights_sha256"] = hashlib.sha256(b"not safetensors at all").hexdigest()
+    (out / "config.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+    assert main(["router", "info", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a readable safetensors file" in err

@@ -154,3 +154,13 @@ def test_local_cluster_roles_come_from_the_machine() -> None:
     for key in ("head_start_ray_commands", "worker_start_ray_commands"):
         start = next(c for c in config[key] if "ray start" in c)
         assert "$(bash ~/memprism-ray/clusters/node_setup.sh ray-resources)" in start, key
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_token_auth_is_on_with_the_users_token(name: str) -> None:
+    config = prepared(name)
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        (start,) = [c for c in config[key] if "ray start" in c]
+        assert "RAY_AUTH_MODE=token" in start and "RAY_AUTH_MODE=disabled" not in start, key
+    # The token comes from the user's machine (`ray get-auth-token --generate`), never the repository.
+    assert config["file_mounts"].get("~/.ray/auth_token") == "~/.ray/auth_token"

@@ -1,4 +1,4 @@
-"""The four compilers and the view-specific gamma behaviour (appendix D view teacher)."""
+"""The four compilers and the view-specific gamma behaviour (appendix E.2 view teacher)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Composer select: Merge(sigma_{w,c}, TaskRelevant, RecentContext) of appendix C.3."""
+"""Composer select: Merge(sigma_{w,c}, TaskRelevant, RecentContext) of appendix D.3."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ modes = st.sampled_from(["window", "history", "off"])
 
 
 def reference(stream: EventStream, action: ViewAction, goal: str, mode: str) -> dict[int, Reason]:
-    """An independent, literal reading of the C.3 Merge."""
+    """An independent, literal reading of the D.3 Merge."""
     events = stream.events
     n = len(events)
     size = WINDOW_SIZES[action.window]

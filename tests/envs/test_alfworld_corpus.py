@@ -191,3 +191,21 @@ def test_full_size_plan_keeps_eval_combinations_unseen_in_train(tmp_path: Path) 
     assert all(c.scene_num in held_out() for c in by_split["eval_out_of_distribution"])
     assert not any(c.scene_num in held_out() for c in by_split["train"] | by_split["eval_in_distribution"])
     assert plan_slots(CorpusConfig(out=tmp_path)) == slots  # deterministic
+
+
+def test_corpus_lock_wait_ends_in_a_clear_error(tmp_path: Path) -> None:
+    """A build held by another process is waited for at most lock_timeout_s."""
+    import fcntl
+
+    root = tmp_path / "corpus"
+    lock = root.with_name(root.name + ".lock")
+    with lock.open("w") as fh:
+        fh.write("4242")
+        fh.flush()
+        fcntl.flock(fh, fcntl.LOCK_EX)  # another open file description: conflicts like another process
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"waited 0\.5s for the lock .*corpus\.lock \(held by process 4242"):
+            ensure_default_corpus(root, train=6, eval=6, seed=11, workers=1, progress=False, lock_timeout_s=0.5)
+        assert time.monotonic() - t0 < 5
+    with pytest.raises(ValueError, match="must be > 0"):
+        ensure_default_corpus(root, train=6, eval=6, seed=11, workers=1, progress=False, lock_timeout_s=-1)

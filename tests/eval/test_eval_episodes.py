@@ -1,4 +1,4 @@
-"""Ordered episode lists cover a split exactly once, deterministically (appendix B)."""
+"""Ordered episode lists cover a split exactly once, deterministically (appendix C)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Evaluation reports on hand-built episodes and step rows with known answers (paper
-appendix B "Common controlled protocol", "Long-Horizon Behavior", B.5 view-selection
+appendix C "Common controlled protocol", "Long-Horizon Behavior", C.6 view-selection
 distributions)."""
 
 from __future__ import annotations

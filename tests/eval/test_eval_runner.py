@@ -1,4 +1,4 @@
-"""The in-process evaluation runner (paper appendix B "Common controlled protocol": every
+"""The in-process evaluation runner (paper appendix C "Common controlled protocol": every
 condition plays the same ordered episode list; per condition a manifest, tables, report,
 plots and a few episodes' artifacts; several conditions side by side with paired
 differences). Runs the real engine on the shared tiny corpus (tests/conftest.py)."""

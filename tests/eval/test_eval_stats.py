@@ -1,4 +1,4 @@
-"""Wilson interval and paired bootstrap (appendix B) against known values."""
+"""Wilson interval and paired bootstrap (appendix C) against known values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Action parsers of appendix D.5 against well-formed and adversarial model outputs."""
+"""Action parsers of appendix E.5 against well-formed and adversarial model outputs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Prompts of appendix D.4: verbatim text, view conditions, image order, safe filling."""
+"""Prompts of appendix E.3: verbatim text, view conditions, image order, safe filling."""
 
 from __future__ import annotations
 

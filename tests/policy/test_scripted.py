@@ -1,4 +1,4 @@
-"""The scripted CPU stand-in for the frozen task policy (DESIGN.md "The scripted policy";
+"""The scripted CPU stand-in for the frozen task policy (docs/architecture.md "The scripted policy";
 paper eq. task-policy ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``): goal parsing for the six
 ALFWorld task templates, admissible-only actions, statelessness and seeding, and view
 sensitivity measured on real games (tests/conftest.py tiny corpus)."""

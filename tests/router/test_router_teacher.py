@@ -1,4 +1,4 @@
-"""View teachers: verbatim appendix-D prompts, adversarial reply parsing, HTTP retries and the
+"""View teachers: verbatim appendix-E.2 prompts, adversarial reply parsing, HTTP retries and the
 counterfactual teacher's cost tie-break."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def idx(tau: str, window: str, flt: str, gamma: str) -> int:
 
 
 # --- prompts ------------------------------------------------------------------------------
-def test_prompts_are_the_verbatim_appendix_d_texts() -> None:
+def test_prompts_are_the_verbatim_appendix_e2_texts() -> None:
     generic = load_prompt("generic")
     assert generic.startswith(
         "You are a view teacher for MemPrism. Your job: select a view action (tau, window, filter,\n"

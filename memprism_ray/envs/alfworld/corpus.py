@@ -544,15 +544,58 @@ def default_cache_dir(
     return base / name
 
 
+#: Longest wait for another process's corpus build (a full default build takes minutes).
+DEFAULT_LOCK_TIMEOUT_S = 1800.0
+
+
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def _file_lock(path: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S, what: str = "") -> Iterator[None]:
+    """An exclusive ``flock`` on ``path``, waited for at most ``timeout_s`` seconds.
+
+    The holder writes its process id into the file so a waiter that gives up can name it (the
+    kernel drops the lock when its holder dies, so a timeout means a build is still running
+    or hung, never a stale file).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    with path.open("a+") as fh:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    fh.seek(0)
+                    holder = fh.read().strip() or "unknown"
+                    raise TimeoutError(
+                        f"waited {timeout_s:g}s for the lock {path} (held by process {holder}"
+                        f"{', building ' + what if what else ''}); wait for that process or stop it, or raise "
+                        f"${LOCK_TIMEOUT_ENV}"
+                    ) from None
+                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
         try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(str(os.getpid()))
+            fh.flush()
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+LOCK_TIMEOUT_ENV = "MEMPRISM_CORPUS_LOCK_TIMEOUT_S"
+
+
+def _lock_timeout(value: float | None) -> float:
+    if value is None:
+        raw = os.environ.get(LOCK_TIMEOUT_ENV, "")
+        try:
+            value = float(raw) if raw else DEFAULT_LOCK_TIMEOUT_S
+        except ValueError:
+            raise ValueError(f"${LOCK_TIMEOUT_ENV}={raw!r}: expected a number of seconds") from None
+    if not value > 0:
+        raise ValueError(f"corpus lock timeout must be > 0 seconds, got {value!r}")
+    return float(value)
 
 
 def ensure_default_corpus(
@@ -562,17 +605,20 @@ def ensure_default_corpus(
     seed: int = DEFAULT_SEED,
     workers: int | None = None,
     progress: bool = True,
+    lock_timeout_s: float | None = None,
 ) -> Path:
     """The embedded default corpus: built on first use (a few minutes), then reused.
 
     Safe when several processes call it at once: one builds under a file lock, the others
-    wait and then find the finished manifest.
+    wait (at most ``lock_timeout_s``, default ``$MEMPRISM_CORPUS_LOCK_TIMEOUT_S`` or 1800 s,
+    then a ``TimeoutError`` naming the lock and its holder) and then find the finished manifest.
     """
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir(seed, train, eval)
     cfg = CorpusConfig(out=root, train=train, eval=eval, seed=seed, workers=workers or (os.cpu_count() or 1))
     if _matches(root, cfg):
         return root
-    with _file_lock(root.with_name(root.name + ".lock")):
+    timeout = _lock_timeout(lock_timeout_s)
+    with _file_lock(root.with_name(root.name + ".lock"), timeout, what=str(root)):
         if not _matches(root, cfg):
             if progress:
                 print(f"memprism: building the embedded ALFWorld corpus in {root} (first use)", file=sys.stderr)

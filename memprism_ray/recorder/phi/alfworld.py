@@ -1,4 +1,4 @@
-"""Rule Phi for ALFWorld (paper appendix C.2 "ALFWorld", prompt D.1 "ALFWorld Phi Event
+"""Rule Phi for ALFWorld (paper appendix D.2 "ALFWorld", prompt E.1 "ALFWorld Phi Event
 Extraction").
 
 "The adapter receives the pre-action textual observation, the selected admissible

@@ -1,4 +1,4 @@
-"""The event extractor interface Phi (paper: "Recorder"; appendix C.1-C.2).
+"""The event extractor interface Phi (paper: "Recorder"; appendix D.1-D.2).
 
 "An event extractor Phi, together with rule-based checks, maps the raw event to" the
 structured event. An extractor returns the fields it can read off one raw event; the

@@ -1,4 +1,4 @@
-"""The ALFWorld rule Phi on real engine text (appendix C.2, prompt D.1 key conventions).
+"""The ALFWorld rule Phi on real engine text (appendix D.2, prompt E.1 key conventions).
 
 ``data/alfworld_transcript.json`` holds every distinct feedback template the real engine
 emitted over 216 generated episodes (expert, partly random and random commands; see

@@ -1,0 +1,51 @@
+"""Atomic file writes that never silently replace what is already there.
+
+A report, a run's ``config.yaml`` or a manifest is first written in full under a temporary
+name in the same directory, flushed to disk, and only then given its final name, so a crash
+leaves either the old file or the new one, never half of one. Without ``overwrite=True`` an
+existing file is an error (the rename is a hard link, which fails atomically when the name
+is taken, so two writers cannot both win).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, *, overwrite: bool = False) -> Path:
+    """Write ``data`` to ``path`` atomically; refuse an existing ``path`` unless ``overwrite``."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not overwrite and target.exists():
+        raise FileExistsError(f"{target} already exists; refusing to overwrite it")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        if overwrite:
+            os.replace(tmp, target)
+        else:
+            try:
+                os.link(tmp, target)  # fails if the name is taken, unlike rename
+            except FileExistsError:
+                raise FileExistsError(f"{target} already exists; refusing to overwrite it") from None
+            except OSError:  # a file system without hard links: check-then-rename is the best left
+                if target.exists():
+                    raise FileExistsError(f"{target} already exists; refusing to overwrite it") from None
+                os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return target
+
+
+def atomic_write_text(path: str | Path, text: str, *, overwrite: bool = False, encoding: str = "utf-8") -> Path:
+    """:func:`atomic_write_bytes` for text."""
+    return atomic_write_bytes(path, text.encode(encoding), overwrite=overwrite)

@@ -1,0 +1,146 @@
+"""Run directories: fresh runs never clobber, resume checks the config hash, falls back past a
+corrupt checkpoint, supersedes metrics rows past the resumed iteration; D1 artifacts keyed by config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from memprism_ray.adapter.checkpoint import save_checkpoint
+from memprism_ray.adapter.grpo import GRPOConfig, GRPOTrainer
+from memprism_ray.config import load_config
+from memprism_ray.pipeline.run_dir import (
+    RunDirError,
+    RunLogger,
+    checkpoint_dir,
+    checkpoint_extra,
+    config_hash,
+    d1_dir,
+    d1_key,
+    latest_checkpoint,
+    prepare_run_dir,
+)
+from memprism_ray.router.model import RouterConfig, ViewPolicyModel
+
+TINY = RouterConfig(d_model=32, n_heads=4, n_layers=1, ff_dim=64, planner_hidden=64, entity_hint_dim=8)
+
+
+def cfg(tmp: Path, *extra: str):
+    return load_config("configs/local.yaml", ["--run.out_dir", str(tmp), "--run.name", "r", *extra])
+
+
+def save_d2(path: Path, config, iteration: int) -> Path:
+    torch.manual_seed(iteration)
+    model = ViewPolicyModel(TINY)
+    trainer = GRPOTrainer(model, ViewPolicyModel(TINY), GRPOConfig(lr=1e-3))
+    trainer.iteration = iteration
+    return save_checkpoint(path, model, trainer=trainer, stage="d2", extra=checkpoint_extra(config))
+
+
+def test_fresh_run_refuses_an_existing_directory(tmp_path: Path) -> None:
+    c = cfg(tmp_path)
+    assert prepare_run_dir(c.run.dir, "", c) is None
+    assert (c.run.dir / "config.yaml").exists()
+    # A directory with something in it (here: the config of the earlier start, no checkpoint yet).
+    with pytest.raises(RunDirError, match=r"already exists \(no checkpoint yet\).*--resume auto"):
+        prepare_run_dir(c.run.dir, "", c)
+
+
+@pytest.mark.parametrize("name", ["../../x", "/abs/x", "a/b", "..", ".hidden", ""])
+def test_run_names_that_leave_out_dir_are_rejected(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ValueError, match=r"run\.name"):
+        cfg(tmp_path, "--run.name", name)
+
+
+def test_resume_refuses_a_changed_config_unless_allowed(tmp_path: Path) -> None:
+    c = cfg(tmp_path)
+    prepare_run_dir(c.run.dir, "", c)
+    save_d2(checkpoint_dir(c.run.dir, 1), c, 1)
+    # Where the run executes may change freely.
+    same = cfg(tmp_path, "--run.num_cpus", "3", "--run.call_timeout_s", "9", "--eval.workers", "1")
+    assert config_hash(same) == config_hash(c)
+    assert prepare_run_dir(c.run.dir, "auto", same) == checkpoint_dir(c.run.dir, 1)
+    changed = cfg(tmp_path, "--grpo.lr", "1e-5")
+    with pytest.raises(RunDirError, match=r"config differs.*grpo\.lr.*--run\.allow_config_change true"):
+        prepare_run_dir(c.run.dir, "auto", changed)
+    warnings: list[str] = []
+    allowed = cfg(tmp_path, "--grpo.lr", "1e-5", "--run.allow_config_change", "true")
+    assert prepare_run_dir(c.run.dir, "auto", allowed, warn=warnings.append) == checkpoint_dir(c.run.dir, 1)
+    assert len(warnings) == 1 and "grpo.lr" in warnings[0]
+    # The new config is recorded; the earlier one is kept, not overwritten.
+    assert "1.0e-05" in (c.run.dir / "config.yaml").read_text()
+    assert (c.run.dir / "config.1.yaml").exists()
+
+
+def test_corrupt_latest_checkpoint_falls_back_with_a_warning(tmp_path: Path) -> None:
+    c = cfg(tmp_path)
+    prepare_run_dir(c.run.dir, "", c)
+    save_d2(checkpoint_dir(c.run.dir, 1), c, 1)
+    two = save_d2(checkpoint_dir(c.run.dir, 2), c, 2)
+    data = bytearray((two / "model.safetensors").read_bytes())
+    data[-3] ^= 0xFF
+    (two / "model.safetensors").write_bytes(bytes(data))
+    assert latest_checkpoint(c.run.dir) == two
+    warnings: list[str] = []
+    assert prepare_run_dir(c.run.dir, "auto", c, warn=warnings.append) == checkpoint_dir(c.run.dir, 1)
+    assert len(warnings) == 1 and "iter_0002 is corrupt" in warnings[0]
+    assert (c.run.dir / "checkpoints" / "iter_0002.corrupt" / "model.safetensors").exists()  # kept, not deleted
+    assert latest_checkpoint(c.run.dir) == checkpoint_dir(c.run.dir, 1)
+
+
+def test_bad_resume_paths_and_init_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
+    c = cfg(tmp_path)
+    with pytest.raises(RunDirError, match="no such checkpoint directory"):
+        prepare_run_dir(c.run.dir, str(tmp_path / "nowhere"), c)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunDirError, match=r"no config\.json"):
+        prepare_run_dir(c.run.dir, str(tmp_path / "empty"), c)
+    ck = save_d2(tmp_path / "ck", c, 1)
+    (ck / "state.pt").write_bytes(b"truncated")
+    with pytest.raises(RunDirError, match=r"state\.pt: cannot be read"):
+        prepare_run_dir(c.run.dir, str(ck), c)
+    bad_init = cfg(tmp_path, "--init_checkpoint", str(tmp_path / "nope"))
+    with pytest.raises(RunDirError, match=r"init_checkpoint .*no such checkpoint directory"):
+        prepare_run_dir(bad_init.run.dir, "", bad_init)
+    assert not c.run.dir.exists()  # nothing created for a refused start
+
+
+def test_resume_path_older_than_the_runs_latest_is_refused(tmp_path: Path) -> None:
+    c = cfg(tmp_path)
+    prepare_run_dir(c.run.dir, "", c)
+    one = save_d2(checkpoint_dir(c.run.dir, 1), c, 1)
+    save_d2(checkpoint_dir(c.run.dir, 2), c, 2)
+    with pytest.raises(RunDirError, match="later checkpoint iter_0002"):
+        prepare_run_dir(c.run.dir, str(one), c)
+
+
+def test_resumed_logger_supersedes_rows_past_the_checkpoint(tmp_path: Path) -> None:
+    log = RunLogger(tmp_path, tensorboard=False)
+    for step in (1, 2, 3):
+        log.log("grpo", step, {"loss": float(step)})
+        if step <= 2:
+            log.log("checkpoint", step, {"sha256": "x"})
+    log.close()
+    # Killed after iteration 3 was logged but before its checkpoint; resumed from iter_0002.
+    resumed = RunLogger(tmp_path, tensorboard=False, resume_step=2)
+    assert resumed.superseded == 1
+    for step in (3, 4):
+        resumed.log("grpo", step, {"loss": 10.0 + step})
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    grpo = [(r["step"], r["loss"]) for r in rows if r["kind"] == "grpo"]
+    assert grpo == [(1, 1.0), (2, 2.0), (3, 13.0), (4, 14.0)]
+    old = [json.loads(x) for x in (tmp_path / RunLogger.SUPERSEDED).read_text().splitlines()]
+    assert [(r["kind"], r["step"], r["loss"]) for r in old] == [("grpo", 3, 3.0)]
+
+
+def test_d1_artifacts_are_keyed_by_the_sections_that_make_them(tmp_path: Path) -> None:
+    c = cfg(tmp_path)
+    assert d1_key(cfg(tmp_path, "--grpo.lr", "1e-5", "--eval.workers", "1")) == d1_key(c)
+    for override in (("--label.games", "3"), ("--corpus.seed", "5"), ("--sft.epochs", "2"), ("--run.seed", "4")):
+        assert d1_key(cfg(tmp_path, *override)) != d1_key(c), override
+    a, b = d1_dir(c.run.dir, c), d1_dir(c.run.dir, cfg(tmp_path, "--label.games", "3"))
+    assert a != b and a.parent == b.parent == c.run.dir / "d1"
+    assert json.loads((a / "key.json").read_text())["sections"]["label"]["games"] == c.label.games
