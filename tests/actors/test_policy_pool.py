@@ -1,0 +1,227 @@
+"""The task-policy pool on CPU: async replicas around a fake continuous-batching engine with
+vLLM's ``AsyncLLM.generate`` contract (memprism_ray/policy/fake_vllm.py), routing by group
+and load, per-request failures. The same code runs on a real engine in tests/gpu/."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+
+import pytest
+
+from memprism_ray.policy.base import PolicyBackendError, PolicyInput
+from memprism_ray.policy.config import PolicyConfig, VLLMConfig
+from memprism_ray.policy.fake_vllm import FakeAsyncEngine, fake_engine_factory
+from memprism_ray.policy.pool import GroupLoads, pick_least_loaded
+from memprism_ray.policy.vllm_async import AsyncVLLMPolicy
+
+
+def alf(episode: str, goal: str = "put a mug in desk") -> PolicyInput:
+    return PolicyInput(
+        "alfworld", goal, "You see a desk 1.", admissible=("look", "go to desk 1"), meta={"episode_id": episode}
+    )
+
+
+# --- bookkeeping (no Ray) -------------------------------------------------------------------
+def test_group_loads_claim_refuse_touch_release_and_expire() -> None:
+    now = [0.0]
+    loads = GroupLoads(ttl_s=10.0, clock=lambda: now[0])
+    assert loads.claim("a", 16, seen_load=0) == (True, 16)
+    # Another caller read load 0 before "a" was claimed: refused, told the current load.
+    assert loads.claim("b", 8, seen_load=0) == (False, 16)
+    assert loads.claim("b", 8, seen_load=16) == (True, 24)
+    assert loads.claim("a", 16, seen_load=0) == (True, 24)  # a retry of a granted claim is idempotent
+    assert loads.release("b") and not loads.release("b")
+    assert loads.load() == 16
+    now[0] = 11.0  # "a" sent nothing for longer than the TTL: its caller is gone
+    assert loads.load() == 0
+    loads.touch("a", 4)  # a request of a forgotten group (replica restarted) re-registers it
+    assert loads.groups() == {"a": 4}
+    with pytest.raises(ValueError, match="at least one request"):
+        loads.claim("c", 0)
+
+
+def test_pick_least_loaded_breaks_ties_from_the_offset() -> None:
+    assert pick_least_loaded([16, 4, 8]) == 1
+    assert pick_least_loaded([0, 0, 0], offset=2) == 2
+    assert pick_least_loaded([5, 0, 0], offset=0) == 1
+    assert pick_least_loaded([float("inf"), 3.0], offset=0) == 1
+    with pytest.raises(RuntimeError, match="unreachable"):
+        pick_least_loaded([float("inf")] * 2)
+
+
+# --- the async engine wrapper (no Ray) ---------------------------------------------------------
+def test_async_policy_requests_from_several_callers_share_engine_steps() -> None:
+    engine = FakeAsyncEngine(step_s=0.005, tokens=6)
+    policy = AsyncVLLMPolicy(VLLMConfig(), engine=engine, sampling_factory=dict)
+
+    async def run() -> list[list]:
+        return await asyncio.gather(
+            *(policy.act([alf(f"c{c}-e{i}") for i in range(4)], tag=f"c{c}") for c in range(3))
+        )
+
+    results = asyncio.run(run())
+    assert all(o.valid and o.action == "look" for batch in results for o in batch)
+    # 12 requests of 3 callers were running in the same engine step: nothing waited its turn.
+    assert engine.max_running == 12 and engine.overlapping_tags() == 3
+    assert policy.in_flight == 0 and policy.counters["requests"] == 12
+
+
+def test_async_policy_failures_stay_per_request() -> None:
+    engine = FakeAsyncEngine(step_s=0.001, tokens=4)
+    policy = AsyncVLLMPolicy(VLLMConfig(chat_template="qwen2_vl"), engine=engine, sampling_factory=dict)
+    batch = [alf("ok-0"), alf("bad", goal="FAKE_REJECT"), alf("dead", goal="FAKE_CRASH"), alf("ok-1")]
+    out = asyncio.run(policy.act(batch))
+    assert out[0].valid and out[3].valid
+    assert not out[1].valid and "vLLM rejected the request" in out[1].error
+    assert isinstance(out[2], PolicyBackendError) and "fake engine step failed" in str(out[2])
+    assert policy.counters == {"requests": 4, "rejected": 1, "engine_errors": 1}
+
+
+def test_async_policy_complete_formats_one_user_message() -> None:
+    seen: list[dict] = []
+
+    def reply(prompt: dict) -> str:
+        seen.append(prompt)
+        return '{"teacher_distribution": []}'
+
+    policy = AsyncVLLMPolicy(VLLMConfig(), engine=FakeAsyncEngine(reply=reply), sampling_factory=dict)
+    text = asyncio.run(policy.complete("label this state", max_tokens=64))
+    assert text == '{"teacher_distribution": []}'
+    assert "<|im_start|>user\nlabel this state<|im_end|>" in seen[0]["prompt"]
+    assert "multi_modal_data" not in seen[0]
+
+
+# --- replicas and routing on Ray -------------------------------------------------------------
+VLLM_POLICY = PolicyConfig(backend="vllm", gpus_per_replica=1.0, vllm=VLLMConfig(chat_template="qwen2_vl"))
+
+
+@pytest.fixture(scope="module")
+def replicas(ray_session):
+    from memprism_ray.actors.workers import PolicyReplica
+
+    factory = functools.partial(fake_engine_factory, step_s=0.01, tokens=5)
+    # The config asks for a GPU; these CPU replicas override only the resource request.
+    handles = [
+        PolicyReplica.options(num_cpus=0.01, max_concurrency=256).remote(VLLM_POLICY, factory) for _ in range(3)
+    ]
+    ray_session.get([h.load.remote() for h in handles], timeout=120)
+    yield handles
+    for h in handles:
+        ray_session.kill(h)
+
+
+def _reset(ray, handles) -> None:
+    for h in handles:
+        for g in ray.get(h.stats.remote(), timeout=30)["groups"]:
+            ray.get(h.release.remote(g), timeout=30)
+
+
+@pytest.mark.ray
+def test_callers_overlap_in_one_replica_engine(ray_session, replicas) -> None:
+    from memprism_ray.actors.services import PolicyPool
+
+    ray = ray_session
+    one = replicas[:1]
+    _reset(ray, one)
+    results: dict[int, list] = {}
+
+    def caller(c: int) -> None:
+        pool = PolicyPool(one, timeout_s=60, caller=f"worker{c}")
+        results[c] = pool.act([alf(f"w{c}-e{i}") for i in range(8)], group=f"w{c}")
+
+    threads = [threading.Thread(target=caller, args=(c,)) for c in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(o.valid for c in range(4) for o in results[c])
+    record = ray.get(one[0].engine_record.remote(), timeout=30)
+    # Several rollout-worker-like callers ran in the same engine step of one replica.
+    assert max(len(s) for s in record["steps"]) >= 2
+    assert record["max_running"] > 8
+
+
+@pytest.mark.ray
+def test_a_group_sticks_to_one_replica_and_groups_balance_by_load(ray_session, replicas) -> None:
+    from memprism_ray.actors.services import PolicyPool
+
+    ray = ray_session
+    _reset(ray, replicas)
+    # Pre-existing load: 16, 4 and 8 requests per step.
+    for h, n in zip(replicas, (16, 4, 8)):
+        assert ray.get(h.claim.remote(f"pre{n}", n, 10**6), timeout=30)[0]
+    pool = PolicyPool(replicas, timeout_s=60, caller="roll0")
+    calls_before = [ray.get(h.stats.remote(), timeout=30)["calls"] for h in replicas]
+    for _step in range(3):  # three decision steps of one group of 6 trajectories
+        out = pool.act([alf(f"it0-g0-t{i}") for i in range(6)])
+        assert all(o.valid for o in out)
+    calls = [ray.get(h.stats.remote(), timeout=30)["calls"] - b for h, b in zip(replicas, calls_before)]
+    assert calls == [0, 3, 0]  # least loaded (4) took the group; every step went there
+    assert ray.get(replicas[1].load.remote(), timeout=30) == 4 + 6
+    # The next group of this caller releases the finished one and is claimed once.
+    pool.act([alf(f"it1-g0-t{i}") for i in range(2)])
+    groups = [ray.get(h.stats.remote(), timeout=30)["groups"] for h in replicas]
+    assert not any("roll0:g0" in g for g in groups)
+    assert [g.get("roll0:g1") for g in groups].count(2) == 1
+
+
+@pytest.mark.ray
+def test_simultaneous_new_groups_spread_evenly(ray_session, replicas) -> None:
+    from memprism_ray.actors.services import PolicyPool
+
+    ray = ray_session
+    _reset(ray, replicas)
+    chosen: dict[int, int] = {}
+    barrier = threading.Barrier(6)
+
+    def caller(c: int) -> None:
+        pool = PolicyPool(replicas, timeout_s=60, caller=f"sim{c}")
+        barrier.wait()
+        chosen[c] = pool.assign(f"sim{c}-group", 8)
+
+    threads = [threading.Thread(target=caller, args=(c,)) for c in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Six groups started at once on three idle replicas: two each, not a pile on one.
+    assert sorted(ray.get([h.load.remote() for h in replicas], timeout=30)) == [16, 16, 16]
+    assert sorted(chosen.values()) == [0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.ray
+def test_replica_failures_stay_per_request_and_ray_services_routes_through_the_pool(ray_session, replicas) -> None:
+    from memprism_ray.actors.services import PolicyPool, Pool, RayServices
+
+    services = RayServices([], 1, phi=None, views=None, policy=Pool(replicas, "act", 60), timeout_s=60)
+    assert isinstance(services.policy_pool, PolicyPool)
+    batch = [alf("f-0"), alf("f-1", goal="FAKE_REJECT"), alf("f-2", goal="FAKE_CRASH"), alf("f-3")]
+    out = services.act(batch)
+    assert out[0].valid and out[3].valid
+    assert not out[1].valid and "rejected" in out[1].error
+    assert isinstance(out[2], PolicyBackendError)
+
+
+@pytest.mark.ray
+def test_a_dead_replica_fails_only_its_groups(ray_session) -> None:
+    from memprism_ray.actors.services import PolicyPool
+    from memprism_ray.actors.workers import PolicyReplica
+
+    ray = ray_session
+    factory = functools.partial(fake_engine_factory, step_s=0.001, tokens=2)
+    a, b = (PolicyReplica.options(num_cpus=0.01, max_restarts=0).remote(VLLM_POLICY, factory) for _ in range(2))
+    pool = PolicyPool([a, b], timeout_s=30, caller="dead")
+    assert all(o.valid for o in pool.act([alf("x")], group="ga"))
+    assert all(o.valid for o in pool.act([alf("y")], group="gb"))
+    dead = pool._group_replica["ga"]
+    ray.kill([a, b][dead])
+    out_a = pool.act([alf("x")], group="ga")
+    out_b = pool.act([alf("y")], group="gb")
+    assert isinstance(out_a[0], BaseException) and out_b[0].valid
+    # The group's next step, and any new group, go to the live replica.
+    assert pool.act([alf("x")], group="ga")[0].valid
+    assert pool._group_replica["ga"] == 1 - dead
+    assert pool.assign("gc", 1) == 1 - dead
+    ray.kill([a, b][1 - dead])
