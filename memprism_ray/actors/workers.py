@@ -263,3 +263,21 @@ class PolicyReplica:
 
     async def needs_view_text(self) -> bool:
         return bool(getattr(self.policy, "needs_view_text", False))
+
+
+def start_policy_replicas(cfg: Any, *, engine_factory: Any = None, timeout_s: float | None = None) -> list[Any]:
+    """``policy.num_replicas`` :class:`PolicyReplica` actors with the resources the config
+    asks for (GPUs and custom resources, requested whatever has joined yet), returned once
+    each answers. The one place a Ray job builds its task-policy engines; D1 labelling,
+    rollouts and evaluation share them through :class:`~memprism_ray.actors.services.PolicyPool`."""
+    from memprism_ray.actors.placement import policy_replica_options, wait_placed
+
+    opts = policy_replica_options(cfg)
+    handles = [PolicyReplica.options(**opts).remote(cfg.policy, engine_factory) for _ in range(cfg.policy.num_replicas)]
+    wait_placed(
+        [h.load.remote() for h in handles],
+        "policy replicas",
+        opts,
+        timeout_s if timeout_s is not None else cfg.run.call_timeout_s * 4,
+    )
+    return handles

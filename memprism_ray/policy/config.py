@@ -168,6 +168,8 @@ class PolicyConfig:
             raise ValueError(f"policy.resources values must be positive numbers, got {bad}")
         if self.max_concurrency < 1 or self.group_ttl_s <= 0:
             raise ValueError("policy.max_concurrency must be >= 1 and policy.group_ttl_s > 0")
+        if self.backend == "vllm" and self.num_replicas < 1:
+            raise ValueError("policy.backend=vllm runs in the Ray policy pool: policy.num_replicas must be >= 1")
         if self.backend == "vllm" and self.gpus_per_replica < self.vllm.tensor_parallel_size:
             raise ValueError(
                 f"policy.backend=vllm needs gpus_per_replica >= vllm.tensor_parallel_size "
