@@ -111,8 +111,26 @@ def wait_placed(refs: list[Any], what: str, options: dict[str, Any], timeout_s: 
     ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     if pending:
         asked = {k: v for k, v in options.items() if k in ("num_gpus", "num_cpus", "resources")}
+        for bundle in pending_demand():
+            log.warning("pending resource demand: %s", bundle)
         raise TimeoutError(
             f"{len(pending)} of {len(refs)} {what} not placed within {timeout_s:.0f}s; they ask for {asked} and the "
             f"cluster has {dict(ray.cluster_resources())}: add GPU nodes (or let the autoscaler), or lower the request"
         )
     return ray.get(ready)
+
+
+def pending_demand() -> list[dict[str, float]]:
+    """The resource bundles of tasks and actors waiting for resources, as the autoscaler
+    sees them (Ray's autoscaler v2 status); [] when the status cannot be read."""
+    try:
+        from ray.autoscaler.v2.sdk import get_cluster_status
+
+        status = get_cluster_status(ray.get_runtime_context().gcs_address)
+    except Exception:  # an internal API: report nothing rather than fail the job
+        return []
+    out: list[dict[str, float]] = []
+    for demand in status.resource_demands.ray_task_actor_demand:
+        for req in demand.bundles_by_count:
+            out.extend([dict(req.bundle)] * int(req.count))
+    return out

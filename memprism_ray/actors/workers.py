@@ -274,10 +274,15 @@ def start_policy_replicas(cfg: Any, *, engine_factory: Any = None, timeout_s: fl
 
     opts = policy_replica_options(cfg)
     handles = [PolicyReplica.options(**opts).remote(cfg.policy, engine_factory) for _ in range(cfg.policy.num_replicas)]
-    wait_placed(
-        [h.load.remote() for h in handles],
-        "policy replicas",
-        opts,
-        timeout_s if timeout_s is not None else cfg.run.call_timeout_s * 4,
-    )
+    try:
+        wait_placed(
+            [h.load.remote() for h in handles],
+            "policy replicas",
+            opts,
+            timeout_s if timeout_s is not None else cfg.run.call_timeout_s * 4,
+        )
+    except BaseException:
+        for h in handles:
+            ray.kill(h)
+        raise
     return handles

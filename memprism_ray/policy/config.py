@@ -163,17 +163,31 @@ class PolicyConfig:
             raise ValueError(f"policy.num_replicas must be >= 0, got {self.num_replicas}")
         if self.gpus_per_replica < 0:
             raise ValueError(f"policy.gpus_per_replica must be >= 0, got {self.gpus_per_replica}")
-        bad = {k: v for k, v in self.resources.items() if not isinstance(v, (int, float)) or v <= 0}
+        resources, bad = {}, {}
+        for k, v in self.resources.items():
+            try:
+                resources[str(k)] = float(v)  # CLI overrides arrive as strings
+            except (TypeError, ValueError):
+                bad[k] = v
+                continue
+            if not resources[str(k)] > 0:
+                bad[k] = v
+        self.resources = resources
         if bad:
             raise ValueError(f"policy.resources values must be positive numbers, got {bad}")
         if self.max_concurrency < 1 or self.group_ttl_s <= 0:
             raise ValueError("policy.max_concurrency must be >= 1 and policy.group_ttl_s > 0")
         if self.backend == "vllm" and self.num_replicas < 1:
             raise ValueError("policy.backend=vllm runs in the Ray policy pool: policy.num_replicas must be >= 1")
-        if self.backend == "vllm" and self.gpus_per_replica < self.vllm.tensor_parallel_size:
+        if self.backend == "vllm" and self.gpus_per_replica <= 0:
+            raise ValueError("policy.backend=vllm needs policy.gpus_per_replica > 0 (vLLM has no CPU build)")
+        tp = self.vllm.tensor_parallel_size
+        if self.backend == "vllm" and tp > 1 and self.gpus_per_replica < tp:
+            # A fraction is fine for one GPU (vLLM sizes itself by gpu_memory_utilization),
+            # not for a replica sharded over several.
             raise ValueError(
-                f"policy.backend=vllm needs gpus_per_replica >= vllm.tensor_parallel_size "
-                f"({self.vllm.tensor_parallel_size}), got {self.gpus_per_replica} (vLLM has no CPU build)"
+                f"policy.backend=vllm needs gpus_per_replica >= vllm.tensor_parallel_size ({tp}), "
+                f"got {self.gpus_per_replica}"
             )
         if self.backend in ("openai", "scripted") and self.gpus_per_replica > 0:
             raise ValueError(
