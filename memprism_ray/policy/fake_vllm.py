@@ -133,3 +133,9 @@ class FakeAsyncEngine:
 def fake_engine_factory(config: Any = None, **overrides: Any) -> FakeAsyncEngine:
     """Picklable engine factory for ``PolicyReplica(engine_factory=...)``."""
     return FakeAsyncEngine(**overrides)
+
+
+def fixed_reply(text: str, prompt: dict[str, Any]) -> str:
+    """``functools.partial(fixed_reply, text)``: a picklable reply that is always ``text``
+    (e.g. a teacher JSON for the D1 LLM-teacher path on the pool)."""
+    return text

@@ -20,15 +20,18 @@ def test_policy_config_refuses_inconsistent_placements() -> None:
         PolicyConfig(backend="vllm", gpus_per_replica=1, num_replicas=0)
     with pytest.raises(ValueError, match="scripted uses no GPU"):
         PolicyConfig(backend="scripted", gpus_per_replica=1)
-    with pytest.raises(ValueError, match="hf.device=cuda needs policy.gpus_per_replica"):
+    with pytest.raises(ValueError, match=r"hf\.device=cuda needs policy\.gpus_per_replica"):
         PolicyConfig(backend="hf", hf=HFConfig(model_path="/m", device="cuda"))
     with pytest.raises(ValueError, match="resources values must be positive"):
         PolicyConfig(backend="vllm", gpus_per_replica=1, resources={"vllm": 0})
 
 
 def test_replica_options_always_ask_for_the_configured_gpus() -> None:
-    cfg = PolicyConfig(backend="vllm", gpus_per_replica=2, resources={"vllm": 2}, vllm=VLLMConfig(tensor_parallel_size=2))
-    assert cfg.replica_options(1.0) == {"num_cpus": 1.0, "max_concurrency": 1024, "num_gpus": 2, "resources": {"vllm": 2}}
+    cfg = PolicyConfig(
+        backend="vllm", gpus_per_replica=2, resources={"vllm": 2}, vllm=VLLMConfig(tensor_parallel_size=2)
+    )
+    want = {"num_cpus": 1.0, "max_concurrency": 1024, "num_gpus": 2, "resources": {"vllm": 2}}
+    assert cfg.replica_options(1.0) == want
     assert "num_gpus" not in PolicyConfig(backend="scripted").replica_options(0.25)
 
 
@@ -37,7 +40,7 @@ def test_experiment_config_ties_learner_device_to_its_gpus() -> None:
         load_config("configs/local.yaml", ["--grpo.device", "cuda"])
     with pytest.raises(ValueError, match=r"grpo.device=cpu contradicts rollout.learner_gpus=0.1"):
         load_config("configs/local.yaml", ["--rollout.learner_gpus", "0.1"])
-    with pytest.raises(ValueError, match="label.llm_source=pool serves the teacher"):
+    with pytest.raises(ValueError, match=r"label\.llm_source=pool serves the teacher"):
         load_config("configs/local.yaml", ["--label.teacher", "llm", "--label.llm_source", "pool"])
 
 
