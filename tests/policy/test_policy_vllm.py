@@ -168,8 +168,9 @@ def test_gpu_requirements_pin_the_named_vllm_and_keep_the_other_runtime_pins() -
     """requirements/gpu.txt (GPU nodes) = vLLM 0.24.0 with the torch it pins + every other
     runtime pin of pyproject.toml, so GPU and CPU nodes run the same project stack."""
     import re
-    import tomllib
     from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
     root = Path(__file__).resolve().parents[2]
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
