@@ -57,6 +57,7 @@ class VLLMConfig:
     max_num_seqs: int = field(0, help="most sequences per engine step (0: vLLM's default)")
     max_num_batched_tokens: int = field(0, help="token budget per engine step (0: vLLM's default)")
     enable_prefix_caching: bool = field(True, help="share the KV cache of identical prompt prefixes")
+    ignore_eos: bool = field(False, help="benchmarks: every completion runs to max_tokens (random weights)")
 
     def __post_init__(self) -> None:
         _check_decoding("vllm", self.temperature, self.max_tokens, self.max_pixels, self.min_pixels)

@@ -54,12 +54,15 @@ def engine_kwargs(config: VLLMConfig) -> dict[str, Any]:
 def sampling_kwargs(config: VLLMConfig) -> dict[str, Any]:
     """Keyword arguments of ``vllm.SamplingParams``: greedy when temperature is 0."""
     greedy = config.temperature == 0.0
-    return {
+    kw: dict[str, Any] = {
         "temperature": config.temperature,
         "top_p": 1.0 if greedy else config.top_p,
         "max_tokens": config.max_tokens,
         "seed": config.seed,
     }
+    if config.ignore_eos:
+        kw["ignore_eos"] = True
+    return kw
 
 
 def build_vllm_request(
