@@ -58,6 +58,13 @@ def test_paper_and_gpu_smoke_presets_ask_for_gpus_and_label_with_the_llm_teacher
     assert smoke.policy.num_replicas == 1 and smoke.grpo.iterations <= 3
     # One GPU holds the replica (most of its memory) and the learner's fraction.
     assert smoke.policy.gpus_per_replica + smoke.rollout.learner_gpus <= 1.0
+    # What scripts/gpu_proof.sh passes to the job.
+    from memprism_ray.pipeline.jobs import parse_job_args
+
+    _, job = parse_job_args(
+        "grpo", ["--config", "configs/gpu_smoke.yaml", "--init_checkpoint", "/tmp/ref", "--policy.vllm.model", "/m"]
+    )
+    assert job.init_checkpoint == "/tmp/ref" and job.policy.vllm.model == "/m" and job.grpo.device == "auto"
 
 
 @pytest.mark.ray
