@@ -11,6 +11,13 @@ time and batches everything in flight at each engine step (continuous batching).
 decision is its own ``generate(prompt, sampling_params, request_id)`` request, so requests
 from every caller of a replica share the engine's steps.
 
+Why an ``AsyncLLM`` inside a Ray actor (:class:`~memprism_ray.actors.workers.PolicyReplica`)
+rather than ``vllm serve`` behind the OpenAI backend or Ray Serve: the actor is placed,
+restarted and killed by Ray like every other stage and asks Ray for its GPU (so the
+autoscaler provisions it), images arrive as PNG bytes or object references instead of
+base64 JSON over HTTP, and the one routing rule needed -- a group sticks to one replica,
+groups balanced by load -- is ours (``PolicyPool``), not a proxy layer's.
+
 Request construction is the offline backend's (:func:`build_vllm_request`), so both paths
 send byte-identical prompts. Failures stay per request: a request vLLM rejects (prompt too
 long, too many images: ``ValueError`` or vLLM's client errors) becomes an invalid
