@@ -225,3 +225,70 @@ def test_a_dead_replica_fails_only_its_groups(ray_session) -> None:
     assert pool._group_replica["ga"] == 1 - dead
     assert pool.assign("gc", 1) == 1 - dead
     ray.kill([a, b][1 - dead])
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_d1_llm_teacher_labels_expert_decisions_on_the_pool(
+    ray_session, memprism_tiny_corpus, memprism_tiny_overrides, tmp_path
+) -> None:
+    """The D1 stage of the paper preset: expert trajectories -> one LLM-teacher call per
+    decision on the policy pool (a fake engine answering a fixed teacher JSON) -> labels."""
+    import json as _json
+
+    import pyarrow.parquet as pq
+
+    from memprism_ray.actors.d1 import collect_expert, d1_cost_line, label_expert
+    from memprism_ray.actors.workers import PolicyReplica
+    from memprism_ray.config import load_config
+    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.policy.fake_vllm import fixed_reply
+    from memprism_ray.view_space import ViewAction
+
+    overrides = memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "d1llm")
+    cfg = load_config(
+        "configs/local.yaml",
+        [
+            *overrides, "--label.teacher", "llm", "--label.llm_source", "pool", "--label.workers", "1",
+            "--label.games", "1", "--policy.backend", "vllm", "--policy.num_replicas", "1",
+            "--policy.gpus_per_replica", "1", "--policy.vllm.chat_template", "qwen2_vl",
+        ],
+    )  # fmt: skip
+    item = {"a_view": {"tau": "EntityState", "window": "all", "filter": "all", "gamma": "medium"}, "score": 1.0}
+    reply = functools.partial(fixed_reply, _json.dumps({"teacher_distribution": [item]}))
+    replica = PolicyReplica.options(num_cpus=0.01).remote(
+        cfg.policy, functools.partial(fake_engine_factory, step_s=0.001, tokens=2, reply=reply)
+    )
+    lines: list[str] = []
+    try:
+        assert "1 policy call(s) per expert decision" in d1_cost_line(cfg)
+        games = list_games("train", cfg.corpus.data_root)[:1]
+        (tmp_path / "d1").mkdir()
+        expert = collect_expert(cfg, games, tmp_path / "d1", lines.append)
+        decisions = pq.read_table(expert).num_rows
+        labels = label_expert(cfg, expert, tmp_path / "d1", lines.append, pool=[replica])
+        stats = ray_session.get(replica.stats.remote(), timeout=60)
+    finally:
+        ray_session.kill(replica)
+    assert f"llm view labels for {decisions} decisions: {decisions} policy calls" in "\n".join(lines)
+    assert stats["requests"] == decisions  # one teacher call per decision, all on the pool
+    q = pq.read_table(labels).column("q").to_pylist()
+    assert len(q) == decisions
+    best = ViewAction("EntityState", "all", "all", "medium").index
+    assert all(row[best] == pytest.approx(1.0) for row in q)
+
+
+@pytest.mark.ray
+def test_pool_policy_is_a_task_policy_whose_caller_is_one_group(ray_session, replicas) -> None:
+    """What EvalWorker and the counterfactual D1 task use instead of building an engine."""
+    from memprism_ray.actors.services import PolicyPool, PoolPolicy
+    from memprism_ray.policy.base import TaskPolicy
+
+    _reset(ray_session, replicas)
+    policy = PoolPolicy(PolicyPool(replicas, timeout_s=60, caller="eval-0"), "eval-0")
+    assert isinstance(policy, TaskPolicy)
+    for step in range(2):
+        out = policy.act([alf(f"ep{i}-s{step}") for i in range(3)])  # new episode ids: still one group
+        assert [o.action for o in out] == ["look"] * 3
+    groups = [ray_session.get(h.stats.remote(), timeout=30)["groups"] for h in replicas]
+    assert [g for g in groups if g] == [{"eval-0": 3}]
