@@ -88,7 +88,8 @@ class PolicyPool:
     """The caller's side of the task-policy pool (docs/gpu.md "Routing").
 
     A group of decisions sticks to one :class:`~memprism_ray.actors.workers.PolicyReplica`
-    (its prefix and image caches stay warm); a new group goes to the least-loaded replica
+    (its prefix and image caches stay warm: on an H100, one repeated view image read at 85.4
+    decisions/s against 28.5 for distinct ones, docs/gpu.md); a new group goes to the least-loaded replica
     (:mod:`memprism_ray.policy.pool`: read every load, claim the smallest, re-read if another
     caller claimed it first). Within a replica every request runs concurrently with every
     other caller's, so a group of 16 is 16 in-flight engine requests, not a batch that waits
