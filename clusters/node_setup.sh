@@ -9,8 +9,8 @@
 #
 # cpu: torch at pyproject's exact pin from the PyTorch CPU index first, then `pip install -e
 #      REPO`, which finds that torch satisfied and never pulls the CUDA build.
-# gpu: vLLM (pyproject's vllm extra) with its CUDA torch at pyproject's torch pin; the rest of
-#      pyproject's pins installed around vLLM's stack; the project with --no-deps.
+# gpu: requirements/gpu.txt (vLLM 0.24.0 with the CUDA torch it pins, 2.11.0, and the rest of
+#      pyproject's pins that fit it); the stack frozen and checked; the project with --no-deps.
 # auto: gpu when nvidia-smi lists a GPU, else cpu (on-prem clusters with mixed machines).
 #
 # Environment: MEMPRISM_VENV (default ~/memprism-venv), MEMPRISM_PYTHON (default python3),
@@ -88,11 +88,9 @@ install() {
         # freeze that stack, add the rest of pyproject's pins around it, then the project itself.
         local helper="${repo}/docker/pyproject_deps.py"
         local stack="${venv}/memprism-gpu-stack.txt" reqs="${venv}/memprism-requirements.txt"
-        local vllm_reqs
-        vllm_reqs="$("${python}" "${helper}" requirements --pyproject "${repo}/pyproject.toml" --extra vllm --extras-only)" ||
-            die "could not read the vllm extra from ${repo}/pyproject.toml"
-        # shellcheck disable=SC2086  # one requirement per line, none contains spaces
-        run "${pip[@]}" install ${vllm_reqs} "${torch_pin}"
+        # vLLM pins its own torch (0.24.0: torch==2.11.0), never pyproject's CPU pin.
+        [[ -f "${repo}/requirements/gpu.txt" ]] || die "no requirements/gpu.txt in ${repo}"
+        run "${pip[@]}" install -r "${repo}/requirements/gpu.txt"
         run "${venv}/bin/python" "${helper}" constraints --output "${stack}"
         run "${venv}/bin/python" "${helper}" requirements --pyproject "${repo}/pyproject.toml" --defer-to "${stack}" --output "${reqs}"
         run "${pip[@]}" install -c "${stack}" -r "${reqs}"

@@ -26,13 +26,19 @@ import ray
 from tqdm import tqdm
 
 from memprism_ray.actors import metrics
-from memprism_ray.actors.d1 import run_d1
+from memprism_ray.actors.d1 import d1_cost_line, run_d1
 from memprism_ray.actors.evaluation import evaluate_distributed
 from memprism_ray.actors.grpo_driver import iteration_stats, run_groups, sample_groups
 from memprism_ray.actors.learner import Learner
-from memprism_ray.actors.placement import gpu_request, init_ray
+from memprism_ray.actors.placement import (
+    init_ray,
+    learner_options,
+    placement_summary,
+    policy_replica_options,
+    wait_placed,
+)
 from memprism_ray.actors.rollout import RolloutWorker
-from memprism_ray.actors.workers import PhiWorker, PolicyReplica, ViewWorker
+from memprism_ray.actors.workers import PhiWorker, ViewWorker, start_policy_replicas
 from memprism_ray.envs.alfworld import list_games
 from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
 from memprism_ray.pipeline.run_dir import (
@@ -72,16 +78,27 @@ def main(argv: list[str] | None = None) -> int:
     say(f"{len(train_games)} training games")
 
     # 2. The D1 reference policy (also GRPO's starting point).
+    if not cfg.init_checkpoint:
+        say(d1_cost_line(cfg))
     reference = (
         Path(cfg.init_checkpoint) if cfg.init_checkpoint else run_d1(cfg, train_games, d1_dir(run_dir, cfg), say)
     )
 
     # 3. Actors: learner, stage pools, policy replicas, rollout workers.
-    learner_gpus = gpu_request(1.0 if cfg.grpo.device in ("auto", "cuda") else 0.0)
-    learner = Learner.options(num_gpus=learner_gpus, num_cpus=0 if learner_gpus else cfg.rollout.rollout_cpus).remote(
+    # GPU actors ask for what the config says even before GPU nodes joined (the pending
+    # demand makes the autoscaler add them); CPU runs say gpus 0 in the config.
+    for line in placement_summary(
+        {
+            "learner": learner_options(cfg),
+            "replicas": {**policy_replica_options(cfg), "count": cfg.policy.num_replicas},
+        },
+        resources,
+    ):
+        say(line)
+    learner = Learner.options(**learner_options(cfg)).remote(
         cfg.grpo, str(reference), str(resume_from) if resume_from else ""
     )
-    start = ray.get(learner.iteration.remote(), timeout=cfg.run.call_timeout_s)
+    start = wait_placed([learner.iteration.remote()], "learner", learner_options(cfg), cfg.run.call_timeout_s * 4)[0]
     if resume_from is not None:
         say(f"resumed from {resume_from} (iteration {checkpoint_iteration(resume_from)})")
     ro = cfg.rollout
@@ -92,13 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         ViewWorker.options(num_cpus=ro.helper_cpus, max_restarts=ro.max_restarts).remote(cfg.render, ro.view_cache_size)
         for _ in range(ro.view_workers)
     ]
-    policy_gpus = gpu_request(cfg.policy.gpus_per_replica)
-    replicas = [
-        PolicyReplica.options(
-            num_gpus=policy_gpus, num_cpus=ro.policy_cpus if not policy_gpus else 1, max_restarts=ro.max_restarts
-        ).remote(cfg.policy)
-        for _ in range(cfg.policy.num_replicas)
-    ]
+    replicas = start_policy_replicas(cfg)
     needs_text = policy_needs_view_text(cfg.policy)
     full_state = ray.get(learner.full_weights.remote(), timeout=cfg.run.call_timeout_s)
     full_ref = ray.put(full_state)

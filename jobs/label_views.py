@@ -29,8 +29,6 @@ def say(msg: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv)
-    if cfg.label.teacher != "counterfactual":
-        raise SystemExit("label.teacher=llm: use memprism_ray.router.teacher.LLMViewTeacher with your endpoint")
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     cfg = resolve_corpus(cfg, say)
     d1_dir = d1_dir_for(cfg.run.dir, cfg)  # keyed by the config sections that make D1 (as in the GRPO job)

@@ -92,14 +92,21 @@ class LabelConfig:
     samples_per_view: int = field(2, help="counterfactual teacher: policy samples per candidate view")
     cost_temperature: float = field(0.1, help="counterfactual teacher: cost tie-break temperature")
     policy_temperature: float = field(0.5, help="counterfactual teacher: scripted policy temperature")
+    llm_source: str = field("endpoint", help="llm teacher: 'endpoint' (llm_base_url) or 'pool' (the policy pool)")
     llm_base_url: str = field("http://127.0.0.1:8000/v1", help="llm teacher: OpenAI-compatible endpoint")
     llm_model: str = field("Qwen/Qwen2.5-72B-Instruct", help="llm teacher: model name")
+    llm_max_tokens: int = field(1024, help="llm teacher: completion token limit per decision")
+    llm_concurrency: int = field(64, help="llm teacher: requests in flight per labelling task")
     top_k: int = field(5, help="llm teacher: soft labels requested")
     workers: int = field(2, help="Ray actors labelling in parallel")
 
     def __post_init__(self) -> None:
         if self.teacher not in ("counterfactual", "llm"):
             raise ValueError(f"label.teacher must be 'counterfactual' or 'llm', got {self.teacher!r}")
+        if self.llm_source not in ("endpoint", "pool"):
+            raise ValueError(f"label.llm_source must be 'endpoint' or 'pool', got {self.llm_source!r}")
+        if self.llm_max_tokens < 1 or self.llm_concurrency < 1:
+            raise ValueError("label.llm_max_tokens and label.llm_concurrency must be >= 1")
         if self.games < 1 or self.samples_per_view < 1 or self.workers < 1:
             raise ValueError("label.games, label.samples_per_view and label.workers must be >= 1")
         if not self.policy_temperature >= 0:
@@ -122,7 +129,11 @@ class RolloutConfig:
     phi_workers: int = field(1, help="PhiWorker actors (0: extract inside the rollout worker)")
     view_workers: int = field(1, help="ViewWorker actors (0: compose + render inside the rollout worker)")
     view_cache_size: int = field(2048, help="content-addressed view cache entries per ViewWorker")
-    policy_cpus: float = field(0.25, help="CPUs reserved by each CPU policy replica")
+    policy_cpus: float = field(0.25, help="CPUs reserved by each policy replica (besides its GPUs)")
+    learner_gpus: float = field(
+        0.0, help="GPUs of the Learner and the D1 SFT task (a fraction shares a GPU, e.g. 0.1; 0: CPU)"
+    )
+    learner_cpus: float = field(0.25, help="CPUs reserved by the Learner and the D1 SFT task")
     helper_cpus: float = field(0.25, help="CPUs reserved by each Phi/View worker")
     max_restarts: int = field(3, help="automatic restarts of a dead actor")
     rerun_failed: bool = field(True, help="re-run a group once when some of its trajectories failed")
@@ -135,6 +146,8 @@ class RolloutConfig:
             raise ValueError("rollout.env_workers_per_rollout cannot exceed rollout.env_slots_per_worker")
         if min(self.env_cpus, self.rollout_cpus, self.policy_cpus, self.helper_cpus) < 0:
             raise ValueError("rollout CPU reservations must be >= 0")
+        if self.learner_gpus < 0 or self.learner_cpus < 0:
+            raise ValueError("rollout.learner_gpus and rollout.learner_cpus must be >= 0")
         if self.phi_workers < 0 or self.view_workers < 0 or self.max_restarts < 0:
             raise ValueError("rollout.phi_workers, view_workers and max_restarts must be >= 0")
         if not 0 < self.group_timeout_s < math.inf:
@@ -192,6 +205,18 @@ class ExperimentConfig:
     init_checkpoint: str = field("", help="Router checkpoint GRPO starts from ('' : run D1 first, in this job)")
 
     def __post_init__(self) -> None:
+        for name, device in (("grpo.device", self.grpo.device), ("sft.device", self.sft.device)):
+            if device.startswith("cuda") and self.rollout.learner_gpus <= 0:
+                raise ValueError(f"{name}={device} needs rollout.learner_gpus > 0 (e.g. 0.1), got 0")
+            if device == "cpu" and self.rollout.learner_gpus > 0:
+                raise ValueError(
+                    f"{name}=cpu contradicts rollout.learner_gpus={self.rollout.learner_gpus}: set one of them"
+                )
+        if self.label.teacher == "llm" and self.label.llm_source == "pool" and self.policy.backend != "vllm":
+            raise ValueError(
+                f"label.llm_source=pool serves the teacher on the policy pool's vLLM engines, but policy.backend is "
+                f"{self.policy.backend!r}: use label.llm_source: endpoint"
+            )
         if self.rollout.env_slots_per_worker < self.grpo.group_size:
             raise ValueError(
                 f"rollout.env_slots_per_worker ({self.rollout.env_slots_per_worker}) must be >= grpo.group_size "

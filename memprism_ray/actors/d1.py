@@ -2,7 +2,11 @@
 "Adapter", decision-conditioned initialisation; appendix A.3 "Cold-start distillation").
 
 Each stage is a Ray task so the driver stays light: expert play and labelling are spread
-over CPU workers, the SFT update runs where a GPU is (or on CPU).
+over CPU workers, the SFT update runs on ``rollout.learner_gpus`` of a GPU or on CPU.
+Labelling tasks never build a model: with a vLLM (or hf) task policy they reach the policy
+pool's replicas (docs/gpu.md), which also serve the LLM view teacher
+(``label.teacher: llm``, ``label.llm_source: pool``); the number of policy calls is printed
+before labelling starts.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any
 
 import ray
 
-from memprism_ray.actors.placement import gpu_request, set_ray_env
+from memprism_ray.actors.placement import learner_options, set_ray_env
 from memprism_ray.pipeline.run_dir import write_files
 
 
@@ -33,30 +37,60 @@ def expert_task(games: list[dict[str, str]], max_steps: int = 120) -> bytes:
         return Path(path).read_bytes()
 
 
+#: Backends whose model lives in the policy pool's replicas (never in a labelling task).
+POOL_BACKENDS = ("vllm", "hf")
+
+
+def uses_pool(cfg: Any) -> bool:
+    """Whether D1 labelling needs the policy pool (a model-backed policy, or the LLM teacher
+    served by the pool)."""
+    if cfg.label.teacher == "llm":
+        return cfg.label.llm_source == "pool"
+    return cfg.policy.backend in POOL_BACKENDS
+
+
+def _pool(handles: list[Any], cfg: Any, key: str) -> Any:
+    from memprism_ray.actors.services import PolicyPool
+
+    return PolicyPool(handles, cfg.run.call_timeout_s, caller=key)
+
+
 @ray.remote(num_cpus=1, max_retries=1)
-def label_task(table_bytes: bytes, episodes: list[int], cfg: Any) -> bytes:
-    """Counterfactual-teacher labels of some expert episodes; an SFT dataset as Parquet bytes."""
+def label_task(
+    table_bytes: bytes, episodes: list[int], cfg: Any, pool: list[Any] | None = None, key: str = ""
+) -> bytes:
+    """Counterfactual-teacher labels of some expert episodes; an SFT dataset as Parquet bytes.
+    With ``pool`` (replica handles) every policy call goes to the pool as group ``key``."""
     set_ray_env()
     import pyarrow.parquet as pq
 
     from memprism_ray.pipeline.labels import counterfactual_labels, expert_states
     from memprism_ray.policy.config import PolicyConfig
     from memprism_ray.policy.factory import make_policy
+    from memprism_ray.policy.factory import needs_view_text as policy_needs_view_text
     from memprism_ray.router.encoder import TextEncoder
     from memprism_ray.router.features import FeatureExtractor
 
     table = pq.read_table(io.BytesIO(table_bytes))
     states = expert_states(table, episodes)
-    if cfg.policy.backend == "scripted":
-        policy_cfg = PolicyConfig(
-            backend="scripted", scripted={"temperature": cfg.label.policy_temperature, "seed": cfg.run.seed}
+    if pool:
+        from memprism_ray.actors.services import PoolPolicy
+
+        policy: Any = PoolPolicy(_pool(pool, cfg, key), key, policy_needs_view_text(cfg.policy))
+    elif cfg.policy.backend == "scripted":
+        policy = make_policy(
+            PolicyConfig(
+                backend="scripted", scripted={"temperature": cfg.label.policy_temperature, "seed": cfg.run.seed}
+            )
         )
+    elif cfg.policy.backend in POOL_BACKENDS:
+        raise ValueError(f"policy.backend={cfg.policy.backend}: D1 labelling runs on the policy pool, none was given")
     else:
-        policy_cfg = cfg.policy
+        policy = make_policy(cfg.policy)  # an HTTP client (openai backend): no model in this task
     dataset, _counts = counterfactual_labels(
         states,
         FeatureExtractor(TextEncoder(cfg.encoder)),
-        make_policy(policy_cfg),
+        policy,
         render_config=cfg.render,
         short_history=cfg.agent.short_history,
         samples_per_view=cfg.label.samples_per_view,
@@ -66,6 +100,58 @@ def label_task(table_bytes: bytes, episodes: list[int], cfg: Any) -> bytes:
     if len(dataset):
         pq.write_table(dataset.to_arrow(), buf)
     return buf.getvalue()
+
+
+def llm_teacher_config(cfg: Any) -> Any:
+    from memprism_ray.router.teacher import LLMTeacherConfig
+
+    lab = cfg.label
+    return LLMTeacherConfig(
+        base_url=lab.llm_base_url,
+        model=lab.llm_model if lab.llm_source == "endpoint" else (lab.llm_model or "policy-pool"),
+        prompt="generic",
+        top_k=lab.top_k,
+        max_tokens=lab.llm_max_tokens,
+        timeout_s=cfg.run.call_timeout_s,
+    )
+
+
+@ray.remote(num_cpus=1, max_retries=1)
+def llm_label_task(
+    table_bytes: bytes, episodes: list[int], cfg: Any, pool: list[Any] | None = None, key: str = ""
+) -> tuple[bytes, dict[str, int]]:
+    """LLM-view-teacher labels of some expert episodes (one teacher call per decision,
+    paper appendix D.2): an SFT dataset as Parquet bytes and the labelling counts."""
+    set_ray_env()
+    import pyarrow.parquet as pq
+
+    from memprism_ray.pipeline.labels import expert_states
+    from memprism_ray.pipeline.llm_labels import llm_labels
+    from memprism_ray.router.encoder import TextEncoder
+    from memprism_ray.router.features import FeatureExtractor
+    from memprism_ray.router.teacher import LLMViewTeacher
+
+    table = pq.read_table(io.BytesIO(table_bytes))
+    states = expert_states(table, episodes)
+    complete_many = None
+    if pool:
+        policy_pool = _pool(pool, cfg, key)
+
+        def complete_many(prompts: list[str]) -> list[Any]:
+            return policy_pool.complete(prompts, max_tokens=cfg.label.llm_max_tokens, temperature=0.0, group=key)
+
+    with LLMViewTeacher(llm_teacher_config(cfg)) as teacher:
+        dataset, counts = llm_labels(
+            states,
+            FeatureExtractor(TextEncoder(cfg.encoder)),
+            teacher,
+            complete_many=complete_many,
+            concurrency=cfg.label.llm_concurrency,
+        )
+    buf = io.BytesIO()
+    if len(dataset):
+        pq.write_table(dataset.to_arrow(), buf)
+    return buf.getvalue(), counts
 
 
 @ray.remote(max_retries=0)
@@ -128,8 +214,34 @@ def collect_expert(cfg: Any, games: list[Any], d1_dir: Path, log: Any = print) -
     return path
 
 
-def label_expert(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print) -> Path:
-    """``d1_dir/labels.parquet``: counterfactual view labels of every expert decision."""
+def policy_calls_per_decision(cfg: Any) -> int:
+    """Policy (or teacher) calls per expert decision: 1 for the LLM teacher, 144 x S for the
+    counterfactual teacher."""
+    from memprism_ray.pipeline.llm_labels import policy_calls
+
+    return policy_calls(cfg.label.teacher, 1, samples_per_view=cfg.label.samples_per_view)
+
+
+def d1_cost_line(cfg: Any) -> str:
+    """What D1 labelling will cost, printed before D1 starts."""
+    per = policy_calls_per_decision(cfg)
+    where = {
+        "endpoint": f"the endpoint {cfg.label.llm_base_url}",
+        "pool": f"the policy pool ({cfg.policy.num_replicas} {cfg.policy.backend} replicas)",
+    }[cfg.label.llm_source]
+    served = where if cfg.label.teacher == "llm" else f"the task policy ({cfg.policy.backend})"
+    how = "one call per decision" if cfg.label.teacher == "llm" else f"144 views x {cfg.label.samples_per_view} samples"
+    return (
+        f"D1: {cfg.label.teacher} view teacher on {served}: {per} policy call(s) per expert decision ({how}) "
+        f"over the expert trajectories of {cfg.label.games} games; the exact count follows once they are played"
+    )
+
+
+def label_expert(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print, pool: list[Any] | None = None) -> Path:
+    """``d1_dir/labels.parquet``: view-teacher labels of every expert decision.
+
+    With a pool-backed policy or teacher, ``pool`` (replica handles) is used, or replicas
+    are started for labelling and stopped afterwards."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -140,9 +252,37 @@ def label_expert(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print) ->
     table = pq.read_table(expert_path)
     episodes = sorted(set(table.column("episode").to_pylist()))
     workers = max(1, min(cfg.label.workers, len(episodes)))
-    log(f"D1: counterfactual view labels for {table.num_rows} decisions ({workers} tasks)")
+    calls = table.num_rows * policy_calls_per_decision(cfg)
+    log(
+        f"D1: {cfg.label.teacher} view labels for {table.num_rows} decisions: {calls} policy calls "
+        f"({workers} tasks)"
+    )
+    started: list[Any] = []
+    if uses_pool(cfg) and not pool:
+        from memprism_ray.actors.workers import start_policy_replicas
+
+        log(f"D1: starting {cfg.policy.num_replicas} policy replicas for labelling")
+        pool = started = start_policy_replicas(cfg)
     ref = ray.put(expert_path.read_bytes())
-    parts = ray.get([label_task.remote(ref, episodes[i::workers], cfg) for i in range(workers)])
+    handles = pool if uses_pool(cfg) else None
+    try:
+        if cfg.label.teacher == "llm":
+            results = ray.get(
+                [llm_label_task.remote(ref, episodes[i::workers], cfg, handles, f"d1-{i}") for i in range(workers)]
+            )
+            parts = [b for b, _ in results]
+            totals: dict[str, int] = {}
+            for _, counts in results:
+                for k, v in counts.items():
+                    totals[k] = totals.get(k, 0) + v
+            log(f"D1: teacher counts {totals}")
+        else:
+            parts = ray.get(
+                [label_task.remote(ref, episodes[i::workers], cfg, handles, f"d1-{i}") for i in range(workers)]
+            )
+    finally:
+        for h in started:
+            ray.kill(h)
     tables = [pq.read_table(io.BytesIO(b)) for b in parts if b]
     if not tables:
         raise RuntimeError("the view teacher labelled no decision: check the task policy and the expert data")
@@ -157,21 +297,21 @@ def label_expert(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print) ->
 def train_d1(cfg: Any, labels_path: Path, ckpt: Path, log: Any = print) -> Path:
     """Supervised Router training on the labels; the checkpoint is written at ``ckpt``."""
     log(f"D1: supervised Router training ({cfg.sft.epochs} epochs)")
-    gpus = gpu_request(1.0 if cfg.sft.device in ("auto", "cuda") else 0.0)
-    result = ray.get(sft_task.options(num_gpus=gpus).remote(labels_path.read_bytes(), cfg))
+    result = ray.get(sft_task.options(**learner_options(cfg)).remote(labels_path.read_bytes(), cfg))
     write_files(result["files"], ckpt)
     log(f"D1: done, final {result['final']}, sha256 {result['sha256'][:12]}")
     return ckpt
 
 
-def run_d1(cfg: Any, train_games: list[Any], d1_dir: Path, log: Any = print) -> Path:
+def run_d1(cfg: Any, train_games: list[Any], d1_dir: Path, log: Any = print, pool: list[Any] | None = None) -> Path:
     """Build the D1 reference policy under ``d1_dir`` (reusing finished stages) and return
-    the checkpoint directory."""
+    the checkpoint directory. ``pool``: policy replicas to label with (else started when
+    needed)."""
     d1_dir.mkdir(parents=True, exist_ok=True)
     ckpt = d1_dir / "checkpoint"
     if (ckpt / "config.json").exists():
         log(f"D1: reusing {ckpt}")
         return ckpt
     expert = collect_expert(cfg, train_games[: cfg.label.games], d1_dir, log)
-    labels = label_expert(cfg, expert, d1_dir, log)
+    labels = label_expert(cfg, expert, d1_dir, log, pool)
     return train_d1(cfg, labels, ckpt, log)

@@ -1,6 +1,8 @@
 """Distributed evaluation (paper appendix C): the ordered episode list is split over
 ``EvalWorker`` actors, each playing its share in-process with the same decision loop as
-``memprism eval``; the driver gathers the episodes and writes the same reports.
+``memprism eval``; the driver gathers the episodes and writes the same reports. With a
+model-backed task policy (vllm, hf) the workers decide through the policy pool's replicas
+(docs/gpu.md): no evaluation worker builds a model.
 """
 
 from __future__ import annotations
@@ -12,12 +14,17 @@ import ray
 
 from memprism_ray.actors.placement import set_ray_env
 
+#: Backends whose model lives in the policy pool's replicas.
+POOL_BACKENDS = ("vllm", "hf")
+
 
 @ray.remote(max_restarts=2, max_task_retries=1)
 class EvalWorker:
     """Env slots, Phi, task policy and (for Router conditions) the Router, in one process."""
 
-    def __init__(self, cfg: Any, slots: int, router_state: dict[str, Any] | None) -> None:
+    def __init__(
+        self, cfg: Any, slots: int, router_state: dict[str, Any] | None, pool: list[Any] | None = None, key: str = ""
+    ) -> None:
         set_ray_env()
         import numpy as np
         import torch
@@ -30,7 +37,17 @@ class EvalWorker:
         self.cfg = cfg
         self.env = AlfworldEnv(num_slots=slots)
         self.phi = AlfworldPhi()
-        self.policy = make_policy(cfg.policy)
+        if pool:
+            from memprism_ray.actors.services import PolicyPool, PoolPolicy
+            from memprism_ray.policy.factory import needs_view_text
+
+            self.policy = PoolPolicy(
+                PolicyPool(pool, cfg.run.call_timeout_s, caller=key), key, needs_view_text(cfg.policy)
+            )
+        elif cfg.policy.backend in POOL_BACKENDS:
+            raise ValueError(f"policy.backend={cfg.policy.backend}: evaluation runs on the policy pool, none was given")
+        else:
+            self.policy = make_policy(cfg.policy)  # scripted stand-in or an HTTP client: no model here
         self.router = None
         self.features = None
         if router_state is not None:
@@ -85,8 +102,12 @@ def evaluate_distributed(
     out_dir: Path,
     *,
     log: Any = print,
+    pool: list[Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``conditions`` on ``cfg.eval.split`` over ``cfg.eval.workers`` actors.
+
+    ``pool``: policy replicas to decide with (a training job passes its own); when the
+    backend needs one and none is given, replicas are started here and stopped at the end.
 
     ``freq_random`` samples from the view marginal measured in this run's ``memprism``
     condition (so list ``memprism`` first), as the paper's Frequency-Matched Random does.
@@ -104,9 +125,16 @@ def evaluate_distributed(
     needs_router = any(c.startswith(("memprism", "constrained")) for c in conditions)
     state_ref = ray.put(router_state) if (needs_router and router_state is not None) else None
     n_workers = max(1, min(cfg.eval.workers, len(specs) or 1))
+    started: list[Any] = []
+    if cfg.policy.backend in POOL_BACKENDS and not pool:
+        from memprism_ray.actors.workers import start_policy_replicas
+
+        log(f"eval: starting {cfg.policy.num_replicas} policy replicas")
+        pool = started = start_policy_replicas(cfg)
+    handles = pool if cfg.policy.backend in POOL_BACKENDS else None
     workers = [
-        EvalWorker.options(num_cpus=cfg.rollout.env_cpus).remote(cfg, cfg.eval.slots, state_ref)
-        for _ in range(n_workers)
+        EvalWorker.options(num_cpus=cfg.rollout.env_cpus).remote(cfg, cfg.eval.slots, state_ref, handles, f"eval-{i}")
+        for i in range(n_workers)
     ]
     tokens = TokenCounter(cfg.agent.token_counter)
     reports, results_by, marginal = [], {}, None
@@ -157,6 +185,6 @@ def evaluate_distributed(
         failed = f", {rep['failed_episodes']} failed" if rep["failed_episodes"] else ""
         log(f"eval {condition}: {rep['successes']}/{rep['n']} = {100 * rep['sr']:.1f}%{failed}")
     summary = write_summary(out_dir, reports, results_by, seed=cfg.run.seed)
-    for w in workers:
+    for w in workers + started:
         ray.kill(w)
     return summary

@@ -1,9 +1,14 @@
-"""Ray start-up and resource placement shared by the actors and jobs.
+"""Ray start-up and resource placement shared by the actors and jobs (docs/gpu.md
+"Placement").
 
-Two facts from running Ray 2.60 on CPU machines shape this module (shared/notes/ray.md):
-an actor that asks for ``num_gpus`` on a cluster without GPUs is never placed and raises
-nothing, so GPU requests are made only when the cluster has GPUs; and every entry point
-must set ``RAY_USAGE_STATS_ENABLED`` and ``RAY_AUTH_MODE`` explicitly.
+GPU actors ask for what the config says, whatever has joined the cluster yet: an actor
+asking for ``num_gpus`` (or the ``vllm`` custom resource the cluster configs advertise)
+before any GPU node exists stays pending, and that pending demand is exactly what makes the
+Ray autoscaler or KubeRay add a GPU node. A CPU-only run says so in its config
+(``policy.gpus_per_replica: 0``, ``rollout.learner_gpus: 0``); nothing falls back to CPU
+silently. Because a pending actor raises nothing, :func:`wait_placed` bounds the wait and
+names what was asked for. Every entry point sets ``RAY_USAGE_STATS_ENABLED`` and
+``RAY_AUTH_MODE`` explicitly.
 """
 
 from __future__ import annotations
@@ -82,13 +87,65 @@ def cluster_gpus() -> float:
     return float(ray.cluster_resources().get("GPU", 0.0))
 
 
-def gpu_request(wanted: float) -> float:
-    """``wanted`` GPUs if the cluster has any, else 0 (with a warning): a GPU request on a
-    CPU-only cluster would wait forever."""
-    if wanted <= 0:
-        return 0.0
-    have = cluster_gpus()
-    if have <= 0:
-        log.warning("asked for %s GPU(s) but the cluster has none: placing on CPU", wanted)
-        return 0.0
-    return wanted
+def learner_options(cfg: Any) -> dict[str, Any]:
+    """Ray options of the Learner (and the D1 SFT task): ``rollout.learner_gpus`` of a GPU
+    (a fraction: the Router has 12.7M parameters and shares a GPU) or CPUs only."""
+    gpus = float(cfg.rollout.learner_gpus)
+    if gpus > 0:
+        return {"num_gpus": gpus, "num_cpus": cfg.rollout.learner_cpus}
+    return {"num_cpus": cfg.rollout.learner_cpus}
+
+
+def policy_replica_options(cfg: Any) -> dict[str, Any]:
+    """Ray options of one policy replica, from ``policy.*`` (GPUs, custom resources,
+    concurrency) and ``rollout.policy_cpus``, plus ``rollout.max_restarts``."""
+    opts = cfg.policy.replica_options(cfg.rollout.policy_cpus)
+    opts["max_restarts"] = cfg.rollout.max_restarts
+    return opts
+
+
+def placement_summary(requests: dict[str, dict[str, Any]], available: dict[str, float]) -> list[str]:
+    """One line per resource the run asks for that the cluster does not have yet: what the
+    autoscaler has to provide (printed at start; never a reason to fall back)."""
+    need: dict[str, float] = {}
+    for opts in requests.values():
+        if opts.get("num_gpus"):
+            need["GPU"] = need.get("GPU", 0.0) + float(opts["num_gpus"]) * int(opts.get("count", 1))
+        for k, v in (opts.get("resources") or {}).items():
+            need[k] = need.get(k, 0.0) + float(v) * int(opts.get("count", 1))
+    return [
+        f"asking for {v:g} {k}; the cluster has {available.get(k, 0.0):g} now: waiting for the autoscaler to add nodes"
+        for k, v in sorted(need.items())
+        if available.get(k, 0.0) < v
+    ]
+
+
+def wait_placed(refs: list[Any], what: str, options: dict[str, Any], timeout_s: float) -> list[Any]:
+    """``ray.get(refs)`` with a deadline; on timeout a one-line error naming the resource
+    request that was not granted (a request the cluster cannot satisfy raises nothing)."""
+    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    if pending:
+        asked = {k: v for k, v in options.items() if k in ("num_gpus", "num_cpus", "resources")}
+        for bundle in pending_demand():
+            log.warning("pending resource demand: %s", bundle)
+        raise TimeoutError(
+            f"{len(pending)} of {len(refs)} {what} not placed within {timeout_s:.0f}s; they ask for {asked} and the "
+            f"cluster has {dict(ray.cluster_resources())}: add GPU nodes (or let the autoscaler), or lower the request"
+        )
+    return ray.get(ready)
+
+
+def pending_demand() -> list[dict[str, float]]:
+    """The resource bundles of tasks and actors waiting for resources, as the autoscaler
+    sees them (Ray's autoscaler v2 status); [] when the status cannot be read."""
+    try:
+        from ray.autoscaler.v2.sdk import get_cluster_status
+
+        status = get_cluster_status(ray.get_runtime_context().gcs_address)
+    except Exception:  # an internal API: report nothing rather than fail the job
+        return []
+    out: list[dict[str, float]] = []
+    for demand in status.resource_demands.ray_task_actor_demand:
+        for req in demand.bundles_by_count:
+            out.extend([dict(req.bundle)] * int(req.count))
+    return out

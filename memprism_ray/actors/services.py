@@ -84,12 +84,150 @@ class Pool:
         return gather(calls, self.timeout_s)
 
 
+class PolicyPool:
+    """The caller's side of the task-policy pool (docs/gpu.md "Routing").
+
+    A group of decisions sticks to one :class:`~memprism_ray.actors.workers.PolicyReplica`
+    (its prefix and image caches stay warm: on an H100, one repeated view image read at 85.4
+    decisions/s against 28.5 for distinct ones, docs/gpu.md); a new group goes to the least-loaded replica
+    (:mod:`memprism_ray.policy.pool`: read every load, claim the smallest, re-read if another
+    caller claimed it first). Within a replica every request runs concurrently with every
+    other caller's, so a group of 16 is 16 in-flight engine requests, not a batch that waits
+    its turn.
+
+    ``act(inputs, group=key)`` sends the batch as group ``key`` (evaluation workers, D1
+    tasks: one key per caller). Without ``group`` the group is found from the episodes: the
+    episodes of a batch that no replica serves yet form one new group (a rollout worker
+    starts its G trajectories together), and a group whose episodes stopped appearing is
+    released. Failures are per request: a call that fails or times out yields an exception
+    value for exactly the requests it carried.
+    """
+
+    def __init__(self, handles: Sequence[Any], timeout_s: float, *, caller: str = "") -> None:
+        if not handles:
+            raise ValueError("a policy pool needs at least one PolicyReplica")
+        self.handles = list(handles)
+        self.timeout_s = timeout_s
+        self.caller = caller or f"pool{next(Pool._offsets)}"
+        # Different callers start their tie-breaks on different replicas.
+        self._offset = sum(self.caller.encode()) % len(self.handles)
+        self._group_replica: dict[str, int] = {}
+        self._episode_group: dict[str, str] = {}
+        self._groups = itertools.count()
+        self.claim_rounds = 0
+
+    # --- routing ---------------------------------------------------------------------
+    def _loads(self) -> list[float]:
+        refs = [h.load.remote() for h in self.handles]
+        out: list[float] = []
+        for ref in refs:
+            try:
+                out.append(float(ray.get(ref, timeout=self.timeout_s)))
+            except Exception:  # a dead or restarting replica takes no new group
+                out.append(float("inf"))
+        return out
+
+    def assign(self, group: str, size: int) -> int:
+        """The replica that serves ``group`` (claimed on first use)."""
+        if group in self._group_replica:
+            return self._group_replica[group]
+        from memprism_ray.policy.pool import pick_least_loaded
+
+        choice = self._offset
+        for _ in range(2 * len(self.handles) + 2):
+            self.claim_rounds += 1
+            loads = self._loads()
+            if all(v == float("inf") for v in loads):
+                break  # the call below fails per request and says why
+            choice = pick_least_loaded(loads, self._offset)
+            try:
+                granted, _ = ray.get(
+                    self.handles[choice].claim.remote(group, size, int(loads[choice])), timeout=self.timeout_s
+                )
+            except Exception:
+                continue
+            if granted:
+                break
+        self._group_replica[group] = choice
+        return choice
+
+    def release(self, group: str) -> None:
+        idx = self._group_replica.pop(group, None)
+        if idx is not None:
+            self.handles[idx].release.remote(group)  # fire and forget; the TTL covers a lost message
+
+    def _episode_groups(self, inputs: Sequence[PolicyInput]) -> list[str]:
+        eids = [str(inp.meta.get("episode_id", "")) or f"#{i}" for i, inp in enumerate(inputs)]
+        new = [e for e in eids if e not in self._episode_group]
+        if new:
+            live = {self._episode_group[e] for e in eids if e in self._episode_group}
+            for g in set(self._group_replica) - live:  # the caller moved on from these groups
+                self.release(g)
+            self._episode_group = {e: g for e, g in self._episode_group.items() if g in live}
+            key = f"{self.caller}:g{next(self._groups)}"
+            for e in new:
+                self._episode_group[e] = key
+        return [self._episode_group[e] for e in eids]
+
+    # --- calls -----------------------------------------------------------------------
+    def act(self, inputs: Sequence[PolicyInput], group: str | None = None) -> list[PolicyOutput | BaseException]:
+        if not inputs:
+            return []
+        keys = [group] * len(inputs) if group else self._episode_groups(inputs)
+        by_key: dict[str, list[int]] = {}
+        for i, k in enumerate(keys):
+            by_key.setdefault(k, []).append(i)
+        calls, order = [], []
+        for k, idxs in by_key.items():
+            h = self.handles[self.assign(k, len(idxs))]
+            calls.append((h.act.remote([to_request(inputs[i]) for i in idxs], k), len(idxs)))
+            order.extend(idxs)
+        results = gather(calls, self.timeout_s)
+        out: list[Any] = [None] * len(inputs)
+        for i, r in zip(order, results, strict=True):
+            out[i] = r
+        for k, idxs in by_key.items():
+            if isinstance(out[idxs[0]], ray.exceptions.RayActorError):
+                # The replica died (or is restarting and reloading its model): this step's
+                # requests failed; the group's next step goes to a live replica.
+                self._group_replica.pop(k, None)
+        return out
+
+    def complete(
+        self, prompts: Sequence[str], *, max_tokens: int, temperature: float = 0.0, group: str
+    ) -> list[str | BaseException]:
+        """Teacher completions (D1 LLM view teacher), one request per prompt, as ``group``."""
+        if not prompts:
+            return []
+        h = self.handles[self.assign(group, len(prompts))]
+        call = h.complete.remote(list(prompts), max_tokens, temperature, group)
+        return gather([(call, len(prompts))], self.timeout_s)
+
+
+class PoolPolicy:
+    """A :class:`~memprism_ray.policy.base.TaskPolicy` whose decisions run on the pool, for
+    in-process decision loops on Ray (evaluation workers, D1 counterfactual labelling): the
+    whole caller is one group. ``act`` returns an exception value for a request whose call
+    failed, as :class:`RayServices` does."""
+
+    name = "pool"
+
+    def __init__(self, pool: PolicyPool, group: str, needs_view_text: bool = False) -> None:
+        self.pool = pool
+        self.group = group
+        self.needs_view_text = needs_view_text
+
+    def act(self, inputs: Sequence[PolicyInput]) -> list[Any]:
+        return self.pool.act(inputs, group=self.group)
+
+
 class RayServices:
     """Agent services on actors.
 
     ``env_workers[k]`` holds ``slots_per_worker`` slots; global slot ``s`` lives on worker
     ``s // slots_per_worker``. ``phi``/``views`` are pools or local objects (``Phi``,
-    ``ViewService``); ``policy`` is a pool of :class:`PolicyReplica` or a local policy.
+    ``ViewService``); ``policy`` is a :class:`PolicyPool` (a ``Pool`` of replicas is turned
+    into one) or a local policy.
     """
 
     def __init__(
@@ -107,6 +245,8 @@ class RayServices:
         self.slots_per_worker = slots_per_worker
         self.phi = phi
         self.view_pool = views
+        if isinstance(policy, Pool) and policy.method == "act":  # replicas: route by group, not round-robin
+            policy = PolicyPool(policy.handles, policy.timeout_s)
         self.policy_pool = policy
         self.timeout_s = timeout_s
         self.needs_view_text = needs_view_text
@@ -158,8 +298,8 @@ class RayServices:
         return out
 
     def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput | BaseException]:
-        if isinstance(self.policy_pool, Pool):
-            return self.policy_pool.map([to_request(i) for i in inputs], lambda chunk: (chunk,))
+        if isinstance(self.policy_pool, PolicyPool):
+            return self.policy_pool.act(inputs)
         try:  # an in-process policy (policy.num_replicas = 0)
             return list(self.policy_pool.act(inputs))
         except Exception as exc:

@@ -1,5 +1,6 @@
 """The stage actors: environments, Phi extractors, view composer/renderers and task-policy
-replicas (docs/architecture.md "Distributed rollout"). Each is a thin shell around a core object; the
+replicas (docs/architecture.md "Distributed rollout"; docs/gpu.md for the policy pool). Each is a thin
+shell around a core object; the
 algorithms live in the core packages.
 
 Results are plain dataclasses (``Observation``, ``Transition``, ``Extraction``,
@@ -129,17 +130,164 @@ def from_request(req: PolicyRequest) -> PolicyInput:
     return replace(req.input, view_image=image)
 
 
+async def from_request_async(req: PolicyRequest) -> PolicyInput:
+    """:func:`from_request` inside an async actor (awaits the PNG reference instead of
+    blocking the event loop on ``ray.get``)."""
+    if req.png_ref is not None:
+        req = replace(req, png=await req.png_ref, png_ref=None)
+    return from_request(req)
+
+
 @ray.remote(max_restarts=3, max_task_retries=0)
 class PolicyReplica:
-    """One replica of the frozen task policy (any backend of ``make_policy``)."""
+    """One replica of the frozen task policy, serving many callers at once (docs/gpu.md).
 
-    def __init__(self, policy_config: Any) -> None:
-        from memprism_ray.policy.factory import make_policy
+    An async actor (created with ``max_concurrency`` = ``policy.max_concurrency``): every
+    ``act`` call of every rollout worker, evaluation worker and D1 labelling task runs
+    concurrently in its event loop. With ``backend: vllm`` each decision becomes its own
+    request to one ``AsyncLLM`` engine (:class:`~memprism_ray.policy.vllm_async.AsyncVLLMPolicy`),
+    so vLLM batches across all callers at every engine step. Other backends are synchronous
+    and run one batch at a time in a worker thread (the event loop stays free for ``load``
+    and ``claim``).
 
-        self.policy = make_policy(policy_config)
+    This is the only place a vLLM engine is built in a Ray job: D1 labelling and
+    evaluation reach the engine through :class:`~memprism_ray.actors.services.PolicyPool`.
+    ``engine_factory`` (a picklable ``VLLMConfig -> engine``) replaces vLLM's engine, for
+    CPU tests and ``benchmarks/bench_policy_pool.py --engine fake``.
+    """
 
-    def act(self, requests: Sequence[PolicyRequest]) -> list[PolicyOutput]:
-        return list(self.policy.act([from_request(r) for r in requests]))
+    def __init__(self, policy_config: Any, engine_factory: Any = None) -> None:
+        import asyncio
 
-    def needs_view_text(self) -> bool:
+        from memprism_ray.policy.pool import GroupLoads
+
+        self.config = policy_config
+        self.loads = GroupLoads(getattr(policy_config, "group_ttl_s", 600.0))
+        self.async_policy: Any = None
+        self.policy: Any = None
+        if policy_config.backend == "vllm":
+            from memprism_ray.policy.vllm_async import AsyncVLLMPolicy
+
+            engine = engine_factory(policy_config.vllm) if engine_factory is not None else None
+            self.async_policy = AsyncVLLMPolicy(policy_config.vllm, engine=engine)
+        else:
+            from memprism_ray.policy.factory import make_policy
+
+            self.policy = make_policy(policy_config)
+        self._sync_lock = asyncio.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.calls = 0
+
+    async def act(self, requests: Sequence[PolicyRequest], group: str = "") -> list[PolicyOutput | BaseException]:
+        """One result per request, in order; a failure is that request's value."""
+        import asyncio
+
+        if group:
+            self.loads.touch(group, len(requests))
+        self.calls += 1
+        self.in_flight += len(requests)
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            inputs = await asyncio.gather(*(from_request_async(r) for r in requests), return_exceptions=True)
+            ok = [i for i, x in enumerate(inputs) if not isinstance(x, BaseException)]
+            results: list[Any] = list(inputs)
+            if ok:
+                good = [inputs[i] for i in ok]
+                if self.async_policy is not None:
+                    outs = await self.async_policy.act(good, tag=group)
+                else:
+                    async with self._sync_lock:  # the sync backends are not thread-safe
+                        try:
+                            outs = list(await asyncio.to_thread(self.policy.act, good))
+                        except Exception as exc:
+                            outs = [exc] * len(good)
+                if len(outs) != len(good):  # a short or long answer fails its requests, never pairs wrongly
+                    outs = [
+                        RuntimeError(f"task policy returned {len(outs)} result(s) for {len(good)} request(s)")
+                    ] * len(good)
+                for i, out in zip(ok, outs, strict=True):
+                    results[i] = out
+            return results
+        finally:
+            self.in_flight -= len(requests)
+
+    async def complete(
+        self, prompts: Sequence[str], max_tokens: int, temperature: float = 0.0, group: str = ""
+    ) -> list[str | BaseException]:
+        """Text completions of single user messages (the D1 LLM view teacher on the pool)."""
+        import asyncio
+
+        if self.async_policy is None:
+            raise ValueError(
+                f"policy.backend={self.config.backend} cannot serve the LLM view teacher; use backend vllm, or "
+                "label.llm_source: endpoint"
+            )
+        if group:
+            self.loads.touch(group, len(prompts))
+        self.in_flight += len(prompts)
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return list(
+                await asyncio.gather(
+                    *(
+                        self.async_policy.complete(p, max_tokens=max_tokens, temperature=temperature, tag=group)
+                        for p in prompts
+                    ),
+                    return_exceptions=True,
+                )
+            )
+        finally:
+            self.in_flight -= len(prompts)
+
+    async def load(self) -> int:
+        """Requests per step of this replica's live groups (what routing balances)."""
+        return self.loads.load()
+
+    async def claim(self, group: str, size: int, seen_load: int) -> tuple[bool, int]:
+        return self.loads.claim(group, size, seen_load)
+
+    async def release(self, group: str) -> bool:
+        return self.loads.release(group)
+
+    async def stats(self) -> dict[str, Any]:
+        engine = self.async_policy.counters if self.async_policy is not None else {}
+        return {
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "calls": self.calls,
+            "groups": self.loads.groups(),
+            **engine,
+        }
+
+    async def engine_record(self) -> dict[str, Any]:
+        """What a fake engine recorded (tests, the fake bench): steps and peak batch."""
+        engine = getattr(self.async_policy, "engine", None)
+        steps = list(getattr(engine, "steps", []))
+        return {"steps": steps, "max_running": getattr(engine, "max_running", 0)}
+
+    async def needs_view_text(self) -> bool:
         return bool(getattr(self.policy, "needs_view_text", False))
+
+
+def start_policy_replicas(cfg: Any, *, engine_factory: Any = None, timeout_s: float | None = None) -> list[Any]:
+    """``policy.num_replicas`` :class:`PolicyReplica` actors with the resources the config
+    asks for (GPUs and custom resources, requested whatever has joined yet), returned once
+    each answers. The one place a Ray job builds its task-policy engines; D1 labelling,
+    rollouts and evaluation share them through :class:`~memprism_ray.actors.services.PolicyPool`."""
+    from memprism_ray.actors.placement import policy_replica_options, wait_placed
+
+    opts = policy_replica_options(cfg)
+    handles = [PolicyReplica.options(**opts).remote(cfg.policy, engine_factory) for _ in range(cfg.policy.num_replicas)]
+    try:
+        wait_placed(
+            [h.load.remote() for h in handles],
+            "policy replicas",
+            opts,
+            timeout_s if timeout_s is not None else cfg.run.call_timeout_s * 4,
+        )
+    except BaseException:
+        for h in handles:
+            ray.kill(h)
+        raise
+    return handles

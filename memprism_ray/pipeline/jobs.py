@@ -31,7 +31,7 @@ class JobSpec:
 #: Per-job declarations. The GRPO job's D1 labels with the counterfactual teacher only
 #: (memprism_ray/actors/d1.py); add "llm" here when its D1 gains the LLM-teacher path.
 JOBS: dict[str, JobSpec] = {
-    "grpo_alfworld": JobSpec(supports={"label.teacher": ("counterfactual",)}, runs_policy=True),
+    "grpo_alfworld": JobSpec(supports={"label.teacher": ("counterfactual", "llm")}, runs_policy=True),
     "eval_alfworld": JobSpec(runs_policy=True),
 }
 

@@ -4,7 +4,10 @@ manifest; notes: 672x672 pixel cap per image).
 
 One :class:`PolicyConfig` selects a backend by name and holds each backend's settings;
 ``make_policy`` (``memprism_ray.policy.factory``) builds the policy from it. The
-``num_replicas`` / ``gpus_per_replica`` keys are read by the Ray policy pool.
+``num_replicas`` / ``gpus_per_replica`` / ``resources`` keys are read by the Ray policy pool
+(docs/gpu.md): a replica with ``gpus_per_replica > 0`` always asks Ray for its GPUs, whatever
+nodes have joined yet, so the autoscaler or KubeRay provisions them; a CPU pool is said in
+the config (``gpus_per_replica: 0``, refused for vLLM), never a silent fallback.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from memprism_ray.policy.tokens import VISUAL_TOKEN_FAMILIES
 BACKENDS: tuple[str, ...] = ("vllm", "openai", "hf", "scripted")
 DEFAULT_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
 MAX_PIXELS_672 = 672 * 672
+VLLM_LOAD_FORMATS: tuple[str, ...] = ("auto", "safetensors", "pt", "dummy")
 
 
 def _check_decoding(owner: str, temperature: float, max_tokens: int, max_pixels: int, min_pixels: int) -> None:
@@ -50,6 +54,12 @@ class VLLMConfig:
     dtype: str = field("auto", help="weight dtype passed to vllm.LLM")
     enforce_eager: bool = field(False, help="disable CUDA graphs (slower, less memory)")
     visual_token_family: str = field("qwen2.5-vl", help="rule used to count visual tokens")
+    tokenizer: str = field("", help="tokenizer id or path ('' : the model's)")
+    load_format: str = field("auto", help="vLLM load_format; 'dummy' = random weights from the config (GPU proofs)")
+    max_num_seqs: int = field(0, help="most sequences per engine step (0: vLLM's default)")
+    max_num_batched_tokens: int = field(0, help="token budget per engine step (0: vLLM's default)")
+    enable_prefix_caching: bool = field(True, help="share the KV cache of identical prompt prefixes")
+    ignore_eos: bool = field(False, help="benchmarks: every completion runs to max_tokens (random weights)")
 
     def __post_init__(self) -> None:
         _check_decoding("vllm", self.temperature, self.max_tokens, self.max_pixels, self.min_pixels)
@@ -61,6 +71,12 @@ class VLLMConfig:
             raise ValueError(f"vllm.chat_template must be 'model' or 'qwen2_vl', got {self.chat_template!r}")
         if self.visual_token_family not in VISUAL_TOKEN_FAMILIES:
             raise ValueError(f"vllm.visual_token_family must be one of {VISUAL_TOKEN_FAMILIES}")
+        if self.load_format not in VLLM_LOAD_FORMATS:
+            raise ValueError(
+                f"vllm.load_format must be one of {', '.join(VLLM_LOAD_FORMATS)}, got {self.load_format!r}"
+            )
+        if self.max_num_seqs < 0 or self.max_num_batched_tokens < 0:
+            raise ValueError("vllm.max_num_seqs and vllm.max_num_batched_tokens must be >= 0 (0: vLLM's default)")
 
 
 @dataclass
@@ -143,7 +159,14 @@ class PolicyConfig:
 
     backend: str = field("scripted", help="task-policy backend: vllm, openai, hf or scripted")
     num_replicas: int = field(1, help="policy replicas in the Ray policy pool (0: in each rollout worker)")
-    gpus_per_replica: float = field(0.0, help="GPUs reserved by each policy replica (0 on CPU)")
+    gpus_per_replica: float = field(
+        0.0, help="GPUs each replica asks Ray for, even before a GPU node joined (0: a CPU replica; not for vllm)"
+    )
+    resources: dict[str, float] = field(
+        default_factory=dict, help="custom Ray resources per replica, e.g. {vllm: 1} (clusters/ advertise it)"
+    )
+    max_concurrency: int = field(1024, help="requests one replica serves at once (async actor concurrency)")
+    group_ttl_s: float = field(600.0, help="a group with no request for this long no longer counts as replica load")
     vllm: VLLMConfig = field(default_factory=VLLMConfig, help="vLLM offline engine settings")
     openai: OpenAIConfig = field(default_factory=OpenAIConfig, help="OpenAI-compatible endpoint settings")
     hf: HFConfig = field(default_factory=HFConfig, help="transformers backend settings")
@@ -160,11 +183,39 @@ class PolicyConfig:
             raise ValueError(f"policy.num_replicas must be >= 0, got {self.num_replicas}")
         if self.gpus_per_replica < 0:
             raise ValueError(f"policy.gpus_per_replica must be >= 0, got {self.gpus_per_replica}")
-        if self.backend == "vllm" and self.gpus_per_replica < self.vllm.tensor_parallel_size:
+        resources, bad = {}, {}
+        for k, v in self.resources.items():
+            try:
+                resources[str(k)] = float(v)  # CLI overrides arrive as strings
+            except (TypeError, ValueError):
+                bad[k] = v
+                continue
+            if not resources[str(k)] > 0:
+                bad[k] = v
+        self.resources = resources
+        if bad:
+            raise ValueError(f"policy.resources values must be positive numbers, got {bad}")
+        if self.max_concurrency < 1 or self.group_ttl_s <= 0:
+            raise ValueError("policy.max_concurrency must be >= 1 and policy.group_ttl_s > 0")
+        if self.backend == "vllm" and self.num_replicas < 1:
+            raise ValueError("policy.backend=vllm runs in the Ray policy pool: policy.num_replicas must be >= 1")
+        if self.backend == "vllm" and self.gpus_per_replica <= 0:
+            raise ValueError("policy.backend=vllm needs policy.gpus_per_replica > 0 (vLLM has no CPU build)")
+        tp = self.vllm.tensor_parallel_size
+        if self.backend == "vllm" and tp > 1 and self.gpus_per_replica < tp:
+            # A fraction is fine for one GPU (vLLM sizes itself by gpu_memory_utilization),
+            # not for a replica sharded over several.
             raise ValueError(
-                f"policy.backend=vllm needs gpus_per_replica >= vllm.tensor_parallel_size "
-                f"({self.vllm.tensor_parallel_size}), got {self.gpus_per_replica}"
+                f"policy.backend=vllm needs gpus_per_replica >= vllm.tensor_parallel_size ({tp}), "
+                f"got {self.gpus_per_replica}"
             )
+        if self.backend in ("openai", "scripted") and self.gpus_per_replica > 0:
+            raise ValueError(
+                f"policy.backend={self.backend} uses no GPU, so policy.gpus_per_replica must be 0, "
+                f"got {self.gpus_per_replica}"
+            )
+        if self.backend == "hf" and self.hf.device.startswith("cuda") and self.gpus_per_replica <= 0:
+            raise ValueError(f"policy.hf.device={self.hf.device} needs policy.gpus_per_replica > 0 in the Ray pool")
         if self.backend == "hf" and not self.hf.model_path:
             raise ValueError("policy.backend=hf needs policy.hf.model_path (a local model directory)")
 
@@ -184,6 +235,18 @@ class PolicyConfig:
                 "point it at one or pick another backend (--policy.backend vllm|openai|scripted)"
             )
         return None
+    def replica_options(self, cpus: float) -> dict[str, Any]:
+        """Ray actor options of one replica: what it asks the scheduler (and autoscaler) for.
+
+        Never depends on what has joined the cluster yet: a GPU request made before any GPU
+        node exists stays pending, which is exactly what makes the autoscaler add one.
+        """
+        opts: dict[str, Any] = {"num_cpus": cpus, "max_concurrency": self.max_concurrency}
+        if self.gpus_per_replica > 0:
+            opts["num_gpus"] = self.gpus_per_replica
+        if self.resources:
+            opts["resources"] = {k: float(v) for k, v in self.resources.items()}
+        return opts
 
     def decoding(self) -> dict[str, Any]:
         """The decoding settings of the selected backend, for the run manifest."""

@@ -26,8 +26,10 @@ ChatFormatter = Callable[[list[dict[str, Any]]], str]
 
 
 def engine_kwargs(config: VLLMConfig) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM`` for ``config``."""
-    return {
+    """Keyword arguments of ``vllm.LLM`` (and ``AsyncEngineArgs``) for ``config``.
+
+    Settings left at 0 / '' stay vLLM's defaults (they are not passed)."""
+    kw: dict[str, Any] = {
         "model": config.model,
         "max_model_len": config.max_model_len,
         "gpu_memory_utilization": config.gpu_memory_utilization,
@@ -37,18 +39,30 @@ def engine_kwargs(config: VLLMConfig) -> dict[str, Any]:
         "seed": config.seed,
         "dtype": config.dtype,
         "enforce_eager": config.enforce_eager,
+        "load_format": config.load_format,
+        "enable_prefix_caching": config.enable_prefix_caching,
     }
+    if config.tokenizer:
+        kw["tokenizer"] = config.tokenizer
+    if config.max_num_seqs:
+        kw["max_num_seqs"] = config.max_num_seqs
+    if config.max_num_batched_tokens:
+        kw["max_num_batched_tokens"] = config.max_num_batched_tokens
+    return kw
 
 
 def sampling_kwargs(config: VLLMConfig) -> dict[str, Any]:
     """Keyword arguments of ``vllm.SamplingParams``: greedy when temperature is 0."""
     greedy = config.temperature == 0.0
-    return {
+    kw: dict[str, Any] = {
         "temperature": config.temperature,
         "top_p": 1.0 if greedy else config.top_p,
         "max_tokens": config.max_tokens,
         "seed": config.seed,
     }
+    if config.ignore_eos:
+        kw["ignore_eos"] = True
+    return kw
 
 
 def build_vllm_request(

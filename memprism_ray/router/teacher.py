@@ -353,11 +353,15 @@ class LLMViewTeacher:
     """The appendix-E.2 view teacher over an OpenAI-compatible endpoint (see module docstring).
 
     ``transport`` is passed to ``httpx.Client`` (tests use ``httpx.MockTransport``).
+    ``complete_fn`` (prompt -> reply text) replaces the HTTP endpoint, e.g. the Ray policy
+    pool serving the teacher on its vLLM engines (memprism_ray/pipeline/llm_labels.py).
     """
 
     RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
-    def __init__(self, config: LLMTeacherConfig, *, transport: Any = None) -> None:
+    def __init__(
+        self, config: LLMTeacherConfig, *, transport: Any = None, complete_fn: Callable[[str], str] | None = None
+    ) -> None:
         import httpx
 
         self.config = config
@@ -365,6 +369,7 @@ class LLMViewTeacher:
         self.fields = PROMPT_FIELDS[config.prompt]
         self._httpx = httpx
         self._client = httpx.Client(timeout=httpx.Timeout(config.timeout_s), transport=transport)
+        self._complete_fn = complete_fn
         self.counters = {"requests": 0, "retries": 0, "failures": 0}
 
     def close(self) -> None:
@@ -419,6 +424,16 @@ class LLMViewTeacher:
 
     def complete(self, prompt: str) -> str:
         """Send one chat request; returns the assistant message text."""
+        if self._complete_fn is not None:
+            self.counters["requests"] += 1
+            try:
+                return self._complete_fn(prompt)
+            except TeacherError:
+                self.counters["failures"] += 1
+                raise
+            except Exception as exc:  # the serving side failed (replica died, engine error)
+                self.counters["failures"] += 1
+                raise TeacherRequestError(f"teacher backend failed: {type(exc).__name__}: {exc}") from exc
         if not self.config.model:
             raise ValueError("LLMTeacherConfig.model is empty: set it to the model name the endpoint serves")
         httpx = self._httpx

@@ -24,7 +24,12 @@ def no_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
 
 
-def test_the_grpo_job_rejects_the_llm_teacher_it_would_ignore() -> None:
+def test_a_job_rejects_a_setting_it_would_ignore(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The GRPO job labels D1 with either teacher (pipeline/llm_labels.py); a job declaring
+    # only the counterfactual teacher rejects the LLM one instead of ignoring it.
+    assert jobs.JOBS["grpo_alfworld"].supports["label.teacher"] == ("counterfactual", "llm")
+    narrow = JobSpec(supports={"label.teacher": ("counterfactual",)}, runs_policy=True)
+    monkeypatch.setitem(jobs.JOBS, "grpo_alfworld", narrow)
     cfg = load_config("configs/local.yaml", ["--label.teacher", "llm"])
     with pytest.raises(ValueError) as err:
         check_job("grpo_alfworld", cfg, environ={})
@@ -37,6 +42,10 @@ def test_the_grpo_job_rejects_the_llm_teacher_it_would_ignore() -> None:
 
 def test_widening_a_jobs_declaration_is_the_one_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = load_config("configs/local.yaml", ["--label.teacher", "llm"])
+    narrow = JobSpec(supports={"label.teacher": ("counterfactual",)}, runs_policy=True)
+    monkeypatch.setitem(jobs.JOBS, "grpo_alfworld", narrow)
+    with pytest.raises(ValueError, match="not supported"):
+        check_job("grpo_alfworld", cfg, environ={})
     wide = JobSpec(supports={"label.teacher": ("counterfactual", "llm")}, runs_policy=True)
     monkeypatch.setitem(jobs.JOBS, "grpo_alfworld", wide)
     check_job("grpo_alfworld", cfg, environ={})
@@ -57,7 +66,11 @@ def test_a_vllm_policy_on_a_machine_without_vllm_fails_at_load(no_vllm: None) ->
         check_job("grpo_alfworld", local, environ={"RAY_ADDRESS": "http://127.0.0.1:8265"})
 
 
-def test_parse_job_args_exits_2_with_the_error(no_vllm: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_parse_job_args_exits_2_with_the_error(
+    no_vllm: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    narrow = JobSpec(supports={"label.teacher": ("counterfactual",)}, runs_policy=True)
+    monkeypatch.setitem(jobs.JOBS, "grpo_alfworld", narrow)
     with pytest.raises(SystemExit) as exc:
         parse_job_args("x", ["--config", "configs/local.yaml", "--label.teacher", "llm"], job="grpo_alfworld")
     assert exc.value.code == 2

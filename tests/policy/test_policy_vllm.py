@@ -162,3 +162,26 @@ def test_model_chat_template_comes_from_the_engine_tokenizer() -> None:
 def test_missing_vllm_gives_a_clear_error() -> None:
     with pytest.raises(PolicyBackendError, match="needs the vllm package"):
         VLLMPolicy(VLLMConfig())
+
+
+def test_gpu_requirements_pin_the_named_vllm_and_keep_the_other_runtime_pins() -> None:
+    """requirements/gpu.txt (GPU nodes) = vLLM 0.24.0 with the torch it pins + every other
+    runtime pin of pyproject.toml that fits vLLM's stack (all but torch and numpy), so GPU and
+    CPU nodes run the same project stack."""
+    import re
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    lines = [ln.strip() for ln in (root / "requirements" / "gpu.txt").read_text().splitlines()]
+    reqs = {re.split(r"[=<>\[]", ln)[0].lower(): ln for ln in lines if ln and not ln.startswith("#")}
+    assert project["optional-dependencies"]["vllm"] == [reqs["vllm"]] == ["vllm==0.24.0"]
+    assert reqs["torch"] == "torch==2.11.0"  # vllm 0.24.0's exact pin, not pyproject's CPU torch
+    for dep in project["dependencies"]:
+        name = re.split(r"[=<>\[]", dep)[0].lower()
+        if name == "numpy":  # vllm 0.24.0 -> mistral-common caps numpy<2.4 on Python < 3.13
+            assert name not in reqs
+        elif name != "torch":
+            assert reqs.get(name) == dep, f"requirements/gpu.txt lacks pyproject's {dep}"

@@ -348,3 +348,21 @@ def test_counterfactual_no_match_fallback_or_raise() -> None:
         CounterfactualConfig(candidates=(1, 1))
     with pytest.raises(ValueError, match="rule"):
         CounterfactualConfig(rule="softmax")
+
+
+def test_complete_fn_replaces_the_endpoint_and_wraps_its_failures() -> None:
+    sent: list[str] = []
+
+    def serve(prompt: str) -> str:
+        sent.append(prompt)
+        if len(sent) == 2:
+            raise RuntimeError("replica died")
+        return json.dumps({"teacher_distribution": [item("EntityState", "all", "all", "medium", 1.0)]})
+
+    teacher = LLMViewTeacher(LLMTeacherConfig(model=""), complete_fn=serve)  # no model name needed
+    label = teacher.label(generic_inputs())
+    assert label.distribution[idx("EntityState", "all", "all", "medium")] == pytest.approx(1.0)
+    assert sent[0].startswith("You are a view teacher for MemPrism.")
+    with pytest.raises(TeacherRequestError, match="teacher backend failed: RuntimeError: replica died"):
+        teacher.label(generic_inputs())
+    assert teacher.counters == {"requests": 2, "retries": 0, "failures": 1}

@@ -1,0 +1,141 @@
+"""A CPU stand-in for ``vllm.v1.engine.async_llm.AsyncLLM``: the same ``generate(prompt,
+sampling_params, request_id)`` async-generator contract, continuous batching simulated
+with a step clock. It lets the policy pool's routing, concurrency and failure handling be
+tested without a GPU (tests/actors/test_policy_pool.py) and ``benchmarks/
+bench_policy_pool.py --engine fake`` exercise the same code path the GPU run takes.
+
+Model: a step costs ``step_s + seq_s * running`` seconds and gives every running request
+one token; a request finishes after ``tokens`` steps. Requests arriving while a step runs
+join the next step (continuous batching), up to ``max_batch`` running at once. The engine
+records, per step, which caller tags ran together (``request_id``'s third dash-separated
+field, as :class:`~memprism_ray.policy.vllm_async.AsyncVLLMPolicy` writes it), so a test can
+prove that requests from several callers share engine steps.
+
+Prompts carrying ``FAKE_REJECT`` are refused like vLLM refuses a bad request (``ValueError``
+at submission); ``FAKE_CRASH`` fails the request mid-generation (an engine-side error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from memprism_ray.policy.chat_format import format_qwen_chat
+
+_ACTIONS = re.compile(r"\[\s*'([^']+)'")
+
+
+def first_admissible(prompt: dict[str, Any]) -> str:
+    """Default reply: ``<action>`` + the first quoted admissible action in the prompt
+    (``look`` when none), so parsed outputs are valid."""
+    m = _ACTIONS.search(prompt.get("prompt", ""))
+    return f"<action>{m.group(1) if m else 'look'}</action>"
+
+
+@dataclass
+class FakeCompletion:
+    text: str
+    token_ids: list[int]
+
+
+@dataclass
+class FakeRequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: list[FakeCompletion]
+    finished: bool = True
+
+
+class FakeTokenizer:
+    chat_template = "qwen2_vl (fake)"
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], tokenize: bool = False, **kw: Any) -> str:
+        return format_qwen_chat(messages, add_generation_prompt=kw.get("add_generation_prompt", True))
+
+
+@dataclass
+class _Running:
+    request_id: str
+    tag: str
+    prompt: dict[str, Any]
+    left: int
+    done: asyncio.Future
+    crash: bool = False
+
+
+@dataclass
+class FakeAsyncEngine:
+    """See the module docstring. ``steps`` holds one sorted tuple of caller tags per step."""
+
+    step_s: float = 0.002
+    seq_s: float = 0.0
+    tokens: int = 4
+    max_batch: int = 256
+    reply: Callable[[dict[str, Any]], str] = first_admissible
+    steps: list[tuple[str, ...]] = field(default_factory=list)
+    max_running: int = 0
+    submitted: int = 0
+    _queue: list[_Running] = field(default_factory=list)
+    _task: Any = None
+
+    def get_tokenizer(self) -> FakeTokenizer:
+        return FakeTokenizer()
+
+    async def _loop(self) -> None:
+        running: list[_Running] = []
+        while self._queue or running:
+            while self._queue and len(running) < self.max_batch:
+                running.append(self._queue.pop(0))
+            self.max_running = max(self.max_running, len(running))
+            self.steps.append(tuple(sorted({r.tag for r in running})))
+            await asyncio.sleep(self.step_s + self.seq_s * len(running))
+            still = []
+            for r in running:
+                r.left -= 1
+                if r.crash and r.left <= self.tokens // 2:
+                    r.done.set_exception(RuntimeError(f"fake engine step failed for {r.request_id}"))
+                elif r.left <= 0:
+                    text = self.reply(r.prompt)
+                    r.done.set_result(
+                        FakeRequestOutput(
+                            r.request_id, list(range(len(r.prompt.get("prompt", "")) // 4)), [
+                                FakeCompletion(text, list(range(self.tokens)))
+                            ]
+                        )
+                    )
+                else:
+                    still.append(r)
+            running = still
+        self._task = None
+
+    async def generate(self, prompt: dict[str, Any], sampling_params: Any, request_id: str):
+        text = prompt.get("prompt", "")
+        if "FAKE_REJECT" in text:
+            raise ValueError(f"request {request_id}: prompt refused (FAKE_REJECT)")
+        parts = request_id.split("-", 2)
+        loop = asyncio.get_running_loop()
+        item = _Running(request_id, parts[2] if len(parts) > 2 else "", prompt, self.tokens, loop.create_future())
+        item.crash = "FAKE_CRASH" in text
+        self.submitted += 1
+        self._queue.append(item)
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._loop())
+        yield await item.done
+
+    def overlapping_tags(self) -> int:
+        """The most distinct caller tags that ran in one engine step."""
+        return max((len(s) for s in self.steps), default=0)
+
+
+def fake_engine_factory(config: Any = None, **overrides: Any) -> FakeAsyncEngine:
+    """Picklable engine factory for ``PolicyReplica(engine_factory=...)``."""
+    return FakeAsyncEngine(**overrides)
+
+
+def fixed_reply(text: str, prompt: dict[str, Any]) -> str:
+    """``functools.partial(fixed_reply, text)``: a picklable reply that is always ``text``
+    (e.g. a teacher JSON for the D1 LLM-teacher path on the pool)."""
+    return text

@@ -1,0 +1,100 @@
+"""Placement from the config: GPU actors ask for GPUs (and the clusters' ``vllm`` resource)
+whatever has joined, so the autoscaler sees the demand; CPU runs say so; bad combinations
+are refused with one line."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import pytest
+
+from memprism_ray.config import load_config
+from memprism_ray.policy.config import HFConfig, PolicyConfig, VLLMConfig
+
+
+def test_policy_config_refuses_inconsistent_placements() -> None:
+    with pytest.raises(ValueError, match="vLLM has no CPU build"):
+        PolicyConfig(backend="vllm", gpus_per_replica=0)
+    with pytest.raises(ValueError, match="num_replicas must be >= 1"):
+        PolicyConfig(backend="vllm", gpus_per_replica=1, num_replicas=0)
+    with pytest.raises(ValueError, match="scripted uses no GPU"):
+        PolicyConfig(backend="scripted", gpus_per_replica=1)
+    with pytest.raises(ValueError, match=r"hf\.device=cuda needs policy\.gpus_per_replica"):
+        PolicyConfig(backend="hf", hf=HFConfig(model_path="/m", device="cuda"))
+    with pytest.raises(ValueError, match="resources values must be positive"):
+        PolicyConfig(backend="vllm", gpus_per_replica=1, resources={"vllm": 0})
+
+
+def test_replica_options_always_ask_for_the_configured_gpus() -> None:
+    cfg = PolicyConfig(
+        backend="vllm", gpus_per_replica=2, resources={"vllm": 2}, vllm=VLLMConfig(tensor_parallel_size=2)
+    )
+    want = {"num_cpus": 1.0, "max_concurrency": 1024, "num_gpus": 2, "resources": {"vllm": 2}}
+    assert cfg.replica_options(1.0) == want
+    assert "num_gpus" not in PolicyConfig(backend="scripted").replica_options(0.25)
+
+
+def test_experiment_config_ties_learner_device_to_its_gpus() -> None:
+    with pytest.raises(ValueError, match=r"grpo.device=cuda needs rollout.learner_gpus > 0"):
+        load_config("configs/local.yaml", ["--grpo.device", "cuda"])
+    with pytest.raises(ValueError, match=r"grpo.device=cpu contradicts rollout.learner_gpus=0.1"):
+        load_config("configs/local.yaml", ["--rollout.learner_gpus", "0.1"])
+    with pytest.raises(ValueError, match=r"label\.llm_source=pool serves the teacher"):
+        load_config("configs/local.yaml", ["--label.teacher", "llm", "--label.llm_source", "pool"])
+
+
+def test_paper_and_gpu_smoke_presets_ask_for_gpus_and_label_with_the_llm_teacher() -> None:
+    from memprism_ray.actors.placement import learner_options, policy_replica_options
+
+    paper = load_config("configs/alfworld_paper.yaml")
+    assert paper.label.teacher == "llm" and paper.label.llm_source == "pool"
+    assert 0 < paper.rollout.learner_gpus < 1
+    assert learner_options(paper)["num_gpus"] == paper.rollout.learner_gpus
+    opts = policy_replica_options(paper)
+    assert opts["num_gpus"] == 1.0 and opts["resources"] == {"vllm": 1.0}
+    smoke = load_config("configs/gpu_smoke.yaml")
+    assert smoke.policy.backend == "vllm" and smoke.policy.vllm.load_format == "dummy"
+    assert smoke.policy.num_replicas == 1 and smoke.grpo.iterations <= 3
+    # One GPU holds the replica (most of its memory) and the learner's fraction.
+    assert smoke.policy.gpus_per_replica + smoke.rollout.learner_gpus <= 1.0
+    # What scripts/gpu_proof.sh passes to the job.
+    from memprism_ray.pipeline.jobs import parse_job_args
+
+    _, job = parse_job_args(
+        "grpo", ["--config", "configs/gpu_smoke.yaml", "--init_checkpoint", "/tmp/ref", "--policy.vllm.model", "/m"]
+    )
+    assert job.init_checkpoint == "/tmp/ref" and job.policy.vllm.model == "/m" and job.grpo.device == "auto"
+
+
+@pytest.mark.ray
+def test_a_gpu_replica_on_a_cpu_cluster_is_pending_demand_never_a_cpu_fallback(ray_session) -> None:
+    """On a cluster with no GPU yet the replica's request stays pending (what tells the
+    autoscaler to add a GPU node) and the job gets a clear timeout, not a CPU replica."""
+    from memprism_ray.actors.placement import pending_demand, policy_replica_options, wait_placed
+    from memprism_ray.actors.workers import PolicyReplica, start_policy_replicas
+    from memprism_ray.policy.fake_vllm import fake_engine_factory
+
+    ray = ray_session
+    assert ray.cluster_resources().get("GPU", 0) == 0
+    cfg = load_config(
+        "configs/local.yaml",
+        [
+            "--policy.backend", "vllm", "--policy.gpus_per_replica", "1", "--policy.num_replicas", "1",
+            "--policy.resources.vllm", "1", "--rollout.policy_cpus", "0.01",
+        ],
+    )  # fmt: skip
+    opts = policy_replica_options(cfg)
+    replica = PolicyReplica.options(**opts).remote(cfg.policy, functools.partial(fake_engine_factory))
+    try:
+        # The autoscaler's view: a bundle asking for one GPU and one `vllm` unit.
+        deadline = time.monotonic() + 30
+        while {"GPU": 1.0, "vllm": 1.0, "CPU": 0.01} not in pending_demand():
+            assert time.monotonic() < deadline, pending_demand()
+            time.sleep(0.5)
+        with pytest.raises(TimeoutError, match=r"1 of 1 policy replicas not placed.*'num_gpus': 1\.0"):
+            wait_placed([replica.load.remote()], "policy replicas", opts, 2)
+    finally:
+        ray.kill(replica)
+    with pytest.raises(TimeoutError, match="not placed within 2s"):
+        start_policy_replicas(cfg, engine_factory=functools.partial(fake_engine_factory), timeout_s=2)
