@@ -13,6 +13,7 @@ from typing import Any
 
 import ray
 
+from memprism_ray.actors import waits
 from memprism_ray.actors.placement import gpu_request, set_ray_env
 from memprism_ray.pipeline.run_dir import write_files
 
@@ -113,7 +114,11 @@ def collect_expert(cfg: Any, games: list[Any], d1_dir: Path, log: Any = print) -
     workers = max(1, min(cfg.label.workers, len(games)))
     chunks = [games[i::workers] for i in range(workers)]
     log(f"D1: expert trajectories on {len(games)} games ({workers} tasks)")
-    parts = ray.get([expert_task.remote([g.to_dict() for g in c]) for c in chunks if c])
+    parts = waits.get(  # bound: one call timeout per game of the largest task
+        [expert_task.remote([g.to_dict() for g in c]) for c in chunks if c],
+        cfg.run.call_timeout_s * max(len(c) for c in chunks),
+        "D1 expert-trajectory tasks",
+    )
     tables, offset = [], 0
     for blob in parts:  # episode numbers are per task: make them global
         t = pq.read_table(io.BytesIO(blob))
@@ -142,7 +147,11 @@ def label_expert(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print) ->
     workers = max(1, min(cfg.label.workers, len(episodes)))
     log(f"D1: counterfactual view labels for {table.num_rows} decisions ({workers} tasks)")
     ref = ray.put(expert_path.read_bytes())
-    parts = ray.get([label_task.remote(ref, episodes[i::workers], cfg) for i in range(workers)])
+    parts = waits.get(  # bound: one call timeout per episode of the largest task
+        [label_task.remote(ref, episodes[i::workers], cfg) for i in range(workers)],
+        cfg.run.call_timeout_s * len(episodes[0::workers]),
+        "D1 view-labelling tasks",
+    )
     tables = [pq.read_table(io.BytesIO(b)) for b in parts if b]
     if not tables:
         raise RuntimeError("the view teacher labelled no decision: check the task policy and the expert data")
@@ -158,7 +167,11 @@ def train_d1(cfg: Any, labels_path: Path, ckpt: Path, log: Any = print) -> Path:
     """Supervised Router training on the labels; the checkpoint is written at ``ckpt``."""
     log(f"D1: supervised Router training ({cfg.sft.epochs} epochs)")
     gpus = gpu_request(1.0 if cfg.sft.device in ("auto", "cuda") else 0.0)
-    result = ray.get(sft_task.options(num_gpus=gpus).remote(labels_path.read_bytes(), cfg))
+    result = waits.get(  # bound: one call timeout per epoch
+        sft_task.options(num_gpus=gpus).remote(labels_path.read_bytes(), cfg),
+        cfg.run.call_timeout_s * max(1, cfg.sft.epochs),
+        "D1 supervised Router training task",
+    )
     write_files(result["files"], ckpt)
     log(f"D1: done, final {result['final']}, sha256 {result['sha256'][:12]}")
     return ckpt

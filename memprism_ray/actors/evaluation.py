@@ -10,6 +10,7 @@ from typing import Any
 
 import ray
 
+from memprism_ray.actors import waits
 from memprism_ray.actors.placement import set_ray_env
 
 
@@ -118,9 +119,10 @@ def evaluate_distributed(
         if condition == "freq_random" and marginal is None:
             raise ValueError("freq_random needs a memprism condition before it (its view marginal is sampled)")
         shares = [specs[i::n_workers] for i in range(n_workers)]
-        parts = ray.get(
+        parts = waits.get(
             [w.play.remote(condition, s, marginal) for w, s in zip(workers, shares) if s],
-            timeout=cfg.run.call_timeout_s * 20,
+            cfg.run.call_timeout_s * 20,
+            f"evaluation episodes of condition {condition!r}",
         )
         order = {s["episode_id"]: i for i, s in enumerate(specs)}
         results = sorted((r for p in parts for r in p["results"]), key=lambda r: order[r.spec.episode_id])

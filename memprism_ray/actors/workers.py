@@ -16,15 +16,18 @@ from typing import Any
 
 import ray
 
+from memprism_ray.actors import waits
 from memprism_ray.agent import each_request
 from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.phi.base import Extraction
-from memprism_ray.views import RenderedView, ViewRequest
+from memprism_ray.views import ComposedView, RenderedView
 
 #: Ray's inline-argument limit: larger payloads go through the object store by reference.
 INLINE_LIMIT = 100 * 1024
+#: Bound on fetching one such payload (milliseconds when the store is healthy).
+FETCH_TIMEOUT_S = 300.0
 
 
 @ray.remote(max_restarts=3, max_task_retries=0)
@@ -78,16 +81,17 @@ class PhiWorker:
 
 @ray.remote(max_restarts=3, max_task_retries=1)
 class ViewWorker:
-    """Compose + render with a content-addressed cache: identical views of a group (same
-    stream content, action, goal and settings) are drawn once. Images travel as PNG."""
+    """Draws views composed by the rollout workers (where the streams live; only the
+    composed view travels here), with a content-addressed cache: identical views of a group
+    (same stream content, action, goal and settings) are drawn once. Images travel as PNG."""
 
     def __init__(self, render_config: Any = None, cache_size: int = 2048) -> None:
         from memprism_ray.views import ViewService
 
         self.service = ViewService(render_config, cache_size=cache_size, encode_png=True)
 
-    def render(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
-        return each_request(self.service.render_one, requests)
+    def draw(self, jobs: Sequence[ComposedView]) -> list[RenderedView | BaseException]:
+        return self.service.draw_each(jobs)
 
     def stats(self) -> dict[str, int]:
         return self.service.stats()
@@ -118,7 +122,7 @@ def to_request(inp: PolicyInput) -> PolicyRequest:
 def from_request(req: PolicyRequest) -> PolicyInput:
     data = req.png
     if req.png_ref is not None:
-        data = ray.get(req.png_ref)
+        data = waits.get(req.png_ref, FETCH_TIMEOUT_S, "a policy request's view PNG from the object store")
     if data is None:
         return req.input
     from PIL import Image
