@@ -9,12 +9,13 @@ row per decision (features, sampled view index and its log-prob, weights version
 outcome, ...) whose object ref the driver hands to the learner unread. The Router weights
 arrive the same way: an object ref made by the learner, resolved here.
 
-Views are composed here, where the group's event streams live; with a ``ViewWorker`` pool
-only the composed views travel (:class:`RemoteViews`).
+The group's event streams live here; with a ``ViewWorker`` pool each step sends a worker
+only the records appended since it last saw the stream (:class:`RemoteViews`).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ import numpy as np
 import ray
 
 from memprism_ray.actors.placement import set_ray_env
-from memprism_ray.actors.services import Pool, RayServices
+from memprism_ray.actors.services import Pool, RayServices, gather
 from memprism_ray.actors.workers import EnvWorker
 from memprism_ray.views import RenderedView, ViewRequest
 
@@ -60,26 +61,45 @@ class GroupSummary:
 
 
 class RemoteViews:
-    """Views for a ``ViewWorker`` pool: composed here, where the streams live, and drawn
-    there. Only :class:`~memprism_ray.views.ComposedView` objects travel, never a stream."""
+    """Views for a ``ViewWorker`` pool, from stream deltas: each episode's stream is pinned
+    to one worker, which keeps a replica; a step sends only the records appended since
+    (``views.DeltaTracker``). A replica found out of step is resent whole, once."""
 
-    def __init__(self, handles: Sequence[Any], render_config: Any, timeout_s: float) -> None:
-        from memprism_ray.views import ViewService
+    _offsets = itertools.count()
 
-        self.composer = ViewService(render_config, cache_size=0)  # keys and composition only
-        self.pool = Pool(handles, "draw", timeout_s)
+    def __init__(self, handles: Sequence[Any], timeout_s: float) -> None:
+        from memprism_ray.views import DeltaTracker
+
+        if not handles:
+            raise ValueError("RemoteViews needs at least one ViewWorker")
+        self.handles = list(handles)
+        self.timeout_s = timeout_s
+        self.tracker = DeltaTracker(len(self.handles), offset=next(RemoteViews._offsets))
 
     def render_each(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
-        out: list[Any] = []
-        for req in requests:
-            try:
-                out.append(self.composer.compose(req))
-            except Exception as exc:  # fails this request's episode only
-                out.append(exc)
-        ok = [i for i, c in enumerate(out) if not isinstance(c, BaseException)]
-        for i, drawn in zip(ok, self.pool.map([out[i] for i in ok], lambda chunk: (chunk,)), strict=True):
-            out[i] = drawn
+        from memprism_ray.views import StreamOutOfSync
+
+        out: list[Any] = self._send(requests, range(len(requests)), full=False)
+        resend = [i for i, r in enumerate(out) if isinstance(r, StreamOutOfSync)]
+        if resend:  # the worker restarted or dropped the replica: send those streams whole
+            for i, r in zip(resend, self._send(requests, resend, full=True)):
+                out[i] = r
+        for req, r in zip(requests, out):
+            self.tracker.acknowledge(req.stream, 0 if isinstance(r, BaseException) else len(req.stream))
         return out
+
+    def _send(self, requests: Sequence[ViewRequest], idxs: Sequence[int], *, full: bool) -> list[Any]:
+        by_worker: dict[int, list[int]] = {}
+        deltas = {}
+        for i in idxs:
+            w, deltas[i] = self.tracker.request(requests[i], full=full)
+            by_worker.setdefault(w, []).append(i)
+        calls, order = [], []
+        for w, members in by_worker.items():
+            calls.append((self.handles[w].render_deltas.remote([deltas[i] for i in members]), len(members)))
+            order.extend(members)
+        results = dict(zip(order, gather(calls, self.timeout_s, "ViewWorker.render_deltas")))
+        return [results[i] for i in idxs]
 
 
 class _Fault:
@@ -163,7 +183,7 @@ class RolloutWorker:
 
             phi = AlfworldPhi()
         if view_handles:
-            views: Any = RemoteViews(view_handles, cfg.render, timeout)
+            views: Any = RemoteViews(view_handles, timeout)
         else:
             from memprism_ray.views import ViewService
 

@@ -22,7 +22,7 @@ from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.phi.base import Extraction
-from memprism_ray.views import ComposedView, RenderedView
+from memprism_ray.views import DeltaViewRequest, RenderedView
 
 #: Ray's inline-argument limit: larger payloads go through the object store by reference.
 INLINE_LIMIT = 100 * 1024
@@ -81,17 +81,18 @@ class PhiWorker:
 
 @ray.remote(max_restarts=3, max_task_retries=1)
 class ViewWorker:
-    """Draws views composed by the rollout workers (where the streams live; only the
-    composed view travels here), with a content-addressed cache: identical views of a group
-    (same stream content, action, goal and settings) are drawn once. Images travel as PNG."""
+    """Compose + render from stream deltas: the worker keeps a replica of each stream it is
+    sent (``views.StreamReplicas``) and receives only the records appended since, with a
+    content-addressed cache: identical views of a group (same stream content, action, goal
+    and settings) are drawn once. Images travel as PNG."""
 
     def __init__(self, render_config: Any = None, cache_size: int = 2048) -> None:
         from memprism_ray.views import ViewService
 
         self.service = ViewService(render_config, cache_size=cache_size, encode_png=True)
 
-    def draw(self, jobs: Sequence[ComposedView]) -> list[RenderedView | BaseException]:
-        return self.service.draw_each(jobs)
+    def render_deltas(self, requests: Sequence[DeltaViewRequest]) -> list[RenderedView | BaseException]:
+        return self.service.render_deltas(requests)
 
     def stats(self) -> dict[str, int]:
         return self.service.stats()
