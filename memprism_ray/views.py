@@ -287,13 +287,7 @@ class ViewService:
         return RenderedView(**{**hit.__dict__, "cached": True})
 
     def stats(self) -> dict[str, int]:
-        return {
-            "hits": self.hits,
-            "misses": self.misses,
-            "size": len(self._cache),
-            "replicas": len(self.replicas),
-            "resyncs": self.replicas.resyncs,
-        }
+        return {"hits": self.hits, "misses": self.misses, "size": len(self._cache)}
 
 
 def _each(fn: Any, items: Sequence[Any]) -> list[Any]:

@@ -95,7 +95,8 @@ class ViewWorker:
         return self.service.render_deltas(requests)
 
     def stats(self) -> dict[str, int]:
-        return self.service.stats()
+        replicas = self.service.replicas
+        return {**self.service.stats(), "replicas": len(replicas), "resyncs": replicas.resyncs}
 
 
 @dataclass(frozen=True)
