@@ -152,6 +152,24 @@ def test_learner_updates_planner_only(system) -> None:
     assert stats["iteration"] == 1.0
 
 
+def test_weights_reach_the_workers_as_the_learners_object_ref(system) -> None:
+    """The driver passes the learner's ref on (never fetches it); the worker resolves it and
+    after the group holds exactly the learner's weights (updated by the previous test)."""
+    import ray
+
+    from memprism_ray.actors.grpo_driver import RolloutFleet, run_groups
+
+    cfg, worker, learner = system["cfg"], system["worker"], system["learner"]
+    weights_ref = learner.planner_weights.remote()
+    result = run_groups(RolloutFleet([worker]), _specs(cfg, 6)[:1], weights_ref, 2, cfg)
+    assert result.failed_trajectories == 0 and result.groups[0].summary.weights_version == 2
+    held = ray.get(
+        worker.__ray_call__.remote(lambda self: {k: v.numpy() for k, v in self.model.state_dict().items()}), timeout=60
+    )
+    full = ray.get(learner.full_weights.remote(), timeout=60)
+    assert held.keys() == full.keys() and all(np.array_equal(held[k], full[k]) for k in full)
+
+
 def test_killing_an_env_worker_mid_iteration_fails_only_its_trajectories(system) -> None:
     """The iteration completes, the failure is counted, the group is re-run once, and the
     other group is untouched."""
