@@ -11,8 +11,9 @@ group of ``grpo.group_size`` trajectories of its task step-synchronously with th
 Router weights (the learner's object ref, resolved by the workers: the weights do not pass
 through this driver); the Learner receives the groups' step tables as object refs straight
 from the rollout workers, computes trajectory-level group advantages and updates the planner
-and head; a hung or dead rollout worker is killed and replaced and its group re-run once; metrics go to the dashboard,
-JSONL and TensorBoard; a checkpoint is written every ``run.checkpoint_every`` iterations.
+and head; a hung or dead rollout worker is killed and replaced and its group re-run once
+(counted in the iteration's metrics); metrics go to the dashboard, JSONL and TensorBoard;
+a checkpoint is written every ``run.checkpoint_every`` iterations.
 Without ``init_checkpoint`` the job first builds the D1 reference policy (expert
 trajectories -> counterfactual view labels -> supervised Router). It ends with an
 evaluation of the trained Router against Frequency-Matched Random.
@@ -116,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         version = it + 1
         weights_ref = learner.planner_weights.remote()  # one object ref per iteration, read by the workers
         rollout = run_groups(fleet, sample_groups(train_games, cfg, it), weights_ref, version, cfg)
+        if not rollout.steps_refs:
+            raise RuntimeError(
+                f"iteration {it + 1}: no group produced a decision ({rollout.failed_trajectories} failed "
+                "trajectories); see the [grpo] lines above"
+            )
         stats = waits.get(
             learner.update.remote(*rollout.steps_refs),
             cfg.run.call_timeout_s * 4,
