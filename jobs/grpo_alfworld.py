@@ -131,7 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         stats.update({"iteration": it + 1, "weights_version": version, "iteration_seconds": time.perf_counter() - t0})
         metrics.record_iteration(cfg.run.name, stats)
         logger.log("grpo", it + 1, stats)
-        bar.set_postfix(sr=f"{stats['success_rate']:.2f}", kl=f"{stats['kl']:.4f}", failed=stats["failed_trajectories"])
+        bar.set_postfix(
+            sr=f"{stats['success_rate']:.2f}",
+            kl=f"{stats['kl']:.4f}",
+            failed=stats["failed_trajectories"],
+            replaced=stats["workers_replaced"],
+        )
         if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.grpo.iterations:
             ck = waits.get(learner.checkpoint.remote(metrics=stats), cfg.run.call_timeout_s, f"checkpoint {it + 1}")
             write_files(ck["files"], checkpoint_dir(run_dir, it + 1))

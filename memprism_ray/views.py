@@ -70,10 +70,12 @@ class StreamOutOfSync(RuntimeError):
     """The receiver's replica of a stream is not at the delta's base: resend from 0."""
 
 
-#: Streams a ViewWorker keeps replicas of (least recently used dropped first): a few
-#: iterations of the paper preset's 8 groups x 16 trajectories. An evicted stream that is
-#: still live costs one full resend, never a wrong view.
-MAX_REPLICAS = 1024
+#: Streams a ViewWorker keeps replicas of (least recently used dropped first). The paper
+#: preset keeps 128 streams live (8 groups x 16 trajectories) over 8 ViewWorkers, 16 each;
+#: a 50-record replica takes ~61 KB (tracemalloc, synthetic ALFWorld stream), so 256 cap a
+#: worker at ~16 MB. An evicted stream that is still live costs one full resend, never a
+#: wrong view.
+MAX_REPLICAS = 256
 
 
 class StreamReplicas:

@@ -15,7 +15,6 @@ only the records appended since it last saw the stream (:class:`RemoteViews`).
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from collections.abc import Sequence
@@ -65,16 +64,14 @@ class RemoteViews:
     to one worker, which keeps a replica; a step sends only the records appended since
     (``views.DeltaTracker``). A replica found out of step is resent whole, once."""
 
-    _offsets = itertools.count()
-
-    def __init__(self, handles: Sequence[Any], timeout_s: float) -> None:
+    def __init__(self, handles: Sequence[Any], timeout_s: float, offset: int = 0) -> None:
         from memprism_ray.views import DeltaTracker
 
         if not handles:
             raise ValueError("RemoteViews needs at least one ViewWorker")
         self.handles = list(handles)
         self.timeout_s = timeout_s
-        self.tracker = DeltaTracker(len(self.handles), offset=next(RemoteViews._offsets))
+        self.tracker = DeltaTracker(len(self.handles), offset=offset)
 
     def render_each(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
         from memprism_ray.views import StreamOutOfSync
@@ -183,7 +180,8 @@ class RolloutWorker:
 
             phi = AlfworldPhi()
         if view_handles:
-            views: Any = RemoteViews(view_handles, timeout)
+            # Rollout workers start pinning at different ViewWorkers so small groups spread too.
+            views: Any = RemoteViews(view_handles, timeout, offset=index * cfg.grpo.group_size)
         else:
             from memprism_ray.views import ViewService
 
