@@ -120,17 +120,21 @@ def test_view_worker_draws_from_deltas_and_resyncs_after_a_restart(system) -> No
     assert grown.png == local.render_one(ViewRequest(s, a, goal)).png  # the replica equals the stream
     # The worker restarts (its replicas are gone): the stream is resent whole, once.
     ray.kill(handle, no_restart=False)
+    deadline = time.monotonic() + 120
+    while True:  # ray.kill is asynchronous: wait for the restarted instance (no replicas)
+        try:
+            if ray.get(handle.stats.remote(), timeout=30)["replicas"] == 0:
+                break
+        except ray.exceptions.RayError:
+            pass
+        assert time.monotonic() < deadline, "the ViewWorker did not restart"
+        time.sleep(0.5)
     step(3)
-    deadline = time.monotonic() + 60
-    while True:
-        (after_restart,) = remote.render_each([ViewRequest(s, a, goal)])
-        if not isinstance(after_restart, BaseException) or time.monotonic() > deadline:
-            break
-        time.sleep(1)  # calls made while the actor restarts fail; the next one resends
+    (after_restart,) = remote.render_each([ViewRequest(s, a, goal)])
     assert not isinstance(after_restart, BaseException), after_restart
     assert after_restart.png == local.render_one(ViewRequest(s, a, goal)).png
     stats = ray.get(handle.stats.remote(), timeout=60)
-    assert before["replicas"] >= 1 and stats["replicas"] == 1
+    assert before["replicas"] >= 1 and stats["replicas"] == 1 and stats["resyncs"] == 1
 
 
 def test_learner_updates_planner_only(system) -> None:
