@@ -200,7 +200,8 @@ def run_groups(fleet: RolloutFleet, specs: list[GroupSpec], weights_ref: Any, ve
                 worker_failed(w, spec, f"rollout worker died ({type(exc).__name__})")
                 continue
             except Exception as exc:  # run_group raised: every trajectory of the group failed
-                summary = _failed_summary(spec, version, f"{type(exc).__name__}: {exc}"[:500])
+                cause = getattr(exc, "cause", None) or exc  # RayTaskError: the worker's own exception
+                summary = _failed_summary(spec, version, f"run_group: {type(cause).__name__}: {cause}"[:500])
                 steps_ref = None
             out.failed_trajectories += summary.failed
             if summary.failed:

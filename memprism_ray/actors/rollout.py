@@ -100,8 +100,8 @@ class RemoteViews:
 
 
 class _Fault:
-    """Fault injection (tests and drills): the worker hangs, or its process exits, at the
-    ``after_steps``-th environment step call of its next group."""
+    """Fault injection (tests and drills): at the ``after_steps``-th environment step call
+    of a group the worker hangs, its process exits, or the group raises."""
 
     def __init__(self, inner: Any, kind: str, after_steps: int) -> None:
         self.inner = inner
@@ -116,6 +116,8 @@ class _Fault:
         if self.left <= 0:
             if self.kind == "crash":
                 os._exit(1)
+            if self.kind == "fail":
+                raise RuntimeError("injected fault: this rollout worker fails every group")
             while True:  # a hang: only the driver's group timeout (ray.kill) ends it
                 time.sleep(3600)
         return self.inner.step(requests)
@@ -208,12 +210,14 @@ class RolloutWorker:
         return [self._env_name(k) for k in range(len(self.env_workers))]
 
     def inject_fault(self, kind: str, after_steps: int = 1) -> None:
-        """Fault injection for tests and drills: during the next group, at its
-        ``after_steps``-th environment step, this worker hangs (``"hang"``) or its process
-        exits abruptly (``"crash"``, as on an OOM kill or a lost node)."""
-        if kind not in ("hang", "crash") or after_steps < 1:
+        """Fault injection for tests and drills: at the ``after_steps``-th environment step of
+        a group this worker hangs (``"hang"``), its process exits abruptly (``"crash"``, as on
+        an OOM kill or a lost node), or, in every later group, ``run_group`` raises (``"fail"``:
+        a worker that keeps failing)."""
+        if kind not in ("hang", "crash", "fail") or after_steps < 1:
             raise ValueError(
-                f"inject_fault: kind must be 'hang' or 'crash' and after_steps >= 1, got {kind!r}, {after_steps!r}"
+                f"inject_fault: kind must be 'hang', 'crash' or 'fail' and after_steps >= 1, got {kind!r}, "
+                f"{after_steps!r}"
             )
         self._fault = (kind, after_steps)
 

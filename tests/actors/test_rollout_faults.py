@@ -1,6 +1,7 @@
 """Rollout faults on an in-process Ray (issue 9 item 5, issue 10 item 4): a hung or dead
 rollout worker is killed and replaced, its group re-run once and counted; a worker that
-keeps dying is retired with a clear error; every wait is bounded and names what it waited for.
+keeps failing groups is replaced; one that keeps dying past its replacements is retired with
+a clear error; every wait is bounded and names what it waited for.
 
 The rollout workers here keep Phi, views and the scripted policy in-process (only the
 EnvWorkers are actors) to stay light on a 2-CPU machine; the fault paths are the job's.
@@ -107,6 +108,32 @@ def test_a_dead_rollout_worker_is_replaced_and_its_group_rerun(ray_session, flee
     specs = _specs(cfg, 1, 2)
     result = run_groups(fleet, specs, None, 1, cfg)
     _assert_replaced_and_rerun(ray, fleet, old, result, specs, cfg.grpo.group_size)
+    fleet.kill_all()
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_that_keeps_failing_groups_is_replaced(ray_session, fleet_parts) -> None:
+    """Two groups in a row with failed trajectories: the worker stops taking groups (it is
+    replaced); the group that failed twice stays failed, counted and excluded."""
+    from memprism_ray.actors.grpo_driver import STRIKES_TO_REPLACE, iteration_stats, run_groups
+
+    ray = ray_session
+    cfg, make = fleet_parts
+    cfg = _cfg(cfg, group_timeout_s=600.0, rerun_failed=True)
+    fleet = _fleet(make)
+    old = fleet.workers[0]
+    ray.get(old.inject_fault.remote("fail", 1), timeout=60)  # every group of this worker raises
+    specs = _specs(cfg, 4, 1)
+    stats = iteration_stats(result := run_groups(fleet, specs, None, 1, cfg))
+    g = cfg.grpo.group_size
+    assert STRIKES_TO_REPLACE == 2 and stats["groups_rerun"] == 1 and stats["workers_replaced"] == 1
+    assert stats["failed_trajectories"] == 2 * g and stats["failed_excluded"] == g and stats["trajectories"] == g
+    assert all("injected fault" in e["error"] for e in result.groups[0].summary.episodes)
+    assert result.groups[0].steps is None  # nothing for the learner from this group
+    assert fleet.workers[0] is not old
+    # The replacement is healthy: the next iteration's group runs normally on it.
+    again = run_groups(fleet, _specs(cfg, 5, 1), None, 2, cfg)
+    assert again.failed_trajectories == 0 and again.workers_replaced == 0
     fleet.kill_all()
 
 
