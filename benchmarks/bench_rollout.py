@@ -50,7 +50,7 @@ def main() -> int:
     import ray
     import torch
 
-    from memprism_ray.actors.grpo_driver import run_groups, sample_groups
+    from memprism_ray.actors.grpo_driver import RolloutFleet, run_groups, sample_groups
     from memprism_ray.actors.learner import state_to_numpy
     from memprism_ray.actors.rollout import RolloutWorker
     from memprism_ray.actors.workers import PhiWorker, PolicyReplica, ViewWorker
@@ -120,14 +120,15 @@ def main() -> int:
         RolloutWorker.options(num_cpus=ro.rollout_cpus).remote(cfg, i, full, phi, views, replicas, True, "bench")
         for i in range(2)
     ]
-    ray.get([w.ping.remote() for w in workers])
+    ray.get([w.ping.remote() for w in workers], timeout=600)
 
     def ray_run(n: int, specs) -> tuple[float, list[list[str]]]:
         t0 = time.perf_counter()
-        groups, failed = run_groups(workers[:n], specs, None, 0, cfg)
-        assert failed == 0
-        actions = [g.steps.column("action").to_pylist() for g in groups]
-        return time.perf_counter() - t0, actions
+        result = run_groups(RolloutFleet(workers[:n]), specs, None, 0, cfg)
+        seconds = time.perf_counter() - t0  # the driver holds refs to the step tables, as in the job
+        assert result.failed_trajectories == 0
+        tables = ray.get([g.steps for g in result.groups], timeout=600)  # fetched only to compare actions
+        return seconds, [t.column("action").to_pylist() for t in tables]
 
     ray_run(2, specs_of[0][:2])  # warm-up: both workers load their models
     ray1 = [ray_run(1, specs_of[k + 1]) for k in range(args.repeats)]

@@ -8,9 +8,12 @@ optimisation; Table A.4 "GRPO, ALFWorld"; docs/architecture.md "Distributed roll
 
 One iteration: sample ``grpo.groups_per_iteration`` task ids; each RolloutWorker plays one
 group of ``grpo.group_size`` trajectories of its task step-synchronously with the current
-Router weights (sent as one object ref per iteration); the Learner computes trajectory-
-level group advantages and updates the planner and head; metrics go to the dashboard,
-JSONL and TensorBoard; a checkpoint is written every ``run.checkpoint_every`` iterations.
+Router weights (the learner's object ref, resolved by the workers: the weights do not pass
+through this driver); the Learner receives the groups' step tables as object refs straight
+from the rollout workers, computes trajectory-level group advantages and updates the planner
+and head; a hung or dead rollout worker is killed and replaced and its group re-run once
+(counted in the iteration's metrics); metrics go to the dashboard, JSONL and TensorBoard;
+a checkpoint is written every ``run.checkpoint_every`` iterations.
 Without ``init_checkpoint`` the job first builds the D1 reference policy (expert
 trajectories -> counterfactual view labels -> supervised Router). It ends with an
 evaluation of the trained Router against Frequency-Matched Random.
@@ -25,10 +28,10 @@ from pathlib import Path
 import ray
 from tqdm import tqdm
 
-from memprism_ray.actors import metrics
+from memprism_ray.actors import metrics, waits
 from memprism_ray.actors.d1 import d1_cost_line, run_d1
 from memprism_ray.actors.evaluation import evaluate_distributed
-from memprism_ray.actors.grpo_driver import iteration_stats, run_groups, sample_groups
+from memprism_ray.actors.grpo_driver import RolloutFleet, iteration_stats, run_groups, sample_groups
 from memprism_ray.actors.learner import Learner
 from memprism_ray.actors.placement import (
     init_ray,
@@ -111,17 +114,21 @@ def main(argv: list[str] | None = None) -> int:
     ]
     replicas = start_policy_replicas(cfg)
     needs_text = policy_needs_view_text(cfg.policy)
-    full_state = ray.get(learner.full_weights.remote(), timeout=cfg.run.call_timeout_s)
-    full_ref = ray.put(full_state)
-    rollout_workers = [
-        RolloutWorker.options(num_cpus=ro.rollout_cpus, max_restarts=ro.max_restarts).remote(
-            cfg, i, full_ref, phi_pool, view_pool, replicas, needs_text, cfg.run.name
+    full_ref = learner.full_weights.remote()  # resolved by each rollout worker, not fetched here
+
+    def make_rollout_worker(i: int, generation: int) -> object:
+        return RolloutWorker.options(num_cpus=ro.rollout_cpus).remote(
+            cfg, i, full_ref, phi_pool, view_pool, replicas, needs_text, cfg.run.name, generation
         )
-        for i in range(ro.num_workers)
-    ]
-    ray.get([w.ping.remote() for w in rollout_workers], timeout=cfg.run.call_timeout_s * 4)
+
+    fleet = RolloutFleet.start(
+        ro.num_workers,
+        make_rollout_worker,
+        max_replacements=ro.max_restarts,
+        ping_timeout_s=cfg.run.call_timeout_s * 4,
+    )
     where = f"{len(replicas)} policy replicas" if replicas else "the policy inside each rollout worker"
-    say(f"{len(rollout_workers)} rollout workers, {where} ({cfg.policy.backend})")
+    say(f"{len(fleet.workers)} rollout workers, {where} ({cfg.policy.backend})")
 
     # 4. GRPO iterations.
     bar = tqdm(
@@ -130,31 +137,53 @@ def main(argv: list[str] | None = None) -> int:
     for it in bar:
         t0 = time.perf_counter()
         version = it + 1
-        weights_ref = ray.put(ray.get(learner.planner_weights.remote(), timeout=cfg.run.call_timeout_s))
-        groups, failed_seen = run_groups(
-            rollout_workers, sample_groups(train_games, cfg, it), weights_ref, version, cfg
+        weights_ref = learner.planner_weights.remote()  # one object ref per iteration, read by the workers
+        rollout = run_groups(fleet, sample_groups(train_games, cfg, it), weights_ref, version, cfg)
+        if not rollout.steps_refs:
+            raise RuntimeError(
+                f"iteration {it + 1}: no group produced a decision ({rollout.failed_trajectories} failed "
+                "trajectories); see the [grpo] lines above"
+            )
+        stats = waits.get(
+            learner.update.remote(*rollout.steps_refs),
+            cfg.run.call_timeout_s * 4,
+            f"learner update of iteration {it + 1}",
         )
-        stats = ray.get(learner.update.remote(groups), timeout=cfg.run.call_timeout_s * 4)
-        stats.update(iteration_stats(groups, failed_seen))
+        stats.update(iteration_stats(rollout))
         stats.update({"iteration": it + 1, "weights_version": version, "iteration_seconds": time.perf_counter() - t0})
         metrics.record_iteration(cfg.run.name, stats)
         logger.log("grpo", it + 1, stats)
-        bar.set_postfix(sr=f"{stats['success_rate']:.2f}", kl=f"{stats['kl']:.4f}", failed=stats["failed_trajectories"])
+        bar.set_postfix(
+            sr=f"{stats['success_rate']:.2f}",
+            kl=f"{stats['kl']:.4f}",
+            failed=stats["failed_trajectories"],
+            replaced=stats["workers_replaced"],
+        )
         if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.grpo.iterations:
-            ck = ray.get(learner.checkpoint.remote(metrics=stats, extra=ck_extra), timeout=cfg.run.call_timeout_s)
+            ck = waits.get(
+                learner.checkpoint.remote(metrics=stats, extra=ck_extra), cfg.run.call_timeout_s, f"checkpoint {it + 1}"
+            )
             write_files(ck["files"], checkpoint_dir(run_dir, it + 1))
             logger.log("checkpoint", it + 1, {"sha256": ck["sha256"]})
 
     # 5. Final evaluation: the trained Router (greedy) vs Frequency-Matched Random.
-    final = ray.get(learner.full_weights.remote(), timeout=cfg.run.call_timeout_s)
-    for actor in rollout_workers + phi_pool + view_pool + replicas + [learner]:
+    final = waits.get(learner.full_weights.remote(), cfg.run.call_timeout_s, "final Router weights")
+    fleet.kill_all()
+    for actor in [*phi_pool, *view_pool, learner]:
         ray.kill(actor)  # free their CPUs for the evaluation actors
     if cfg.eval.enabled:
         latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
-        summary = evaluate_distributed(cfg, cfg.eval.conditions, final, str(latest), run_dir / "eval", log=say)
+        # The replicas stay up for the evaluation: one engine start (60-75 s on an H100) saved.
+        summary = evaluate_distributed(
+            cfg, cfg.eval.conditions, final, str(latest), run_dir / "eval", log=say, pool=replicas or None
+        )
         for rep in summary["conditions"]:
             logger.log("eval", cfg.grpo.iterations, {"condition": rep["condition"], "sr": rep["sr"]})
         print((run_dir / "eval" / "summary.md").read_text())
+        if summary.get("failed_episodes"):
+            say(f"warning: {summary['failed_episodes']} evaluation episode(s) failed; see {run_dir / 'eval'}")
+    for actor in replicas:
+        ray.kill(actor)
     logger.close()
     say(f"done: {run_dir}")
     return 0

@@ -135,9 +135,13 @@ class RolloutConfig:
     )
     learner_cpus: float = field(0.25, help="CPUs reserved by the Learner and the D1 SFT task")
     helper_cpus: float = field(0.25, help="CPUs reserved by each Phi/View worker")
-    max_restarts: int = field(3, help="automatic restarts of a dead actor")
+    max_restarts: int = field(
+        3, help="automatic restarts of a dead actor; for a rollout worker, replacements before it is retired"
+    )
     rerun_failed: bool = field(True, help="re-run a group once when some of its trajectories failed")
-    group_timeout_s: float = field(900.0, help="longest wait for one group before its trajectories are failed")
+    group_timeout_s: float = field(
+        900.0, help="longest wait for one group; then its rollout worker is killed and replaced, the group re-run once"
+    )
 
     def __post_init__(self) -> None:
         if self.num_workers < 1 or self.env_slots_per_worker < 1 or self.env_workers_per_rollout < 1:
@@ -150,10 +154,9 @@ class RolloutConfig:
             raise ValueError("rollout.learner_gpus and rollout.learner_cpus must be >= 0")
         if self.phi_workers < 0 or self.view_workers < 0 or self.max_restarts < 0:
             raise ValueError("rollout.phi_workers, view_workers and max_restarts must be >= 0")
-        if not 0 < self.group_timeout_s < math.inf:
-            raise ValueError(
-                f"rollout.group_timeout_s must be a finite number of seconds > 0, got {self.group_timeout_s}"
-            )
+        t = self.group_timeout_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise ValueError(f"rollout.group_timeout_s must be a positive finite number of seconds, got {t!r}")
 
 
 @dataclass

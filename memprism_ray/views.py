@@ -9,6 +9,15 @@ event but not the bookkeeping metadata (the stream's episode id, the raw events'
 game id and chosen view name), which no view shows: identical views requested by several
 trajectories of a GRPO group (all of them at step 1, for instance) are drawn once. The Ray
 ``ViewWorker`` wraps this class; in-process runs use it directly.
+
+Views are composed from stream deltas, never by shipping a whole stream per step. A
+``ViewWorker`` keeps a replica of each episode's stream (:class:`StreamReplicas`); the rollout
+worker, where the streams live, sends each step only the records appended since that worker
+last saw the stream (:class:`DeltaViewRequest`, built by :class:`DeltaTracker`), so the bytes
+per episode grow linearly with its length instead of with its square
+(``benchmarks/bench_view_bytes.py`` prints both). A replica that is missing or out of step
+(the worker restarted, the entry was evicted, a call was lost) answers
+:class:`StreamOutOfSync` and the sender resends the whole stream once.
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ import hashlib
 import io
 import json
 import time
+import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, is_dataclass
@@ -24,7 +35,7 @@ from typing import Any
 
 from PIL import Image
 
-from memprism_ray.recorder.stream import EventStream
+from memprism_ray.recorder.stream import EventStream, StreamRecord
 from memprism_ray.view_space import ViewAction
 
 
@@ -37,6 +48,113 @@ class ViewRequest:
     goal: str
     want_image: bool = True
     want_text: bool = False
+
+
+@dataclass(frozen=True)
+class DeltaViewRequest:
+    """A :class:`ViewRequest` for a worker holding a replica of the stream: the records
+    ``stream[base:]`` appended since the replica was last brought up to date (the stream's
+    ``meta`` too when ``base == 0``, i.e. a new or resent stream)."""
+
+    stream_id: str
+    base: int
+    records: tuple[StreamRecord, ...]
+    meta: dict[str, Any] | None
+    action: ViewAction
+    goal: str
+    want_image: bool = True
+    want_text: bool = False
+
+
+class StreamOutOfSync(RuntimeError):
+    """The receiver's replica of a stream is not at the delta's base: resend from 0."""
+
+
+#: Streams a ViewWorker keeps replicas of (least recently used dropped first). The paper
+#: preset keeps 128 streams live (8 groups x 16 trajectories) over 8 ViewWorkers, 16 each;
+#: a 50-record replica takes ~61 KB (tracemalloc, synthetic ALFWorld stream), so 256 cap a
+#: worker at ~16 MB. An evicted stream that is still live costs one full resend, never a
+#: wrong view.
+MAX_REPLICAS = 256
+
+
+class StreamReplicas:
+    """Receiver side: replicas of remote streams, rebuilt by appending the sent records
+    (``EventStream.append`` re-validates, so a replica equals its source, digests included)."""
+
+    def __init__(self, max_streams: int = MAX_REPLICAS) -> None:
+        self.max_streams = max_streams
+        self._streams: OrderedDict[str, EventStream] = OrderedDict()
+        self.resyncs = 0
+
+    def apply(self, req: DeltaViewRequest) -> EventStream:
+        if req.base == 0:
+            stream = EventStream(req.meta or {})
+        else:
+            stream = self._streams.get(req.stream_id)
+            if stream is None or len(stream) != req.base:
+                self.resyncs += 1
+                have = "no" if stream is None else len(stream)
+                raise StreamOutOfSync(f"stream {req.stream_id}: replica has {have} records, delta starts at {req.base}")
+        for rec in req.records:
+            stream.append(rec.raw, rec.event)
+        self._streams[req.stream_id] = stream
+        self._streams.move_to_end(req.stream_id)
+        while len(self._streams) > self.max_streams:
+            self._streams.popitem(last=False)
+        return stream
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+
+class DeltaTracker:
+    """Sender side (where the streams live): which worker holds a replica of each stream and
+    up to which record. A stream is pinned to one of ``num_workers`` workers on first sight
+    (round robin from ``offset``). Streams compare by content, so they are tracked by
+    identity through a weak reference (checked on every lookup, so a recycled ``id`` never
+    aliases), and an ended episode's stream is forgotten with it."""
+
+    def __init__(self, num_workers: int, offset: int = 0) -> None:
+        if num_workers < 1:
+            raise ValueError(f"DeltaTracker needs at least one worker, got {num_workers}")
+        self.num_workers = num_workers
+        self._next = offset
+        self._state: dict[int, tuple[weakref.ref, list[Any]]] = {}
+
+    def _entry(self, stream: EventStream) -> list[Any] | None:
+        got = self._state.get(id(stream))
+        return got[1] if got is not None and got[0]() is stream else None
+
+    def request(self, req: ViewRequest, *, full: bool = False) -> tuple[int, DeltaViewRequest]:
+        """The worker index and the delta request for ``req`` (``full``: resend everything)."""
+        state = self._entry(req.stream)
+        if state is None:
+            key = id(req.stream)
+            ref = weakref.ref(req.stream, lambda r, k=key: self._drop(k, r))
+            state = [uuid.uuid4().hex, self._next % self.num_workers, 0]
+            self._state[key] = (ref, state)
+            self._next += 1
+        stream_id, worker, held = state
+        base = 0 if full else min(held, len(req.stream))
+        records = tuple(req.stream[i] for i in range(base, len(req.stream)))
+        meta = dict(req.stream.meta) if base == 0 else None
+        delta = DeltaViewRequest(stream_id, base, records, meta, req.action, req.goal, req.want_image, req.want_text)
+        return worker, delta
+
+    def acknowledge(self, stream: EventStream, held: int) -> None:
+        """The worker now holds ``held`` records of ``stream`` (0: unknown, resend next time)."""
+        state = self._entry(stream)
+        if state is not None:
+            state[2] = held
+
+    def _drop(self, key: int, ref: weakref.ref) -> None:
+        got = self._state.get(key)
+        if got is not None and got[0] is ref:
+            del self._state[key]
+
+    def __len__(self) -> int:
+        return len(self._state)
 
 
 @dataclass(frozen=True)
@@ -96,6 +214,7 @@ class ViewService:
         self._settings = _settings_digest(self.render_config)
         self.hits = 0
         self.misses = 0
+        self.replicas = StreamReplicas()
 
     def key(self, req: ViewRequest) -> str:
         parts = [content_digest(req.stream), str(req.action.index), req.goal, str(req.want_image), str(req.want_text)]
@@ -105,17 +224,19 @@ class ViewService:
     def render(self, requests: Sequence[ViewRequest]) -> list[RenderedView]:
         return [self.render_one(r) for r in requests]
 
+    def render_each(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
+        """:meth:`render_one` per request; a failure becomes that request's result."""
+        return _each(self.render_one, requests)
+
     def render_one(self, req: ViewRequest) -> RenderedView:
         from memprism_ray.composer import compose
         from memprism_ray.render import encode_png, render, render_image, render_text
         from memprism_ray.render.visual_tokens import qwen25vl_tokens
 
         key = self.key(req)
-        hit = self._cache.get(key)
+        hit = self._lookup(key)
         if hit is not None:
-            self._cache.move_to_end(key)
-            self.hits += 1
-            return RenderedView(**{**hit.__dict__, "cached": True})
+            return hit
         self.misses += 1
         t0 = time.perf_counter()
         view = compose(req.stream, req.action, req.goal)
@@ -150,5 +271,34 @@ class ViewService:
             self._cache.popitem(last=False)
         return out
 
+    def render_delta(self, req: DeltaViewRequest) -> RenderedView:
+        """Bring the stream's replica up to date with ``req``'s records, then as :meth:`render_one`
+        (raises :class:`StreamOutOfSync` when the replica is not at ``req.base``)."""
+        stream = self.replicas.apply(req)
+        return self.render_one(ViewRequest(stream, req.action, req.goal, req.want_image, req.want_text))
+
+    def render_deltas(self, requests: Sequence[DeltaViewRequest]) -> list[RenderedView | BaseException]:
+        return _each(self.render_delta, requests)
+
+    def _lookup(self, key: str) -> RenderedView | None:
+        hit = self._cache.get(key)
+        if hit is None:
+            return None
+        self._cache.move_to_end(key)
+        self.hits += 1
+        return RenderedView(**{**hit.__dict__, "cached": True})
+
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "size": len(self._cache)}
+
+
+def _each(fn: Any, items: Sequence[Any]) -> list[Any]:
+    """``fn`` over a batch; an exception becomes that item's result (one bad view fails one
+    episode, not the batch; ``agent.each_request``, which imports this module)."""
+    out: list[Any] = []
+    for item in items:
+        try:
+            out.append(fn(item))
+        except Exception as exc:
+            out.append(exc)
+    return out

@@ -15,7 +15,14 @@ from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.stream import EventStream
 from memprism_ray.render import RenderConfig, qwen25vl_tokens, render_image, render_png, render_text
 from memprism_ray.view_space import ALL_ACTIONS, ViewAction
-from memprism_ray.views import ViewRequest, ViewService, content_digest
+from memprism_ray.views import (
+    DeltaTracker,
+    StreamOutOfSync,
+    StreamReplicas,
+    ViewRequest,
+    ViewService,
+    content_digest,
+)
 
 ACTION = ViewAction("EntityState", "recent_long", "all", "medium")
 GOAL = "put a clean mug in cabinet"
@@ -166,3 +173,90 @@ def test_batch_render_keeps_request_order() -> None:
     reqs = [ViewRequest(stream, ALL_ACTIONS[i], GOAL, want_image=False, want_text=True) for i in (5, 77, 140)]
     out = ViewService().render(reqs)
     assert [rv.action for rv in out] == [r.action for r in reqs]
+
+
+# --------------------------------------------------------------------------- stream deltas
+
+
+def _grow(source: EventStream, n: int) -> EventStream:
+    """The first ``n`` records of ``source`` as a new stream (same meta)."""
+    out = EventStream(source.meta)
+    for rec in list(source)[:n]:
+        out.append(rec.raw, rec.event)
+    return out
+
+
+def test_views_from_deltas_equal_views_from_the_stream() -> None:
+    """A replica fed only the appended records draws exactly what the stream itself draws,
+    and after the first step each request carries one record, not the stream."""
+    source = alfworld_like_stream(30, 12, goal=GOAL)
+    stream = EventStream(source.meta)
+    tracker, worker, local = DeltaTracker(2), ViewService(encode_png=True), ViewService(encode_png=True)
+    for t in range(len(source)):
+        action = ALL_ACTIONS[(7 * t) % len(ALL_ACTIONS)]
+        req = ViewRequest(stream, action, GOAL, want_image=True, want_text=True)
+        w, delta = tracker.request(req)
+        assert w == 0  # one stream stays on the worker it was pinned to
+        assert delta.base == (0 if t == 0 else t - 1) and len(delta.records) == (0 if t == 0 else 1)
+        assert (delta.meta is not None) == (t <= 1)  # meta travels only when the replica starts
+        drawn = worker.render_delta(delta)
+        tracker.acknowledge(stream, len(stream))
+        expect = local.render_one(req)
+        assert drawn.key == expect.key and drawn.png == expect.png and drawn.text == expect.text
+        stream.append(source[t].raw, source[t].event)
+    assert worker.replicas.resyncs == 0
+
+
+def test_delta_request_bytes_do_not_grow_with_the_stream() -> None:
+    import pickle
+
+    source = alfworld_like_stream(50, 4, goal=GOAL)
+    tracker = DeltaTracker(1)
+    sizes = {}
+    for n in (5, 49):
+        stream = _grow(source, n - 1)
+        tracker.request(ViewRequest(stream, ACTION, GOAL))
+        tracker.acknowledge(stream, len(stream))
+        stream.append(source[n - 1].raw, source[n - 1].event)
+        _, delta = tracker.request(ViewRequest(stream, ACTION, GOAL))
+        sizes[n] = (len(pickle.dumps(delta)), len(pickle.dumps(ViewRequest(stream, ACTION, GOAL))))
+    assert sizes[49][0] < 1.5 * sizes[5][0], sizes  # one record either way
+    assert sizes[49][1] > 5 * sizes[5][1], sizes  # what used to travel: the whole stream
+
+
+def test_a_replica_out_of_step_is_refused_and_a_full_resend_repairs_it() -> None:
+    source = alfworld_like_stream(6, 2, goal=GOAL)
+    stream = _grow(source, 3)
+    tracker = DeltaTracker(1)
+    tracker.request(ViewRequest(stream, ACTION, GOAL))
+    tracker.acknowledge(stream, 3)
+    stream.append(source[3].raw, source[3].event)
+    _, delta = tracker.request(ViewRequest(stream, ACTION, GOAL))
+    restarted = ViewService()  # a worker that lost its replicas
+    with pytest.raises(StreamOutOfSync, match="replica has no records, delta starts at 3"):
+        restarted.render_delta(delta)
+    _, full = tracker.request(ViewRequest(stream, ACTION, GOAL), full=True)
+    assert full.base == 0 and len(full.records) == 4 and full.meta == stream.meta
+    rv = restarted.render_delta(full)
+    assert rv.key == ViewService().key(ViewRequest(stream, ACTION, GOAL))
+    # A replica ahead of the delta (a retried call applied twice) is refused too.
+    with pytest.raises(StreamOutOfSync, match="replica has 4 records"):
+        restarted.render_delta(delta)
+    assert restarted.replicas.resyncs == 2
+
+
+def test_replicas_are_bounded_and_the_tracker_forgets_ended_streams() -> None:
+    import gc
+
+    replicas = StreamReplicas(max_streams=2)
+    tracker = DeltaTracker(3, offset=1)
+    streams = [alfworld_like_stream(2, s, goal=GOAL) for s in range(3)]
+    pins = []
+    for s in streams:
+        w, delta = tracker.request(ViewRequest(s, ACTION, GOAL))
+        pins.append(w)
+        replicas.apply(delta)
+    assert pins == [1, 2, 0] and len(replicas) == 2 and len(tracker) == 3
+    del s, streams
+    gc.collect()
+    assert len(tracker) == 0

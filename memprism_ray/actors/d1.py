@@ -17,6 +17,7 @@ from typing import Any
 
 import ray
 
+from memprism_ray.actors import waits
 from memprism_ray.actors.placement import learner_options, set_ray_env
 from memprism_ray.pipeline.run_dir import write_files
 
@@ -199,7 +200,11 @@ def collect_expert(cfg: Any, games: list[Any], d1_dir: Path, log: Any = print) -
     workers = max(1, min(cfg.label.workers, len(games)))
     chunks = [games[i::workers] for i in range(workers)]
     log(f"D1: expert trajectories on {len(games)} games ({workers} tasks)")
-    parts = ray.get([expert_task.remote([g.to_dict() for g in c]) for c in chunks if c])
+    parts = waits.get(  # bound: one call timeout per game of the largest task
+        [expert_task.remote([g.to_dict() for g in c]) for c in chunks if c],
+        cfg.run.call_timeout_s * max(len(c) for c in chunks),
+        "D1 expert-trajectory tasks",
+    )
     tables, offset = [], 0
     for blob in parts:  # episode numbers are per task: make them global
         t = pq.read_table(io.BytesIO(blob))
@@ -265,10 +270,13 @@ def label_expert(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print, po
         pool = started = start_policy_replicas(cfg)
     ref = ray.put(expert_path.read_bytes())
     handles = pool if uses_pool(cfg) else None
+    bound = cfg.run.call_timeout_s * len(episodes[0::workers])  # one call timeout per episode of the largest task
     try:
         if cfg.label.teacher == "llm":
-            results = ray.get(
-                [llm_label_task.remote(ref, episodes[i::workers], cfg, handles, f"d1-{i}") for i in range(workers)]
+            results = waits.get(
+                [llm_label_task.remote(ref, episodes[i::workers], cfg, handles, f"d1-{i}") for i in range(workers)],
+                bound,
+                "D1 LLM view-teacher labelling tasks",
             )
             parts = [b for b, _ in results]
             totals: dict[str, int] = {}
@@ -277,8 +285,10 @@ def label_expert(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print, po
                     totals[k] = totals.get(k, 0) + v
             log(f"D1: teacher counts {totals}")
         else:
-            parts = ray.get(
-                [label_task.remote(ref, episodes[i::workers], cfg, handles, f"d1-{i}") for i in range(workers)]
+            parts = waits.get(
+                [label_task.remote(ref, episodes[i::workers], cfg, handles, f"d1-{i}") for i in range(workers)],
+                bound,
+                "D1 view-labelling tasks",
             )
     finally:
         for h in started:
@@ -297,7 +307,11 @@ def label_expert(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print, po
 def train_d1(cfg: Any, labels_path: Path, ckpt: Path, log: Any = print) -> Path:
     """Supervised Router training on the labels; the checkpoint is written at ``ckpt``."""
     log(f"D1: supervised Router training ({cfg.sft.epochs} epochs)")
-    result = ray.get(sft_task.options(**learner_options(cfg)).remote(labels_path.read_bytes(), cfg))
+    result = waits.get(  # bound: one call timeout per epoch
+        sft_task.options(**learner_options(cfg)).remote(labels_path.read_bytes(), cfg),
+        cfg.run.call_timeout_s * max(1, cfg.sft.epochs),
+        "D1 supervised Router training task",
+    )
     write_files(result["files"], ckpt)
     log(f"D1: done, final {result['final']}, sha256 {result['sha256'][:12]}")
     return ckpt

@@ -3,10 +3,16 @@ training"). It holds the Router being trained, the frozen D1 reference policy an
 GRPO trainer, turns trajectory groups into one step batch per iteration, updates the
 planner and head, and writes resumable checkpoints. It runs on a GPU when the cluster has
 one, else on CPU.
+
+Data flow: the groups' step tables come as object refs straight from the rollout workers
+(``update.remote(*refs)``: Ray resolves top-level refs here, the driver never fetches
+them), and the planner weights leave as the object ref of ``planner_weights.remote()``,
+which the rollout workers resolve themselves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +20,9 @@ import numpy as np
 import ray
 
 
-def groups_to_batch(groups: list[Any]) -> Any:
-    """Concatenate the groups' step tables into one :class:`GRPOBatch`.
+def groups_to_batch(tables: Sequence[Any]) -> Any:
+    """Concatenate the groups' step tables (``pyarrow.Table``, one per group; ``None`` for a
+    group that produced none) into one :class:`GRPOBatch`.
 
     Trajectory and group ids become integers; the return of a trajectory repeats on its
     steps; a trajectory marked failed keeps ``failed=True`` on every step (the trainer
@@ -29,9 +36,8 @@ def groups_to_batch(groups: list[Any]) -> Any:
     action, old_lp, traj, group, ret, failed = [], [], [], [], [], []
     traj_ids: dict[str, int] = {}
     group_ids: dict[str, int] = {}
-    for g in groups:
-        t = g.steps
-        if t.num_rows == 0:
+    for t in tables:
+        if t is None or t.num_rows == 0:
             continue
         for name in cols:
             flat = t.column(f"feat_{name}").combine_chunks().flatten().to_numpy(zero_copy_only=False)
@@ -104,9 +110,10 @@ class Learner:
         names = {n for n, p in self.model.named_parameters() if p.requires_grad}
         return {k: v for k, v in state_to_numpy(self.model.state_dict()).items() if k in names}
 
-    def update(self, groups: list[Any]) -> dict[str, float]:
-        batch = groups_to_batch(groups)
-        return self.trainer.update(batch)
+    def update(self, *steps: Any) -> dict[str, float]:
+        """One GRPO update on the iteration's step tables (passed as top-level object refs,
+        so Ray hands them over already resolved)."""
+        return self.trainer.update(groups_to_batch(steps))
 
     def checkpoint(self, metrics: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> dict:
         """A resumable D2 checkpoint as files (the driver writes them into the run directory,

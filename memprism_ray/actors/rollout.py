@@ -3,14 +3,21 @@
 
 It owns the group's event streams and a CPU copy of the Router (plus the frozen MiniLM
 encoder for the Router features), and reaches environments, Phi, Composer/Render and the
-task policy through actors. It returns a :class:`TrajectoryGroup`: an Arrow table with one
+task policy through actors. ``run_group`` has two results: a small :class:`GroupSummary` (one
+summary per trajectory: return, status) that the driver reads, and an Arrow table with one
 row per decision (features, sampled view index and its log-prob, weights version, action,
-outcome, ...) and one summary per trajectory (return, status).
+outcome, ...) whose object ref the driver hands to the learner unread. The Router weights
+arrive the same way: an object ref made by the learner, resolved here.
+
+The group's event streams live here; with a ``ViewWorker`` pool each step sends a worker
+only the records appended since it last saw the stream (:class:`RemoteViews`).
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +25,9 @@ import numpy as np
 import ray
 
 from memprism_ray.actors.placement import set_ray_env
-from memprism_ray.actors.services import Pool, RayServices
+from memprism_ray.actors.services import Pool, RayServices, gather
 from memprism_ray.actors.workers import EnvWorker
+from memprism_ray.views import RenderedView, ViewRequest
 
 
 @dataclass(frozen=True)
@@ -34,14 +42,15 @@ class GroupSpec:
 
 
 @dataclass
-class TrajectoryGroup:
-    """What a rollout worker returns for one group (plain data: crosses actor boundaries)."""
+class GroupSummary:
+    """What the driver reads of one played group (small: one dict per trajectory). The
+    group's step table is the other result of ``run_group`` and stays an object ref."""
 
     group_id: str
     game_id: str
     weights_version: int
-    steps: Any  # pyarrow.Table, one row per decision
     episodes: list[dict[str, Any]] = field(default_factory=list)
+    num_steps: int = 0
     seconds: float = 0.0
     worker: str = ""
 
@@ -50,15 +59,83 @@ class TrajectoryGroup:
         return sum(1 for e in self.episodes if e["status"] == "failed")
 
 
+class RemoteViews:
+    """Views for a ``ViewWorker`` pool, from stream deltas: each episode's stream is pinned
+    to one worker, which keeps a replica; a step sends only the records appended since
+    (``views.DeltaTracker``). A replica found out of step is resent whole, once."""
+
+    def __init__(self, handles: Sequence[Any], timeout_s: float, offset: int = 0) -> None:
+        from memprism_ray.views import DeltaTracker
+
+        if not handles:
+            raise ValueError("RemoteViews needs at least one ViewWorker")
+        self.handles = list(handles)
+        self.timeout_s = timeout_s
+        self.tracker = DeltaTracker(len(self.handles), offset=offset)
+
+    def render_each(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
+        from memprism_ray.views import StreamOutOfSync
+
+        out: list[Any] = self._send(requests, range(len(requests)), full=False)
+        resend = [i for i, r in enumerate(out) if isinstance(r, StreamOutOfSync)]
+        if resend:  # the worker restarted or dropped the replica: send those streams whole
+            for i, r in zip(resend, self._send(requests, resend, full=True), strict=True):
+                out[i] = r
+        for req, r in zip(requests, out, strict=True):
+            self.tracker.acknowledge(req.stream, 0 if isinstance(r, BaseException) else len(req.stream))
+        return out
+
+    def _send(self, requests: Sequence[ViewRequest], idxs: Sequence[int], *, full: bool) -> list[Any]:
+        by_worker: dict[int, list[int]] = {}
+        deltas = {}
+        for i in idxs:
+            w, deltas[i] = self.tracker.request(requests[i], full=full)
+            by_worker.setdefault(w, []).append(i)
+        calls, order = [], []
+        for w, members in by_worker.items():
+            calls.append((self.handles[w].render_deltas.remote([deltas[i] for i in members]), len(members)))
+            order.extend(members)
+        results = dict(zip(order, gather(calls, self.timeout_s, "ViewWorker.render_deltas"), strict=True))
+        return [results[i] for i in idxs]
+
+
+class _Fault:
+    """Fault injection (tests and drills): at the ``after_steps``-th environment step call
+    of a group the worker hangs, its process exits, or the group raises."""
+
+    def __init__(self, inner: Any, kind: str, after_steps: int) -> None:
+        self.inner = inner
+        self.kind = kind
+        self.left = after_steps
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def step(self, requests: Any) -> Any:
+        self.left -= 1
+        if self.left <= 0:
+            if self.kind == "crash":
+                os._exit(1)
+            if self.kind == "fail":
+                raise RuntimeError("injected fault: this rollout worker fails every group")
+            while True:  # a hang: only the driver's group timeout (ray.kill) ends it
+                time.sleep(3600)
+        return self.inner.step(requests)
+
+
 def _local_policy(cfg: Any) -> Any:
     from memprism_ray.policy.factory import make_policy
 
     return make_policy(cfg.policy)
 
 
-@ray.remote(max_restarts=3, max_task_retries=0)
+@ray.remote(max_restarts=0, max_task_retries=0)
 class RolloutWorker:
-    """See the module docstring. ``model_state`` is the full Router state dict (numpy)."""
+    """See the module docstring. ``model_state`` is the full Router state dict (numpy).
+
+    No automatic restart: the driver kills a hung or dead worker and starts a new one in
+    its place (``grpo_driver.RolloutFleet``); ``generation`` counts those replacements and
+    keeps the new worker's EnvWorker names apart from the old one's."""
 
     def __init__(
         self,
@@ -70,6 +147,7 @@ class RolloutWorker:
         policy_handles: list[Any],
         needs_view_text: bool,
         run_name: str,
+        generation: int = 0,
     ) -> None:
         set_ray_env()
         import torch
@@ -82,12 +160,14 @@ class RolloutWorker:
         self.cfg = cfg
         self.index = index
         self.run_name = run_name
+        self.generation = generation
+        self._fault: tuple[str, int] | None = None
         ro = cfg.rollout
         per = -(-ro.env_slots_per_worker // ro.env_workers_per_rollout)
         self.slots_per_env = per
         self.env_workers = [
             EnvWorker.options(
-                name=f"{run_name}-env-{index}-{k}",
+                name=self._env_name(k),
                 num_cpus=ro.env_cpus,
                 max_restarts=ro.max_restarts,
                 lifetime=None,
@@ -102,7 +182,8 @@ class RolloutWorker:
 
             phi = AlfworldPhi()
         if view_handles:
-            views: Any = Pool(view_handles, "render", timeout)
+            # Rollout workers start pinning at different ViewWorkers so small groups spread too.
+            views: Any = RemoteViews(view_handles, timeout, offset=index * cfg.grpo.group_size)
         else:
             from memprism_ray.views import ViewService
 
@@ -122,8 +203,23 @@ class RolloutWorker:
         self.weights_version = 0
         self.features = FeatureExtractor(TextEncoder(cfg.encoder))
 
+    def _env_name(self, k: int) -> str:
+        return f"{self.run_name}-env-{self.index}.{self.generation}-{k}"
+
     def env_worker_names(self) -> list[str]:
-        return [f"{self.run_name}-env-{self.index}-{k}" for k in range(len(self.env_workers))]
+        return [self._env_name(k) for k in range(len(self.env_workers))]
+
+    def inject_fault(self, kind: str, after_steps: int = 1) -> None:
+        """Fault injection for tests and drills: at the ``after_steps``-th environment step of
+        a group this worker hangs (``"hang"``), its process exits abruptly (``"crash"``, as on
+        an OOM kill or a lost node), or, in every later group, ``run_group`` raises (``"fail"``:
+        a worker that keeps failing)."""
+        if kind not in ("hang", "crash", "fail") or after_steps < 1:
+            raise ValueError(
+                f"inject_fault: kind must be 'hang', 'crash' or 'fail' and after_steps >= 1, got {kind!r}, "
+                f"{after_steps!r}"
+            )
+        self._fault = (kind, after_steps)
 
     def _load_weights(self, weights: dict[str, np.ndarray] | None, version: int) -> None:
         import torch
@@ -156,8 +252,12 @@ class RolloutWorker:
                     raise RuntimeError(f"{len(pending)} EnvWorker(s) did not come back within {timeout_s:.0f}s")
                 time.sleep(0.5)
 
-    def run_group(self, spec: GroupSpec, weights: dict[str, np.ndarray] | None, version: int) -> TrajectoryGroup:
-        """Play ``spec``'s trajectories under Router weights ``version``."""
+    @ray.method(num_returns=2)
+    def run_group(
+        self, spec: GroupSpec, weights: dict[str, np.ndarray] | None, version: int
+    ) -> tuple[GroupSummary, Any]:
+        """Play ``spec``'s trajectories under Router weights ``version``. Returns the group
+        summary and its step table as two objects (two refs for the caller)."""
         from memprism_ray.actors import metrics
         from memprism_ray.agent import Agent, EpisodeSpec, rows_to_arrow
         from memprism_ray.baselines import RouterSelector
@@ -170,8 +270,11 @@ class RolloutWorker:
         selector = RouterSelector(
             self.model, greedy=False, temperature=cfg.grpo.rollout_temperature, seed=spec.seed, name="memprism-rollout"
         )
+        services: Any = self.services
+        if self._fault is not None:
+            services = _Fault(self.services, *self._fault)
         agent = Agent(
-            self.services,
+            services,
             selector,
             cfg.agent,
             features=self.features,
@@ -193,15 +296,16 @@ class RolloutWorker:
                 row["failed"] = r.failed
             rows.extend(r.rows)
         metrics.record_steps(self.run_name, rows)
-        return TrajectoryGroup(
+        summary = GroupSummary(
             group_id=spec.group_id,
             game_id=game.game_id,
             weights_version=version,
-            steps=rows_to_arrow(rows),
             episodes=episodes,
+            num_steps=len(rows),
             seconds=time.perf_counter() - t0,
-            worker=f"rollout-{self.index}",
+            worker=f"rollout-{self.index}.{self.generation}",
         )
+        return summary, rows_to_arrow(rows)
 
     def ping(self) -> int:
         return self.index

@@ -35,9 +35,10 @@ def _chunks(n: int, parts: int) -> list[range]:
     return [r for r in out if len(r)]
 
 
-def gather(calls: Sequence[tuple[Any, int]], timeout_s: float) -> list[Any]:
+def gather(calls: Sequence[tuple[Any, int]], timeout_s: float, what: str = "actor call") -> list[Any]:
     """``ray.get`` each ``(ref, n_requests)`` with one deadline; a failed call yields its
-    exception ``n_requests`` times, a successful one its list of results."""
+    exception ``n_requests`` times (a ``TimeoutError`` naming ``what`` when it did not
+    answer in time), a successful one its list of results."""
     refs = [ref for ref, _ in calls]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
     ready_set = set(ready)
@@ -45,7 +46,7 @@ def gather(calls: Sequence[tuple[Any, int]], timeout_s: float) -> list[Any]:
     for ref, n in calls:
         if ref not in ready_set:
             ray.cancel(ref, force=False)
-            out.extend([TimeoutError(f"no answer within {timeout_s:.0f}s")] * n)
+            out.extend([TimeoutError(f"{what}: no answer within {timeout_s:g}s")] * n)
             continue
         try:
             values = ray.get(ref, timeout=1.0)
@@ -81,7 +82,7 @@ class Pool:
             h = self.handles[(self._next + k) % len(self.handles)]
             calls.append((getattr(h, self.method).remote(*make_args([items[i] for i in rng])), len(rng)))
         self._next = (self._next + 1) % len(self.handles)
-        return gather(calls, self.timeout_s)
+        return gather(calls, self.timeout_s, f"{self.method} on a pool actor")
 
 
 class PolicyPool:
@@ -225,9 +226,9 @@ class RayServices:
     """Agent services on actors.
 
     ``env_workers[k]`` holds ``slots_per_worker`` slots; global slot ``s`` lives on worker
-    ``s // slots_per_worker``. ``phi``/``views`` are pools or local objects (``Phi``,
-    ``ViewService``); ``policy`` is a :class:`PolicyPool` (a ``Pool`` of replicas is turned
-    into one) or a local policy.
+    ``s // slots_per_worker``. ``phi`` is a pool or a local ``Phi``; ``views`` has
+    ``render_each`` (a local ``ViewService`` or ``rollout.RemoteViews``); ``policy`` is a
+    :class:`PolicyPool` (a ``Pool`` of replicas is turned into one) or a local policy.
     """
 
     def __init__(
@@ -236,7 +237,7 @@ class RayServices:
         slots_per_worker: int,
         *,
         phi: Pool | Any,
-        views: Pool | Any,
+        views: Any,
         policy: Pool | Any,
         timeout_s: float,
         needs_view_text: bool = False,
@@ -262,7 +263,7 @@ class RayServices:
             payload = [(requests[i][0] % self.slots_per_worker, requests[i][1]) for i in idxs]
             calls.append((getattr(self.env_workers[w], method).remote(payload), len(idxs)))
             order.extend(idxs)
-        results = gather(calls, self.timeout_s)
+        results = gather(calls, self.timeout_s, f"EnvWorker.{method}")
         out: list[Any] = [None] * len(requests)
         for i, r in zip(order, results, strict=True):
             out[i] = r
@@ -287,15 +288,9 @@ class RayServices:
         return out
 
     def views(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
-        if isinstance(self.view_pool, Pool):
-            return self.view_pool.map(requests, lambda chunk: (chunk,))
-        out: list[Any] = []
-        for r in requests:
-            try:
-                out.append(self.view_pool.render_one(r))
-            except Exception as exc:
-                out.append(exc)
-        return out
+        # A local ViewService, or the rollout worker's RemoteViews (composes here, where the
+        # streams live, and has a ViewWorker pool draw): no stream leaves this process.
+        return self.view_pool.render_each(requests)
 
     def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput | BaseException]:
         if isinstance(self.policy_pool, PolicyPool):

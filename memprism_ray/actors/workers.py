@@ -17,15 +17,18 @@ from typing import Any
 
 import ray
 
+from memprism_ray.actors import waits
 from memprism_ray.agent import each_request
 from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.phi.base import Extraction
-from memprism_ray.views import RenderedView, ViewRequest
+from memprism_ray.views import DeltaViewRequest, RenderedView
 
 #: Ray's inline-argument limit: larger payloads go through the object store by reference.
 INLINE_LIMIT = 100 * 1024
+#: Bound on fetching one such payload (milliseconds when the store is healthy).
+FETCH_TIMEOUT_S = 300.0
 
 
 @ray.remote(max_restarts=3, max_task_retries=0)
@@ -79,19 +82,22 @@ class PhiWorker:
 
 @ray.remote(max_restarts=3, max_task_retries=1)
 class ViewWorker:
-    """Compose + render with a content-addressed cache: identical views of a group (same
-    stream content, action, goal and settings) are drawn once. Images travel as PNG."""
+    """Compose + render from stream deltas: the worker keeps a replica of each stream it is
+    sent (``views.StreamReplicas``) and receives only the records appended since, with a
+    content-addressed cache: identical views of a group (same stream content, action, goal
+    and settings) are drawn once. Images travel as PNG."""
 
     def __init__(self, render_config: Any = None, cache_size: int = 2048) -> None:
         from memprism_ray.views import ViewService
 
         self.service = ViewService(render_config, cache_size=cache_size, encode_png=True)
 
-    def render(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
-        return each_request(self.service.render_one, requests)
+    def render_deltas(self, requests: Sequence[DeltaViewRequest]) -> list[RenderedView | BaseException]:
+        return self.service.render_deltas(requests)
 
     def stats(self) -> dict[str, int]:
-        return self.service.stats()
+        replicas = self.service.replicas
+        return {**self.service.stats(), "replicas": len(replicas), "resyncs": replicas.resyncs}
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,7 @@ def to_request(inp: PolicyInput) -> PolicyRequest:
 def from_request(req: PolicyRequest) -> PolicyInput:
     data = req.png
     if req.png_ref is not None:
-        data = ray.get(req.png_ref)
+        data = waits.get(req.png_ref, FETCH_TIMEOUT_S, "a policy request's view PNG from the object store")
     if data is None:
         return req.input
     from PIL import Image

@@ -1,0 +1,197 @@
+"""Rollout faults on an in-process Ray (issue 9 item 5, issue 10 item 4): a hung or dead
+rollout worker is killed and replaced, its group re-run once and counted; a worker that
+keeps failing groups is replaced; one that keeps dying past its replacements is retired with
+a clear error; every wait is bounded and names what it waited for.
+
+The rollout workers here keep Phi, views and the scripted policy in-process (only the
+EnvWorkers are actors) to stay light on a 2-CPU machine; the fault paths are the job's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def fleet_parts(ray_session, actors_tiny_cfg, actors_reference_ckpt: Path):
+    """A factory of rollout workers as the job builds them (index, generation), and the cfg."""
+    ray = ray_session
+    from memprism_ray.actors.learner import state_to_numpy
+    from memprism_ray.actors.rollout import RolloutWorker
+    from memprism_ray.adapter.checkpoint import load_model
+
+    cfg = actors_tiny_cfg
+    full_ref = ray.put(state_to_numpy(load_model(str(actors_reference_ckpt)).state_dict()))
+    started: list = []
+
+    def make(index: int, generation: int):
+        w = RolloutWorker.options(num_cpus=0.1).remote(cfg, index, full_ref, [], [], [], False, "faults", generation)
+        started.append(w)
+        return w
+
+    yield cfg, make
+    for w in started:
+        ray.kill(w)
+
+
+def _cfg(cfg, **rollout):
+    return dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, **rollout))
+
+
+def _specs(cfg, iteration: int, n: int):
+    from memprism_ray.actors.grpo_driver import sample_groups
+    from memprism_ray.envs.alfworld import list_games
+
+    return sample_groups(list_games("train", cfg.corpus.data_root), cfg, iteration)[:n]
+
+
+def _fleet(make, max_replacements: int = 2):
+    from memprism_ray.actors.grpo_driver import RolloutFleet
+
+    return RolloutFleet.start(1, make, max_replacements=max_replacements, ping_timeout_s=300)
+
+
+def _assert_replaced_and_rerun(ray, fleet, old, result, specs, group_size: int) -> None:
+    from memprism_ray.actors.grpo_driver import iteration_stats
+
+    stats = iteration_stats(result)
+    assert stats["workers_replaced"] == 1 and stats["groups_rerun"] == 1 and stats["workers_retired"] == 0
+    assert stats["failed_trajectories"] == group_size  # the lost attempt is counted ...
+    assert stats["failed_excluded"] == 0  # ... and the re-run replaced it: the iteration is complete
+    assert [g.summary.group_id for g in result.groups] == [s.group_id for s in specs]
+    assert all(e["status"] == "ok" for g in result.groups for e in g.summary.episodes)
+    assert fleet.workers[0] is not old and fleet.generation[0] == 1
+    assert ray.get(fleet.workers[0].ping.remote(), timeout=60) == 0
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(old.ping.remote(), timeout=60)  # the old worker is gone, not restarted
+    names = ray.get(fleet.workers[0].env_worker_names.remote(), timeout=60)
+    assert all(".1-" in n for n in names)  # fresh EnvWorkers under the new generation
+    # The step tables stayed refs; they hold what the summaries say.
+    for g in result.groups:
+        assert ray.get(g.steps, timeout=60).num_rows == g.summary.num_steps > 0
+
+
+@pytest.mark.timeout(600)
+def test_a_hung_rollout_worker_is_killed_replaced_and_its_group_rerun(ray_session, fleet_parts) -> None:
+    from memprism_ray.actors.grpo_driver import run_groups
+
+    ray = ray_session
+    cfg, make = fleet_parts
+    cfg = _cfg(cfg, group_timeout_s=60.0, rerun_failed=True)
+    fleet = _fleet(make)
+    old = fleet.workers[0]
+    ray.get(old.inject_fault.remote("hang", 2), timeout=60)  # hangs at its 2nd env step: mid-group
+    specs = _specs(cfg, 0, 1)
+    t0 = time.monotonic()
+    result = run_groups(fleet, specs, None, 1, cfg)  # today's code: ValueError from ray.cancel(force=True)
+    assert time.monotonic() - t0 >= 60.0  # it waited the group timeout, no less
+    _assert_replaced_and_rerun(ray, fleet, old, result, specs, cfg.grpo.group_size)
+    fleet.kill_all()
+
+
+@pytest.mark.timeout(600)
+def test_a_dead_rollout_worker_is_replaced_and_its_group_rerun(ray_session, fleet_parts) -> None:
+    from memprism_ray.actors.grpo_driver import run_groups
+
+    ray = ray_session
+    cfg, make = fleet_parts
+    cfg = _cfg(cfg, group_timeout_s=600.0, rerun_failed=True)
+    fleet = _fleet(make)
+    old = fleet.workers[0]
+    ray.get(old.inject_fault.remote("crash", 2), timeout=60)  # its process exits at its 2nd env step
+    specs = _specs(cfg, 1, 2)
+    result = run_groups(fleet, specs, None, 1, cfg)
+    _assert_replaced_and_rerun(ray, fleet, old, result, specs, cfg.grpo.group_size)
+    fleet.kill_all()
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_that_keeps_failing_groups_is_replaced(ray_session, fleet_parts) -> None:
+    """Two groups in a row with failed trajectories: the worker stops taking groups (it is
+    replaced); the group that failed twice stays failed, counted and excluded."""
+    from memprism_ray.actors.grpo_driver import STRIKES_TO_REPLACE, iteration_stats, run_groups
+
+    ray = ray_session
+    cfg, make = fleet_parts
+    cfg = _cfg(cfg, group_timeout_s=600.0, rerun_failed=True)
+    fleet = _fleet(make)
+    old = fleet.workers[0]
+    ray.get(old.inject_fault.remote("fail", 1), timeout=60)  # every group of this worker raises
+    specs = _specs(cfg, 4, 1)
+    stats = iteration_stats(result := run_groups(fleet, specs, None, 1, cfg))
+    g = cfg.grpo.group_size
+    assert STRIKES_TO_REPLACE == 2 and stats["groups_rerun"] == 1 and stats["workers_replaced"] == 1
+    assert stats["failed_trajectories"] == 2 * g and stats["failed_excluded"] == g and stats["trajectories"] == g
+    assert all("injected fault" in e["error"] for e in result.groups[0].summary.episodes)
+    assert result.groups[0].steps is None  # nothing for the learner from this group
+    assert fleet.workers[0] is not old
+    # The replacement is healthy: the next iteration's group runs normally on it.
+    again = run_groups(fleet, _specs(cfg, 5, 1), None, 2, cfg)
+    assert again.failed_trajectories == 0 and again.workers_replaced == 0
+    fleet.kill_all()
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_that_keeps_dying_is_retired_with_a_clear_error(ray_session, fleet_parts) -> None:
+    from memprism_ray.actors.grpo_driver import run_groups
+
+    ray = ray_session
+    cfg, make = fleet_parts
+    fleet = _fleet(make, max_replacements=0)  # no replacement left: the next death retires it
+    ray.get(fleet.workers[0].inject_fault.remote("crash", 1), timeout=60)
+    with pytest.raises(RuntimeError, match=r"no rollout worker left for 1 group\(s\).*retired after repeated failures"):
+        run_groups(fleet, _specs(cfg, 2, 1), None, 1, cfg)
+    assert fleet.active() == []
+
+
+@pytest.mark.timeout(120)
+def test_waits_on_a_hung_actor_end_with_an_error_naming_the_wait(ray_session, fleet_parts, monkeypatch) -> None:
+    """Issue 10 item 4: a call that never returns ends the waiting function within its bound
+    (today ``workers.from_request`` waits forever on a view PNG ref)."""
+    from memprism_ray.actors import waits, workers
+    from memprism_ray.actors.grpo_driver import run_groups
+    from memprism_ray.policy.base import PolicyInput
+
+    ray = ray_session
+    cfg, make = fleet_parts
+    fleet = _fleet(make)
+    worker = fleet.workers[0]
+    ray.get(worker.inject_fault.remote("hang", 1), timeout=60)
+    spec = _specs(cfg, 3, 1)[0]
+    never, _ = worker.run_group.remote(spec, None, 1)  # a ref that never becomes ready
+
+    t0 = time.monotonic()
+    with pytest.raises(waits.WaitTimeout, match=f"summary of group {spec.group_id}: no result within 2s"):
+        waits.get(never, 2.0, f"summary of group {spec.group_id}")
+    monkeypatch.setattr(workers, "FETCH_TIMEOUT_S", 2.0)
+    request = workers.PolicyRequest(PolicyInput(benchmark="alfworld", goal="g", observation="o"), png_ref=never)
+    with pytest.raises(waits.WaitTimeout, match="view PNG from the object store: no result within 2s"):
+        workers.from_request(request)
+    # Router weights that never arrive end the iteration before any group is dispatched.
+    quick = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, call_timeout_s=2.0))
+    with pytest.raises(waits.WaitTimeout, match="Router weights version 5 from the learner: no result within 2s"):
+        run_groups(fleet, [spec], never, 5, quick)
+    assert time.monotonic() - t0 < 30
+    fleet.kill_all()
+
+
+@pytest.mark.timeout(300)
+def test_d1_stage_waits_are_bounded_by_the_call_timeout(ray_session, actors_tiny_cfg, tmp_path: Path) -> None:
+    """A D1 stage that outlives its bound (``run.call_timeout_s`` per game) ends with an
+    error naming the stage (today ``collect_expert`` waits without a bound)."""
+    from memprism_ray.actors import waits
+    from memprism_ray.actors.d1 import collect_expert
+    from memprism_ray.envs.alfworld import list_games
+
+    cfg = actors_tiny_cfg
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, call_timeout_s=0.01))
+    games = list_games("train", cfg.corpus.data_root)[:1]
+    with pytest.raises(waits.WaitTimeout, match=r"D1 expert-trajectory tasks: no result within 0\.01s"):
+        collect_expert(cfg, games, tmp_path, log=lambda m: None)
+    assert not (tmp_path / "expert_trajectories.parquet").exists()
