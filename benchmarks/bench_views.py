@@ -118,6 +118,150 @@ def flat_draw(lines: list[str], width: int, height: int, config: RenderConfig) -
     return img
 
 
+# --- machinery at the paper's horizons (issue 9 item 4) ---------------------------------
+# Per decision of an agent loop (the stream grows one event per decision, one seeded random
+# view each, every cache empty at the start of the episode), compose + layout + paint of
+# the decisions t in (h-5, h] for h = 10, 25, 50 (the paper's horizons are <= 50 steps).
+# Each variant runs its own loop over the same seeds and views and empties one machinery
+# family before every decision. An emptied cache still pays its miss path, so "without" is
+# if anything slower than code without the cache: the ratios over-state what a family buys.
+HORIZONS_PAPER = (10, 25, 50)
+WIN = 5
+
+
+def horizon_table(seeds: int) -> dict[str, dict[str, float]]:
+    import importlib
+
+    from memprism_ray.composer import records as rec_mod
+    from memprism_ray.composer import terms as terms_mod
+    from memprism_ray.composer.reference import compose_reference
+
+    lay = importlib.import_module("memprism_ray.render.layout")
+    opt = importlib.import_module("memprism_ray.render.optical")
+    fnt = importlib.import_module("memprism_ray.render.font")
+    cfg = RenderConfig()
+
+    def clear_layout() -> None:
+        lay.clear_layout_cache()
+        lay.clean.cache_clear()
+        lay.wrap.cache_clear()
+
+    def clear_pixels() -> None:
+        opt._ROW_CACHE.clear()
+        opt._ROW_CACHE_BYTES[0] = 0
+        opt._ROW_IDS.clear()
+        opt._OPS.clear()
+
+    def clear_frames() -> None:
+        opt._FRAMES.clear()
+        opt._FRAME_BYTES[0] = 0
+        opt._OPS.clear()
+
+    def clear_pool() -> None:
+        with opt._CANVAS_LOCK:
+            opt._CANVASES.clear()
+
+    def clear_glyphs() -> None:
+        for bold in (False, True):
+            a = atlas(cfg.font_size, bold)
+            a._strips.clear()
+            a._strip_bytes = 0
+
+    def plain() -> None:
+        rec_mod._CACHE.clear()
+        clear_layout()
+        clear_pixels()
+        clear_frames()
+        clear_glyphs()
+
+    def terms_lru() -> None:
+        plain()
+        terms_mod.text_terms.cache_clear()
+        terms_mod.goal_terms.cache_clear()
+
+    def palette_lru() -> None:
+        plain()
+        opt.palette.cache_clear()
+
+    def geometry_lru() -> None:
+        plain()
+        lay.geometry.cache_clear()
+
+    def atlas_lru() -> None:
+        plain()
+        fnt.atlas.cache_clear()
+        lay.geometry.cache_clear()
+
+    def paint_image_with(painter):
+        def run(page):
+            canvas = painter(page, cfg)
+            img = Image.frombuffer("P", (canvas.shape[1], canvas.shape[0]), canvas, "raw", "P", 0, 1)
+            img.putpalette(opt.palette(cfg.colors))
+            return img
+
+        return run
+
+    fast, ref = paint_image_with(opt.paint), paint_image_with(opt.paint_reference)
+    variants = {
+        "all machinery": (compose, fast, None),
+        "no index (compose_reference)": (compose_reference, fast, None),
+        "no index, no record cache": (compose_reference, fast, rec_mod._CACHE.clear),
+        "no layout block caches": (compose, fast, clear_layout),
+        "no row-strip caches": (compose, fast, clear_pixels),
+        "no frame templates": (compose, fast, clear_frames),
+        "no canvas pool": (compose, fast, clear_pool),
+        "no glyph-strip cache": (compose, fast, clear_glyphs),
+        "paint_reference (no ops/frames/pool)": (compose, ref, None),
+        "plain path (none of the above)": (compose_reference, ref, plain),
+        "plain, no text_terms/goal_terms lru": (compose_reference, ref, terms_lru),
+        "plain, no palette lru": (compose_reference, ref, palette_lru),
+        "plain, no geometry lru": (compose_reference, ref, geometry_lru),
+        "plain, no glyph atlas lru": (compose_reference, ref, atlas_lru),
+    }
+    times: dict[tuple[str, int], list[float]] = {(v, h): [] for v in variants for h in HORIZONS_PAPER}
+    for s in range(seeds):
+        full = alfworld_like_stream(max(HORIZONS_PAPER), 100 + s)
+        rng = random.Random(s)
+        acts = [rng.choice(ALL_ACTIONS) for _ in full]
+        order = list(variants)
+        random.Random(s).shuffle(order)  # background load hits every variant alike
+        for v in order:
+            if v == "plain, no glyph atlas lru" and s >= 2:
+                continue  # ~70x slower: two episodes say enough
+            composer, painter, clear = variants[v]
+            clear_cache()
+            clear_render_caches()
+            clear_glyphs()
+            grow = EventStream(full.meta)
+            for t, rec in enumerate(full, 1):
+                grow.append(rec.raw, rec.event)
+                if clear is not None:
+                    clear()
+                t0 = time.process_time()  # CPU time: 6 processes share 2 cores here
+                painter(layout(composer(grow, acts[t - 1]), cfg))
+                dt = 1e3 * (time.process_time() - t0)
+                for h in HORIZONS_PAPER:
+                    if h - WIN < t <= h:
+                        times[(v, h)].append(dt)
+    base = "all machinery"
+    print(
+        f"machinery at the paper's horizons: per-decision compose + render (CPU ms), {seeds} seeds x {WIN} decisions; "
+        "ratio = variant p50 / all-machinery p50"
+    )
+    print(f"{'variant':<40}" + "".join(f"{'p50@' + str(h):>9}{'ratio':>7}" for h in HORIZONS_PAPER))
+    out: dict[str, dict[str, float]] = {}
+    for v in variants:
+        row = f"{v:<40}"
+        out[v] = {}
+        for h in HORIZONS_PAPER:
+            p = statistics.median(times[(v, h)])
+            r = p / statistics.median(times[(base, h)])
+            out[v][str(h)] = round(r, 3)
+            row += f"{p:9.3f}{r:7.2f}"
+        print(row)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="streams per history length (default 3)")
@@ -125,7 +269,12 @@ def main() -> int:
     ap.add_argument("--flat-reps", type=int, default=1, help="flat-baseline repetitions per view (default 1)")
     ap.add_argument("--max-side", type=int, default=672)
     ap.add_argument("--quick", action="store_true", help="1 seed, 1 repetition (smoke run)")
+    ap.add_argument("--horizon-seeds", type=int, default=16, help="episodes per variant in the horizon table")
+    ap.add_argument("--horizons-only", action="store_true", help="print only the machinery table at 10/25/50 events")
     args = ap.parse_args()
+    if args.horizons_only:
+        print("RESULT " + json.dumps({"machinery_ratio_vs_all": horizon_table(args.horizon_seeds)}))
+        return 0
     if args.quick:
         args.seeds, args.reps = 1, 1
     config = RenderConfig(max_side=args.max_side)
