@@ -6,15 +6,14 @@ text, each accepted delta with its entity/attribute split (``recorder.split_key`
 whether it changed the tracked state, the event's normalised terms (for goal matching)
 and its link entities (for DependencyChain).
 
-Views are recompiled at every decision from the same, append-only records, so the reading
-of each record is cached. The cache is keyed by object identity and checked with ``is``,
-so a stale entry can never be returned; it only holds records it has seen (bounded).
+A reading is rebuilt at every compose (nothing is cached): at the paper's horizons
+(<= 50 events) a per-record cache saved at most 1.13x of a whole decision's compose +
+render (``benchmarks/bench_views.py --horizons-only``), below the 1.3x a cache must buy.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from memprism_ray.composer.terms import text_terms
 from memprism_ray.recorder.events import AGENT_ENTITY, Outcome, split_key
@@ -45,10 +44,6 @@ class EventView:
     deltas: tuple[DeltaView, ...]
     terms: frozenset[str]
     link_entities: frozenset[str]
-    # Derived objects the compilers build from this event (e.g. its SelectedEvent for a
-    # given reason), memoised because views are recompiled from the same events at every
-    # decision and frozen-dataclass construction dominates compose time otherwise.
-    memo: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def changed_deltas(self) -> tuple[DeltaView, ...]:
@@ -85,27 +80,8 @@ def _build(record: StreamRecord) -> EventView:
     )
 
 
-_CACHE: dict[int, tuple[StreamRecord, EventView]] = {}
-_CACHE_MAX = 20_000
-
-
 def event_view(record: StreamRecord) -> EventView:
-    """The cached :class:`EventView` of ``record``."""
-    hit = _CACHE.get(id(record))
-    if hit is not None and hit[0] is record:
-        return hit[1]
+    """The :class:`EventView` of ``record``."""
     if not isinstance(record, StreamRecord):
         raise ValueError(f"the Composer reads StreamRecords (an EventStream's items), got {type(record).__name__}")
-    view = _build(record)
-    if len(_CACHE) >= _CACHE_MAX:
-        _CACHE.clear()
-    _CACHE[id(record)] = (record, view)
-    return view
-
-
-def clear_cache() -> None:
-    """Forget every cached reading and every stream index (benchmarks time a cold compose)."""
-    from memprism_ray.composer.index import clear_indexes
-
-    _CACHE.clear()
-    clear_indexes()
+    return _build(record)

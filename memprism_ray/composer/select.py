@@ -31,9 +31,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from memprism_ray.composer.records import EventView
+from memprism_ray.composer.records import EventView, event_view
+from memprism_ray.composer.terms import goal_terms
+from memprism_ray.recorder.events import Outcome
 from memprism_ray.recorder.stream import EventStream, StreamRecord
-from memprism_ray.view_space import ViewAction
+from memprism_ray.view_space import WINDOW_SIZES, ViewAction
 
 GOAL_RESTORE_MODES: tuple[str, ...] = ("window", "history", "off")
 
@@ -138,16 +140,49 @@ def select(
     goal: str,
     config: ComposerConfig | None = None,
 ) -> Selection:
-    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (C.3).
+    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (C.3): one pass
+    over the events that can be selected (the whole stream for ``window=all``; O(N), the
+    paper's "Computational and storage complexity").
 
-    Defined by the single pass of ``composer.reference.select_reference`` (O(N) for
-    ``window=all``); answered from the stream's incremental index (``composer.index``), so
-    a call costs the events appended since the last one plus the selection it returns.
-    """
-    from memprism_ray.composer.index import select_indexed
-
+    No index and no cache: at the paper's horizons (<= 50 events) an incremental per-stream
+    index bought 0.97-1.08x of a whole decision's compose + render
+    (``benchmarks/bench_views.py --horizons-only``)."""
     cfg = config or DEFAULT_CONFIG
     act = as_action(action)
     if not isinstance(goal, str):
         raise ValueError(f"goal must be a string, got {type(goal).__name__}")
-    return select_indexed(stream_or_records, act, goal, cfg)
+    records = as_records(stream_or_records)
+    n = len(records)
+    size = WINDOW_SIZES[act.window]
+    start = 0 if size is None else max(0, n - size)
+    want = None if act.filter == "all" else Outcome(act.filter)
+    terms = goal_terms(goal)
+    restore = bool(terms) and cfg.goal_restore != "off"
+    restore_from = 0 if cfg.goal_restore == "history" else start
+    context_from = max(0, n - 2) if act.tau == "DependencyChain" else n
+    lo = min(start, restore_from if restore else n, context_from)
+
+    items: list[SelectedEvent] = []
+    n_scope = 0
+    for i in range(lo, n):
+        ev = event_view(records[i])
+        gm = bool(terms) and not terms.isdisjoint(ev.terms)
+        if i >= start and (want is None or ev.outcome is want):
+            reason = Reason.SCOPE
+            n_scope += 1
+        elif gm and restore and i >= restore_from:
+            reason = Reason.GOAL_RESTORE
+        elif i >= context_from:
+            reason = Reason.RECENT_CONTEXT
+        else:
+            continue
+        items.append(SelectedEvent(ev, reason, gm))
+    return Selection(
+        action=act,
+        goal=goal,
+        goal_terms=tuple(sorted(terms)),
+        items=tuple(items),
+        n_stream=n,
+        n_scope=n_scope,
+        recent_ts=tuple(records[i].event.t for i in range(max(0, n - 2), n)),
+    )
