@@ -7,14 +7,12 @@ eq. event-select, and appendix C.3)::
   then the outcome filter (``all`` keeps every outcome).
 * ``TaskRelevant`` (**goal_restore**): events outside the scope whose normalised terms
   (``composer.terms``) match a goal term are restored. *Where* they are restored from is
-  :attr:`ComposerConfig.goal_restore`: ``"window"`` (default) restores, inside the chosen
-  time window, the events the outcome filter removed; ``"history"`` restores matching
-  events from the whole stream (the literal reading of the C.3 equation); ``"off"``
-  disables restoration (an ablation). The default follows the method text ("restores
-  task-related events that may be removed by a strict filter") and the view teacher's
-  contract that ``recent_short`` covers the last 6 steps; under ``"history"`` a short
-  window would show goal evidence from any time and the window factor would lose its
-  meaning for exactly the evidence the policy needs.
+  :attr:`ComposerConfig.goal_restore`: ``"history"`` (default) restores matching events
+  from the whole stream, as the C.3 equation reads: ``TaskRelevant(E_<t, g)`` takes the
+  whole ``E_<t``, and "scope is a principal selection rule rather than an irreversible
+  deletion"; ``"window"`` restores only, inside the chosen time window, the events the
+  outcome filter removed (an option: the window factor then bounds goal evidence too);
+  ``"off"`` disables restoration (an ablation).
 * ``RecentContext`` (**recent_context**): for DependencyChain the latest event (the
   anchor) and the immediately previous event always come from the full unfiltered stream;
   window and filter only decide the extra candidates.
@@ -45,8 +43,11 @@ class ComposerConfig:
     """Settings of the Composer (the paper fixes everything else)."""
 
     goal_restore: str = field(
-        default="window",
-        metadata={"help": "where goal-matching events are restored from: window | history | off"},
+        default="history",
+        metadata={
+            "help": "where goal-matching events are restored from: history (the paper's Merge, default) | "
+            "window (inside the time window only) | off"
+        },
     )
 
     def __post_init__(self) -> None:

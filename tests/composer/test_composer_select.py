@@ -106,6 +106,24 @@ def test_goal_restore_brings_back_filtered_goal_events() -> None:
     assert [it.event.t for it in sel.items] == [2, 4]
 
 
+def test_goal_restore_reads_the_whole_history_by_default() -> None:
+    """C.3: Merge(sigma_{w,c}(E_<t), TaskRelevant(E_<t, g), ...) restores goal-matching
+    events from the whole history, not only from the time window; ``window`` is an option."""
+    s = EventStream({"goal": "put a clean mug in cabinet"})
+    s.record(RawEvent("o", "take mug 1 from countertop 1", "f"), entity="mug 1", act="take",
+             delta=[("agent.holding", "mug 1")])  # fmt: skip
+    for k in range(8):
+        s.record(RawEvent("o", f"go to shelf {k + 1}", "f"), entity=f"shelf {k + 1}", act="go",
+                 delta=[("agent.location", f"shelf {k + 1}")])  # fmt: skip
+    a = ViewAction("TemporalTrace", "recent_short", "all", "fine")
+    assert ComposerConfig().goal_restore == "history"
+    sel = select(s, a, s.meta["goal"])
+    assert [(it.event.t, it.reason) for it in sel.items][:2] == [(1, Reason.GOAL_RESTORE), (4, Reason.SCOPE)]
+    assert compose(s, a).n_selected == 7
+    windowed = select(s, a, s.meta["goal"], ComposerConfig(goal_restore="window"))
+    assert [it.event.t for it in windowed.items] == list(range(4, 10))
+
+
 def test_goal_terms_definition() -> None:
     assert goal_terms("put a clean mug in cabinet 2") == {"clean", "mug", "cabinet"}
     assert goal_terms("Put two knives in the drawers") == {"knife", "drawer"}
