@@ -26,10 +26,11 @@ EntityState
     changes is kept in ``elided``.
 DependencyChain
     anchor = latest event, then the immediately previous event, then selected events that
-    share an entity or a delta-key prefix (``recorder.split_key`` entity part; the agent
-    itself does not link, it is updated by almost every step) with the anchor, most
-    recent first, then the nearest earlier context; at most 6 / 8 / 10 chain events
-    (anchor included) for coarse / medium / fine.
+    share an entity or a delta-key prefix (``recorder.split_key`` entity part, ``agent``
+    included: "events that share entities, state keys, or nearby time steps", paper
+    "Composer"; "same-entity or shared state/delta-key-prefix events", appendix D) with
+    the anchor, most recent first, then the nearest earlier context; at most 6 / 8 / 10
+    chain events (anchor included) for coarse / medium / fine.
 
 By construction the displayed entries are nested (coarse within medium within fine) for
 ActionEffect, EntityState and DependencyChain, and TemporalTrace entry counts are monotone.

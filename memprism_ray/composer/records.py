@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memprism_ray.composer.terms import text_terms
-from memprism_ray.recorder.events import AGENT_ENTITY, Outcome, split_key
+from memprism_ray.recorder.events import Outcome, split_key
 from memprism_ray.recorder.stream import StreamRecord
 
 
@@ -56,16 +56,20 @@ def _build(record: StreamRecord) -> EventView:
     changed = record.changed if len(record.changed) == len(ev.delta) else (True,) * len(ev.delta)
     deltas = []
     term_texts = [ev.entity, record.raw.action_text]
+    # DependencyChain links events that share an entity or a state-key prefix, the agent's
+    # own keys (agent.location, agent.holding) included: the paper links "events that share
+    # entities, state keys, or nearby time steps" ("Composer", DependencyChain) and its view
+    # teacher lists "same-entity or shared state/delta-key-prefix events" (appendix D); no
+    # entity is exempt.
     links = set()
-    if ev.entity and ev.entity != AGENT_ENTITY:
+    if ev.entity:
         links.add(ev.entity)
     for d, flag in zip(ev.delta, changed):
         entity, attribute = split_key(d.key)
         deltas.append(DeltaView(d.key, entity, attribute, d.new_value, bool(flag), text_terms(d.new_value)))
         term_texts.append(d.key)
         term_texts.append(d.new_value)
-        # The agent is updated by almost every step; linking through it would link everything.
-        if entity and entity != AGENT_ENTITY:
+        if entity:
             links.add(entity)
     action = " ".join(record.raw.action_text.split())
     return EventView(
