@@ -33,7 +33,9 @@ DependencyChain the anchor and the highest-priority links, with the marker at th
 The text renderer prints exactly the kept entries with the same marker (one entry per
 line), so the optical and the text view carry the same information. Only a single entry
 taller than the whole page (pathological: dozens of deltas in one event) is clipped in the
-image; its text line stays complete.
+image; its text line stays complete. A ``fine`` view first shrinks its rows (smaller font
+sizes, ``RenderConfig.fine_fit``/``min_font_size``) until every selected item fits; only
+what does not fit at the smallest size is left out, with the same counted markers.
 
 No caches: every page is laid out from its view. At the paper's horizons (<= 50 events)
 memoising laid-out blocks, text wraps and per-page facts bought 1.01-1.09x of a whole
@@ -42,6 +44,7 @@ decision's compose + render (``benchmarks/bench_views.py --horizons-only``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,6 +104,9 @@ class Block:
     gap: int = 0
     col_rules: tuple[int, ...] = ()
     bg: str = "background"
+    #: Items of the entry its rows leave out (attempts, state changes, chain values), each
+    #: counted on a visible ``⋯`` row of the block.
+    hidden: int = 0
 
 
 # kind -> (border, pad_left, pad_right, pad_top, pad_bottom) in pixels; link adds a gutter.
@@ -125,6 +131,7 @@ class Geometry:
 
     width: int
     max_side: int
+    font_size: int
     margin: int
     cell_w: int
     cell_h: int
@@ -159,6 +166,7 @@ def geometry(config: RenderConfig) -> Geometry:
     return Geometry(
         width=config.max_side,
         max_side=config.max_side,
+        font_size=config.font_size,
         margin=config.margin,
         cell_w=font.cell_w,
         cell_h=font.cell_h,
@@ -180,10 +188,19 @@ class Page:
     height: int = 0
     header_h: int = 0
     lines: list[str] = field(default_factory=list)
+    #: Items inside the kept entries their rows leave out (see :attr:`Block.hidden`), plus
+    #: one for an entry clipped because it is taller than the page.
+    hidden: int = 0
 
     @property
     def omitted(self) -> int:
+        """Entries left off the page (counted by the page's ``⋯ N ... omitted`` marker)."""
         return self.total - self.shown
+
+    @property
+    def complete(self) -> bool:
+        """Whether the page shows every entry with every item it holds."""
+        return self.omitted == 0 and self.hidden == 0
 
 
 # --- text helpers --------------------------------------------------------------------
@@ -494,7 +511,8 @@ def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) 
         if isinstance(e, SelectedEvent):
             bg, bar = row_style(e.event.outcome, e.goal_match)
             cells, shown = event_entry(e, gamma, ec, limit)
-            return Block("plain", grid(cells, bg, bar), [event_line(e, gamma, shown)])
+            hidden = len(delta_items(e, gamma)) - shown
+            return Block("plain", grid(cells, bg, bar), [event_line(e, gamma, shown)], hidden=hidden)
         if isinstance(e, TraceRun):
             label, fg = OUTCOME_LABEL[e.outcome]
             note = f"×{e.count} since s{e.first.t}: {e.first.event.action}"
@@ -560,6 +578,7 @@ def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> 
         body_lines: list[str] = []
         shown_attempts = g.shown()
         kept = 0
+        hidden = 0
         for num, it in reversed(shown_attempts):
             bg, _ = row_style(it.event.outcome, False)
             prefix = [[(f"#{num}".ljust(num_w), "dim", False)]]
@@ -570,12 +589,14 @@ def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> 
                 break
             body_rows[:0] = rows
             body_lines.insert(0, f"  #{num} {event_line(it, gamma, shown)}")
+            hidden += len(delta_items(it, gamma)) - shown
             kept += 1
         if kept < len(shown_attempts):
             note = f"⋯ {len(shown_attempts) - kept} earlier shown attempts omitted"
             body_rows.insert(0, Row([Span(0, note, "dim")]))
             body_lines.insert(0, "  " + note.replace("⋯", "..."))
-        return Block("card", head_rows + body_rows, [head_line, *body_lines], gap=4, bg="card_bg")
+        hidden += len(shown_attempts) - kept
+        return Block("card", head_rows + body_rows, [head_line, *body_lines], gap=4, bg="card_bg", hidden=hidden)
 
     return len(groups), build
 
@@ -777,6 +798,7 @@ def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tu
         cells: list[Cell] = [text_cell(0, r.entity, ew, "accent" if r.goal_match else "text", True)]
         extra: list[list[Seg]] = []
         texts = []
+        hidden = 0
         n_other = sum(1 for c in r.chains if c.attribute not in where)
         other_limit = max(2, limit // max(1, n_other))  # the other cell shares the entry's rows
         for c in r.chains:
@@ -788,11 +810,13 @@ def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tu
                 lines, drop = _fit_chain(c, gamma, other_w, other_limit, (f"{c.attribute}: ", "dim", True))
                 extra.extend(lines)
             texts.append(_chain_text(c, gamma, drop))
+            hidden += drop
         if extra:
             cells.append((other_col, extra))
         bg = "goal_bg" if r.goal_match else None
         line = f"{r.entity} | " + " | ".join(texts) + (" [goal]" if r.goal_match else "")
-        return Block("table_row", grid(cells, bg, "accent" if r.goal_match else None), [line], col_rules=rules)
+        table_rows = grid(cells, bg, "accent" if r.goal_match else None)
+        return Block("table_row", table_rows, [line], col_rules=rules, hidden=hidden)
 
     return len(rows), build, head
 
@@ -831,7 +855,8 @@ def _dependency(view: View, body: DependencyChain, geo: Geometry, budget_rows: i
             cells, shown = event_entry(it, gamma, ec, limit, prefix, note)
             kind, gap, block_bg = "link", 2, "background"
         line = f"{lk.kind.value} | {event_line(it, gamma, shown)}" + (f" | via {', '.join(lk.via)}" if lk.via else "")
-        return Block(kind, grid(cells, bg, bar), [line], gap=gap, bg=block_bg)
+        hidden = len(delta_items(it, gamma)) - shown
+        return Block(kind, grid(cells, bg, bar), [line], gap=gap, bg=block_bg, hidden=hidden)
 
     return len(links), build
 
@@ -842,8 +867,27 @@ def _marker(text: str) -> Block:
 
 
 def layout(view: View, config: RenderConfig | None = None) -> Page:
-    """Lay ``view`` out under ``config``'s row budget (see the module docstring)."""
+    """Lay ``view`` out under ``config``'s row budget (see the module docstring).
+
+    A ``fine`` view keeps every selected item (the view teacher's "fine: preserve all
+    selected events/items", appendix D): when the page cannot hold them at
+    ``config.font_size`` and ``config.fine_fit == "shrink"``, the rows shrink (smaller font
+    sizes down to ``config.min_font_size``) and the largest size that shows everything is
+    used. If even the smallest cannot, the smallest size is used and what is left out is
+    counted on the page (``⋯ N earlier entries omitted``, ``⋯ k more changes``), in the
+    image and in the text twin alike."""
     config = config or RenderConfig()
+    page = _layout_at(view, config)
+    if page.complete or view.action.gamma != "fine" or config.fine_fit != "shrink":
+        return page
+    for size in range(config.font_size - 1, config.min_font_size - 1, -1):
+        page = _layout_at(view, dataclasses.replace(config, font_size=size))
+        if page.complete:
+            break
+    return page
+
+
+def _layout_at(view: View, config: RenderConfig) -> Page:
     geo = geometry(config)
     body = view.body
     counts = [f"events {view.n_stream}", f"in scope {view.n_scope}", f"selected {view.n_selected}"]
@@ -898,6 +942,7 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
         b.rows = b.rows[:room]
         if b.rows and b.rows[-1].spans:
             b.rows[-1].spans.append(Span(geo.content_cols(b.kind) - 1, "…", "dim"))
+        b.hidden += 1
         kept.append(b)
         used += b.gap + geo.height(b)
     marker: Block | None = None
@@ -921,4 +966,5 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
     height = min(geo.max_side, -(-(top + used + geo.margin) // PATCH) * PATCH)
     page = Page(view, geo, header, blocks, total, shown, unit, height, header_h)
     page.lines = [*header.lines, *(line for b in blocks for line in b.lines)]
+    page.hidden = sum(b.hidden for b in kept)
     return page

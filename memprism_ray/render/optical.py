@@ -103,7 +103,7 @@ def _draw_rows(canvas: np.ndarray, block: Block, y: int, page: Page, config: Ren
             canvas[ry:ry1, max(0, geo.margin - 5) : geo.margin - 2] = solid(row.bar)
         if not row.spans:
             continue
-        strip = row_strip(row, row.bg or block.bg, config.font_size)
+        strip = row_strip(row, row.bg or block.bg, page.geometry.font_size)  # a fine page may have shrunk
         w = min(strip.shape[1], width - x_text)
         h = min(strip.shape[0], height - ry)
         canvas[ry : ry + h, x_text : x_text + w] = strip[:h, :w]
