@@ -33,8 +33,10 @@ at 10/25/50 events): the incremental composer index 1.08/0.97/0.97, index + per-
 readings 1.12/1.13/1.12, layout block caches 1.01/1.09/1.05, row-strip caches
 1.16/1.11/1.08, frame templates 1.03/1.02/1.05, canvas pool 1.06/1.02/0.98, glyph-strip
 cache 1.05/1.01/1.00, all of them together 1.26/1.27/1.26, a ``text_terms`` lru
-1.09/1.16/1.09: all removed. A palette lru measured 1.29-1.35x: the palette is now built
-with numpy (~0.07 ms) instead, so it needs none. Only the glyph atlas cache remains.
+1.09/1.16/1.09: all removed (measured with goal restore inside the window). A palette lru
+measured 1.29-1.35x: the palette is now built with numpy (~0.07 ms) instead, so it needs
+none. Kept: the glyph atlas and, since goal restore reads the whole history by default
+(every decision reads every recorded step), a content-keyed cache of event readings.
 
     .venv/bin/python benchmarks/bench_views.py                   # ~1 min on 2 cores
     .venv/bin/python benchmarks/bench_views.py --horizons-only   # the machinery table only
@@ -139,11 +141,13 @@ WIN = 5
 
 
 def horizon_table(seeds: int) -> dict[str, dict[str, float]]:
+    from memprism_ray.composer import records
     from memprism_ray.render import font
 
     cfg = RenderConfig()
     variants = {
-        "as shipped (glyph atlas kept)": None,
+        "as shipped (atlas + readings kept)": None,
+        "no event-reading cache": records._reading.cache_clear,
         "no glyph atlas lru": font.atlas.cache_clear,
     }
     times: dict[tuple[str, int], list[float]] = {(v, h): [] for v in variants for h in HORIZONS_PAPER}

@@ -6,17 +6,16 @@ text, each accepted delta with its entity/attribute split (``recorder.split_key`
 whether it changed the tracked state, the event's normalised terms (for goal matching)
 and its link entities (for DependencyChain).
 
-A reading is rebuilt at every compose (nothing is cached): at the paper's horizons
-(<= 50 events) a per-record cache saved at most 1.13x of a whole decision's compose +
-render (``benchmarks/bench_views.py --horizons-only``), below the 1.3x a cache must buy.
+Readings are cached by content (see ``_reading``), not by record identity.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from memprism_ray.composer.terms import text_terms
-from memprism_ray.recorder.events import Outcome, split_key
+from memprism_ray.recorder.events import Outcome, StateDelta, split_key
 from memprism_ray.recorder.stream import StreamRecord
 
 
@@ -51,33 +50,45 @@ class EventView:
         return tuple(d for d in self.deltas if d.changed)
 
 
-def _build(record: StreamRecord) -> EventView:
-    ev = record.event
-    changed = record.changed if len(record.changed) == len(ev.delta) else (True,) * len(ev.delta)
+# Kept, keyed by content (every input of the reading, never an object id): with goal
+# restore over the whole history (the paper's Merge, the default) every decision reads
+# every recorded step, and rebuilding the readings cost 1.09x / 1.34x / 1.39x of a whole
+# decision's compose + render at 10 / 25 / 50 events (``benchmarks/bench_views.py
+# --horizons-only``, CPU time).
+@lru_cache(maxsize=8192)
+def _reading(
+    t: int,
+    entity: str,
+    act: str,
+    outcome: Outcome,
+    delta: tuple[StateDelta, ...],
+    action_text: str,
+    flags: tuple[bool, ...],
+) -> EventView:
+    changed = flags if len(flags) == len(delta) else (True,) * len(delta)
     deltas = []
-    term_texts = [ev.entity, record.raw.action_text]
+    term_texts = [entity, action_text]
     # DependencyChain links events that share an entity or a state-key prefix, the agent's
     # own keys (agent.location, agent.holding) included: the paper links "events that share
     # entities, state keys, or nearby time steps" ("Composer", DependencyChain) and its view
     # teacher lists "same-entity or shared state/delta-key-prefix events" (appendix D); no
     # entity is exempt.
     links = set()
-    if ev.entity:
-        links.add(ev.entity)
-    for d, flag in zip(ev.delta, changed):
-        entity, attribute = split_key(d.key)
-        deltas.append(DeltaView(d.key, entity, attribute, d.new_value, bool(flag), text_terms(d.new_value)))
+    if entity:
+        links.add(entity)
+    for d, flag in zip(delta, changed):
+        key_entity, attribute = split_key(d.key)
+        deltas.append(DeltaView(d.key, key_entity, attribute, d.new_value, bool(flag), text_terms(d.new_value)))
         term_texts.append(d.key)
         term_texts.append(d.new_value)
-        if entity:
-            links.add(entity)
-    action = " ".join(record.raw.action_text.split())
+        if key_entity:
+            links.add(key_entity)
     return EventView(
-        t=ev.t,
-        entity=ev.entity,
-        act=ev.act,
-        action=action,
-        outcome=ev.outcome,
+        t=t,
+        entity=entity,
+        act=act,
+        action=" ".join(action_text.split()),
+        outcome=outcome,
         deltas=tuple(deltas),
         terms=text_terms(" | ".join(term_texts)),
         link_entities=frozenset(links),
@@ -88,4 +99,5 @@ def event_view(record: StreamRecord) -> EventView:
     """The :class:`EventView` of ``record``."""
     if not isinstance(record, StreamRecord):
         raise ValueError(f"the Composer reads StreamRecords (an EventStream's items), got {type(record).__name__}")
-    return _build(record)
+    ev = record.event
+    return _reading(ev.t, ev.entity, ev.act, ev.outcome, ev.delta, record.raw.action_text, record.changed)
