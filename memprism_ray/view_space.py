@@ -1,5 +1,5 @@
 """The joint view-action space (paper: "Router", Table "Four factors of the joint view
-action", and appendix D.3 "View and environment action definitions").
+action", and appendix E.4 "View and environment action definitions").
 
 A view action is ``a = (tau, window, filter, gamma)``:
 
@@ -33,7 +33,7 @@ GAMMAS: tuple[str, ...] = ("coarse", "medium", "fine")
 #: Number of most recent events in each window; ``None`` means the whole history.
 WINDOW_SIZES: dict[str, int | None] = {"recent_short": 6, "recent_long": 10, "all": None}
 
-#: Read-time aliases of appendix D.3; never written.
+#: Read-time aliases of appendix E.4; never written.
 TAU_ALIASES: dict[str, str] = {
     "timeline": "TemporalTrace",
     "action_outcome": "ActionEffect",
@@ -116,7 +116,7 @@ class ViewAction:
 
     # --- serialisation (canonical names only) ----------------------------------------
     def to_dict(self) -> dict[str, str]:
-        """The serialised action object of appendix D.3."""
+        """The serialised action object of appendix E.4."""
         return {"tau": self.tau, "window": self.window, "filter": self.filter, "gamma": self.gamma}
 
     def to_json(self) -> str:
@@ -189,7 +189,7 @@ def cost(action: ViewAction) -> float:
     """Decision-free tie-break order in [0, 1] (the view-teacher prompt's Phase 2). The
     paper's structural cost is per decision: see :func:`decision_cost`.
 
-    The view-teacher prompt (appendix D) breaks ties by *shorter window < longer window*,
+    The view-teacher prompt (appendix E.2) breaks ties by *shorter window < longer window*,
     then *more selective filter < all*, then *coarse < medium < fine*, and never by
     relation type. The cost encodes exactly that order lexicographically::
 

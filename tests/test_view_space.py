@@ -31,7 +31,7 @@ def test_space_has_144_actions_in_index_order() -> None:
     assert NUM_ACTIONS == 144 == len(ALL_ACTIONS)
     assert [a.index for a in ALL_ACTIONS] == list(range(144))
     assert len(set(ALL_ACTIONS)) == 144
-    # The enumeration order of D.3: tau, window, filter, gamma (gamma fastest).
+    # The enumeration order of E.4: tau, window, filter, gamma (gamma fastest).
     expected = [ViewAction(*combo) for combo in itertools.product(TAUS, WINDOWS, FILTERS, GAMMAS)]
     assert list(ALL_ACTIONS) == expected
 

@@ -1,5 +1,5 @@
 """Composer: relational view construction (paper "Composer: Relational View Construction",
-appendix C.3). ``select`` merges scope, goal-term restore and recent context; the four
+appendix D.3). ``select`` merges scope, goal-term restore and recent context; the four
 compilers build typed structures at three granularities; ``compose`` does both."""
 
 from memprism_ray.composer.compilers import (

@@ -1,5 +1,5 @@
 """The four relation compilers ``C_{tau,gamma}`` (paper "Composer: Relational View
-Construction", appendix C.3, and the view teacher's "View-specific gamma behavior").
+Construction", appendix D.3, and the view teacher's "View-specific gamma behavior").
 
 Granularity rules implemented here (``selection`` is the merged, time-ordered ``E^_t``):
 
@@ -28,7 +28,7 @@ DependencyChain
     anchor = latest event, then the immediately previous event, then selected events that
     share an entity or a delta-key prefix (``recorder.split_key`` entity part, ``agent``
     included: "events that share entities, state keys, or nearby time steps", paper
-    "Composer"; "same-entity or shared state/delta-key-prefix events", appendix D) with
+    "Composer"; "same-entity or shared state/delta-key-prefix events", appendix E.2) with
     the anchor, most recent first, then the nearest earlier context; at most 6 / 8 / 10
     chain events (anchor included) for coarse / medium / fine.
 
@@ -221,7 +221,7 @@ def compile_state(selection: Selection, gamma: str) -> EntityState:
         ev = it.event
         if not ev.deltas:
             continue
-        for d, sv in zip(ev.deltas, _state_values(ev, goal)):
+        for d, sv in zip(ev.deltas, _state_values(ev, goal), strict=True):
             chain = chains.get(d.key)
             if chain is None:
                 chains[d.key] = [sv]

@@ -2,7 +2,7 @@
 event-select and compose).
 
 The stream is only read: granularity changes what a view shows, never what is stored, and
-the view is never written back (appendix C.3). ``select`` is one pass over the events that
+the view is never written back (appendix D.3). ``select`` is one pass over the events that
 can be selected and each compiler one pass over the selection (O(N), appendix
 "Computational and storage complexity"); nothing is cached between decisions.
 """

@@ -1,4 +1,4 @@
-"""What the Composer reads off one recorded step (paper "Composer", appendix C.1 and C.3).
+"""What the Composer reads off one recorded step (paper "Composer", appendix D.1 and D.3).
 
 An :class:`EventView` is an immutable, display-ready reading of one
 :class:`~memprism_ray.recorder.StreamRecord`: the structured event, the executed action as
@@ -71,12 +71,12 @@ def _reading(
     # DependencyChain links events that share an entity or a state-key prefix, the agent's
     # own keys (agent.location, agent.holding) included: the paper links "events that share
     # entities, state keys, or nearby time steps" ("Composer", DependencyChain) and its view
-    # teacher lists "same-entity or shared state/delta-key-prefix events" (appendix D); no
+    # teacher lists "same-entity or shared state/delta-key-prefix events" (appendix E.2); no
     # entity is exempt.
     links = set()
     if entity:
         links.add(entity)
-    for d, flag in zip(delta, changed):
+    for d, flag in zip(delta, changed, strict=True):
         key_entity, attribute = split_key(d.key)
         deltas.append(DeltaView(d.key, key_entity, attribute, d.new_value, bool(flag), text_terms(d.new_value)))
         term_texts.append(d.key)

@@ -1,5 +1,5 @@
 """Event selection ``Select(E_<t, w, c, g)`` (paper "Composer: Relational View Construction",
-eq. event-select, and appendix C.3)::
+eq. event-select, and appendix D.3)::
 
     E^_t = Merge( sigma_{w,c}(E_<t), TaskRelevant(E_<t, g), RecentContext(E_<t, tau) )
 
@@ -8,7 +8,7 @@ eq. event-select, and appendix C.3)::
 * ``TaskRelevant`` (**goal_restore**): events outside the scope whose normalised terms
   (``composer.terms``) match a goal term are restored. *Where* they are restored from is
   :attr:`ComposerConfig.goal_restore`: ``"history"`` (default) restores matching events
-  from the whole stream, as the C.3 equation reads: ``TaskRelevant(E_<t, g)`` takes the
+  from the whole stream, as the D.3 equation reads: ``TaskRelevant(E_<t, g)`` takes the
   whole ``E_<t``, and "scope is a principal selection rule rather than an irreversible
   deletion"; ``"window"`` restores only, inside the chosen time window, the events the
   outcome filter removed (an option: the window factor then bounds goal evidence too);
@@ -141,7 +141,7 @@ def select(
     goal: str,
     config: ComposerConfig | None = None,
 ) -> Selection:
-    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (C.3): one pass
+    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (D.3): one pass
     over the events that can be selected (the whole stream for ``window=all``; O(N), the
     paper's "Computational and storage complexity").
 

@@ -1,5 +1,5 @@
 """Typed relational structures ``S_t = C_{tau,gamma}(E^_t)`` (paper "Composer", the four
-relation paragraphs, appendix C.3, and the view teacher's "View-specific gamma behavior").
+relation paragraphs, appendix D.3, and the view teacher's "View-specific gamma behavior").
 
 Every structure is a frozen dataclass of tuples, so a view is immutable, hashable (a cache
 key) and carries no text layout: Render decides how it looks. ``entry_count`` is the
@@ -86,7 +86,7 @@ class EffectGroup:
 
     def shown(self) -> tuple[tuple[int, SelectedEvent], ...]:
         """``(attempt number, attempt)`` pairs in time order."""
-        return tuple(zip(self.numbers, self.attempts))
+        return tuple(zip(self.numbers, self.attempts, strict=True))
 
 
 @dataclass(frozen=True, slots=True)

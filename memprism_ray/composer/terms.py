@@ -1,4 +1,4 @@
-"""Normalised terms for goal matching (paper appendix C.3: Composer "restores events whose
+"""Normalised terms for goal matching (paper appendix D.3: Composer "restores events whose
 normalized terms directly match the task goal").
 
 Definition used everywhere in the Composer and Render:

@@ -1,5 +1,5 @@
 """The append-only event stream ``E_{<=t} = E_{<t} (+) e~_t`` (paper eq. event-append,
-appendix C.1 and C.5).
+appendix D.1 and D.5).
 
 Each record keeps the raw event beside the structured one. The stream tracks the latest
 observed value of every state key and, per accepted delta, whether it changed that value
@@ -115,7 +115,7 @@ class EventStream:
 
     # --- writing --------------------------------------------------------------------
     def append(self, raw: RawEvent, event: Event) -> Event:
-        """Validate ``event``'s deltas (C.1), append it with ``raw`` and return the stored event.
+        """Validate ``event``'s deltas (D.1), append it with ``raw`` and return the stored event.
 
         ``event.t`` must equal :attr:`next_t`. Nothing is modified when the input is
         rejected, so a bad call never loses what was recorded before.

@@ -1,4 +1,4 @@
-"""Render: optical working memory (paper "Render: Optical Working Memory", appendix C.3).
+"""Render: optical working memory (paper "Render: Optical Working Memory", appendix D.3).
 
 ``render_image`` / ``render_png`` draw a compiled view with the fixed visual grammar;
 ``render_text`` prints the same entries as text; ``visual_tokens`` counts what an image

@@ -1,5 +1,5 @@
 """Layout of a compiled view: the fixed visual grammar and the row budget (paper "Render:
-Optical Working Memory", appendix C.3 "rendering invariants").
+Optical Working Memory", appendix D.3 "rendering invariants").
 
 Grammar (``V_t = R_{tau,gamma}(S_t)``):
 
@@ -20,7 +20,7 @@ Grammar (``V_t = R_{tau,gamma}(S_t)``):
   left margin.
 
 Detail by granularity: fine shows every accepted delta (unchanged repeats as
-``key = value``); medium and coarse show only deltas that changed the tracked state (C.1:
+``key = value``); medium and coarse show only deltas that changed the tracked state (D.1:
 "individual view extractors may suppress unchanged values").
 
 Row budget. A view is drawn at full width (``max_side``) and only as tall as its content
@@ -870,7 +870,7 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
     """Lay ``view`` out under ``config``'s row budget (see the module docstring).
 
     A ``fine`` view keeps every selected item (the view teacher's "fine: preserve all
-    selected events/items", appendix D): when the page cannot hold them at
+    selected events/items", appendix E.2): when the page cannot hold them at
     ``config.font_size`` and ``config.fine_fit == "shrink"``, the rows shrink (smaller font
     sizes down to ``config.min_font_size``) and the largest size that shows everything is
     used. If even the smallest cannot, the smallest size is used and what is left out is
@@ -880,11 +880,14 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
     page = _layout_at(view, config)
     if page.complete or view.action.gamma != "fine" or config.fine_fit != "shrink":
         return page
-    for size in range(config.font_size - 1, config.min_font_size - 1, -1):
+    smallest = _layout_at(view, dataclasses.replace(config, font_size=config.min_font_size))
+    if not smallest.complete:  # nothing fits everything: the smallest rows show the most
+        return smallest
+    for size in range(config.font_size - 1, config.min_font_size, -1):
         page = _layout_at(view, dataclasses.replace(config, font_size=size))
         if page.complete:
-            break
-    return page
+            return page
+    return smallest
 
 
 def _layout_at(view: View, config: RenderConfig) -> Page:

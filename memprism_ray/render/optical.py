@@ -1,5 +1,5 @@
 """The optical renderer ``V_t = R_{tau,gamma}(S_t)`` (paper "Render: Optical Working
-Memory"; appendix C.3: "The same event stream, action, goal, and renderer configuration
+Memory"; appendix D.3: "The same event stream, action, goal, and renderer configuration
 produce the same image").
 
 A laid-out page (``render.layout``) is painted into a palette-index canvas with numpy: the

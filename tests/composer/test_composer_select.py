@@ -1,4 +1,4 @@
-"""Composer select: Merge(sigma_{w,c}, TaskRelevant, RecentContext) of appendix C.3."""
+"""Composer select: Merge(sigma_{w,c}, TaskRelevant, RecentContext) of appendix D.3."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ modes = st.sampled_from(["window", "history", "off"])
 
 
 def reference(stream: EventStream, action: ViewAction, goal: str, mode: str) -> dict[int, Reason]:
-    """An independent, literal reading of the C.3 Merge."""
+    """An independent, literal reading of the D.3 Merge."""
     events = stream.events
     n = len(events)
     size = WINDOW_SIZES[action.window]
@@ -107,7 +107,7 @@ def test_goal_restore_brings_back_filtered_goal_events() -> None:
 
 
 def test_goal_restore_reads_the_whole_history_by_default() -> None:
-    """C.3: Merge(sigma_{w,c}(E_<t), TaskRelevant(E_<t, g), ...) restores goal-matching
+    """D.3: Merge(sigma_{w,c}(E_<t), TaskRelevant(E_<t, g), ...) restores goal-matching
     events from the whole history, not only from the time window; ``window`` is an option."""
     s = EventStream({"goal": "put a clean mug in cabinet"})
     s.record(RawEvent("o", "take mug 1 from countertop 1", "f"), entity="mug 1", act="take",

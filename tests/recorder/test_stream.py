@@ -1,4 +1,4 @@
-"""Recorder: C.1 validation, latest value per key, append-only and lossless round-trips."""
+"""Recorder: D.1 validation, latest value per key, append-only and lossless round-trips."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A ``fine`` view keeps every selected item (view teacher, appendix D: "fine: preserve all
+"""A ``fine`` view keeps every selected item (view teacher, appendix E.2: "fine: preserve all
 selected events/items"): when the page cannot hold them the rows shrink, and whatever the
 smallest rows still cannot hold is counted on the page, in the image and the text twin."""
 

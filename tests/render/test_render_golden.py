@@ -72,7 +72,8 @@ def case_outputs(name: str, stream: EventStream | None = None) -> list[str]:
 
 
 def _diff(name: str, got: list[str], want: list[str]) -> str:
-    bad = [f"{ALL_ACTIONS[i].name}: got {g}, want {w}" for i, (g, w) in enumerate(zip(got, want)) if g != w]
+    pairs = enumerate(zip(got, want, strict=False))
+    bad = [f"{ALL_ACTIONS[i].name}: got {g}, want {w}" for i, (g, w) in pairs if g != w]
     return f"{name}: {len(bad)} of 144 views differ (view text png digests); first: " + "; ".join(bad[:3])
 
 
