@@ -186,7 +186,8 @@ _COST_MAX = (len(WINDOWS) - 1) * 6 + 1 * 3 + (len(GAMMAS) - 1)
 
 
 def cost(action: ViewAction) -> float:
-    """Structural cost ``C(a)`` in [0, 1] used by the D1 loss and the teacher tie-break.
+    """Decision-free tie-break order in [0, 1] (the view-teacher prompt's Phase 2). The
+    paper's structural cost is per decision: see :func:`decision_cost`.
 
     The view-teacher prompt (appendix E.2) breaks ties by *shorter window < longer window*,
     then *more selective filter < all*, then *coarse < medium < fine*, and never by
@@ -204,8 +205,69 @@ def cost(action: ViewAction) -> float:
 
 
 def cost_vector() -> list[float]:
-    """Structural cost of every action in index order (length 144)."""
+    """:func:`cost` of every action in index order (length 144)."""
     return [cost(a) for a in ALL_ACTIONS]
+
+
+#: Events at which the range term of :func:`decision_cost` saturates: the paper's
+#: horizons are at most 50 steps (ALFWorld's step limit).
+COST_HORIZON = 50
+_OUTCOMES: tuple[str, ...] = tuple(f for f in FILTERS if f != "all")
+
+
+def _scope_sizes(outcomes: Any) -> dict[tuple[str, str], int]:
+    """``|sigma_{w,c}(E_<t)|`` for every (window, filter) from the history's outcomes."""
+    if isinstance(outcomes, str) or not hasattr(outcomes, "__len__"):
+        raise ValueError(
+            f"outcomes must be a sequence of outcome names ({', '.join(_OUTCOMES)}), one per event of E_<t, "
+            f"got {type(outcomes).__name__}"
+        )
+    names = [getattr(o, "value", o) for o in outcomes]  # outcome enums or their names
+    for i, name in enumerate(names):
+        if name not in _OUTCOMES:
+            raise ValueError(f"outcomes[{i}] is {name!r}; valid outcome names: {', '.join(_OUTCOMES)}")
+    sizes: dict[tuple[str, str], int] = {}
+    for window in WINDOWS:
+        size = WINDOW_SIZES[window]
+        tail = names if size is None else names[max(0, len(names) - size) :]
+        sizes[(window, "all")] = len(tail)
+        for name in _OUTCOMES:
+            sizes[(window, name)] = tail.count(name)
+    return sizes
+
+
+def decision_cost(action: ViewAction, outcomes: Any, horizon: int = COST_HORIZON) -> float:
+    """Structural cost ``C^_t(a)`` in [0, 1] of a view action at one decision (paper
+    "Adapter", eq. sft-loss: "the structural cost of a view action. The cost term
+    discourages large ranges or fine views when they are not needed"; appendix A.3).
+
+    ``outcomes`` are the outcome names of ``E_<t`` in time order. The cost is what the
+    action would cost *at this decision*::
+
+        C^_t(a) = 1/2 * min(1, |sigma_{w,c}(E_<t)| / horizon) + 1/2 * i_gamma / 2
+
+    The range term counts the events the action's scope (window, then outcome filter)
+    covers now: a longer window costs more only when the history is longer than the
+    shorter one (with 4 events recorded, ``recent_short`` and ``all`` cover the same 4 and
+    cost the same), and a selective filter costs less than ``all`` by exactly the events
+    it leaves out. The granularity term orders coarse < medium < fine. ``tau`` does not
+    change the cost. Both terms keep the prompt's tie-break order (shorter window, more
+    selective filter, coarser granularity) wherever the shorter/selective choice actually
+    covers fewer events.
+    """
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+        raise ValueError(f"decision_cost horizon must be an int >= 1, got {horizon!r}")
+    n = _scope_sizes(outcomes)[(action.window, action.filter)]
+    return 0.5 * min(1.0, n / horizon) + 0.25 * GAMMAS.index(action.gamma)
+
+
+def decision_cost_vector(outcomes: Any, horizon: int = COST_HORIZON) -> list[float]:
+    """:func:`decision_cost` of every action in index order (length 144) at one decision;
+    the history is read once."""
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+        raise ValueError(f"decision_cost horizon must be an int >= 1, got {horizon!r}")
+    sizes = _scope_sizes(outcomes)
+    return [0.5 * min(1.0, sizes[(a.window, a.filter)] / horizon) + 0.25 * GAMMAS.index(a.gamma) for a in ALL_ACTIONS]
 
 
 def factor_index(action: ViewAction, factor: str) -> int:

@@ -20,6 +20,8 @@ from memprism_ray.view_space import (
     ViewAction,
     cost,
     cost_vector,
+    decision_cost,
+    decision_cost_vector,
 )
 
 indices = st.integers(min_value=0, max_value=NUM_ACTIONS - 1)
@@ -123,3 +125,57 @@ def test_selective_filters_cost_the_same() -> None:
     base = dict(tau="EntityState", window="recent_long", gamma="medium")
     assert cost(ViewAction(filter="exception", **base)) == cost(ViewAction(filter="no_observed_change", **base))
     assert cost(ViewAction(filter="exception", **base)) < cost(ViewAction(filter="all", **base))
+
+
+def _history(n: int, seed: int = 0) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    return [rng.choice(["exception", "state_update", "no_observed_change"]) for _ in range(n)]
+
+
+def test_decision_cost_is_per_decision() -> None:
+    """C^_t(a) (eq. sft-loss): a range costs what it covers at this decision."""
+    base = dict(tau="TemporalTrace", filter="all", gamma="medium")
+    short, long_, every = (ViewAction(window=w, **base) for w in WINDOWS)
+    early = _history(4)
+    # With 4 events recorded every window covers the same 4: none is larger than needed.
+    assert decision_cost(short, early) == decision_cost(long_, early) == decision_cost(every, early)
+    late = _history(40)
+    assert decision_cost(short, late) < decision_cost(long_, late) < decision_cost(every, late)
+    # The same action costs more once the history has grown.
+    assert decision_cost(every, early) < decision_cost(every, late)
+    # A selective filter costs less than all by the events it leaves out; one that leaves
+    # nothing out costs the same.
+    only_exc = ["exception"] * 8
+    exc = ViewAction("EntityState", "all", "exception", "fine")
+    assert decision_cost(exc, only_exc) == decision_cost(ViewAction("EntityState", "all", "all", "fine"), only_exc)
+    upd = ViewAction("EntityState", "all", "state_update", "fine")
+    assert decision_cost(upd, only_exc) == 0.5  # scope empty: only the granularity term
+    mixed = ["exception", "state_update"] * 10
+    assert decision_cost(exc, mixed) == 0.5 * 10 / 50 + 0.5
+    # Granularity orders coarse < medium < fine at equal scope.
+    g = [decision_cost(ViewAction("ActionEffect", "recent_long", "all", gm), late) for gm in GAMMAS]
+    assert g[0] < g[1] < g[2]
+
+
+def test_decision_cost_vector_bounds_and_index_order() -> None:
+    for n in (0, 1, 6, 7, 10, 50, 120):
+        hist = _history(n, n)
+        vec = decision_cost_vector(hist)
+        assert len(vec) == 144 and all(0.0 <= c <= 1.0 for c in vec)
+        assert vec == [decision_cost(a, hist) for a in ALL_ACTIONS]
+        for i in range(36):  # tau never changes the cost
+            assert {vec[i + 36 * k] for k in range(4)} == {vec[i]}
+    assert max(decision_cost_vector(_history(200))) == 1.0
+    assert decision_cost_vector([]) == [0.25 * GAMMAS.index(a.gamma) for a in ALL_ACTIONS]
+
+
+def test_decision_cost_rejects_bad_histories() -> None:
+    a = ALL_ACTIONS[0]
+    with pytest.raises(ValueError, match="outcomes\\[1\\] is 'maybe'; valid outcome names"):
+        decision_cost(a, ["exception", "maybe"])
+    with pytest.raises(ValueError, match="sequence of outcome names"):
+        decision_cost(a, "exception")
+    with pytest.raises(ValueError, match="horizon must be an int >= 1"):
+        decision_cost_vector([], horizon=0)

@@ -36,8 +36,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-side", default="672", help="long-side cap in pixels, a multiple of 28 (default 672)")
     p.add_argument(
         "--goal-restore",
-        default="window",
-        help="where goal-matching events are restored from: window (default) | history | off",
+        default="history",
+        help="where goal-matching events are restored from: history (default, the paper's Merge) | window | off",
     )
     p.add_argument("--out", default=None, help="output file (.png, or the text with --text; default stdout for --text)")
     p.add_argument("--text", action="store_true", help="write the text rendering instead of the PNG")

@@ -26,16 +26,15 @@ EntityState
     changes is kept in ``elided``.
 DependencyChain
     anchor = latest event, then the immediately previous event, then selected events that
-    share an entity or a delta-key prefix (``recorder.split_key`` entity part; the agent
-    itself does not link, it is updated by almost every step) with the anchor, most
-    recent first, then the nearest earlier context; at most 6 / 8 / 10 chain events
-    (anchor included) for coarse / medium / fine.
+    share an entity or a delta-key prefix (``recorder.split_key`` entity part, ``agent``
+    included: "events that share entities, state keys, or nearby time steps", paper
+    "Composer"; "same-entity or shared state/delta-key-prefix events", appendix E.2) with
+    the anchor, most recent first, then the nearest earlier context; at most 6 / 8 / 10
+    chain events (anchor included) for coarse / medium / fine.
 
 By construction the displayed entries are nested (coarse within medium within fine) for
 ActionEffect, EntityState and DependencyChain, and TemporalTrace entry counts are monotone.
-Every compiler is a single pass over the selection (O(N)). They define the structures;
-``compose`` reaches the same structures for ``window=all`` from compiler states kept per
-stream and extended by new events only (``composer.index``).
+Every compiler is a single pass over the selection (O(N)).
 """
 
 from __future__ import annotations
@@ -205,15 +204,11 @@ def compile_effect(selection: Selection, gamma: str) -> ActionEffect:
 
 # --- EntityState ---------------------------------------------------------------------
 def _state_values(ev: EventView, goal: frozenset[str]) -> tuple[StateValue, ...]:
-    """The event's deltas as StateValues for this goal (memoised on the event)."""
-    memo_key = ("state_values", goal)
-    values = ev.memo.get(memo_key)
-    if values is None:
-        values = ev.memo[memo_key] = tuple(
-            StateValue(d.value, ev.t, ev.act, d.changed, bool(goal) and not goal.isdisjoint(d.value_terms))
-            for d in ev.deltas
-        )
-    return values
+    """The event's deltas as StateValues for this goal."""
+    return tuple(
+        StateValue(d.value, ev.t, ev.act, d.changed, bool(goal) and not goal.isdisjoint(d.value_terms))
+        for d in ev.deltas
+    )
 
 
 def compile_state(selection: Selection, gamma: str) -> EntityState:

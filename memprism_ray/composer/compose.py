@@ -2,18 +2,17 @@
 event-select and compose).
 
 The stream is only read: granularity changes what a view shows, never what is stored, and
-the view is never written back (appendix D.3). The result equals
-``composer.reference.compose_reference`` (select, then one compiler pass, O(N)); it is
-computed from the stream's incremental index (``composer.index``), so a decision costs the
-events appended since the previous one plus what the view holds.
+the view is never written back (appendix D.3). ``select`` is one pass over the events that
+can be selected and each compiler one pass over the selection (O(N), appendix
+"Computational and storage complexity"); nothing is cached between decisions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memprism_ray.composer.index import compose_indexed
-from memprism_ray.composer.select import DEFAULT_CONFIG, ComposerConfig, as_action
+from memprism_ray.composer.compilers import compile_view
+from memprism_ray.composer.select import ComposerConfig, as_action, select
 from memprism_ray.composer.structures import View
 from memprism_ray.recorder.stream import EventStream, StreamRecord
 from memprism_ray.view_space import ViewAction
@@ -31,4 +30,13 @@ def compose(
         goal = str(stream.meta.get("goal", "")) if isinstance(stream, EventStream) else ""
     if not isinstance(goal, str):
         raise ValueError(f"goal must be a string, got {type(goal).__name__}")
-    return compose_indexed(stream, act, goal, config or DEFAULT_CONFIG)
+    sel = select(stream, act, goal, config)
+    return View(
+        action=act,
+        goal=goal,
+        goal_terms=sel.goal_terms,
+        n_stream=sel.n_stream,
+        n_scope=sel.n_scope,
+        n_selected=len(sel.items),
+        body=compile_view(sel),
+    )

@@ -6,18 +6,16 @@ text, each accepted delta with its entity/attribute split (``recorder.split_key`
 whether it changed the tracked state, the event's normalised terms (for goal matching)
 and its link entities (for DependencyChain).
 
-Views are recompiled at every decision from the same, append-only records, so the reading
-of each record is cached. The cache is keyed by object identity and checked with ``is``,
-so a stale entry can never be returned; it only holds records it has seen (bounded).
+Readings are cached by content (see ``_reading``), not by record identity.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from functools import lru_cache
 
 from memprism_ray.composer.terms import text_terms
-from memprism_ray.recorder.events import AGENT_ENTITY, Outcome, split_key
+from memprism_ray.recorder.events import Outcome, StateDelta, split_key
 from memprism_ray.recorder.stream import StreamRecord
 
 
@@ -45,10 +43,6 @@ class EventView:
     deltas: tuple[DeltaView, ...]
     terms: frozenset[str]
     link_entities: frozenset[str]
-    # Derived objects the compilers build from this event (e.g. its SelectedEvent for a
-    # given reason), memoised because views are recompiled from the same events at every
-    # decision and frozen-dataclass construction dominates compose time otherwise.
-    memo: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def changed_deltas(self) -> tuple[DeltaView, ...]:
@@ -56,56 +50,54 @@ class EventView:
         return tuple(d for d in self.deltas if d.changed)
 
 
-def _build(record: StreamRecord) -> EventView:
-    ev = record.event
-    changed = record.changed if len(record.changed) == len(ev.delta) else (True,) * len(ev.delta)
+# Kept, keyed by content (every input of the reading, never an object id): with goal
+# restore over the whole history (the paper's Merge, the default) every decision reads
+# every recorded step, and rebuilding the readings cost 1.09x / 1.34x / 1.39x of a whole
+# decision's compose + render at 10 / 25 / 50 events (``benchmarks/bench_views.py
+# --horizons-only``, CPU time).
+@lru_cache(maxsize=8192)
+def _reading(
+    t: int,
+    entity: str,
+    act: str,
+    outcome: Outcome,
+    delta: tuple[StateDelta, ...],
+    action_text: str,
+    flags: tuple[bool, ...],
+) -> EventView:
+    changed = flags if len(flags) == len(delta) else (True,) * len(delta)
     deltas = []
-    term_texts = [ev.entity, record.raw.action_text]
+    term_texts = [entity, action_text]
+    # DependencyChain links events that share an entity or a state-key prefix, the agent's
+    # own keys (agent.location, agent.holding) included: the paper links "events that share
+    # entities, state keys, or nearby time steps" ("Composer", DependencyChain) and its view
+    # teacher lists "same-entity or shared state/delta-key-prefix events" (appendix E.2); no
+    # entity is exempt.
     links = set()
-    if ev.entity and ev.entity != AGENT_ENTITY:
-        links.add(ev.entity)
-    for d, flag in zip(ev.delta, changed, strict=True):
-        entity, attribute = split_key(d.key)
-        deltas.append(DeltaView(d.key, entity, attribute, d.new_value, bool(flag), text_terms(d.new_value)))
+    if entity:
+        links.add(entity)
+    for d, flag in zip(delta, changed, strict=True):
+        key_entity, attribute = split_key(d.key)
+        deltas.append(DeltaView(d.key, key_entity, attribute, d.new_value, bool(flag), text_terms(d.new_value)))
         term_texts.append(d.key)
         term_texts.append(d.new_value)
-        # The agent is updated by almost every step; linking through it would link everything.
-        if entity and entity != AGENT_ENTITY:
-            links.add(entity)
-    action = " ".join(record.raw.action_text.split())
+        if key_entity:
+            links.add(key_entity)
     return EventView(
-        t=ev.t,
-        entity=ev.entity,
-        act=ev.act,
-        action=action,
-        outcome=ev.outcome,
+        t=t,
+        entity=entity,
+        act=act,
+        action=" ".join(action_text.split()),
+        outcome=outcome,
         deltas=tuple(deltas),
         terms=text_terms(" | ".join(term_texts)),
         link_entities=frozenset(links),
     )
 
 
-_CACHE: dict[int, tuple[StreamRecord, EventView]] = {}
-_CACHE_MAX = 20_000
-
-
 def event_view(record: StreamRecord) -> EventView:
-    """The cached :class:`EventView` of ``record``."""
-    hit = _CACHE.get(id(record))
-    if hit is not None and hit[0] is record:
-        return hit[1]
+    """The :class:`EventView` of ``record``."""
     if not isinstance(record, StreamRecord):
         raise ValueError(f"the Composer reads StreamRecords (an EventStream's items), got {type(record).__name__}")
-    view = _build(record)
-    if len(_CACHE) >= _CACHE_MAX:
-        _CACHE.clear()
-    _CACHE[id(record)] = (record, view)
-    return view
-
-
-def clear_cache() -> None:
-    """Forget every cached reading and every stream index (benchmarks time a cold compose)."""
-    from memprism_ray.composer.index import clear_indexes
-
-    _CACHE.clear()
-    clear_indexes()
+    ev = record.event
+    return _reading(ev.t, ev.entity, ev.act, ev.outcome, ev.delta, record.raw.action_text, record.changed)

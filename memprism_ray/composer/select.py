@@ -7,14 +7,12 @@ eq. event-select, and appendix D.3)::
   then the outcome filter (``all`` keeps every outcome).
 * ``TaskRelevant`` (**goal_restore**): events outside the scope whose normalised terms
   (``composer.terms``) match a goal term are restored. *Where* they are restored from is
-  :attr:`ComposerConfig.goal_restore`: ``"window"`` (default) restores, inside the chosen
-  time window, the events the outcome filter removed; ``"history"`` restores matching
-  events from the whole stream (the literal reading of the D.3 equation); ``"off"``
-  disables restoration (an ablation). The default follows the method text ("restores
-  task-related events that may be removed by a strict filter") and the view teacher's
-  contract that ``recent_short`` covers the last 6 steps; under ``"history"`` a short
-  window would show goal evidence from any time and the window factor would lose its
-  meaning for exactly the evidence the policy needs.
+  :attr:`ComposerConfig.goal_restore`: ``"history"`` (default) restores matching events
+  from the whole stream, as the D.3 equation reads: ``TaskRelevant(E_<t, g)`` takes the
+  whole ``E_<t``, and "scope is a principal selection rule rather than an irreversible
+  deletion"; ``"window"`` restores only, inside the chosen time window, the events the
+  outcome filter removed (an option: the window factor then bounds goal evidence too);
+  ``"off"`` disables restoration (an ablation).
 * ``RecentContext`` (**recent_context**): for DependencyChain the latest event (the
   anchor) and the immediately previous event always come from the full unfiltered stream;
   window and filter only decide the extra candidates.
@@ -31,9 +29,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from memprism_ray.composer.records import EventView
+from memprism_ray.composer.records import EventView, event_view
+from memprism_ray.composer.terms import goal_terms
+from memprism_ray.recorder.events import Outcome
 from memprism_ray.recorder.stream import EventStream, StreamRecord
-from memprism_ray.view_space import ViewAction
+from memprism_ray.view_space import WINDOW_SIZES, ViewAction
 
 GOAL_RESTORE_MODES: tuple[str, ...] = ("window", "history", "off")
 
@@ -43,8 +43,11 @@ class ComposerConfig:
     """Settings of the Composer (the paper fixes everything else)."""
 
     goal_restore: str = field(
-        default="window",
-        metadata={"help": "where goal-matching events are restored from: window | history | off"},
+        default="history",
+        metadata={
+            "help": "where goal-matching events are restored from: history (the paper's Merge, default) | "
+            "window (inside the time window only) | off"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -138,16 +141,49 @@ def select(
     goal: str,
     config: ComposerConfig | None = None,
 ) -> Selection:
-    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (D.3).
+    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (D.3): one pass
+    over the events that can be selected (the whole stream for ``window=all``; O(N), the
+    paper's "Computational and storage complexity").
 
-    Defined by the single pass of ``composer.reference.select_reference`` (O(N) for
-    ``window=all``); answered from the stream's incremental index (``composer.index``), so
-    a call costs the events appended since the last one plus the selection it returns.
-    """
-    from memprism_ray.composer.index import select_indexed
-
+    No index and no cache: at the paper's horizons (<= 50 events) an incremental per-stream
+    index bought 0.97-1.08x of a whole decision's compose + render
+    (``benchmarks/bench_views.py --horizons-only``)."""
     cfg = config or DEFAULT_CONFIG
     act = as_action(action)
     if not isinstance(goal, str):
         raise ValueError(f"goal must be a string, got {type(goal).__name__}")
-    return select_indexed(stream_or_records, act, goal, cfg)
+    records = as_records(stream_or_records)
+    n = len(records)
+    size = WINDOW_SIZES[act.window]
+    start = 0 if size is None else max(0, n - size)
+    want = None if act.filter == "all" else Outcome(act.filter)
+    terms = goal_terms(goal)
+    restore = bool(terms) and cfg.goal_restore != "off"
+    restore_from = 0 if cfg.goal_restore == "history" else start
+    context_from = max(0, n - 2) if act.tau == "DependencyChain" else n
+    lo = min(start, restore_from if restore else n, context_from)
+
+    items: list[SelectedEvent] = []
+    n_scope = 0
+    for i in range(lo, n):
+        ev = event_view(records[i])
+        gm = bool(terms) and not terms.isdisjoint(ev.terms)
+        if i >= start and (want is None or ev.outcome is want):
+            reason = Reason.SCOPE
+            n_scope += 1
+        elif gm and restore and i >= restore_from:
+            reason = Reason.GOAL_RESTORE
+        elif i >= context_from:
+            reason = Reason.RECENT_CONTEXT
+        else:
+            continue
+        items.append(SelectedEvent(ev, reason, gm))
+    return Selection(
+        action=act,
+        goal=goal,
+        goal_terms=tuple(sorted(terms)),
+        items=tuple(items),
+        n_stream=n,
+        n_scope=n_scope,
+        recent_ts=tuple(records[i].event.t for i in range(max(0, n - 2), n)),
+    )

@@ -48,8 +48,9 @@ class EventStream:
     """Append-only sequence of :class:`StreamRecord` with the latest value per state key.
 
     ``meta`` holds stream-level facts (goal, task id, benchmark); it is persisted with the
-    stream. ``digest`` is a hash chain over the records, so two streams with the same
-    content have the same digest (used as a content address for cached views).
+    stream. ``content_digest`` is a hash chain over the records (without bookkeeping meta),
+    so two streams with the same events have the same digest (the content address of
+    ``views.ViewService``'s cache).
     """
 
     def __init__(self, meta: Mapping[str, Any] | None = None) -> None:
@@ -62,7 +63,6 @@ class EventStream:
         self._records: list[StreamRecord] = []
         self._state: dict[str, str] = {}
         self._dropped = {"empty_key": 0, "unknown_value": 0, "duplicate": 0}
-        self._digest = hashlib.sha256(_canonical_json(meta)).hexdigest()
         self._content = hashlib.sha256(b"memprism-view-content").hexdigest()
         self._sink: IO[str] | None = None
 
@@ -100,11 +100,6 @@ class EventStream:
 
     def latest(self, key: str, default: str | None = None) -> str | None:
         return self._state.get(key, default)
-
-    @property
-    def digest(self) -> str:
-        """SHA-256 hash chain over meta and every record appended so far."""
-        return self._digest
 
     @property
     def content_digest(self) -> str:
@@ -145,7 +140,6 @@ class EventStream:
         for d in accepted:
             self._state[d.key] = d.new_value
         self._count(report)
-        self._digest = hashlib.sha256(self._digest.encode() + line).hexdigest()
         self._content = hashlib.sha256(self._content.encode() + content_line).hexdigest()
         if self._sink is not None:
             self._sink.write(line.decode() + "\n")
@@ -351,7 +345,6 @@ class EventStream:
         other._records = list(self._records)
         other._state = dict(self._state)
         other._dropped = dict(self._dropped)
-        other._digest = self._digest
         other._content = self._content
         return other
 

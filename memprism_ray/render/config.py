@@ -45,6 +45,14 @@ class RenderConfig:
 
     max_side: int = field(default=672, metadata={"help": "long-side cap in pixels (multiple of 28; 448/672/896)"})
     font_size: int = field(default=12, metadata={"help": "DejaVu Sans Mono pixel size"})
+    fine_fit: str = field(
+        default="shrink",
+        metadata={
+            "help": "a fine view the page cannot hold: shrink (smaller rows, down to min_font_size, so every "
+            "selected item is shown) | drop (keep font_size, leave the oldest entries out with a count)"
+        },
+    )
+    min_font_size: int = field(default=8, metadata={"help": "smallest font size a fine view shrinks to (>= 8)"})
     line_gap: int = field(default=1, metadata={"help": "extra pixels between text rows"})
     margin: int = field(default=8, metadata={"help": "page margin in pixels (goal bars sit in it)"})
     compress_level: int = field(default=1, metadata={"help": "PNG zlib level 0-9 (1: fast, images are tiny)"})
@@ -63,6 +71,14 @@ class RenderConfig:
             )
         if not isinstance(self.font_size, int) or not 8 <= self.font_size <= 32:
             raise ValueError(f"RenderConfig.font_size must be an int in [8, 32], got {self.font_size!r}")
+        if self.fine_fit not in ("shrink", "drop"):
+            raise ValueError(f"RenderConfig.fine_fit must be 'shrink' or 'drop', got {self.fine_fit!r}")
+        if isinstance(self.min_font_size, bool) or not isinstance(self.min_font_size, int):
+            raise ValueError(f"RenderConfig.min_font_size must be an int, got {self.min_font_size!r}")
+        if not 8 <= self.min_font_size <= self.font_size:
+            raise ValueError(
+                f"RenderConfig.min_font_size must be in [8, font_size={self.font_size}], got {self.min_font_size}"
+            )
         if not isinstance(self.line_gap, int) or not 0 <= self.line_gap <= 16:
             raise ValueError(f"RenderConfig.line_gap must be an int in [0, 16], got {self.line_gap!r}")
         if not isinstance(self.margin, int) or not 4 <= self.margin <= 64:

@@ -5,7 +5,8 @@ Text is drawn from an atlas of DejaVu Sans Mono glyphs (shipped in matplotlib's
 ``mpl-data/fonts/ttf``, loaded with ``ImageFont.Layout.BASIC`` so no host shaping library is
 involved). Each glyph is rasterised once into a fixed ``cell_w x cell_h`` cell and stored
 as 8 coverage levels (0..7); a text span becomes a strip assembled with numpy fancy
-indexing, and strips are cached by text. Pixels therefore depend only on the pinned
+indexing (not cached: a per-text strip cache bought 1.00-1.05x of a whole decision at
+10-50 events, ``benchmarks/bench_views.py --horizons-only``). Pixels therefore depend only on the pinned
 Pillow/FreeType and the font file, never on the order things were drawn in.
 Characters the font lacks are drawn as ``?``; control characters as spaces.
 """
@@ -19,7 +20,6 @@ from pathlib import Path
 import numpy as np
 
 LEVELS = 8  # coverage levels per glyph pixel (palette images hold 32 styles x 8 levels)
-_STRIP_CACHE_BYTES = 32 * 1024 * 1024
 
 
 def font_path(bold: bool = False) -> Path:
@@ -33,7 +33,6 @@ def font_path(bold: bool = False) -> Path:
     return path
 
 
-@lru_cache(maxsize=2)
 def _charmap(bold: bool) -> frozenset[int]:
     from matplotlib.ft2font import FT2Font
 
@@ -61,8 +60,6 @@ class GlyphAtlas:
         self._glyphs: list[np.ndarray] = []
         self._atlas = np.zeros((0, self.cell_h, self.cell_w), np.uint8)
         self._ascii = np.zeros(128, np.intp)
-        self._strips: dict[str, np.ndarray] = {}
-        self._strip_bytes = 0
         with self._lock:
             for code in range(128):
                 ch = chr(code) if 32 <= code < 127 else " "
@@ -107,20 +104,13 @@ class GlyphAtlas:
 
     def strip(self, text: str) -> np.ndarray:
         """Coverage levels of ``text`` as a ``(cell_h, len(text) * cell_w)`` uint8 array."""
-        cached = self._strips.get(text)
-        if cached is not None:
-            return cached
         codes = self.codes(text)
         atlas = self._atlas
-        strip = atlas[codes].transpose(1, 0, 2).reshape(self.cell_h, len(text) * self.cell_w)
-        if self._strip_bytes > _STRIP_CACHE_BYTES:
-            self._strips.clear()
-            self._strip_bytes = 0
-        self._strips[text] = strip
-        self._strip_bytes += strip.nbytes + len(text) + 64
-        return strip
+        return atlas[codes].transpose(1, 0, 2).reshape(self.cell_h, len(text) * self.cell_w)
 
 
+# Kept: rasterising the atlas per view cost 35-45x a whole decision's compose + render at
+# 10-50 events (``benchmarks/bench_views.py --horizons-only``).
 @lru_cache(maxsize=16)
 def atlas(size: int, bold: bool = False) -> GlyphAtlas:
     """The shared atlas for ``(size, bold)``; bold glyphs use the regular font's cell."""

@@ -33,29 +33,25 @@ DependencyChain the anchor and the highest-priority links, with the marker at th
 The text renderer prints exactly the kept entries with the same marker (one entry per
 line), so the optical and the text view carry the same information. Only a single entry
 taller than the whole page (pathological: dozens of deltas in one event) is clipped in the
-image; its text line stays complete.
+image; its text line stays complete. A ``fine`` view first shrinks its rows (smaller font
+sizes, ``RenderConfig.fine_fit``/``min_font_size``) until every selected item fits; only
+what does not fit at the smallest size is left out, with the same counted markers.
 
-Caches. Laid-out entry blocks are memoised by content (entry objects by identity, plus
-every layout parameter); entries that recur as the same object (events always; groups,
-rows and chains of views the Composer's index or shared instances produced, see
-``composer.index.entries_are_indexed``) are also found by identity, with the per-page
-facts computed from them (table columns, column widths). Headers and markers are
-memoised by their text. None of this changes a line or a pixel (tests lay pages out from
-empty caches and compare).
+No caches: every page is laid out from its view. At the paper's horizons (<= 50 events)
+memoising laid-out blocks, text wraps and per-page facts bought 1.01-1.09x of a whole
+decision's compose + render (``benchmarks/bench_views.py --horizons-only``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
 
-from memprism_ray.composer.index import entries_are_indexed
 from memprism_ray.composer.select import SelectedEvent
 from memprism_ray.composer.structures import (
     ActionEffect,
-    ChainLink,
     DependencyChain,
     EffectGroup,
     EntityRow,
@@ -63,7 +59,6 @@ from memprism_ray.composer.structures import (
     StateChain,
     StateValue,
     TemporalTrace,
-    TraceEntry,
     TraceGap,
     TraceRun,
     View,
@@ -109,6 +104,9 @@ class Block:
     gap: int = 0
     col_rules: tuple[int, ...] = ()
     bg: str = "background"
+    #: Items of the entry its rows leave out (attempts, state changes, chain values), each
+    #: counted on a visible ``⋯`` row of the block.
+    hidden: int = 0
 
 
 # kind -> (border, pad_left, pad_right, pad_top, pad_bottom) in pixels; link adds a gutter.
@@ -133,6 +131,7 @@ class Geometry:
 
     width: int
     max_side: int
+    font_size: int
     margin: int
     cell_w: int
     cell_h: int
@@ -161,13 +160,13 @@ class Geometry:
         return 2 * border + top + bottom + len(block.rows) * self.row_h
 
 
-@lru_cache(maxsize=32)
 def geometry(config: RenderConfig) -> Geometry:
     font = atlas(config.font_size)
     row_h = font.cell_h + config.line_gap
     return Geometry(
         width=config.max_side,
         max_side=config.max_side,
+        font_size=config.font_size,
         margin=config.margin,
         cell_w=font.cell_w,
         cell_h=font.cell_h,
@@ -189,23 +188,30 @@ class Page:
     height: int = 0
     header_h: int = 0
     lines: list[str] = field(default_factory=list)
+    #: Items inside the kept entries their rows leave out (see :attr:`Block.hidden`), plus
+    #: one for an entry clipped because it is taller than the page.
+    hidden: int = 0
 
     @property
     def omitted(self) -> int:
+        """Entries left off the page (counted by the page's ``⋯ N ... omitted`` marker)."""
         return self.total - self.shown
+
+    @property
+    def complete(self) -> bool:
+        """Whether the page shows every entry with every item it holds."""
+        return self.omitted == 0 and self.hidden == 0
 
 
 # --- text helpers --------------------------------------------------------------------
 _SPACES = re.compile(r"\s+")
 
 
-@lru_cache(maxsize=65536)
 def clean(text: str) -> str:
     """One line of text: whitespace runs (newlines, tabs) become single spaces."""
     return _SPACES.sub(" ", text).strip()
 
 
-@lru_cache(maxsize=16384)
 def wrap(text: str, width: int) -> tuple[str, ...]:
     """Greedy word wrap to ``width`` columns; words longer than a line are split."""
     if width <= 0:
@@ -478,79 +484,6 @@ def header_block(view: View, geo: Geometry, counts: list[str]) -> Block:
 # --- per-view entry builders ---------------------------------------------------------
 Builder = Callable[[int], Block]
 
-# Laid-out entries, cached by content. At consecutive decisions a view shows mostly the
-# entries it showed before (the stream only grew by one event), so their blocks are reused.
-# Keys name compiled objects by identity (SelectedEvent/StateValue are memoised per record)
-# plus every layout parameter; the value keeps those objects alive, so an id cannot be
-# reused while its key is cached. Cached blocks are never mutated (the clip path copies).
-_BLOCKS: dict[tuple, tuple[object, Block]] = {}
-_BLOCKS_MAX = 8_192
-
-
-def _memo_block(key: tuple, refs: object, make: Callable[[], Block]) -> Block:
-    hit = _BLOCKS.get(key)
-    if hit is not None:
-        return hit[1]
-    block = make()
-    if len(_BLOCKS) >= _BLOCKS_MAX:
-        _BLOCKS.clear()
-        _BY_OBJ.clear()  # it would keep the dropped blocks alive
-    _BLOCKS[key] = (refs, block)
-    return block
-
-
-# Layout parameters of a view kind (``common`` tuples: gamma, columns, limits, geometry)
-# -> a small int, so per-entry keys hash two ints instead of the whole parameter tuple.
-# Numbers are never reused (a monotonic counter), so clearing this map is always safe.
-_COMMONS: dict[tuple, int] = {}
-_COMMONS_NEXT = [0]
-
-
-def _cid(common: tuple) -> int:
-    cid = _COMMONS.get(common)
-    if cid is None:
-        if len(_COMMONS) >= 4_096:
-            _COMMONS.clear()
-        cid = _COMMONS[common] = _COMMONS_NEXT[0]
-        _COMMONS_NEXT[0] += 1
-    return cid
-
-
-# (layout parameters, entry object identity) -> (entry, block): the Composer's index
-# returns the same entry objects (events, groups, rows) while they are unchanged, so their
-# block is found without building the content key. Misses fall back to ``_memo_block``.
-_BY_OBJ: dict[tuple[int, int], tuple[object, Block]] = {}
-_BY_OBJ_MAX = 8_192
-
-
-def _memo_obj(
-    cid: int, obj: object, content: Callable[[], tuple], refs: object, make: Callable[[], Block], stable: bool = True
-) -> Block:
-    """The block of ``obj``; ``stable``: the object recurs (worth remembering by identity)."""
-    if not stable:
-        return _memo_block((cid, *content()), refs, make)
-    hit = _BY_OBJ.get((cid, id(obj)))
-    if hit is not None and hit[0] is obj:
-        return hit[1]
-    block = _memo_block((cid, *content()), refs, make)
-    if len(_BY_OBJ) >= _BY_OBJ_MAX:
-        _BY_OBJ.clear()
-    _BY_OBJ[(cid, id(obj))] = (obj, block)
-    return block
-
-
-def clear_layout_cache() -> None:
-    """Forget cached entry blocks (benchmarks time cold layouts with it)."""
-    _BLOCKS.clear()
-    _BY_OBJ.clear()
-    _COMMONS.clear()
-    _CHAIN_STATS.clear()
-    _ROW_CONTENT.clear()
-    _TABLES.clear()
-    _GROUP_FACTS.clear()
-    _EFFECT_WIDTHS.clear()
-
-
 def entry_limit(budget_rows: int) -> int:
     """Rows one entry (an event's changes, a table cell's chain) may take: a third of the
     page, so no single long entry crowds out the rest of the view."""
@@ -573,25 +506,13 @@ def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) 
     reps = [e if isinstance(e, SelectedEvent) else e.last for e in recent if not isinstance(e, TraceGap)]
     ec = event_columns(geo.cols, 0, max(_step_w(view), 3), _longest_action(reps))
 
-    cid = _cid(("T", gamma, ec, limit, geo))
-
     def build(i: int) -> Block:
         e = entries[i]
         if isinstance(e, SelectedEvent):
-            hit = _BY_OBJ.get((cid, id(e)))
-            if hit is not None and hit[0] is e:
-                return hit[1]
-            return _memo_obj(cid, e, lambda: (id(e),), e, lambda: make(e))
-        if isinstance(e, TraceRun):
-            key = (cid, "run", id(e.first), id(e.last), e.count, e.outcome, e.goal_match)
-            return _memo_block(key, (e.first, e.last), lambda: make(e))
-        return _memo_block((cid, "gap", e.first_t, e.last_t, e.count, e.histogram), None, lambda: make(e))
-
-    def make(e: TraceEntry) -> Block:
-        if isinstance(e, SelectedEvent):
             bg, bar = row_style(e.event.outcome, e.goal_match)
             cells, shown = event_entry(e, gamma, ec, limit)
-            return Block("plain", grid(cells, bg, bar), [event_line(e, gamma, shown)])
+            hidden = len(delta_items(e, gamma)) - shown
+            return Block("plain", grid(cells, bg, bar), [event_line(e, gamma, shown)], hidden=hidden)
         if isinstance(e, TraceRun):
             label, fg = OUTCOME_LABEL[e.outcome]
             note = f"×{e.count} since s{e.first.t}: {e.first.event.action}"
@@ -626,71 +547,25 @@ def _histogram_segs(group: EffectGroup) -> list[Seg]:
     return segs
 
 
-# Per EffectGroup object: (group, content part of its block key, {k: longest action among
-# its last k shown attempts}). The Composer's index returns the same group object while the
-# group is unchanged, so a page of groups does not rescan their attempts.
-_GROUP_FACTS: dict[int, tuple[EffectGroup, tuple, dict[int, int]]] = {}
-_GROUP_FACTS_MAX = 4_096
-
-
-def _group_facts(g: EffectGroup, stable: bool) -> tuple[tuple, dict[int, int]]:
-    hit = _GROUP_FACTS.get(id(g))
-    if hit is not None and hit[0] is g:
-        return hit[1], hit[2]
-    content = (g.act, g.entity, g.count, g.histogram, g.goal_match, g.numbers, tuple(map(id, g.attempts)))
-    if not stable:
-        return content, {}
-    if len(_GROUP_FACTS) >= _GROUP_FACTS_MAX:
-        _GROUP_FACTS.clear()
-    _GROUP_FACTS[id(g)] = (g, content, {})
-    return content, _GROUP_FACTS[id(g)][2]
-
-
-def _group_longest(g: EffectGroup, k: int, stable: bool) -> int:
+def _longest_shown(g: EffectGroup, k: int) -> int:
     """``_longest_action`` of the group's last ``k`` shown attempts (``-1``: none)."""
-    longest = _group_facts(g, stable)[1]
-    got = longest.get(k)
-    if got is None:
-        got = longest[k] = max((len(it.event.action) for it in g.attempts[-k:]), default=-1)
-    return got
+    return max((len(it.event.action) for it in g.attempts[-k:]), default=-1)
 
 
-# Groups shown on a page (by identity) -> (longest action, attempt-number width); the value
-# keeps the groups alive, so the ids in the key stay theirs.
-_EFFECT_WIDTHS: dict[tuple, tuple[tuple[EffectGroup, ...], tuple[int, int]]] = {}
-
-
-def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int, stable: bool) -> tuple[int, Builder]:
+def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> tuple[int, Builder]:
     groups = body.groups
     gamma = view.action.gamma
     cols = geo.content_cols("card")
     shown = groups[-budget_rows:]
-    key = (tuple(map(id, shown)), budget_rows) if stable else None
-    hit = _EFFECT_WIDTHS.get(key) if key is not None else None
-    if hit is not None:
-        longest, num_w = hit[1]
-    else:
-        longest = max((_group_longest(g, budget_rows, stable) for g in shown), default=-1)
-        num_w = max((len(f"#{g.count}") for g in shown), default=2)
-        if key is not None:
-            if len(_EFFECT_WIDTHS) >= _GROUP_FACTS_MAX:
-                _EFFECT_WIDTHS.clear()
-            _EFFECT_WIDTHS[key] = (shown, (longest, num_w))
+    longest = max((_longest_shown(g, budget_rows) for g in shown), default=-1)
+    num_w = max((len(f"#{g.count}") for g in shown), default=2)
     ec = event_columns(cols, num_w, max(_step_w(view), 3), 8 if longest < 0 else longest)
 
     limit = entry_limit(budget_rows)
     card_limit = max(limit, budget_rows // 2)
 
-    cid = _cid(("E", gamma, ec, limit, card_limit, num_w, cols, geo))
-
     def build(i: int) -> Block:
         g = groups[i]
-        hit = _BY_OBJ.get((cid, id(g))) if stable else None
-        if hit is not None and hit[0] is g:
-            return hit[1]
-        return _memo_obj(cid, g, lambda: _group_facts(g, stable)[0], g.attempts, lambda: make(g), stable)
-
-    def make(g: EffectGroup) -> Block:
         bar = "accent" if g.goal_match else None
         head: list[Seg] = [(f"{g.act} {g.entity}".strip() or "(no entity)", "text", True)]
         head.append((f"   {g.count} attempt{'s' if g.count != 1 else ''}", "dim", False))
@@ -703,6 +578,7 @@ def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int, sta
         body_lines: list[str] = []
         shown_attempts = g.shown()
         kept = 0
+        hidden = 0
         for num, it in reversed(shown_attempts):
             bg, _ = row_style(it.event.outcome, False)
             prefix = [[(f"#{num}".ljust(num_w), "dim", False)]]
@@ -713,12 +589,14 @@ def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int, sta
                 break
             body_rows[:0] = rows
             body_lines.insert(0, f"  #{num} {event_line(it, gamma, shown)}")
+            hidden += len(delta_items(it, gamma)) - shown
             kept += 1
         if kept < len(shown_attempts):
             note = f"⋯ {len(shown_attempts) - kept} earlier shown attempts omitted"
             body_rows.insert(0, Row([Span(0, note, "dim")]))
             body_lines.insert(0, "  " + note.replace("⋯", "..."))
-        return Block("card", head_rows + body_rows, [head_line, *body_lines], gap=4, bg="card_bg")
+        hidden += len(shown_attempts) - kept
+        return Block("card", head_rows + body_rows, [head_line, *body_lines], gap=4, bg="card_bg", hidden=hidden)
 
     return len(groups), build
 
@@ -832,53 +710,16 @@ def _fit_chain(
     return lines, drop
 
 
-# Per chain object: (longest shown value, columns its shown values want). Chains are
-# immutable; the Composer's index returns the same chain object while a key is unchanged.
-_CHAIN_STATS: dict[tuple[int, str], tuple[StateChain, int, int]] = {}
-_CHAIN_STATS_MAX = 8_192
-
-
-def _chain_stats(c: StateChain, gamma: str, stable: bool) -> tuple[int, int]:
-    hit = _CHAIN_STATS.get((id(c), gamma))
-    if hit is not None and hit[0] is c:
-        return hit[1], hit[2]
+def _chain_stats(c: StateChain, gamma: str) -> tuple[int, int]:
+    """(longest shown value, columns its shown values want)."""
     # The first value and the most recent ones are what a cell can show.
     tail = c.values if len(c.values) <= 33 else (c.values[0], *c.values[-32:])
     sizes = [_value_size(v, gamma) for v in tail]
-    longest, demand = max(sizes, default=0), sum(sizes) + 3 * max(0, len(sizes) - 1)
-    if not stable:
-        return longest, demand
-    if len(_CHAIN_STATS) >= _CHAIN_STATS_MAX:
-        _CHAIN_STATS.clear()
-    _CHAIN_STATS[(id(c), gamma)] = (c, longest, demand)
-    return longest, demand
-
-
-# Rows (by identity) -> their table columns. The Composer's index returns the same row
-# objects while entities are unchanged, so repeated views of a table reuse its columns;
-# the value keeps the rows alive, so their ids in the key cannot be reused meanwhile.
-_TABLES: dict[tuple, tuple[tuple[EntityRow, ...], tuple[int, list[tuple[str, int, int]], int]]] = {}
-_TABLES_MAX = 1_024
-
-
-def _table_columns_memo(
-    rows: tuple[EntityRow, ...], cols: int, gamma: str, stable: bool
-) -> tuple[int, list[tuple[str, int, int]], int]:
-    if not stable:
-        return _table_columns(rows, cols, gamma, stable)
-    key = (tuple(map(id, rows)), cols, gamma)
-    hit = _TABLES.get(key)
-    if hit is not None:
-        return hit[1]
-    out = _table_columns(rows, cols, gamma, stable)
-    if len(_TABLES) >= _TABLES_MAX:
-        _TABLES.clear()
-    _TABLES[key] = (rows, out)
-    return out
+    return max(sizes, default=0), sum(sizes) + 3 * max(0, len(sizes) - 1)
 
 
 def _table_columns(
-    rows: tuple[EntityRow, ...], cols: int, gamma: str, stable: bool = False
+    rows: tuple[EntityRow, ...], cols: int, gamma: str
 ) -> tuple[int, list[tuple[str, int, int]], int]:
     """Entity column width, kept attribute columns ``(attribute, col, width)`` and the
     column of the catch-all ``other`` column (``-1``: none).
@@ -895,7 +736,7 @@ def _table_columns(
         for c in r.chains:
             a = c.attribute
             count[a] = count.get(a, 0) + 1
-            c_longest, c_demand = _chain_stats(c, gamma, stable)
+            c_longest, c_demand = _chain_stats(c, gamma)
             longest[a] = max(longest.get(a, 0), c_longest)
             demand[a] = demand.get(a, 0) + c_demand
     attrs = sorted(count, key=lambda a: (-count[a], a))
@@ -933,35 +774,14 @@ def _table_columns(
     return ew, out, other_col
 
 
-# Per EntityRow object: the content part of its block key (names values by identity).
-_ROW_CONTENT: dict[int, tuple[EntityRow, tuple]] = {}
-_ROW_CONTENT_MAX = 4_096
-
-
-def _row_content(r: EntityRow, stable: bool) -> tuple:
-    hit = _ROW_CONTENT.get(id(r))
-    if hit is not None and hit[0] is r:
-        return hit[1]
-    chains = tuple((c.key, c.attribute, c.total, c.elided, tuple(map(id, c.values))) for c in r.chains)
-    content = (r.entity, r.goal_match, chains)
-    if not stable:
-        return content
-    if len(_ROW_CONTENT) >= _ROW_CONTENT_MAX:
-        _ROW_CONTENT.clear()
-    _ROW_CONTENT[id(r)] = (r, content)
-    return content
-
-
-def _state(
-    view: View, body: EntityState, geo: Geometry, budget_rows: int, stable: bool
-) -> tuple[int, Builder, Block | None]:
+def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tuple[int, Builder, Block | None]:
     rows = body.rows
     gamma = view.action.gamma
     cols = geo.content_cols("table_row")
     if not rows:
         return 0, lambda i: Block("plain", [], []), None
     # Only the most recent rows can be on the page (each takes at least one text row).
-    ew, attr_cols, other_col = _table_columns_memo(rows[-budget_rows:], cols, gamma, stable)
+    ew, attr_cols, other_col = _table_columns(rows[-budget_rows:], cols, gamma)
     where = {a: (c, w) for a, c, w in attr_cols}
     other_w = cols - other_col if other_col >= 0 else 0
     rules = tuple(c - 2 for _, c, _ in attr_cols) + ((other_col - 2,) if other_col >= 0 else ())
@@ -969,28 +789,16 @@ def _state(
     head_cells += [(c, [[(a[:w], "text", True)]]) for a, c, w in attr_cols]
     if other_col >= 0:
         head_cells.append((other_col, [[("other", "text", True)]]))
-    head = _memo_block(
-        ("SH", tuple(attr_cols), other_col, geo),
-        None,
-        lambda: Block("table_head", grid(head_cells), [], col_rules=rules, bg="header_bg"),
-    )
+    head = Block("table_head", grid(head_cells), [], col_rules=rules, bg="header_bg")
 
     limit = entry_limit(budget_rows)
 
-    cid = _cid(("S", gamma, limit, ew, tuple(attr_cols), other_col, cols, geo))
-
     def build(i: int) -> Block:
         r = rows[i]
-        hit = _BY_OBJ.get((cid, id(r))) if stable else None
-        if hit is not None and hit[0] is r:
-            return hit[1]
-        refs = tuple(c.values for c in r.chains)
-        return _memo_obj(cid, r, lambda: _row_content(r, stable), refs, lambda: make(r), stable)
-
-    def make(r: EntityRow) -> Block:
         cells: list[Cell] = [text_cell(0, r.entity, ew, "accent" if r.goal_match else "text", True)]
         extra: list[list[Seg]] = []
         texts = []
+        hidden = 0
         n_other = sum(1 for c in r.chains if c.attribute not in where)
         other_limit = max(2, limit // max(1, n_other))  # the other cell shares the entry's rows
         for c in r.chains:
@@ -1002,11 +810,13 @@ def _state(
                 lines, drop = _fit_chain(c, gamma, other_w, other_limit, (f"{c.attribute}: ", "dim", True))
                 extra.extend(lines)
             texts.append(_chain_text(c, gamma, drop))
+            hidden += drop
         if extra:
             cells.append((other_col, extra))
         bg = "goal_bg" if r.goal_match else None
         line = f"{r.entity} | " + " | ".join(texts) + (" [goal]" if r.goal_match else "")
-        return Block("table_row", grid(cells, bg, "accent" if r.goal_match else None), [line], col_rules=rules)
+        table_rows = grid(cells, bg, "accent" if r.goal_match else None)
+        return Block("table_row", table_rows, [line], col_rules=rules, hidden=hidden)
 
     return len(rows), build, head
 
@@ -1030,13 +840,8 @@ def _dependency(view: View, body: DependencyChain, geo: Geometry, budget_rows: i
 
     limit = entry_limit(budget_rows)
 
-    cid = _cid(("D", gamma, ec, anchor_ec, label_w, limit, geo))
-
     def build(i: int) -> Block:
         lk = links[i]
-        return _memo_block((cid, i == 0, id(lk.item), lk.kind, lk.via), lk.item, lambda: make(i, lk))
-
-    def make(i: int, lk: ChainLink) -> Block:
         it = lk.item
         label = LINK_LABEL[lk.kind.value]
         bg, bar = row_style(it.event.outcome, it.goal_match)
@@ -1050,25 +855,44 @@ def _dependency(view: View, body: DependencyChain, geo: Geometry, budget_rows: i
             cells, shown = event_entry(it, gamma, ec, limit, prefix, note)
             kind, gap, block_bg = "link", 2, "background"
         line = f"{lk.kind.value} | {event_line(it, gamma, shown)}" + (f" | via {', '.join(lk.via)}" if lk.via else "")
-        return Block(kind, grid(cells, bg, bar), [line], gap=gap, bg=block_bg)
+        hidden = len(delta_items(it, gamma)) - shown
+        return Block(kind, grid(cells, bg, bar), [line], gap=gap, bg=block_bg, hidden=hidden)
 
     return len(links), build
 
 
 # --- fitting ---------------------------------------------------------------------------
 def _marker(text: str) -> Block:
-    return _memo_block(
-        ("M", text), None, lambda: Block("marker", [Row([Span(0, text, "dim")])], [text.replace("⋯", "...")])
-    )
+    return Block("marker", [Row([Span(0, text, "dim")])], [text.replace("⋯", "...")])
 
 
 def layout(view: View, config: RenderConfig | None = None) -> Page:
-    """Lay ``view`` out under ``config``'s row budget (see the module docstring)."""
+    """Lay ``view`` out under ``config``'s row budget (see the module docstring).
+
+    A ``fine`` view keeps every selected item (the view teacher's "fine: preserve all
+    selected events/items", appendix E.2): when the page cannot hold them at
+    ``config.font_size`` and ``config.fine_fit == "shrink"``, the rows shrink (smaller font
+    sizes down to ``config.min_font_size``) and the largest size that shows everything is
+    used. If even the smallest cannot, the smallest size is used and what is left out is
+    counted on the page (``⋯ N earlier entries omitted``, ``⋯ k more changes``), in the
+    image and in the text twin alike."""
     config = config or RenderConfig()
+    page = _layout_at(view, config)
+    if page.complete or view.action.gamma != "fine" or config.fine_fit != "shrink":
+        return page
+    smallest = _layout_at(view, dataclasses.replace(config, font_size=config.min_font_size))
+    if not smallest.complete:  # nothing fits everything: the smallest rows show the most
+        return smallest
+    for size in range(config.font_size - 1, config.min_font_size, -1):
+        page = _layout_at(view, dataclasses.replace(config, font_size=size))
+        if page.complete:
+            return page
+    return smallest
+
+
+def _layout_at(view: View, config: RenderConfig) -> Page:
     geo = geometry(config)
     body = view.body
-    # Entries of views compiled from an index recur at later decisions: remember them by identity.
-    stable = entries_are_indexed(view)
     counts = [f"events {view.n_stream}", f"in scope {view.n_scope}", f"selected {view.n_selected}"]
     if isinstance(body, TemporalTrace):
         counts.append(f"entries {len(body.entries)}")
@@ -1078,12 +902,7 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
         counts.append(f"entities {len(body.rows)}")
     elif isinstance(body, DependencyChain):
         counts += [f"chain {len(body.links)}/{body.cap}", f"candidates {body.candidates}"]
-    a = view.action
-    header = _memo_block(
-        ("H", a.tau, a.window, a.filter, a.gamma, view.goal, view.goal_terms, tuple(counts), geo),
-        None,
-        lambda: header_block(view, geo, counts),
-    )
+    header = header_block(view, geo, counts)
     header_h = geo.height(header) + 2
     top = header_h + 4
     budget = geo.max_side - top - geo.margin
@@ -1094,10 +913,10 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
         total, build = _temporal(view, body, geo, budget_rows)
         unit = "entries"
     elif isinstance(body, ActionEffect):
-        total, build = _effect(view, body, geo, budget_rows, stable)
+        total, build = _effect(view, body, geo, budget_rows)
         unit = "groups"
     elif isinstance(body, EntityState):
-        total, build, head = _state(view, body, geo, budget_rows, stable)
+        total, build, head = _state(view, body, geo, budget_rows)
         if head is not None:
             fixed.append(head)
         unit = "entities"
@@ -1126,6 +945,7 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
         b.rows = b.rows[:room]
         if b.rows and b.rows[-1].spans:
             b.rows[-1].spans.append(Span(geo.content_cols(b.kind) - 1, "…", "dim"))
+        b.hidden += 1
         kept.append(b)
         used += b.gap + geo.height(b)
     marker: Block | None = None
@@ -1149,4 +969,5 @@ def layout(view: View, config: RenderConfig | None = None) -> Page:
     height = min(geo.max_side, -(-(top + used + geo.margin) // PATCH) * PATCH)
     page = Page(view, geo, header, blocks, total, shown, unit, height, header_h)
     page.lines = [*header.lines, *(line for b in blocks for line in b.lines)]
+    page.hidden = sum(b.hidden for b in kept)
     return page

@@ -205,7 +205,11 @@ def test_dependency_chain(n: int, seed: int, scope: tuple[str, str], goal: str) 
     assert chains["fine"].entry_count >= chains["medium"].entry_count >= chains["coarse"].entry_count
 
 
-def test_agent_updates_do_not_link_but_shared_entities_do() -> None:
+def test_shared_entities_and_shared_agent_keys_link() -> None:
+    """Paper "Composer", DependencyChain: "Composer retrieves events that share entities,
+    state keys, or nearby time steps"; appendix D: "same-entity or shared
+    state/delta-key-prefix events". Events that share only ``agent.*`` keys with the
+    anchor link too."""
     s = EventStream()
 
     def step(action: str, entity: str, delta: list[tuple[str, str]], failed: bool = False) -> None:
@@ -220,6 +224,7 @@ def test_agent_updates_do_not_link_but_shared_entities_do() -> None:
     chain = compose(s, "DependencyChain/all/all/fine", "").body
     assert isinstance(chain, DependencyChain)
     got = [(lk.item.event.t, lk.kind, lk.via) for lk in chain.links]
+    # The anchor has no agent key: agent-only events stay context.
     assert got == [
         (6, LinkKind.ANCHOR, ()),
         (5, LinkKind.PREVIOUS, ()),
@@ -227,6 +232,21 @@ def test_agent_updates_do_not_link_but_shared_entities_do() -> None:
         (1, LinkKind.SHARED_KEY, ("cabinet 1",)),
         (4, LinkKind.CONTEXT, ()),
         (3, LinkKind.CONTEXT, ()),
+    ]
+    step("examine cabinet 3", "cabinet 3", [])  # 7
+    step("go to sinkbasin 1", "sinkbasin 1", [("agent.location", "sinkbasin 1")])  # 8 anchor
+    chain = compose(s, "DependencyChain/all/all/fine", "").body
+    assert isinstance(chain, DependencyChain)
+    got = [(lk.item.event.t, lk.kind, lk.via) for lk in chain.links]
+    assert got == [
+        (8, LinkKind.ANCHOR, ()),
+        (7, LinkKind.PREVIOUS, ()),
+        (5, LinkKind.SHARED_KEY, ("agent",)),
+        (3, LinkKind.SHARED_KEY, ("agent",)),
+        (2, LinkKind.SHARED_KEY, ("agent",)),
+        (1, LinkKind.SHARED_KEY, ("agent",)),
+        (6, LinkKind.CONTEXT, ()),
+        (4, LinkKind.CONTEXT, ()),
     ]
 
 

@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memprism_ray.composer import ComposerConfig, Reason, compose, goal_terms, select, text_terms
+from memprism_ray.composer.records import EventView
 from memprism_ray.composer.synthetic import alfworld_like_stream, random_stream
-from memprism_ray.recorder import EventStream, RawEvent
+from memprism_ray.recorder import EventStream, RawEvent, StreamRecord
 from memprism_ray.view_space import ALL_ACTIONS, WINDOW_SIZES, ViewAction
 
 actions = st.sampled_from(ALL_ACTIONS)
@@ -105,6 +106,24 @@ def test_goal_restore_brings_back_filtered_goal_events() -> None:
     assert [it.event.t for it in sel.items] == [2, 4]
 
 
+def test_goal_restore_reads_the_whole_history_by_default() -> None:
+    """D.3: Merge(sigma_{w,c}(E_<t), TaskRelevant(E_<t, g), ...) restores goal-matching
+    events from the whole history, not only from the time window; ``window`` is an option."""
+    s = EventStream({"goal": "put a clean mug in cabinet"})
+    s.record(RawEvent("o", "take mug 1 from countertop 1", "f"), entity="mug 1", act="take",
+             delta=[("agent.holding", "mug 1")])  # fmt: skip
+    for k in range(8):
+        s.record(RawEvent("o", f"go to shelf {k + 1}", "f"), entity=f"shelf {k + 1}", act="go",
+                 delta=[("agent.location", f"shelf {k + 1}")])  # fmt: skip
+    a = ViewAction("TemporalTrace", "recent_short", "all", "fine")
+    assert ComposerConfig().goal_restore == "history"
+    sel = select(s, a, s.meta["goal"])
+    assert [(it.event.t, it.reason) for it in sel.items][:2] == [(1, Reason.GOAL_RESTORE), (4, Reason.SCOPE)]
+    assert compose(s, a).n_selected == 7
+    windowed = select(s, a, s.meta["goal"], ComposerConfig(goal_restore="window"))
+    assert [it.event.t for it in windowed.items] == list(range(4, 10))
+
+
 def test_goal_terms_definition() -> None:
     assert goal_terms("put a clean mug in cabinet 2") == {"clean", "mug", "cabinet"}
     assert goal_terms("Put two knives in the drawers") == {"knife", "drawer"}
@@ -119,11 +138,11 @@ def test_goal_terms_definition() -> None:
 @given(n=st.integers(0, 30), seed=st.integers(0, 1000), action=actions, goal=goals)
 def test_compose_never_changes_the_stream(n: int, seed: int, action: ViewAction, goal: str) -> None:
     stream = random_stream(n, seed)
-    before = (stream.records, stream.state, stream.digest, len(stream))
+    before = (stream.records, stream.state, stream.content_digest, len(stream))
     select(stream, action, goal)
     for gamma in ("coarse", "medium", "fine"):
         compose(stream, ViewAction(action.tau, action.window, action.filter, gamma), goal)
-    assert (stream.records, stream.state, stream.digest, len(stream)) == before
+    assert (stream.records, stream.state, stream.content_digest, len(stream)) == before
 
 
 def test_select_accepts_records_and_rejects_other_input() -> None:
@@ -142,14 +161,22 @@ def test_select_accepts_records_and_rejects_other_input() -> None:
         ComposerConfig(goal_restore="sometimes")
 
 
-def test_recent_window_selection_reads_only_the_window() -> None:
-    from memprism_ray.composer.records import _CACHE, clear_cache
+def test_recent_window_selection_reads_only_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
 
+    select_mod = importlib.import_module("memprism_ray.composer.select")  # the package exports a function of that name
+    read: list[int] = []
+    real = select_mod.event_view
+
+    def counting(record: StreamRecord) -> EventView:
+        read.append(record.event.t)
+        return real(record)
+
+    monkeypatch.setattr(select_mod, "event_view", counting)
     stream = alfworld_like_stream(300, 1)
     a = ViewAction("ActionEffect", "recent_long", "exception", "fine")
-    clear_cache()
-    select(stream, a, stream.meta["goal"])
-    assert sorted(view.t for _, view in _CACHE.values()) == list(range(291, 301))
-    clear_cache()
+    select(stream, a, stream.meta["goal"], ComposerConfig("window"))
+    assert read == list(range(291, 301))
+    read.clear()
     select(stream, a, stream.meta["goal"], ComposerConfig("history"))
-    assert sorted(view.t for _, view in _CACHE.values()) == list(range(1, 301))
+    assert read == list(range(1, 301))

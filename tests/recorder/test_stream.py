@@ -96,14 +96,14 @@ def test_failed_action_is_exception() -> None:
 
 def test_bad_append_loses_nothing() -> None:
     s = build([{"raw": RawEvent("o", "go to x", "ok"), "entity": "x", "act": "go", "delta": [("agent.location", "x")]}])
-    before = (s.records, s.state, s.digest)
+    before = (s.records, s.state, s.content_digest)
     with pytest.raises(ValueError, match="expects t=2"):
         s.append(RawEvent("o", "a", "f"), Event(5, "x", "go", "state_update"))
     with pytest.raises(ValueError, match="unknown outcome 'maybe'"):
         s.append(RawEvent("o", "a", "f"), Event(2, "x", "go", "maybe"))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="JSON-serialisable"):
         RawEvent("o", "a", "f", meta={"x": object()})
-    assert (s.records, s.state, s.digest) == before
+    assert (s.records, s.state, s.content_digest) == before
 
 
 def test_split_key() -> None:
@@ -123,7 +123,7 @@ def test_jsonl_and_parquet_round_trip_losslessly(tmp_path_factory: pytest.TempPa
         back = EventStream.load(tmp / path)
         assert back == s
         assert back.state == s.state
-        assert back.digest == s.digest
+        assert back.content_digest == s.content_digest
         assert [r.changed for r in back] == [r.changed for r in s]
         assert [type(r.raw.action) for r in back] == [type(r.raw.action) for r in s]
 
@@ -166,10 +166,10 @@ def test_load_errors_name_the_problem(tmp_path: Path) -> None:
         EventStream.load(junk.rename(tmp_path / "x.csv"))
 
 
-def test_digest_is_content_address() -> None:
+def test_content_digest_is_content_address() -> None:
     steps = [{"raw": RawEvent("o", "go to a", "ok"), "entity": "a", "act": "go", "delta": [("agent.location", "a")]}]
-    a, b = build(steps), build(steps)
-    assert a.digest == b.digest
+    a, b = build(steps), build(steps, meta={"episode_id": "other"})
+    assert a.content_digest == b.content_digest  # stream meta is bookkeeping, not content
     c = build(steps + steps)
-    assert c.digest != a.digest
-    assert c.copy().digest == c.digest
+    assert c.content_digest != a.content_digest
+    assert c.copy().content_digest == c.content_digest

@@ -1,9 +1,8 @@
 """Pinned outputs: for fixed streams, every one of the 144 view actions must give the same
 View structure, text and PNG bytes as the committed fixture ``golden_views.json``.
 
-The fixture was written by the straightforward O(N) Composer and the uncached renderer
-before the incremental index and the block-bitmap painter existed, so this test pins that
-the fast paths change no output. Regenerate it only for an intended output change:
+The fixture pins every output change: the removal of the Composer index and the render
+caches left it unchanged. Regenerate it only for an intended output change:
 
     .venv/bin/python tests/render/test_render_golden.py --regenerate
 """
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from memprism_ray.composer import ComposerConfig, compose
-from memprism_ray.composer.reference import view_digest
+from memprism_ray.composer.canonical import view_digest
 from memprism_ray.composer.synthetic import alfworld_like_stream, random_stream
 from memprism_ray.recorder import EventStream
 from memprism_ray.render import RenderConfig, layout
@@ -90,8 +89,8 @@ def test_outputs_match_the_pinned_fixture(name: str, golden: dict[str, list[str]
 
 
 def test_growing_stream_matches_the_pinned_fixture(golden: dict[str, list[str]]) -> None:
-    """The incremental path: the same content reached by appending one event per decision
-    (with views composed in between) must give the pinned outputs at the end."""
+    """The same content reached by appending one event per decision (with views composed
+    in between) must give the pinned outputs at the end."""
     name = "alfworld-100"
     full = case_stream(name)
     grow = EventStream(full.meta)

@@ -81,11 +81,15 @@ def test_grouped_views_name_entities_and_attempts() -> None:
     dep = render_text(compose(s, "DependencyChain/all/all/medium", goal="")).splitlines()
     assert dep[HEADER].startswith("anchor | step 7 | take mug 1 from countertop 2")
     assert dep[HEADER + 1].startswith("previous | step 6 | go to countertop 2")
+    # Shared agent.* keys link too (paper "Composer": events that share entities, state keys).
     assert dep[HEADER + 2] == (
-        "shared_key | step 1 | go to countertop 2 | state_update | agent.location -> countertop 2; "
-        "mug 1.location -> countertop 2 | via mug 1"
+        "shared_key | step 5 | go to drawer 1 | state_update | agent.location -> drawer 1 | via agent"
     )
-    assert [line.split(" | ")[0] for line in dep[HEADER + 3 :]] == ["context"] * 4
+    assert dep[HEADER + 4] == (
+        "shared_key | step 1 | go to countertop 2 | state_update | agent.location -> countertop 2; "
+        "mug 1.location -> countertop 2 | via agent, mug 1"
+    )
+    assert [line.split(" | ")[0] for line in dep[HEADER + 5 :]] == ["context"] * 2
 
 
 def entry_ts(entry) -> tuple[int, int]:
