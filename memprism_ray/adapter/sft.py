@@ -1,10 +1,11 @@
 """D1: decision-conditioned initialisation (paper: "Adapter", eq. sft-loss; appendix A.3,
 A.4 Table "Training configurations", D.4).
 
-    L_SFT = KL(q_T(. | t) || pi_theta(. | z_t)) + lambda_C * sum_a pi_theta(a | z_t) C(a)
+    L_SFT = KL(q_T(. | t) || pi_theta(. | z_t)) + lambda_C * sum_a pi_theta(a | z_t) C^_t(a)
 
-averaged over the decisions of a batch, with the structural cost ``C`` of
-:func:`memprism_ray.view_space.cost_vector`. A.3: "The 144-way action head is trained
+averaged over the decisions of a batch, with each decision's own structural cost ``C^_t``
+(:func:`memprism_ray.view_space.decision_cost_vector` of its history ``E_<t``, recorded in
+the dataset by :func:`label_decisions`). A.3: "The 144-way action head is trained
 jointly with the encoder and the three residual Planner blocks; the unused
 compatibility-only entity-hint head remains frozen."
 
@@ -42,7 +43,7 @@ from memprism_ray.adapter.tables import (
 from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM, FeatureExtractor, RouterFeatures
 from memprism_ray.router.model import ViewPolicyModel
 from memprism_ray.router.teacher import DecisionState, TeacherError, TeacherLabel
-from memprism_ray.view_space import NUM_ACTIONS, cost_vector
+from memprism_ray.view_space import NUM_ACTIONS, cost_vector, decision_cost_vector
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,10 @@ class SFTDataset:
     q: np.ndarray
     sample_ids: list[str] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Per-decision structural cost ``C^_t(a)`` ``[N, 144]`` (:func:`view_space.decision_cost_vector`
+    #: of each decision's history, eq. sft-loss). ``None`` (datasets written before it was recorded):
+    #: the fixed tie-break cost :func:`view_space.cost_vector` on every row.
+    cost: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n: int | None = None
@@ -143,6 +148,15 @@ class SFTDataset:
             self.sample_ids = [str(s) for s in self.sample_ids]
             if len(self.sample_ids) != n:
                 raise ValueError(f"SFTDataset.sample_ids has {len(self.sample_ids)} entries for {n} rows")
+        if self.cost is None:
+            self.cost = np.broadcast_to(np.asarray(cost_vector(), dtype=np.float32), (n or 0, NUM_ACTIONS)).copy()
+        else:
+            cost = np.ascontiguousarray(self.cost, dtype=np.float32)
+            if cost.shape != (n, NUM_ACTIONS):
+                raise ValueError(f"SFTDataset.cost must have shape [{n}, {NUM_ACTIONS}], got {cost.shape}")
+            if not np.isfinite(cost).all() or (cost < 0).any():
+                raise ValueError("SFTDataset.cost must be finite and >= 0")
+            self.cost = cost
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
@@ -158,8 +172,10 @@ class SFTDataset:
         *,
         sample_ids: Sequence[str] | None = None,
         meta: Mapping[str, Any] | None = None,
+        costs: Sequence[Sequence[float]] | None = None,
     ) -> SFTDataset:
-        """Stack ``(features, label)`` pairs (single decisions) into a dataset."""
+        """Stack ``(features, label)`` pairs (single decisions) into a dataset; ``costs``: each
+        decision's per-action structural cost (default: the fixed tie-break cost)."""
         if not examples:
             raise ValueError("SFTDataset.from_examples needs at least one example")
         feats = RouterFeatures.stack([f for f, _ in examples])
@@ -172,19 +188,27 @@ class SFTDataset:
             q,
             list(sample_ids) if sample_ids else None,
             dict(meta or {}),
+            None if costs is None else np.asarray(costs, dtype=np.float32),
         )
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> SFTDataset:
         idx = np.asarray(indices, dtype=np.int64)
         ids = [self.sample_ids[i] for i in idx] if self.sample_ids is not None else None
         return SFTDataset(
-            self.obs[idx], self.goal[idx], self.window[idx], self.stats[idx], self.q[idx], ids, dict(self.meta)
+            self.obs[idx],
+            self.goal[idx],
+            self.window[idx],
+            self.stats[idx],
+            self.q[idx],
+            ids,
+            dict(self.meta),
+            self.cost[idx],
         )
 
     def to_arrow(self) -> Any:
         import pyarrow as pa
 
-        cols = {name: fixed_list_array(getattr(self, name)) for name in (*_FEATURE_DIMS, "q")}
+        cols = {name: fixed_list_array(getattr(self, name)) for name in (*_FEATURE_DIMS, "q", "cost")}
         if self.sample_ids is not None:
             cols["sample_id"] = pa.array(self.sample_ids, pa.string())
         return pa.table(cols).replace_schema_metadata(schema_metadata(DATASET_FORMAT, DATASET_VERSION, self.meta))
@@ -194,7 +218,8 @@ class SFTDataset:
         meta = check_metadata(table, DATASET_FORMAT, DATASET_VERSION)
         arrays = {name: matrix_column(table, name, dim) for name, dim in {**_FEATURE_DIMS, "q": NUM_ACTIONS}.items()}
         ids = table.column("sample_id").to_pylist() if "sample_id" in table.column_names else None
-        return cls(**arrays, sample_ids=ids, meta=meta)
+        cost = matrix_column(table, "cost", NUM_ACTIONS) if "cost" in table.column_names else None
+        return cls(**arrays, sample_ids=ids, meta=meta, cost=cost)
 
     def write_parquet(self, path: str | Path) -> None:
         import pyarrow.parquet as pq
@@ -228,6 +253,7 @@ def label_decisions(
     counts = {"decisions": len(states), "labelled": 0, "teacher_error": 0, "fallback_skipped": 0}
     examples: list[tuple[RouterFeatures, TeacherLabel]] = []
     ids: list[str] = []
+    costs: list[list[float]] = []
     for start in range(0, len(states), batch_size):
         chunk = states[start : start + batch_size]
         kept: list[tuple[DecisionState, TeacherLabel]] = []
@@ -250,15 +276,21 @@ def label_decisions(
         for i, (state, lab) in enumerate(kept):
             examples.append((RouterFeatures(feats.obs[i], feats.goal[i], feats.window[i], feats.stats[i]), lab))
             ids.append(state.sample_id)
+            # C^_t(a) at this decision: what each view would cover of E_<t (eq. sft-loss).
+            costs.append(decision_cost_vector([r.event.outcome for r in state.history]))
     counts["labelled"] = len(examples)
     if not examples:
         raise ValueError(f"no decision could be labelled ({counts})")
-    return SFTDataset.from_examples(examples, sample_ids=ids, meta={**dict(meta or {}), "counts": counts}), counts
+    meta = {**dict(meta or {}), "counts": counts}
+    dataset = SFTDataset.from_examples(examples, sample_ids=ids, meta=meta, costs=costs)
+    return dataset, counts
 
 
 # --- loss ------------------------------------------------------------------------------------
 def sft_loss(logits: Tensor, q: Tensor, cost: Tensor, lambda_cost: float) -> tuple[Tensor, dict[str, Tensor]]:
-    """``mean_t [KL(q_t || pi_t) + lambda_C * E_{pi_t}[C]]`` and its two parts (detached means).
+    """``mean_t [KL(q_t || pi_t) + lambda_C * E_{pi_t}[C^_t]]`` and its two parts (detached means).
+
+    ``cost`` is ``[B, 144]`` (each decision's own ``C^_t``) or ``[144]`` (one cost for all).
 
     ``0 log 0 = 0``: actions the teacher gives no mass contribute nothing to the KL.
     """
@@ -310,9 +342,8 @@ class SFTTrainer:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: cosine_factor(s, total, ratio))
         else:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: 1.0)
-        self.cost = torch.tensor(cost_vector(), dtype=torch.float32, device=self.device)
         self.tensors = {
-            name: torch.as_tensor(getattr(dataset, name), device=self.device) for name in (*_FEATURE_DIMS, "q")
+            name: torch.as_tensor(getattr(dataset, name), device=self.device) for name in (*_FEATURE_DIMS, "q", "cost")
         }
         self.epoch = 0
         self.step = 0
@@ -336,7 +367,7 @@ class SFTTrainer:
             idx = order[start : start + bs]
             with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
                 logits = self.model(*(self.tensors[k][idx] for k in _FEATURE_DIMS))
-            loss, parts = sft_loss(logits, self.tensors["q"][idx], self.cost, self.config.lambda_cost)
+            loss, parts = sft_loss(logits, self.tensors["q"][idx], self.tensors["cost"][idx], self.config.lambda_cost)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.grad_norm)
@@ -373,13 +404,13 @@ class SFTTrainer:
         ds = dataset or self.dataset
         was_training = self.model.training
         self.model.eval()
-        tensors = {k: torch.as_tensor(getattr(ds, k), device=self.device) for k in (*_FEATURE_DIMS, "q")}
+        tensors = {k: torch.as_tensor(getattr(ds, k), device=self.device) for k in (*_FEATURE_DIMS, "q", "cost")}
         totals = {"loss": 0.0, "kl": 0.0, "cost": 0.0}
         n = len(ds)
         for start in range(0, n, self.config.batch_size):
             sl = slice(start, start + self.config.batch_size)
             logits = self.model(*(tensors[k][sl] for k in _FEATURE_DIMS))
-            loss, parts = sft_loss(logits, tensors["q"][sl], self.cost, self.config.lambda_cost)
+            loss, parts = sft_loss(logits, tensors["q"][sl], tensors["cost"][sl], self.config.lambda_cost)
             w = logits.shape[0] / n
             totals["loss"] += float(loss) * w
             totals["kl"] += float(parts["kl"]) * w

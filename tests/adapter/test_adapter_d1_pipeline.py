@@ -102,3 +102,27 @@ def test_fallback_labels_are_skipped_unless_kept() -> None:
         label_decisions(states, fx, lambda s: teacher.label(s, s.reference_action))
     data, counts = label_decisions(states, fx, lambda s: teacher.label(s, s.reference_action), keep_fallback=True)
     assert counts["labelled"] == 2 and len(data) == 2
+
+
+def test_d1_data_records_each_decisions_own_structural_cost(tmp_path: Path) -> None:
+    # eq. sft-loss: C^_t(a) is the cost at decision t; with one event recorded every window
+    # covers the same event, later the full window covers more than the short one.
+    from memprism_ray.view_space import decision_cost_vector
+
+    states = decision_states(expert_stream())
+    teacher = CounterfactualTeacher(needs_entity_state, CounterfactualConfig(cost_temperature=0.2))
+    fx = FeatureExtractor(HashingEncoder())
+    data, _ = label_decisions(states, fx, lambda s: teacher.label(s, s.reference_action))
+    by_id = {sid: i for i, sid in enumerate(data.sample_ids)}
+    for st in states:
+        want = decision_cost_vector([r.event.outcome for r in st.history])
+        np.testing.assert_allclose(data.cost[by_id[st.sample_id]], want, rtol=0, atol=1e-7)
+    short = ViewAction("TemporalTrace", "recent_short", "all", "coarse").index
+    full = ViewAction("TemporalTrace", "all", "all", "coarse").index
+    first, last = data.cost[by_id[states[1].sample_id]], data.cost[by_id[states[-1].sample_id]]
+    assert first[short] == first[full]
+    assert last[full] > last[short]
+    data.write_parquet(tmp_path / "d1.parquet")
+    back = SFTDataset.read_parquet(tmp_path / "d1.parquet")
+    np.testing.assert_array_equal(back.cost, data.cost)
+    np.testing.assert_array_equal(back.subset([2, 0]).cost, data.cost[[2, 0]])

@@ -154,3 +154,24 @@ def test_dataset_from_examples_and_subset() -> None:
     sub = data.subset([2, 0])
     assert sub.sample_ids == ["c", "a"]
     np.testing.assert_array_equal(sub.obs[0], data.obs[2])
+
+
+def test_sft_loss_takes_a_cost_per_decision() -> None:
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 144, generator=g)
+    q = torch.softmax(torch.randn(3, 144, generator=g), -1)
+    rows = torch.rand(3, 144, generator=g)
+    loss, parts = sft_loss(logits, q, rows, 1.0)
+    p = torch.softmax(logits.double(), -1)
+    assert parts["cost"].item() == pytest.approx(float((p * rows.double()).sum(-1).mean()), rel=1e-5)
+    same, _ = sft_loss(logits, q, rows[0], 1.0)  # one vector for every row differs from per-row costs
+    assert not math.isclose(loss.item(), same.item(), rel_tol=1e-4)
+
+
+def test_dataset_cost_defaults_to_the_fixed_cost_and_is_validated() -> None:
+    data = synthetic(n=4)
+    np.testing.assert_allclose(data.cost, np.tile(np.asarray(cost_vector(), np.float32), (4, 1)))
+    with pytest.raises(ValueError, match=r"SFTDataset.cost must have shape \[4, 144\]"):
+        SFTDataset(data.obs, data.goal, data.window, data.stats, data.q, cost=np.zeros((3, 144)))
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        SFTDataset(data.obs, data.goal, data.window, data.stats, data.q, cost=-np.ones((4, 144)))
