@@ -204,14 +204,24 @@ def content_digest(stream: EventStream) -> str:
 class ViewService:
     """Compose and render views with an LRU cache keyed by content address."""
 
-    def __init__(self, render_config: Any = None, *, cache_size: int = 512, encode_png: bool = False) -> None:
+    def __init__(
+        self,
+        render_config: Any = None,
+        *,
+        cache_size: int = 512,
+        encode_png: bool = False,
+        composer_config: Any = None,
+    ) -> None:
+        from memprism_ray.composer import ComposerConfig
         from memprism_ray.render import RenderConfig
 
         self.render_config = render_config if render_config is not None else RenderConfig()
+        # The paper's Merge by default (goal restore from the whole history); see ComposerConfig.
+        self.composer_config = composer_config if composer_config is not None else ComposerConfig()
         self.encode_png = encode_png
         self.cache_size = cache_size
         self._cache: OrderedDict[str, RenderedView] = OrderedDict()
-        self._settings = _settings_digest(self.render_config)
+        self._settings = _settings_digest(self.render_config) + "|" + _settings_digest(self.composer_config)
         self.hits = 0
         self.misses = 0
         self.replicas = StreamReplicas()
@@ -239,7 +249,7 @@ class ViewService:
             return hit
         self.misses += 1
         t0 = time.perf_counter()
-        view = compose(req.stream, req.action, req.goal)
+        view = compose(req.stream, req.action, req.goal, self.composer_config)
         t1 = time.perf_counter()
         image, text = None, None
         if req.want_image and req.want_text:
