@@ -13,7 +13,9 @@ level group advantages and updates the planner and head; metrics go to the dashb
 JSONL and TensorBoard; a checkpoint is written every ``run.checkpoint_every`` iterations.
 Without ``init_checkpoint`` the job first builds the D1 reference policy (expert
 trajectories -> counterfactual view labels -> supervised Router). It ends with an
-evaluation of the trained Router against Frequency-Matched Random.
+evaluation of ``eval.conditions`` (in the local preset: the trained Router, Frequency-Matched
+Random, No Memory, Full History, Recent-4 and the four fixed views) on the same episodes,
+printed as one table against the Router, and a plot of training success per iteration.
 """
 
 from __future__ import annotations
@@ -47,6 +49,27 @@ from memprism_ray.policy.factory import needs_view_text as policy_needs_view_tex
 
 def say(msg: str) -> None:
     print(f"[grpo] {msg}", flush=True)
+
+
+def training_plot(run_dir: Path) -> Path | None:
+    """``eval/training_success.png`` beside the final table: success rate (and zero-std
+    group fraction) per GRPO iteration, from ``metrics.jsonl``. Also prints the first-5 vs
+    last-5 iteration means."""
+    import json
+
+    from memprism_ray.eval.report import plot_training_success
+
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    its = [r for r in map(json.loads, path.read_text().splitlines()) if r.get("kind") == "grpo"]
+    if not its:
+        return None
+    sr = [float(r["success_rate"]) for r in sorted(its, key=lambda r: int(r["step"]))]
+    k = min(5, len(sr) // 2) or 1
+    say(f"training success: first {k} iterations {sum(sr[:k]) / k:.3f}, last {k} {sum(sr[-k:]) / k:.3f}")
+    (run_dir / "eval").mkdir(parents=True, exist_ok=True)
+    return plot_training_success(its, run_dir / "eval" / "training_success.png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,22 +140,32 @@ def main(argv: list[str] | None = None) -> int:
         stats.update({"iteration": it + 1, "weights_version": version, "iteration_seconds": time.perf_counter() - t0})
         metrics.record_iteration(cfg.run.name, stats)
         logger.log("grpo", it + 1, stats)
-        bar.set_postfix(sr=f"{stats['success_rate']:.2f}", kl=f"{stats['kl']:.4f}", failed=stats["failed_trajectories"])
+        bar.set_postfix(
+            sr=f"{stats['success_rate']:.2f}",
+            zero_std=f"{stats.get('zero_std_group_frac', float('nan')):.2f}",
+            kl=f"{stats['kl']:.4f}",
+            failed=stats["failed_trajectories"],
+        )
         if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.grpo.iterations:
             ck = ray.get(learner.checkpoint.remote(metrics=stats), timeout=cfg.run.call_timeout_s)
             write_files(ck["files"], checkpoint_dir(run_dir, it + 1))
             logger.log("checkpoint", it + 1, {"sha256": ck["sha256"]})
 
-    # 5. Final evaluation: the trained Router (greedy) vs Frequency-Matched Random.
+    # 5. Final evaluation: every condition of cfg.eval.conditions on the same episodes, one
+    # table against the trained Router (greedy), and training success per iteration.
     final = ray.get(learner.full_weights.remote(), timeout=cfg.run.call_timeout_s)
     for actor in rollout_workers + phi_pool + view_pool + replicas + [learner]:
         ray.kill(actor)  # free their CPUs for the evaluation actors
+    plot = training_plot(run_dir)
+    if plot is not None:
+        say(f"training success per iteration: {plot}")
     if cfg.eval.enabled:
         latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
         summary = evaluate_distributed(cfg, cfg.eval.conditions, final, str(latest), run_dir / "eval", log=say)
         for rep in summary["conditions"]:
             logger.log("eval", cfg.grpo.iterations, {"condition": rep["condition"], "sr": rep["sr"]})
-        print((run_dir / "eval" / "summary.md").read_text())
+        table = run_dir / "eval" / "final_table.md"
+        print((table if table.exists() else run_dir / "eval" / "summary.md").read_text())
     logger.close()
     say(f"done: {run_dir}")
     return 0

@@ -154,6 +154,11 @@ def evaluate_distributed(
     base = conditions[0]
     comparisons = {c: rpt.paired_comparison(wins_by[base], wins_by[c], seed=cfg.run.seed) for c in conditions}
     summary = {"base": base, "conditions": reports, "paired_vs_base": comparisons}
+    if "memprism" in conditions:
+        # The one table of issue 11: every condition against the trained Router.
+        table, figures = rpt.final_table_markdown(reports, wins_by, router="memprism", seed=cfg.run.seed)
+        summary["final_table"] = figures
+        (out_dir / "final_table.md").write_text(table)
     rpt.write_json(out_dir / "summary.json", summary)
     (out_dir / "summary.md").write_text(rpt.summary_markdown(reports, comparisons, base))
     for w in workers:
