@@ -97,6 +97,7 @@ def evaluate_distributed(
     from memprism_ray.eval.manifest import RunManifest
     from memprism_ray.eval.runner import _safe, resolve_games, write_condition
     from memprism_ray.policy.prompts import PROMPT_VERSION
+    from memprism_ray.policy.tokens import task_model_of
 
     games = resolve_games(cfg.eval.split, cfg.corpus.data_root)
     episodes = build_episode_list(cfg.eval.split, [g.game_id for g in games], cfg.eval.episodes or None, cfg.run.seed)
@@ -111,7 +112,7 @@ def evaluate_distributed(
         EvalWorker.options(num_cpus=cfg.rollout.env_cpus).remote(cfg, cfg.eval.slots, state_ref)
         for _ in range(n_workers)
     ]
-    tokens = TokenCounter(cfg.agent.token_counter)
+    tokens = TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy))
     reports, wins_by, marginal = [], {}, None
     out_dir.mkdir(parents=True, exist_ok=True)
     for condition in conditions:

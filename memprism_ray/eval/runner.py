@@ -25,6 +25,7 @@ from memprism_ray.agent import write_episode_artifacts as _write_artifacts
 from memprism_ray.config_tree import field, to_dict
 from memprism_ray.eval import report as rpt
 from memprism_ray.policy.config import PolicyConfig
+from memprism_ray.policy.tokens import task_model_of
 
 
 @dataclass
@@ -203,7 +204,7 @@ def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = pri
     env = AlfworldEnv(num_slots=cfg.slots)
     phi = AlfworldPhi()
     policy = make_policy(cfg.policy)
-    tokens = TokenCounter(cfg.agent.token_counter)
+    tokens = TokenCounter(cfg.agent.token_counter, model=task_model_of(policy))
     reports, wins_by = [], {}
     try:
         for condition in cfg.conditions:
