@@ -56,7 +56,7 @@ def marginal_entropy(counts: Sequence[float] | np.ndarray) -> float:
     if total <= 0:
         return 0.0
     p = c[c > 0] / total
-    return float(-(p * np.log(p)).sum())
+    return float(-(p * np.log(p)).sum()) + 0.0  # + 0.0: never print -0.00
 
 
 def view_marginals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
