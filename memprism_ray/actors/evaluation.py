@@ -116,6 +116,7 @@ def evaluate_distributed(
     from memprism_ray.eval.manifest import RunManifest
     from memprism_ray.eval.runner import _safe, failed_result, plan_episodes, write_condition, write_summary
     from memprism_ray.policy.prompts import PROMPT_VERSION
+    from memprism_ray.policy.tokens import task_model_of
 
     # Every episode of the plan is reported: a broken game's episodes fail without being played.
     episodes, plan, broken = plan_episodes(cfg.eval.split, cfg.corpus.data_root, cfg.eval.episodes, cfg.run.seed)
@@ -136,7 +137,7 @@ def evaluate_distributed(
         EvalWorker.options(num_cpus=cfg.rollout.env_cpus).remote(cfg, cfg.eval.slots, state_ref, handles, f"eval-{i}")
         for i in range(n_workers)
     ]
-    tokens = TokenCounter(cfg.agent.token_counter)
+    tokens = TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy))
     reports, results_by, marginal = [], {}, None
     out_dir.mkdir(parents=True, exist_ok=True)
     for condition in conditions:

@@ -19,7 +19,10 @@ From a condition's episode summaries and step rows this module computes:
   Frequency-Matched Random condition samples from.
 
 Outputs: ``report.json``, ``report.md`` and PNG plots, for one condition or several side by
-side (``summary.md`` / ``summary.json`` with paired bootstrap differences).
+side (``summary.md`` / ``summary.json`` with paired bootstrap differences). The final
+evaluation of a training run adds :func:`final_table_markdown` (every condition against the
+trained Router, the fixed views' spread, the Router's view-marginal entropy) and
+:func:`plot_training_success` (success per GRPO iteration).
 """
 
 from __future__ import annotations
@@ -49,6 +52,17 @@ def _pct(xs: Sequence[float], q: float) -> float | None:
     return float(np.percentile(xs, q)) if len(xs) else None
 
 
+def marginal_entropy(counts: Sequence[float] | np.ndarray) -> float:
+    """Entropy in nats of the distribution proportional to ``counts`` (0 for no counts):
+    0 when one view is chosen at every decision, ln 144 = 4.97 for a uniform choice."""
+    c = np.asarray(counts, dtype=np.float64)
+    total = c.sum()
+    if total <= 0:
+        return 0.0
+    p = c[c > 0] / total
+    return float(-(p * np.log(p)).sum()) + 0.0  # + 0.0: never print -0.00
+
+
 def view_marginals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Marginal view-selection distributions over the decisions that showed a view."""
     idx = [int(r["view_index"]) for r in rows if int(r.get("view_index", -1)) >= 0]
@@ -66,6 +80,7 @@ def view_marginals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
     return {
         "decisions_with_view": n,
+        "entropy_nats": marginal_entropy(joint),
         "tau": pct(by_tau, TAUS),
         "window_filter": pct(by_wf, [f"{w} / {f}" for w in WINDOWS for f in FILTERS]),
         "gamma": pct(by_gamma, GAMMAS),
@@ -329,6 +344,102 @@ def summary_markdown(reports: Sequence[dict[str, Any]], comparisons: dict[str, d
             for r in failed
         ]
     return "\n".join(lines) + "\n"
+
+
+def final_table_markdown(
+    reports: Sequence[dict[str, Any]],
+    wins_by: dict[str, dict[str, bool]],
+    *,
+    router: str = "memprism",
+    n_boot: int = 10000,
+    seed: int = 0,
+) -> tuple[str, dict[str, Any]]:
+    """The final evaluation of a training run as one table (issue 11, item 3).
+
+    Every condition played the same episode ids. Per condition: successes, SR, Wilson 95%,
+    ``router - condition`` with its paired bootstrap 95% CI over the common episodes, prompt
+    tokens and visual tokens per decision, mean steps. Under the table: the best minus the
+    worst fixed view (paired CI) and the Router's view marginal (entropy in nats, top views).
+    Returns the markdown and the same figures as a dict.
+    """
+    by_name = {r["condition"]: r for r in reports}
+    if router not in by_name:
+        raise ValueError(f"final table: no {router!r} condition among {sorted(by_name)}")
+    figures: dict[str, Any] = {"router": router, "vs_router": {}}
+    lines = [
+        "| condition | successes / n | SR % | Wilson 95% | Router - this (paired 95% CI) | prompt tokens | "
+        "visual tokens | mean steps |",
+        "|---|---:|---:|---|---|---:|---:|---:|",
+    ]
+    for r in reports:
+        name = r["condition"]
+        e = r["efficiency"]
+        if name == router:
+            cmp = "-"
+        else:
+            c = paired_comparison(wins_by[name], wins_by[router], n_boot=n_boot, seed=seed)
+            figures["vs_router"][name] = c
+            cmp = (
+                "no common episodes"
+                if c["diff"] is None
+                else f"{100 * c['diff']:+.1f} [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
+            )
+        lines.append(
+            f"| {name} | {r['successes']} / {r['n']} | {100 * r['sr']:.1f} | "
+            f"[{100 * r['wilson95'][0]:.1f}, {100 * r['wilson95'][1]:.1f}] | {cmp} | "
+            f"{_fmt(e['prompt_tokens_mean'])} | {_fmt(e['visual_tokens_mean'])} | {_fmt(e['mean_steps'])} |"
+        )
+    tokenizers = sorted({r["efficiency"]["tokenizer"] for r in reports})
+    lines += ["", f"Prompt text tokens counted with {'; '.join(tokenizers)}; visual tokens of the view image."]
+    fixed = [r for r in reports if r["condition"].startswith("fixed:")]
+    if len(fixed) >= 2:
+        best = max(fixed, key=lambda r: r["sr"])
+        worst = min(fixed, key=lambda r: r["sr"])
+        c = paired_comparison(wins_by[worst["condition"]], wins_by[best["condition"]], n_boot=n_boot, seed=seed)
+        figures["fixed_spread"] = {"best": best["condition"], "worst": worst["condition"], **c}
+        if c["diff"] is not None:
+            lines.append(
+                f"Fixed views: best {best['condition']} ({100 * best['sr']:.1f}%) - worst {worst['condition']} "
+                f"({100 * worst['sr']:.1f}%) = {100 * c['diff']:+.1f} [{100 * c['ci95'][0]:+.1f}, "
+                f"{100 * c['ci95'][1]:+.1f}] (paired 95% CI)."
+            )
+    vs = by_name[router]["view_selection"]
+    marginal = np.asarray(vs["view_marginal"], dtype=np.float64)
+    entropy = marginal_entropy(marginal)
+    figures["router_entropy_nats"] = entropy
+    figures["router_distinct_views"] = int((marginal > 0).sum())
+    top = [(ALL_ACTIONS[i].name, marginal[i]) for i in np.argsort(-marginal)[:5] if marginal[i] > 0]
+    lines.append(
+        f"{router} view marginal over {vs['decisions_with_view']} decisions: entropy {entropy:.2f} nats "
+        f"(one view: 0; uniform over 144: {math.log(NUM_ACTIONS):.2f}), {figures['router_distinct_views']} "
+        "distinct views; top: " + ", ".join(f"{n} {100 * p:.0f}%" for n, p in top) + "."
+    )
+    return "\n".join(lines) + "\n", figures
+
+
+def plot_training_success(iterations: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Success rate (and zero-std group fraction, when logged) per GRPO iteration, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    its = sorted(iterations, key=lambda r: int(r["step"]))
+    xs = [int(r["step"]) for r in its]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(xs, [float(r["success_rate"]) for r in its], "o-", label="training success rate")
+    if any("zero_std_group_frac" in r for r in its):
+        ax.plot(
+            xs, [float(r.get("zero_std_group_frac", float("nan"))) for r in its], "s--", label="zero-std group fraction"
+        )
+    ax.set_xlabel("GRPO iteration")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8)
+    ax.set_title("D2 (grouped GRPO) training")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -30,6 +30,7 @@ from memprism_ray.agent import write_episode_artifacts as _write_artifacts
 from memprism_ray.config_tree import field, to_dict
 from memprism_ray.eval import report as rpt
 from memprism_ray.policy.config import PolicyConfig
+from memprism_ray.policy.tokens import task_model_of
 
 
 @dataclass
@@ -245,7 +246,7 @@ def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = pri
     env = AlfworldEnv(num_slots=cfg.slots)
     phi = AlfworldPhi()
     policy = make_policy(cfg.policy)
-    tokens = TokenCounter(cfg.agent.token_counter)
+    tokens = TokenCounter(cfg.agent.token_counter, model=task_model_of(policy))
     reports, results_by = [], {}
     try:
         for condition in cfg.conditions:
@@ -315,6 +316,11 @@ def write_summary(
         "paired_vs_base": comparisons,
         "failed_episodes": sum(r["failed_episodes"] for r in reports),
     }
+    if "memprism" in outcomes:
+        # One table of every condition against the trained Router (issue 11, item 3).
+        table, figures = rpt.final_table_markdown(list(reports), outcomes, router="memprism", seed=seed)
+        summary["final_table"] = figures
+        (out / "final_table.md").write_text(table)
     rpt.write_json(out / "summary.json", summary)
     (out / "summary.md").write_text(rpt.summary_markdown(list(reports), comparisons, base))
     return summary

@@ -7,7 +7,11 @@ distribution over the 144 view actions. The default here is the counterfactual t
 (:class:`~memprism_ray.router.teacher.CounterfactualTeacher`): it shows the frozen task
 policy each candidate view of the same history, in the same prompt the agent would build
 (goal, observation, admissible actions, short history, the view), and puts mass on the
-views under which the policy produces ``u_t^ref``, cheaper views first among equals.
+views under which the policy produces ``u_t^ref`` (nearly) as often as under the best
+view, shaded mildly towards cheaper views. A policy that exposes its action distribution
+(``input_distribution``: the scripted CPU policy) gives the exact probability of
+``u_t^ref`` per view; others are sampled ``samples_per_view`` times. States under which
+every view gives the same action carry no label signal and are skipped (counted).
 """
 
 from __future__ import annotations
@@ -77,7 +81,12 @@ class ViewConditionedActor:
         self.reads_text = bool(getattr(policy, "needs_view_text", False))
         self._calls = itertools.count()
 
-    def __call__(self, ls: LabelState, view: ViewAction) -> str:
+    @property
+    def exact(self) -> bool:
+        """Whether the policy exposes its action distribution (``input_distribution``)."""
+        return callable(getattr(self.policy, "input_distribution", None))
+
+    def _input(self, ls: LabelState, view: ViewAction) -> PolicyInput:
         from memprism_ray.composer import compose
         from memprism_ray.render import render
 
@@ -86,8 +95,9 @@ class ViewConditionedActor:
         rendered = render(composed, self.render_config)
         meta = {"episode_id": f"label:{st.sample_id}:{next(self._calls)}"}
         if self.reads_text:
+            # The render's text twin: the rows the page shows, under the same cap.
             meta["view_text"] = rendered.text
-        inp = PolicyInput(
+        return PolicyInput(
             benchmark="alfworld",
             goal=st.goal,
             observation=st.observation,
@@ -97,8 +107,14 @@ class ViewConditionedActor:
             view_image=rendered.image,
             meta=meta,
         )
-        out = self.policy.act([inp])[0]
+
+    def __call__(self, ls: LabelState, view: ViewAction) -> str:
+        out = self.policy.act([self._input(ls, view)])[0]
         return out.action if out.action is not None else out.text
+
+    def distribution(self, ls: LabelState, view: ViewAction) -> dict[str, float]:
+        """The policy's action probabilities under ``view`` (needs :attr:`exact`)."""
+        return dict(self.policy.input_distribution(self._input(ls, view)))  # type: ignore[attr-defined]
 
 
 def counterfactual_labels(
@@ -109,10 +125,16 @@ def counterfactual_labels(
     render_config: Any = None,
     short_history: int = 2,
     samples_per_view: int = 1,
-    cost_temperature: float = 0.1,
+    cost_temperature: float = 1.0,
     candidates: Sequence[int] | None = None,
+    rule: str = "margin",
+    margin: float = 0.1,
+    min_spread: float = 0.05,
 ) -> tuple[Any, dict[str, int]]:
-    """Label ``states`` with the counterfactual teacher; returns ``(SFTDataset, counts)``."""
+    """Label ``states`` with the counterfactual teacher; returns ``(SFTDataset, counts)``.
+
+    ``counts["fallback_skipped"]`` counts the states left out: no view led to ``u_ref``,
+    or every view led to it equally (no information about views)."""
     from memprism_ray.adapter.sft import label_decisions
     from memprism_ray.router.teacher import CounterfactualConfig, CounterfactualTeacher
 
@@ -124,7 +146,11 @@ def counterfactual_labels(
             samples_per_view=samples_per_view,
             cost_temperature=cost_temperature,
             candidates=tuple(candidates) if candidates is not None else None,
+            rule=rule,
+            margin=margin,
+            min_spread=min_spread,
         ),
+        probs=(lambda st, view: actor.distribution(by_id[st.sample_id], view)) if actor.exact else None,
     )
     return label_decisions(
         [ls.state for ls in states],

@@ -14,7 +14,12 @@ rule Phi writes, ``"<entity>.<attribute> -> value"``):
 
 Facts are read in text order and later mentions win, which is right for time-ordered text
 (history, TemporalTrace) and harmless for grouped views, whose chains also run oldest to
-newest. Nothing here reads the environment's internal state.
+newest. A value chain (``agent.location: dresser 1 -> desk 1 -> bed 1``, EntityState) is
+read as a VLM reads it: every place in it was visited, the last value is the current one;
+a receptacle whose contents are listed was looked into. Nothing here reads the
+environment's internal state, and nothing here knows which view produced the text: the
+reader gets only the lines the page shows (the render's text twin, same row cap), so rows
+the page cut or never drew cannot be read.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ _DELTA = re.compile(rf"(?P<ent>{_INST}|agent)\.(?P<attr>[a-z_]+)\s*(?:->|=|:)\s*
 _ARROW_TAIL = re.compile(r"->\s*")
 # Row annotations the text renderer appends ("... egg 1.hot: true [goal]").
 _ROW_MARK = re.compile(r"\s*\[[a-z ]+\]\s*$")
+# Elided middle of a chain ("a -> (3 more) -> d").
+_ELIDED = re.compile(r"\(\d+ more\)")
 
 _TREAT_STATE = {"clean": "clean", "heat": "hot", "cool": "cool"}
 _STATE_WORDS = {
@@ -89,6 +96,11 @@ class EpisodeFacts:
             self.visited.remove(recep)
         self.visited.append(recep)
         self.location = recep
+
+    def _looked_into(self, recep: str) -> None:
+        # Known contents mean the place was visited, without moving the agent there now.
+        if recep not in self.visited:
+            self.visited.insert(0, recep)
 
     def _see(self, recep: str, items: list[str]) -> None:
         # Objects no longer listed at a receptacle we looked into have moved.
@@ -158,15 +170,22 @@ class EpisodeFacts:
             self._apply_delta(m.group("ent"), m.group("attr"), m.group("val"))
 
     def _apply_delta(self, entity: str, attr: str, value: str) -> None:
-        # A chain "a -> b -> c" ends in the latest value; a row marker is not part of it.
-        value = _ARROW_TAIL.split(_ROW_MARK.sub("", value.strip()))[-1].strip().strip(",").strip()
-        if not value:
+        # A chain "a -> b -> c" ends in the latest value; a row marker is not part of it,
+        # nor is an elision marker "(3 more)".
+        chain = [
+            v.strip().strip(",").strip()
+            for v in _ARROW_TAIL.split(_ROW_MARK.sub("", value.strip()))
+            if v.strip() and not _ELIDED.fullmatch(v.strip())
+        ]
+        if not chain:
             return
-        low = value.lower()
+        low = chain[-1].lower()
         if entity == "agent":
             if attr in ("location", "at"):
-                if re.fullmatch(_INST, low):
-                    self._visit(low)
+                # Every place of the chain was visited, in order; the last is where it is.
+                for place in chain:
+                    if re.fullmatch(_INST, place.lower()):
+                        self._visit(place.lower())
             elif attr in ("holding", "held_object", "inventory"):
                 self.holding = None if low in _EMPTY_HAND else (low if re.fullmatch(_INST, low) else self.holding)
             return
@@ -183,6 +202,7 @@ class EpisodeFacts:
             self.closed.add(entity)
         elif attr == "contents":
             self._see(entity, re.findall(_INST, low))
+            self._looked_into(entity)
         elif attr in _STATE_WORDS and low in ("true", "yes", "1", attr):
             self.states.setdefault(entity, set()).add(_STATE_WORDS[attr])
         elif attr in ("state", "temperature", "cleanliness") and low in _STATE_WORDS:

@@ -14,6 +14,14 @@ step limit makes that costly.
 It scores candidate admissible actions and samples among them with a softmax at
 ``temperature`` from a generator seeded by ``(seed, episode id, step)``: reproducible, no
 state kept between calls, and different trajectories of one GRPO group differ.
+:meth:`ScriptedPolicy.action_distribution` returns that softmax itself, so the
+counterfactual view teacher can read the exact probability of the reference action under
+a view instead of estimating it from samples.
+
+It has no prior on where objects are: ALFRED's placement table (``VAL_RECEPTACLE_OBJECTS``)
+is what the game generator places objects by, so a policy using it would find objects
+without memory. Unvisited places are equally likely; a view that shows where the agent
+has been, what it saw there and what it already did is what shortens the search.
 """
 
 from __future__ import annotations
@@ -72,18 +80,6 @@ def parse_goal(goal: str) -> Goal | None:
             groups = m.groupdict()
             return Goal(task, groups["obj"], groups.get("recep"), groups.get("toggle"))
     return None
-
-
-def _receptacle_prior() -> dict[str, set[str]]:
-    """Receptacle type -> object types it may hold (ALFRED's constants; a VLM's common sense)."""
-    try:
-        from alfworld.gen.constants import VAL_RECEPTACLE_OBJECTS
-    except Exception:  # pragma: no cover - alfworld is a pinned dependency
-        return {}
-    return {r.lower(): {o.lower() for o in objs} for r, objs in VAL_RECEPTACLE_OBJECTS.items()}
-
-
-_PRIOR = _receptacle_prior()
 
 
 def _parse_admissible(admissible: Sequence[str]) -> dict[str, list[tuple[str, ...]]]:
@@ -243,14 +239,14 @@ def _explore(target: str, facts: EpisodeFacts, adm: dict[str, list[tuple[str, ..
         for a, r in adm.get("open", []):
             if r == here:
                 add(a, 6.0)
+    # No prior on where a type of object lives: ALFRED's placement table is what the game
+    # generator places objects by, so using it would let the policy find objects without
+    # any memory. Every unvisited place is equally likely; only memory (a view that shows
+    # where the agent has been) narrows the search.
     for a, r in adm.get("go", []):
-        likely = target in _PRIOR.get(instance_type(r), set())
         if r == here:
             continue
-        if r in visited:
-            add(a, 0.5)
-        else:
-            add(a, 3.0 + (1.5 if likely else 0.0))
+        add(a, 0.5 if r in visited else 3.0)
     return f"{why}: explore ({len(visited)} places visited)"
 
 
@@ -283,6 +279,31 @@ class ScriptedPolicy:
     def _rng(self, episode_id: str, step: int) -> random.Random:
         digest = hashlib.blake2b(f"{self.seed}|{episode_id}|{step}".encode(), digest_size=8).digest()
         return random.Random(int.from_bytes(digest, "little"))
+
+    def action_distribution(
+        self,
+        goal: str,
+        observation: str,
+        admissible: Sequence[str],
+        memory_texts: Sequence[str],
+    ) -> dict[str, float]:
+        """The policy's probability of each admissible action (the softmax :meth:`choose`
+        samples from; one-hot on the best-scored actions at temperature 0)."""
+        if not admissible:
+            return {"look": 1.0}
+        decision = decide(goal, observation, admissible, memory_texts)
+        items = sorted(decision.scores.items())
+        top = max(s for _, s in items)
+        if self.temperature == 0:
+            best = [a for a, s in items if s == top]
+            return {a: 1.0 / len(best) for a in best}
+        weights = [math.exp((s - top) / self.temperature) for _, s in items]
+        total = sum(weights)
+        return {a: w / total for (a, _), w in zip(items, weights, strict=True)}
+
+    def input_distribution(self, inp: PolicyInput) -> dict[str, float]:
+        """:meth:`action_distribution` for one prompt."""
+        return self.action_distribution(inp.goal, inp.observation, inp.admissible, self.memory_texts(inp))
 
     def choose(
         self,

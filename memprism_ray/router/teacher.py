@@ -23,23 +23,36 @@ LLMViewTeacher
     :class:`TeacherResponseError`.
 
 CounterfactualTeacher
-    Needs no external LLM. For a decision state and its reference action it asks a
-    callable ``act(state, view_action) -> action``, standing for the frozen task policy
-    reading that view, what it would do under each candidate view (all 144 by default),
-    ``S = samples_per_view`` times when the policy is stochastic. With the match rate
-    ``m(a) = #{samples equal to u_ref} / S`` (actions compared after whitespace and case
-    normalisation) and the structural cost ``C(a)`` of :func:`memprism_ray.view_space.cost`:
+    Needs no external LLM. For a decision state and its reference action it asks the
+    frozen task policy, reading each candidate view (all 144 by default), what it would do.
+    The match rate ``m(a)`` is the probability that the policy produces ``u_ref`` under
+    view ``a``: read exactly from the policy's action distribution when a ``probs``
+    callable is given (the scripted CPU policy exposes its softmax), else estimated from
+    ``S = samples_per_view`` calls of ``act`` (actions compared after whitespace and case
+    normalisation). With the structural cost ``C(a)`` of :func:`memprism_ray.view_space.cost`:
 
-        rule "proportional" (default):  q(a) ∝ m(a) * exp(-C(a) / T_c)
-        rule "best":                    q(a) ∝ [m(a) = max_b m(b)] * exp(-C(a) / T_c)
+        rule "margin" (default):  q(a) ∝ [m(a) >= (1 - margin) max_b m(b)] * m(a) * exp(-C(a) / T_c)
+        rule "proportional":      q(a) ∝ m(a) * exp(-C(a) / T_c)
+        rule "best":              q(a) ∝ [m(a) = max_b m(b)] * exp(-C(a) / T_c)
 
-    over the candidates, 0 elsewhere. Views that are equally good therefore share mass in
-    favour of the cheaper ones (the prompt's Phase-2 cost tie-break), and a view that
-    never reproduces ``u_ref`` gets none (Phase 1). If no candidate ever matches, the
-    state carries no discriminative signal: with ``no_match="cost_prior"`` the label is
-    ``q ∝ exp(-C/T_c)`` over the candidates and ``stats["fallback"]`` is True (filter such
-    labels out if you do not want them); with ``no_match="raise"`` a
-    :class:`TeacherResponseError` is raised.
+    over the candidates, 0 elsewhere. The prompt's two phases: Phase 1 (discrimination)
+    keeps the views that lead the policy to ``u_ref`` nearly as reliably as the best one
+    (the margin is relative: while exploring, ``m`` is about 1 / #unvisited places and a
+    view showing more of the places already visited raises it from 0.10 to 0.125),
+    Phase 2 (cost tie-break) shades mass among them towards cheaper views. ``T_c`` sets how
+    strong that shading is: with ``C`` in [0, 1], ``T_c = 0.1`` weighs the cheapest view
+    e^10 times the dearest, so the cost, not the evidence, decides every label (what
+    collapsed the Router to one cheap view); ``T_c >= 1`` keeps it a small regulariser,
+    as the paper's D1 loss does with ``lambda_C = 0.02``.
+
+    A state where every candidate gives nearly the same ``m`` (spread ``max m - min m``
+    below ``min_spread``) carries no information about views: the policy's action does not
+    depend on what it is shown. Its label would be the cost prior alone, so by default it
+    is marked ``stats["uninformative"]`` and ``stats["fallback"]`` (D1 skips fallback
+    labels and counts them). If no candidate ever matches (``m = 0`` everywhere), with
+    ``no_match="cost_prior"`` the label is ``q ∝ exp(-C/T_c)`` over the candidates and
+    ``stats["fallback"]`` is True; with ``no_match="raise"`` a :class:`TeacherResponseError`
+    is raised.
 """
 
 from __future__ import annotations
@@ -500,10 +513,14 @@ def _message_text(resp: Any) -> str:
 class CounterfactualConfig:
     """Settings of :class:`CounterfactualTeacher` (rule in the module docstring)."""
 
-    samples_per_view: int = field(default=1, metadata={"help": "policy calls per candidate view (S)"})
-    cost_temperature: float = field(default=0.1, metadata={"help": "T_c of the cost tie-break exp(-C/T_c)"})
+    samples_per_view: int = field(default=1, metadata={"help": "policy calls per candidate view (S) without probs"})
+    cost_temperature: float = field(default=1.0, metadata={"help": "T_c of the cost shading exp(-C/T_c)"})
     candidates: tuple[int, ...] | None = field(default=None, metadata={"help": "view indices to try; None: all 144"})
-    rule: str = field(default="proportional", metadata={"help": "proportional: q∝m·e^(-C/T); best: only max-m views"})
+    rule: str = field(default="margin", metadata={"help": "margin, proportional or best (module docstring)"})
+    margin: float = field(default=0.1, metadata={"help": "rule margin: keep views with m >= (1 - margin) max m"})
+    min_spread: float = field(
+        default=0.05, metadata={"help": "states whose max m - min m is below this are uninformative (0: keep all)"}
+    )
     no_match: str = field(default="cost_prior", metadata={"help": "when no view matches: cost_prior or raise"})
 
     def __post_init__(self) -> None:
@@ -511,8 +528,14 @@ class CounterfactualConfig:
             raise ValueError(f"CounterfactualConfig.samples_per_view must be >= 1, got {self.samples_per_view}")
         if not self.cost_temperature > 0:
             raise ValueError(f"CounterfactualConfig.cost_temperature must be > 0, got {self.cost_temperature}")
-        if self.rule not in ("proportional", "best"):
-            raise ValueError(f"CounterfactualConfig.rule must be 'proportional' or 'best', got {self.rule!r}")
+        if self.rule not in ("margin", "proportional", "best"):
+            raise ValueError(
+                f"CounterfactualConfig.rule must be 'margin', 'proportional' or 'best', got {self.rule!r}"
+            )
+        if not 0.0 <= self.margin < 1.0:
+            raise ValueError(f"CounterfactualConfig.margin must be in [0, 1), got {self.margin}")
+        if not 0.0 <= self.min_spread < 1.0:
+            raise ValueError(f"CounterfactualConfig.min_spread must be in [0, 1), got {self.min_spread}")
         if self.no_match not in ("cost_prior", "raise"):
             raise ValueError(f"CounterfactualConfig.no_match must be 'cost_prior' or 'raise', got {self.no_match!r}")
         if self.candidates is not None:
@@ -544,14 +567,27 @@ def normalize_action(action: str | Mapping[str, Any]) -> str:
 
 
 class CounterfactualTeacher:
-    """Labels a decision by replaying the frozen policy under each candidate view."""
+    """Labels a decision by replaying the frozen policy under each candidate view.
+
+    ``act(state, view) -> action`` samples the policy; ``probs(state, view) -> {action:
+    probability}``, when given, is used instead to read ``m(a)`` exactly.
+    """
 
     def __init__(
-        self, act: Callable[[Any, ViewAction], str | Mapping[str, Any]], config: CounterfactualConfig | None = None
+        self,
+        act: Callable[[Any, ViewAction], str | Mapping[str, Any]] | None,
+        config: CounterfactualConfig | None = None,
+        *,
+        probs: Callable[[Any, ViewAction], Mapping[str, float]] | None = None,
     ) -> None:
-        if not callable(act):
+        if act is None and probs is None:
+            raise ValueError("CounterfactualTeacher needs act(state, view) -> action or probs(state, view) -> dict")
+        if act is not None and not callable(act):
             raise ValueError("CounterfactualTeacher needs a callable act(state, view_action) -> action")
+        if probs is not None and not callable(probs):
+            raise ValueError("CounterfactualTeacher probs must be callable: probs(state, view_action) -> dict")
         self.act = act
+        self.probs = probs
         self.config = config or CounterfactualConfig()
         self._cost = np.asarray(cost_vector(), dtype=np.float64)
 
@@ -559,8 +595,14 @@ class CounterfactualTeacher:
         """``m(a)`` for every candidate index."""
         ref = normalize_action(reference_action)
         cands = self.config.candidates or tuple(range(NUM_ACTIONS))
-        s = self.config.samples_per_view
         rates: dict[int, float] = {}
+        if self.probs is not None:
+            for i in cands:
+                dist = self.probs(state, ALL_ACTIONS[i])
+                rates[i] = float(sum(p for a, p in dist.items() if normalize_action(a) == ref))
+            return rates
+        s = self.config.samples_per_view
+        assert self.act is not None
         for i in cands:
             view = ALL_ACTIONS[i]
             hits = sum(normalize_action(self.act(state, view)) == ref for _ in range(s))
@@ -572,23 +614,34 @@ class CounterfactualTeacher:
         cands = np.fromiter(rates, dtype=np.int64)
         m = np.fromiter(rates.values(), dtype=np.float64)
         best = float(m.max())
+        spread = best - float(m.min())
+        cfg = self.config
         stats: dict[str, Any] = {
             "candidates": len(cands),
-            "policy_calls": len(cands) * self.config.samples_per_view,
+            "policy_calls": len(cands) * (1 if self.probs is not None else cfg.samples_per_view),
             "matched_views": int((m > 0).sum()),
             "best_match_rate": best,
+            "match_spread": spread,
             "fallback": False,
+            "uninformative": False,
         }
-        prior = np.exp(-self._cost[cands] / self.config.cost_temperature)
+        prior = np.exp(-self._cost[cands] / cfg.cost_temperature)
         if best == 0.0:
-            if self.config.no_match == "raise":
+            if cfg.no_match == "raise":
                 raise TeacherResponseError(
                     f"no candidate view led the policy to the reference action {reference_action!r}"
                 )
             score = prior
             stats["fallback"] = True
-        elif self.config.rule == "best":
+        elif spread < cfg.min_spread:
+            # Every view gives the same action: nothing here says which view is better.
+            score = prior
+            stats["fallback"] = True
+            stats["uninformative"] = True
+        elif cfg.rule == "best":
             score = (m == best) * prior
+        elif cfg.rule == "margin":
+            score = (m >= (1.0 - cfg.margin) * best) * m * prior
         else:
             score = m * prior
         weights = np.zeros(NUM_ACTIONS, dtype=np.float64)

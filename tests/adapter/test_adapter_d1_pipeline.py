@@ -126,3 +126,54 @@ def test_d1_data_records_each_decisions_own_structural_cost(tmp_path: Path) -> N
     back = SFTDataset.read_parquet(tmp_path / "d1.parquet")
     np.testing.assert_array_equal(back.cost, data.cost)
     np.testing.assert_array_equal(back.subset([2, 0]).cost, data.cost[[2, 0]])
+
+
+def two_situation_policy(state: DecisionState, view: ViewAction) -> str:
+    """Two situations need two different views: moving (``go``/``open``) needs where things
+    are (EntityState over all history); handling an object (``take``/``clean``/``put``) needs
+    what the last actions did (TemporalTrace, recent_short). Anything else: a wrong action."""
+    ref = state.reference_action if isinstance(state.reference_action, str) else "?"
+    moving = ref.split()[0] in ("go", "open")
+    if moving and view.tau == "EntityState" and view.window == "all":
+        return ref
+    if not moving and view.tau == "TemporalTrace" and view.window == "recent_short":
+        return ref
+    return "look"
+
+
+def test_router_marginal_is_not_one_hot_when_two_views_are_right_in_different_situations() -> None:
+    """Issue 11: after D1 the greedy Router picks EntityState when moving and TemporalTrace
+    when handling objects, so its view marginal over the decisions is not one-hot. Decisions
+    where every view gives the reference action carry no label (uninformative, skipped): the
+    old teacher (T_c = 0.1, every view matching) labelled them with the cost prior alone,
+    one cheapest view, which is what collapsed the Router."""
+    from memprism_ray.eval.report import marginal_entropy
+
+    states = decision_states(expert_stream())
+    teacher = CounterfactualTeacher(two_situation_policy)
+    fx = FeatureExtractor(HashingEncoder())
+    data, counts = label_decisions(states, fx, lambda s: teacher.label(s, s.reference_action))
+    assert counts["labelled"] == 8 and counts["fallback_skipped"] == 0
+    torch.manual_seed(0)
+    model = ViewPolicyModel(TINY)
+    config = SFTConfig(epochs=40, lr=1e-2, batch_size=8, lambda_cost=0.02)
+    train_sft(model, data, config, trainer=SFTTrainer(model, data, config))
+    with torch.no_grad():
+        chosen = model.eval()(*data.features.to_tensors()).argmax(-1).tolist()
+    taus = [ViewAction.from_index(i).tau for i in chosen]
+    moving = [s.reference_action.split()[0] in ("go", "open") for s in states]
+    assert all(t == "EntityState" for t, m in zip(taus, moving, strict=True) if m), taus
+    assert all(t == "TemporalTrace" for t, m in zip(taus, moving, strict=True) if not m), taus
+    counts_by_view = np.bincount(chosen, minlength=144)
+    assert marginal_entropy(counts_by_view) > 0.5
+
+    # Every view agrees: the new teacher marks the state uninformative; the old rule gives
+    # the cost prior's cheapest view nearly all the mass.
+    agree = CounterfactualTeacher(lambda s, v: s.reference_action)
+    lab = agree.label(states[0], states[0].reference_action)
+    assert lab.stats["uninformative"] and lab.stats["fallback"]
+    old = CounterfactualTeacher(
+        lambda s, v: s.reference_action, CounterfactualConfig(cost_temperature=0.1, rule="proportional", min_spread=0)
+    ).label(states[0], states[0].reference_action)
+    cheapest = old.distribution.reshape(-1)
+    assert not old.stats["fallback"] and marginal_entropy(cheapest) < marginal_entropy(np.ones(144)) - 1.0

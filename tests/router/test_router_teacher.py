@@ -366,3 +366,61 @@ def test_complete_fn_replaces_the_endpoint_and_wraps_its_failures() -> None:
     with pytest.raises(TeacherRequestError, match="teacher backend failed: RuntimeError: replica died"):
         teacher.label(generic_inputs())
     assert teacher.counters == {"requests": 2, "retries": 0, "failures": 1}
+
+
+def test_counterfactual_margin_rule_keeps_near_best_views_and_cost_only_shades() -> None:
+    """Phase 1 keeps views within ``margin`` of the best match rate; Phase 2 (cost) only
+    shades mass among them: with the default T_c the dearest kept view keeps >= e^-1 of
+    the cheapest one's weight per unit of match rate (T_c = 0.1 gave e^-10)."""
+    rates = {"TemporalTrace": 1.0, "ActionEffect": 0.95, "EntityState": 0.5, "DependencyChain": 0.0}
+    teacher = CounterfactualTeacher(None, probs=lambda s, v: {"go to countertop 1": rates[v.tau], "look": 0.0})
+    label = teacher.label(None, "Go to countertop 1")
+    q = label.distribution
+    kept = {a.index for a in ALL_ACTIONS if a.tau in ("TemporalTrace", "ActionEffect")}
+    assert {i for i in range(len(q)) if q[i] > 0} == kept
+    cheap_tt = ViewAction("TemporalTrace", "recent_short", "exception", "coarse")
+    dear_tt = ViewAction("TemporalTrace", "all", "all", "fine")
+    ratio = q[dear_tt.index] / q[cheap_tt.index]
+    assert ratio == pytest.approx(math.exp(-(cost(dear_tt) - cost(cheap_tt)) / 1.0), rel=1e-5)
+    assert ratio >= math.exp(-1.0) - 1e-9
+    # Same cost, lower match rate: proportionally less mass.
+    same_ae = ViewAction("ActionEffect", "recent_short", "exception", "coarse")
+    assert q[same_ae.index] / q[cheap_tt.index] == pytest.approx(0.95)
+    # The marginal over relation types is not decided by the cost: both kept taus hold mass.
+    by_tau = {t: sum(q[a.index] for a in ALL_ACTIONS if a.tau == t) for t in rates}
+    assert by_tau["TemporalTrace"] > 0.4 and by_tau["ActionEffect"] > 0.4
+    assert label.stats["policy_calls"] == 144 and label.stats["match_spread"] == pytest.approx(1.0)
+
+
+def test_counterfactual_state_where_every_view_agrees_is_uninformative() -> None:
+    """If the policy takes u_ref whatever it is shown, the label would be the cost prior
+    alone (what collapsed the Router to the cheapest view): it is marked and skipped."""
+    teacher = CounterfactualTeacher(None, probs=lambda s, v: {"take mug 1 from desk 1": 0.9, "look": 0.1})
+    label = teacher.label(None, "take mug 1 from desk 1")
+    assert label.stats["uninformative"] and label.stats["fallback"]
+    assert label.stats["best_match_rate"] == pytest.approx(0.9) and label.stats["match_spread"] == 0.0
+    keep_all = CounterfactualTeacher(
+        None, CounterfactualConfig(min_spread=0.0), probs=lambda s, v: {"take mug 1 from desk 1": 0.9}
+    ).label(None, "take mug 1 from desk 1")
+    assert not keep_all.stats["fallback"] and not keep_all.stats["uninformative"]
+    with pytest.raises(ValueError, match="margin"):
+        CounterfactualConfig(margin=1.5)
+    with pytest.raises(ValueError, match="act"):
+        CounterfactualTeacher(None)
+
+
+def test_counterfactual_exact_probabilities_match_many_samples() -> None:
+    """``probs`` gives the limit that ``samples_per_view`` samples estimate."""
+    rng = random.Random(1)
+    p = {"TemporalTrace": 0.8, "ActionEffect": 0.3, "EntityState": 0.55, "DependencyChain": 0.1}
+    cands = tuple(idx(t, "all", "all", "fine") for t in p)
+    exact = CounterfactualTeacher(
+        None, CounterfactualConfig(candidates=cands), probs=lambda s, v: {"a": p[v.tau], "b": 1 - p[v.tau]}
+    ).match_rates(None, "a")
+    sampled = CounterfactualTeacher(
+        lambda s, v: "a" if rng.random() < p[v.tau] else "b",
+        CounterfactualConfig(samples_per_view=4000, candidates=cands),
+    ).match_rates(None, "a")
+    for i in cands:
+        assert exact[i] == pytest.approx(p[ALL_ACTIONS[i].tau])
+        assert sampled[i] == pytest.approx(exact[i], abs=0.03)
