@@ -90,7 +90,9 @@ class LabelConfig:
     teacher: str = field("counterfactual", help="view teacher: counterfactual (no LLM) or llm (OpenAI-compatible)")
     games: int = field(24, help="training games whose expert trajectories are labelled")
     samples_per_view: int = field(2, help="counterfactual teacher: policy samples per candidate view")
-    cost_temperature: float = field(1.0, help="counterfactual teacher: T_c of the cost shading exp(-C/T_c) (0.1 let the cost decide every label)")
+    cost_temperature: float = field(
+        1.0, help="counterfactual teacher: T_c of the cost shading exp(-C/T_c) (0.1 let the cost decide every label)"
+    )
     policy_temperature: float = field(0.5, help="counterfactual teacher: scripted policy temperature")
     llm_source: str = field("endpoint", help="llm teacher: 'endpoint' (llm_base_url) or 'pool' (the policy pool)")
     llm_base_url: str = field("http://127.0.0.1:8000/v1", help="llm teacher: OpenAI-compatible endpoint")
