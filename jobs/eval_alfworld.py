@@ -22,6 +22,7 @@ from pathlib import Path
 from memprism_ray.actors.evaluation import evaluate_distributed
 from memprism_ray.actors.placement import init_ray
 from memprism_ray.eval.report import failure_message
+from memprism_ray.eval.runner import check_fresh_output
 from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
 
 
@@ -41,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
             del argv[i : i + 2]
             checkpoint, out = (value, out) if flag == "--checkpoint" else (checkpoint, value)
     _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv, job="eval_alfworld")
+    out_dir = Path(out) if out else cfg.run.dir / "eval"
+    try:  # before any work: reports are never silently replaced
+        check_fresh_output(out_dir)
+    except FileExistsError as exc:
+        print(f"[eval] error: {exc}", file=sys.stderr, flush=True)
+        return 2
     router_state = None
     if any(c.startswith(("memprism", "constrained")) for c in cfg.eval.conditions):
         if not checkpoint:
@@ -53,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
         router_state = state_to_numpy(model.state_dict())
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     cfg = resolve_corpus(cfg, say)
-    out_dir = Path(out) if out else cfg.run.dir / "eval"
     summary = evaluate_distributed(cfg, cfg.eval.conditions, router_state, checkpoint, out_dir, log=say)
     print((out_dir / "summary.md").read_text())
     problem = failure_message(summary)

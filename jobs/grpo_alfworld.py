@@ -45,6 +45,7 @@ from memprism_ray.actors.placement import (
 from memprism_ray.actors.rollout import RolloutWorker
 from memprism_ray.actors.workers import PhiWorker, ViewWorker, start_policy_replicas
 from memprism_ray.envs.alfworld import list_games
+from memprism_ray.eval.runner import check_fresh_output
 from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
 from memprism_ray.pipeline.run_dir import (
     RunDirError,
@@ -196,21 +197,29 @@ def main(argv: list[str] | None = None) -> int:
     fleet.kill_all()
     for actor in [*phi_pool, *view_pool, learner]:
         ray.kill(actor)  # free their CPUs for the evaluation actors
-    plot = training_plot(run_dir)
-    if plot is not None:
-        say(f"training success per iteration: {plot}")
-    if cfg.eval.enabled:
+    eval_dir = run_dir / "eval"
+    try:
+        check_fresh_output(eval_dir)
+        repeat = False
+    except FileExistsError as exc:  # a resumed run that had finished: reports are never replaced
+        say(f"{exc}: the final evaluation of this run exists and is not repeated")
+        repeat = True
+    if not repeat and not (eval_dir / "training_success.png").exists():
+        plot = training_plot(run_dir)
+        if plot is not None:
+            say(f"training success per iteration: {plot}")
+    if cfg.eval.enabled and not repeat:
         latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
         # The replicas stay up for the evaluation: one engine start (60-75 s on an H100) saved.
         summary = evaluate_distributed(
-            cfg, cfg.eval.conditions, final, str(latest), run_dir / "eval", log=say, pool=replicas or None
+            cfg, cfg.eval.conditions, final, str(latest), eval_dir, log=say, pool=replicas or None
         )
         for rep in summary["conditions"]:
             logger.log("eval", cfg.grpo.iterations, {"condition": rep["condition"], "sr": rep["sr"]})
-        table = run_dir / "eval" / "final_table.md"
-        print((table if table.exists() else run_dir / "eval" / "summary.md").read_text())
+        table = eval_dir / "final_table.md"
+        print((table if table.exists() else eval_dir / "summary.md").read_text())
         if summary.get("failed_episodes"):
-            say(f"warning: {summary['failed_episodes']} evaluation episode(s) failed; see {run_dir / 'eval'}")
+            say(f"warning: {summary['failed_episodes']} evaluation episode(s) failed; see {eval_dir}")
     for actor in replicas:
         ray.kill(actor)
     logger.close()

@@ -114,9 +114,18 @@ def evaluate_distributed(
     """
     from memprism_ray.agent import TokenCounter
     from memprism_ray.eval.manifest import RunManifest
-    from memprism_ray.eval.runner import _safe, failed_result, plan_episodes, write_condition, write_summary
+    from memprism_ray.eval.runner import (
+        _safe,
+        check_fresh_output,
+        failed_result,
+        plan_episodes,
+        write_condition,
+        write_summary,
+    )
     from memprism_ray.policy.prompts import PROMPT_VERSION
     from memprism_ray.policy.tokens import task_model_of
+
+    check_fresh_output(out_dir)  # before any work: reports are never silently replaced
 
     # Every episode of the plan is reported: a broken game's episodes fail without being played.
     episodes, plan, broken = plan_episodes(cfg.eval.split, cfg.corpus.data_root, cfg.eval.episodes, cfg.run.seed)

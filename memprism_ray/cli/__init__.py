@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(func(args) or 0)
-    except (CliError, ValueError, FileNotFoundError) as exc:
+    except (CliError, ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f"memprism: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -196,13 +196,13 @@ class RunManifest:
             raise ValueError("run manifest JSON must be an object")
         return cls.from_dict(data)
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Written atomically; an existing manifest is never replaced unless ``overwrite``."""
+        from memprism_ray.io_atomic import atomic_write_text
+
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.to_json() + "\n", encoding="utf-8")
-        tmp.replace(path)
-        return path
+        return atomic_write_text(path, self.to_json() + "\n", overwrite=overwrite)
 
     @classmethod
     def load(cls, path: str | Path) -> RunManifest:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from memprism_ray.eval.stats import paired_bootstrap_diff, wilson_interval
+from memprism_ray.io_atomic import atomic_write_bytes, atomic_write_text
 from memprism_ray.view_space import ALL_ACTIONS, FILTERS, GAMMAS, NUM_ACTIONS, TAUS, WINDOWS, ViewAction
 
 THRESHOLDS: tuple[int, ...] = (5, 10, 15, 20, 25, 30, 35, 40, 45, 50)
@@ -281,7 +282,7 @@ def plot_condition(rep: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_title(rep["condition"])
     fig.tight_layout()
     p = out_dir / "sr_tokens_by_length.png"
-    fig.savefig(p, dpi=100)
+    save_figure(fig, p)
     plt.close(fig)
     paths.append(p)
     vs = rep["view_selection"]
@@ -294,7 +295,7 @@ def plot_condition(rep: dict[str, Any], out_dir: Path) -> list[Path]:
             ax.set_title(group)
         fig.tight_layout()
         p = out_dir / "view_marginals.png"
-        fig.savefig(p, dpi=100)
+        save_figure(fig, p)
         plt.close(fig)
         paths.append(p)
     return paths
@@ -437,13 +438,23 @@ def plot_training_success(iterations: Sequence[dict[str, Any]], path: Path) -> P
     ax.legend(fontsize=8)
     ax.set_title("D2 (grouped GRPO) training")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
 
+def save_figure(fig: Any, path: Path) -> None:
+    """A PNG written atomically, never over an existing file (issue 10)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    atomic_write_bytes(path, buf.getvalue())
+
+
 def write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default))
+    """JSON written atomically, never over an existing file (issue 10)."""
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_json_default))
 
 
 def _json_default(o: Any) -> Any:

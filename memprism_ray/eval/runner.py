@@ -29,6 +29,7 @@ from memprism_ray.agent import Agent, AgentConfig, EpisodeResult, EpisodeSpec, L
 from memprism_ray.agent import write_episode_artifacts as _write_artifacts
 from memprism_ray.config_tree import field, to_dict
 from memprism_ray.eval import report as rpt
+from memprism_ray.io_atomic import atomic_write_bytes, atomic_write_text
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.policy.tokens import task_model_of
 
@@ -176,13 +177,12 @@ def write_condition(
 ) -> dict[str, Any]:
     """Write one condition's tables, artifacts, manifest, report and plots; return the report."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     out_dir.mkdir(parents=True, exist_ok=True)
     episodes = [r.summary() for r in results]
-    pq.write_table(pa.Table.from_pylist(episodes), out_dir / "episodes.parquet")
+    _write_parquet(pa.Table.from_pylist(episodes), out_dir / "episodes.parquet")
     if rows:
-        pq.write_table(rows_to_arrow(rows), out_dir / "steps.parquet")
+        _write_parquet(rows_to_arrow(rows), out_dir / "steps.parquet")
     stored = 0
     for r in results:
         stored += r.stream.to_arrow().nbytes
@@ -191,7 +191,7 @@ def write_condition(
     manifest.save(out_dir / "manifest.json")
     rep = rpt.condition_report(condition, episodes, rows, tokenizer=tokenizer, stored_bytes=stored, max_steps=max_steps)
     rpt.write_json(out_dir / "report.json", rep)
-    (out_dir / "report.md").write_text(rpt.condition_markdown(rep))
+    atomic_write_text(out_dir / "report.md", rpt.condition_markdown(rep))
     rpt.plot_condition(rep, out_dir)
     return rep
 
@@ -230,6 +230,7 @@ def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = pri
     from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 
     out = Path(cfg.out)
+    check_fresh_output(out)
     out.mkdir(parents=True, exist_ok=True)
     episode_list, specs, broken = plan_episodes(cfg.split, cfg.data_root, cfg.episodes, cfg.seed)
     if broken and progress:
@@ -301,6 +302,23 @@ def run_conditions(cfg: EvalConfig, progress: Callable[[str], None] | None = pri
     return write_summary(out, reports, results_by, seed=cfg.seed)
 
 
+def check_fresh_output(out: Path) -> None:
+    """Refuse an output directory that already holds an evaluation: reports are never
+    silently replaced (issue 10). One-line error naming the directory."""
+    if out.exists() and (any(out.glob("summary.*")) or any(out.glob("*/report.json"))):
+        raise FileExistsError(f"{out} already holds an evaluation (summary or report.json); choose another --out")
+
+
+def _write_parquet(table: Any, path: Path) -> None:
+    import io
+
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
 def write_summary(
     out: Path, reports: Sequence[dict[str, Any]], results_by: Mapping[str, Sequence[EpisodeResult]], *, seed: int
 ) -> dict[str, Any]:
@@ -320,9 +338,9 @@ def write_summary(
         # One table of every condition against the trained Router (issue 11, item 3).
         table, figures = rpt.final_table_markdown(list(reports), outcomes, router="memprism", seed=seed)
         summary["final_table"] = figures
-        (out / "final_table.md").write_text(table)
+        atomic_write_text(out / "final_table.md", table)
     rpt.write_json(out / "summary.json", summary)
-    (out / "summary.md").write_text(rpt.summary_markdown(list(reports), comparisons, base))
+    atomic_write_text(out / "summary.md", rpt.summary_markdown(list(reports), comparisons, base))
     return summary
 
 

@@ -253,3 +253,24 @@ def test_freq_random_auto_samples_the_memprism_marginal(memprism_tiny_corpus, ac
     assert freq["condition"] == "freq_random"
     with pytest.raises(ValueError, match="list the memprism condition before"):
         check_conditions(_cfg(memprism_tiny_corpus, tmp_path, ("freq_random",), marginal="auto"))
+
+
+def test_an_output_directory_with_an_evaluation_is_refused_and_files_are_never_replaced(tmp_path) -> None:
+    # Issue 10 item 5: reports are written atomically and never silently overwritten.
+    import pytest
+
+    from memprism_ray.eval import report as rpt
+    from memprism_ray.eval.runner import check_fresh_output
+
+    out = tmp_path / "ev"
+    check_fresh_output(out)  # absent: fine
+    (out / "memprism").mkdir(parents=True)
+    check_fresh_output(out)  # an empty condition directory: fine
+    rpt.write_json(out / "memprism" / "report.json", {"sr": 0.5})
+    with pytest.raises(FileExistsError, match="already holds an evaluation"):
+        check_fresh_output(out)
+    with pytest.raises(FileExistsError, match="refusing to overwrite"):
+        rpt.write_json(out / "memprism" / "report.json", {"sr": 0.9})
+    assert (out / "memprism" / "report.json").read_text().strip().endswith("}")
+    assert '"sr": 0.5' in (out / "memprism" / "report.json").read_text()
+    assert not list((out / "memprism").glob("*.tmp*"))
