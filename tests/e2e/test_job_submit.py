@@ -65,6 +65,7 @@ def test_ray_job_submit_runs_the_grpo_job(
                 f"--init_checkpoint {actors_reference_ckpt}",
                 "--run.checkpoint_every 2 --run.tensorboard true",
                 "--eval.enabled true --eval.episodes 2 --eval.workers 1 --eval.slots 2",
+                "--eval.conditions memprism,freq_random",
             ]
         )
         status, logs = submit_and_wait(head.address, entry, ROOT, timeout_s=900, echo=False, on_poll=poll)
@@ -82,6 +83,7 @@ def test_ray_job_submit_runs_the_grpo_job(
     summary = json.loads((run / "eval" / "summary.json").read_text())
     assert [c["condition"] for c in summary["conditions"]] == ["memprism", "freq_random"]
     assert (run / "eval" / "memprism" / "report.md").exists()
+    assert (run / "eval" / "final_table.md").read_text().startswith("| condition |")
     assert (run / "eval" / "memprism" / "manifest.json").exists()
     # The dashboard's metrics endpoint exported this project's metrics while the job ran.
     for name in ("ray_memprism_decisions", "ray_memprism_success_rate", "ray_memprism_grpo_kl"):
