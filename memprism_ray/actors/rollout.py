@@ -25,7 +25,7 @@ import numpy as np
 import ray
 
 from memprism_ray.actors.placement import set_ray_env
-from memprism_ray.actors.services import Pool, RayServices, gather
+from memprism_ray.actors.services import PolicyPool, Pool, RayServices, gather
 from memprism_ray.actors.workers import EnvWorker
 from memprism_ray.views import RenderedView, ViewRequest
 
@@ -193,7 +193,9 @@ class RolloutWorker:
             per,
             phi=phi,
             views=views,
-            policy=Pool(policy_handles, "act", timeout) if policy_handles else _local_policy(cfg),
+            policy=PolicyPool(policy_handles, timeout, caller=f"rollout-{index}")
+            if policy_handles
+            else _local_policy(cfg),
             timeout_s=timeout,
             needs_view_text=needs_view_text,
         )

@@ -228,7 +228,7 @@ class RayServices:
     ``env_workers[k]`` holds ``slots_per_worker`` slots; global slot ``s`` lives on worker
     ``s // slots_per_worker``. ``phi`` is a pool or a local ``Phi``; ``views`` has
     ``render_each`` (a local ``ViewService`` or ``rollout.RemoteViews``); ``policy`` is a
-    :class:`PolicyPool` (a ``Pool`` of replicas is turned into one) or a local policy.
+    :class:`PolicyPool` or a local policy.
     """
 
     def __init__(
@@ -246,8 +246,6 @@ class RayServices:
         self.slots_per_worker = slots_per_worker
         self.phi = phi
         self.view_pool = views
-        if isinstance(policy, Pool) and policy.method == "act":  # replicas: route by group, not round-robin
-            policy = PolicyPool(policy.handles, policy.timeout_s)
         self.policy_pool = policy
         self.timeout_s = timeout_s
         self.needs_view_text = needs_view_text

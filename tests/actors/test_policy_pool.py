@@ -149,10 +149,9 @@ def test_simultaneous_new_groups_spread_evenly(ray_session, replicas) -> None:
 
 @pytest.mark.ray
 def test_replica_failures_stay_per_request_and_ray_services_routes_through_the_pool(ray_session, replicas) -> None:
-    from memprism_ray.actors.services import PolicyPool, Pool, RayServices
+    from memprism_ray.actors.services import PolicyPool, RayServices
 
-    services = RayServices([], 1, phi=None, views=None, policy=Pool(replicas, "act", 60), timeout_s=60)
-    assert isinstance(services.policy_pool, PolicyPool)
+    services = RayServices([], 1, phi=None, views=None, policy=PolicyPool(replicas, 60), timeout_s=60)
     batch = [alf("f-0"), alf("f-1", goal="FAKE_REJECT"), alf("f-2", goal="FAKE_CRASH"), alf("f-3")]
     out = services.act(batch)
     assert out[0].valid and out[3].valid
