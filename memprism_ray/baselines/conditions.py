@@ -6,6 +6,8 @@
 * ``recent4``            no view, the last 4 steps as text (``recent:K`` for other K)
 * ``fixed:TAU``          one relation view at the paper's fixed scope "recent long + medium
                          + all" (window recent_long, gamma medium, filter all), optical
+* ``fixed:TAU/WINDOW/FILTER/GAMMA``
+                         any one view of the 144 at every decision, optical
 * ``fixed_text:TAU``     the same view rendered as text (Fixed Text vs Fixed Optical)
 * ``memprism``           the Router's greedy choice, optical (Dynamic Optical)
 * ``memprism_text``      the Router's greedy choice as text (Dynamic Text)
@@ -260,10 +262,18 @@ def make_selector(
             raise ValueError(f"condition {condition!r}: recent:K needs a positive integer K")
         return TextHistory(f"recent{k}", int(k))
     if name.startswith(("fixed:", "fixed_text:")):
-        kind, tau = name.split(":", 1)
-        action = ViewAction(tau, FIXED_WINDOW, FIXED_FILTER, FIXED_GAMMA)
+        kind, spec = name.split(":", 1)
+        parts = spec.split("/")
+        if len(parts) == 1:
+            action = ViewAction(spec, FIXED_WINDOW, FIXED_FILTER, FIXED_GAMMA)
+            label = action.tau
+        elif len(parts) == 4:
+            action = ViewAction(*parts)
+            label = spec
+        else:
+            raise ValueError(f"condition {condition!r}: use fixed:TAU or fixed:TAU/WINDOW/FILTER/GAMMA")
         medium = "text" if kind == "fixed_text" else "optical"
-        return FixedView(action, medium, name=f"{kind}:{action.tau}")
+        return FixedView(action, medium, name=f"{kind}:{label}")
     if name == "freq_random":
         if marginal is None:
             raise ValueError("condition freq_random needs a marginal (--marginal: a report.json or a JSON list)")

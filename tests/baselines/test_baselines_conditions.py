@@ -113,6 +113,17 @@ def test_fixed_view_accepts_legacy_aliases_and_rejects_unknown_types() -> None:
         make_selector("fixed:Histogram")
 
 
+def test_a_fixed_view_can_name_its_whole_scope() -> None:
+    sel = make_selector("fixed:EntityState/all/state_update/coarse")
+    assert sel.name == "fixed:EntityState/all/state_update/coarse"
+    assert sel.select(_ctx(2), None)[0].action == ViewAction("EntityState", "all", "state_update", "coarse")
+    assert make_selector("fixed_text:TemporalTrace/recent_short/all/fine").select(_ctx(1), None)[0].medium == "text"
+    with pytest.raises(ValueError, match="TAU/WINDOW/FILTER/GAMMA"):
+        make_selector("fixed:EntityState/all/coarse")
+    with pytest.raises(ValueError, match="window"):
+        make_selector("fixed:EntityState/forever/all/coarse")
+
+
 def test_fixed_view_conditions_are_the_four_types_in_order() -> None:
     assert fixed_view_conditions() == [f"fixed:{t}" for t in TAUS]
 

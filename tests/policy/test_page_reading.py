@@ -8,11 +8,9 @@ the policy, and the same fact on a page that does show it must change its action
 
 from __future__ import annotations
 
-import pytest
-
 from memprism_ray.composer import compose
 from memprism_ray.policy.alfworld_reader import read_facts
-from memprism_ray.policy.scripted import ScriptedPolicy, decide
+from memprism_ray.policy.scripted import ScriptedPolicy, belief, decide
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 from memprism_ray.recorder.phi.base import record_event
@@ -89,11 +87,18 @@ def test_a_smaller_page_shows_and_lets_read_less() -> None:
 
 
 def test_the_policy_reads_only_the_view_it_is_given() -> None:
-    """Nothing reaches the policy but its prompt: with no view and no history it explores."""
+    """Nothing reaches the policy but its prompt: with no view and no history it explores
+    by its fixed search belief, whatever the stream holds."""
     policy = ScriptedPolicy(temperature=0.0)
     dist = policy.action_distribution(GOAL, OBS, ADMISSIBLE, [])
-    assert dist.get("go to countertop 1", 0.0) == pytest.approx(max(dist.values()))
-    assert len([a for a, p in dist.items() if p == max(dist.values())]) > 1  # a tie: it does not know
+    favourite = max(
+        (a for a in ADMISSIBLE if a != "go to stoveburner 1"), key=lambda a: belief("mug", a[len("go to ") :])
+    )
+    assert dist == {favourite: 1.0}
+    shown = policy.action_distribution(
+        GOAL, OBS, ADMISSIBLE, [_page(ViewAction("TemporalTrace", "all", "exception", "medium")).text]
+    )
+    assert shown == {"go to countertop 1": 1.0}  # the page that shows the sighting changes it
 
 
 def test_a_value_chain_is_read_as_every_place_visited() -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from memprism_ray.policy.base import HistoryRecord, PolicyInput
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.policy.parsing import parse_alfworld
-from memprism_ray.policy.scripted import Goal, ScriptedPolicy, decide, parse_goal
+from memprism_ray.policy.scripted import Goal, ScriptedPolicy, belief, decide, parse_goal
 
 TASK_OF = {
     "place": "pick_and_place_simple",
@@ -178,19 +178,39 @@ def test_the_view_and_history_are_its_only_memory() -> None:
     policy = ScriptedPolicy(temperature=0.0)
     obs = "You arrive at desk 1. On the desk 1, you see a pen 1."
     adm = ("go to cabinet 1", "go to countertop 1", "go to desk 1", "go to shelf 1")
-    seen = "You arrive at countertop 1. On the countertop 1, you see a mug 1, and a plate 2."
-    view = f"view: TemporalTrace | window=all | filter=all | gamma=medium\nstep 3 | go to countertop 1 | {seen}"
+    seen = "You arrive at shelf 1. On the shelf 1, you see a mug 1, and a plate 2."
+    view = f"view: TemporalTrace | window=all | filter=all | gamma=medium\nstep 3 | go to shelf 1 | {seen}"
     blind = _inp("e", observation=obs, admissible=adm)
-    assert blind.view_mode == "none" and policy.act([blind])[0].action != "go to countertop 1"
+    assert blind.view_mode == "none" and policy.act([blind])[0].action != "go to shelf 1"
     for shown in (
         _inp("e", observation=obs, admissible=adm, view_text=view),
         _inp("e", observation=obs, admissible=adm, view_image=_blank(), meta={"episode_id": "e", "view_text": view}),
-        _inp("e", observation=obs, admissible=adm, history=(HistoryRecord(0, START, "go to countertop 1", seen),)),
+        _inp("e", observation=obs, admissible=adm, history=(HistoryRecord(0, START, "go to shelf 1", seen),)),
     ):
-        assert policy.act([shown])[0].action == "go to countertop 1"
+        assert policy.act([shown])[0].action == "go to shelf 1"
     # A view text without a view (No Memory) is not read.
     stray = _inp("e", observation=obs, admissible=adm, meta={"episode_id": "e", "view_text": view})
     assert policy.act([stray])[0].action == policy.act([blind])[0].action
+
+
+def test_search_belief_is_fixed_and_a_place_the_page_does_not_show_is_searched_again() -> None:
+    """The search belief stands for a VLM's prior: the same in every episode, not the
+    generator's placement table; a favoured place the page does not show as searched looks
+    unsearched, so the policy goes back to it (the looping that long windows prevent)."""
+    places = [f"cabinet {i}" for i in range(1, 9)] + ["fridge 1", "countertop 1", "drawer 1", "shelf 1"]
+    ranked = sorted(places, key=lambda r: -belief("apple", r))
+    assert ranked == sorted(places, key=lambda r: -belief("apple", r))  # deterministic, episode-free
+    assert ranked != sorted(places, key=lambda r: -belief("mug", r))  # it depends on the target
+    assert all(0.0 <= belief("apple", r) < 1.0 for r in places)
+    adm = tuple(f"go to {r}" for r in places)
+    goal, obs = "put an apple in sinkbasin", "You arrive at bed 1. On the bed 1, you see nothing."
+    policy = ScriptedPolicy(temperature=0.5)
+    blind = policy.action_distribution(goal, obs, adm, [])
+    favourite = max(blind, key=blind.__getitem__)
+    assert favourite == f"go to {ranked[0]}" and blind[favourite] > 3 * blind[f"go to {ranked[-1]}"]
+    shown = f"step 2 | go to {ranked[0]} | You arrive at {ranked[0]}. On the {ranked[0]}, you see a cup 1."
+    after = policy.action_distribution(goal, obs, adm, [shown])
+    assert after[favourite] < 0.01 and max(after, key=after.__getitem__) == f"go to {ranked[1]}"
 
 
 def _blank():
