@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     status = "FAILED"
     try:
         status, _ = submit_and_wait(head.address, shlex.join(entry), ROOT, timeout_s=4 * 3600, auth_token=token)
+    except RuntimeError as exc:
+        print(f"memprism-ray: the job could not be submitted: {exc}", file=sys.stderr, flush=True)
     finally:
         if args.keep_head:
             print(f"memprism-ray: head left running at {head.address} (stop it: kill -- -{head.process.pid})")

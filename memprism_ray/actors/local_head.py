@@ -200,9 +200,11 @@ def submit_and_wait(
     env_vars: dict[str, str] | None = None,
     on_poll: Callable[[str], None] | None = None,
     auth_token: str | None = None,
+    agent_wait_s: float = 600.0,
 ) -> tuple[str, str]:
     """Submit a job through the Job API, stream its logs, wait for a terminal status.
-    ``auth_token``: the head's token (sent as ``Authorization: Bearer ...``).
+    ``auth_token``: the head's token (sent as ``Authorization: Bearer ...``);
+    ``agent_wait_s``: how long to wait for the head's job agent to accept the submission.
 
     Returns ``(status, logs)``.
     """
@@ -223,14 +225,26 @@ def submit_and_wait(
         "excludes": [".venv", "runs", ".git", "**/__pycache__", ".hypothesis", ".pytest_cache", ".ruff_cache"],
     }
     job_id = None
-    wait_until = time.monotonic() + 120
+    start = time.monotonic()
+    next_note = start + 30.0
     while job_id is None:
         try:
             job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env)
         except RuntimeError as exc:
             # The job API answers before the head's dashboard agent is up: retry that one case.
-            if "No available agent" not in str(exc) or time.monotonic() > wait_until:
+            # On a loaded 2-core machine the agent took over 120 s to come up (a make run
+            # beside the test suite), so the wait is agent_wait_s, with a note every 30 s.
+            if "No available agent" not in str(exc):
                 raise
+            waited = time.monotonic() - start
+            if waited > agent_wait_s:
+                raise RuntimeError(
+                    f"the Ray head at {address} has no job agent after {waited:.0f} s (agent_wait_s="
+                    f"{agent_wait_s:.0f}); is the machine overloaded? The head's logs are under its temp dir"
+                ) from exc
+            if echo and time.monotonic() >= next_note:
+                print(f"waiting for the head's job agent ({waited:.0f} s so far)", flush=True)
+                next_note += 30.0
             time.sleep(2.0)
     if echo:
         print(f"submitted job {job_id} to {address}; dashboard: {address}/#/jobs/{job_id}", flush=True)

@@ -42,3 +42,31 @@ def test_head_with_token_auth(tmp_path: Path) -> None:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert status == "SUCCEEDED", logs[-2000:]
     assert "CPUS 1.0" in logs
+
+
+class _AgentlessClient:
+    """A Job API whose head never gets a job agent (what a loaded machine showed)."""
+
+    calls = 0
+
+    def __init__(self, address: str, headers: dict | None = None) -> None:
+        pass
+
+    def submit_job(self, **kwargs) -> str:
+        type(self).calls += 1
+        raise RuntimeError("Request failed with status code 500: No available agent to submit job, try again later")
+
+
+def test_submission_waits_for_the_job_agent_then_fails_clearly(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import ray.job_submission
+
+    from memprism_ray.actors import local_head
+
+    monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", _AgentlessClient)
+    monkeypatch.setattr(local_head.time, "sleep", lambda s: None)
+    clock = iter(range(0, 10_000, 7))
+    monkeypatch.setattr(local_head.time, "monotonic", lambda: float(next(clock)))
+    with pytest.raises(RuntimeError, match=r"no job agent after \d+ s \(agent_wait_s=100\)"):
+        local_head.submit_and_wait("http://127.0.0.1:1", "python x.py", Path("."), agent_wait_s=100.0)
+    assert _AgentlessClient.calls >= 5  # it retried rather than failing at once
+    assert "waiting for the head's job agent" in capsys.readouterr().out
