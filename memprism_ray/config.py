@@ -95,6 +95,12 @@ class LabelConfig:
 
     teacher: str = field("counterfactual", help="view teacher: counterfactual (no LLM) or llm (OpenAI-compatible)")
     games: int = field(24, help="training games whose expert trajectories are labelled")
+    rollin_games: int = field(
+        0,
+        help="further training games the task policy plays itself (a random view per step) with the handcoded "
+        "expert's next command as each state's reference: D1 then sees the long searches that the expert's short "
+        "trajectories never reach (counterfactual teacher, scripted policy)",
+    )
     samples_per_view: int = field(2, help="counterfactual teacher: policy samples per candidate view")
     cost_temperature: float = field(
         1.0, help="counterfactual teacher: T_c of the cost shading exp(-C/T_c) (0.1 let the cost decide every label)"
@@ -115,6 +121,8 @@ class LabelConfig:
             raise ValueError(f"label.llm_source must be 'endpoint' or 'pool', got {self.llm_source!r}")
         if self.llm_max_tokens < 1 or self.llm_concurrency < 1:
             raise ValueError("label.llm_max_tokens and label.llm_concurrency must be >= 1")
+        if self.rollin_games < 0:
+            raise ValueError(f"label.rollin_games must be >= 0, got {self.rollin_games}")
         if self.games < 1 or self.samples_per_view < 1 or self.workers < 1:
             raise ValueError("label.games, label.samples_per_view and label.workers must be >= 1")
         if not self.policy_temperature >= 0:
@@ -277,6 +285,11 @@ class ExperimentConfig:
             raise ValueError(
                 f"agent.max_steps ({self.agent.max_steps}) and grpo.max_steps ({self.grpo.max_steps}) disagree; "
                 "set both"
+            )
+        if self.label.rollin_games and (self.label.teacher != "counterfactual" or self.policy.backend != "scripted"):
+            raise ValueError(
+                "label.rollin_games needs label.teacher counterfactual and policy.backend scripted (a roll-in "
+                f"through the policy pool is not built); got {self.label.teacher} / {self.policy.backend}"
             )
 
 

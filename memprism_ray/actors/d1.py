@@ -31,15 +31,27 @@ def expert_task(
     pool: list[Any] | None = None,
     key: str = "phi-d1",
     timeout_s: float = 300.0,
+    rollin: list[dict[str, str]] | None = None,
+    cfg: Any = None,
 ) -> bytes:
     """Play ``games`` with ALFWorld's handcoded expert; the trajectories as Parquet bytes,
     re-extracted by the LLM Phi when ``phi_config`` asks for one (``phi.kind: llm``; served by
-    ``pool`` with ``phi.llm_source: pool``)."""
+    ``pool`` with ``phi.llm_source: pool``). ``rollin`` games are then played by the scripted
+    task policy under a random view per step (``label.rollin_games``; ``cfg`` gives its
+    temperature, seed, steps and render settings)."""
     set_ray_env()
     import tempfile
 
     from memprism_ray.envs.alfworld import collect_expert_trajectories
     from memprism_ray.envs.base import GameRef
+
+    choose = None
+    if rollin:
+        from memprism_ray.pipeline.labels import rollin_chooser
+        from memprism_ray.policy.scripted import ScriptedPolicy
+
+        policy = ScriptedPolicy(temperature=cfg.label.policy_temperature, seed=cfg.run.seed)
+        choose = rollin_chooser(policy, cfg.render, seed=cfg.run.seed, short_history=cfg.agent.short_history)
 
     phi = None
     if phi_config is not None and phi_config.kind != "rules":
@@ -48,7 +60,14 @@ def expert_task(
         phi = build_actor_phi("alfworld", phi_config, pool, timeout_s=timeout_s, key=key)
     with tempfile.TemporaryDirectory() as tmp:
         path = collect_expert_trajectories(
-            [GameRef.from_dict(g) for g in games], tmp, max_steps=max_steps, progress=False, phi=phi
+            [GameRef.from_dict(g) for g in games],
+            tmp,
+            max_steps=max_steps,
+            progress=False,
+            phi=phi,
+            rollin_games=[GameRef.from_dict(g) for g in rollin or ()],
+            choose=choose,
+            rollin_steps=cfg.agent.max_steps if cfg is not None else 25,
         )
         return Path(path).read_bytes()
 
@@ -208,9 +227,17 @@ def sft_task(dataset_bytes: bytes, cfg: Any) -> dict[str, Any]:
         return {"epochs": history, "final": final, "sha256": checkpoint_sha256(tmp), "files": read_files(Path(tmp))}
 
 
-def collect_expert(cfg: Any, games: list[Any], d1_dir: Path, log: Any = print, pool: list[Any] | None = None) -> Path:
+def collect_expert(
+    cfg: Any,
+    games: list[Any],
+    d1_dir: Path,
+    log: Any = print,
+    pool: list[Any] | None = None,
+    rollin_games: list[Any] | None = None,
+) -> Path:
     """``d1_dir/expert_trajectories.parquet`` from the handcoded expert (reused when present);
-    ``pool``: the replicas an LLM Phi with ``phi.llm_source: pool`` re-extracts the streams on."""
+    ``pool``: the replicas an LLM Phi with ``phi.llm_source: pool`` re-extracts the streams on;
+    ``rollin_games``: games the scripted task policy plays itself (``label.rollin_games``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -218,16 +245,28 @@ def collect_expert(cfg: Any, games: list[Any], d1_dir: Path, log: Any = print, p
     if path.exists():
         log(f"D1: reusing {path}")
         return path
+    rollin_games = rollin_games or []
     workers = max(1, min(cfg.label.workers, len(games)))
     chunks = [games[i::workers] for i in range(workers)]
-    log(f"D1: expert trajectories on {len(games)} games ({workers} tasks)")
+    rollins = [rollin_games[i::workers] for i in range(workers)]
+    extra = f" and the task policy's own play of {len(rollin_games)} more (roll-in)" if rollin_games else ""
+    log(f"D1: expert trajectories on {len(games)} games{extra} ({workers} tasks)")
     parts = waits.get(  # bound: one call timeout per game of the largest task
         [
-            expert_task.remote([g.to_dict() for g in c], 120, cfg.phi, pool, f"phi-d1-{i}", cfg.run.call_timeout_s)
+            expert_task.remote(
+                [g.to_dict() for g in c],
+                120,
+                cfg.phi,
+                pool,
+                f"phi-d1-{i}",
+                cfg.run.call_timeout_s,
+                [g.to_dict() for g in rollins[i]],
+                cfg,
+            )
             for i, c in enumerate(chunks)
             if c
         ],
-        cfg.run.call_timeout_s * max(len(c) for c in chunks),
+        cfg.run.call_timeout_s * max(len(c) + len(r) for c, r in zip(chunks, rollins, strict=True)),
         "D1 expert-trajectory tasks",
     )
     tables, offset = [], 0
@@ -263,7 +302,9 @@ def d1_cost_line(cfg: Any) -> str:
     how = "one call per decision" if cfg.label.teacher == "llm" else f"144 views x {cfg.label.samples_per_view} samples"
     return (
         f"D1: {cfg.label.teacher} view teacher on {served}: {per} policy call(s) per expert decision ({how}) "
-        f"over the expert trajectories of {cfg.label.games} games; the exact count follows once they are played"
+        f"over the expert trajectories of {cfg.label.games} games"
+        + (f" and the task policy's roll-ins on {cfg.label.rollin_games} more" if cfg.label.rollin_games else "")
+        + "; the exact count follows once they are played"
     )
 
 
@@ -359,7 +400,11 @@ def run_d1(cfg: Any, train_games: list[Any], d1_dir: Path, log: Any = print, poo
     needed = phi_uses_pool(cfg) and not (d1_dir / "expert_trajectories.parquet").exists()
     phi_pool, started = replicas_for(cfg, pool, needed, log, "the D1 LLM Phi")
     try:
-        expert = collect_expert(cfg, train_games[: cfg.label.games], d1_dir, log, phi_pool)
+        games = cfg.label.games
+        rollin = train_games[games : games + cfg.label.rollin_games]
+        if len(rollin) < cfg.label.rollin_games:
+            log(f"D1: only {len(rollin)} training games left for label.rollin_games={cfg.label.rollin_games}")
+        expert = collect_expert(cfg, train_games[:games], d1_dir, log, phi_pool, rollin)
         labels = label_expert(cfg, expert, d1_dir, log, pool or phi_pool)
     finally:
         for h in started:

@@ -16,8 +16,10 @@ every view gives the same action carry no label signal and are skipped (counted)
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +51,35 @@ def expert_states(table: Any, episodes: Sequence[int] | None = None) -> list[Lab
         stream = load_expert_stream(table, ep)
         rows = table.filter(pc.equal(table["episode"], ep))
         admissible = rows.column("admissible").to_pylist()
+        # The reference is the table's: in a roll-in it is the expert's command, not the one played.
+        references = rows.column("reference_action").to_pylist()
         game_id = rows.column("game_id")[0].as_py()
         goal = rows.column("goal")[0].as_py()
-        for st, adm in zip(decision_states(stream, goal=goal, task_id=game_id), admissible, strict=True):
-            out.append(LabelState(st, tuple(adm)))
+        states = decision_states(stream, goal=goal, task_id=game_id)
+        for st, adm, ref in zip(states, admissible, references, strict=True):
+            out.append(LabelState(dataclasses.replace(st, reference_action=ref), tuple(adm)))
     return out
+
+
+def rollin_chooser(
+    policy: TaskPolicy, render_config: Any = None, seed: int = 0, short_history: int = 0
+) -> Callable[..., str]:
+    """``choose(stream, observation, goal, admissible, step)`` for a D1 roll-in
+    (``label.rollin_games``): the task policy acts on a view drawn uniformly from the 144 at
+    every step, seeded by ``(seed, game, step)``, so the roll-ins reach states with every
+    kind of memory, the forgetful ones included."""
+    from memprism_ray.view_space import ALL_ACTIONS
+
+    actor = ViewConditionedActor(policy, render_config, short_history=short_history)
+
+    def choose(stream: Any, observation: str, goal: str, admissible: tuple[str, ...], step: int) -> str:
+        game = str(stream.meta.get("game_id", ""))
+        digest = hashlib.blake2b(f"{seed}|{game}|{step}".encode(), digest_size=8).digest()
+        view = ALL_ACTIONS[int.from_bytes(digest, "little") % len(ALL_ACTIONS)]
+        state = DecisionState(tuple(stream.records), observation, goal, "", step + 1, game)
+        return actor(LabelState(state, admissible), view)
+
+    return choose
 
 
 def _history(records: Sequence[StreamRecord], k: int) -> tuple[HistoryRecord, ...]:

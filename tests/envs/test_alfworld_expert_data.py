@@ -80,3 +80,35 @@ def test_an_llm_phi_re_extracts_the_expert_streams(alfworld_games: dict, tmp_pat
         # the act stays the rules' hard evidence
         assert [e.act for e in stream.events] == [parse_command(r.action).act for r in stream.raws]
     assert batches[0] == 2 and sum(batches) == table.num_rows
+
+
+def test_a_rollin_is_played_by_the_policy_and_labelled_by_the_expert(alfworld_games: dict, tmp_path: Path) -> None:
+    """label.rollin_games: the task policy acts under a random view per step, the expert's
+    next command is each state's reference, and the label states carry that reference."""
+    from memprism_ray.pipeline.labels import expert_states, rollin_chooser
+    from memprism_ray.policy.scripted import ScriptedPolicy
+
+    expert_game, *rollin = alfworld_games["train"][:3]
+    choose = rollin_chooser(ScriptedPolicy(temperature=0.5, seed=0), seed=0)
+    path = collect_expert_trajectories(
+        [expert_game], tmp_path, progress=False, rollin_games=rollin, choose=choose, rollin_steps=12
+    )
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    rolled = [r for r in rows if r["reference_source"] == "rollin"]
+    assert {r["game_id"] for r in rolled} == {g.game_id for g in rollin}
+    assert all(len([r for r in rolled if r["game_id"] == g.game_id]) <= 12 for g in rollin)
+    assert all(r["reference_action"] in r["admissible"] or r["reference_action"] == "look" for r in rolled)
+    played, references = [], []
+    for ep in sorted({r["episode"] for r in rolled}):
+        stream = load_expert_stream(table, ep)
+        played += [str(raw.action) for raw in stream.raws]
+        references += [r["reference_action"] for r in rolled if r["episode"] == ep]
+    assert len(played) == len(rolled)
+    # The policy is not the expert: somewhere the command played differs from the reference.
+    assert any(p != ref for p, ref in zip(played, references, strict=True))
+    states = expert_states(table)
+    refs = [s.state.reference_action for s in states]
+    assert refs == [r["reference_action"] for r in rows]  # the table's reference, not the command played
+    with pytest.raises(ValueError, match="chooser"):
+        collect_expert_trajectories([expert_game], tmp_path / "x", progress=False, rollin_games=rollin)

@@ -27,7 +27,7 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,8 +71,20 @@ class ExpertEpisode:
     won: bool
 
 
-def _play(env: AlfworldEnv, game: GameRef, commands: Sequence[str] | None, max_steps: int) -> ExpertEpisode:
-    """Play ``game`` following the expert (``commands is None``) or the given commands."""
+#: ``choose(stream, observation, goal, admissible, step) -> command``: who acts in a roll-in.
+Chooser = Callable[[EventStream, str, str, tuple[str, ...], int], str]
+
+
+def _play(
+    env: AlfworldEnv,
+    game: GameRef,
+    commands: Sequence[str] | None,
+    max_steps: int,
+    choose: Chooser | None = None,
+) -> ExpertEpisode:
+    """Play ``game`` following the expert (``commands is None``), the given commands, or
+    ``choose`` (a roll-in: ``choose`` acts, the expert's next command is each state's
+    reference; it ends when the expert has none or fails)."""
     phi = AlfworldPhi()
     obs = env.reset(game)
     stream = EventStream({"benchmark": "alfworld", "game_id": game.game_id, "goal": obs.goal})
@@ -82,15 +94,16 @@ def _play(env: AlfworldEnv, game: GameRef, commands: Sequence[str] | None, max_s
     won = False
     for t in range(max_steps):
         if commands is None:
-            action = meta.get("expert_action")
-            if not action:
+            ref = meta.get("expert_action")
+            if not ref:
                 break
+            action = ref if choose is None else choose(stream, o_pre, obs.goal, tuple(admissible), t)
         else:
             if t >= len(commands):
                 break
-            action = commands[t]
+            ref = action = commands[t]
         offered.append(tuple(admissible))
-        reference.append(action)
+        reference.append(ref)
         tr = env.step(action)
         raw_meta = {"step": t + 1, "game_id": game.game_id, "task_type": game.task_type, "won": tr.won}
         record_event(stream, RawEvent(o_pre, action, tr.feedback, tr.reward, raw_meta), phi)
@@ -98,8 +111,20 @@ def _play(env: AlfworldEnv, game: GameRef, commands: Sequence[str] | None, max_s
         if tr.done:
             won = tr.won
             break
-    source = "handcoded_expert" if commands is None else "walkthrough"
+    source = "rollin" if choose is not None else "handcoded_expert" if commands is None else "walkthrough"
     return ExpertEpisode(game, obs.goal, stream, tuple(offered), tuple(reference), source, won)
+
+
+def record_rollin_episode(env: AlfworldEnv, game: GameRef, choose: Chooser, max_steps: int) -> ExpertEpisode | None:
+    """The task policy's own play of ``game`` (``choose`` acts) with the handcoded expert's
+    next command as every state's reference, won or not; ``None`` when the expert fails
+    before the first decision. ``env`` must be built with ``expert=True``."""
+    try:
+        episode = _play(env, game, None, max_steps, choose)
+    except Exception as exc:  # the expert signals failure with NameError subclasses and Exception("Timeout")
+        log.info("handcoded expert failed during the roll-in on %s: %s", game.game_id, exc)
+        return None
+    return episode if len(episode.stream) else None
 
 
 def _walkthrough(game: GameRef) -> list[str] | None:
@@ -167,13 +192,18 @@ def collect_expert_trajectories(
     expert_seed: int = 0,
     progress: bool = True,
     phi: Phi | None = None,
+    rollin_games: Sequence[GameRef] = (),
+    choose: Chooser | None = None,
+    rollin_steps: int = 25,
 ) -> Path:
     """Play every game with the expert and write ``out_dir/expert_trajectories.parquet``.
 
     Returns the path of the Parquet file. Games no reference wins are logged and skipped;
     an empty result is an error. The rule Phi records while the expert plays; ``phi`` (an LLM
     Phi, docs/phi.md) then re-extracts every stream from its kept raw events, so D1 data and
-    rollouts are recorded by the same Phi.
+    rollouts are recorded by the same Phi. ``rollin_games`` are then played by ``choose``
+    for at most ``rollin_steps`` steps (:func:`record_rollin_episode`; ``reference_source``
+    ``rollin``).
     """
     import pyarrow.parquet as pq
     from tqdm import tqdm
@@ -187,6 +217,14 @@ def collect_expert_trajectories(
     with AlfworldEnv(1, expert=True, expert_seed=expert_seed) as env:
         for game in tqdm(games, desc="expert", unit="game", disable=not progress, file=sys.stderr):
             ep = record_expert_episode(env, game, max_steps=max_steps)
+            if ep is None:
+                skipped.append(game.game_id)
+            else:
+                episodes.append(ep)
+        if rollin_games and choose is None:
+            raise ValueError("rollin_games needs a chooser (the task policy that plays them)")
+        for game in tqdm(rollin_games, desc="roll-in", unit="game", disable=not progress, file=sys.stderr):
+            ep = record_rollin_episode(env, game, choose, rollin_steps)  # type: ignore[arg-type]
             if ep is None:
                 skipped.append(game.game_id)
             else:
@@ -209,7 +247,7 @@ def collect_expert_trajectories(
         "episodes": len(episodes),
         "skipped": skipped,
         "steps": sum(len(e.stream) for e in episodes),
-        "sources": {s: sum(e.source == s for e in episodes) for s in ("handcoded_expert", "walkthrough")},
+        "sources": {s: sum(e.source == s for e in episodes) for s in ("handcoded_expert", "walkthrough", "rollin")},
     }
     (out / "expert_trajectories.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
     return path
