@@ -99,7 +99,7 @@ class LabelConfig:
         0,
         help="further training games the task policy plays itself (a random view per step) with the handcoded "
         "expert's next command as each state's reference: D1 then sees the long searches that the expert's short "
-        "trajectories never reach (counterfactual teacher, scripted policy)",
+        "trajectories never reach (counterfactual teacher on the scripted policy only; else D1 says it skips them)",
     )
     samples_per_view: int = field(2, help="counterfactual teacher: policy samples per candidate view")
     cost_temperature: float = field(
@@ -285,11 +285,6 @@ class ExperimentConfig:
             raise ValueError(
                 f"agent.max_steps ({self.agent.max_steps}) and grpo.max_steps ({self.grpo.max_steps}) disagree; "
                 "set both"
-            )
-        if self.label.rollin_games and (self.label.teacher != "counterfactual" or self.policy.backend != "scripted"):
-            raise ValueError(
-                "label.rollin_games needs label.teacher counterfactual and policy.backend scripted (a roll-in "
-                f"through the policy pool is not built); got {self.label.teacher} / {self.policy.backend}"
             )
 
 

@@ -291,6 +291,12 @@ def policy_calls_per_decision(cfg: Any) -> int:
     return policy_calls(cfg.label.teacher, 1, samples_per_view=cfg.label.samples_per_view)
 
 
+def rollins_apply(cfg: Any) -> bool:
+    """Whether D1 plays ``label.rollin_games`` roll-ins: only the counterfactual teacher on
+    the scripted policy has them (a roll-in through the policy pool is not built)."""
+    return bool(cfg.label.rollin_games) and cfg.label.teacher == "counterfactual" and cfg.policy.backend == "scripted"
+
+
 def d1_cost_line(cfg: Any) -> str:
     """What D1 labelling will cost, printed before D1 starts."""
     per = policy_calls_per_decision(cfg)
@@ -303,7 +309,7 @@ def d1_cost_line(cfg: Any) -> str:
     return (
         f"D1: {cfg.label.teacher} view teacher on {served}: {per} policy call(s) per expert decision ({how}) "
         f"over the expert trajectories of {cfg.label.games} games"
-        + (f" and the task policy's roll-ins on {cfg.label.rollin_games} more" if cfg.label.rollin_games else "")
+        + (f" and the task policy's roll-ins on {cfg.label.rollin_games} more" if rollins_apply(cfg) else "")
         + "; the exact count follows once they are played"
     )
 
@@ -402,7 +408,14 @@ def run_d1(cfg: Any, train_games: list[Any], d1_dir: Path, log: Any = print, poo
     try:
         games = cfg.label.games
         rollin = train_games[games : games + cfg.label.rollin_games]
-        if len(rollin) < cfg.label.rollin_games:
+        if rollin and not rollins_apply(cfg):
+            # A roll-in through the policy pool is not built: say so rather than drop it quietly.
+            log(
+                f"D1: label.rollin_games={cfg.label.rollin_games} skipped: roll-ins need the counterfactual teacher "
+                f"on the scripted policy (this run: {cfg.label.teacher} teacher, {cfg.policy.backend} policy)"
+            )
+            rollin = []
+        elif len(rollin) < cfg.label.rollin_games:
             log(f"D1: only {len(rollin)} training games left for label.rollin_games={cfg.label.rollin_games}")
         expert = collect_expert(cfg, train_games[:games], d1_dir, log, phi_pool, rollin)
         labels = label_expert(cfg, expert, d1_dir, log, pool or phi_pool)
