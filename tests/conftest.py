@@ -95,6 +95,8 @@ def tiny_overrides(corpus: Path, out_dir: Path, name: str) -> list[str]:
         "3",
         "--label.games",
         "2",
+        "--label.rollin_games",
+        "1",
         "--label.workers",
         "1",
         "--sft.epochs",
