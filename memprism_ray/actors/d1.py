@@ -45,13 +45,17 @@ def expert_task(
     from memprism_ray.envs.alfworld import collect_expert_trajectories
     from memprism_ray.envs.base import GameRef
 
-    choose = None
+    rollin_args: dict[str, Any] = {}
     if rollin:
         from memprism_ray.pipeline.labels import rollin_chooser
-        from memprism_ray.policy.scripted import ScriptedPolicy
 
-        policy = ScriptedPolicy(temperature=cfg.label.policy_temperature, seed=cfg.run.seed)
-        choose = rollin_chooser(policy, cfg.render, seed=cfg.run.seed, short_history=cfg.agent.short_history)
+        rollin_args = {
+            "rollin_games": [GameRef.from_dict(g) for g in rollin],
+            "choose": rollin_chooser(
+                scripted_label_policy(cfg), cfg.render, seed=cfg.run.seed, short_history=cfg.agent.short_history
+            ),
+            "rollin_steps": cfg.agent.max_steps,
+        }
 
     phi = None
     if phi_config is not None and phi_config.kind != "rules":
@@ -65,9 +69,7 @@ def expert_task(
             max_steps=max_steps,
             progress=False,
             phi=phi,
-            rollin_games=[GameRef.from_dict(g) for g in rollin or ()],
-            choose=choose,
-            rollin_steps=cfg.agent.max_steps if cfg is not None else 25,
+            **rollin_args,
         )
         return Path(path).read_bytes()
 
@@ -89,6 +91,16 @@ def uses_pool(cfg: Any) -> bool:
     return cfg.policy.backend in POOL_BACKENDS
 
 
+def scripted_label_policy(cfg: Any) -> Any:
+    """The scripted task policy D1 labels with and plays its roll-ins with: the labelling
+    temperature (``label.policy_temperature``) and the run's seed."""
+    from memprism_ray.policy.config import PolicyConfig
+    from memprism_ray.policy.factory import make_policy
+
+    scripted = {"temperature": cfg.label.policy_temperature, "seed": cfg.run.seed}
+    return make_policy(PolicyConfig(backend="scripted", scripted=scripted))
+
+
 def _pool(handles: list[Any], cfg: Any, key: str) -> Any:
     from memprism_ray.actors.services import PolicyPool
 
@@ -105,7 +117,6 @@ def label_task(
     import pyarrow.parquet as pq
 
     from memprism_ray.pipeline.labels import counterfactual_labels, expert_states
-    from memprism_ray.policy.config import PolicyConfig
     from memprism_ray.policy.factory import make_policy
     from memprism_ray.policy.factory import needs_view_text as policy_needs_view_text
     from memprism_ray.router.encoder import TextEncoder
@@ -118,11 +129,7 @@ def label_task(
 
         policy: Any = PoolPolicy(_pool(pool, cfg, key), key, policy_needs_view_text(cfg.policy))
     elif cfg.policy.backend == "scripted":
-        policy = make_policy(
-            PolicyConfig(
-                backend="scripted", scripted={"temperature": cfg.label.policy_temperature, "seed": cfg.run.seed}
-            )
-        )
+        policy = scripted_label_policy(cfg)
     elif cfg.policy.backend in POOL_BACKENDS:
         raise ValueError(f"policy.backend={cfg.policy.backend}: D1 labelling runs on the policy pool, none was given")
     else:

@@ -210,10 +210,13 @@ def collect_expert_trajectories(
 
     if not games:
         raise ValueError("no games given to collect expert trajectories from")
+    if rollin_games and choose is None:
+        raise ValueError("rollin_games needs a chooser (the task policy that plays them)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     episodes: list[ExpertEpisode] = []
     skipped: list[str] = []
+    rollin_failed: list[str] = []
     with AlfworldEnv(1, expert=True, expert_seed=expert_seed) as env:
         for game in tqdm(games, desc="expert", unit="game", disable=not progress, file=sys.stderr):
             ep = record_expert_episode(env, game, max_steps=max_steps)
@@ -221,16 +224,17 @@ def collect_expert_trajectories(
                 skipped.append(game.game_id)
             else:
                 episodes.append(ep)
-        if rollin_games and choose is None:
-            raise ValueError("rollin_games needs a chooser (the task policy that plays them)")
         for game in tqdm(rollin_games, desc="roll-in", unit="game", disable=not progress, file=sys.stderr):
             ep = record_rollin_episode(env, game, choose, rollin_steps)  # type: ignore[arg-type]
             if ep is None:
-                skipped.append(game.game_id)
+                rollin_failed.append(game.game_id)
             else:
                 episodes.append(ep)
     if skipped:
         log.warning("no winning reference for %d game(s): %s", len(skipped), ", ".join(skipped[:5]))
+    if rollin_failed:
+        failed = ", ".join(rollin_failed[:5])
+        log.warning("the expert failed at the start of %d roll-in(s): %s", len(rollin_failed), failed)
     if not episodes:
         raise ValueError(f"the expert won none of the {len(games)} game(s); nothing written")
     if phi is not None:
@@ -246,6 +250,7 @@ def collect_expert_trajectories(
         "games": len(games),
         "episodes": len(episodes),
         "skipped": skipped,
+        "rollin_failed": rollin_failed,
         "steps": sum(len(e.stream) for e in episodes),
         "sources": {s: sum(e.source == s for e in episodes) for s in ("handcoded_expert", "walkthrough", "rollin")},
     }
