@@ -150,6 +150,11 @@ class RolloutConfig:
         0.0, help="GPUs of the Learner and the D1 SFT task (a fraction shares a GPU, e.g. 0.1; 0: CPU)"
     )
     learner_cpus: float = field(0.25, help="CPUs reserved by the Learner and the D1 SFT task")
+    learner_threads: int = field(
+        0,
+        help="torch threads of the Learner and the D1 SFT task (0: torch's default under Ray's CPU reservation); "
+        "both compute while no rollout runs, so one machine can give them every core",
+    )
     helper_cpus: float = field(0.25, help="CPUs reserved by each Phi/View worker")
     max_restarts: int = field(
         3, help="automatic restarts of a dead actor; for a rollout worker, replacements before it is retired"
@@ -168,6 +173,9 @@ class RolloutConfig:
             raise ValueError("rollout CPU reservations must be >= 0")
         if self.learner_gpus < 0 or self.learner_cpus < 0:
             raise ValueError("rollout.learner_gpus and rollout.learner_cpus must be >= 0")
+        threads = self.learner_threads
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise ValueError(f"rollout.learner_threads must be an int >= 0, got {self.learner_threads!r}")
         if self.phi_workers < 0 or self.view_workers < 0 or self.max_restarts < 0:
             raise ValueError("rollout.phi_workers, view_workers and max_restarts must be >= 0")
         t = self.group_timeout_s

@@ -35,6 +35,7 @@ PRESET = "configs/local.yaml"
      (["--rollout.group_timeout_s", "nan"], "rollout.group_timeout_s: expected a number, got 'nan'"),
      (["--rollout.group_timeout_s", "inf"],
       "rollout.group_timeout_s must be a positive finite number of seconds, got inf"),
+     (["--rollout.learner_threads", "-2"], "rollout.learner_threads must be an int >= 0, got -2"),
      (["--run.call_timeout_s", "nan"], "run.call_timeout_s: expected a number, got 'nan'"),
      (["--run.ray_address", "10.0.0.1:6379"], "run.ray_address must be 'auto'"),
      (["--grpo.lr", "fast"], "grpo.lr: expected a number, got 'fast'")],

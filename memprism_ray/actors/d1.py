@@ -221,6 +221,8 @@ def sft_task(dataset_bytes: bytes, cfg: Any) -> dict[str, Any]:
     from dataclasses import replace
 
     sft_cfg = replace(cfg.sft, device=device)
+    if cfg.rollout.learner_threads > 0:  # D1 runs alone: nothing else computes until it ends
+        torch.set_num_threads(cfg.rollout.learner_threads)
     torch.manual_seed(sft_cfg.seed)
     dataset = SFTDataset.from_arrow(pq.read_table(io.BytesIO(dataset_bytes)))
     model = ViewPolicyModel(cfg.router)

@@ -73,15 +73,18 @@ def state_to_numpy(state: dict[str, Any]) -> dict[str, np.ndarray]:
 @ray.remote(max_restarts=0)
 class Learner:
     """See the module docstring. ``reference`` is the D1 checkpoint directory; ``resume``
-    a D2 checkpoint directory to continue from (weights, optimizer, RNG, iteration)."""
+    a D2 checkpoint directory to continue from (weights, optimizer, RNG, iteration);
+    ``threads`` the torch threads of the update (0: torch's default in this worker)."""
 
-    def __init__(self, grpo_config: Any, reference: str, resume: str = "") -> None:
+    def __init__(self, grpo_config: Any, reference: str, resume: str = "", threads: int = 0) -> None:
         import torch
 
         from memprism_ray.adapter.checkpoint import load_checkpoint, load_model, resume_trainer
         from memprism_ray.adapter.grpo import GRPOTrainer
 
-        torch.set_num_threads(max(1, torch.get_num_threads()))
+        # threads (rollout.learner_threads): the update runs while the rollout workers wait for
+        # the new weights, so it may use more cores than the Learner reserves.
+        torch.set_num_threads(threads if threads > 0 else max(1, torch.get_num_threads()))
         device = grpo_config.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -54,7 +54,7 @@ def start_training_actors(
     ):
         say(line)
     learner = Learner.options(**learner_options(cfg)).remote(
-        cfg.grpo, str(reference), str(resume_from) if resume_from else ""
+        cfg.grpo, str(reference), str(resume_from) if resume_from else "", cfg.rollout.learner_threads
     )
     start = wait_placed([learner.iteration.remote()], "learner", learner_options(cfg), cfg.run.call_timeout_s * 4)[0]
     if resume_from is not None:

@@ -475,7 +475,16 @@ class GRPOTrainer:
         self.model.set_mode(encoder_train=False, planner_train=cfg.planner_train_mode)
         with torch.no_grad():
             z = self.model.encode(*inputs)
-            ref_logits = self.ref_model(*inputs) if self.ref_model is not None else None
+            ref_logits = None
+            if self.ref_model is not None:
+                # D2 never trains the encoder, so the reference's encoder is normally the model's
+                # own: its z_t is then reused, which halves the no-grad passes (the encoder is ~75%
+                # of the Router's parameters and runs over 5 tokens; 1.8 s of a 4 s update on 631
+                # decisions on 2 cores, benchmarks/bench_grpo_update.py).
+                if self.ref_shares_encoder():
+                    ref_logits = self.ref_model.planner_logits(z)
+                else:
+                    ref_logits = self.ref_model(*inputs)
         keys = ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "grad_norm")
         totals = dict.fromkeys(keys, 0.0)
         minibatches = 0
@@ -525,6 +534,17 @@ class GRPOTrainer:
             n,
         )
         return stats
+
+    def ref_shares_encoder(self) -> bool:
+        """Whether the reference model's encoder weights equal the trained model's (checked on
+        every update, a few milliseconds, so a model loaded after the trainer was built is safe)."""
+        if self.ref_model is None:
+            return False
+        ref = self.ref_model.parameter_groups()["encoder"]
+        own = self.model.parameter_groups()["encoder"]
+        return len(ref) == len(own) and all(
+            a.shape == b.shape and a.device == b.device and torch.equal(a, b) for a, b in zip(ref, own, strict=True)
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -334,7 +334,10 @@ class SFTTrainer:
             p.requires_grad_(True)
         for p in model.frozen_parameters():
             p.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay)
+        # The fused AdamW kernel: on 2 CPU cores a D1 step at batch 16 takes 0.15 s instead of
+        # 0.26 s (the 12.7M-parameter update was a third of the step; benchmarks/bench_grpo_update.py).
+        fused = self.device.type in ("cpu", "cuda")
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay, fused=fused)
         self.steps_per_epoch = math.ceil(len(dataset) / config.batch_size)
         self.total_steps = self.steps_per_epoch * config.epochs
         if config.schedule == "cosine":

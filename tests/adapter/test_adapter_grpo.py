@@ -203,6 +203,34 @@ def test_update_trains_planner_only_and_reports_stats() -> None:
     assert all(torch.equal(ref_before[k], v) for k, v in snapshot(ref).items())
 
 
+def test_reference_reuses_the_frozen_encoders_z_only_while_the_encoders_are_equal(monkeypatch) -> None:
+    batch = make_batch(seed=2)
+    results = {}
+    for path in ("shared", "full"):
+        model, ref, trainer = build(GRPOConfig(lr=1e-3, update_batch_size=8, beta_kl=0.5), seed=3)
+        with torch.no_grad():  # the model's planner has moved away from the reference's: KL > 0
+            model.joint_head.weight.add_(0.05)
+        assert trainer.ref_shares_encoder()
+        if path == "full":
+            monkeypatch.setattr(trainer, "ref_shares_encoder", lambda: False)
+        results[path] = (trainer.update(batch), snapshot(model))
+    (shared, w_shared), (full, w_full) = results["shared"], results["full"]
+    assert shared["kl"] > 1e-4
+    assert math.isclose(shared["kl"], full["kl"], rel_tol=1e-5)
+    assert math.isclose(shared["loss"], full["loss"], rel_tol=1e-5)
+    assert all(torch.allclose(w_shared[k], w_full[k], atol=1e-6) for k in w_shared)
+
+    # A reference whose encoder differs (e.g. a D2 run resumed onto another D1) runs its own.
+    _, ref, trainer = build(GRPOConfig(), seed=3)
+    with torch.no_grad():
+        ref.parameter_groups()["encoder"][1].add_(1e-3)
+    assert not trainer.ref_shares_encoder()
+    used = []
+    monkeypatch.setattr(ref, "forward", lambda *x: used.append(len(x)) or ViewPolicyModel.forward(ref, *x))
+    trainer.update(batch)
+    assert used == [4]
+
+
 def test_failed_trajectories_do_not_touch_the_update() -> None:
     batch = make_batch(seed=4, failed=(2, 6))
     # corrupt everything the failed trajectories carry
