@@ -12,6 +12,7 @@ before labelling starts.
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +221,7 @@ def sft_task(dataset_bytes: bytes, cfg: Any) -> dict[str, Any]:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     from dataclasses import replace
 
+    t0 = time.perf_counter()
     sft_cfg = replace(cfg.sft, device=device)
     if cfg.rollout.learner_threads > 0:  # D1 runs alone: nothing else computes until it ends
         torch.set_num_threads(cfg.rollout.learner_threads)
@@ -233,7 +235,14 @@ def sft_task(dataset_bytes: bytes, cfg: Any) -> dict[str, Any]:
     final = trainer.evaluate()
     with tempfile.TemporaryDirectory() as tmp:
         save_checkpoint(Path(tmp), model, trainer=trainer, stage="d1", metrics={"final": final})
-        return {"epochs": history, "final": final, "sha256": checkpoint_sha256(tmp), "files": read_files(Path(tmp))}
+        return {
+            "epochs": history,
+            "final": final,
+            "sha256": checkpoint_sha256(tmp),
+            "files": read_files(Path(tmp)),
+            "torch_threads": torch.get_num_threads(),
+            "seconds": time.perf_counter() - t0,
+        }
 
 
 def collect_expert(
@@ -398,7 +407,10 @@ def train_d1(cfg: Any, labels_path: Path, ckpt: Path, log: Any = print) -> Path:
         "D1 supervised Router training task",
     )
     write_files(result["files"], ckpt)
-    log(f"D1: done, final {result['final']}, sha256 {result['sha256'][:12]}")
+    log(
+        f"D1: done in {result['seconds']:.0f} s on {result['torch_threads']} torch thread(s), final {result['final']}, "
+        f"sha256 {result['sha256'][:12]}"
+    )
     return ckpt
 
 
