@@ -101,12 +101,18 @@ class LocalHead:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop the head's whole process group (SIGTERM, then SIGKILL)."""
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the head: SIGTERM to ``ray start`` (it drains and stops its own processes),
+        SIGKILL to the whole group after ``timeout`` seconds (Ray drains for up to 30 s), then a
+        SIGKILL sweep of the group.
+
+        Only ``ray start`` gets the SIGTERM: with the whole group signalled at once it waited
+        out the full 30 s timeout on every run, against about 3 s when it shuts its children
+        down itself (measured with Ray 2.60 on 2 cores)."""
         if self.process.poll() is not None:
             return
         try:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            os.kill(self.process.pid, signal.SIGTERM)
         except ProcessLookupError:
             return
         try:

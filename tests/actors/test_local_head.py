@@ -4,6 +4,7 @@ accepts them with it, and a submitted driver joins the cluster (it inherits the 
 from __future__ import annotations
 
 import shutil
+import signal
 import stat
 import tempfile
 import urllib.error
@@ -42,6 +43,8 @@ def test_head_with_token_auth(tmp_path: Path) -> None:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert status == "SUCCEEDED", logs[-2000:]
     assert "CPUS 1.0" in logs
+    # ray start shut its processes down itself on SIGTERM; it was not killed after a timeout.
+    assert head.process.returncode is not None and head.process.returncode != -signal.SIGKILL
 
 
 class _AgentlessClient:
