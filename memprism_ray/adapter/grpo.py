@@ -478,9 +478,9 @@ class GRPOTrainer:
             ref_logits = None
             if self.ref_model is not None:
                 # D2 never trains the encoder, so the reference's encoder is normally the model's
-                # own: its z_t is then reused, which halves the no-grad passes (the encoder is ~75%
-                # of the Router's parameters and runs over 5 tokens; 1.8 s of a 4 s update on 631
-                # decisions on 2 cores, benchmarks/bench_grpo_update.py).
+                # own: its z_t is then reused, one encoder pass instead of two (the encoder is ~75%
+                # of the Router's parameters and runs over 5 tokens). An update on 631 decisions:
+                # 2.31 -> 1.37 s on 2 threads, benchmarks/bench_router_training.py.
                 if self.ref_shares_encoder():
                     ref_logits = self.ref_model.planner_logits(z)
                 else:
