@@ -3,8 +3,8 @@
 Starts a local Ray head (dashboard and job API on http://127.0.0.1:8265, metrics on
 127.0.0.1:8080, or free ports if those are taken), submits
 ``python jobs/grpo_alfworld.py --config configs/local.yaml`` through ``ray job submit``'s
-Job API, streams the job's logs, and stops the head it started (by its own process group)
-when the job ends. Outputs land in ``runs/<name>/`` under this checkout.
+Job API, streams the job's logs, and stops the head it started when the job ends (SIGTERM to
+``ray start``, then a sweep of its process group). Outputs land in ``runs/<name>/`` under this checkout.
 
 Ray token authentication is on: a fresh token is generated for each head, written to a 0600
 file in the head's temp dir (outside the checkout, never committed) and printed, with the

@@ -3,6 +3,7 @@ accepts them with it, and a submitted driver joins the cluster (it inherits the 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import stat
@@ -73,3 +74,41 @@ def test_submission_waits_for_the_job_agent_then_fails_clearly(monkeypatch: pyte
         local_head.submit_and_wait("http://127.0.0.1:1", "python x.py", Path("."), agent_wait_s=100.0)
     assert _AgentlessClient.calls >= 5  # it retried rather than failing at once
     assert "waiting for the head's job agent" in capsys.readouterr().out
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that are not zombies (read from /proc)."""
+    live = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process exited while we read
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(stat_file.parent.name))
+    return live
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process groups from /proc")
+def test_stop_sweeps_the_children_of_a_crashed_head() -> None:
+    import os
+    import time
+
+    from memprism_ray.actors.local_head import start_head
+
+    ray_tmp = Path(tempfile.mkdtemp(prefix="mpa-"))
+    head = start_head(ray_tmp, num_cpus=1, dashboard_port=0, metrics_port=0)
+    pgid = head.process.pid
+    try:
+        os.kill(pgid, signal.SIGKILL)  # ray start dies; the GCS and raylet it started live on
+        head.process.wait(timeout=10)
+        assert _live_members(pgid), "expected Ray's processes to outlive a killed ray start"
+        head.stop()
+        deadline = time.monotonic() + 10
+        while _live_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _live_members(pgid) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
