@@ -105,6 +105,14 @@ class LabelConfig:
     cost_temperature: float = field(
         1.0, help="counterfactual teacher: T_c of the cost shading exp(-C/T_c) (0.1 let the cost decide every label)"
     )
+    uninformative: str = field(
+        "skip",
+        help="counterfactual teacher, states where every view gives the same action: skip (counted) or tie_break "
+        "(the label is the cost tie-break over all views)",
+    )
+    tie_break_temperature: float = field(
+        0.0, help="counterfactual teacher, uninformative=tie_break: T of exp(-C/T) over all views (0: cost_temperature)"
+    )
     policy_temperature: float = field(0.5, help="counterfactual teacher: scripted policy temperature")
     llm_source: str = field("endpoint", help="llm teacher: 'endpoint' (llm_base_url) or 'pool' (the policy pool)")
     llm_base_url: str = field("http://127.0.0.1:8000/v1", help="llm teacher: OpenAI-compatible endpoint")
@@ -129,6 +137,12 @@ class LabelConfig:
             raise ValueError(f"label.policy_temperature must be >= 0 (0 = greedy), got {self.policy_temperature}")
         if not self.cost_temperature > 0:
             raise ValueError(f"label.cost_temperature must be > 0, got {self.cost_temperature}")
+        if self.uninformative not in ("skip", "tie_break"):
+            raise ValueError(f"label.uninformative must be 'skip' or 'tie_break', got {self.uninformative!r}")
+        if not self.tie_break_temperature >= 0:
+            raise ValueError(
+                f"label.tie_break_temperature must be >= 0 (0: cost_temperature), got {self.tie_break_temperature}"
+            )
         if self.top_k < 1:
             raise ValueError(f"label.top_k must be >= 1, got {self.top_k}")
 

@@ -24,6 +24,8 @@ PRESET = "configs/local.yaml"
      (["--corpus.train_split", "valid_seen"], "corpus.train_split: unknown ALFWorld split 'valid_seen'"),
      (["--label.policy_temperature", "-0.5"], "label.policy_temperature must be >= 0 (0 = greedy), got -0.5"),
      (["--label.cost_temperature", "0"], "label.cost_temperature must be > 0, got 0.0"),
+     (["--label.uninformative", "drop"], "label.uninformative must be 'skip' or 'tie_break', got 'drop'"),
+     (["--label.tie_break_temperature", "-1"], "label.tie_break_temperature must be >= 0"),
      (["--label.rollin_games", "-1"], "label.rollin_games must be >= 0, got -1"),
      (["--policy.scripted.temperature", "-1"], "policy.scripted.temperature must be >= 0 (0 = greedy), got -1.0"),
      (["--policy.scripted.temperature", "warm"], "policy.scripted.temperature: expected a number, got 'warm'"),

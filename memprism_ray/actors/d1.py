@@ -143,6 +143,8 @@ def label_task(
         short_history=cfg.agent.short_history,
         samples_per_view=cfg.label.samples_per_view,
         cost_temperature=cfg.label.cost_temperature,
+        uninformative=cfg.label.uninformative,
+        tie_break_temperature=cfg.label.tie_break_temperature or None,
     )
     buf = io.BytesIO()
     if len(dataset):

@@ -156,6 +156,8 @@ def counterfactual_labels(
     rule: str = "margin",
     margin: float = 0.1,
     min_spread: float = 0.05,
+    uninformative: str = "skip",
+    tie_break_temperature: float | None = None,
 ) -> tuple[Any, dict[str, int]]:
     """Label ``states`` with the counterfactual teacher; returns ``(SFTDataset, counts)``.
 
@@ -175,6 +177,8 @@ def counterfactual_labels(
             rule=rule,
             margin=margin,
             min_spread=min_spread,
+            uninformative=uninformative,
+            tie_break_temperature=tie_break_temperature,
         ),
         probs=(lambda st, view: actor.distribution(by_id[st.sample_id], view)) if actor.exact else None,
     )

@@ -49,7 +49,12 @@ CounterfactualTeacher
     below ``min_spread``) carries no information about views: the policy's action does not
     depend on what it is shown. Its label would be the cost prior alone, so by default it
     is marked ``stats["uninformative"]`` and ``stats["fallback"]`` (D1 skips fallback
-    labels and counts them). If no candidate ever matches (``m = 0`` everywhere), with
+    labels and counts them). With ``uninformative="tie_break"`` every candidate is equally
+    discriminative, so Phase 2 decides alone: the label is ``q ∝ exp(-C/T)`` over all of
+    them (``T = tie_break_temperature``, else ``T_c``), kept, still marked uninformative.
+    On the embedded default it trades SR for tokens like a sharper ``T_c`` does
+    (docs/embedded-default-results.md, "Uninformative states"). If no candidate ever
+    matches (``m = 0`` everywhere), with
     ``no_match="cost_prior"`` the label is ``q ∝ exp(-C/T_c)`` over the candidates and
     ``stats["fallback"]`` is True; with ``no_match="raise"`` a :class:`TeacherResponseError`
     is raised.
@@ -522,6 +527,13 @@ class CounterfactualConfig:
         default=0.05, metadata={"help": "states whose max m - min m is below this are uninformative (0: keep all)"}
     )
     no_match: str = field(default="cost_prior", metadata={"help": "when no view matches: cost_prior or raise"})
+    uninformative: str = field(
+        default="skip",
+        metadata={"help": "states where every view gives the same action: skip (a fallback D1 drops) or tie_break"},
+    )
+    tie_break_temperature: float | None = field(
+        default=None, metadata={"help": "uninformative=tie_break: T of q ∝ exp(-C/T) over all views; None: T_c"}
+    )
 
     def __post_init__(self) -> None:
         if self.samples_per_view < 1:
@@ -538,6 +550,14 @@ class CounterfactualConfig:
             raise ValueError(f"CounterfactualConfig.min_spread must be in [0, 1), got {self.min_spread}")
         if self.no_match not in ("cost_prior", "raise"):
             raise ValueError(f"CounterfactualConfig.no_match must be 'cost_prior' or 'raise', got {self.no_match!r}")
+        if self.uninformative not in ("skip", "tie_break"):
+            raise ValueError(
+                f"CounterfactualConfig.uninformative must be 'skip' or 'tie_break', got {self.uninformative!r}"
+            )
+        if self.tie_break_temperature is not None and not self.tie_break_temperature > 0:
+            raise ValueError(
+                f"CounterfactualConfig.tie_break_temperature must be > 0 or None, got {self.tie_break_temperature}"
+            )
         if self.candidates is not None:
             cands = tuple(int(i) for i in self.candidates)
             if not cands:
@@ -634,10 +654,15 @@ class CounterfactualTeacher:
             score = prior
             stats["fallback"] = True
         elif spread < cfg.min_spread:
-            # Every view gives the same action: nothing here says which view is better.
-            score = prior
-            stats["fallback"] = True
+            # Every view gives the same action: all candidates are equally discriminative.
             stats["uninformative"] = True
+            if cfg.uninformative == "tie_break":
+                # Phase 2 over all of them: the cheaper view is the label (appendix E.2).
+                temp = cfg.tie_break_temperature or cfg.cost_temperature
+                score = np.exp(-self._cost[cands] / temp)
+            else:
+                score = prior
+                stats["fallback"] = True
         elif cfg.rule == "best":
             score = (m == best) * prior
         elif cfg.rule == "margin":

@@ -409,6 +409,36 @@ def test_counterfactual_state_where_every_view_agrees_is_uninformative() -> None
         CounterfactualTeacher(None)
 
 
+def test_counterfactual_uninformative_tie_break_labels_the_cheap_views() -> None:
+    """``uninformative="tie_break"``: all views are equally discriminative, so the label is
+    Phase 2 over all of them, q ∝ exp(-C/T), kept (not a fallback) and still marked."""
+    probs = lambda s, v: {"take mug 1 from desk 1": 0.9, "look": 0.1}  # noqa: E731
+    cfg = CounterfactualConfig(uninformative="tie_break", tie_break_temperature=0.1)
+    label = CounterfactualTeacher(None, cfg, probs=probs).label(None, "take mug 1 from desk 1")
+    assert label.stats["uninformative"] and not label.stats["fallback"]
+    q = np.asarray(label.distribution)
+    cheap = ViewAction("EntityState", "recent_short", "exception", "coarse")
+    dear = ViewAction("EntityState", "all", "all", "fine")
+    assert q[cheap.index] / q[dear.index] == pytest.approx(math.exp((cost(dear) - cost(cheap)) / 0.1), rel=1e-5)
+    # Every relation type keeps equal mass: the cost never names tau.
+    by_tau = {t: sum(q[a.index] for a in ALL_ACTIONS if a.tau == t) for t in ("TemporalTrace", "EntityState")}
+    assert by_tau["TemporalTrace"] == pytest.approx(by_tau["EntityState"]) == pytest.approx(0.25)
+    # Without its own temperature the tie-break uses T_c.
+    soft = CounterfactualTeacher(None, CounterfactualConfig(uninformative="tie_break"), probs=probs)
+    qs = np.asarray(soft.label(None, "take mug 1 from desk 1").distribution)
+    assert qs[cheap.index] / qs[dear.index] == pytest.approx(math.exp(cost(dear) - cost(cheap)), rel=1e-5)
+    # An informative state is labelled as before.
+    informative = CounterfactualTeacher(
+        None, cfg, probs=lambda s, v: {"take mug 1 from desk 1": 0.9 if v.tau == "EntityState" else 0.1}
+    ).label(None, "take mug 1 from desk 1")
+    assert not informative.stats["uninformative"]
+    assert all(w == 0 for a, w in zip(ALL_ACTIONS, informative.distribution, strict=True) if a.tau != "EntityState")
+    with pytest.raises(ValueError, match="uninformative"):
+        CounterfactualConfig(uninformative="drop")
+    with pytest.raises(ValueError, match="tie_break_temperature"):
+        CounterfactualConfig(tie_break_temperature=0.0)
+
+
 def test_counterfactual_exact_probabilities_match_many_samples() -> None:
     """``probs`` gives the limit that ``samples_per_view`` samples estimate."""
     rng = random.Random(1)
