@@ -54,10 +54,9 @@ CounterfactualTeacher
     them (``T = tie_break_temperature``, else ``T_c``), kept, still marked uninformative.
     On the embedded default it trades SR for tokens like a sharper ``T_c`` does
     (docs/embedded-default-results.md, "Uninformative states"). If no candidate ever
-    matches (``m = 0`` everywhere), with
-    ``no_match="cost_prior"`` the label is ``q ∝ exp(-C/T_c)`` over the candidates and
-    ``stats["fallback"]`` is True; with ``no_match="raise"`` a :class:`TeacherResponseError`
-    is raised.
+    matches (``m = 0`` everywhere), with ``no_match="cost_prior"`` the label is
+    ``q ∝ exp(-C/T_c)`` over the candidates and ``stats["fallback"]`` is True; with
+    ``no_match="raise"`` a :class:`TeacherResponseError` is raised.
 """
 
 from __future__ import annotations
