@@ -144,7 +144,7 @@ def label_task(
         samples_per_view=cfg.label.samples_per_view,
         cost_temperature=cfg.label.cost_temperature,
         uninformative=cfg.label.uninformative,
-        tie_break_temperature=cfg.label.tie_break_temperature or None,
+        tie_break_temperature=cfg.label.tie_break_temperature,
     )
     buf = io.BytesIO()
     if len(dataset):

@@ -177,6 +177,8 @@ def mind2web_label_task(games: list[dict[str, str]], cfg: Any, pool: list[Any] |
             short_history=cfg.agent.short_history,
             samples_per_view=cfg.label.samples_per_view,
             cost_temperature=cfg.label.cost_temperature,
+            uninformative=cfg.label.uninformative,
+            tie_break_temperature=cfg.label.tie_break_temperature,
         )
     buf = io.BytesIO()
     if len(dataset):

@@ -157,7 +157,7 @@ def counterfactual_labels(
     margin: float = 0.1,
     min_spread: float = 0.05,
     uninformative: str = "skip",
-    tie_break_temperature: float | None = None,
+    tie_break_temperature: float = 0.0,
 ) -> tuple[Any, dict[str, int]]:
     """Label ``states`` with the counterfactual teacher; returns ``(SFTDataset, counts)``.
 

@@ -149,6 +149,8 @@ def counterfactual_labels(
     short_history: int = 2,
     samples_per_view: int = 1,
     cost_temperature: float = 1.0,
+    uninformative: str = "skip",
+    tie_break_temperature: float = 0.0,
 ) -> tuple[Any, dict[str, int]]:
     """:func:`memprism_ray.pipeline.labels.counterfactual_labels` with Mind2Web prompts:
     mass on the views under which the policy predicts the human action."""
@@ -159,7 +161,12 @@ def counterfactual_labels(
     by_id = {ls.state.sample_id: ls for ls in states}
     teacher = CounterfactualTeacher(
         lambda st, view: actor(by_id[st.sample_id], view),
-        CounterfactualConfig(samples_per_view=samples_per_view, cost_temperature=cost_temperature),
+        CounterfactualConfig(
+            samples_per_view=samples_per_view,
+            cost_temperature=cost_temperature,
+            uninformative=uninformative,
+            tie_break_temperature=tie_break_temperature,
+        ),
         probs=(lambda st, view: actor.distribution(by_id[st.sample_id], view)) if actor.exact else None,
     )
     return label_decisions([ls.state for ls in states], extractor, lambda st: teacher.label(st, st.reference_action))

@@ -51,7 +51,7 @@ CounterfactualTeacher
     is marked ``stats["uninformative"]`` and ``stats["fallback"]`` (D1 skips fallback
     labels and counts them). With ``uninformative="tie_break"`` every candidate is equally
     discriminative, so Phase 2 decides alone: the label is ``q ∝ exp(-C/T)`` over all of
-    them (``T = tie_break_temperature``, else ``T_c``), kept, still marked uninformative.
+    them (``T = tie_break_temperature``, or ``T_c`` when that is 0), kept, still marked uninformative.
     On the embedded default it trades SR for tokens like a sharper ``T_c`` does
     (docs/embedded-default-results.md, "Uninformative states"). If no candidate ever
     matches (``m = 0`` everywhere), with ``no_match="cost_prior"`` the label is
@@ -530,8 +530,8 @@ class CounterfactualConfig:
         default="skip",
         metadata={"help": "states where every view gives the same action: skip (a fallback D1 drops) or tie_break"},
     )
-    tie_break_temperature: float | None = field(
-        default=None, metadata={"help": "uninformative=tie_break: T of q ∝ exp(-C/T) over all views; None: T_c"}
+    tie_break_temperature: float = field(
+        default=0.0, metadata={"help": "uninformative=tie_break: T of q ∝ exp(-C/T) over all views (0: T_c)"}
     )
 
     def __post_init__(self) -> None:
@@ -553,9 +553,9 @@ class CounterfactualConfig:
             raise ValueError(
                 f"CounterfactualConfig.uninformative must be 'skip' or 'tie_break', got {self.uninformative!r}"
             )
-        if self.tie_break_temperature is not None and not self.tie_break_temperature > 0:
+        if not self.tie_break_temperature >= 0:
             raise ValueError(
-                f"CounterfactualConfig.tie_break_temperature must be > 0 or None, got {self.tie_break_temperature}"
+                f"CounterfactualConfig.tie_break_temperature must be >= 0 (0: T_c), got {self.tie_break_temperature}"
             )
         if self.candidates is not None:
             cands = tuple(int(i) for i in self.candidates)

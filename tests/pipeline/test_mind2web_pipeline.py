@@ -54,6 +54,15 @@ def test_counterfactual_labels_read_mind2web_prompts(root: Path) -> None:
     assert counts["decisions"] == len(states)
     assert counts["labelled"] == len(dataset) and counts["labelled"] + counts["fallback_skipped"] == len(states)
     assert len(dataset) >= 1  # some decisions depend on the view: the memory shows what was typed
+    # label.uninformative reaches the Mind2Web teacher too: tie_break keeps the uninformative states.
+    _, tie = pm.counterfactual_labels(
+        states,
+        FeatureExtractor(TextEncoder()),
+        Mind2WebScriptedPolicy(temperature=0.5),
+        short_history=0,
+        uninformative="tie_break",
+    )
+    assert tie["labelled"] > counts["labelled"] and tie["fallback_skipped"] < counts["fallback_skipped"]
 
 
 def test_mind2web_teacher_prompt_is_filled(root: Path) -> None:

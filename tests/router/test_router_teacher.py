@@ -436,7 +436,7 @@ def test_counterfactual_uninformative_tie_break_labels_the_cheap_views() -> None
     with pytest.raises(ValueError, match="uninformative"):
         CounterfactualConfig(uninformative="drop")
     with pytest.raises(ValueError, match="tie_break_temperature"):
-        CounterfactualConfig(tie_break_temperature=0.0)
+        CounterfactualConfig(tie_break_temperature=-1.0)
 
 
 def test_counterfactual_exact_probabilities_match_many_samples() -> None:
