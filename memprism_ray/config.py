@@ -77,7 +77,7 @@ class CorpusSection:
     benchmark: str = field("alfworld", help="benchmark whose env and rule Phi the actors build (envs/registry.py)")
     data_root: str = field("", help="ALFWorld data root ('' : $ALFWORLD_DATA, else the embedded generated corpus)")
     train_games: int = field(48, help="embedded corpus: training games built on first use")
-    eval_games: int = field(24, help="embedded corpus: games per evaluation split built on first use")
+    eval_games: int = field(48, help="embedded corpus: games per evaluation split built on first use")
     seed: int = field(0, help="embedded corpus seed")
     cache_dir: str = field("", help="embedded corpus location ('' : $MEMPRISM_CACHE or ~/.cache/memprism)")
     train_split: str = field("train", help="split whose games form GRPO groups and D1 data")
