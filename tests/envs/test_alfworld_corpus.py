@@ -13,9 +13,13 @@ from pathlib import Path
 import pytest
 
 from memprism_ray.envs.alfworld.corpus import (
+    DEFAULT_EVAL_GAMES,
+    DEFAULT_SEED,
+    DEFAULT_TRAIN_GAMES,
     CorpusConfig,
     allocate,
     build_corpus,
+    default_cache_dir,
     ensure_default_corpus,
     read_manifest,
     verify_corpus,
@@ -175,6 +179,19 @@ def test_ensure_default_corpus_is_safe_under_concurrency(tmp_path: Path) -> None
     t0 = time.monotonic()
     assert ensure_default_corpus(cache, train=2, eval=0, seed=4, workers=1, progress=False) == cache
     assert time.monotonic() - t0 < 5
+
+
+def test_default_cache_folders_are_per_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine that built an earlier default keeps working when the default sizes change: every
+    size gets its own folder, the default included (one folder per seed refused the new sizes)."""
+    monkeypatch.setenv("MEMPRISM_CACHE", str(tmp_path))
+    name = f"alfworld-corpus-{DEFAULT_SEED}-t{DEFAULT_TRAIN_GAMES}-e{DEFAULT_EVAL_GAMES}"
+    assert default_cache_dir() == tmp_path / name
+    assert default_cache_dir(DEFAULT_SEED, DEFAULT_TRAIN_GAMES, DEFAULT_EVAL_GAMES + 1) != default_cache_dir()
+    first = ensure_default_corpus(train=1, eval=0, seed=4, workers=1, progress=False)
+    second = ensure_default_corpus(train=2, eval=0, seed=4, workers=1, progress=False)
+    assert first != second
+    assert [read_manifest(p)["sizes"]["train"] for p in (first, second)] == [1, 2]
 
 
 def test_full_size_plan_keeps_eval_combinations_unseen_in_train(tmp_path: Path) -> None:

@@ -536,13 +536,12 @@ def verify_corpus(root: Path) -> list[str]:
 def default_cache_dir(
     seed: int = DEFAULT_SEED, train: int = DEFAULT_TRAIN_GAMES, eval: int = DEFAULT_EVAL_GAMES
 ) -> Path:
-    """``$MEMPRISM_CACHE/alfworld-corpus-<seed>`` (default base ``~/.cache/memprism``); other
-    sizes than the default get their own folder."""
+    """``$MEMPRISM_CACHE/alfworld-corpus-<seed>-t<train>-e<eval>`` (default base
+    ``~/.cache/memprism``). The sizes are always in the name: a build of other sizes in the same
+    folder would be refused (``_check_identity``), so a change of the default sizes would break
+    every machine that had built the previous default."""
     base = Path(os.environ.get("MEMPRISM_CACHE") or Path.home() / ".cache" / "memprism").expanduser()
-    name = f"alfworld-corpus-{seed}"
-    if (train, eval) != (DEFAULT_TRAIN_GAMES, DEFAULT_EVAL_GAMES):
-        name += f"-t{train}-e{eval}"
-    return base / name
+    return base / f"alfworld-corpus-{seed}-t{train}-e{eval}"
 
 
 #: Longest wait for another process's corpus build (a full default build takes minutes).
