@@ -122,11 +122,10 @@ def resolve_corpus(cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
     """
     root = cfg.corpus.data_root or _official_root()
     if not root:
-        from memprism_ray.envs.alfworld import ensure_default_corpus
+        from memprism_ray.envs.alfworld.corpus import default_cache_dir, ensure_default_corpus
 
         c = cfg.corpus
-        name = f"alfworld-corpus-s{c.seed}-t{c.train_games}-e{c.eval_games}"
-        cache = Path(c.cache_dir) / name if c.cache_dir else None
+        cache = default_cache_dir(c.seed, c.train_games, c.eval_games, base=Path(c.cache_dir)) if c.cache_dir else None
         log(
             f"games: embedded corpus ({cfg.corpus.train_games} train, {cfg.corpus.eval_games} per eval split, "
             f"seed {cfg.corpus.seed}); built on first use"

@@ -97,3 +97,14 @@ def test_the_paper_preset_fails_before_ray_or_d1_without_vllm(tmp_path: Path) ->
         "backend (--policy.backend openai|hf|scripted)"
     )
     assert list(tmp_path.iterdir()) == []  # no run directory, no D1
+
+
+def test_corpus_cache_dir_holds_one_folder_per_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``corpus.cache_dir`` names the folder the way the default cache does, sizes included, and
+    the resolved data root is the tree built there."""
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    sizes = ["--corpus.train_games", "1", "--corpus.eval_games", "0", "--corpus.seed", "4"]
+    cfg = load_config(None, ["--corpus.cache_dir", str(tmp_path), *sizes])
+    got = jobs.resolve_corpus(cfg, lambda _: None)
+    assert Path(got.corpus.data_root).is_relative_to(tmp_path / "alfworld-corpus-4-t1-e0")
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["alfworld-corpus-4-t1-e0"]

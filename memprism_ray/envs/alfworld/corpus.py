@@ -534,14 +534,18 @@ def verify_corpus(root: Path) -> list[str]:
 
 
 def default_cache_dir(
-    seed: int = DEFAULT_SEED, train: int = DEFAULT_TRAIN_GAMES, eval: int = DEFAULT_EVAL_GAMES
+    seed: int = DEFAULT_SEED,
+    train: int = DEFAULT_TRAIN_GAMES,
+    eval: int = DEFAULT_EVAL_GAMES,
+    base: Path | None = None,
 ) -> Path:
-    """``$MEMPRISM_CACHE/alfworld-corpus-<seed>-t<train>-e<eval>`` (default base
-    ``~/.cache/memprism``). The sizes are always in the name: a build of other sizes in the same
-    folder would be refused (``_check_identity``), so a change of the default sizes would break
-    every machine that had built the previous default."""
-    base = Path(os.environ.get("MEMPRISM_CACHE") or Path.home() / ".cache" / "memprism").expanduser()
-    return base / f"alfworld-corpus-{seed}-t{train}-e{eval}"
+    """``<base>/alfworld-corpus-<seed>-t<train>-e<eval>``; ``base`` defaults to
+    ``$MEMPRISM_CACHE`` or ``~/.cache/memprism``. The sizes are always in the name: a build of
+    other sizes in the same folder would be refused (``_check_identity``), so a change of the
+    default sizes would break every machine that had built the previous default."""
+    if base is None:
+        base = Path(os.environ.get("MEMPRISM_CACHE") or Path.home() / ".cache" / "memprism")
+    return Path(base).expanduser() / f"alfworld-corpus-{seed}-t{train}-e{eval}"
 
 
 #: Longest wait for another process's corpus build (a full default build takes minutes).
