@@ -125,7 +125,7 @@ def resolve_corpus(cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
         from memprism_ray.envs.alfworld.corpus import default_cache_dir, ensure_default_corpus
 
         c = cfg.corpus
-        cache = default_cache_dir(c.seed, c.train_games, c.eval_games, base=Path(c.cache_dir)) if c.cache_dir else None
+        cache = default_cache_dir(c.seed, c.train_games, c.eval_games, base=Path(c.cache_dir) if c.cache_dir else None)
         log(
             f"games: embedded corpus ({cfg.corpus.train_games} train, {cfg.corpus.eval_games} per eval split, "
             f"seed {cfg.corpus.seed}); built on first use"

@@ -158,15 +158,17 @@ def counterfactual_labels(
     min_spread: float = 0.05,
     uninformative: str = "skip",
     tie_break_temperature: float = 0.0,
+    actor_cls: type[ViewConditionedActor] | None = None,
 ) -> tuple[Any, dict[str, int]]:
     """Label ``states`` with the counterfactual teacher; returns ``(SFTDataset, counts)``.
 
     ``counts["fallback_skipped"]`` counts the states left out: no view led to ``u_ref``,
-    or every view led to it equally (no information about views)."""
+    or every view led to it equally (no information about views). ``actor_cls`` builds the
+    policy's prompt per view (default :class:`ViewConditionedActor`, ALFWorld's contract)."""
     from memprism_ray.adapter.sft import label_decisions
     from memprism_ray.router.teacher import CounterfactualConfig, CounterfactualTeacher
 
-    actor = ViewConditionedActor(policy, render_config, short_history)
+    actor = (actor_cls or ViewConditionedActor)(policy, render_config, short_history)
     by_id = {ls.state.sample_id: ls for ls in states}
     teacher = CounterfactualTeacher(
         lambda st, view: actor(by_id[st.sample_id], view),

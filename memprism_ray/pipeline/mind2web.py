@@ -24,6 +24,7 @@ from typing import Any
 
 from memprism_ray.agent import EpisodeSpec
 from memprism_ray.envs.base import GameRef
+from memprism_ray.pipeline import labels as alfworld_labels
 from memprism_ray.pipeline.labels import LabelState, ViewConditionedActor
 from memprism_ray.recorder.stream import EventStream, StreamRecord
 from memprism_ray.router.teacher import DecisionState, LLMViewTeacher, serialize_stream
@@ -141,35 +142,11 @@ class Mind2WebViewActor(ViewConditionedActor):
 
 
 def counterfactual_labels(
-    states: Sequence[LabelState],
-    extractor: Any,
-    policy: Any,
-    *,
-    render_config: Any = None,
-    short_history: int = 2,
-    samples_per_view: int = 1,
-    cost_temperature: float = 1.0,
-    uninformative: str = "skip",
-    tie_break_temperature: float = 0.0,
+    states: Sequence[LabelState], extractor: Any, policy: Any, **options: Any
 ) -> tuple[Any, dict[str, int]]:
-    """:func:`memprism_ray.pipeline.labels.counterfactual_labels` with Mind2Web prompts:
-    mass on the views under which the policy predicts the human action."""
-    from memprism_ray.adapter.sft import label_decisions
-    from memprism_ray.router.teacher import CounterfactualConfig, CounterfactualTeacher
-
-    actor = Mind2WebViewActor(policy, render_config, short_history)
-    by_id = {ls.state.sample_id: ls for ls in states}
-    teacher = CounterfactualTeacher(
-        lambda st, view: actor(by_id[st.sample_id], view),
-        CounterfactualConfig(
-            samples_per_view=samples_per_view,
-            cost_temperature=cost_temperature,
-            uninformative=uninformative,
-            tie_break_temperature=tie_break_temperature,
-        ),
-        probs=(lambda st, view: actor.distribution(by_id[st.sample_id], view)) if actor.exact else None,
-    )
-    return label_decisions([ls.state for ls in states], extractor, lambda st: teacher.label(st, st.reference_action))
+    """:func:`memprism_ray.pipeline.labels.counterfactual_labels` (same ``options``) with Mind2Web
+    prompts: mass on the views under which the policy predicts the human action."""
+    return alfworld_labels.counterfactual_labels(states, extractor, policy, actor_cls=Mind2WebViewActor, **options)
 
 
 def _summary(observation: str, limit: int = 4000) -> str:
