@@ -113,6 +113,11 @@ class LabelConfig:
     tie_break_temperature: float = field(
         0.0, help="counterfactual teacher, uninformative=tie_break: T of exp(-C/T) over all views (0: cost_temperature)"
     )
+    page_token_temperature: float = field(
+        0.0,
+        help="counterfactual teacher: shade the kept views by their page's visual tokens, exp(-tokens/T), in place "
+        "of the structural cost (0: structural cost at cost_temperature)",
+    )
     policy_temperature: float = field(0.5, help="counterfactual teacher: scripted policy temperature")
     llm_source: str = field("endpoint", help="llm teacher: 'endpoint' (llm_base_url) or 'pool' (the policy pool)")
     llm_base_url: str = field("http://127.0.0.1:8000/v1", help="llm teacher: OpenAI-compatible endpoint")
@@ -142,6 +147,10 @@ class LabelConfig:
         if not self.tie_break_temperature >= 0:
             raise ValueError(
                 f"label.tie_break_temperature must be >= 0 (0: cost_temperature), got {self.tie_break_temperature}"
+            )
+        if not self.page_token_temperature >= 0:
+            raise ValueError(
+                f"label.page_token_temperature must be >= 0 (0: structural cost), got {self.page_token_temperature}"
             )
         if self.top_k < 1:
             raise ValueError(f"label.top_k must be >= 1, got {self.top_k}")

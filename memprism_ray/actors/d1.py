@@ -145,6 +145,7 @@ def label_task(
         cost_temperature=cfg.label.cost_temperature,
         uninformative=cfg.label.uninformative,
         tie_break_temperature=cfg.label.tie_break_temperature,
+        page_token_temperature=cfg.label.page_token_temperature,
     )
     buf = io.BytesIO()
     if len(dataset):

@@ -179,6 +179,7 @@ def mind2web_label_task(games: list[dict[str, str]], cfg: Any, pool: list[Any] |
             cost_temperature=cfg.label.cost_temperature,
             uninformative=cfg.label.uninformative,
             tie_break_temperature=cfg.label.tie_break_temperature,
+            page_token_temperature=cfg.label.page_token_temperature,
         )
     buf = io.BytesIO()
     if len(dataset):

@@ -106,6 +106,10 @@ class ViewConditionedActor:
         self.short_history = short_history
         self.reads_text = bool(getattr(policy, "needs_view_text", False))
         self._calls = itertools.count()
+        # Visual tokens of the pages rendered for the current state, by view index: the
+        # teacher's page-token shading reads them after its 144 policy calls, so no page
+        # is drawn twice.
+        self._tokens: tuple[str, dict[int, int]] = ("", {})
 
     @property
     def exact(self) -> bool:
@@ -119,6 +123,7 @@ class ViewConditionedActor:
         st = ls.state
         composed = compose(st.history, view, st.goal)
         rendered = render(composed, self.render_config)
+        self._remember_tokens(st.sample_id, view, rendered)
         meta = {"episode_id": f"label:{st.sample_id}:{next(self._calls)}"}
         if self.reads_text:
             # The render's text twin: the rows the page shows, under the same cap.
@@ -133,6 +138,24 @@ class ViewConditionedActor:
             view_image=rendered.image,
             meta=meta,
         )
+
+    def _remember_tokens(self, sample_id: str, view: ViewAction, rendered: Any) -> None:
+        from memprism_ray.render.visual_tokens import qwen25vl_tokens
+
+        if self._tokens[0] != sample_id:
+            self._tokens = (sample_id, {})
+        self._tokens[1][view.index] = qwen25vl_tokens(rendered.width, rendered.height)
+
+    def page_tokens(self, ls: LabelState, view: ViewAction) -> int:
+        """Qwen2.5-VL visual tokens of ``view``'s page at this state (as the agent's reports
+        count them)."""
+        sid = ls.state.sample_id
+        if self._tokens[0] != sid or view.index not in self._tokens[1]:
+            from memprism_ray.composer import compose
+            from memprism_ray.render import render
+
+            self._remember_tokens(sid, view, render(compose(ls.state.history, view, ls.state.goal), self.render_config))
+        return self._tokens[1][view.index]
 
     def __call__(self, ls: LabelState, view: ViewAction) -> str:
         out = self.policy.act([self._input(ls, view)])[0]
@@ -158,6 +181,7 @@ def counterfactual_labels(
     min_spread: float = 0.05,
     uninformative: str = "skip",
     tie_break_temperature: float = 0.0,
+    page_token_temperature: float = 0.0,
     actor_cls: type[ViewConditionedActor] | None = None,
 ) -> tuple[Any, dict[str, int]]:
     """Label ``states`` with the counterfactual teacher; returns ``(SFTDataset, counts)``.
@@ -181,8 +205,10 @@ def counterfactual_labels(
             min_spread=min_spread,
             uninformative=uninformative,
             tie_break_temperature=tie_break_temperature,
+            page_token_temperature=page_token_temperature,
         ),
         probs=(lambda st, view: actor.distribution(by_id[st.sample_id], view)) if actor.exact else None,
+        page_tokens=lambda st, view: actor.page_tokens(by_id[st.sample_id], view),
     )
     return label_decisions(
         [ls.state for ls in states],

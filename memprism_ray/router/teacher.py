@@ -533,8 +533,20 @@ class CounterfactualConfig:
     tie_break_temperature: float = field(
         default=0.0, metadata={"help": "uninformative=tie_break: T of q ∝ exp(-C/T) over all views (0: T_c)"}
     )
+    page_token_temperature: float = field(
+        default=0.0,
+        metadata={
+            "help": "Phase 2 by the rendered page's visual tokens: exp(-tokens/T) in place of exp(-C/T_c) "
+            "(0: the structural cost); needs a page_tokens callable"
+        },
+    )
 
     def __post_init__(self) -> None:
+        if not self.page_token_temperature >= 0:
+            raise ValueError(
+                f"CounterfactualConfig.page_token_temperature must be >= 0 (0: structural cost), "
+                f"got {self.page_token_temperature}"
+            )
         if self.samples_per_view < 1:
             raise ValueError(f"CounterfactualConfig.samples_per_view must be >= 1, got {self.samples_per_view}")
         if not self.cost_temperature > 0:
@@ -598,6 +610,7 @@ class CounterfactualTeacher:
         config: CounterfactualConfig | None = None,
         *,
         probs: Callable[[Any, ViewAction], Mapping[str, float]] | None = None,
+        page_tokens: Callable[[Any, ViewAction], int] | None = None,
     ) -> None:
         if act is None and probs is None:
             raise ValueError("CounterfactualTeacher needs act(state, view) -> action or probs(state, view) -> dict")
@@ -608,6 +621,11 @@ class CounterfactualTeacher:
         self.act = act
         self.probs = probs
         self.config = config or CounterfactualConfig()
+        if self.config.page_token_temperature > 0 and not callable(page_tokens):
+            raise ValueError(
+                "CounterfactualConfig.page_token_temperature > 0 needs page_tokens(state, view) -> visual tokens"
+            )
+        self.page_tokens = page_tokens
         self._cost = np.asarray(cost_vector(), dtype=np.float64)
 
     def match_rates(self, state: Any, reference_action: str | Mapping[str, Any]) -> dict[int, float]:
@@ -644,7 +662,7 @@ class CounterfactualTeacher:
             "fallback": False,
             "uninformative": False,
         }
-        prior = np.exp(-self._cost[cands] / cfg.cost_temperature)
+        prior = self._phase2_prior(state, cands)
         if best == 0.0:
             if cfg.no_match == "raise":
                 raise TeacherResponseError(
@@ -671,6 +689,17 @@ class CounterfactualTeacher:
         weights = np.zeros(NUM_ACTIONS, dtype=np.float64)
         weights[cands] = score
         return TeacherLabel(_normalised(weights), stats)
+
+    def _phase2_prior(self, state: Any, cands: np.ndarray) -> np.ndarray:
+        """The cost shading of the candidates: ``exp(-C/T_c)`` on the structural cost, or
+        ``exp(-tokens/T)`` on the visual tokens of each candidate's page at this state."""
+        temp = self.config.page_token_temperature
+        if temp <= 0:
+            return np.exp(-self._cost[cands] / self.config.cost_temperature)
+        assert self.page_tokens is not None
+        tokens = np.array([float(self.page_tokens(state, ALL_ACTIONS[int(i)])) for i in cands])
+        # Relative to the cheapest candidate: the same weights, no underflow on large pages.
+        return np.exp(-(tokens - tokens.min()) / temp)
 
 
 def teacher_settings(teacher: LLMViewTeacher | CounterfactualTeacher) -> dict[str, Any]:

@@ -439,6 +439,39 @@ def test_counterfactual_uninformative_tie_break_labels_the_cheap_views() -> None
         CounterfactualConfig(tie_break_temperature=-1.0)
 
 
+def test_counterfactual_page_token_shading_prefers_the_smaller_page_among_kept_views() -> None:
+    """``page_token_temperature``: Phase 2 shades the views Phase 1 kept by their page's
+    visual tokens, exp(-tokens/T), in place of the structural cost; a view Phase 1 dropped
+    stays at 0 however small its page."""
+    ref = "go to drawer 2"
+    # EntityState and TemporalTrace are equally discriminative, ActionEffect is not.
+    m = {"EntityState": 0.5, "TemporalTrace": 0.48, "ActionEffect": 0.1, "DependencyChain": 0.1}
+    probs = lambda s, v: {ref: m[v.tau], "look": 1 - m[v.tau]}  # noqa: E731
+    pages = {"EntityState": 400, "TemporalTrace": 300, "ActionEffect": 100, "DependencyChain": 500}
+    seen: list[ViewAction] = []
+
+    def page_tokens(state: object, view: ViewAction) -> int:
+        seen.append(view)
+        return pages[view.tau] + 10 * (view.gamma == "fine")
+
+    cfg = CounterfactualConfig(page_token_temperature=50.0)
+    q = np.asarray(CounterfactualTeacher(None, cfg, probs=probs, page_tokens=page_tokens).label(None, ref).distribution)
+    es = ViewAction("EntityState", "all", "all", "fine")
+    tt = ViewAction("TemporalTrace", "all", "all", "fine")
+    tt_coarse = ViewAction("TemporalTrace", "recent_short", "exception", "coarse")
+    assert q[tt.index] / q[es.index] == pytest.approx((0.48 / 0.5) * math.exp(100 / 50), rel=1e-6)
+    assert q[tt_coarse.index] / q[tt.index] == pytest.approx(math.exp(10 / 50), rel=1e-6)
+    assert all(q[a.index] == 0 for a in ALL_ACTIONS if a.tau in ("ActionEffect", "DependencyChain"))
+    assert len(seen) == 144
+    # The structural cost (the default) gives equal-cost views of two taus the m ratio alone.
+    q0 = np.asarray(CounterfactualTeacher(None, probs=probs, page_tokens=page_tokens).label(None, ref).distribution)
+    assert q0[tt.index] / q0[es.index] == pytest.approx(0.48 / 0.5, rel=1e-6)
+    with pytest.raises(ValueError, match="page_tokens"):
+        CounterfactualTeacher(None, cfg, probs=probs)
+    with pytest.raises(ValueError, match="page_token_temperature"):
+        CounterfactualConfig(page_token_temperature=-1.0)
+
+
 def test_counterfactual_exact_probabilities_match_many_samples() -> None:
     """``probs`` gives the limit that ``samples_per_view`` samples estimate."""
     rng = random.Random(1)
