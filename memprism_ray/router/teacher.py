@@ -43,7 +43,12 @@ CounterfactualTeacher
     strong that shading is: with ``C`` in [0, 1], ``T_c = 0.1`` weighs the cheapest view
     e^10 times the dearest, so the cost, not the evidence, decides every label (what
     collapsed the Router to one cheap view); ``T_c >= 1`` keeps it a small regulariser,
-    as the paper's D1 loss does with ``lambda_C = 0.02``.
+    as the paper's D1 loss does with ``lambda_C = 0.02``. With ``page_token_temperature = T > 0``
+    Phase 2 shades by the visual tokens of each candidate's page at this state,
+    ``exp(-tokens/T)`` (``page_tokens(state, view)``), in place of ``exp(-C/T_c)``: unlike the
+    structural cost it also ranks tau, which the prompt's tie-break never does, so it is an
+    option; on the embedded default it bought tokens with the Router's situation-dependence
+    (docs/embedded-default-results.md, "Phase 2 by the page's visual tokens").
 
     A state where every candidate gives nearly the same ``m`` (spread ``max m - min m``
     below ``min_spread``) carries no information about views: the policy's action does not
