@@ -152,6 +152,11 @@ class LabelConfig:
             raise ValueError(
                 f"label.page_token_temperature must be >= 0 (0: structural cost), got {self.page_token_temperature}"
             )
+        if self.page_token_temperature > 0 and self.teacher != "counterfactual":
+            raise ValueError(
+                "label.page_token_temperature shades the counterfactual teacher's labels; "
+                f"label.teacher={self.teacher!r} does not use it (set it to 0)"
+            )
         if self.top_k < 1:
             raise ValueError(f"label.top_k must be >= 1, got {self.top_k}")
 
