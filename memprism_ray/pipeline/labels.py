@@ -117,13 +117,9 @@ class ViewConditionedActor:
         return callable(getattr(self.policy, "input_distribution", None))
 
     def _input(self, ls: LabelState, view: ViewAction) -> PolicyInput:
-        from memprism_ray.composer import compose
-        from memprism_ray.render import render
 
         st = ls.state
-        composed = compose(st.history, view, st.goal)
-        rendered = render(composed, self.render_config)
-        self._remember_tokens(st.sample_id, view, rendered)
+        rendered = self._render(ls, view)
         meta = {"episode_id": f"label:{st.sample_id}:{next(self._calls)}"}
         if self.reads_text:
             # The render's text twin: the rows the page shows, under the same cap.
@@ -139,22 +135,24 @@ class ViewConditionedActor:
             meta=meta,
         )
 
-    def _remember_tokens(self, sample_id: str, view: ViewAction, rendered: Any) -> None:
+    def _render(self, ls: LabelState, view: ViewAction) -> Any:
+        """The page the policy is shown; its visual-token count is kept for :meth:`page_tokens`."""
+        from memprism_ray.composer import compose
+        from memprism_ray.render import render
         from memprism_ray.render.visual_tokens import qwen25vl_tokens
 
-        if self._tokens[0] != sample_id:
-            self._tokens = (sample_id, {})
+        st = ls.state
+        rendered = render(compose(st.history, view, st.goal), self.render_config)
+        if self._tokens[0] != st.sample_id:
+            self._tokens = (st.sample_id, {})
         self._tokens[1][view.index] = qwen25vl_tokens(rendered.width, rendered.height)
+        return rendered
 
     def page_tokens(self, ls: LabelState, view: ViewAction) -> int:
         """Qwen2.5-VL visual tokens of ``view``'s page at this state (as the agent's reports
         count them)."""
-        sid = ls.state.sample_id
-        if self._tokens[0] != sid or view.index not in self._tokens[1]:
-            from memprism_ray.composer import compose
-            from memprism_ray.render import render
-
-            self._remember_tokens(sid, view, render(compose(ls.state.history, view, ls.state.goal), self.render_config))
+        if self._tokens[0] != ls.state.sample_id or view.index not in self._tokens[1]:
+            self._render(ls, view)
         return self._tokens[1][view.index]
 
     def __call__(self, ls: LabelState, view: ViewAction) -> str:
