@@ -119,6 +119,11 @@ class Solo:
 
             self.policy = VLLMPolicy(vllm_cfg)
 
+    def close(self) -> None:
+        """Stop the offline engine's core process so the pool's engine gets the GPU memory."""
+        if self.policy is not None:
+            self.policy.shutdown()
+
     def decide(self, inputs: list[PolicyInput]) -> dict[str, Any]:
         import asyncio
 
@@ -155,7 +160,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=900.0)
     args = p.parse_args()
 
-    from memprism_ray.actors.workers import PolicyReplica
+    from memprism_ray.actors.workers import PolicyReplica, stop_policy_replicas
     from memprism_ray.policy.config import PolicyConfig, VLLMConfig
 
     fake = args.engine == "fake"
@@ -195,8 +200,9 @@ def main() -> int:
     solo = Solo.options(num_gpus=gpus, num_cpus=1).remote(vcfg, fake)
     ray.get(solo.decide.remote(solo_warm), timeout=args.timeout)
     solo_r = ray.get(solo.decide.remote(solo_inputs), timeout=args.timeout)
-    ray.kill(solo)  # frees the GPU for the pool's engine
-    time.sleep(0 if fake else 10)
+    ray.get(solo.close.remote(), timeout=120)  # frees the GPU memory for the pool's engine
+    ray.kill(solo)
+    time.sleep(0 if fake else 5)
 
     # Pool: one async replica, workers x groups, step-synchronous callers.
     factory = functools.partial(fake_engine_factory, **FAKE)
@@ -238,7 +244,8 @@ def main() -> int:
     print(f"solo: {solo_r['n']} decisions in {solo_r['seconds']:.2f}s = {solo_rate:.1f}/s")
     print(f"pool: {decisions} decisions in {pool_s:.2f}s = {pool_rate:.1f}/s ({args.workers} callers x {args.group})")
     print(f"ratio pool/solo = {pool_rate / solo_rate:.3f} (target >= 0.8)")
-    print("RESULT " + json.dumps(result))
+    print("RESULT " + json.dumps(result), flush=True)
+    stop_policy_replicas([replica])
     ray.shutdown()
     return 0
 

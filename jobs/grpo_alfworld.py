@@ -26,8 +26,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import ray
-
 from memprism_ray.actors.d1 import d1_cost_line, run_d1
 from memprism_ray.actors.evaluation import evaluate_distributed
 from memprism_ray.actors.placement import init_ray
@@ -37,6 +35,7 @@ from memprism_ray.actors.training import (
     start_training_actors,
     stop_training_actors,
 )
+from memprism_ray.actors.workers import stop_policy_replicas
 from memprism_ray.envs.alfworld import list_games
 from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
 from memprism_ray.pipeline.run_dir import (
@@ -103,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print((table if table.exists() else eval_dir / "summary.md").read_text())
         if summary.get("failed_episodes"):
             say(f"warning: {summary['failed_episodes']} evaluation episode(s) failed; see {eval_dir}")
-    for actor in replicas:
-        ray.kill(actor)
+    stop_policy_replicas(replicas)
     logger.close()
     say(f"done: {run_dir}")
     return 0

@@ -36,6 +36,7 @@ from memprism_ray.actors.training import (
     start_training_actors,
     stop_training_actors,
 )
+from memprism_ray.actors.workers import stop_policy_replicas
 from memprism_ray.pipeline.jobs import parse_job_args
 from memprism_ray.pipeline.run_dir import (
     RunDirError,
@@ -141,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         print((eval_dir / "summary.md").read_text())
         if summary["failed_episodes"]:
             say(f"warning: {summary['failed_episodes']} evaluation episode(s) failed; see {eval_dir}")
-    for actor in replicas:
-        ray.kill(actor)
+    stop_policy_replicas(replicas)
     logger.close()
     say(f"done: {run_dir}")
     return 0

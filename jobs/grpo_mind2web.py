@@ -25,8 +25,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import ray
-
 from memprism_ray.actors.d1 import d1_cost_line
 from memprism_ray.actors.mind2web import evaluate_mind2web, run_mind2web_d1
 from memprism_ray.actors.placement import init_ray
@@ -36,6 +34,7 @@ from memprism_ray.actors.training import (
     start_training_actors,
     stop_training_actors,
 )
+from memprism_ray.actors.workers import stop_policy_replicas
 from memprism_ray.pipeline.jobs import parse_job_args
 from memprism_ray.pipeline.mind2web import check_benchmark, resolve_corpus
 from memprism_ray.pipeline.mind2web import train_games as mind2web_train_games
@@ -116,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         print((eval_dir / "mind2web.md").read_text())
         if summary.get("failed_episodes"):
             say(f"warning: {summary['failed_episodes']} evaluation episode(s) failed; see {eval_dir}")
-    for actor in replicas:
-        ray.kill(actor)
+    stop_policy_replicas(replicas)
     logger.close()
     say(f"done: {run_dir}")
     return 0

@@ -4,6 +4,12 @@
 # shared/gpu/install_on_gpu.sh and its export line). From the repository root:
 #
 #   bash scripts/gpu_proof.sh            # writes everything under $PROOF (default /tmp/memprism-gpu-proof)
+#   PROOF_STEPS="bench tests" bash scripts/gpu_proof.sh   # some steps only, in this order
+#
+# Environment: PROOF_STEPS (default "tests bench smoke"); TESTS_TIMEOUT_S, BENCH_TIMEOUT_S,
+# SMOKE_TIMEOUT_S (a step running longer is stopped and counted failed; default: no limit);
+# GPU_PROOF_EAGER=1 (tests and smoke start their engines with enforce_eager: no CUDA graphs,
+# a shorter start; the bench always measures the default engine).
 #
 # 1. tests/gpu/            the pool on a real engine (7B-shaped Qwen2.5-VL, random weights)
 # 2. bench_policy_pool.py  pool decisions/s (8 callers x groups of 16) vs one engine batch of 128
@@ -24,6 +30,28 @@ export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled} HF_HUB
 export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
 export MEMPRISM_DUMMY_MODEL="${MODEL}"
 
+STEPS=${PROOF_STEPS:-tests bench smoke}
+EAGER=${GPU_PROOF_EAGER:-0}
+export GPU_PROOF_EAGER="${EAGER}"
+has_step() { [[ " ${STEPS} " == *" $1 "* ]]; }
+# A step's command under its time limit (0: none); exit 124 when stopped.
+limited() { local t=$1; shift; if [[ ${t} -gt 0 ]]; then timeout --kill-after=15 "${t}" "$@"; else "$@"; fi; }
+# vLLM's engine core process has no check for its parent's death: one that outlived its step
+# (its Ray actor killed without stop_policy_replicas) would hold GPU memory the next step
+# needs. Reported and stopped, and counted: the proof should end with 0.
+LEFTOVER=0
+reap_engines() {
+  local pids
+  pids=$(pgrep -f "VLLM::EngineCore" || true)
+  if [[ -n "${pids}" ]]; then
+    echo "gpu_proof: vLLM engine core(s) left after $1: ${pids//$'\n'/ } (stopped)"
+    LEFTOVER=$((LEFTOVER + $(wc -w <<<"${pids}")))
+    kill -9 ${pids} 2>/dev/null || true
+    sleep 3
+  fi
+  nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader 2>/dev/null | sed "s/^/gpu_proof: GPU memory after $1: /" || true
+}
+
 "${PY}" - <<'PYEOF'
 import torch, vllm
 assert torch.cuda.is_available(), "no CUDA GPU visible"
@@ -33,15 +61,21 @@ PYEOF
 echo "gpu_proof: building the weightless 7B-shaped model directory ${MODEL}"
 "${PY}" -m memprism_ray.policy.dummy_qwen "${MODEL}"
 
-echo "gpu_proof: [1/3] tests/gpu"
-tests_rc=0
-"${PY}" -m pytest tests/gpu -q -p no:cacheprovider 2>&1 | tee "${PROOF}/tests_gpu.log" || tests_rc=$?
-
-echo "gpu_proof: [2/3] benchmarks/bench_policy_pool.py --engine vllm"
-bench_rc=0
-"${PY}" benchmarks/bench_policy_pool.py --engine vllm --model "${MODEL}" 2>&1 | tee "${PROOF}/bench.log" || bench_rc=$?
-
-echo "gpu_proof: [3/3] configs/gpu_smoke.yaml through ray job submit"
+tests_rc=- bench_rc=- smoke_rc=-
+run_tests() {
+  echo "gpu_proof: tests/gpu"
+  tests_rc=0
+  limited "${TESTS_TIMEOUT_S:-0}" "${PY}" -m pytest tests/gpu -q -p no:cacheprovider 2>&1 | tee "${PROOF}/tests_gpu.log" || tests_rc=$?
+  reap_engines tests/gpu
+}
+run_bench() {
+  echo "gpu_proof: benchmarks/bench_policy_pool.py --engine vllm"
+  bench_rc=0
+  limited "${BENCH_TIMEOUT_S:-0}" "${PY}" benchmarks/bench_policy_pool.py --engine vllm --model "${MODEL}" 2>&1 | tee "${PROOF}/bench.log" || bench_rc=$?
+  reap_engines bench
+}
+run_smoke() {
+echo "gpu_proof: configs/gpu_smoke.yaml through ray job submit"
 REF="${PROOF}/router-init"
 "${PY}" - "${REF}" <<'PYEOF'
 import sys
@@ -61,16 +95,28 @@ print(f"gpu_proof: Router checkpoint {sys.argv[1]}")
 PYEOF
 smoke_rc=0
 NAME="gpu-smoke-$(date +%Y%m%d-%H%M%S)"
-"${PY}" scripts/run_local.py --config configs/gpu_smoke.yaml --name "${NAME}" -- \
-    --init_checkpoint "${REF}" --policy.vllm.model "${MODEL}" --policy.vllm.tokenizer "${MODEL}" \
+EXTRA=()
+[[ "${EAGER}" == 1 ]] && EXTRA=(--policy.vllm.enforce_eager true)
+limited "${SMOKE_TIMEOUT_S:-0}" "${PY}" scripts/run_local.py --config configs/gpu_smoke.yaml --name "${NAME}" -- \
+    --init_checkpoint "${REF}" --policy.vllm.model "${MODEL}" --policy.vllm.tokenizer "${MODEL}" "${EXTRA[@]}" \
     2>&1 | tee "${PROOF}/smoke.log" || smoke_rc=$?
+reap_engines smoke
+}
+
+for step in ${STEPS}; do
+  case "${step}" in
+    tests) run_tests ;;
+    bench) run_bench ;;
+    smoke) run_smoke ;;
+    *) echo "gpu_proof: unknown step ${step} (tests, bench, smoke)" >&2; exit 2 ;;
+  esac
+done
 
 echo
 echo "================ gpu_proof figures ================"
-grep -E "passed|failed|skipped" "${PROOF}/tests_gpu.log" | tail -n 1 || true
-grep -E "^(solo|pool|ratio)" "${PROOF}/bench.log" || true
-grep -E "^RESULT " "${PROOF}/bench.log" || true
-grep -E "job (SUCCEEDED|FAILED|STOPPED)" "${PROOF}/smoke.log" || true
+has_step tests && { grep -E "passed|failed|skipped|error" "${PROOF}/tests_gpu.log" | tail -n 1 || true; }
+has_step bench && { grep -E "^(solo|pool|ratio)" "${PROOF}/bench.log" || true; grep -E "^RESULT " "${PROOF}/bench.log" || true; }
+has_step smoke && { grep -E "job (SUCCEEDED|FAILED|STOPPED)" "${PROOF}/smoke.log" || true; }
 echo "logs: ${PROOF}/{tests_gpu,bench,smoke}.log"
-echo "exit codes: tests ${tests_rc}, bench ${bench_rc}, smoke ${smoke_rc}"
-[[ ${tests_rc} -eq 0 && ${bench_rc} -eq 0 && ${smoke_rc} -eq 0 ]]
+echo "steps: ${STEPS}; exit codes (- = not run): tests ${tests_rc}, bench ${bench_rc}, smoke ${smoke_rc}; engine cores left over: ${LEFTOVER}"
+for rc in "${tests_rc}" "${bench_rc}" "${smoke_rc}"; do [[ "${rc}" == - || "${rc}" == 0 ]] || exit 1; done

@@ -20,7 +20,7 @@ import ray
 
 from memprism_ray.actors import waits
 from memprism_ray.actors.placement import learner_options, set_ray_env
-from memprism_ray.actors.workers import replicas_for
+from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.pipeline.run_dir import write_files
 
 
@@ -377,8 +377,7 @@ def label_expert(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print, po
                 "D1 view-labelling tasks",
             )
     finally:
-        for h in started:
-            ray.kill(h)
+        stop_policy_replicas(started)
     return write_labels(parts, path, log, "check the task policy and the expert data")
 
 
@@ -444,6 +443,5 @@ def run_d1(cfg: Any, train_games: list[Any], d1_dir: Path, log: Any = print, poo
         expert = collect_expert(cfg, train_games[:games], d1_dir, log, phi_pool, rollin)
         labels = label_expert(cfg, expert, d1_dir, log, pool or phi_pool)
     finally:
-        for h in started:
-            ray.kill(h)
+        stop_policy_replicas(started)
     return train_d1(cfg, labels, ckpt, log)

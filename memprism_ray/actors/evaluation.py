@@ -13,7 +13,7 @@ from typing import Any
 import ray
 
 from memprism_ray.actors.placement import set_ray_env
-from memprism_ray.actors.workers import replicas_for
+from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.recorder.phi.factory import phi_id
 
 #: Backends whose model lives in the policy pool's replicas.
@@ -233,6 +233,7 @@ def evaluate_distributed(
         failed = f", {rep['failed_episodes']} failed" if rep["failed_episodes"] else ""
         log(f"eval {condition}: {rep['successes']}/{rep['n']} = {100 * rep['sr']:.1f}%{failed}")
     summary = write_summary(out_dir, reports, results_by, seed=cfg.run.seed)
-    for w in workers + started:
+    for w in workers:
         ray.kill(w)
+    stop_policy_replicas(started)
     return summary

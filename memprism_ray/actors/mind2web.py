@@ -15,7 +15,7 @@ import ray
 from memprism_ray.actors import waits
 from memprism_ray.actors.evaluation import POOL_BACKENDS, EvalWorker, play_condition
 from memprism_ray.actors.placement import set_ray_env
-from memprism_ray.actors.workers import replicas_for
+from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.recorder.phi.factory import phi_id
 
 
@@ -218,7 +218,6 @@ def run_mind2web_d1(cfg: Any, d1_dir: Path, log: Any = print, pool: list[Any] | 
                 "D1 Mind2Web labelling tasks",
             )
         finally:
-            for h in started:
-                ray.kill(h)
+            stop_policy_replicas(started)
         write_labels(parts, labels, log, "check the task policy and the Mind2Web data")
     return train_d1(cfg, labels, ckpt, log)

@@ -10,6 +10,7 @@ per-call overhead is paid once per decision step, not per trajectory.
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -260,6 +261,18 @@ class PolicyReplica:
         finally:
             self.in_flight -= len(prompts)
 
+    async def shutdown(self) -> bool:
+        """Stop the engine (vLLM's core process) so its GPU memory is free before the actor
+        is killed (see :func:`stop_policy_replicas`). True when there was an engine to stop."""
+        import asyncio
+
+        target = self.async_policy if self.async_policy is not None else self.policy
+        stop = getattr(target, "shutdown", None)
+        if not callable(stop):
+            return False
+        await asyncio.to_thread(stop)
+        return True
+
     async def load(self) -> int:
         """Requests per step of this replica's live groups (what routing balances)."""
         return self.loads.load()
@@ -284,7 +297,11 @@ class PolicyReplica:
         """What a fake engine recorded (tests, the fake bench): steps and peak batch."""
         engine = getattr(self.async_policy, "engine", None)
         steps = list(getattr(engine, "steps", []))
-        return {"steps": steps, "max_running": getattr(engine, "max_running", 0)}
+        return {
+            "steps": steps,
+            "max_running": getattr(engine, "max_running", 0),
+            "stopped": getattr(engine, "stopped", None),
+        }
 
     async def needs_view_text(self) -> bool:
         return bool(getattr(self.policy, "needs_view_text", False))
@@ -307,10 +324,31 @@ def start_policy_replicas(cfg: Any, *, engine_factory: Any = None, timeout_s: fl
             timeout_s if timeout_s is not None else cfg.run.call_timeout_s * 4,
         )
     except BaseException:
-        for h in handles:
-            ray.kill(h)
+        stop_policy_replicas(handles)
         raise
     return handles
+
+
+def stop_policy_replicas(handles: Sequence[Any], timeout_s: float = 60.0) -> int:
+    """Stop each replica's engine, then kill the actor; returns how many engines stopped.
+
+    ``ray.kill`` alone is not enough on a GPU: vLLM's engine core is a child process with no
+    check for its parent's death (vLLM 0.24 source), so it can outlive a killed replica
+    holding the GPU memory it reserved, and the next engine on that GPU then fails to
+    start. A replica that does not answer within ``timeout_s`` (hung, dead, still
+    starting) is killed all the same."""
+    handles = list(handles)
+    if not handles:
+        return 0
+    refs = [h.shutdown.remote() for h in handles]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    stopped = 0
+    for ref in ready:
+        with contextlib.suppress(Exception):  # a dead replica has no engine left to stop
+            stopped += bool(ray.get(ref))
+    for h in handles:
+        ray.kill(h)
+    return stopped
 
 
 def replicas_for(

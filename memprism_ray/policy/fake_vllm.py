@@ -78,11 +78,15 @@ class FakeAsyncEngine:
     steps: list[tuple[str, ...]] = field(default_factory=list)
     max_running: int = 0
     submitted: int = 0
+    stopped: bool = False
     _queue: list[_Running] = field(default_factory=list)
     _task: Any = None
 
     def get_tokenizer(self) -> FakeTokenizer:
         return FakeTokenizer()
+
+    def shutdown(self) -> None:
+        self.stopped = True
 
     async def _loop(self) -> None:
         running: list[_Running] = []

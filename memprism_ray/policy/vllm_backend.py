@@ -114,6 +114,16 @@ class VLLMPolicy:
     def _generate(self, requests: list[dict[str, Any]]) -> list[Any]:
         return list(self.engine.generate(requests, sampling_params=self.sampling_params, use_tqdm=False))
 
+    def shutdown(self) -> None:
+        """Stop the engine's core process and free its GPU memory now. ``vllm.LLM`` (0.24)
+        has no ``shutdown`` of its own and its engine core does not watch its parent: an
+        actor killed without this leaves a process holding the GPU memory it reserved
+        (``gpu_memory_utilization``), and the next engine on that GPU fails to start."""
+        core = getattr(getattr(self.engine, "llm_engine", None), "engine_core", None)
+        stop = getattr(core, "shutdown", None) or getattr(self.engine, "shutdown", None)
+        if callable(stop):
+            stop()
+
     def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
         t0 = time.perf_counter()
         failures: dict[int, str] = {}

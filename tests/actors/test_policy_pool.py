@@ -183,6 +183,24 @@ def test_a_dead_replica_fails_only_its_groups(ray_session) -> None:
 
 
 @pytest.mark.ray
+def test_stop_policy_replicas_stops_each_engine_before_the_kill(ray_session) -> None:
+    from memprism_ray.actors.workers import PolicyReplica, stop_policy_replicas
+
+    ray = ray_session
+    factory = functools.partial(fake_engine_factory, step_s=0.001, tokens=2)
+    live, dead = (PolicyReplica.options(num_cpus=0.01, max_restarts=0).remote(VLLM_POLICY, factory) for _ in range(2))
+    ray.get([live.load.remote(), dead.load.remote()], timeout=60)
+    assert ray.get(live.engine_record.remote(), timeout=60)["stopped"] is False
+    assert ray.get(live.shutdown.remote(), timeout=60) is True
+    assert ray.get(live.engine_record.remote(), timeout=60)["stopped"] is True
+    ray.kill(dead)
+    # The dead replica cannot stop an engine and is not counted; both end up killed.
+    assert stop_policy_replicas([live, dead], timeout_s=30) == 1
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(live.load.remote(), timeout=30)
+
+
+@pytest.mark.ray
 @pytest.mark.slow
 def test_d1_llm_teacher_labels_expert_decisions_on_the_pool(
     ray_session, memprism_tiny_corpus, memprism_tiny_overrides, tmp_path

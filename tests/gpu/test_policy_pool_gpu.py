@@ -65,12 +65,14 @@ def replica(ray_session):
             model=str(MODEL_DIR),
             tokenizer=str(MODEL_DIR),
             load_format="dummy",
-            max_model_len=4096,
+            max_model_len=8192,  # as bench_policy_pool.py: one torch.compile cache for both
             gpu_memory_utilization=0.8,
             limit_mm_per_prompt=1,
             max_pixels=451584,
             max_tokens=MAX_TOKENS,
             ignore_eos=True,
+            # scripts/gpu_proof.sh with GPU_PROOF_EAGER=1: no CUDA graphs, a shorter start
+            enforce_eager=os.environ.get("GPU_PROOF_EAGER") == "1",
         ),
     )
     opts = cfg.replica_options(1.0)
@@ -78,7 +80,9 @@ def replica(ray_session):
     handle = PolicyReplica.options(**opts).remote(cfg, None)
     ray_session.get(handle.load.remote(), timeout=600)  # placed on the GPU, engine started
     yield handle
-    ray_session.kill(handle)
+    from memprism_ray.actors.workers import stop_policy_replicas
+
+    assert stop_policy_replicas([handle]) == 1  # the engine core stopped, its GPU memory free
 
 
 def test_callers_share_one_real_engine_and_every_decision_is_answered(ray_session, replica) -> None:
