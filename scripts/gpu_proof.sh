@@ -49,7 +49,7 @@ reap_engines() {
     kill -9 ${pids} 2>/dev/null || true
     sleep 3
   fi
-  nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader 2>/dev/null | sed "s/^/gpu_proof: GPU memory after $1: /" || true
+  nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader 2>/dev/null | sed "s|^|gpu_proof: GPU memory after $1: |" || true
 }
 
 "${PY}" - <<'PYEOF'
