@@ -324,7 +324,8 @@ def start_policy_replicas(cfg: Any, *, engine_factory: Any = None, timeout_s: fl
             timeout_s if timeout_s is not None else cfg.run.call_timeout_s * 4,
         )
     except BaseException:
-        stop_policy_replicas(handles)
+        # Replicas still pending placement never answer: a short wait, then the kill.
+        stop_policy_replicas(handles, timeout_s=10.0)
         raise
     return handles
 
