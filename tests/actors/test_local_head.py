@@ -76,6 +76,26 @@ def test_submission_waits_for_the_job_agent_then_fails_clearly(monkeypatch: pyte
     assert "waiting for the head's job agent" in capsys.readouterr().out
 
 
+class _OversizeClient:
+    """A Job API refusing the working_dir upload as too large."""
+
+    def __init__(self, address: str, headers: dict | None = None) -> None:
+        pass
+
+    def submit_job(self, **kwargs) -> str:
+        raise RuntimeError("Request failed with status code 413: Maximum request body size 104857600 exceeded.")
+
+
+def test_an_oversized_working_dir_fails_at_once_and_says_what_to_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray.job_submission
+
+    from memprism_ray.actors import local_head
+
+    monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", _OversizeClient)
+    with pytest.raises(RuntimeError, match=r"(?s)413.*working_dir.*\.gitignore or a \.rayignore"):
+        local_head.submit_and_wait("http://127.0.0.1:1", "python x.py", Path("/some/checkout"), agent_wait_s=100.0)
+
+
 def _live_members(pgid: int) -> list[int]:
     """Processes of group ``pgid`` that are not zombies (read from /proc)."""
     live = []
