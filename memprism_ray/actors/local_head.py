@@ -235,16 +235,16 @@ def submit_and_wait(
         try:
             job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env)
         except RuntimeError as exc:
-            # The job API answers before the head's dashboard agent is up: retry that one case.
-            # On a loaded 2-core machine the agent took over 120 s to come up (a make run
-            # beside the test suite), so the wait is agent_wait_s, with a note every 30 s.
             if "status code 413" in str(exc):
-                # Ray reads .gitignore and the excludes below, not .git/info/exclude: a large
+                # Ray reads .gitignore and the excludes above, not .git/info/exclude: a large
                 # untracked folder in the checkout made the upload 726 MiB (measured).
                 raise RuntimeError(
                     f"{exc}\nthe job uploads {working_dir} as its working_dir and the upload is too large: "
                     "move large files out of the checkout, or list them in its .gitignore or a .rayignore"
                 ) from exc
+            # The job API answers before the head's dashboard agent is up: retry that one case.
+            # On a loaded 2-core machine the agent took over 120 s to come up (a make run
+            # beside the test suite), so the wait is agent_wait_s, with a note every 30 s.
             if "No available agent" not in str(exc):
                 raise
             waited = time.monotonic() - start
