@@ -38,13 +38,17 @@ has_step() { [[ " ${STEPS} " == *" $1 "* ]]; }
 limited() { local t=$1; shift; if [[ ${t} -gt 0 ]]; then timeout --kill-after=15 "${t}" "$@"; else "$@"; fi; }
 # vLLM's engine core process has no check for its parent's death: one that outlived its step
 # (its Ray actor killed without stop_policy_replicas) would hold GPU memory the next step
-# needs. Reported and stopped, and counted: the proof should end with 0.
+# needs. Reported, stopped and counted (the proof should end with 0); engine cores that were
+# running before this script started are not its own and are left alone.
 LEFTOVER=0
+ENGINES_BEFORE=" $( (pgrep -f "VLLM::EngineCore" || true) | tr '\n' ' ') "
 reap_engines() {
-  local pids
-  pids=$(pgrep -f "VLLM::EngineCore" || true)
+  local pids="" pid
+  for pid in $(pgrep -f "VLLM::EngineCore" || true); do
+    [[ "${ENGINES_BEFORE}" == *" ${pid} "* ]] || pids+="${pid} "
+  done
   if [[ -n "${pids}" ]]; then
-    echo "gpu_proof: vLLM engine core(s) left after $1: ${pids//$'\n'/ } (stopped)"
+    echo "gpu_proof: vLLM engine core(s) left after $1: ${pids}(stopped)"
     LEFTOVER=$((LEFTOVER + $(wc -w <<<"${pids}")))
     kill -9 ${pids} 2>/dev/null || true
     sleep 3
@@ -75,9 +79,9 @@ run_bench() {
   reap_engines bench
 }
 run_smoke() {
-echo "gpu_proof: configs/gpu_smoke.yaml through ray job submit"
-REF="${PROOF}/router-init"
-"${PY}" - "${REF}" <<'PYEOF'
+  echo "gpu_proof: configs/gpu_smoke.yaml through ray job submit"
+  REF="${PROOF}/router-init"
+  "${PY}" - "${REF}" <<'PYEOF'
 import sys
 from pathlib import Path
 
@@ -93,14 +97,14 @@ if not (Path(sys.argv[1]) / "config.json").exists():
     save_checkpoint(Path(sys.argv[1]), ViewPolicyModel(RouterConfig()), stage="init")
 print(f"gpu_proof: Router checkpoint {sys.argv[1]}")
 PYEOF
-smoke_rc=0
-NAME="gpu-smoke-$(date +%Y%m%d-%H%M%S)"
-EXTRA=()
-[[ "${EAGER}" == 1 ]] && EXTRA=(--policy.vllm.enforce_eager true)
-limited "${SMOKE_TIMEOUT_S:-0}" "${PY}" scripts/run_local.py --config configs/gpu_smoke.yaml --name "${NAME}" -- \
-    --init_checkpoint "${REF}" --policy.vllm.model "${MODEL}" --policy.vllm.tokenizer "${MODEL}" "${EXTRA[@]}" \
-    2>&1 | tee "${PROOF}/smoke.log" || smoke_rc=$?
-reap_engines smoke
+  smoke_rc=0
+  NAME="gpu-smoke-$(date +%Y%m%d-%H%M%S)"
+  EXTRA=()
+  [[ "${EAGER}" == 1 ]] && EXTRA=(--policy.vllm.enforce_eager true)
+  limited "${SMOKE_TIMEOUT_S:-0}" "${PY}" scripts/run_local.py --config configs/gpu_smoke.yaml --name "${NAME}" -- \
+      --init_checkpoint "${REF}" --policy.vllm.model "${MODEL}" --policy.vllm.tokenizer "${MODEL}" "${EXTRA[@]}" \
+      2>&1 | tee "${PROOF}/smoke.log" || smoke_rc=$?
+  reap_engines smoke
 }
 
 for step in ${STEPS}; do

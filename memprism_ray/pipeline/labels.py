@@ -117,7 +117,6 @@ class ViewConditionedActor:
         return callable(getattr(self.policy, "input_distribution", None))
 
     def _input(self, ls: LabelState, view: ViewAction) -> PolicyInput:
-
         st = ls.state
         rendered = self._render(ls, view)
         meta = {"episode_id": f"label:{st.sample_id}:{next(self._calls)}"}

@@ -116,9 +116,9 @@ class VLLMPolicy:
 
     def shutdown(self) -> None:
         """Stop the engine's core process and free its GPU memory now. ``vllm.LLM`` (0.24)
-        has no ``shutdown`` of its own and its engine core does not watch its parent: an
-        actor killed without this leaves a process holding the GPU memory it reserved
-        (``gpu_memory_utilization``), and the next engine on that GPU fails to start."""
+        has no ``shutdown`` of its own, and its engine core has no check for its parent's
+        death: an actor killed without this can leave that process holding the GPU memory
+        it reserved (``gpu_memory_utilization``), which the next engine on the GPU needs."""
         core = getattr(getattr(self.engine, "llm_engine", None), "engine_core", None)
         stop = getattr(core, "shutdown", None) or getattr(self.engine, "shutdown", None)
         if callable(stop):

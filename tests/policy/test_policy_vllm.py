@@ -158,7 +158,6 @@ def test_model_chat_template_comes_from_the_engine_tokenizer() -> None:
         VLLMPolicy(VLLMConfig(), engine=NoTemplate())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
 def test_shutdown_stops_the_engine_core_process() -> None:
     """vllm.LLM has no shutdown of its own: the policy stops its engine core, whose process
     would otherwise keep the GPU memory after the actor holding it is killed."""
@@ -178,6 +177,7 @@ def test_shutdown_stops_the_engine_core_process() -> None:
     make(FakeEngine()).shutdown()  # an engine without a core process: nothing to stop, no error
 
 
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
 def test_missing_vllm_gives_a_clear_error() -> None:
     with pytest.raises(PolicyBackendError, match="needs the vllm package"):
         VLLMPolicy(VLLMConfig())
