@@ -90,6 +90,17 @@ def _history(records: Sequence[StreamRecord], k: int) -> tuple[HistoryRecord, ..
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Page:
+    """What the label actor shows the policy: the text twin, the page size and, for a policy
+    that reads pixels, the image."""
+
+    text: str
+    width: int
+    height: int
+    image: Any
+
+
 class ViewConditionedActor:
     """``act(label_state, view) -> action``: the frozen task policy given one candidate view.
 
@@ -105,6 +116,11 @@ class ViewConditionedActor:
         self.render_config = render_config or RenderConfig()
         self.short_history = short_history
         self.reads_text = bool(getattr(policy, "needs_view_text", False))
+        # A policy that reads only the text twin (the scripted stand-in) is never shown the
+        # pixels, so its pages are laid out and not painted: painting was 46% of the labelling
+        # time (cProfile of 7,200 views, ``optical.paint``), and text and page size come from
+        # the same layout either way.
+        self.paints = bool(getattr(policy, "needs_view_image", True))
         self._calls = itertools.count()
         # Visual tokens of the pages rendered for the current state, by view index: the
         # teacher's page-token shading reads them after its 144 policy calls, so no page
@@ -120,7 +136,7 @@ class ViewConditionedActor:
         st = ls.state
         rendered = self._render(ls, view)
         meta = {"episode_id": f"label:{st.sample_id}:{next(self._calls)}"}
-        if self.reads_text:
+        if self.reads_text and rendered.image is not None:
             # The render's text twin: the rows the page shows, under the same cap.
             meta["view_text"] = rendered.text
         return PolicyInput(
@@ -131,21 +147,29 @@ class ViewConditionedActor:
             history=_history(st.history, self.short_history),
             step=st.step - 1,
             view_image=rendered.image,
+            # Unpainted (a policy that reads no pixels): the same text twin, as the view itself.
+            view_text=rendered.text if rendered.image is None else None,
             meta=meta,
         )
 
-    def _render(self, ls: LabelState, view: ViewAction) -> Any:
+    def _render(self, ls: LabelState, view: ViewAction) -> _Page:
         """The page the policy is shown; its visual-token count is kept for :meth:`page_tokens`."""
         from memprism_ray.composer import compose
-        from memprism_ray.render import render
+        from memprism_ray.render import layout, render
         from memprism_ray.render.visual_tokens import qwen25vl_tokens
 
         st = ls.state
-        rendered = render(compose(st.history, view, st.goal), self.render_config)
+        composed = compose(st.history, view, st.goal)
+        if self.paints:
+            r = render(composed, self.render_config)
+            page = _Page(r.text, r.width, r.height, r.image)
+        else:
+            laid = layout(composed, self.render_config)
+            page = _Page("\n".join(laid.lines), laid.geometry.width, laid.height, None)
         if self._tokens[0] != st.sample_id:
             self._tokens = (st.sample_id, {})
-        self._tokens[1][view.index] = qwen25vl_tokens(rendered.width, rendered.height)
-        return rendered
+        self._tokens[1][view.index] = qwen25vl_tokens(page.width, page.height)
+        return page
 
     def page_tokens(self, ls: LabelState, view: ViewAction) -> int:
         """Qwen2.5-VL visual tokens of ``view``'s page at this state (as the agent's reports

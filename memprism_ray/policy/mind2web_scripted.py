@@ -107,6 +107,8 @@ class Mind2WebScriptedPolicy:
 
     name = "scripted-mind2web"
     needs_view_text = True
+    #: It never reads pixels: D1 labelling lays its pages out without painting them.
+    needs_view_image = False
 
     def __init__(self, temperature: float = 1.0, seed: int = 0) -> None:
         if temperature < 0:

@@ -286,6 +286,8 @@ class ScriptedPolicy:
 
     name = "scripted"
     needs_view_text = True
+    #: It never reads pixels: D1 labelling lays its pages out without painting them.
+    needs_view_image = False
 
     def __init__(self, temperature: float = 1.0, seed: int = 0) -> None:
         if temperature < 0:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from memprism_ray.composer import compose
 from memprism_ray.pipeline.labels import LabelState, ViewConditionedActor, counterfactual_labels
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
+from memprism_ray.policy.scripted import ScriptedPolicy
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
 from memprism_ray.render import RenderConfig, render
 from memprism_ray.render.visual_tokens import qwen25vl_tokens
@@ -38,7 +40,8 @@ class DeskReader:
     needs_view_text = True
 
     def input_distribution(self, inp: PolicyInput) -> dict[str, float]:
-        p = 0.8 if "desk 1" in (inp.meta or {}).get("view_text", "") else 0.2
+        view = inp.view_text if inp.view_text is not None else (inp.meta or {}).get("view_text", "")
+        p = 0.8 if "desk 1" in view else 0.2
         return {REF: p, "look": 1.0 - p}
 
     def act(self, inputs: list[PolicyInput]) -> list[PolicyOutput]:
@@ -80,3 +83,47 @@ def test_page_token_shading_moves_label_mass_to_smaller_pages_among_the_kept_vie
     assert float(q1 @ tokens) < float(q0 @ tokens) - 10
     kept = np.flatnonzero(q1 > 0)
     assert int(kept[np.argmax(q1[kept])]) == int(kept[np.argmin(tokens[kept])])
+
+
+class BlindDeskReader(DeskReader):
+    """DeskReader that declares it never reads pixels, as the scripted stand-in does."""
+
+    needs_view_image = False
+
+
+def test_a_policy_that_reads_no_pixels_gets_the_same_pages_and_labels_unpainted(monkeypatch) -> None:
+    import memprism_ray.render.optical as optical
+
+    states = label_states()
+    extractor = FeatureExtractor(HashingEncoder())
+    painted, _ = counterfactual_labels(states, extractor, DeskReader(), short_history=0)
+    painted_actor = ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0)
+    painted_pages = [painted_actor._render(states[0], v) for v in ALL_ACTIONS]
+    assert all(p.image is not None for p in painted_pages)
+
+    def no_paint(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a pixel-blind policy's page was painted")
+
+    monkeypatch.setattr(optical, "paint", no_paint)
+    blind, _ = counterfactual_labels(states, extractor, BlindDeskReader(), short_history=0)
+    actor = ViewConditionedActor(BlindDeskReader(), RenderConfig(), short_history=0)
+    for view, p in zip(ALL_ACTIONS, painted_pages, strict=True):
+        page = actor._render(states[0], view)
+        assert page.image is None
+        assert (page.text, page.width, page.height) == (p.text, p.width, p.height)
+        assert actor.page_tokens(states[0], view) == qwen25vl_tokens(p.width, p.height)
+    assert np.array_equal(np.asarray(blind.q[0]), np.asarray(painted.q[0]))
+    # The real stand-in reads the unpainted page exactly as it read the painted one.
+    painted_scripted = type("PaintedScripted", (ScriptedPolicy,), {"needs_view_image": True})
+    assert ScriptedPolicy.needs_view_image is False and painted_scripted.needs_view_image is True
+    monkeypatch.undo()
+    blind_actor = ViewConditionedActor(ScriptedPolicy(temperature=0.5), RenderConfig(), short_history=0)
+    painted_actor = ViewConditionedActor(painted_scripted(temperature=0.5), RenderConfig(), short_history=0)
+    places = (*(f"go to shelf {i}" for i in range(1, 13)), "go to desk 1", REF, "go to drawer 1")
+    search = LabelState(states[0].state, places)
+    dists = [blind_actor.distribution(search, v) for v in ALL_ACTIONS]
+    assert dists == [painted_actor.distribution(search, v) for v in ALL_ACTIONS]
+    assert len({tuple(sorted(d.items())) for d in dists}) > 1  # the page matters to it here
+    monkeypatch.setattr(optical, "paint", no_paint)
+    with pytest.raises(AssertionError, match="painted"):  # the guard is live
+        ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0)._render(states[0], ALL_ACTIONS[0])
