@@ -5,7 +5,8 @@ view-teacher; appendix A.3 "Cold-start distillation").
         python jobs/label_views.py --config configs/local.yaml
     python jobs/label_views.py --config configs/local.yaml --label.games 32
 
-Plays ALFWorld's handcoded expert on ``label.games`` training games and labels every
+Plays ALFWorld's handcoded expert on ``label.games`` training games, lets the task policy play
+``label.rollin_games`` more itself (roll-ins, as the GRPO job's D1 does) and labels every
 decision state with the counterfactual view teacher (the frozen task policy shown each of
 the 144 views), spread over Ray tasks. Writes ``<run>/d1/<key>/expert_trajectories.parquet`` and
 ``<run>/d1/<key>/labels.parquet`` (Router features + 144-way soft labels); stages already done
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from memprism_ray.actors.d1 import collect_expert, label_expert
+from memprism_ray.actors.d1 import build_d1_data
 from memprism_ray.actors.placement import init_ray
 from memprism_ray.envs.alfworld import list_games
 from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
@@ -32,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     cfg = resolve_corpus(cfg, say)
     d1_dir = d1_dir_for(cfg.run.dir, cfg)  # keyed by the config sections that make D1 (as in the GRPO job)
-    games = list_games(cfg.corpus.train_split, cfg.corpus.data_root)[: cfg.label.games]
-    expert = collect_expert(cfg, games, d1_dir, say)
-    labels = label_expert(cfg, expert, d1_dir, say)
+    # All training games: the first label.games are the expert's, the next label.rollin_games the roll-ins'.
+    games = list_games(cfg.corpus.train_split, cfg.corpus.data_root)
+    labels = build_d1_data(cfg, games, d1_dir, say)
     say(f"done: {labels}")
     return 0
 

@@ -425,6 +425,19 @@ def run_d1(cfg: Any, train_games: list[Any], d1_dir: Path, log: Any = print, poo
     if (ckpt / "config.json").exists():
         log(f"D1: reusing {ckpt}")
         return ckpt
+    labels = build_d1_data(cfg, train_games, d1_dir, log, pool)
+    return train_d1(cfg, labels, ckpt, log)
+
+
+def build_d1_data(
+    cfg: Any, train_games: list[Any], d1_dir: Path, log: Any = print, pool: list[Any] | None = None
+) -> Path:
+    """The D1 data under ``d1_dir`` (reusing finished stages): the expert on the first
+    ``label.games`` of ``train_games``, the roll-ins on the next ``label.rollin_games``, and
+    the view teacher's labels of every decision. Returns ``labels.parquet``'s path. Both the
+    GRPO job and ``jobs/label_views.py`` build it here, so a D1 directory (keyed by the
+    config) holds the same data whichever wrote it."""
+    d1_dir.mkdir(parents=True, exist_ok=True)
     # With the LLM Phi on the pool, the replicas started for it also serve the labelling.
     needed = phi_uses_pool(cfg) and not (d1_dir / "expert_trajectories.parquet").exists()
     phi_pool, started = replicas_for(cfg, pool, needed, log, "the D1 LLM Phi")
@@ -441,7 +454,6 @@ def run_d1(cfg: Any, train_games: list[Any], d1_dir: Path, log: Any = print, poo
         elif len(rollin) < cfg.label.rollin_games:
             log(f"D1: only {len(rollin)} training games left for label.rollin_games={cfg.label.rollin_games}")
         expert = collect_expert(cfg, train_games[:games], d1_dir, log, phi_pool, rollin)
-        labels = label_expert(cfg, expert, d1_dir, log, pool or phi_pool)
+        return label_expert(cfg, expert, d1_dir, log, pool or phi_pool)
     finally:
         stop_policy_replicas(started)
-    return train_d1(cfg, labels, ckpt, log)
