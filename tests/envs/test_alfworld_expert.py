@@ -41,3 +41,25 @@ def test_budget_exhaustion_is_reported(alfworld_games: dict) -> None:
     game = alfworld_games["train"][0]
     with pytest.raises(ExpertFailed, match="within 1 steps"):
         expert_walkthrough(make_engine(expert=True), game.path, max_steps=1)
+
+
+def test_the_expert_reads_the_facts_in_an_order_independent_of_the_hash_seed() -> None:
+    """TextWorld passes the facts as ``list(set)``, ordered by the per-process string hash
+    seed; the fixed expert's task policies see them sorted, so two processes see one order."""
+    from types import SimpleNamespace
+
+    from memprism_ray.envs.alfworld.expert import _POLICIES
+
+    def fact(name: str, *args: str) -> SimpleNamespace:
+        return SimpleNamespace(name=name, names=list(args))
+
+    facts = [
+        fact("inreceptacle", "cd 2", "drawer 1"),
+        fact("inreceptacle", "cd 1", "drawer 2"),
+        fact("atlocation", "agent", "desk 1"),
+    ]
+    expected = ["atlocation agent desk 1", "inreceptacle cd 1 drawer 2", "inreceptacle cd 2 drawer 1"]
+    for cls in _POLICIES.values():
+        policy = cls.__new__(cls)  # get_facts reads only the game state
+        assert policy.get_facts({"facts": facts}) == expected
+        assert policy.get_facts({"facts": facts[::-1]}) == expected

@@ -37,8 +37,21 @@ class _MoveIsPut:
         return super().update_state_tracking(game_state, last_action)  # type: ignore[misc]
 
 
+class _SortedFacts:
+    """Mixin: the expert reads the game's facts in sorted order.
+
+    TextWorld hands them over as ``list(set)``, whose order follows Python's per-process string
+    hash seed, and the expert's choices depend on that order in some states (which of two
+    objects in a receptacle to go for: in a roll-in of a pick-two game five reference commands
+    changed with ``PYTHONHASHSEED``). Sorted, the expert's commands depend only on the game,
+    the state and its seed."""
+
+    def get_facts(self, game_state: Any) -> list[str]:
+        return sorted(super().get_facts(game_state))  # type: ignore[misc]
+
+
 _POLICIES: dict[str, type] = {
-    task: type(f"Fixed{cls.__name__}", (_MoveIsPut, cls), {})
+    task: type(f"Fixed{cls.__name__}", (_SortedFacts, _MoveIsPut, cls), {})
     for task, cls in (
         ("pick_and_place_simple", _tw.PickAndPlaceSimpleTWPolicy),
         ("pick_two_obj_and_place", _tw.PickTwoObjAndPlaceTWPolicy),
