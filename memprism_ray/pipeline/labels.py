@@ -90,17 +90,6 @@ def _history(records: Sequence[StreamRecord], k: int) -> tuple[HistoryRecord, ..
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Page:
-    """What the label actor shows the policy: the text twin, the page size and, for a policy
-    that reads pixels, the image."""
-
-    text: str
-    width: int
-    height: int
-    image: Any
-
-
 class ViewConditionedActor:
     """``act(label_state, view) -> action``: the frozen task policy given one candidate view.
 
@@ -117,9 +106,7 @@ class ViewConditionedActor:
         self.short_history = short_history
         self.reads_text = bool(getattr(policy, "needs_view_text", False))
         # A policy that reads only the text twin (the scripted stand-in) is never shown the
-        # pixels, so its pages are laid out and not painted: painting was 46% of the labelling
-        # time (cProfile of 7,200 views, ``optical.paint``), and text and page size come from
-        # the same layout either way.
+        # pixels: its pages are laid out and not painted (``render(paint=False)``).
         self.paints = bool(getattr(policy, "needs_view_image", True))
         self._calls = itertools.count()
         # Visual tokens of the pages rendered for the current state, by view index: the
@@ -152,24 +139,18 @@ class ViewConditionedActor:
             meta=meta,
         )
 
-    def _render(self, ls: LabelState, view: ViewAction) -> _Page:
+    def _render(self, ls: LabelState, view: ViewAction) -> Any:
         """The page the policy is shown; its visual-token count is kept for :meth:`page_tokens`."""
         from memprism_ray.composer import compose
-        from memprism_ray.render import layout, render
+        from memprism_ray.render import render
         from memprism_ray.render.visual_tokens import qwen25vl_tokens
 
         st = ls.state
-        composed = compose(st.history, view, st.goal)
-        if self.paints:
-            r = render(composed, self.render_config)
-            page = _Page(r.text, r.width, r.height, r.image)
-        else:
-            laid = layout(composed, self.render_config)
-            page = _Page("\n".join(laid.lines), laid.geometry.width, laid.height, None)
+        rendered = render(compose(st.history, view, st.goal), self.render_config, paint=self.paints)
         if self._tokens[0] != st.sample_id:
             self._tokens = (st.sample_id, {})
-        self._tokens[1][view.index] = qwen25vl_tokens(page.width, page.height)
-        return page
+        self._tokens[1][view.index] = qwen25vl_tokens(rendered.width, rendered.height)
+        return rendered
 
     def page_tokens(self, ls: LabelState, view: ViewAction) -> int:
         """Qwen2.5-VL visual tokens of ``view``'s page at this state (as the agent's reports

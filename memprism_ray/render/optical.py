@@ -170,9 +170,10 @@ def _connectors(canvas: np.ndarray, page: Page, top: int, mids: list[int]) -> No
 
 @dataclass(frozen=True, slots=True)
 class Rendered:
-    """An optical view and its text twin from one layout."""
+    """An optical view and its text twin from one layout (``image`` is ``None`` when the page
+    was laid out but not painted: see :func:`render`)."""
 
-    image: Image.Image
+    image: Image.Image | None
     text: str
     width: int
     height: int
@@ -211,9 +212,17 @@ def render_png(view: View, config: RenderConfig | None = None) -> bytes:
     return encode_png(render_image(view, config), config)
 
 
-def render(view: View, config: RenderConfig | None = None) -> Rendered:
-    """Image and text from one layout (what the agent loop needs at each decision)."""
+def render(view: View, config: RenderConfig | None = None, *, paint: bool = True) -> Rendered:
+    """Image and text from one layout (what the agent loop needs at each decision).
+
+    ``paint=False`` skips the pixels (``image`` is ``None``); text, size and counts are those of
+    the same layout. For a reader of the text twin only: D1 labelling shows the scripted
+    stand-in 144 pages per decision, and painting was 46% of that time (cProfile of 7,200
+    views; ``benchmarks/bench_labels.py``)."""
     config = config or RenderConfig()
     page = layout(view, config)
+    text = "\n".join(page.lines)
+    if not paint:
+        return Rendered(None, text, page.geometry.width, page.height, page.shown, page.total)
     img = paint_image(page, config)
-    return Rendered(img, "\n".join(page.lines), img.width, img.height, page.shown, page.total)
+    return Rendered(img, text, img.width, img.height, page.shown, page.total)

@@ -200,3 +200,21 @@ def test_earlier_views_never_change_pixels(n: int, seed: int, actions: list[View
     for a in actions:
         warm.append(render_png(compose(grow, a)))
     assert [render_png(compose(random_stream(n, seed), a)) for a in actions] == warm
+
+
+def test_render_without_paint_is_the_same_page_without_pixels(monkeypatch: pytest.MonkeyPatch) -> None:
+    import memprism_ray.render.optical as optical
+
+    stream = alfworld_like_stream(30, seed=3)
+    views = [compose(stream, a, "put a mug in the fridge") for a in ALL_ACTIONS[::7]]
+    painted = [render(v) for v in views]
+
+    def no_paint(*args: object, **kwargs: object) -> None:
+        raise AssertionError("painted")
+
+    monkeypatch.setattr(optical, "paint", no_paint)
+    for v, p in zip(views, painted, strict=True):
+        bare = render(v, paint=False)
+        assert bare.image is None and p.image is not None
+        assert (bare.text, bare.width, bare.height, bare.shown, bare.total) == (p.text, *p.image.size, p.shown, p.total)
+    assert len({p.height for p in painted}) > 1  # pages of different sizes were compared
