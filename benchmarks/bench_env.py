@@ -19,6 +19,8 @@ It asserts identical observations, admissible sets (stock minus ``help``, which
 * ``step_speedup``: mean stock step time / mean ``AlfworldEnv`` step time;
 * ``reset_speedup``: mean stock reset / mean ``AlfworldEnv`` reset over a group of
   ``--group`` resets of the same game, its first (cold) reset included;
+* ``command_memo_step_speedup``: the same commands replayed game by game without and with
+  the command memo (the other caches on in both), mean step time without / with;
 * ``reset_speedup_cold`` (first reset of a game in the process: the PDDL translations are
   still paid, twice instead of four times) and ``reset_speedup_warm`` (later resets).
 
@@ -208,6 +210,25 @@ def main() -> None:
             if tr.won != st["won"]:
                 mismatches.append(f"{g.game_id} step {i + 1}: won {tr.won} != {st['won']}")
     fast_wall = time.perf_counter() - t0
+
+    # The command memo alone: the same commands with and without it, game by game in turn
+    # (the memo warm from the pass above, as in a GRPO group's later episodes).
+    from memprism_ray.envs.alfworld import engine
+
+    memo_steps: dict[bool, list[float]] = {True: [], False: []}
+    for g, rec in zip(games, stock, strict=True):
+        for memo in (False, True):
+            engine.uninstall_engine_caches()
+            engine.install_engine_caches(command_memo=memo)
+            env.reset(g)
+            for st in rec["steps"]:
+                t1 = time.perf_counter()
+                tr = env.step(st["command"])
+                memo_steps[memo].append(time.perf_counter() - t1)
+                if tr.feedback != st["feedback"] or list(tr.admissible) != [c for c in st["admissible"] if c != "help"]:
+                    mismatches.append(f"{g.game_id}: memo={memo} replay differs")
+    engine.uninstall_engine_caches()
+    engine.install_engine_caches()
     env.close()
 
     # Memory of further slots: a 4-slot env with a game in every slot.
@@ -230,6 +251,9 @@ def main() -> None:
         "reset_speedup": round(mean(stock_resets) / mean(fast_all), 2),  # over a group of --group resets
         "reset_speedup_cold": round(mean(stock_resets) / mean(fast_cold), 2),
         "reset_speedup_warm": round(mean(stock_resets) / mean(fast_warm), 2),
+        "command_memo_step_speedup": round(mean(memo_steps[False]) / mean(memo_steps[True]), 2),
+        "memo_off_step_ms": round(1000 * mean(memo_steps[False]), 1),
+        "memo_on_step_ms": round(1000 * mean(memo_steps[True]), 1),
         "stock_step_ms": round(1000 * mean(stock_steps), 1),
         "fast_step_ms": round(1000 * mean(fast_steps), 1),
         "stock_reset_s": round(mean(stock_resets), 3),

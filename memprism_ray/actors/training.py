@@ -117,6 +117,7 @@ def run_grpo_iterations(
         version = it + 1
         weights_ref = learner.planner_weights.remote()
         rollout = run_groups(actors.fleet, sample_groups(games, cfg, it), weights_ref, version, cfg)
+        t_rollout = time.perf_counter() - t0
         if not rollout.steps_refs:
             raise RuntimeError(
                 f"iteration {it + 1}: no group produced a decision ({rollout.failed_trajectories} failed "
@@ -128,7 +129,16 @@ def run_grpo_iterations(
             f"learner update of iteration {it + 1}",
         )
         stats.update(iteration_stats(rollout))
-        stats.update({"iteration": it + 1, "weights_version": version, "iteration_seconds": time.perf_counter() - t0})
+        t_end = time.perf_counter()
+        stats.update(
+            {
+                "iteration": it + 1,
+                "weights_version": version,
+                "iteration_seconds": t_end - t0,
+                "rollout_phase_seconds": t_rollout,
+                "update_phase_seconds": t_end - t0 - t_rollout,
+            }
+        )
         metrics.record_iteration(cfg.run.name, stats)
         logger.log("grpo", it + 1, stats)
         bar.set_postfix(

@@ -12,17 +12,25 @@ The stock engine repeats pure work on every call:
   again per ``reset``;
 * every derivation step copies its context with ``textgen.copy_context``, which deep-copies
   the entity records (``EntityInfo``) and the immutable ``Placeholder``/``Variable`` keys;
-  this copying is most of a step's time in large rooms.
+  this copying is most of a step's time in large rooms;
+* every step derives every admissible command afresh (``ContextSensitiveGrammar.derive``),
+  although a command is the same string whenever what its template reads is the same: the
+  40-odd ``go to`` commands each run a conjunctive query over the state's facts
+  (``receptacleatlocation``), which is most of what is left of a step.
 
-:func:`install_engine_caches` wraps exactly those five functions. The three parsers keep
+:func:`install_engine_caches` wraps exactly those six functions. The three parsers keep
 the TatSu parse (the expensive part) keyed by the input text and run the engine's own
 converter on every call, so callers still get fresh objects they may mutate. The
 translation is keyed by the SHA-256 of domain and problem text, so two games never share a
 result unless their PDDL is byte-identical; the translated task is only read by
-``PddlState``. The context copy keeps the engine's dict copies but shares the entity
-records, which derivation only reads (``EvalSymbol`` evaluates ``o.name``-style
-expressions; nothing assigns to an ``EntityInfo`` after ``load``). Transcripts are therefore
-identical to the stock engine's
+``PddlState``. The command memo (:class:`_CommandMemo`) answers a derivation only for a
+template it can prove reads nothing but its own symbols, the entity records of the variables
+it names or binds, and the facts of the predicates its queries name (no ``#rule#`` besides the
+grammar's constant list separators); every such input is in the key, and every other
+derivation (the feedback and intro rules) runs the stock code. The context copy keeps the
+engine's dict copies but shares the entity records, which derivation only reads
+(``EvalSymbol`` evaluates ``o.name``-style expressions; nothing assigns to an ``EntityInfo``
+after ``load``). Transcripts are therefore identical to the stock engine's
 (``benchmarks/bench_env.py`` checks this against an unpatched process).
 
 ``fast_downward.pddl2sas`` swaps ``sys.argv``/``sys.stdout`` and is not thread-safe: use one
@@ -31,17 +39,27 @@ engine per process (the corpus builder and the Ray env workers do).
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 _LOCK = threading.Lock()
 _ORIGINALS: dict[str, Callable[..., Any]] = {}
-_STATS = {"parse_hits": 0, "parse_misses": 0, "translate_hits": 0, "translate_misses": 0}
+_STATS = {
+    "parse_hits": 0,
+    "parse_misses": 0,
+    "translate_hits": 0,
+    "translate_misses": 0,
+    "command_hits": 0,
+    "command_misses": 0,
+}
 
 
 class _TranslationCache:
@@ -105,9 +123,191 @@ def _copy_context(context: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def install_engine_caches(max_translations: int = 128) -> None:
+_LIST_RULES = ("list_empty", "list_separator", "list_last_separator")
+_UNCACHEABLE = object()
+
+
+@dataclass(frozen=True)
+class _TemplatePlan:
+    """What a command template's derivation reads besides the grammar's list separators."""
+
+    names: frozenset[str]  # variables its ``{...}`` expressions and queries name
+    predicates: frozenset[str]  # predicates its queries read (with their ``not_`` twins)
+    queries: bool  # a query rebinds variables from the mapping's entity records
+    lists: bool  # ``[...]`` joins with the list separator rules
+
+
+def _plan_symbols(symbols: list[Any], textgen: Any, tw_logic: Any, acc: dict[str, Any]) -> bool:
+    """Walk a parsed template; False when it holds anything whose output the plan cannot bound."""
+    for sym in symbols:
+        if isinstance(sym, textgen.TerminalSymbol):
+            continue
+        if isinstance(sym, textgen.EvalSymbol):
+            try:
+                tree = ast.parse(str(sym.expression), mode="eval")
+            except SyntaxError:
+                return False
+            acc["names"] |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        elif isinstance(sym, textgen.ListSymbol):
+            acc["lists"] = True
+            if not _plan_symbols([sym.symbol], textgen, tw_logic, acc):
+                return False
+        elif isinstance(sym, textgen.ConditionalSymbol):
+            if sym.given:
+                rule = tw_logic.Rule.parse_conjunctive_query(sym.given)
+                ours = {ph.name for ph in rule.placeholders}
+                acc["names"] |= ours
+                acc["queries"] = True
+                for pred in rule.preconditions:
+                    base = pred.name.removeprefix("not_")
+                    acc["predicates"] |= {base, "not_" + base}
+            if not _plan_symbols([sym.expression], textgen, tw_logic, acc):
+                return False
+        else:  # a #rule# (conditions on any fact) or an unknown symbol
+            return False
+    return True
+
+
+_INFO_SLOTS = ("id", "type", "name", "noun", "adj", "desc", "room_type", "definite", "indefinite", "synonyms")
+
+
+def _info_key(info: Any) -> Any:
+    """An entity record as a hashable value (``None`` stays ``None``); ``_UNCACHEABLE`` for
+    anything that is not an ``EntityInfo`` with the slots this module knows."""
+    from textworld.generator.game import EntityInfo
+
+    if info is None:
+        return None
+    if type(info) is not EntityInfo or EntityInfo.__slots__ != list(_INFO_SLOTS):
+        return _UNCACHEABLE
+    syn = info.synonyms
+    return (
+        info.id,
+        info.type,
+        info.name,
+        info.noun,
+        info.adj,
+        info.desc,
+        info.room_type,
+        info.definite,
+        info.indefinite,
+        tuple(syn) if isinstance(syn, list) else syn,
+    )
+
+
+class _CommandMemo:
+    """``ContextSensitiveGrammar.derive`` memoised for command templates (see the module
+    docstring). Bounded LRU of derived strings; grammars and templates it cannot bound go to
+    the stock derivation."""
+
+    def __init__(self, original: Callable[..., str], max_entries: int) -> None:
+        self.original = original
+        self.max_entries = max_entries
+        self.entries: OrderedDict[Any, str] = OrderedDict()
+        self.plans: dict[str, _TemplatePlan | None] = {}
+        self.lists: weakref.WeakKeyDictionary[Any, tuple[str, ...] | None] = weakref.WeakKeyDictionary()
+        # One object per distinct fact set, so that thousands of keys share the (mostly
+        # static: receptacles do not move) facts of a game instead of each holding a copy.
+        self.fact_sets: dict[frozenset[Any], frozenset[Any]] = {}
+
+    def plan(self, start: str) -> _TemplatePlan | None:
+        if start not in self.plans:
+            import textworld.envs.pddl.textgen as textgen
+            import textworld.logic as tw_logic
+
+            acc: dict[str, Any] = {"names": set(), "predicates": set(), "queries": False, "lists": False}
+            try:
+                symbols = textgen._parse_and_convert(start, rule_name="symbols")
+                ok = _plan_symbols(list(symbols), textgen, tw_logic, acc)
+            except Exception:  # the stock derivation raises its own error for this template
+                ok = False
+            self.plans[start] = (
+                _TemplatePlan(frozenset(acc["names"]), frozenset(acc["predicates"]), acc["queries"], acc["lists"])
+                if ok
+                else None
+            )
+        return self.plans[start]
+
+    def list_texts(self, grammar: Any) -> tuple[str, ...] | None:
+        """The list separators' text when each is one unconditional rule of terminals."""
+        if grammar not in self.lists:
+            import textworld.envs.pddl.textgen as textgen
+
+            texts: list[str] | None = []
+            for name in _LIST_RULES:
+                rules = grammar._rules.get(name) or []
+                first = rules[0] if rules else None
+                if (
+                    first is None
+                    or first.condition
+                    or not all(isinstance(x, textgen.TerminalSymbol) for x in first.rhs)
+                ):
+                    texts = None
+                    break
+                texts.append("".join(map(str, first.rhs)))
+            self.lists[grammar] = tuple(texts) if texts is not None else None
+        return self.lists[grammar]
+
+    def key(self, grammar: Any, start: str, context: dict[str, Any]) -> Any:
+        plan = self.plan(start)
+        if plan is None or not context:
+            return None
+        lists = self.list_texts(grammar) if plan.lists else ()
+        if lists is None:
+            return None
+        variables, mapping, infos = context["variables"], context["mapping"], context["entity_infos"]
+        named = tuple((n, _info_key(variables.get(n))) for n in sorted(plan.names))
+        if plan.queries:
+            # the query's assignments carry the whole mapping, and rebind every placeholder's
+            # variable to its entity record: both are read
+            bound = tuple((ph, var, _info_key(infos.get(var.name))) for ph, var in mapping.items())
+            state = context["state"]
+            found = frozenset(f for sig, fs in state._facts.items() if sig.name in plan.predicates for f in fs)
+            if len(self.fact_sets) > 4 * self.max_entries:
+                self.fact_sets.clear()
+            facts = self.fact_sets.setdefault(found, found)
+        else:
+            bound, facts = (), frozenset()
+        if any(k is _UNCACHEABLE for _, k in named) or any(k is _UNCACHEABLE for *_, k in bound):
+            return None
+        return (start, lists, named, bound, facts)
+
+    def __call__(self, grammar: Any, start: str, context: dict[str, Any] | None = None) -> str:
+        context = context or {}
+        try:
+            key = self.key(grammar, start, context)
+            if key is not None:
+                hash(key)
+        except (KeyError, AttributeError, TypeError):
+            key = None
+        if key is None:
+            return self.original(grammar, start, context)
+        hit = self.entries.get(key)
+        if hit is not None:
+            self.entries.move_to_end(key)
+            _STATS["command_hits"] += 1
+            return hit
+        _STATS["command_misses"] += 1
+        out = self.original(grammar, start, context)
+        self.entries[key] = out
+        while len(self.entries) > self.max_entries:
+            self.entries.popitem(last=False)
+        return out
+
+
+# A game's commands differ by the agent's place (``go to`` binds it): 12 games x 8 random
+# 25-step episodes left 4,163 entries (about 350 a game, 92% hits, 6.7 MB deep size with the
+# shared engine objects counted), so 16384 hold the 48 training games in under 27 MB.
+_MEMO_ENTRIES = 16384
+_MEMO: _CommandMemo | None = None
+
+
+def install_engine_caches(max_translations: int = 128, *, command_memo: bool = True) -> None:
     """Install the caches (idempotent). ``max_translations`` bounds the kept translations
-    (two per game); older games are translated again when they come back."""
+    (two per game); older games are translated again when they come back. ``command_memo=False``
+    leaves command derivation stock (``benchmarks/bench_env.py`` measures the memo with it);
+    the memo's entries outlive an uninstall, as they stay valid."""
+    global _MEMO
     import fast_downward
     import textworld.envs.pddl.logic as pddl_logic
     import textworld.envs.pddl.textgen as textgen
@@ -121,11 +321,17 @@ def install_engine_caches(max_translations: int = 128) -> None:
         _ORIGINALS["pddl_logic"] = pddl_logic._parse_and_convert
         _ORIGINALS["pddl2sas"] = fast_downward.pddl2sas
         _ORIGINALS["copy_context"] = textgen.copy_context
+        _ORIGINALS["derive"] = textgen.ContextSensitiveGrammar.derive
         textgen._parse_and_convert = _caching_parse(textgen._PARSER, textgen._Converter, 4096)
         tw_logic._parse_and_convert = _caching_parse(tw_logic._PARSER, tw_logic._ModelConverter, 4096)
         pddl_logic._parse_and_convert = _caching_parse(pddl_logic._PARSER, pddl_logic._ModelConverter, 64)
         fast_downward.pddl2sas = _TranslationCache(_ORIGINALS["pddl2sas"], max_translations)
         textgen.copy_context = _copy_context
+        if command_memo:
+            if _MEMO is None:
+                _MEMO = _CommandMemo(_ORIGINALS["derive"], _MEMO_ENTRIES)
+            memo = _MEMO
+            textgen.ContextSensitiveGrammar.derive = lambda self, start, context={}: memo(self, start, context)
 
 
 def uninstall_engine_caches() -> None:
@@ -143,6 +349,7 @@ def uninstall_engine_caches() -> None:
         pddl_logic._parse_and_convert = _ORIGINALS.pop("pddl_logic")
         fast_downward.pddl2sas = _ORIGINALS.pop("pddl2sas")
         textgen.copy_context = _ORIGINALS.pop("copy_context")
+        textgen.ContextSensitiveGrammar.derive = _ORIGINALS.pop("derive")
 
 
 def engine_caches_installed() -> bool:
