@@ -41,7 +41,7 @@ import base64
 import html
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -235,6 +235,7 @@ class _Live:
     html_field: str | None = None  # Mind2Web: the current snapshot's source, for the prompt
     memory: Any = None  # EpisodeMemory of a memory-interface condition (baselines/memory.py)
     memory_counts: dict[str, int] = field(default_factory=dict)  # its counters at the last step row
+    keep_views: bool = False  # this episode's views are kept for the trajectory viewer
 
 
 def _fallback_action(text: str) -> str:
@@ -265,6 +266,12 @@ class Agent:
     ``features`` (a :class:`~memprism_ray.router.features.FeatureExtractor`) is needed when
     the selector uses Router features or when ``record_features`` is on (GRPO rollouts
     store the features of each decision for the learner).
+
+    ``config.keep_views`` keeps every episode's views (PNG and text per step), or only those
+    of the episode ids in ``keep_views_for`` when given (an evaluation writes the viewer of a
+    few episodes). A page is painted only when the policy reads pixels (``needs_view_image``,
+    default: the policy's attribute, else true) or its episode keeps its views; otherwise it is
+    laid out, so its size and visual tokens are the same.
     """
 
     def __init__(
@@ -276,6 +283,8 @@ class Agent:
         features: Any = None,
         record_features: bool = False,
         needs_view_text: bool | None = None,
+        needs_view_image: bool | None = None,
+        keep_views_for: Collection[str] | None = None,
         token_counter: TokenCounter | None = None,
         step_meta: dict[str, Any] | None = None,
     ) -> None:
@@ -290,6 +299,10 @@ class Agent:
         self.needs_view_text = (
             bool(getattr(policy, "needs_view_text", False)) if needs_view_text is None else needs_view_text
         )
+        self.needs_view_image = (
+            bool(getattr(policy, "needs_view_image", True)) if needs_view_image is None else needs_view_image
+        )
+        self.keep_views_for = None if keep_views_for is None else frozenset(keep_views_for)
         self.tokens = token_counter or TokenCounter(self.config.token_counter, model=task_model_of(policy))
         self.step_meta = dict(step_meta or {})
         # Memory-interface conditions (external baselines, agentocr) keep one memory per episode.
@@ -306,7 +319,10 @@ class Agent:
         slots = list(range(len(specs))) if slots is None else list(slots)
         if len(slots) != len(specs):
             raise ValueError(f"run needs one slot per episode, got {len(slots)} slots for {len(specs)} episodes")
-        lives = [_Live(EpisodeResult(spec), slot) for spec, slot in zip(specs, slots, strict=True)]
+        lives = [
+            _Live(EpisodeResult(spec), slot, keep_views=self._keeps_views(spec))
+            for spec, slot in zip(specs, slots, strict=True)
+        ]
         try:
             self._reset(lives)
             while True:
@@ -323,6 +339,11 @@ class Agent:
             for r in results:
                 on_episode(r)
         return results
+
+    def _keeps_views(self, spec: EpisodeSpec) -> bool:
+        if not self.config.keep_views:
+            return False
+        return self.keep_views_for is None or spec.episode_id in self.keep_views_for
 
     # ---- stages ---------------------------------------------------------------------
     def _fail(self, live: _Live, stage: str, exc: BaseException) -> None:
@@ -395,7 +416,10 @@ class Agent:
             if lv.done or d.action is None:
                 continue
             want_text = d.medium == "text" or self.needs_view_text
-            requests.append(ViewRequest(lv.result.stream, d.action, lv.result.goal, d.medium == "optical", want_text))
+            paint = self.needs_view_image or lv.keep_views
+            requests.append(
+                ViewRequest(lv.result.stream, d.action, lv.result.goal, d.medium == "optical", want_text, paint)
+            )
             owners.append(i)
         rendered: list[RenderedView | None] = [None] * len(active)
         views = paired_results("view service", lambda: self.services.views(requests), len(requests))
@@ -414,6 +438,7 @@ class Agent:
             if lv.done:
                 continue
             view_image = rv.pil() if (rv is not None and d.medium == "optical") else None
+            unpainted = rv is not None and d.medium == "optical" and view_image is None
             view_text = rv.text if (rv is not None and d.medium == "text") else None
             meta: dict[str, Any] = {"episode_id": lv.result.spec.episode_id}
             if lv.html_field:
@@ -424,6 +449,7 @@ class Agent:
                 view_image, view_text = memviews[i].image, memviews[i].text
                 if view_image is not None and self.needs_view_text:
                     meta["view_text"] = memviews[i].image_text
+                unpainted = False
             inputs.append(
                 PolicyInput(
                     benchmark=cfg.benchmark,
@@ -436,6 +462,7 @@ class Agent:
                     view_text=view_text,
                     camera_image=_camera_image(lv.frame),
                     meta=meta,
+                    view_unpainted=unpainted,
                 )
             )
             idx.append(i)
@@ -523,7 +550,7 @@ class Agent:
             if memviews[i] is not None:
                 self._memory_row(row, memviews[i], (t3m - t3) * 1000 / n)
                 stepped.append(lv)
-                if self.config.keep_views and lv.result.views:
+                if lv.keep_views and lv.result.views:
                     kept = lv.result.views[-1]
                     kept["view"] = self.selector.name
                     kept["png"] = _png_of_image(memviews[i].image)
@@ -632,7 +659,7 @@ class Agent:
             row["correct"] = bool(tr.meta.get("correct", False))
         row.update(self.step_meta)
         res.rows.append(row)
-        if self.config.keep_views:
+        if lv.keep_views:
             res.views.append(
                 {
                     "step": res.steps,

@@ -41,13 +41,17 @@ from memprism_ray.view_space import ViewAction
 
 @dataclass(frozen=True)
 class ViewRequest:
-    """One view to build. ``want_image``/``want_text`` choose the renderers to run."""
+    """One view to build. ``want_image``/``want_text`` choose the renderers to run;
+    ``paint=False`` with ``want_image`` lays the page out (its size, hence its visual tokens)
+    without painting its pixels: for a policy that reads no pixels when no trajectory viewer
+    keeps the page."""
 
     stream: EventStream
     action: ViewAction
     goal: str
     want_image: bool = True
     want_text: bool = False
+    paint: bool = True
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class DeltaViewRequest:
     goal: str
     want_image: bool = True
     want_text: bool = False
+    paint: bool = True
 
 
 class StreamOutOfSync(RuntimeError):
@@ -139,7 +144,9 @@ class DeltaTracker:
         base = 0 if full else min(held, len(req.stream))
         records = tuple(req.stream[i] for i in range(base, len(req.stream)))
         meta = dict(req.stream.meta) if base == 0 else None
-        delta = DeltaViewRequest(stream_id, base, records, meta, req.action, req.goal, req.want_image, req.want_text)
+        delta = DeltaViewRequest(
+            stream_id, base, records, meta, req.action, req.goal, req.want_image, req.want_text, req.paint
+        )
         return worker, delta
 
     def acknowledge(self, stream: EventStream, held: int) -> None:
@@ -160,7 +167,9 @@ class DeltaTracker:
 @dataclass(frozen=True)
 class RenderedView:
     """A rendered view. ``png`` is set when the image is wanted and ``encode_png`` is on
-    (actors ship bytes, not PIL objects); ``image`` is the in-process PIL image."""
+    (actors ship bytes, not PIL objects); ``image`` is the in-process PIL image. A page laid
+    out but not painted (``ViewRequest.paint``) has neither; its size and visual tokens are
+    the painted page's."""
 
     action: ViewAction
     text: str | None
@@ -228,6 +237,7 @@ class ViewService:
 
     def key(self, req: ViewRequest) -> str:
         parts = [content_digest(req.stream), str(req.action.index), req.goal, str(req.want_image), str(req.want_text)]
+        parts.append(str(req.paint))
         parts.append(self._settings)
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
@@ -251,17 +261,18 @@ class ViewService:
         t0 = time.perf_counter()
         view = compose(req.stream, req.action, req.goal, self.composer_config)
         t1 = time.perf_counter()
-        image, text = None, None
-        if req.want_image and req.want_text:
-            both = render(view, self.render_config)  # one layout for both media
-            image, text = both.image, both.text
+        image, text, width, height = None, None, 0, 0
+        if req.want_image and (req.want_text or not req.paint):
+            both = render(view, self.render_config, paint=req.paint)  # one layout for both media
+            image, width, height = both.image, both.width, both.height
+            text = both.text if req.want_text else None
         elif req.want_image:
             image = render_image(view, self.render_config)
+            width, height = image.width, image.height
         elif req.want_text:
             text = render_text(view, self.render_config)
         png = encode_png(image, self.render_config) if (image is not None and self.encode_png) else None
         t2 = time.perf_counter()
-        width, height = (image.width, image.height) if image is not None else (0, 0)
         out = RenderedView(
             action=req.action,
             text=text,
@@ -269,7 +280,7 @@ class ViewService:
             png=png,
             width=width,
             height=height,
-            visual_tokens=qwen25vl_tokens(width, height) if image is not None else 0,
+            visual_tokens=qwen25vl_tokens(width, height) if req.want_image else 0,
             compose_ms=(t1 - t0) * 1000,
             render_ms=(t2 - t1) * 1000,
             cached=False,
@@ -285,7 +296,7 @@ class ViewService:
         """Bring the stream's replica up to date with ``req``'s records, then as :meth:`render_one`
         (raises :class:`StreamOutOfSync` when the replica is not at ``req.base``)."""
         stream = self.replicas.apply(req)
-        return self.render_one(ViewRequest(stream, req.action, req.goal, req.want_image, req.want_text))
+        return self.render_one(ViewRequest(stream, req.action, req.goal, req.want_image, req.want_text, req.paint))
 
     def render_deltas(self, requests: Sequence[DeltaViewRequest]) -> list[RenderedView | BaseException]:
         return _each(self.render_delta, requests)

@@ -255,6 +255,39 @@ def test_views_are_kept_only_when_asked(agent_run, agent_env, agent_games) -> No
     assert plain.run(specs)[0].views == []
 
 
+def test_pages_are_painted_only_for_a_pixel_reader_or_an_episode_that_keeps_its_views(
+    agent_env, agent_games, monkeypatch
+) -> None:
+    import memprism_ray.render.optical as optical
+
+    specs = _specs(agent_games, 2)
+    painted = Agent(
+        _services(agent_env, agent_games, specs), FixedView(ACTION), AgentConfig(max_steps=6), needs_view_image=True
+    ).run(specs)
+    real, painted_pages = optical.paint, []
+
+    def counting(page, config):
+        painted_pages.append(page)
+        return real(page, config)
+
+    monkeypatch.setattr(optical, "paint", counting)
+    lean = Agent(
+        _services(agent_env, agent_games, specs),
+        FixedView(ACTION),
+        AgentConfig(max_steps=6, keep_views=True),
+        keep_views_for={"ep1"},
+    ).run(specs)
+    # The scripted stand-in reads the text twin: only ep1, whose viewer is kept, is painted.
+    assert len(painted_pages) == lean[1].steps > 0
+    assert lean[0].views == [] and len(lean[1].views) == lean[1].steps
+    assert all(v["png"] for v in lean[1].views)
+    for a, b in zip(painted, lean, strict=True):
+        assert [r["action"] for r in a.rows] == [r["action"] for r in b.rows]
+        tokens = [(r["visual_tokens"], r["text_tokens"], r["prompt_tokens"]) for r in a.rows]
+        assert tokens == [(r["visual_tokens"], r["text_tokens"], r["prompt_tokens"]) for r in b.rows]
+        assert min(t[0] for t in tokens) > 0
+
+
 @pytest.mark.parametrize(("condition", "expected"), [
     ("no_memory", lambda step: 0), ("full_history", lambda step: step), ("recent4", lambda step: min(step, 4)),
     ("fixed:TemporalTrace", lambda step: min(step, 2)),
@@ -271,7 +304,9 @@ def test_history_length_follows_the_condition(condition, expected, agent_env, ag
             assert [h.step for h in inp.history] == list(range(i - len(inp.history), i))
             for h in inp.history:
                 assert h.action == r.rows[h.step]["action"] and h.feedback == r.stream[h.step].raw.feedback
-        assert all((inp.view_image is None) == (condition != "fixed:TemporalTrace") for inp in inputs)
+        # The scripted stand-in reads no pixels: the optical page reaches it laid out, as its text twin.
+        assert all((inp.view_mode == "image") == (condition == "fixed:TemporalTrace") for inp in inputs)
+        assert all(inp.view_image is None and inp.view_unpainted == ("view_text" in inp.meta) for inp in inputs)
 
 
 def test_max_steps_cuts_episodes(agent_env, agent_games) -> None:

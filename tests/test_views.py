@@ -260,3 +260,24 @@ def test_replicas_are_bounded_and_the_tracker_forgets_ended_streams() -> None:
     del s, streams
     gc.collect()
     assert len(tracker) == 0
+
+
+def test_a_page_laid_out_but_not_painted_has_the_painted_size_tokens_and_text(monkeypatch) -> None:
+    import memprism_ray.render.optical as optical
+
+    stream = alfworld_like_stream(30, 4, goal=GOAL)
+    painted = ViewService().render_one(ViewRequest(stream, ACTION, GOAL, want_image=True, want_text=True))
+
+    def no_pixels(*_: object) -> None:
+        raise AssertionError("painted a page that was only to be laid out")
+
+    monkeypatch.setattr(optical, "paint", no_pixels)
+    svc = ViewService(encode_png=True)
+    for want_text in (True, False):
+        req = ViewRequest(stream, ACTION, GOAL, want_image=True, want_text=want_text, paint=False)
+        laid = svc.render_one(req)
+        assert laid.image is None and laid.png is None and laid.pil() is None
+        assert (laid.width, laid.height, laid.visual_tokens) == (painted.width, painted.height, painted.visual_tokens)
+        assert laid.text == (painted.text if want_text else None)
+        # A painted request of the same view is another address, not this cache entry.
+        assert svc.key(req) != svc.key(ViewRequest(stream, ACTION, GOAL, want_image=True, want_text=want_text))

@@ -86,6 +86,7 @@ class EvalWorker:
                 json.dump(list(marginal), fh)
             ev.marginal = fh.name
         eps = [EpisodeSpec(s["episode_id"], GameRef.from_dict(s["game"])) for s in specs]
+        keep = [s["episode_id"] for s in specs if s.get("keep_views")]
         results, rows = run_condition(
             condition,
             eps,
@@ -95,6 +96,7 @@ class EvalWorker:
             policy=self.policy,
             router=self.router,
             features=self.features,
+            keep_views_for=keep,
         )
         return {"results": results, "rows": rows}
 
@@ -187,7 +189,14 @@ def evaluate_distributed(
     episodes, plan, broken = plan_episodes(cfg.eval.split, cfg.corpus.data_root, cfg.eval.episodes, cfg.run.seed)
     if broken:
         log(f"{len(broken)} broken game(s) in split {cfg.eval.split!r}: their episodes count as failures")
-    specs = [{"episode_id": s.episode_id, "game": s.game.to_dict()} for s in plan if s.game.game_id not in broken]
+    # Only the episodes whose viewer is written (the plan's first eval.artifacts) keep their
+    # step views: the others' PNGs would be encoded and shipped back only to be dropped.
+    viewed = {s.episode_id for s in plan[: cfg.eval.artifacts]}
+    specs = [
+        {"episode_id": s.episode_id, "game": s.game.to_dict(), "keep_views": s.episode_id in viewed}
+        for s in plan
+        if s.game.game_id not in broken
+    ]
     needs_router = any(c.startswith(("memprism", "constrained")) for c in conditions)
     state_ref = ray.put(router_state) if (needs_router and router_state is not None) else None
     n_workers = max(1, min(cfg.eval.workers, len(specs) or 1))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,10 +130,15 @@ def run_condition(
     features: Any = None,
     progress: Callable[[str], None] | None = None,
     broken: Mapping[str, str] | None = None,
+    keep_views_for: Collection[str] | None = None,
 ) -> tuple[list[EpisodeResult], list[dict[str, Any]]]:
     """Play ``specs`` under one condition; returns one result per spec, in order, and all
     step rows. Episodes of a game in ``broken`` (game id -> error) fail without being
-    played; a wave whose loop raises fails each of its episodes with the error."""
+    played; a wave whose loop raises fails each of its episodes with the error.
+
+    ``keep_views_for``: the episode ids whose step views are kept for the viewer (default: the
+    first ``cfg.artifacts`` of ``specs``, the ones :func:`write_condition` writes); the others
+    keep none, and a policy that reads no pixels gets their pages laid out, not painted."""
     from memprism_ray.baselines import make_selector
 
     selector = make_selector(
@@ -146,8 +151,16 @@ def run_condition(
         memory=cfg.memory,
     )
     agent_cfg = dataclasses.replace(cfg.agent, keep_views=cfg.artifacts > 0)
+    if keep_views_for is None:
+        keep_views_for = [s.episode_id for s in specs[: cfg.artifacts]]
     services = LocalServices(env, phi, policy)
-    agent = Agent(services, selector, agent_cfg, features=features if selector.uses_features else None)
+    agent = Agent(
+        services,
+        selector,
+        agent_cfg,
+        features=features if selector.uses_features else None,
+        keep_views_for=keep_views_for,
+    )
     broken = broken or {}
     by_id: dict[str, EpisodeResult] = {
         s.episode_id: failed_result(s, broken[s.game.game_id]) for s in specs if s.game.game_id in broken

@@ -123,7 +123,7 @@ class ViewConditionedActor:
         st = ls.state
         rendered = self._render(ls, view)
         meta = {"episode_id": f"label:{st.sample_id}:{next(self._calls)}"}
-        if self.reads_text and rendered.image is not None:
+        if self.reads_text:
             # The render's text twin: the rows the page shows, under the same cap.
             meta["view_text"] = rendered.text
         return PolicyInput(
@@ -134,9 +134,8 @@ class ViewConditionedActor:
             history=_history(st.history, self.short_history),
             step=st.step - 1,
             view_image=rendered.image,
-            # Unpainted (a policy that reads no pixels): the same text twin, as the view itself.
-            view_text=rendered.text if rendered.image is None else None,
             meta=meta,
+            view_unpainted=rendered.image is None,  # a policy that reads no pixels
         )
 
     def _render(self, ls: LabelState, view: ViewAction) -> Any:

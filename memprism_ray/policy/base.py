@@ -59,7 +59,10 @@ class PolicyInput:
     ``step`` is the number of environment steps already taken (0 at the first decision).
     The working-memory view comes as ``view_image`` (optical conditions), ``view_text``
     (text-view conditions: the view goes into the prompt as a delimited text block) or
-    neither (No Memory). ``camera_image`` is EB-ALFRED's synchronized simulator frame.
+    neither (No Memory). ``view_unpainted`` marks an optical view whose page was laid out but
+    not painted, for a policy that reads no pixels (``needs_view_image = False``: the scripted
+    stand-ins read the page's text twin from ``meta["view_text"]``); the prompt is that of an
+    optical view all the same. ``camera_image`` is EB-ALFRED's synchronized simulator frame.
     For Mind2Web ``admissible`` holds the element refs of the current snapshot (when
     empty, the ``[ref=...]`` markers of ``observation`` are used). ``meta`` carries
     benchmark extras: ``examples`` (EB-ALFRED task-execution examples),
@@ -76,6 +79,7 @@ class PolicyInput:
     view_text: str | None = None
     camera_image: Image.Image | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    view_unpainted: bool = False
 
     def __post_init__(self) -> None:
         if self.benchmark not in BENCHMARKS:
@@ -97,6 +101,8 @@ class PolicyInput:
             raise ValueError(f"PolicyInput.step must be a non-negative int, got {self.step!r}")
         if self.view_image is not None and self.view_text is not None:
             raise ValueError("PolicyInput takes view_image (optical view) or view_text (text view), not both")
+        if self.view_unpainted and (self.view_image is not None or self.view_text is not None):
+            raise ValueError("PolicyInput.view_unpainted is an optical view without pixels: no view_image or view_text")
         for name in ("view_image", "camera_image"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Image.Image):
@@ -111,7 +117,7 @@ class PolicyInput:
     @property
     def view_mode(self) -> str:
         """``"image"``, ``"text"`` or ``"none"``: how the view reaches the policy."""
-        if self.view_image is not None:
+        if self.view_image is not None or self.view_unpainted:
             return "image"
         if self.view_text is not None:
             return "text"

@@ -149,7 +149,8 @@ def _resolve_slot(marker: str, inp: PolicyInput, trailing_newline: bool = True) 
     nl = "\n" if trailing_newline else ""
     if IMAGE_MARKERS[marker] == "camera":
         return [("image", marker, inp.camera_image)] if inp.camera_image is not None else []
-    if inp.view_image is not None:
+    if inp.view_image is not None or inp.view_unpainted:
+        # An unpainted page keeps its marker, so a text-only reader's prompt is unchanged.
         return [("image", marker, inp.view_image)]
     if inp.view_text is not None:
         return [("text", _view_block(inp.view_text) + nl)]
@@ -306,6 +307,11 @@ def build_messages(inp: PolicyInput) -> tuple[list[dict[str, Any]], list[Image.I
         if part[0] == "text":
             content.append({"type": "text", "text": part[1]})
         else:
+            if part[2] is None:
+                raise ValueError(
+                    "the memory view was laid out without pixels (PolicyInput.view_unpainted); a policy that "
+                    "sends images must say needs_view_image = True so that its pages are painted"
+                )
             content.append({"type": "image"})
             images.append(part[2])
     return [{"role": "user", "content": content}], images

@@ -87,6 +87,8 @@ def test_tables_reports_and_plots_agree(agent_eval_run) -> None:
         # Full artifacts of the first episode only.
         arts = sorted((d / "episodes").iterdir())
         assert len(arts) == 1 and (arts[0] / "trajectory.html").exists() and (arts[0] / "events.parquet").exists()
+        # The stand-in reads no pixels, yet the viewer's episode has its pages painted.
+        assert ("data:image/png;base64" in (arts[0] / "trajectory.html").read_text()) == (cond != "no_memory")
     fixed = summary["conditions"][1]
     want = ViewAction("EntityState", FIXED_WINDOW, FIXED_FILTER, FIXED_GAMMA)
     assert fixed["view_selection"]["view_marginal"][want.index] == 1.0

@@ -81,3 +81,20 @@ def test_a_lost_worker_fails_its_share_not_the_job(
     rep = summary["conditions"][0]
     assert (rep["n"], rep["failed_episodes"], rep["failure_reasons"]) == (4, 2, {"crashed": 2})
     assert {f["error"] for f in rep["failed"]} == {"crashed: GetTimeoutError: worker lost"}
+
+
+def test_the_viewer_episode_is_painted_on_whichever_worker_plays_it(
+    ray_session, memprism_tiny_corpus: Path, tmp_path: Path
+) -> None:
+    from memprism_ray.eval.runner import plan_episodes
+
+    data = _data(memprism_tiny_corpus, tmp_path / "data", 4, 0)
+    out = tmp_path / "out"
+    overrides = _overrides(data)
+    overrides[overrides.index("--eval.artifacts") + 1] = "1"
+    overrides[overrides.index("--eval.conditions") + 1] = "fixed:EntityState"
+    assert _eval_job().main(["--config", "configs/local.yaml", "--out", str(out), *overrides]) == 0
+    arts = sorted((out / "fixed_EntityState" / "episodes").iterdir())
+    first = plan_episodes(SPLIT, str(data), 4, 0)[1][0].episode_id
+    assert len(arts) == 1 and arts[0].name == "".join(c if c.isalnum() or c in "-_." else "_" for c in first)
+    assert "data:image/png;base64" in (arts[0] / "trajectory.html").read_text()

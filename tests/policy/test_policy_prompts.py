@@ -201,3 +201,15 @@ def test_prompt_text_marks_images_with_their_marker_line() -> None:
         "<image: current synchronized simulator observation>\n<image: MemPrism optical memory view>"
     )
     assert build_prompt_text(alf(view_image=VIEW)).startswith("<image>\nYou are an expert agent")
+
+
+def test_an_unpainted_view_reads_as_the_optical_prompt_but_cannot_be_sent_as_an_image() -> None:
+    unpainted = alf(view_unpainted=True, meta={"view_text": "step 1 | go to desk 1"})
+    assert unpainted.view_mode == "image" and unpainted.images() == []
+    # A text-only reader (token counts, the scripted stand-in) sees the optical condition's prompt.
+    assert build_prompt_text(unpainted) == build_prompt_text(alf(view_image=VIEW))
+    with pytest.raises(ValueError, match="needs_view_image = True"):
+        build_messages(unpainted)
+    for kw in ({"view_image": VIEW}, {"view_text": "a view"}):
+        with pytest.raises(ValueError, match="view_unpainted is an optical view without pixels"):
+            alf(view_unpainted=True, **kw)
