@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -94,3 +96,73 @@ def test_without_the_memo_derivation_is_stock(loaded: Any) -> None:
         engine.uninstall_engine_caches()
         engine.install_engine_caches()
     assert textgen.ContextSensitiveGrammar.derive is not engine._ORIGINALS["derive"]
+
+
+def _transcript(game: Any, steps: int = 6) -> list[tuple[str, tuple[str, ...], bool]]:
+    from memprism_ray.envs.alfworld import AlfworldEnv
+
+    with AlfworldEnv(1) as env:
+        obs = env.reset(game)
+        out = [(obs.text, obs.admissible, False)]
+        for i in range(steps):
+            tr = env.step(out[-1][1][i % len(out[-1][1])])
+            out.append((tr.feedback, tr.admissible, tr.won))
+            if tr.done:
+                break
+    return out
+
+
+def test_translations_on_disk_are_read_by_a_fresh_cache_and_a_damaged_one_is_replaced(
+    alfworld_games: dict, tmp_path: Path
+) -> None:
+    games = alfworld_games["eval_out_of_distribution"][:2]
+    sas_dir = tmp_path / "sas"
+
+    def fresh() -> dict[str, int]:  # what another process starts with: the files only
+        engine.uninstall_engine_caches()
+        engine.install_engine_caches(sas_dir=sas_dir)
+        return engine.engine_cache_stats()
+
+    try:
+        s0 = fresh()
+        translated = [_transcript(g) for g in games]
+        s1 = fresh()
+        files = sorted(sas_dir.iterdir())
+        assert len(files) == 2 * len(games) and s1["translate_misses"] - s0["translate_misses"] == 2 * len(games)
+        assert [_transcript(g) for g in games] == translated
+        s2 = engine.engine_cache_stats()
+        assert s2["translate_misses"] == s1["translate_misses"]
+        assert s2["translate_disk_hits"] - s1["translate_disk_hits"] == 2 * len(games)
+
+        files[0].write_text(files[0].read_text()[:1000])  # a torn file
+        s3 = fresh()
+        assert [_transcript(g) for g in games] == translated
+        s4 = engine.engine_cache_stats()
+        assert (
+            s4["translate_disk_errors"] - s3["translate_disk_errors"],
+            s4["translate_misses"] - s3["translate_misses"],
+        ) == (1, 1)
+        assert json.loads(files[0].read_text())["format"] == 1  # translated again and replaced
+    finally:
+        engine.uninstall_engine_caches()
+        engine.install_engine_caches()
+
+
+def test_the_parsed_task_holds_what_the_engine_reads_from_the_translated_one(alfworld_games: dict) -> None:
+    import fast_downward
+
+    def read(task: Any) -> tuple[Any, ...]:  # what PddlState takes from the task
+        return (
+            [(a.name, [(p.name, p.type_name) for p in a.parameters]) for a in task.actions],
+            [(t.name, tuple(t.supertype_names)) for t in task.types],
+            [(o.name, o.type_name) for o in task.objects],
+            [str(atom) for atom in task.init],
+        )
+
+    original = engine._ORIGINALS["pddl2sas"]
+    for split in ("train", "eval_out_of_distribution"):
+        for game in alfworld_games[split]:
+            data = json.loads(game.path.read_text())
+            translated, _ = original(data["pddl_domain"], data["pddl_problem"])
+            assert read(engine._parsed_task(data["pddl_domain"], data["pddl_problem"])) == read(translated)
+    assert fast_downward.pddl2sas is not original  # the cache stays installed

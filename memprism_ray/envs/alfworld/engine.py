@@ -9,7 +9,7 @@ The stock engine repeats pure work on every call:
 * every ``load`` re-parses the whole grammar document
   (``textworld.envs.pddl.logic._parse_and_convert``);
 * the PDDL problem is translated by ``fast_downward.pddl2sas`` twice per ``load`` and twice
-  again per ``reset``;
+  again per ``reset``, in every process that meets the game;
 * every derivation step copies its context with ``textgen.copy_context``, which deep-copies
   the entity records (``EntityInfo``) and the immutable ``Placeholder``/``Variable`` keys;
   this copying is most of a step's time in large rooms;
@@ -21,13 +21,15 @@ The stock engine repeats pure work on every call:
 :func:`install_engine_caches` wraps exactly those six functions. The three parsers keep
 the TatSu parse (the expensive part) keyed by the input text and run the engine's own
 converter on every call, so callers still get fresh objects they may mutate. The
-translation is keyed by the SHA-256 of domain and problem text, so two games never share a
-result unless their PDDL is byte-identical; the translated task is only read by
-``PddlState``. The command memo (:class:`_CommandMemo`) answers a derivation only for a
-template it can prove reads nothing but its own symbols, the entity records of the variables
-it names or binds, and the facts of the predicates its queries name (no ``#rule#`` besides the
-grammar's constant list separators); every such input is in the key, and every other
-derivation (the feedback and intro rules) runs the stock code. The context copy keeps the
+translation is keyed by the SHA-256 of domain and problem text (and the translator's
+version), so two games never share a result unless their PDDL is byte-identical; it is kept
+in memory and as SAS text on disk (``default_sas_dir()``), and a process that finds the text
+there only parses the PDDL task, which ``PddlState`` reads beside it. The command memo
+(:class:`_CommandMemo`) answers a derivation only for a template it can prove reads nothing
+but its own symbols, the entity records of the variables it names or binds, and the facts of
+the predicates its queries name (no ``#rule#`` besides the grammar's constant list
+separators); every such input is in the key, and every other derivation (the feedback and
+intro rules) runs the stock code. The context copy keeps the
 engine's dict copies but shares the entity records, which derivation only reads
 (``EvalSymbol`` evaluates ``o.name``-style expressions; nothing assigns to an ``EntityInfo``
 after ``load``). Transcripts are therefore identical to the stock engine's
@@ -42,6 +44,8 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
+import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -57,29 +61,116 @@ _STATS = {
     "parse_misses": 0,
     "translate_hits": 0,
     "translate_misses": 0,
+    "translate_disk_hits": 0,
+    "translate_disk_errors": 0,
     "command_hits": 0,
     "command_misses": 0,
 }
 
 
-class _TranslationCache:
-    """Bounded LRU of ``pddl2sas`` results keyed by content digest."""
+_SAS_FORMAT = 1
 
-    def __init__(self, original: Callable[..., Any], max_entries: int) -> None:
+
+def default_sas_dir() -> Path:
+    """Where translations are kept across processes: ``$MEMPRISM_CACHE/alfworld-sas`` (default
+    ``~/.cache/memprism/alfworld-sas``), beside the embedded corpus."""
+    return Path(os.environ.get("MEMPRISM_CACHE") or Path.home() / ".cache" / "memprism") / "alfworld-sas"
+
+
+@functools.cache
+def _translator_version() -> str:
+    """Part of a translation's key: an upgraded translator never reads an older one's files."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fast-downward-textworld")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _parsed_task(domain: str, problem: str) -> Any:
+    """The PDDL task as ``pddl2sas`` returns it, without translating it: parsed and normalised
+    (``PddlState`` reads its actions, types, objects and initial atoms, which translation does
+    not change; ``tests/envs/test_alfworld_engine.py`` compares them on every test game)."""
+    import sys
+
+    # The translator's ``options`` module parses ``sys.argv`` when first imported (as in
+    # ``pddl2sas``, which sets it to these arguments); the caller's argv is restored.
+    argv, sys.argv = sys.argv, ["translate.py", "domain", "task"]
+    try:
+        from fast_downward.translate import normalize
+        from fast_downward.translate.pddl_parser import lisp_parser, parsing_functions
+    finally:
+        sys.argv = argv
+    task = parsing_functions.parse_task(
+        lisp_parser.parse_nested_list(domain.split("\n")), lisp_parser.parse_nested_list(problem.split("\n"))
+    )
+    normalize.normalize(task)
+    return task
+
+
+class _TranslationCache:
+    """Bounded LRU of ``pddl2sas`` results keyed by content digest, backed by SAS text files in
+    ``disk_dir`` (``None``: memory only) so that a process does not translate a game another
+    process already translated. A translation is 0.15-0.6 s and a game needs two; every
+    evaluation and rollout worker used to pay them for each game it met (24 evaluation games
+    cold: 44.7 s against 7.2 s warm, mostly translation). A file is JSON holding the SAS text
+    and its SHA-256, written atomically; one that does not read back whole is translated again
+    and replaced (counted in ``translate_disk_errors``)."""
+
+    def __init__(self, original: Callable[..., Any], max_entries: int, disk_dir: Path | None = None) -> None:
         self.original = original
         self.max_entries = max_entries
+        self.disk_dir = disk_dir
         self.entries: OrderedDict[tuple[str, bool], Any] = OrderedDict()
 
+    def _file(self, digest: str, optimize: bool) -> Path | None:
+        if self.disk_dir is None:
+            return None
+        return self.disk_dir / f"{digest}-{'optimized' if optimize else 'plain'}.json"
+
+    def _read(self, path: Path | None) -> str | None:
+        if path is None or not path.exists():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            sas = data["sas"]
+            if data.get("format") != _SAS_FORMAT or hashlib.sha256(sas.encode()).hexdigest() != data["sha256"]:
+                raise ValueError("format or checksum mismatch")
+            return sas
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            _STATS["translate_disk_errors"] += 1
+            return None
+
+    def _write(self, path: Path | None, sas: str) -> None:
+        if path is None:
+            return
+        from memprism_ray.io_atomic import atomic_write_text
+
+        record = {"format": _SAS_FORMAT, "sha256": hashlib.sha256(sas.encode()).hexdigest(), "sas": sas}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps(record), overwrite=True)
+        except OSError:  # a read-only cache only costs the next process a translation
+            _STATS["translate_disk_errors"] += 1
+
     def __call__(self, domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
-        digest = hashlib.sha256(domain.encode() + b"\x00" + problem.encode()).hexdigest()
+        digest = hashlib.sha256("\x00".join((domain, problem, _translator_version())).encode()).hexdigest()
         key = (digest, bool(optimize))
         hit = self.entries.get(key)
         if hit is not None:
             self.entries.move_to_end(key)
             _STATS["translate_hits"] += 1
             return hit
-        _STATS["translate_misses"] += 1
-        result = self.original(domain, problem, verbose=verbose, optimize=optimize)
+        path = self._file(digest, bool(optimize))
+        sas = self._read(path)
+        if sas is not None:
+            _STATS["translate_disk_hits"] += 1
+            result = (_parsed_task(domain, problem), sas)
+        else:
+            _STATS["translate_misses"] += 1
+            result = self.original(domain, problem, verbose=verbose, optimize=optimize)
+            self._write(path, result[1])
         self.entries[key] = result
         while len(self.entries) > self.max_entries:
             self.entries.popitem(last=False)
@@ -302,9 +393,12 @@ _MEMO_ENTRIES = 16384
 _MEMO: _CommandMemo | None = None
 
 
-def install_engine_caches(max_translations: int = 128, *, command_memo: bool = True) -> None:
-    """Install the caches (idempotent). ``max_translations`` bounds the kept translations
-    (two per game); older games are translated again when they come back. ``command_memo=False``
+def install_engine_caches(
+    max_translations: int = 128, *, command_memo: bool = True, sas_dir: str | Path | None = "default"
+) -> None:
+    """Install the caches (idempotent). ``max_translations`` bounds the translations kept in
+    memory (two per game); ``sas_dir`` keeps them on disk for other processes
+    (``"default"``: :func:`default_sas_dir`; ``None``: memory only). ``command_memo=False``
     leaves command derivation stock (``benchmarks/bench_env.py`` measures the memo with it);
     the memo's entries outlive an uninstall, as they stay valid."""
     global _MEMO
@@ -325,7 +419,8 @@ def install_engine_caches(max_translations: int = 128, *, command_memo: bool = T
         textgen._parse_and_convert = _caching_parse(textgen._PARSER, textgen._Converter, 4096)
         tw_logic._parse_and_convert = _caching_parse(tw_logic._PARSER, tw_logic._ModelConverter, 4096)
         pddl_logic._parse_and_convert = _caching_parse(pddl_logic._PARSER, pddl_logic._ModelConverter, 64)
-        fast_downward.pddl2sas = _TranslationCache(_ORIGINALS["pddl2sas"], max_translations)
+        disk = default_sas_dir() if sas_dir == "default" else (Path(sas_dir) if sas_dir is not None else None)
+        fast_downward.pddl2sas = _TranslationCache(_ORIGINALS["pddl2sas"], max_translations, disk)
         textgen.copy_context = _copy_context
         if command_memo:
             if _MEMO is None:
