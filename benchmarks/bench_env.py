@@ -19,6 +19,9 @@ It asserts identical observations, admissible sets (stock minus ``help``, which
 * ``step_speedup``: mean stock step time / mean ``AlfworldEnv`` step time;
 * ``reset_speedup``: mean stock reset / mean ``AlfworldEnv`` reset over a group of
   ``--group`` resets of the same game, its first (cold) reset included;
+* ``disk_cold_reset_speedup``: a game's first reset in a process that translates it / in a
+  process that reads the translations another one left on disk (same games, transcripts
+  compared with the stock run too);
 * ``command_memo_step_speedup``: the same commands replayed game by game without and with
   the command memo (the other caches on in both), mean step time without / with;
 * ``reset_speedup_cold`` (first reset of a game in the process: the PDDL translations are
@@ -38,6 +41,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -175,8 +179,13 @@ def main() -> None:
         stock_wall = time.perf_counter() - t0
         stock = json.loads(out_file.read_text())
 
+    from memprism_ray.envs.alfworld import engine
     from memprism_ray.envs.alfworld.env import AlfworldEnv
 
+    # An empty translation directory: the first reset of a game translates it, as in a
+    # process that meets the game first; the "disk" pass below reads those files back.
+    sas_dir = Path(tempfile.mkdtemp(prefix="bench-env-sas-"))
+    engine.install_engine_caches(sas_dir=sas_dir)
     mem0 = _pss_mb()
     env = AlfworldEnv(1)
     mismatches: list[str] = []
@@ -213,13 +222,11 @@ def main() -> None:
 
     # The command memo alone: the same commands with and without it, game by game in turn
     # (the memo warm from the pass above, as in a GRPO group's later episodes).
-    from memprism_ray.envs.alfworld import engine
-
     memo_steps: dict[bool, list[float]] = {True: [], False: []}
     for g, rec in zip(games, stock, strict=True):
         for memo in (False, True):
             engine.uninstall_engine_caches()
-            engine.install_engine_caches(command_memo=memo)
+            engine.install_engine_caches(command_memo=memo, sas_dir=sas_dir)
             env.reset(g)
             for st in rec["steps"]:
                 t1 = time.perf_counter()
@@ -227,9 +234,26 @@ def main() -> None:
                 memo_steps[memo].append(time.perf_counter() - t1)
                 if tr.feedback != st["feedback"] or list(tr.admissible) != [c for c in st["admissible"] if c != "help"]:
                     mismatches.append(f"{g.game_id}: memo={memo} replay differs")
+    env.close()
+
+    # Another process's first reset of each game: translations read from disk, not made.
+    engine.uninstall_engine_caches()
+    engine.install_engine_caches(sas_dir=sas_dir)
+    disk_cold: list[float] = []
+    with AlfworldEnv(1) as disk_env:
+        for g, rec in zip(games, stock, strict=True):
+            t1 = time.perf_counter()
+            obs = disk_env.reset(g)
+            disk_cold.append(time.perf_counter() - t1)
+            if obs.text != rec["intro"][0]:
+                mismatches.append(f"{g.game_id}: intro differs after a translation read from disk")
+            for st in rec["steps"]:
+                tr = disk_env.step(st["command"])
+                if tr.feedback != st["feedback"] or list(tr.admissible) != [c for c in st["admissible"] if c != "help"]:
+                    mismatches.append(f"{g.game_id}: replay differs after a translation read from disk")
     engine.uninstall_engine_caches()
     engine.install_engine_caches()
-    env.close()
+    shutil.rmtree(sas_dir, ignore_errors=True)
 
     # Memory of further slots: a 4-slot env with a game in every slot.
     mem_before_multi = _pss_mb()
@@ -259,6 +283,8 @@ def main() -> None:
         "stock_reset_s": round(mean(stock_resets), 3),
         "fast_reset_cold_s": round(mean(fast_cold), 3),
         "fast_reset_warm_s": round(mean(fast_warm), 3),
+        "fast_reset_cold_disk_s": round(mean(disk_cold), 3),
+        "disk_cold_reset_speedup": round(mean(fast_cold) / mean(disk_cold), 2),
         "stock_wall_s": round(stock_wall, 1),
         "fast_wall_s": round(fast_wall, 1),
         "env_first_pss_mb": round((mem_first or mem0) - mem0, 1),
