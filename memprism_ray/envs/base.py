@@ -19,10 +19,17 @@ PNG bytes (EB-ALFRED; bytes pickle as-is between actors).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+
+def cache_base() -> Path:
+    """Where built data is cached (the embedded corpus, its PDDL translations, the Mind2Web
+    fixture): ``$MEMPRISM_CACHE``, else ``~/.cache/memprism``."""
+    return Path(os.environ.get("MEMPRISM_CACHE") or Path.home() / ".cache" / "memprism").expanduser()
 
 
 def _check_meta(owner: str, meta: Mapping[str, Any]) -> dict[str, Any]:

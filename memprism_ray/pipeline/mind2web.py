@@ -17,13 +17,12 @@ trajectories and action-conditioned view-teacher records"; docs/mind2web.md).
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from memprism_ray.agent import EpisodeSpec
-from memprism_ray.envs.base import GameRef
+from memprism_ray.envs.base import GameRef, cache_base
 from memprism_ray.pipeline import labels as alfworld_labels
 from memprism_ray.pipeline.labels import LabelState, ViewConditionedActor
 from memprism_ray.recorder.stream import EventStream, StreamRecord
@@ -35,8 +34,8 @@ def fixture_root(cfg: Any) -> Path:
     """Where the fixture of ``cfg`` lives: ``corpus.data_root`` if set, else the cache."""
     if cfg.corpus.data_root:
         return Path(cfg.corpus.data_root)
-    cache = cfg.corpus.cache_dir or os.environ.get("MEMPRISM_CACHE") or str(Path.home() / ".cache" / "memprism")
-    return Path(cache) / f"mind2web-fixture-s{cfg.corpus.seed}-k{cfg.mind2web.fixture_tasks_per_site}"
+    name = f"mind2web-fixture-s{cfg.corpus.seed}-k{cfg.mind2web.fixture_tasks_per_site}"
+    return Path(cfg.corpus.cache_dir or cache_base()) / name
 
 
 def resolve_corpus(cfg: Any, log: Any = print) -> Any:

@@ -48,6 +48,7 @@ from memprism_ray.envs.alfworld.generator import (
     write_json,
 )
 from memprism_ray.envs.alfworld.layouts import test_scenes, train_scenes
+from memprism_ray.envs.base import cache_base
 
 log = logging.getLogger(__name__)
 
@@ -544,7 +545,7 @@ def default_cache_dir(
     other sizes in the same folder would be refused (``_check_identity``), so a change of the
     default sizes would break every machine that had built the previous default."""
     if base is None:
-        base = Path(os.environ.get("MEMPRISM_CACHE") or Path.home() / ".cache" / "memprism")
+        base = cache_base()
     return Path(base).expanduser() / f"alfworld-corpus-{seed}-t{train}-e{eval}"
 
 

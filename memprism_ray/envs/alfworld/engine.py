@@ -29,11 +29,11 @@ there only parses the PDDL task, which ``PddlState`` reads beside it. The comman
 but its own symbols, the entity records of the variables it names or binds, and the facts of
 the predicates its queries name (no ``#rule#`` besides the grammar's constant list
 separators); every such input is in the key, and every other derivation (the feedback and
-intro rules) runs the stock code. The context copy keeps the
-engine's dict copies but shares the entity records, which derivation only reads
-(``EvalSymbol`` evaluates ``o.name``-style expressions; nothing assigns to an ``EntityInfo``
-after ``load``). Transcripts are therefore identical to the stock engine's
-(``benchmarks/bench_env.py`` checks this against an unpatched process).
+intro rules) runs the stock code. The context copy keeps the engine's dict copies but shares
+the entity records, which derivation only reads (``EvalSymbol`` evaluates ``o.name``-style
+expressions; nothing assigns to an ``EntityInfo`` after ``load``). Transcripts are therefore
+identical to the stock engine's (``benchmarks/bench_env.py`` checks this against an unpatched
+process).
 
 ``fast_downward.pddl2sas`` swaps ``sys.argv``/``sys.stdout`` and is not thread-safe: use one
 engine per process (the corpus builder and the Ray env workers do).
@@ -45,7 +45,6 @@ import ast
 import functools
 import hashlib
 import json
-import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -74,7 +73,9 @@ _SAS_FORMAT = 1
 def default_sas_dir() -> Path:
     """Where translations are kept across processes: ``$MEMPRISM_CACHE/alfworld-sas`` (default
     ``~/.cache/memprism/alfworld-sas``), beside the embedded corpus."""
-    return Path(os.environ.get("MEMPRISM_CACHE") or Path.home() / ".cache" / "memprism") / "alfworld-sas"
+    from memprism_ray.envs.base import cache_base
+
+    return cache_base() / "alfworld-sas"
 
 
 @functools.cache
@@ -115,9 +116,9 @@ class _TranslationCache:
     process already translated. A translation is 0.15-0.6 s and a game needs two; every
     evaluation and rollout worker used to pay them for each game it met (24 evaluation games
     cold: 44.7 s against 7.2 s warm, mostly translation). ``benchmarks/bench_env.py``: a game's
-    first reset in a process 1.23 s translating, 0.12 s reading the files (10.2x). A file is JSON holding the SAS text
-    and its SHA-256, written atomically; one that does not read back whole is translated again
-    and replaced (counted in ``translate_disk_errors``)."""
+    first reset in a process 1.23 s translating, 0.12 s reading the files (10.2x). A file is
+    JSON holding the SAS text and its SHA-256, written atomically; one that does not read back
+    whole is translated again and replaced (counted in ``translate_disk_errors``)."""
 
     def __init__(self, original: Callable[..., Any], max_entries: int, disk_dir: Path | None = None) -> None:
         self.original = original
@@ -260,17 +261,16 @@ def _plan_symbols(symbols: list[Any], textgen: Any, tw_logic: Any, acc: dict[str
     return True
 
 
-_INFO_SLOTS = ("id", "type", "name", "noun", "adj", "desc", "room_type", "definite", "indefinite", "synonyms")
+_INFO_SLOTS = ["id", "type", "name", "noun", "adj", "desc", "room_type", "definite", "indefinite", "synonyms"]
 
 
-def _info_key(info: Any) -> Any:
+def _info_key(info: Any, info_type: type | None) -> Any:
     """An entity record as a hashable value (``None`` stays ``None``); ``_UNCACHEABLE`` for
-    anything that is not an ``EntityInfo`` with the slots this module knows."""
-    from textworld.generator.game import EntityInfo
-
+    anything that is not ``info_type`` (``EntityInfo``, or ``None`` when its slots are not the
+    ones this module knows)."""
     if info is None:
         return None
-    if type(info) is not EntityInfo or EntityInfo.__slots__ != list(_INFO_SLOTS):
+    if info_type is None or type(info) is not info_type:
         return _UNCACHEABLE
     syn = info.synonyms
     return (
@@ -293,8 +293,12 @@ class _CommandMemo:
     the stock derivation."""
 
     def __init__(self, original: Callable[..., str], max_entries: int) -> None:
+        from textworld.generator.game import EntityInfo
+
         self.original = original
         self.max_entries = max_entries
+        # Checked once, not per key: a TextWorld whose records hold other fields is not keyed.
+        self.info_type = EntityInfo if list(EntityInfo.__slots__) == _INFO_SLOTS else None
         self.entries: OrderedDict[Any, str] = OrderedDict()
         self.plans: dict[str, _TemplatePlan | None] = {}
         self.lists: weakref.WeakKeyDictionary[Any, tuple[str, ...] | None] = weakref.WeakKeyDictionary()
@@ -348,11 +352,11 @@ class _CommandMemo:
         if lists is None:
             return None
         variables, mapping, infos = context["variables"], context["mapping"], context["entity_infos"]
-        named = tuple((n, _info_key(variables.get(n))) for n in sorted(plan.names))
+        named = tuple((n, _info_key(variables.get(n), self.info_type)) for n in sorted(plan.names))
         if plan.queries:
             # the query's assignments carry the whole mapping, and rebind every placeholder's
             # variable to its entity record: both are read
-            bound = tuple((ph, var, _info_key(infos.get(var.name))) for ph, var in mapping.items())
+            bound = tuple((ph, var, _info_key(infos.get(var.name), self.info_type)) for ph, var in mapping.items())
             state = context["state"]
             found = frozenset(f for sig, fs in state._facts.items() if sig.name in plan.predicates for f in fs)
             if len(self.fact_sets) > 4 * self.max_entries:
