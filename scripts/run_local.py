@@ -46,7 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     name = args.name or time.strftime("local-%Y%m%d-%H%M%S")
     out_dir = ROOT / "runs"
     temp = Path(tempfile.mkdtemp(prefix="memprism-ray-"))
-    print("memprism-ray: the main job on the embedded default (local Ray head, CPU, offline game corpus)", flush=True)
+    if args.config == "configs/local.yaml":
+        what = "the main job on the embedded default (local Ray head, CPU, offline game corpus)"
+    else:
+        # Another preset may place GPUs and read another corpus: the job's own output says which.
+        what = f"jobs/grpo_alfworld.py --config {args.config} on a local Ray head"
+    print(f"memprism-ray: {what}", flush=True)
     print(f"memprism-ray: starting a local Ray head (temp dir {temp})", flush=True)
     auth = not args.no_auth and os.environ.get("RAY_AUTH_MODE", "").lower() != "disabled"
     token = new_auth_token() if auth else None
