@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from memprism_ray.actors import metrics, waits
 from memprism_ray.actors.grpo_driver import RolloutFleet, iteration_stats, run_groups, sample_groups
+from memprism_ray.actors.grpo_driver import say as grpo_say
 from memprism_ray.actors.learner import Learner
 from memprism_ray.actors.placement import learner_options, placement_summary, policy_replica_options, wait_placed
 from memprism_ray.actors.rollout import RolloutWorker
@@ -105,6 +106,12 @@ def run_grpo_iterations(
     workers, never through this driver), record metrics and checkpoint every
     ``run.checkpoint_every`` iterations and at the end."""
     learner = actors.learner
+    replay = cfg.grpo.replayed_iterations
+    if replay:
+        grpo_say(
+            f"iterations {cfg.grpo.iterations - replay + 1}-{cfg.grpo.iterations} replay the games of iterations "
+            f"1-{replay} with fresh seeds (grpo.replay_first {cfg.grpo.replay_first})"
+        )
     bar = tqdm(
         range(actors.start_iteration, cfg.grpo.iterations),
         initial=actors.start_iteration,
@@ -167,10 +174,11 @@ def stop_training_actors(cfg: Any, actors: TrainingActors) -> dict[str, Any]:
     return final
 
 
-def training_plot(run_dir: Path, say: Any = print, label: str = "success") -> Path | None:
+def training_plot(run_dir: Path, say: Any = print, label: str = "success", replay_first: int = 0) -> Path | None:
     """``eval/training_success.png`` beside the final table: success rate (and zero-std
     group fraction) per GRPO iteration, from ``metrics.jsonl``. Also prints the first-5 vs
-    last-5 iteration means."""
+    last-5 iteration means, or first-N vs last-N on the same tasks when the run replayed
+    them (``replay_first`` N, ``grpo.replay_first``)."""
     import json
 
     from memprism_ray.eval.report import plot_training_success
@@ -182,13 +190,15 @@ def training_plot(run_dir: Path, say: Any = print, label: str = "success") -> Pa
     if not its:
         return None
     sr = [float(r["success_rate"]) for r in sorted(its, key=lambda r: int(r["step"]))]
-    k = min(5, len(sr) // 2) or 1
-    say(f"training {label}: first {k} iterations {sum(sr[:k]) / k:.3f}, last {k} {sum(sr[-k:]) / k:.3f}")
+    same = 0 < replay_first <= len(sr) // 2
+    k = replay_first if same else (min(5, len(sr) // 2) or 1)
+    tasks = ", on the same tasks (grpo.replay_first)" if same else ""
+    say(f"training {label}: first {k} iterations {sum(sr[:k]) / k:.3f}, last {k} {sum(sr[-k:]) / k:.3f}{tasks}")
     (run_dir / "eval").mkdir(parents=True, exist_ok=True)
     return plot_training_success(its, run_dir / "eval" / "training_success.png")
 
 
-def final_eval_dir(run_dir: Path, say: Any = print, label: str = "success") -> Path | None:
+def final_eval_dir(run_dir: Path, say: Any = print, label: str = "success", replay_first: int = 0) -> Path | None:
     """``run_dir/eval`` for the final evaluation, with the training plot written first; ``None``
     when a resumed run that had finished already holds its evaluation (reports are never
     replaced)."""
@@ -201,7 +211,7 @@ def final_eval_dir(run_dir: Path, say: Any = print, label: str = "success") -> P
         say(f"{exc}: the final evaluation of this run exists and is not repeated")
         return None
     if not (eval_dir / "training_success.png").exists():
-        plot = training_plot(run_dir, say, label)
+        plot = training_plot(run_dir, say, label, replay_first)
         if plot is not None:
             say(f"training success per iteration: {plot}")
     return eval_dir

@@ -95,6 +95,14 @@ class GRPOConfig:
     top_p: float = field(default=1.0, metadata={"help": "Router nucleus sampling in rollouts (1: off)"})
     iterations: int = field(default=100, metadata={"help": "GRPO iterations (Mind2Web: training steps)"})
     groups_per_iteration: int = field(default=8, metadata={"help": "task groups per iteration"})
+    replay_first: int = field(
+        default=0,
+        metadata={
+            "help": "the last N iterations (at most iterations // 2) replay the tasks of the first N with fresh "
+            "trajectory seeds, so first-N vs last-N training success compares the same tasks (0: every "
+            "iteration draws its own)"
+        },
+    )
     group_size: int = field(default=16, metadata={"help": "trajectories per task group"})
     max_steps: int = field(default=50, metadata={"help": "environment step limit per trajectory"})
     progress_reward_coef: float = field(default=0.0, metadata={"help": "goal-progress reward weight (ALFRED 0.2)"})
@@ -125,6 +133,8 @@ class GRPOConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.replay_first < 0:
+            raise ValueError(f"GRPOConfig.replay_first must be >= 0, got {self.replay_first}")
         if self.lr_schedule != "constant":
             raise ValueError(f"lr_schedule: only 'constant' (Table A.4) is supported, not {self.lr_schedule!r}")
         if not self.rollout_temperature > 0 or not 0.0 < self.top_p <= 1.0:
@@ -133,6 +143,12 @@ class GRPOConfig:
             raise ValueError(f"GRPOConfig.adv_eps must be > 0, got {self.adv_eps}")
         if self.reward not in ("success", "action_correct"):
             raise ValueError(f"GRPOConfig.reward must be 'success' or 'action_correct', got {self.reward!r}")
+
+    @property
+    def replayed_iterations(self) -> int:
+        """How many of the last iterations replay the first ones' tasks: ``replay_first``, at most
+        half the run (a shortened run, ``--grpo.iterations 4`` on a preset with 5, replays 2)."""
+        return min(self.replay_first, self.iterations // 2)
 
     @property
     def eps_low(self) -> float:

@@ -1,0 +1,27 @@
+"""``actors/training.py``: the training-success summary printed before the final evaluation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memprism_ray.actors.training import training_plot
+
+
+def _write_metrics(run_dir: Path, success: list[float]) -> None:
+    lines = [json.dumps({"kind": "grpo", "step": i + 1, "success_rate": sr}) for i, sr in enumerate(success)]
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_the_summary_compares_the_replayed_iterations_and_says_so(tmp_path: Path) -> None:
+    _write_metrics(tmp_path, [0.1, 0.2, 0.3, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8])
+    said: list[str] = []
+    assert training_plot(tmp_path, said.append, replay_first=3) == tmp_path / "eval" / "training_success.png"
+    assert said == ["training success: first 3 iterations 0.200, last 3 0.700, on the same tasks (grpo.replay_first)"]
+
+
+def test_without_a_replay_the_summary_compares_five_and_five(tmp_path: Path) -> None:
+    _write_metrics(tmp_path, [0.0] * 5 + [1.0] * 5 + [0.5] * 5)
+    said: list[str] = []
+    training_plot(tmp_path, said.append)
+    assert said == ["training success: first 5 iterations 0.000, last 5 0.500"]
