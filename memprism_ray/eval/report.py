@@ -452,8 +452,10 @@ def final_table_markdown(
     return "\n".join(lines) + "\n", figures
 
 
-def plot_training_success(iterations: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Success rate (and zero-std group fraction, when logged) per GRPO iteration, as a PNG."""
+def plot_training_success(iterations: Sequence[dict[str, Any]], path: Path, replay_first: int = 0) -> Path:
+    """Success rate (and zero-std group fraction, when logged) per GRPO iteration, as a PNG.
+    ``replay_first`` N shades the first and the last N iterations, which played the same games
+    (``grpo.replay_first``): only those two spans compare like with like."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -467,6 +469,9 @@ def plot_training_success(iterations: Sequence[dict[str, Any]], path: Path) -> P
         ax.plot(
             xs, [float(r.get("zero_std_group_frac", float("nan"))) for r in its], "s--", label="zero-std group fraction"
         )
+    if 0 < replay_first <= len(xs) // 2:
+        for lo, hi, label in ((xs[0], xs[replay_first - 1], "same games"), (xs[-replay_first], xs[-1], None)):
+            ax.axvspan(lo - 0.5, hi + 0.5, color="tab:green", alpha=0.12, label=label)
     ax.set_xlabel("GRPO iteration")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=8)

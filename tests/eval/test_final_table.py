@@ -75,3 +75,6 @@ def test_training_plot_is_a_png(tmp_path: Path) -> None:
     its = [{"step": i + 1, "success_rate": 0.1 * i, "zero_std_group_frac": 0.5} for i in range(6)]
     path = plot_training_success(its, tmp_path / "training_success.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The replayed spans are shaded: the same curve with grpo.replay_first draws another image.
+    shaded = plot_training_success(its, tmp_path / "replayed.png", replay_first=2)
+    assert shaded.read_bytes() != path.read_bytes()
