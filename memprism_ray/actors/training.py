@@ -195,7 +195,7 @@ def training_plot(run_dir: Path, say: Any = print, label: str = "success", repla
     tasks = ", on the same tasks (grpo.replay_first)" if same else ""
     say(f"training {label}: first {k} iterations {sum(sr[:k]) / k:.3f}, last {k} {sum(sr[-k:]) / k:.3f}{tasks}")
     (run_dir / "eval").mkdir(parents=True, exist_ok=True)
-    return plot_training_success(its, run_dir / "eval" / "training_success.png", k if same else 0)
+    return plot_training_success(its, run_dir / "eval" / "training_success.png", replay_first)
 
 
 def final_eval_dir(run_dir: Path, say: Any = print, label: str = "success", replay_first: int = 0) -> Path | None:

@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memprism_ray.envs.base import cache_base
+
 _LOCK = threading.Lock()
 _ORIGINALS: dict[str, Callable[..., Any]] = {}
 _STATS = {
@@ -73,8 +75,6 @@ _SAS_FORMAT = 1
 def default_sas_dir() -> Path:
     """Where translations are kept across processes: ``$MEMPRISM_CACHE/alfworld-sas`` (default
     ``~/.cache/memprism/alfworld-sas``), beside the embedded corpus."""
-    from memprism_ray.envs.base import cache_base
-
     return cache_base() / "alfworld-sas"
 
 
