@@ -158,6 +158,12 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=48, help="completion tokens (ignore_eos: exactly this many)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="engines without torch.compile and CUDA graphs: a start of seconds instead of about a minute, "
+        "for a short device lease; solo and pool both run eager, so the ratio stays side by side",
+    )
     args = p.parse_args()
 
     from memprism_ray.actors.workers import PolicyReplica, stop_policy_replicas
@@ -179,6 +185,7 @@ def main() -> int:
         max_pixels=451584,
         max_tokens=args.max_tokens,
         ignore_eos=True,
+        enforce_eager=args.enforce_eager,
     )
     policy_cfg = PolicyConfig(backend="vllm", gpus_per_replica=1.0, vllm=vcfg)
     gpus = 0 if fake else 1
@@ -229,6 +236,7 @@ def main() -> int:
         "group": args.group,
         "steps": args.steps,
         "max_tokens": args.max_tokens,
+        "enforce_eager": args.enforce_eager,
         "solo_batch": solo_r["n"],
         "solo_decisions_per_s": round(solo_rate, 2),
         "pool_decisions_per_s": round(pool_rate, 2),
