@@ -148,6 +148,10 @@ class Solo:
 FAKE = {"step_s": 0.15, "seq_s": 0.0003, "tokens": 48}
 
 
+def _progress(msg: str) -> None:
+    print(f"[bench] {msg}", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--engine", choices=("vllm", "fake"), default="vllm")
@@ -202,11 +206,16 @@ def main() -> int:
         for w in range(args.workers)
     ]
     prep_s = time.perf_counter() - t0
+    # Progress on stdout: an engine start is about a minute, and a run cut short by its time
+    # limit should still say how far it got.
+    _progress(f"prompts built in {prep_s:.1f}s; starting the solo engine")
 
     # Solo: one engine, one batch of workers x group prompts.
     solo = Solo.options(num_gpus=gpus, num_cpus=1).remote(vcfg, fake)
     ray.get(solo.decide.remote(solo_warm), timeout=args.timeout)
+    _progress(f"solo engine started and warmed up at {time.perf_counter() - t0:.0f}s; timing one batch")
     solo_r = ray.get(solo.decide.remote(solo_inputs), timeout=args.timeout)
+    _progress(f"solo: {solo_r['n']} decisions in {solo_r['seconds']:.2f}s; starting the pool's replica")
     ray.get(solo.close.remote(), timeout=120)  # frees the GPU memory for the pool's engine
     ray.kill(solo)
     time.sleep(0 if fake else 5)
@@ -219,6 +228,7 @@ def main() -> int:
     ray.get(replica.load.remote(), timeout=args.timeout)
     callers = [Caller.options(num_cpus=0.01).remote([replica], f"w{w}", args.timeout) for w in range(args.workers)]
     ray.get([c.run.remote([pool_warm[w]]) for w, c in enumerate(callers)], timeout=args.timeout)
+    _progress(f"pool replica started and warmed up at {time.perf_counter() - t0:.0f}s; timing the callers")
     refs = [c.run.remote(pool_steps[w]) for w, c in enumerate(callers)]
     runs = ray.get(refs, timeout=args.timeout)
     pool_s = max(r["end"] for r in runs) - min(r["start"] for r in runs)
