@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     # 5. Final evaluation: SR per subset and the average, every condition on the same episodes.
     final = stop_training_actors(cfg, actors)
     replicas = actors.replicas
-    eval_dir = final_eval_dir(run_dir, say, replay_first=cfg.grpo.replayed_iterations)
+    eval_dir = final_eval_dir(run_dir, cfg, say)
     if cfg.eval.enabled and eval_dir is not None:
         latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
         summary = evaluate_ebalfred(

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     # table against the trained Router (greedy), and training success per iteration.
     final = stop_training_actors(cfg, actors)
     replicas = actors.replicas
-    eval_dir = final_eval_dir(run_dir, say, "exact success")
+    eval_dir = final_eval_dir(run_dir, cfg, say, "exact success")
     if cfg.eval.enabled and eval_dir is not None:
         latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
         # The replicas stay up for the evaluation: one engine start (60-75 s on an H100) saved.

@@ -181,7 +181,7 @@ def training_plot(run_dir: Path, say: Any = print, label: str = "success", repla
     them (``replay_first`` N, ``grpo.replay_first``)."""
     import json
 
-    from memprism_ray.eval.report import plot_training_success
+    from memprism_ray.eval.report import plot_training_success, replayed_span
 
     path = run_dir / "metrics.jsonl"
     if not path.exists():
@@ -190,18 +190,20 @@ def training_plot(run_dir: Path, say: Any = print, label: str = "success", repla
     if not its:
         return None
     sr = [float(r["success_rate"]) for r in sorted(its, key=lambda r: int(r["step"]))]
-    same = 0 < replay_first <= len(sr) // 2
-    k = replay_first if same else (min(5, len(sr) // 2) or 1)
-    tasks = ", on the same tasks (grpo.replay_first)" if same else ""
+    span = replayed_span(replay_first, len(sr))
+    k = span or (min(5, len(sr) // 2) or 1)
+    tasks = ", on the same tasks (grpo.replay_first)" if span else ""
     say(f"training {label}: first {k} iterations {sum(sr[:k]) / k:.3f}, last {k} {sum(sr[-k:]) / k:.3f}{tasks}")
     (run_dir / "eval").mkdir(parents=True, exist_ok=True)
     return plot_training_success(its, run_dir / "eval" / "training_success.png", replay_first)
 
 
-def final_eval_dir(run_dir: Path, say: Any = print, label: str = "success", replay_first: int = 0) -> Path | None:
+def final_eval_dir(run_dir: Path, cfg: Any, say: Any = print, label: str = "success") -> Path | None:
     """``run_dir/eval`` for the final evaluation, with the training plot written first; ``None``
     when a resumed run that had finished already holds its evaluation (reports are never
-    replaced)."""
+    replaced). The summary and the plot read ``cfg.grpo.replayed_iterations``, the same
+    property :func:`sample_groups` schedules by, so every GRPO job says which iterations played
+    the same games."""
     from memprism_ray.eval.runner import check_fresh_output
 
     eval_dir = run_dir / "eval"
@@ -211,7 +213,7 @@ def final_eval_dir(run_dir: Path, say: Any = print, label: str = "success", repl
         say(f"{exc}: the final evaluation of this run exists and is not repeated")
         return None
     if not (eval_dir / "training_success.png").exists():
-        plot = training_plot(run_dir, say, label, replay_first)
+        plot = training_plot(run_dir, say, label, cfg.grpo.replayed_iterations)
         if plot is not None:
             say(f"training success per iteration: {plot}")
     return eval_dir

@@ -452,6 +452,12 @@ def final_table_markdown(
     return "\n".join(lines) + "\n", figures
 
 
+def replayed_span(replay_first: int, iterations: int) -> int:
+    """The first/last span that played the same games (``grpo.replay_first``) among ``iterations``
+    logged ones: ``replay_first`` when both spans fit without overlapping, else 0 (no span)."""
+    return replay_first if 0 < replay_first <= iterations // 2 else 0
+
+
 def plot_training_success(iterations: Sequence[dict[str, Any]], path: Path, replay_first: int = 0) -> Path:
     """Success rate (and zero-std group fraction, when logged) per GRPO iteration, as a PNG.
     ``replay_first`` N shades the first and the last N iterations, which played the same games
@@ -469,8 +475,9 @@ def plot_training_success(iterations: Sequence[dict[str, Any]], path: Path, repl
         ax.plot(
             xs, [float(r.get("zero_std_group_frac", float("nan"))) for r in its], "s--", label="zero-std group fraction"
         )
-    if 0 < replay_first <= len(xs) // 2:
-        for lo, hi, label in ((xs[0], xs[replay_first - 1], "same games"), (xs[-replay_first], xs[-1], None)):
+    span = replayed_span(replay_first, len(xs))
+    if span:
+        for lo, hi, label in ((xs[0], xs[span - 1], "same games"), (xs[-span], xs[-1], None)):
             ax.axvspan(lo - 0.5, hi + 0.5, color="tab:green", alpha=0.12, label=label)
     ax.set_xlabel("GRPO iteration")
     ax.set_ylim(-0.02, 1.02)

@@ -25,3 +25,21 @@ def test_without_a_replay_the_summary_compares_five_and_five(tmp_path: Path) -> 
     said: list[str] = []
     training_plot(tmp_path, said.append)
     assert said == ["training success: first 5 iterations 0.000, last 5 0.500"]
+
+
+def test_final_eval_dir_summarises_by_the_configs_replay(tmp_path: Path) -> None:
+    # Every GRPO job (ALFWorld, EB-ALFRED, Mind2Web) schedules by cfg.grpo.replayed_iterations;
+    # its summary reads the same property, so no job can replay games and compare others.
+    from types import SimpleNamespace
+
+    from memprism_ray.actors.training import final_eval_dir
+    from memprism_ray.adapter.grpo import GRPOConfig
+
+    _write_metrics(tmp_path, [0.1, 0.2, 0.3, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8])
+    cfg = SimpleNamespace(grpo=GRPOConfig(iterations=10, replay_first=3))
+    said: list[str] = []
+    assert final_eval_dir(tmp_path, cfg, said.append, "exact success") == tmp_path / "eval"
+    assert said[0] == (
+        "training exact success: first 3 iterations 0.200, last 3 0.700, on the same tasks (grpo.replay_first)"
+    )
+    assert (tmp_path / "eval" / "training_success.png").exists()
