@@ -10,7 +10,7 @@ Side by side on one GPU (or on the CPU with ``--engine fake``):
   :class:`~memprism_ray.actors.services.PolicyPool` exactly as rollout workers do.
 
 Every prompt is distinct -- a MemPrism view of a different seeded ALFWorld-like stream in
-the paper's ALFWorld prompt (appendix D.4) -- and nothing is timed twice: repeated prompts
+the paper's ALFWorld prompt (appendix E.3) -- and nothing is timed twice: repeated prompts
 hit vLLM's prefix and image caches and read 3-8x faster (shared/gpu/README.md). Each side
 is warmed up on its own prompts first (engine start, torch.compile and CUDA graphs are not
 timed). Target: pool decisions/s >= 0.8 x solo. Last line: ``RESULT {json}``.

@@ -1,5 +1,5 @@
 """The task policy on vLLM's asynchronous engine: one request per decision (paper
-"Experiment Setup": frozen Qwen2.5-VL-7B-Instruct, greedy decoding; appendix D.4 prompts;
+"Experiment Setup": frozen Qwen2.5-VL-7B-Instruct, greedy decoding; appendix E.3 prompts;
 docs/gpu.md "Why AsyncLLM in a Ray actor").
 
 ``vllm.LLM.generate`` (the offline engine of :mod:`memprism_ray.policy.vllm_backend`)
