@@ -29,9 +29,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-import httpx
+if TYPE_CHECKING:  # httpx loads with the first client: importing a config stays light
+    import httpx
 
 #: Statuses a server uses for "not now" (timeout, conflict, rate limit, overload): retried.
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -238,11 +239,14 @@ class ChatClient:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        import httpx
+
         self.config = config
         self.counters = counters if counters is not None else LLMCounters()
         self.base_url = config.base_url.rstrip("/")
         key = config.api_key()
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._httpx = httpx
         self._http = httpx.Client(timeout=httpx.Timeout(config.timeout_s), headers=headers, transport=transport)
         self._sleep = sleep
 
@@ -266,6 +270,7 @@ class ChatClient:
         (``json``, ``content``, ``headers``). Returns the last response whatever its status (a
         final status >= 400 counts as a failure); raises :class:`LLMUnavailable` when the last
         attempt got no response at all."""
+        httpx = self._httpx
         url = f"{self.base_url}/{path.lstrip('/')}"
         attempts = self.config.max_retries + 1
         response: httpx.Response | None = None

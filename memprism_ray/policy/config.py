@@ -15,9 +15,10 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from memprism_ray.config_tree import coerce_settings, field
+from memprism_ray.llm_client import EndpointConfig
 from memprism_ray.policy.tokens import VISUAL_TOKEN_FAMILIES
 
 BACKENDS: tuple[str, ...] = ("vllm", "openai", "hf", "scripted")
@@ -80,20 +81,18 @@ class VLLMConfig:
 
 
 @dataclass
-class OpenAIConfig:
-    """Any OpenAI-compatible chat endpoint (e.g. ``vllm serve``)."""
+class OpenAIConfig(EndpointConfig):
+    """Any OpenAI-compatible chat endpoint (e.g. ``vllm serve``): the shared endpoint keys
+    (memprism_ray/llm_client.py) and the decoding of each decision."""
 
-    base_url: str = field("http://127.0.0.1:8000/v1", help="endpoint root; /chat/completions is appended")
+    SECTION: ClassVar[str] = "policy.openai"
+
     model: str = field(DEFAULT_MODEL, help="model name sent in each request")
-    api_key_env: str = field("OPENAI_API_KEY", help="environment variable holding the bearer token, if any")
+    max_retries: int = field(4, help="retries after a timeout, connection error or HTTP 408/409/429/5xx")
     temperature: float = field(0.0, help="sampling temperature; 0 = greedy")
     top_p: float = field(1.0, help="nucleus sampling mass (ignored when greedy)")
     max_tokens: int = field(512, help="most generated tokens per decision")
     seed: int | None = field(0, help="per-request seed sent to the server (None: not sent)")
-    timeout_s: float = field(120.0, help="per-request timeout in seconds")
-    max_retries: int = field(4, help="retries on 429, 5xx and connection errors")
-    backoff_s: float = field(0.5, help="first retry delay; doubles each retry")
-    max_backoff_s: float = field(20.0, help="longest retry delay (also caps Retry-After)")
     max_concurrency: int = field(8, help="requests of one batch in flight at once")
     min_pixels: int = field(3136, help="server image processor min_pixels (for token accounting)")
     max_pixels: int = field(MAX_PIXELS_672, help="server image processor max_pixels (for token accounting)")
@@ -101,13 +100,10 @@ class OpenAIConfig:
     visual_token_family: str = field("qwen2.5-vl", help="rule used to count visual tokens")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check_decoding("openai", self.temperature, self.max_tokens, self.max_pixels, self.min_pixels)
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"openai.base_url must start with http:// or https://, got {self.base_url!r}")
-        if self.timeout_s <= 0 or self.backoff_s < 0 or self.max_backoff_s < self.backoff_s:
-            raise ValueError("openai: need timeout_s > 0 and 0 <= backoff_s <= max_backoff_s")
-        if self.max_retries < 0 or self.max_concurrency < 1:
-            raise ValueError("openai: need max_retries >= 0 and max_concurrency >= 1")
+        if self.max_concurrency < 1:
+            raise ValueError(f"policy.openai.max_concurrency must be >= 1, got {self.max_concurrency}")
         if not 0 <= self.png_compress_level <= 9:
             raise ValueError(f"openai.png_compress_level must be 0..9, got {self.png_compress_level}")
         if self.visual_token_family not in VISUAL_TOKEN_FAMILIES:

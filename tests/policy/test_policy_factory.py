@@ -22,7 +22,7 @@ def test_openai_backend_from_a_dotted_override_tree() -> None:
     cfg = from_dict(PolicyConfig, data)
     policy = make_policy(cfg)
     assert isinstance(policy, OpenAIChatPolicy) and isinstance(policy, TaskPolicy)
-    assert policy.url == "http://127.0.0.1:9999/v1/chat/completions" and policy.config.max_retries == 2
+    assert policy.client.base_url == "http://127.0.0.1:9999/v1" and policy.config.max_retries == 2
     policy.close()
     assert cfg.decoding()["backend"] == "openai" and cfg.decoding()["temperature"] == 0.0
 

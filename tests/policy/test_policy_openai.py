@@ -151,17 +151,26 @@ def test_retries_then_succeeds(server, status: int) -> None:
     policy = OpenAIChatPolicy(cfg, sleep=delays.append)
     out = policy.act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])[0]
     assert out.valid and out.action == "look"
-    assert len(stub.requests) == 3 and policy.retries_used == 2
+    assert len(stub.requests) == 3 and policy.counters["retries"] == 2
     assert delays == [0.01, 0.02]  # exponential, capped
+    # the same counters as every endpoint user (memprism_ray/llm_client.py), tokens from `usage`
+    assert dict(policy.counters) == {
+        "requests": 3,
+        "retries": 2,
+        "failures": 0,
+        "prompt_tokens": 321,
+        "completion_tokens": 9,
+        "no_usage": 0,
+    }
 
 
 def test_gives_up_after_bounded_retries(server) -> None:
     stub, url = server
     stub.fail = 10
     policy = policy_for(url, max_retries=2)
-    with pytest.raises(PolicyBackendError, match="unavailable after 3 attempts: HTTP 503"):
+    with pytest.raises(PolicyBackendError, match=r"failed 3 time\(s\); last error: HTTP 503"):
         policy.act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])
-    assert len(stub.requests) == 3
+    assert len(stub.requests) == 3 and policy.counters["failures"] == 1
 
 
 def test_client_error_is_an_invalid_output_without_retry(server) -> None:
@@ -181,7 +190,7 @@ def test_connection_refused_is_retried_then_a_backend_error() -> None:
     policy = policy_for(f"http://127.0.0.1:{port}/v1", max_retries=1)
     with pytest.raises(PolicyBackendError, match="ConnectError"):
         policy.act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])
-    assert policy.retries_used == 1
+    assert policy.counters["retries"] == 1
 
 
 def test_config_rejects_bad_settings() -> None:
@@ -202,4 +211,4 @@ def test_timeouts_are_retried_then_reported(server) -> None:
     )
     with pytest.raises(PolicyBackendError, match="ReadTimeout"):
         policy.act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])
-    assert policy.retries_used == 1
+    assert policy.counters["retries"] == 1
