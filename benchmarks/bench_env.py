@@ -32,7 +32,8 @@ Memory: PSS of this process before and after the first env (with a game loaded),
 
     python benchmarks/bench_env.py [--games 20] [--group 16] [--stock-resets 2] [--steps 20] [--data-root DIR]
 
-The last line is ``RESULT {json}``.
+The last line is ``RESULT {json}``; the same figures are recorded in
+``benchmarks/results/bench_env.json`` (``_results.write_result``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _results import write_result
 
 JUNK_COMMANDS = ("jump", "take unicorn 1 from sofa 1", "open the pod bay doors", "go to moon 1")
 
@@ -295,6 +298,7 @@ def main() -> None:
         print(f"MISMATCH {m}", file=sys.stderr)
     print(json.dumps(result, indent=1), file=sys.stderr)
     print("RESULT " + json.dumps(result, sort_keys=True))
+    write_result("bench_env", result)
     if mismatches:
         sys.exit(1)
 

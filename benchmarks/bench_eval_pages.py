@@ -10,7 +10,8 @@ affects both alike, and checks that actions and visual tokens are identical.
 
     .venv/bin/python benchmarks/bench_eval_pages.py [--episodes 24] [--rounds 2]
 
-The last stdout line is ``RESULT {json}``.
+The last stdout line is ``RESULT {json}``; the same figures are recorded in
+``benchmarks/results/bench_eval_pages.json`` (``_results.write_result``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _results import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -90,6 +93,7 @@ def main() -> None:
     }
     print(json.dumps(result, indent=1), file=sys.stderr)
     print("RESULT " + json.dumps(result, sort_keys=True))
+    write_result("bench_eval_pages", result)
     if not identical:
         sys.exit(1)
 

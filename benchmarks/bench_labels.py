@@ -9,7 +9,8 @@ label the same states with the page painted (what every policy got before) and l
 
     .venv/bin/python benchmarks/bench_labels.py [--states 24] [--events 20] [--rounds 3]
 
-The last stdout line is ``RESULT {json}``.
+The last stdout line is ``RESULT {json}``; the same figures are recorded in
+``benchmarks/results/bench_labels.json`` (``_results.write_result``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 import numpy as np
+from _results import write_result
 
 from memprism_ray.composer.synthetic import alfworld_like_stream
 from memprism_ray.pipeline.labels import LabelState, counterfactual_labels
@@ -84,6 +86,7 @@ def main() -> None:
     }
     print(f"laid out / painted: {result['laid_out_over_painted']:.2f} (labels identical: {same})")
     print("RESULT " + json.dumps(result))
+    write_result("bench_labels", result)
 
 
 if __name__ == "__main__":

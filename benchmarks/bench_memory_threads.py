@@ -7,7 +7,8 @@ baselines use, and a batch of ``--episodes`` writes runs sequentially and thread
 
     python benchmarks/bench_memory_threads.py [--episodes 16] [--latency 0.2] [--rounds 3]
 
-The last line is ``RESULT {json}`` with both wall times and their ratio.
+The last line is ``RESULT {json}`` with both wall times and their ratio, recorded in
+``benchmarks/results/bench_memory_threads.json`` (``_results.write_result``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from _results import write_result
 
 from memprism_ray.agent import _map_threads, each_request
 from memprism_ray.baselines.external import MemoryBaselineConfig, relay_for
@@ -71,7 +74,9 @@ def main() -> None:
     print(f"{args.episodes} episodes, {args.latency:.2f} s per LLM call")
     seq, thr = times["sequential"], times["threaded"]
     print(f"sequential {seq:.2f} s per decision batch, threaded {thr:.2f} s: {ratio:.1f}x")
-    print("RESULT " + json.dumps({**vars(args), **times, "ratio": ratio}))
+    result = {**vars(args), **times, "ratio": ratio}
+    print("RESULT " + json.dumps(result))
+    write_result("bench_memory_threads", result)
     server.shutdown()
 
 

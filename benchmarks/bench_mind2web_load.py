@@ -10,7 +10,8 @@ and times ``Mind2WebReplayEnv.reset`` + one episode over ``--resets`` resets, un
 
     python benchmarks/bench_mind2web_load.py [--tasks 20] [--steps 8] [--raw-kb 200] [--clean-kb 40] [--resets 16]
 
-The last line is ``RESULT {json}``.
+The last line is ``RESULT {json}``; the same figures are recorded in
+``benchmarks/results/bench_mind2web_load.json`` (``_results.write_result``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import json
 import tempfile
 import time
 from pathlib import Path
+
+from _results import write_result
 
 from memprism_ray.envs.base import GameRef
 from memprism_ray.envs.mind2web import data
@@ -88,6 +91,7 @@ def main() -> None:
     print(f"split file {mb:.1f} MB, {args.steps}-step episode: uncached {uncached * 1000:.0f} ms, "
           f"cached {cached * 1000:.0f} ms (first reset parses), x{uncached / cached:.1f}")  # fmt: skip
     print("RESULT " + json.dumps(result))
+    write_result("bench_mind2web_load", result)
 
 
 if __name__ == "__main__":

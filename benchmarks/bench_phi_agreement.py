@@ -30,7 +30,10 @@ exits 0.
     python benchmarks/bench_phi_agreement.py [--games 4] [--max-steps 30] [--random-rate 0.2]
         [--base-url http://127.0.0.1:8000/v1 --model NAME] [--streams FILE ...]
 
-The last line is ``RESULT {json}``.
+The last line is ``RESULT {json}``; the same figures are recorded in
+``benchmarks/results/bench_phi_agreement.json`` (without ``--base-url``:
+``bench_phi_agreement.rule-only.json``, so a run without an endpoint never replaces a measured
+agreement).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ import sys
 import time
 from collections import Counter
 from typing import Any
+
+from _results import write_result
 
 from memprism_ray.recorder import EventStream, RawEvent, split_key
 from memprism_ray.recorder.phi.factory import record_lockstep
@@ -169,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.base_url:
         print("no --base-url given: no LLM Phi endpoint configured, agreement not measured")
         print("RESULT " + json.dumps({**result, "llm": None}))
+        # No agreement was measured: a record of its own, so it never replaces a measured one.
+        write_result("bench_phi_agreement", {**result, "llm": None}, variant="rule-only", argv=argv)
         return 0
 
     from memprism_ray.recorder.phi.config import PhiConfig
@@ -202,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         f"  requests {stats.get('backend_requests', 0)}, retries {stats.get('backend_retries', 0)}, "
         f"tokens {tokens[0]} prompt / {tokens[1]} completion"
     )
-    print("RESULT " + json.dumps({**result, "llm": {**agree, "stats": stats, "wall_s": round(wall, 2)}}))
+    result = {**result, "llm": {**agree, "stats": stats, "wall_s": round(wall, 2)}}
+    print("RESULT " + json.dumps(result))
+    write_result("bench_phi_agreement", result, argv=argv)
     return 0
 
 

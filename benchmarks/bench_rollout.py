@@ -11,7 +11,8 @@ same episodes) three ways, side by side in one run:
 Prints the Ray overhead ``T_ray1 / T_local - 1`` (target <= 10%) and the scaling
 efficiency ``T_ray1 / (2 * T_ray2)``, and checks that the three runs took identical
 actions. Actor start-up (model loading) is excluded: each side is warmed up on one group
-first. Last line: ``RESULT {json}``.
+first. Last line: ``RESULT {json}``, recorded in ``benchmarks/results/bench_rollout.json``
+(``--layout local``: ``bench_rollout.layout-local.json``).
 
     python benchmarks/bench_rollout.py [--groups 4] [--group-size 4] [--max-steps 15]
 """
@@ -24,6 +25,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from _results import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -49,8 +52,8 @@ def main() -> int:
     import numpy as np
     import ray
     import torch
-
     from memprism_ray.actors.grpo_driver import RolloutFleet, run_groups, sample_groups
+
     from memprism_ray.actors.learner import state_to_numpy
     from memprism_ray.actors.rollout import RolloutWorker
     from memprism_ray.actors.workers import PhiWorker, PolicyReplica, ViewWorker
@@ -161,6 +164,7 @@ def main() -> int:
         "overhead_target_met": overhead <= 0.10,
     }
     print("RESULT " + json.dumps(result))
+    write_result("bench_rollout", result, variant="" if args.layout == "pools" else f"layout-{args.layout}")
     return 0
 
 

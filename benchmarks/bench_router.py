@@ -12,7 +12,8 @@ round by round, so machine load affects them alike.
     .venv/bin/python benchmarks/bench_router.py [--encoder minilm|hashing] [--seconds 4]
 
 The last stdout line is ``RESULT {json}``: decisions/s per batch size and cache mode, the
-cache speed-up ratio, and the model-only and feature-only rates for reference.
+cache speed-up ratio, and the model-only and feature-only rates for reference; recorded in
+``benchmarks/results/bench_router.json`` (``--encoder hashing``: ``bench_router.hashing.json``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from typing import Any
 
 import torch
+from _results import write_result
 
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
 from memprism_ray.router.encoder import EncoderConfig, HashingEncoder, TextEncoder
@@ -176,6 +178,7 @@ def main() -> None:
     results["cache_info"] = cached.cache_info()
     results["load_avg_end"] = round(os.getloadavg()[0], 2)
     print("RESULT " + json.dumps(results, sort_keys=True))
+    write_result("bench_router", results, variant="" if args.encoder == "minilm" else args.encoder)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ affects both variants alike:
     .venv/bin/python benchmarks/bench_router_training.py [--rounds 5] [--threads 2]
 
 The last stdout line is ``RESULT {json}`` with the seconds per step / update of each variant
-and the ratios.
+and the ratios, recorded in ``benchmarks/results/bench_router_training.json``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from _results import write_result
 
 from memprism_ray.adapter.grpo import GRPOBatch, GRPOConfig, GRPOTrainer
 from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM
@@ -129,6 +130,7 @@ def main() -> None:
         "threads": args.threads,
     }
     print("RESULT " + json.dumps(result))
+    write_result("bench_router_training", result)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ For scale, the PNG views coming back are measured too (they were and are the sam
 
 Prints the total per episode at horizons 10, 25 and 50 (the paper's ALFWorld cap) and the
 ratio before/after, plus the growth exponent of each (bytes ~ N^k between 25 and 50 steps:
-k near 2 is quadratic, near 1 linear). Last line: ``RESULT {json}``.
+k near 2 is quadratic, near 1 linear). Last line: ``RESULT {json}``, recorded in
+``benchmarks/results/bench_view_bytes.json`` (another ``--window``: ``bench_view_bytes.window-W.json``).
 
     python benchmarks/bench_view_bytes.py [--episodes 8] [--window any|all|recent_short|recent_long]
 """
@@ -30,6 +31,8 @@ import os
 import random
 import sys
 from pathlib import Path
+
+from _results import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -107,6 +110,7 @@ def main() -> int:
         "growth_exponent_after": round(k_after, 2),
     }
     print("RESULT " + json.dumps(result))
+    write_result("bench_view_bytes", result, variant="" if args.window == "any" else f"window-{args.window}")
     return 0
 
 

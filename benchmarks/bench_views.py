@@ -42,7 +42,8 @@ none. Kept: the glyph atlas and, since goal restore reads the whole history by d
     .venv/bin/python benchmarks/bench_views.py --horizons-only   # the machinery table only
     .venv/bin/python benchmarks/bench_views.py --quick           # smoke run
 
-The last stdout line is ``RESULT {json}``.
+The last stdout line is ``RESULT {json}``, recorded in ``benchmarks/results/bench_views.json``
+(``--horizons-only``: ``bench_views.horizons-only.json``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ import sys
 import time
 from pathlib import Path
 
+from _results import write_result
 from PIL import Image, ImageDraw
 
 from memprism_ray.composer import compose
@@ -203,7 +205,9 @@ def main() -> int:
     ap.add_argument("--horizons-only", action="store_true", help="print only the machinery table at 10/25/50 events")
     args = ap.parse_args()
     if args.horizons_only:
-        print("RESULT " + json.dumps({"machinery_ratio_vs_all": horizon_table(args.horizon_seeds)}))
+        result = {"machinery_ratio_vs_all": horizon_table(args.horizon_seeds)}
+        print("RESULT " + json.dumps(result))
+        write_result("bench_views", result, variant="horizons-only")
         return 0
     if args.quick:
         args.seeds, args.reps = 1, 1
@@ -377,6 +381,7 @@ def main() -> int:
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
     print("RESULT " + json.dumps(result))
+    write_result("bench_views", result)
     return 0
 
 
