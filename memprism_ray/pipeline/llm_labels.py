@@ -14,9 +14,9 @@ decision whose request or reply fails is skipped and counted, never guessed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from memprism_ray.llm_client import map_concurrent
 from memprism_ray.router.teacher import (
     LLMViewTeacher,
     TeacherError,
@@ -39,19 +39,15 @@ def policy_calls(teacher: str, decisions: int, *, samples_per_view: int = 1, can
 
 
 def threaded_complete(teacher: LLMViewTeacher, concurrency: int) -> CompleteMany:
-    """Concurrent HTTP requests through the teacher's own client (retries, timeouts)."""
+    """Concurrent HTTP requests through the teacher's client (memprism_ray/llm_client.py)."""
 
-    def run(prompts: list[str]) -> list[Any]:
-        def one(p: str) -> Any:
-            try:
-                return teacher.complete(p)
-            except TeacherError as exc:
-                return exc
+    def one(p: str) -> Any:
+        try:
+            return teacher.complete(p)
+        except TeacherError as exc:
+            return exc
 
-        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as ex:
-            return list(ex.map(one, prompts))
-
-    return run
+    return lambda prompts: map_concurrent(one, prompts, concurrency)
 
 
 def label_states_llm(

@@ -10,9 +10,9 @@ LLMViewTeacher
     stored verbatim in ``router/prompts/`` and filled by a single regex pass over the known
     placeholders only (the prompts contain literal JSON braces, so ``str.format`` is never
     used); every input value is inserted as JSON, ``top_k`` as a bare integer. The prompt
-    goes to any OpenAI-compatible ``/chat/completions`` endpoint over httpx with a timeout
-    and bounded retries (connection errors, timeouts, HTTP 429 and 5xx, with exponential
-    backoff; other 4xx fail at once). The reply is parsed as data (never evaluated): the
+    goes to any OpenAI-compatible ``/chat/completions`` endpoint through the shared
+    :class:`~memprism_ray.llm_client.ChatClient` (timeout, bounded retries honouring
+    ``Retry-After``; other 4xx fail at once). The reply is parsed as data (never evaluated): the
     substring from the first ``{`` to the last ``}`` is read as JSON, the
     ``teacher_distribution`` items are validated and counted in ``stats``: items that are
     not objects or lack a view (``malformed_item``), unknown view names (``unknown_name``;
@@ -69,16 +69,15 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from memprism_ray.llm_client import ChatClient, EndpointConfig, LLMCounters, LLMError, LLMReplyError
 from memprism_ray.recorder import EventStream, StreamRecord
 from memprism_ray.view_space import ALL_ACTIONS, FACTORS, NUM_ACTIONS, ViewAction, cost_vector, factor_options
 
@@ -341,34 +340,30 @@ def parse_teacher_response(text: str, *, top_k: int | None = None) -> TeacherLab
 
 # --- the LLM teacher --------------------------------------------------------------------------
 @dataclass
-class LLMTeacherConfig:
-    """How to reach the view-teacher LLM (any OpenAI-compatible chat endpoint)."""
+class LLMTeacherConfig(EndpointConfig):
+    """How to reach the view-teacher LLM (the shared endpoint keys, memprism_ray/llm_client.py)
+    and what to ask it."""
 
-    base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "endpoint base URL (…/v1)"})
+    SECTION: ClassVar[str] = "LLMTeacherConfig"
+
     model: str = field(default="", metadata={"help": "served model name sent in each request (required)"})
+    backoff_s: float = field(default=1.0, metadata={"help": "first retry delay in seconds, doubled each retry"})
     prompt: str = field(default="generic", metadata={"help": "view-teacher prompt: generic or mind2web"})
     top_k: int = field(default=5, metadata={"help": "soft labels requested and kept"})
     temperature: float = field(default=0.0, metadata={"help": "teacher sampling temperature"})
     max_tokens: int = field(default=1024, metadata={"help": "completion token limit"})
-    timeout_s: float = field(default=120.0, metadata={"help": "per-request timeout in seconds"})
-    max_retries: int = field(default=3, metadata={"help": "retries after a failed request (timeouts, 429, 5xx)"})
-    retry_backoff_s: float = field(default=1.0, metadata={"help": "first retry delay, doubled each retry"})
-    api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "environment variable holding the key"})
     target_vlm_spec: dict[str, Any] = field(
         default_factory=lambda: dict(DEFAULT_TARGET_VLM_SPEC), metadata={"help": "target_vlm_spec prompt input"}
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.prompt not in PROMPT_FILES:
             raise ValueError(f"LLMTeacherConfig.prompt must be one of {', '.join(PROMPT_FILES)}, got {self.prompt!r}")
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"LLMTeacherConfig.base_url must start with http:// or https://, got {self.base_url!r}")
         if not 1 <= self.top_k <= NUM_ACTIONS:
             raise ValueError(f"LLMTeacherConfig.top_k must be in [1, {NUM_ACTIONS}], got {self.top_k}")
-        if self.temperature < 0 or self.timeout_s <= 0 or self.max_tokens < 1:
-            raise ValueError("LLMTeacherConfig needs temperature >= 0, timeout_s > 0 and max_tokens >= 1")
-        if self.max_retries < 0 or self.retry_backoff_s < 0:
-            raise ValueError("LLMTeacherConfig.max_retries and retry_backoff_s must be >= 0")
+        if self.temperature < 0 or self.max_tokens < 1:
+            raise ValueError("LLMTeacherConfig needs temperature >= 0 and max_tokens >= 1")
 
 
 class LLMViewTeacher:
@@ -377,22 +372,18 @@ class LLMViewTeacher:
     ``transport`` is passed to ``httpx.Client`` (tests use ``httpx.MockTransport``).
     ``complete_fn`` (prompt -> reply text) replaces the HTTP endpoint, e.g. the Ray policy
     pool serving the teacher on its vLLM engines (memprism_ray/pipeline/llm_labels.py).
+    ``counters`` (:class:`~memprism_ray.llm_client.LLMCounters`) counts the calls either way.
     """
-
-    RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
     def __init__(
         self, config: LLMTeacherConfig, *, transport: Any = None, complete_fn: Callable[[str], str] | None = None
     ) -> None:
-        import httpx
-
         self.config = config
         self.template = load_prompt(config.prompt)
         self.fields = PROMPT_FIELDS[config.prompt]
-        self._httpx = httpx
-        self._client = httpx.Client(timeout=httpx.Timeout(config.timeout_s), transport=transport)
+        self.counters = LLMCounters()
+        self._client = ChatClient(config, counters=self.counters, transport=transport)
         self._complete_fn = complete_fn
-        self.counters = {"requests": 0, "retries": 0, "failures": 0}
 
     def close(self) -> None:
         self._client.close()
@@ -447,54 +438,25 @@ class LLMViewTeacher:
     def complete(self, prompt: str) -> str:
         """Send one chat request; returns the assistant message text."""
         if self._complete_fn is not None:
-            self.counters["requests"] += 1
+            self.counters.add("requests")
             try:
                 return self._complete_fn(prompt)
             except TeacherError:
-                self.counters["failures"] += 1
+                self.counters.add("failures")
                 raise
             except Exception as exc:  # the serving side failed (replica died, engine error)
-                self.counters["failures"] += 1
+                self.counters.add("failures")
                 raise TeacherRequestError(f"teacher backend failed: {type(exc).__name__}: {exc}") from exc
         if not self.config.model:
             raise ValueError("LLMTeacherConfig.model is empty: set it to the model name the endpoint serves")
-        httpx = self._httpx
-        url = self.config.base_url.rstrip("/") + "/chat/completions"
-        body = {
-            "model": self.config.model,
-            "messages": [{"role": "user", "content": prompt}],
-            "temperature": self.config.temperature,
-            "max_tokens": self.config.max_tokens,
-        }
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.config.api_key_env, "") if self.config.api_key_env else ""
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        last = "no attempt made"
-        for attempt in range(self.config.max_retries + 1):
-            if attempt:
-                self.counters["retries"] += 1
-                time.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
-            self.counters["requests"] += 1
-            try:
-                resp = self._client.post(url, json=body, headers=headers)
-            except httpx.TimeoutException as exc:
-                last = f"timeout after {self.config.timeout_s}s ({type(exc).__name__})"
-                continue
-            except httpx.TransportError as exc:
-                last = f"transport error {type(exc).__name__}: {exc}"
-                continue
-            if resp.status_code in self.RETRY_STATUS:
-                last = f"HTTP {resp.status_code}"
-                continue
-            if resp.status_code >= 400:
-                self.counters["failures"] += 1
-                raise TeacherRequestError(f"teacher endpoint {url} answered HTTP {resp.status_code}: {resp.text[:200]}")
-            return _message_text(resp)
-        self.counters["failures"] += 1
-        raise TeacherRequestError(
-            f"teacher endpoint {url} failed {self.config.max_retries + 1} time(s); last error: {last}"
-        )
+        messages = [{"role": "user", "content": prompt}]
+        try:
+            reply = self._client.chat(messages, temperature=self.config.temperature, max_tokens=self.config.max_tokens)
+        except LLMReplyError as exc:
+            raise TeacherResponseError(f"teacher {exc}") from None
+        except LLMError as exc:
+            raise TeacherRequestError(f"teacher endpoint: {exc}") from None
+        return reply.text
 
     def label(self, inputs: Mapping[str, Any]) -> TeacherLabel:
         """Build the prompt from ``inputs``, query the endpoint and parse the soft labels."""
@@ -502,19 +464,6 @@ class LLMViewTeacher:
         label = parse_teacher_response(reply, top_k=self.config.top_k)
         label.stats["prompt"] = self.config.prompt
         return label
-
-
-def _message_text(resp: Any) -> str:
-    try:
-        data = resp.json()
-        content = data["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise TeacherResponseError(f"endpoint reply is not an OpenAI chat completion: {resp.text[:200]!r}") from None
-    if isinstance(content, list):  # content parts
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    if not isinstance(content, str):
-        raise TeacherResponseError("endpoint reply message content is not text")
-    return content
 
 
 # --- the counterfactual teacher ---------------------------------------------------------------

@@ -168,7 +168,7 @@ GOOD = json.dumps({"teacher_distribution": [item("EntityState", "all", "all", "m
 
 
 def make_teacher(handler, **cfg) -> LLMViewTeacher:
-    config = LLMTeacherConfig(model="teacher-model", retry_backoff_s=0.0, **cfg)
+    config = LLMTeacherConfig(model="teacher-model", backoff_s=0.0, **cfg)
     return LLMViewTeacher(config, transport=httpx.MockTransport(handler))
 
 
@@ -191,12 +191,36 @@ def test_http_retries_then_succeeds_and_sends_the_prompt(monkeypatch: pytest.Mon
     teacher = make_teacher(handler, api_key_env="MEMPRISM_TEST_KEY", max_retries=2)
     label = teacher.label(generic_inputs())
     assert label.distribution[idx("EntityState", "all", "all", "medium")] == pytest.approx(1.0)
-    assert teacher.counters == {"requests": 3, "retries": 2, "failures": 0}
+    c = teacher.counters
+    assert (c["requests"], c["retries"], c["failures"], c["no_usage"]) == (3, 2, 0, 1)
     req = seen[-1]
     assert req.url.path.endswith("/v1/chat/completions") and req.headers["authorization"] == "Bearer sk-test"
     body = json.loads(req.content)
     assert body["model"] == "teacher-model" and body["temperature"] == 0.0
     assert body["messages"][0]["content"].startswith("You are a view teacher for MemPrism.")
+
+
+def test_http_waits_as_long_as_retry_after_asks() -> None:
+    """The teacher shares the one client (memprism_ray/llm_client.py): a 429's Retry-After is
+    honoured even with no backoff of its own (the old teacher retried at once)."""
+    import time
+
+    seen: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(time.monotonic())
+        if len(seen) == 1:
+            return httpx.Response(429, headers={"Retry-After": "0.3"}, text="slow down")
+        return httpx.Response(200, json={**completion(GOOD), "usage": {"prompt_tokens": 40, "completion_tokens": 9}})
+
+    teacher = make_teacher(handler, max_retries=1)
+    teacher.label(generic_inputs())
+    assert seen[1] - seen[0] >= 0.3
+    assert (teacher.counters["retries"], teacher.counters["prompt_tokens"], teacher.counters["completion_tokens"]) == (
+        1,
+        40,
+        9,
+    )
 
 
 def test_http_gives_up_after_bounded_retries_and_on_client_errors() -> None:
@@ -365,7 +389,7 @@ def test_complete_fn_replaces_the_endpoint_and_wraps_its_failures() -> None:
     assert sent[0].startswith("You are a view teacher for MemPrism.")
     with pytest.raises(TeacherRequestError, match="teacher backend failed: RuntimeError: replica died"):
         teacher.label(generic_inputs())
-    assert teacher.counters == {"requests": 2, "retries": 0, "failures": 1}
+    assert (teacher.counters["requests"], teacher.counters["retries"], teacher.counters["failures"]) == (2, 0, 1)
 
 
 def test_counterfactual_margin_rule_keeps_near_best_views_and_cost_only_shades() -> None:
