@@ -4,15 +4,19 @@ A report, a run's ``config.yaml`` or a manifest is first written in full under a
 name in the same directory, flushed to disk, and only then given its final name, so a crash
 leaves either the old file or the new one, never half of one. Without ``overwrite=True`` an
 existing file is an error (the rename is a hard link, which fails atomically when the name
-is taken, so two writers cannot both win).
+is taken, so two writers cannot both win). Also the two file helpers every layer shares:
+a file's SHA-256 and JSON parsing with a one-line error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, *, overwrite: bool = False) -> Path:
@@ -49,3 +53,20 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, overwrite: bool = False
 def atomic_write_text(path: str | Path, text: str, *, overwrite: bool = False, encoding: str = "utf-8") -> Path:
     """:func:`atomic_write_bytes` for text."""
     return atomic_write_bytes(path, text.encode(encoding), overwrite=overwrite)
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def loads_json(text: str, what: str) -> Any:
+    """``json.loads`` whose error names ``what`` was being read."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None

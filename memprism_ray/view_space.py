@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memprism_ray.io_atomic import loads_json
+
 TAUS: tuple[str, ...] = ("TemporalTrace", "ActionEffect", "EntityState", "DependencyChain")
 WINDOWS: tuple[str, ...] = ("recent_short", "recent_long", "all")
 FILTERS: tuple[str, ...] = ("all", "exception", "state_update", "no_observed_change")
@@ -138,11 +140,7 @@ class ViewAction:
 
     @classmethod
     def from_json(cls, text: str) -> ViewAction:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"view action is not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(loads_json(text, "view action"))
 
     @classmethod
     def parse(cls, text: str) -> ViewAction:
@@ -238,43 +236,24 @@ def _scope_sizes(outcomes: Any) -> dict[tuple[str, str], int]:
 
 def decision_cost(action: ViewAction, outcomes: Any, horizon: int = COST_HORIZON) -> float:
     """Structural cost ``C^_t(a)`` in [0, 1] of a view action at one decision (paper
-    "Adapter", eq. sft-loss: "the structural cost of a view action. The cost term
-    discourages large ranges or fine views when they are not needed"; appendix A.3).
-
-    ``outcomes`` are the outcome names of ``E_<t`` in time order. The cost is what the
-    action would cost *at this decision*::
+    "Adapter", eq. sft-loss: "The cost term discourages large ranges or fine views when they
+    are not needed"; appendix A.3). ``outcomes`` are the outcome names of ``E_<t``::
 
         C^_t(a) = 1/2 * min(1, |sigma_{w,c}(E_<t)| / horizon) + 1/2 * i_gamma / 2
 
-    The range term counts the events the action's scope (window, then outcome filter)
-    covers now: a longer window costs more only when the history is longer than the
-    shorter one (with 4 events recorded, ``recent_short`` and ``all`` cover the same 4 and
-    cost the same), and a selective filter costs less than ``all`` by exactly the events
-    it leaves out. The granularity term orders coarse < medium < fine. ``tau`` does not
-    change the cost. Both terms keep the prompt's tie-break order (shorter window, more
-    selective filter, coarser granularity) wherever the shorter/selective choice actually
-    covers fewer events.
+    The range term counts the events the scope covers now, so a longer window costs more
+    only once the history outgrows the shorter one, and a selective filter costs less than
+    ``all`` by exactly the events it leaves out; ``tau`` does not change the cost.
     """
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ValueError(f"decision_cost horizon must be an int >= 1, got {horizon!r}")
-    n = _scope_sizes(outcomes)[(action.window, action.filter)]
-    return 0.5 * min(1.0, n / horizon) + 0.25 * GAMMAS.index(action.gamma)
+    return decision_cost_vector(outcomes, horizon)[action.index]
 
 
 def decision_cost_vector(outcomes: Any, horizon: int = COST_HORIZON) -> list[float]:
-    """:func:`decision_cost` of every action in index order (length 144) at one decision;
-    the history is read once."""
+    """:func:`decision_cost` of every action in index order (length 144); the history is read once."""
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
         raise ValueError(f"decision_cost horizon must be an int >= 1, got {horizon!r}")
     sizes = _scope_sizes(outcomes)
     return [0.5 * min(1.0, sizes[(a.window, a.filter)] / horizon) + 0.25 * GAMMAS.index(a.gamma) for a in ALL_ACTIONS]
-
-
-def factor_index(action: ViewAction, factor: str) -> int:
-    """Position of ``action``'s value within ``factor``'s option list."""
-    if factor not in _FACTORS:
-        raise ValueError(f"unknown view factor {factor!r}; valid factors: {', '.join(_FACTORS)}")
-    return _FACTORS[factor].index(getattr(action, factor))
 
 
 def factor_options(factor: str) -> tuple[str, ...]:

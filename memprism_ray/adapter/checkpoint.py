@@ -25,18 +25,20 @@ the trainer state and restores the RNG states last.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import torch
 
+from memprism_ray.io_atomic import sha256_file
 from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 
 CHECKPOINT_FORMAT = "memprism-router-checkpoint"
@@ -54,12 +56,75 @@ class Resumable(Protocol):
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
 
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+_C = TypeVar("_C", bound="TableA4Config")
+
+
+class TableA4Config:
+    """What the D1 and D2 settings share: Table A.4's per-benchmark rows (``PRESETS``) and
+    the optimizer checks."""
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def preset(cls: type[_C], name: str, **overrides: Any) -> _C:
+        """Table A.4 row ``alfworld``, ``alfred`` or ``mind2web``, with optional overrides."""
+        if name not in cls.PRESETS:
+            what = cls.__name__.removesuffix("Config")
+            raise ValueError(f"unknown {what} preset {name!r}; valid: {', '.join(cls.PRESETS)}")
+        return cls(**{"preset_name": name, **cls.PRESETS[name], **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    def check_optimizer(self) -> None:
+        if not self.lr > 0 or self.weight_decay < 0 or not self.grad_norm > 0:  # type: ignore[attr-defined]
+            raise ValueError(f"{type(self).__name__} needs lr > 0, weight_decay >= 0 and grad_norm > 0")
+
+
+class TrainerState:
+    """The resumable part of the D1 and D2 trainers: optimizer, schedule, shuffling generator
+    and the counters named in ``COUNTERS``."""
+
+    KIND: ClassVar[str]
+    COUNTERS: ClassVar[tuple[str, ...]]
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    generator: torch.Generator
+
+    def _prepare(self, model: ViewPolicyModel, config: Any, trained: tuple[str, ...]) -> None:
+        """Seed the global torch RNG (dropout) and the shuffling generator with ``config.seed``
+        (restore a saved state only after every module and trainer is built: construction
+        consumes RNG), move the model, and let only the ``trained`` parameter groups learn."""
+        self.model, self.config = model, config
+        self.device = torch.device(config.device)
+        torch.manual_seed(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        model.to(self.device)
+        groups = model.parameter_groups()
+        for name, params in groups.items():
+            for p in params:
+                p.requires_grad_(name in trained)
+        for p in model.frozen_parameters():
+            p.requires_grad_(False)
+        self.params = [p for name in trained for p in groups[name]]
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {
+            "kind": self.KIND,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+        }
+        return {**state, **{name: copy.deepcopy(getattr(self, name)) for name in self.COUNTERS}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("kind") != self.KIND:
+            raise ValueError(f"cannot resume a {self.KIND} trainer from a {state.get('kind')!r} trainer state")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+        for name in self.COUNTERS:
+            setattr(self, name, copy.deepcopy(state[name]))
 
 
 # --- RNG state ------------------------------------------------------------------------------
@@ -106,9 +171,7 @@ def _config_dict(cfg: Any) -> dict[str, Any] | None:
     if hasattr(cfg, "to_dict"):
         return cfg.to_dict()
     if is_dataclass(cfg):
-        from dataclasses import asdict
-
-        return asdict(cfg)
+        return asdict(cfg)  # type: ignore[arg-type]
     return dict(cfg)
 
 

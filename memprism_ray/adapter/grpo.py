@@ -39,15 +39,16 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from memprism_ray.adapter.checkpoint import TableA4Config, TrainerState
 from memprism_ray.adapter.tables import check_metadata, fixed_list_array, matrix_column, schema_metadata
-from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM
+from memprism_ray.router.features import FEATURE_DIMS
 from memprism_ray.router.model import ViewPolicyModel
 from memprism_ray.view_space import NUM_ACTIONS
 
@@ -55,29 +56,38 @@ log = logging.getLogger(__name__)
 
 BATCH_FORMAT = "memprism-grpo-steps"
 BATCH_VERSION = 1
-_FEATURE_DIMS: dict[str, int] = {"obs": TEXT_DIM, "goal": TEXT_DIM, "window": WINDOW_DIM, "stats": STATS_DIM}
-
-
-# --- configuration ------------------------------------------------------------------------
-_GRPO_PRESETS: dict[str, dict[str, Any]] = {
-    "alfworld": {},
-    "alfred": {"max_steps": 30, "progress_reward_coef": 0.2, "beta_entropy": 0.0},
-    "mind2web": {
-        "lr": 1e-6,
-        "clip_eps_low": 0.1,
-        "clip_eps_high": 0.15,
-        "beta_kl": 0.01,
-        "beta_entropy": 0.0,
-        "top_p": 0.85,
-        "iterations": 150,
-        "reward": "action_correct",
-    },
+#: The per-step columns besides the features, with their dtypes.
+#: The statistics :meth:`GRPOTrainer.update` averages over its minibatches.
+_LOSS_KEYS = ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "grad_norm")
+_STEP_COLUMNS: dict[str, torch.dtype] = {
+    "action": torch.int64,
+    "old_logprob": torch.float32,
+    "traj_id": torch.int64,
+    "group_id": torch.int64,
+    "traj_return": torch.float32,
+    "failed": torch.bool,
 }
 
 
+# --- configuration ------------------------------------------------------------------------
 @dataclass
-class GRPOConfig:
+class GRPOConfig(TableA4Config):
     """D2 settings; the defaults are Table A.4's ALFWorld rows, :meth:`preset` gives the others."""
+
+    PRESETS = {  # noqa: RUF012 - a class constant, not a field
+        "alfworld": {},
+        "alfred": {"max_steps": 30, "progress_reward_coef": 0.2, "beta_entropy": 0.0},
+        "mind2web": {
+            "lr": 1e-6,
+            "clip_eps_low": 0.1,
+            "clip_eps_high": 0.15,
+            "beta_kl": 0.01,
+            "beta_entropy": 0.0,
+            "top_p": 0.85,
+            "iterations": 150,
+            "reward": "action_correct",
+        },
+    }
 
     preset_name: str = field(default="alfworld", metadata={"help": "Table A.4 row these settings came from"})
     lr: float = field(default=3e-6, metadata={"help": "AdamW learning rate (constant)"})
@@ -119,8 +129,7 @@ class GRPOConfig:
             v = getattr(self, name)
             if v is not None and not 0.0 < v < 1.0:
                 raise ValueError(f"GRPOConfig.{name} must be in (0, 1), got {v}")
-        if not self.lr > 0 or self.weight_decay < 0 or not self.grad_norm > 0:
-            raise ValueError("GRPOConfig needs lr > 0, weight_decay >= 0 and grad_norm > 0")
+        self.check_optimizer()
         if self.beta_kl < 0 or self.beta_entropy < 0:
             raise ValueError("GRPOConfig.beta_kl and beta_entropy must be >= 0")
         for name in (
@@ -158,29 +167,29 @@ class GRPOConfig:
     def eps_high(self) -> float:
         return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
 
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> GRPOConfig:
-        """Table A.4 GRPO row ``alfworld``, ``alfred`` or ``mind2web``, with optional overrides."""
-        if name not in _GRPO_PRESETS:
-            raise ValueError(f"unknown GRPO preset {name!r}; valid: {', '.join(_GRPO_PRESETS)}")
-        return cls(**{"preset_name": name, **_GRPO_PRESETS[name], **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 # --- advantages ----------------------------------------------------------------------------
+def _tensor(x: Any) -> Tensor:
+    return x if isinstance(x, Tensor) else torch.as_tensor(np.asarray(x))
+
+
 def _as_1d(x: Any, dtype: torch.dtype, name: str) -> Tensor:
-    t = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x).to(dtype)
+    t = _tensor(x).to(dtype)
     if t.dim() != 1:
         raise ValueError(f"{name} must be 1-d, got shape {tuple(t.shape)}")
     return t
 
 
-def _failed_mask(failed_mask: Any, gid: Tensor) -> Tensor:
-    if failed_mask is None:
-        return torch.zeros_like(gid, dtype=torch.bool)
-    return _as_1d(failed_mask, torch.bool, "failed_mask")
+def _trajectories(returns: Any, group_ids: Any, failed_mask: Any) -> tuple[Tensor, Tensor, Tensor]:
+    """``(returns with failed ones zeroed, group ids, kept mask)``, one entry per trajectory."""
+    r = _as_1d(returns, torch.float64, "returns")
+    gid = _as_1d(group_ids, torch.int64, "group_ids")
+    failed = torch.zeros_like(gid, dtype=torch.bool)
+    if failed_mask is not None:
+        failed = _as_1d(failed_mask, torch.bool, "failed_mask")
+    if not (r.numel() == gid.numel() == failed.numel()):
+        raise ValueError(f"returns, group_ids, failed_mask lengths: {r.numel()}, {gid.numel()}, {failed.numel()}")
+    return torch.where(~failed, r, torch.zeros_like(r)), gid, ~failed
 
 
 def _group_moments(
@@ -206,17 +215,11 @@ def group_advantages(returns: Any, group_ids: Any, failed_mask: Any = None, eps:
     ``returns``, ``group_ids`` and ``failed_mask`` hold one entry per trajectory. Failed
     trajectories get ``A = 0`` and do not enter their group's mean or (population) std.
     """
-    r = _as_1d(returns, torch.float64, "returns")
-    gid = _as_1d(group_ids, torch.int64, "group_ids")
-    failed = _failed_mask(failed_mask, gid)
-    if not (r.numel() == gid.numel() == failed.numel()):
-        raise ValueError(f"returns, group_ids, failed_mask lengths: {r.numel()}, {gid.numel()}, {failed.numel()}")
-    if not torch.isfinite(r[~failed]).all():
+    r, gid, keep = _trajectories(returns, group_ids, failed_mask)
+    if not torch.isfinite(r[keep]).all():
         raise ValueError("returns of non-failed trajectories must be finite")
     if not eps > 0:
         raise ValueError(f"eps must be > 0, got {eps}")
-    keep = ~failed
-    r = torch.where(keep, r, torch.zeros_like(r))
     mean, std, _, _ = _group_moments(r, gid, keep, eps)
     adv = torch.where(std > eps, (r - mean) / (std + eps), torch.zeros_like(r))
     return torch.where(keep, adv, torch.zeros_like(adv)).float()
@@ -224,11 +227,7 @@ def group_advantages(returns: Any, group_ids: Any, failed_mask: Any = None, eps:
 
 def group_summary(returns: Any, group_ids: Any, failed_mask: Any = None, eps: float = 1e-6) -> dict[str, float]:
     """How many groups took part and which fraction of them had ``std <= eps`` (zero advantage)."""
-    r = _as_1d(returns, torch.float64, "returns")
-    gid = _as_1d(group_ids, torch.int64, "group_ids")
-    failed = _failed_mask(failed_mask, gid)
-    keep = ~failed
-    r = torch.where(keep, r, torch.zeros_like(r))
+    r, gid, keep = _trajectories(returns, group_ids, failed_mask)
     _, _, std, count = _group_moments(r, gid, keep, eps)
     live = count > 0
     n_live = int(live.sum())
@@ -311,10 +310,8 @@ class GRPOBatch:
 
     def __post_init__(self) -> None:
         n: int | None = None
-        for name, dim in _FEATURE_DIMS.items():
-            t = torch.as_tensor(
-                np.asarray(getattr(self, name)) if not isinstance(getattr(self, name), Tensor) else getattr(self, name)
-            ).float()
+        for name, dim in FEATURE_DIMS.items():
+            t = _tensor(getattr(self, name)).float()
             if t.dim() != 2 or t.shape[1] != dim:
                 raise ValueError(f"GRPOBatch.{name} must be [S, {dim}], got {tuple(t.shape)}")
             if not torch.isfinite(t).all():
@@ -323,15 +320,7 @@ class GRPOBatch:
             if t.shape[0] != n:
                 raise ValueError(f"GRPOBatch.{name} has {t.shape[0]} rows, obs has {n}")
             setattr(self, name, t)
-        kinds = {
-            "action": torch.int64,
-            "old_logprob": torch.float32,
-            "traj_id": torch.int64,
-            "group_id": torch.int64,
-            "traj_return": torch.float32,
-            "failed": torch.bool,
-        }
-        for name, dtype in kinds.items():
+        for name, dtype in _STEP_COLUMNS.items():
             t = _as_1d(getattr(self, name), dtype, f"GRPOBatch.{name}")
             if t.numel() != n:
                 raise ValueError(f"GRPOBatch.{name} has {t.numel()} entries for {n} steps")
@@ -381,13 +370,10 @@ class GRPOBatch:
     def to_arrow(self, meta: Mapping[str, Any] | None = None) -> Any:
         import pyarrow as pa
 
-        cols: dict[str, Any] = {name: fixed_list_array(getattr(self, name).numpy()) for name in _FEATURE_DIMS}
-        cols["action"] = pa.array(self.action.numpy(), pa.int16())
-        cols["old_logprob"] = pa.array(self.old_logprob.numpy(), pa.float32())
-        cols["traj_id"] = pa.array(self.traj_id.numpy(), pa.int64())
-        cols["group_id"] = pa.array(self.group_id.numpy(), pa.int64())
-        cols["traj_return"] = pa.array(self.traj_return.numpy(), pa.float32())
-        cols["failed"] = pa.array(self.failed.numpy(), pa.bool_())
+        cols: dict[str, Any] = {name: fixed_list_array(getattr(self, name).numpy()) for name in FEATURE_DIMS}
+        types = {"action": pa.int16(), "old_logprob": pa.float32(), "traj_id": pa.int64(), "group_id": pa.int64()}
+        types |= {"traj_return": pa.float32(), "failed": pa.bool_()}
+        cols |= {name: pa.array(getattr(self, name).numpy(), typ) for name, typ in types.items()}
         return pa.table(cols).replace_schema_metadata(schema_metadata(BATCH_FORMAT, BATCH_VERSION, meta or {}))
 
     @classmethod
@@ -396,9 +382,9 @@ class GRPOBatch:
         import pyarrow as pa
 
         check_metadata(table, BATCH_FORMAT, BATCH_VERSION)
-        feats = {name: torch.from_numpy(matrix_column(table, name, dim).copy()) for name, dim in _FEATURE_DIMS.items()}
+        feats = {name: torch.from_numpy(matrix_column(table, name, dim).copy()) for name, dim in FEATURE_DIMS.items()}
         cols: dict[str, Any] = {}
-        for name in ("action", "old_logprob", "traj_id", "group_id", "traj_return", "failed"):
+        for name in _STEP_COLUMNS:
             if name not in table.column_names:
                 raise ValueError(f"GRPO step table lacks column {name!r}")
             col = table.column(name).combine_chunks()
@@ -412,33 +398,22 @@ class GRPOBatch:
 
 
 # --- trainer -------------------------------------------------------------------------------------
-class GRPOTrainer:
+class GRPOTrainer(TrainerState):
     """The central D2 learner: :meth:`update` runs one iteration's optimisation on a step batch.
 
-    Builds AdamW over the planner parameters only and freezes the encoder and the
-    reference model. Building the trainer seeds the global torch RNG (planner dropout) and
-    its shuffling generator with ``config.seed``; see :mod:`memprism_ray.adapter.checkpoint`
-    for resuming.
+    AdamW over the planner parameters only; the encoder and the reference model are frozen.
     """
+
+    KIND = "grpo"
+    COUNTERS = ("iteration", "step")
 
     def __init__(self, model: ViewPolicyModel, ref_model: ViewPolicyModel | None, config: GRPOConfig) -> None:
         if ref_model is None and config.beta_kl > 0:
             raise ValueError("GRPOTrainer needs the D1 reference model when beta_kl > 0")
         if ref_model is model:
             raise ValueError("ref_model must be a separate frozen copy of the D1 model, not the trained model")
-        self.model = model
         self.ref_model = ref_model
-        self.config = config
-        self.device = torch.device(config.device)
-        torch.manual_seed(config.seed)
-        self.generator = torch.Generator().manual_seed(config.seed)
-        model.to(self.device)
-        groups = model.parameter_groups()
-        for p in groups["encoder"] + model.frozen_parameters():
-            p.requires_grad_(False)
-        self.params = groups["planner"]
-        for p in self.params:
-            p.requires_grad_(True)
+        self._prepare(model, config, ("planner",))
         if ref_model is not None:
             ref_model.to(self.device).eval()
             ref_model.requires_grad_(False)
@@ -468,25 +443,14 @@ class GRPOTrainer:
         self.iteration += 1
         if n == 0:
             log.warning("GRPO iteration %d: every trajectory failed; no update", self.iteration)
-            stats.update(
-                {
-                    "loss": 0.0,
-                    "pg_loss": 0.0,
-                    "kl": 0.0,
-                    "entropy": 0.0,
-                    "clip_frac": 0.0,
-                    "ratio_mean": 1.0,
-                    "grad_norm": 0.0,
-                    "num_minibatches": 0.0,
-                }
-            )
+            stats.update(dict.fromkeys(_LOSS_KEYS, 0.0), ratio_mean=1.0, num_minibatches=0.0)
             stats["lr"] = float(self.scheduler.get_last_lr()[0])
             return stats
         dev = self.device
         adv = adv_traj[traj["inverse"]][keep].to(dev)
         actions = batch.action[keep].to(dev)
         old_lp = batch.old_logprob[keep].to(dev)
-        inputs = [getattr(batch, k)[keep].to(dev) for k in _FEATURE_DIMS]
+        inputs = [getattr(batch, k)[keep].to(dev) for k in FEATURE_DIMS]
         stats["adv_abs_mean"] = float(adv.abs().mean())
         self.model.set_mode(encoder_train=False, planner_train=cfg.planner_train_mode)
         with torch.no_grad():
@@ -501,8 +465,7 @@ class GRPOTrainer:
                     ref_logits = self.ref_model.planner_logits(z)
                 else:
                     ref_logits = self.ref_model(*inputs)
-        keys = ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "grad_norm")
-        totals = dict.fromkeys(keys, 0.0)
+        totals = dict.fromkeys(_LOSS_KEYS, 0.0)
         minibatches = 0
         for _ in range(cfg.update_epochs):
             order = torch.randperm(n, generator=self.generator).to(dev)
@@ -530,24 +493,17 @@ class GRPOTrainer:
                 self.step += 1
                 minibatches += 1
                 w = len(idx) / (n * cfg.update_epochs)
-                totals["loss"] += float(loss.detach()) * w
-                totals["grad_norm"] += float(grad_norm) * w
-                for k in ("pg_loss", "kl", "entropy", "clip_frac", "ratio_mean"):
-                    totals[k] += float(parts[k]) * w
+                for key, value in {**parts, "loss": loss.detach(), "grad_norm": grad_norm}.items():
+                    totals[key] += float(value) * w
         stats.update(totals)
         stats["num_minibatches"] = float(minibatches)
         stats["lr"] = float(self.scheduler.get_last_lr()[0])
         if not all(math.isfinite(v) for v in stats.values()):
             raise FloatingPointError(f"GRPO iteration {self.iteration} produced non-finite statistics: {stats}")
+        keys = ("loss", "kl", "entropy", "clip_frac", "zero_std_group_frac")
         log.info(
             "D2 iteration %d: loss %.4f kl %.4f entropy %.3f clip %.3f zero-std groups %.2f steps %d",
-            self.iteration,
-            stats["loss"],
-            stats["kl"],
-            stats["entropy"],
-            stats["clip_frac"],
-            stats["zero_std_group_frac"],
-            n,
+            *(self.iteration, *(stats[k] for k in keys), n),
         )
         return stats
 
@@ -561,22 +517,3 @@ class GRPOTrainer:
         return len(ref) == len(own) and all(
             a.shape == b.shape and a.device == b.device and torch.equal(a, b) for a, b in zip(ref, own, strict=True)
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "kind": "grpo",
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "generator": self.generator.get_state(),
-            "iteration": self.iteration,
-            "step": self.step,
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state.get("kind") != "grpo":
-            raise ValueError(f"cannot resume a GRPO trainer from a {state.get('kind')!r} trainer state")
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.generator.set_state(state["generator"])
-        self.iteration = int(state["iteration"])
-        self.step = int(state["step"])

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +33,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from memprism_ray.adapter.tables import (
-    check_metadata,
-    fixed_list_array,
-    matrix_column,
-    read_parquet,
-    schema_metadata,
-)
-from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM, FeatureExtractor, RouterFeatures
+from memprism_ray.adapter.checkpoint import TableA4Config, TrainerState
+from memprism_ray.adapter.tables import check_metadata, fixed_list_array, matrix_column, read_parquet, schema_metadata
+from memprism_ray.router.features import FEATURE_DIMS, FeatureExtractor, RouterFeatures
 from memprism_ray.router.model import ViewPolicyModel
 from memprism_ray.router.teacher import DecisionState, TeacherError, TeacherLabel
 from memprism_ray.view_space import NUM_ACTIONS, cost_vector, decision_cost_vector
@@ -49,20 +44,20 @@ log = logging.getLogger(__name__)
 
 DATASET_FORMAT = "memprism-sft-dataset"
 DATASET_VERSION = 1
-_FEATURE_DIMS: dict[str, int] = {"obs": TEXT_DIM, "goal": TEXT_DIM, "window": WINDOW_DIM, "stats": STATS_DIM}
+#: The dataset's matrices: the four feature matrices, the teacher distribution, the cost.
+_COLUMNS = (*FEATURE_DIMS, "q", "cost")
 
 
 # --- configuration ------------------------------------------------------------------------
-_SFT_PRESETS: dict[str, dict[str, Any]] = {
-    "alfworld": {"epochs": 50, "lambda_cost": 0.02, "bf16": True},
-    "alfred": {"epochs": 20, "lambda_cost": 0.0, "bf16": False},
-    "mind2web": {"epochs": 50, "lambda_cost": 0.02, "bf16": True},
-}
-
-
 @dataclass
-class SFTConfig:
+class SFTConfig(TableA4Config):
     """D1 optimisation settings (Table A.4); :meth:`preset` gives the per-benchmark rows."""
+
+    PRESETS = {  # noqa: RUF012 - a class constant, not a field
+        "alfworld": {"epochs": 50, "lambda_cost": 0.02, "bf16": True},
+        "alfred": {"epochs": 20, "lambda_cost": 0.0, "bf16": False},
+        "mind2web": {"epochs": 50, "lambda_cost": 0.02, "bf16": True},
+    }
 
     preset_name: str = field(default="custom", metadata={"help": "Table A.4 row these settings came from"})
     epochs: int = field(default=50, metadata={"help": "passes over the labelled dataset"})
@@ -80,24 +75,13 @@ class SFTConfig:
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:
             raise ValueError(f"SFTConfig needs epochs >= 1 and batch_size >= 1, got {self.epochs}, {self.batch_size}")
-        if not self.lr > 0 or self.weight_decay < 0 or not self.grad_norm > 0:
-            raise ValueError("SFTConfig needs lr > 0, weight_decay >= 0 and grad_norm > 0")
+        self.check_optimizer()
         if self.lambda_cost < 0:
             raise ValueError(f"SFTConfig.lambda_cost must be >= 0, got {self.lambda_cost}")
         if self.schedule not in ("cosine", "constant"):
             raise ValueError(f"SFTConfig.schedule must be 'cosine' or 'constant', got {self.schedule!r}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"SFTConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> SFTConfig:
-        """Table A.4 D1 row ``alfworld``, ``alfred`` or ``mind2web``, with optional overrides."""
-        if name not in _SFT_PRESETS:
-            raise ValueError(f"unknown SFT preset {name!r}; valid: {', '.join(_SFT_PRESETS)}")
-        return cls(**{"preset_name": name, **_SFT_PRESETS[name], **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # --- dataset -------------------------------------------------------------------------------
@@ -119,7 +103,7 @@ class SFTDataset:
 
     def __post_init__(self) -> None:
         n: int | None = None
-        for name, dim in {**_FEATURE_DIMS, "q": NUM_ACTIONS}.items():
+        for name, dim in {**FEATURE_DIMS, "q": NUM_ACTIONS}.items():
             arr = np.ascontiguousarray(getattr(self, name), dtype=np.float32)
             if arr.ndim != 2 or arr.shape[1] != dim:
                 raise ValueError(f"SFTDataset.{name} must have shape [N, {dim}], got {arr.shape}")
@@ -180,35 +164,19 @@ class SFTDataset:
             raise ValueError("SFTDataset.from_examples needs at least one example")
         feats = RouterFeatures.stack([f for f, _ in examples])
         q = np.stack([lab.distribution if isinstance(lab, TeacherLabel) else np.asarray(lab) for _, lab in examples])
-        return cls(
-            feats.obs,
-            feats.goal,
-            feats.window,
-            feats.stats,
-            q,
-            list(sample_ids) if sample_ids else None,
-            dict(meta or {}),
-            None if costs is None else np.asarray(costs, dtype=np.float32),
-        )
+        ids = list(sample_ids) if sample_ids else None
+        cost = None if costs is None else np.asarray(costs, dtype=np.float32)
+        return cls(feats.obs, feats.goal, feats.window, feats.stats, q, ids, dict(meta or {}), cost)
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> SFTDataset:
         idx = np.asarray(indices, dtype=np.int64)
         ids = [self.sample_ids[i] for i in idx] if self.sample_ids is not None else None
-        return SFTDataset(
-            self.obs[idx],
-            self.goal[idx],
-            self.window[idx],
-            self.stats[idx],
-            self.q[idx],
-            ids,
-            dict(self.meta),
-            self.cost[idx],
-        )
+        return SFTDataset(**{name: getattr(self, name)[idx] for name in _COLUMNS}, sample_ids=ids, meta=dict(self.meta))
 
     def to_arrow(self) -> Any:
         import pyarrow as pa
 
-        cols = {name: fixed_list_array(getattr(self, name)) for name in (*_FEATURE_DIMS, "q", "cost")}
+        cols = {name: fixed_list_array(getattr(self, name)) for name in _COLUMNS}
         if self.sample_ids is not None:
             cols["sample_id"] = pa.array(self.sample_ids, pa.string())
         return pa.table(cols).replace_schema_metadata(schema_metadata(DATASET_FORMAT, DATASET_VERSION, self.meta))
@@ -216,7 +184,7 @@ class SFTDataset:
     @classmethod
     def from_arrow(cls, table: Any) -> SFTDataset:
         meta = check_metadata(table, DATASET_FORMAT, DATASET_VERSION)
-        arrays = {name: matrix_column(table, name, dim) for name, dim in {**_FEATURE_DIMS, "q": NUM_ACTIONS}.items()}
+        arrays = {name: matrix_column(table, name, dim) for name, dim in {**FEATURE_DIMS, "q": NUM_ACTIONS}.items()}
         ids = table.column("sample_id").to_pylist() if "sample_id" in table.column_names else None
         cost = matrix_column(table, "cost", NUM_ACTIONS) if "cost" in table.column_names else None
         return cls(**arrays, sample_ids=ids, meta=meta, cost=cost)
@@ -311,29 +279,18 @@ def cosine_factor(step: int, total: int, min_ratio: float) -> float:
 
 
 # --- trainer --------------------------------------------------------------------------------
-class SFTTrainer:
-    """Runs D1 epoch by epoch; :meth:`state_dict` / :meth:`load_state_dict` make it resumable.
+class SFTTrainer(TrainerState):
+    """Runs D1 epoch by epoch (encoder and planner learn); resumable through
+    :class:`~memprism_ray.adapter.checkpoint.TrainerState`."""
 
-    Building the trainer seeds the global torch RNG with ``config.seed``; restore a saved
-    state only after every module and trainer is built (construction consumes RNG).
-    """
+    KIND = "sft"
+    COUNTERS = ("epoch", "step", "history")
 
     def __init__(self, model: ViewPolicyModel, dataset: SFTDataset, config: SFTConfig) -> None:
         if len(dataset) == 0:
             raise ValueError("the SFT dataset is empty")
-        self.model = model
         self.dataset = dataset
-        self.config = config
-        self.device = torch.device(config.device)
-        torch.manual_seed(config.seed)
-        self.generator = torch.Generator().manual_seed(config.seed)
-        model.to(self.device)
-        groups = model.parameter_groups()
-        self.params = groups["encoder"] + groups["planner"]
-        for p in self.params:
-            p.requires_grad_(True)
-        for p in model.frozen_parameters():
-            p.requires_grad_(False)
+        self._prepare(model, config, ("encoder", "planner"))
         # The fused AdamW kernel: a D1 step at batch 16 on 2 CPU threads takes 0.151 s instead
         # of 0.195 s (the 12.7M-parameter update; benchmarks/bench_router_training.py).
         fused = self.device.type in ("cpu", "cuda")
@@ -345,9 +302,7 @@ class SFTTrainer:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: cosine_factor(s, total, ratio))
         else:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: 1.0)
-        self.tensors = {
-            name: torch.as_tensor(getattr(dataset, name), device=self.device) for name in (*_FEATURE_DIMS, "q", "cost")
-        }
+        self.tensors = {name: torch.as_tensor(getattr(dataset, name), device=self.device) for name in _COLUMNS}
         self.epoch = 0
         self.step = 0
         self.history: list[dict[str, float]] = []
@@ -369,7 +324,7 @@ class SFTTrainer:
         for start in range(0, n, bs):
             idx = order[start : start + bs]
             with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
-                logits = self.model(*(self.tensors[k][idx] for k in _FEATURE_DIMS))
+                logits = self.model(*(self.tensors[k][idx] for k in FEATURE_DIMS))
             loss, parts = sft_loss(logits, self.tensors["q"][idx], self.tensors["cost"][idx], self.config.lambda_cost)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -378,10 +333,8 @@ class SFTTrainer:
             self.scheduler.step()
             self.step += 1
             w = len(idx) / n
-            totals["loss"] += float(loss.detach()) * w
-            totals["kl"] += float(parts["kl"]) * w
-            totals["cost"] += float(parts["cost"]) * w
-            totals["grad_norm"] += float(grad_norm) * w
+            for key, value in {**parts, "loss": loss.detach(), "grad_norm": grad_norm}.items():
+                totals[key] += float(value) * w
         self.epoch += 1
         metrics = {
             "epoch": float(self.epoch),
@@ -394,10 +347,7 @@ class SFTTrainer:
             "D1 epoch %d/%d loss %.4f kl %.4f cost %.4f lr %.2e",
             self.epoch,
             self.config.epochs,
-            metrics["loss"],
-            metrics["kl"],
-            metrics["cost"],
-            metrics["lr"],
+            *(metrics[k] for k in ("loss", "kl", "cost", "lr")),
         )
         return metrics
 
@@ -407,40 +357,18 @@ class SFTTrainer:
         ds = dataset or self.dataset
         was_training = self.model.training
         self.model.eval()
-        tensors = {k: torch.as_tensor(getattr(ds, k), device=self.device) for k in (*_FEATURE_DIMS, "q", "cost")}
+        tensors = {k: torch.as_tensor(getattr(ds, k), device=self.device) for k in _COLUMNS}
         totals = {"loss": 0.0, "kl": 0.0, "cost": 0.0}
         n = len(ds)
         for start in range(0, n, self.config.batch_size):
             sl = slice(start, start + self.config.batch_size)
-            logits = self.model(*(tensors[k][sl] for k in _FEATURE_DIMS))
+            logits = self.model(*(tensors[k][sl] for k in FEATURE_DIMS))
             loss, parts = sft_loss(logits, tensors["q"][sl], tensors["cost"][sl], self.config.lambda_cost)
             w = logits.shape[0] / n
-            totals["loss"] += float(loss) * w
-            totals["kl"] += float(parts["kl"]) * w
-            totals["cost"] += float(parts["cost"]) * w
+            for key, value in {**parts, "loss": loss}.items():
+                totals[key] += float(value) * w
         self.model.train(was_training)
         return totals
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "kind": "sft",
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "generator": self.generator.get_state(),
-            "epoch": self.epoch,
-            "step": self.step,
-            "history": [dict(h) for h in self.history],
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state.get("kind") != "sft":
-            raise ValueError(f"cannot resume an SFT trainer from a {state.get('kind')!r} trainer state")
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.generator.set_state(state["generator"])
-        self.epoch = int(state["epoch"])
-        self.step = int(state["step"])
-        self.history = [dict(h) for h in state["history"]]
 
 
 def train_sft(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.eval.episodes import EpisodeList, parse_episode_id
+from memprism_ray.io_atomic import atomic_write_text, loads_json, sha256_file
 
 SCHEMA = "memprism-run-manifest/1"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -49,20 +50,16 @@ def sha256_path(path: str | Path) -> str:
     """SHA-256 of a checkpoint file, or of a directory (sorted relative paths + file hashes)."""
     path = Path(path)
     if path.is_file():
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
-    if path.is_dir():
-        h = hashlib.sha256()
-        files = sorted(p for p in path.rglob("*") if p.is_file())
-        if not files:
-            raise ValueError(f"checkpoint directory {path} holds no files")
-        for p in files:
-            h.update(p.relative_to(path).as_posix().encode() + b"\0" + sha256_path(p).encode() + b"\n")
-        return h.hexdigest()
-    raise ValueError(f"checkpoint {path} does not exist")
+        return sha256_file(path)
+    if not path.is_dir():
+        raise ValueError(f"checkpoint {path} does not exist")
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    if not files:
+        raise ValueError(f"checkpoint directory {path} holds no files")
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(path).as_posix().encode() + b"\0" + sha256_file(p).encode() + b"\n")
+    return h.hexdigest()
 
 
 def _utc_now() -> str:
@@ -188,20 +185,13 @@ class RunManifest:
 
     @classmethod
     def from_json(cls, text: str) -> RunManifest:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"run manifest is not valid JSON: {exc}") from None
+        data = loads_json(text, "run manifest")
         if not isinstance(data, dict):
             raise ValueError("run manifest JSON must be an object")
         return cls.from_dict(data)
 
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Written atomically; an existing manifest is never replaced unless ``overwrite``."""
-        from memprism_ray.io_atomic import atomic_write_text
-
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         return atomic_write_text(path, self.to_json() + "\n", overwrite=overwrite)
 
     @classmethod

@@ -8,19 +8,18 @@ WordPiece tokenizer shipped offline, and the counter's name says it is a fallbac
 (the scripted CPU policy has no tokenizer). Token counts are comparable only within one
 tokenizer (the paper's figure note: "Token counts are comparable only within a model").
 
-The counting rules live in :mod:`memprism_ray.render.visual_tokens`; this module applies
-them to a prompt's images. Until that module is importable, Qwen2.5-VL is counted with a
-private copy of the same rule (``smart_resize``, factor 28, +2 vision start/end markers),
-so results do not change when it lands.
+The visual counting rules live in :mod:`memprism_ray.render.visual_tokens`; this module
+applies them to a prompt's images.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from PIL import Image
+
+from memprism_ray.render import visual_tokens
 
 #: Prompt text counters: auto (task tokenizer, else MiniLM fallback), task (task tokenizer or
 #: an error), minilm, words.
@@ -98,37 +97,6 @@ class PromptTokenCounter:
 VISUAL_TOKEN_FAMILIES: tuple[str, ...] = ("qwen2.5-vl", "qwen3-vl", "minicpm-v-2.6", "none")
 
 
-def _qwen25vl_tokens_fallback(width: int, height: int, min_pixels: int = 3136, max_pixels: int = 12845056) -> int:
-    factor = 28
-    h = max(factor, round(height / factor) * factor)
-    w = max(factor, round(width / factor) * factor)
-    if h * w > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h = max(factor, math.floor(height / beta / factor) * factor)
-        w = max(factor, math.floor(width / beta / factor) * factor)
-    elif h * w < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h = math.ceil(height * beta / factor) * factor
-        w = math.ceil(width * beta / factor) * factor
-    return (h // factor) * (w // factor) + 2
-
-
-def _counter(family: str) -> Callable[..., int]:
-    try:
-        from memprism_ray.render import visual_tokens as vt
-    except ImportError:
-        vt = None
-    if family == "qwen2.5-vl":
-        return getattr(vt, "qwen25vl_tokens", _qwen25vl_tokens_fallback)
-    if vt is None:
-        raise ValueError(f"visual-token family {family!r} needs memprism_ray.render.visual_tokens, not importable")
-    if family == "qwen3-vl":
-        return vt.qwen3vl_tokens
-    if family == "minicpm-v-2.6":
-        return vt.minicpmv26_tokens
-    raise ValueError(f"unknown visual-token family {family!r}; valid: {', '.join(VISUAL_TOKEN_FAMILIES)}")
-
-
 def count_visual_tokens(
     images: Sequence[Image.Image],
     family: str = "qwen2.5-vl",
@@ -137,13 +105,16 @@ def count_visual_tokens(
     max_pixels: int | None = None,
 ) -> int | None:
     """Visual tokens the policy model spends on ``images`` (None for family "none")."""
+    counters: dict[str, Callable[..., int]] = {
+        "qwen2.5-vl": visual_tokens.qwen25vl_tokens,
+        "qwen3-vl": visual_tokens.qwen3vl_tokens,
+        "minicpm-v-2.6": visual_tokens.minicpmv26_tokens,
+    }
     if family == "none":
         return None
-    fn = _counter(family)
+    if family not in counters:
+        raise ValueError(f"unknown visual-token family {family!r}; valid: {', '.join(VISUAL_TOKEN_FAMILIES)}")
     kwargs: dict[str, int] = {}
     if family.startswith("qwen"):
-        if min_pixels is not None:
-            kwargs["min_pixels"] = min_pixels
-        if max_pixels is not None:
-            kwargs["max_pixels"] = max_pixels
-    return sum(int(fn(im.width, im.height, **kwargs)) for im in images)
+        kwargs = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v is not None}
+    return sum(int(counters[family](im.width, im.height, **kwargs)) for im in images)

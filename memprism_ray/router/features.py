@@ -51,20 +51,12 @@ Global statistics layout (A.2), over the latest ``m = min(len, 64)`` events, ``H
 ====  =========================================================================
 
 Action canonicalisation (A.2: "Raw actions are canonicalized from fields such as op,
-action_type, or type"), :func:`canonical_action`:
-
-* a mapping action uses the first of the fields ``op``, ``action_type``, ``type`` that is
-  present (lower-cased, e.g. ``{"op": "CLICK", "ref": "e12"}`` -> ``click``); a mapping
-  with none of them becomes ``{k1,k2,...}`` of its sorted keys. A text action that is a
-  JSON object is read as that mapping.
-* a text action is lower-cased and split on whitespace; surrounding punctuation is
-  stripped. The first word is the verb and is kept; articles (a, an, the) are dropped;
-  words of the closed particle set :data:`PARTICLES` (to, from, in/on, with, up, ...) are
-  kept; every other run of words and instance numbers is one object slot ``X``. So
-  ``take mug 1 from countertop 2`` -> ``take X from X``, ``go to drawer 3`` ->
-  ``go to X``, ``pick up the Mug`` -> ``pick up X``, ``look`` -> ``look``. With
-  ``abstract_objects=False`` only instance numbers are removed (``take mug from
-  countertop``), for users who want object-level repetition in the profile.
+action_type, or type"), :func:`canonical_action`: a mapping (or a JSON-object text) uses the
+first present field of ``op``, ``action_type``, ``type``, lower-cased (else ``{k1,k2,...}`` of
+its sorted keys); a text keeps its first word (the verb) and the particles of
+:data:`PARTICLES`, drops articles, and turns every other run of words and instance numbers
+into one slot ``X``: ``take mug 1 from countertop 2`` -> ``take X from X``, ``pick up the
+Mug`` -> ``pick up X``. ``abstract_objects=False`` removes only instance numbers.
 """
 
 from __future__ import annotations
@@ -92,7 +84,6 @@ RECENCY_DECAY: float = 0.75
 NUM_SIGNATURES: int = 8
 
 # Window coordinates (see the module docstring).
-W_ACTION_FREQ = slice(0, NUM_SIGNATURES)
 W_EXCEPTION_RATIO = 8
 W_STATE_UPDATE_RATIO = 9
 W_NO_CHANGE_RATIO = 10
@@ -103,7 +94,6 @@ W_MAX_EXCEPTION_STREAK = 14
 W_MAX_NO_CHANGE_STREAK = 15
 W_RECENT_STATE_CHANGE = 16
 W_RECENT_EXCEPTION = 17
-W_ACTIVE = 18
 
 # Global-statistics coordinates.
 S_EXCEPTION_RATIO = 0
@@ -116,32 +106,10 @@ S_NO_CHANGE_STREAK = 6
 S_RECENT_STATE_UPDATE = 7
 
 #: Words kept in a text-action signature besides the leading verb.
-PARTICLES: frozenset[str] = frozenset(
-    {
-        "to",
-        "from",
-        "in",
-        "on",
-        "in/on",
-        "into",
-        "onto",
-        "with",
-        "at",
-        "up",
-        "down",
-        "off",
-        "out",
-        "of",
-        "under",
-        "inside",
-        "for",
-        "by",
-        "over",
-        "back",
-        "around",
-        "through",
-    }
+_PARTICLE_WORDS = (
+    "to from in on in/on into onto with at up down off out of under inside for by over back around through"
 )
+PARTICLES: frozenset[str] = frozenset(_PARTICLE_WORDS.split())
 ARTICLES: frozenset[str] = frozenset({"a", "an", "the"})
 MAPPING_ACTION_FIELDS: tuple[str, ...] = ("op", "action_type", "type")
 _STRIP = "\"'`.,;:!?()[]<>"
@@ -224,6 +192,12 @@ def _terminal_run(flags: Sequence[bool]) -> int:
     return run
 
 
+def _outcome_flags(recs: Sequence[StreamRecord]) -> tuple[list[bool], list[bool], list[bool]]:
+    """Per record: is it an exception, a state_update, a no_observed_change."""
+    outcomes = [r.event.outcome for r in recs]
+    return tuple([o is kind for o in outcomes] for kind in Outcome)  # type: ignore[return-value]
+
+
 def unit_hash(text: str) -> float:
     """Deterministic hash of ``text`` into [0, 1) (BLAKE2b; stable across processes)."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
@@ -259,13 +233,8 @@ class EventWindowSummarizer:
         freqs = sorted((c / n for c in signatures.values()), reverse=True)[:NUM_SIGNATURES]
         out[: len(freqs)] = freqs
 
-        outcomes = [r.event.outcome for r in recs]
-        exc = [o is Outcome.EXCEPTION for o in outcomes]
-        upd = [o is Outcome.STATE_UPDATE for o in outcomes]
-        noc = [o is Outcome.NO_OBSERVED_CHANGE for o in outcomes]
-        out[W_EXCEPTION_RATIO] = sum(exc) / n
-        out[W_STATE_UPDATE_RATIO] = sum(upd) / n
-        out[W_NO_CHANGE_RATIO] = sum(noc) / n
+        exc, upd, noc = _outcome_flags(recs)
+        out[W_EXCEPTION_RATIO : W_NO_CHANGE_RATIO + 1] = [sum(exc) / n, sum(upd) / n, sum(noc) / n]
 
         entities = [r.event.entity.strip() for r in recs]
         named = [e for e in entities if e]
@@ -293,10 +262,7 @@ def global_stats(records: EventStream | Sequence[StreamRecord], *, horizon: int 
     if m == 0:
         return out
     h = float(horizon)
-    outcomes = [r.event.outcome for r in recs]
-    exc = [o is Outcome.EXCEPTION for o in outcomes]
-    upd = [o is Outcome.STATE_UPDATE for o in outcomes]
-    noc = [o is Outcome.NO_OBSERVED_CHANGE for o in outcomes]
+    exc, upd, noc = _outcome_flags(recs)
     out[S_EXCEPTION_RATIO] = sum(exc) / m
     out[S_STATE_UPDATE_RATIO] = sum(upd) / m
     out[S_ENTITY_COUNT] = len({r.event.entity.strip() for r in recs} - {""}) / h
@@ -311,7 +277,8 @@ def global_stats(records: EventStream | Sequence[StreamRecord], *, horizon: int 
 
 
 # --- the feature bundle -------------------------------------------------------------------
-_DIMS: dict[str, int] = {"obs": TEXT_DIM, "goal": TEXT_DIM, "window": WINDOW_DIM, "stats": STATS_DIM}
+#: The four feature matrices by name and width, in the Router's input order.
+FEATURE_DIMS: dict[str, int] = {"obs": TEXT_DIM, "goal": TEXT_DIM, "window": WINDOW_DIM, "stats": STATS_DIM}
 
 
 @dataclass(frozen=True)
@@ -325,7 +292,7 @@ class RouterFeatures:
 
     def __post_init__(self) -> None:
         lead: tuple[int, ...] | None = None
-        for name, dim in _DIMS.items():
+        for name, dim in FEATURE_DIMS.items():
             arr = np.asarray(getattr(self, name), dtype=np.float32)
             if arr.ndim not in (1, 2) or arr.shape[-1] != dim:
                 raise ValueError(f"RouterFeatures.{name} must have shape [{dim}] or [B, {dim}], got {arr.shape}")
@@ -349,7 +316,7 @@ class RouterFeatures:
         """Concatenate single or batched features into one batch."""
         if not items:
             raise ValueError("RouterFeatures.stack needs at least one item")
-        parts = {name: [np.atleast_2d(getattr(f, name)) for f in items] for name in _DIMS}
+        parts = {name: [np.atleast_2d(getattr(f, name)) for f in items] for name in FEATURE_DIMS}
         return cls(**{name: np.concatenate(arrs, axis=0) for name, arrs in parts.items()})
 
     def as_batch(self) -> RouterFeatures:
@@ -360,7 +327,7 @@ class RouterFeatures:
         import torch
 
         b = self.as_batch()
-        return tuple(torch.as_tensor(getattr(b, name), device=device) for name in _DIMS)  # type: ignore[return-value]
+        return tuple(torch.as_tensor(getattr(b, name), device=device) for name in FEATURE_DIMS)  # type: ignore[return-value]
 
 
 class TextEncoderLike(Protocol):

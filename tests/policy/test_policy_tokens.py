@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from memprism_ray.policy import tokens
 from memprism_ray.policy.tokens import count_visual_tokens
 
 
@@ -20,7 +19,6 @@ from memprism_ray.policy.tokens import count_visual_tokens
     ],
 )
 def test_qwen25vl_rule(w: int, h: int, max_pixels: int, expected: int) -> None:
-    assert tokens._qwen25vl_tokens_fallback(w, h, max_pixels=max_pixels) == expected
     assert count_visual_tokens([Image.new("RGB", (w, h))], max_pixels=max_pixels) == expected
 
 
@@ -31,12 +29,3 @@ def test_sum_over_images_and_none_family() -> None:
     assert count_visual_tokens(ims, "none") is None
     with pytest.raises(ValueError, match="family"):
         count_visual_tokens(ims, "llava")
-
-
-def test_fallback_agrees_with_render_module_when_present() -> None:
-    vt = pytest.importorskip("memprism_ray.render.visual_tokens")
-    for w, h in [(672, 672), (686, 672), (1000, 300), (28, 2000), (5000, 5000)]:
-        assert vt.qwen25vl_tokens(w, h) == tokens._qwen25vl_tokens_fallback(w, h)
-        assert vt.qwen25vl_tokens(w, h, max_pixels=672 * 672) == tokens._qwen25vl_tokens_fallback(
-            w, h, max_pixels=672 * 672
-        )
