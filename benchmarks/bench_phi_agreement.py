@@ -157,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         root = args.data_root
         if not root:
             from memprism_ray.config import load_config
-            from memprism_ray.pipeline.jobs import resolve_corpus
+            from memprism_ray.benchmark import get_benchmark
 
-            root = resolve_corpus(load_config(None, []), lambda m: print(m, file=sys.stderr)).corpus.data_root
+            root = get_benchmark("alfworld").prepare(load_config(None, []), lambda m: print(m, file=sys.stderr)).corpus.data_root
         episodes = play_transcripts(root, args.games, args.max_steps, args.random_rate, args.seed)
         source = f"{len(episodes)} expert game(s) of {root} (random rate {args.random_rate}, seed {args.seed})"
     steps = sum(len(e) for e in episodes)
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         max_tokens=args.max_tokens,
         concurrency=args.concurrency,
         timeout_s=args.timeout_s,
-        retries=args.retries,
+        max_retries=args.retries,
     )
     phi = LLMPhi("alfworld", endpoint_complete(cfg), AlfworldPhi())
     t1 = time.perf_counter()

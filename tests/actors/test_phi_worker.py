@@ -32,7 +32,7 @@ def test_phi_worker_rules_by_default_and_llm_when_configured(ray_session) -> Non
     ]
     states = [{}, {}, {}]
     with stub.PhiStubServer() as srv:
-        cfg = PhiConfig(kind="llm", model="stub", base_url=srv.base_url, retries=0, timeout_s=10.0)
+        cfg = PhiConfig(kind="llm", model="stub", base_url=srv.base_url, max_retries=0, timeout_s=10.0)
         rules = PhiWorker.options(num_cpus=0.05).remote("alfworld")
         llm = PhiWorker.options(num_cpus=0.05).remote("alfworld", cfg)
         try:

@@ -26,7 +26,7 @@ GO = RawEvent(
 
 
 def cfg(url: str, **kw) -> PhiConfig:
-    base = {"kind": "llm", "model": "stub", "base_url": url, "retry_backoff_s": 0.0, "timeout_s": 5.0, "retries": 1}
+    base = {"kind": "llm", "model": "stub", "base_url": url, "backoff_s": 0.0, "timeout_s": 5.0, "max_retries": 1}
     return PhiConfig(**{**base, **kw})
 
 
@@ -67,7 +67,7 @@ def test_json_wrapped_in_prose_and_a_fence_is_parsed(server: PhiStubServer) -> N
     [
         ("malformed", "fallback_invalid", "invalid answer: malformed JSON"),
         ("nojson", "fallback_invalid", "invalid answer: no JSON object in the answer"),
-        ("down", "fallback_request", "request failed: PhiRequestError: Phi endpoint"),
+        ("down", "fallback_request", "request failed: LLMUnavailable: http://127.0.0.1:"),
     ],
 )
 def test_unusable_answer_falls_back_to_the_rules_with_the_reason(
@@ -85,7 +85,7 @@ def test_unusable_answer_falls_back_to_the_rules_with_the_reason(
 
 
 def test_a_500_then_ok_is_retried_and_used(server: PhiStubServer) -> None:
-    phi = LLMPhi("alfworld", endpoint_complete(cfg(server.base_url, retries=1)), AlfworldPhi())
+    phi = LLMPhi("alfworld", endpoint_complete(cfg(server.base_url, max_retries=1)), AlfworldPhi())
     ex = phi.extract(with_mode(GO, "flaky"), {})
     assert ex.evidence["phi"] == "llm"
     assert phi.stats()["backend_retries"] == 1 and phi.stats()["backend_requests"] == 2
@@ -93,7 +93,7 @@ def test_a_500_then_ok_is_retried_and_used(server: PhiStubServer) -> None:
 
 def test_timeout_falls_back_once_the_retries_are_spent() -> None:
     with PhiStubServer(slow_s=1.5) as srv:
-        phi = LLMPhi("alfworld", endpoint_complete(cfg(srv.base_url, retries=0, timeout_s=0.3)), AlfworldPhi())
+        phi = LLMPhi("alfworld", endpoint_complete(cfg(srv.base_url, max_retries=0, timeout_s=0.3)), AlfworldPhi())
         ex = phi.extract(with_mode(GO, "slow"), {})
     assert "timeout after 0.3s" in ex.evidence["phi_fallback"]
     assert phi.counters["fallback_request"] == 1

@@ -8,8 +8,9 @@ import io
 import pytest
 from phi_stub_server import COMPLETION_TOKENS, PROMPT_TOKENS, PhiStubServer
 
+from memprism_ray.llm_client import LLMError, LLMReplyError, LLMUnavailable
 from memprism_ray.recorder.phi.config import PhiConfig
-from memprism_ray.recorder.phi.llm_client import PhiRequestError, endpoint_complete, pool_complete
+from memprism_ray.recorder.phi.llm_client import endpoint_complete, pool_complete
 
 
 def png() -> bytes:
@@ -21,15 +22,15 @@ def png() -> bytes:
 
 
 def cfg(url: str, **kw) -> PhiConfig:
-    base = {"kind": "llm", "model": "stub-model", "base_url": url, "retry_backoff_s": 0.0, "timeout_s": 5.0}
+    base = {"kind": "llm", "model": "stub-model", "base_url": url, "backoff_s": 0.0, "timeout_s": 5.0}
     return PhiConfig(**{**base, **kw})
 
 
 def test_batch_answers_in_order_with_failures_as_values_and_token_counts() -> None:
     with PhiStubServer() as srv:
-        client = endpoint_complete(cfg(srv.base_url, retries=1))
+        client = endpoint_complete(cfg(srv.base_url, max_retries=1))
         out = client([("MODE=valid a", []), ("MODE=down b", []), ("MODE=prose c", []), ("MODE=valid d", [])])
-    assert isinstance(out[1], PhiRequestError) and "failed 2 time(s); last error: HTTP 503" in str(out[1])
+    assert isinstance(out[1], LLMUnavailable) and "failed 2 time(s); last error: HTTP 503" in str(out[1])
     assert '"entity": "drawer 1"' in out[0] and out[0] == out[3]
     assert out[2].startswith("Sure, here is the event:")
     c = client.counters
@@ -46,7 +47,7 @@ def test_batch_answers_in_order_with_failures_as_values_and_token_counts() -> No
 
 def test_a_500_is_retried_then_answered() -> None:
     with PhiStubServer() as srv:
-        client = endpoint_complete(cfg(srv.base_url, retries=2))
+        client = endpoint_complete(cfg(srv.base_url, max_retries=2))
         (out,) = client([("MODE=flaky once", [])])
     assert '"act_type": "go"' in out
     assert client.counters["requests"] == 2 and client.counters["retries"] == 1 and client.counters["failures"] == 0
@@ -54,24 +55,24 @@ def test_a_500_is_retried_then_answered() -> None:
 
 def test_no_retries_means_one_attempt() -> None:
     with PhiStubServer() as srv:
-        client = endpoint_complete(cfg(srv.base_url, retries=0))
+        client = endpoint_complete(cfg(srv.base_url, max_retries=0))
         (out,) = client([("MODE=flaky once", [])])
-    assert isinstance(out, PhiRequestError) and "HTTP 500" in str(out)
+    assert isinstance(out, LLMUnavailable) and "HTTP 500" in str(out)
     assert client.counters["requests"] == 1
 
 
 def test_timeout_is_bounded_and_reported() -> None:
     with PhiStubServer(slow_s=2.0) as srv:
-        client = endpoint_complete(cfg(srv.base_url, retries=1, timeout_s=0.3))
+        client = endpoint_complete(cfg(srv.base_url, max_retries=1, timeout_s=0.3))
         (out,) = client([("MODE=slow x", [])])
-    assert isinstance(out, PhiRequestError) and "timeout after 0.3s" in str(out)
+    assert isinstance(out, LLMUnavailable) and "timeout after 0.3s" in str(out)
     assert client.counters["requests"] == 2 and client.counters["failures"] == 1
 
 
 def test_unreachable_endpoint_is_a_request_error() -> None:
-    client = endpoint_complete(cfg("http://127.0.0.1:9/v1", retries=1, timeout_s=1.0))
+    client = endpoint_complete(cfg("http://127.0.0.1:9/v1", max_retries=1, timeout_s=1.0))
     (out,) = client([("hello", [])])
-    assert isinstance(out, PhiRequestError) and "transport error" in str(out)
+    assert isinstance(out, LLMUnavailable) and "transport error" in str(out)
 
 
 def test_requests_run_concurrently_up_to_the_bound() -> None:
@@ -115,6 +116,35 @@ def test_api_key_is_sent_as_bearer(monkeypatch: pytest.MonkeyPatch) -> None:
     assert client.counters["no_usage"] == 1 and client.counters["prompt_tokens"] == 0
 
 
+def test_retry_after_is_honoured_and_tokens_counted_like_every_endpoint_user() -> None:
+    """The Phi shares the one client (memprism_ray/llm_client.py): a 503's Retry-After is waited
+    for even with no backoff of its own (the old Phi client retried at once)."""
+    import time
+
+    import httpx
+
+    seen: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(time.monotonic())
+        if len(seen) == 1:
+            return httpx.Response(503, headers={"Retry-After": "0.3"}, text="busy")
+        return httpx.Response(200, json={"choices": [{"message": {"content": "{}"}}], "usage": USAGE})
+
+    USAGE = {"prompt_tokens": 7, "completion_tokens": 2}
+    client = endpoint_complete(cfg("http://stub/v1", max_retries=1), transport=httpx.MockTransport(handler))
+    assert client([("p", [])]) == ["{}"]
+    assert seen[1] - seen[0] >= 0.3
+    assert dict(client.counters) == {
+        "requests": 2,
+        "retries": 1,
+        "failures": 0,
+        "prompt_tokens": 7,
+        "completion_tokens": 2,
+        "no_usage": 0,
+    }
+
+
 def test_a_reply_that_is_not_a_chat_completion_fails_that_request() -> None:
     import httpx
 
@@ -122,7 +152,7 @@ def test_a_reply_that_is_not_a_chat_completion_fails_that_request() -> None:
         cfg("http://stub/v1"), transport=httpx.MockTransport(lambda r: httpx.Response(200, json={"text": "hi"}))
     )
     (out,) = client([("p", [])])
-    assert isinstance(out, PhiRequestError) and "not a chat completion" in str(out)
+    assert isinstance(out, LLMReplyError) and "not an OpenAI chat completion" in str(out)
 
 
 def test_pool_complete_is_text_only_and_keeps_order() -> None:
@@ -138,19 +168,20 @@ def test_pool_complete_is_text_only_and_keeps_order() -> None:
     assert isinstance(out[1], ValueError) and "text only" in str(out[1])
     assert isinstance(out[2], RuntimeError)
     assert calls == [["a", "boom", "b"]]  # one batched call, images never sent
-    assert complete.counters == {"requests": 3, "failures": 1, "image_rejected": 1}
+    # the image request is a failure too, counted like every endpoint user counts (memprism_ray/llm_client.py)
+    assert (complete.counters["requests"], complete.counters["failures"]) == (3, 2)
 
 
 def test_pool_complete_turns_a_short_answer_or_a_raise_into_errors() -> None:
     short = pool_complete(lambda ps: ["x"])
     out = short([("a", []), ("b", [])])
-    assert all(isinstance(x, PhiRequestError) and "1 completion(s) for 2" in str(x) for x in out)
+    assert all(isinstance(x, LLMError) and "1 completion(s) for 2" in str(x) for x in out)
 
     def boom(ps: list[str]) -> list[str]:
         raise ConnectionError("replica gone")
 
     out = pool_complete(boom)([("a", [])])
-    assert isinstance(out[0], PhiRequestError) and "replica gone" in str(out[0])
+    assert isinstance(out[0], LLMError) and "replica gone" in str(out[0])
 
 
 @pytest.mark.parametrize(
@@ -162,7 +193,8 @@ def test_pool_complete_turns_a_short_answer_or_a_raise_into_errors() -> None:
         ({"max_tokens": 0}, "phi.max_tokens must be >= 1"),
         ({"concurrency": 0}, "phi.concurrency must be >= 1"),
         ({"timeout_s": 0.0}, "phi.timeout_s must be"),
-        ({"retries": -1}, "phi.retries must be >= 0"),
+        ({"max_retries": -1}, "phi.max_retries must be >= 0"),
+        ({"backoff_s": 30.0}, "phi: need 0 <= backoff_s <= max_backoff_s"),
         ({"temperature": -0.5}, "phi.temperature"),
         ({"kind": "llm", "model": ""}, "phi.kind=llm needs phi.model"),
     ],
