@@ -21,35 +21,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from PIL import Image
 
+from memprism_ray.formats.history import HistoryRecord
+
 #: Benchmarks with a task-policy prompt and an action contract (appendix E.3-E.4).
 BENCHMARKS: tuple[str, ...] = ("alfworld", "ebalfred", "mind2web")
 
 
 class PolicyBackendError(RuntimeError):
     """The backend itself failed (unreachable server, engine crash), not the model output."""
-
-
-@dataclass(frozen=True)
-class HistoryRecord:
-    """One executed step of the short text history ``H_short``.
-
-    ``step`` is the zero-based decision index at which ``action`` was taken (prompts show
-    it one-based), ``observation`` what the agent saw before acting, ``feedback`` what the
-    environment answered.
-    """
-
-    step: int
-    observation: str
-    action: str
-    feedback: str
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.step, int) or isinstance(self.step, bool) or self.step < 0:
-            raise ValueError(f"HistoryRecord.step must be a non-negative int, got {self.step!r}")
-        for name in ("observation", "action", "feedback"):
-            value = getattr(self, name)
-            if not isinstance(value, str):
-                raise ValueError(f"HistoryRecord.{name} must be a str, got {type(value).__name__}")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from functools import lru_cache
 
 from PIL import Image, ImageDraw, ImageFont, ImageOps
 
-from memprism_ray.policy.base import HistoryRecord
+from memprism_ray.formats.history import HistoryRecord
 from memprism_ray.render.font import font_path
 from memprism_ray.render.visual_tokens import qwen25vl_tokens
 

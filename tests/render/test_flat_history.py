@@ -9,7 +9,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from memprism_ray.policy.base import HistoryRecord
+from memprism_ray.formats.history import HistoryRecord
 from memprism_ray.render.flat_history import (
     FlatHistoryConfig,
     _font,
