@@ -32,7 +32,7 @@ import re
 import time
 from collections.abc import Sequence
 
-from memprism_ray.envs.mind2web.snapshot import Element, describe, parse_snapshot
+from memprism_ray.formats.mind2web_snapshot import Element, describe, parse_snapshot
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.policy.parsing import encode_mind2web_action, failed_output, to_output
 

@@ -4,13 +4,8 @@ snippets as fallback, ``[ref=eN]`` markers the parser accepts."""
 from __future__ import annotations
 
 from memprism_ray.envs.mind2web.data import Candidate, Step
-from memprism_ray.envs.mind2web.snapshot import (
-    SnapshotConfig,
-    build_snapshot,
-    describe,
-    human_refs,
-    parse_snapshot,
-)
+from memprism_ray.envs.mind2web.snapshot import SnapshotConfig, build_snapshot, human_refs
+from memprism_ray.formats.mind2web_snapshot import describe, parse_snapshot
 from memprism_ray.policy.prompts import snapshot_refs
 
 HTML = (

@@ -1,12 +1,6 @@
-"""The Mind2Web page snapshot the task policy reads (paper appendix D.2 "Mind2Web": "The
-adapter uses cleaned_html near candidate backend-node IDs when available, falling back
-to compact HTML snippets").
-
-One line per candidate element, in page order, each opened by the element's ref marker
-that the Mind2Web prompt and parser use (``[ref=e<backend_node_id>]``)::
-
-    [ref=e136] <input type="text" placeholder="From"> From
-    [ref=e142] <button> Search flights
+"""Building the Mind2Web page snapshot the task policy reads (paper appendix D.2 "Mind2Web":
+"The adapter uses cleaned_html near candidate backend-node IDs when available, falling back
+to compact HTML snippets"); the line format is :mod:`memprism_ray.formats.mind2web_snapshot`.
 
 * When the candidate's ``backend_node_id`` is found in ``cleaned_html``, the line is that
   element of the page: its tag, its useful attributes, and the text in and right around
@@ -24,12 +18,12 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
 from memprism_ray.envs.mind2web.data import Candidate, Step
+from memprism_ray.formats.mind2web_snapshot import Element, ref_of
 
 #: Attributes worth showing: what identifies a control to a reader.
 KEEP_ATTRS: tuple[str, ...] = (
@@ -47,14 +41,7 @@ KEEP_ATTRS: tuple[str, ...] = (
     "input_checked",
     "input_value",
 )
-_LINE = re.compile(r"^\[ref=(?P<ref>[^\]\s]+)\] <(?P<tag>[a-zA-Z0-9_-]+)(?P<attrs>[^>]*)>(?P<text>.*)$")
-_ATTR = re.compile(r'([a-zA-Z_:-]+)="([^"]*)"')
 _VOID = {"input", "img", "br", "hr", "meta", "link", "area", "base", "col", "embed", "source", "track", "wbr"}
-
-
-def ref_of(backend_node_id: str) -> str:
-    """The snapshot ref of a backend node id."""
-    return f"e{backend_node_id}"
 
 
 @dataclass(frozen=True)
@@ -74,21 +61,6 @@ class SnapshotConfig:
 
 
 @dataclass(frozen=True)
-class Element:
-    """One snapshot line's element."""
-
-    ref: str
-    tag: str
-    attrs: Mapping[str, str]
-    text: str
-    source: str  # "cleaned_html" or "snippet"
-
-    def line(self, limit: int) -> str:
-        attrs = "".join(f' {k}="{_clip(v, 40)}"' for k, v in self.attrs.items())
-        return _clip(f"[ref={self.ref}] <{self.tag}{attrs}> {self.text}".rstrip(), limit)
-
-
-@dataclass(frozen=True)
 class Snapshot:
     """A page as the policy sees it."""
 
@@ -97,11 +69,6 @@ class Snapshot:
     elements: Mapping[str, Element] = field(default_factory=dict)
     source: str = "cleaned_html"
     """``cleaned_html`` (every line from the page), ``snippets`` (none) or ``mixed``"""
-
-
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Page(HTMLParser):
@@ -208,28 +175,7 @@ def build_snapshot(step: Step, config: SnapshotConfig | None = None) -> Snapshot
     )
 
 
-def parse_snapshot(text: str) -> dict[str, Element]:
-    """The elements of a snapshot text by ref (the inverse of :attr:`Snapshot.text` lines;
-    used by Phi and the scripted policy, which see only text)."""
-    out: dict[str, Element] = {}
-    for line in text.splitlines():
-        m = _LINE.match(line.strip())
-        if m:
-            attrs = dict(_ATTR.findall(m.group("attrs")))
-            out[m.group("ref")] = Element(m.group("ref"), m.group("tag").lower(), attrs, m.group("text").strip(), "")
-    return out
-
-
 def human_refs(step: Step, snapshot: Snapshot) -> tuple[str, ...]:
     """The refs of the step's positive candidates that the snapshot shows (any of them is
     the human target; empty when Mind2Web kept no positive candidate for the step)."""
     return tuple(r for r in (ref_of(c.backend_node_id) for c in step.pos) if r in snapshot.elements)
-
-
-def describe(element: Element | None, ref: str) -> str:
-    """A short name of an element for events and views (``button 'Search flights'``)."""
-    if element is None:
-        return ref
-    names = ("aria_label", "aria-label", "placeholder", "title", "name", "alt")
-    label = element.text or next((element.attrs[k] for k in names if k in element.attrs), "")
-    return _clip(f"{element.tag} '{label}'" if label else element.tag, 60)

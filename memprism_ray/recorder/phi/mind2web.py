@@ -8,7 +8,7 @@ state_update even when no member of this restricted semantic key set is extracte
 
 The raw event's action is the recorded human action (canonical JSON ``{"op", "ref",
 "value"}``), ``o_pre`` the page snapshot before it and ``feedback`` the snapshot after it
-(:mod:`memprism_ray.envs.mind2web.snapshot`). Hard evidence: ``act`` is the lower-cased
+(:mod:`memprism_ray.formats.mind2web_snapshot`). Hard evidence: ``act`` is the lower-cased
 operation (``click``, ``type``, ``select``), ``entity`` the target element as the snapshot
 names it (``input 'From'``), an explicit failure is feedback that starts with
 ``Action failed`` (the replay itself never fails a human step). Keys, following the
@@ -36,7 +36,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from memprism_ray.envs.mind2web.snapshot import Element, describe, parse_snapshot
+from memprism_ray.formats.mind2web_snapshot import Element, describe, parse_snapshot
 from memprism_ray.recorder.events import Outcome, RawEvent, StateDelta
 from memprism_ray.recorder.phi.base import Extraction
 
