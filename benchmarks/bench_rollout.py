@@ -52,7 +52,7 @@ def main() -> int:
     import numpy as np
     import ray
     import torch
-    from memprism_ray.actors.grpo_driver import RolloutFleet, run_groups, sample_groups
+    from memprism_ray.trainer.rollouts import RolloutFleet, run_groups, sample_groups
 
     from memprism_ray.actors.learner import state_to_numpy
     from memprism_ray.actors.rollout import RolloutWorker
@@ -62,7 +62,7 @@ def main() -> int:
     from memprism_ray.config import load_config
     from memprism_ray.envs.alfworld import AlfworldEnv, list_games
     from memprism_ray.envs.base import GameRef
-    from memprism_ray.pipeline.jobs import resolve_corpus
+    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.policy.factory import make_policy
     from memprism_ray.recorder.phi.alfworld import AlfworldPhi
     from memprism_ray.router.encoder import TextEncoder
@@ -87,7 +87,7 @@ def main() -> int:
             str(g),
         ],
     )
-    cfg = resolve_corpus(cfg, lambda m: print(m, file=sys.stderr))
+    cfg = get_benchmark("alfworld").prepare(cfg, lambda m: print(m, file=sys.stderr))
     games = list_games("train", cfg.corpus.data_root)
     torch.manual_seed(0)
     model = ViewPolicyModel(cfg.router).eval()

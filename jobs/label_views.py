@@ -17,27 +17,11 @@ from __future__ import annotations
 
 import sys
 
-from memprism_ray.actors.d1 import build_d1_data
-from memprism_ray.actors.placement import init_ray
-from memprism_ray.envs.alfworld import list_games
-from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
-from memprism_ray.pipeline.run_dir import d1_dir as d1_dir_for
-
-
-def say(msg: str) -> None:
-    print(f"[label] {msg}", flush=True)
+from memprism_ray.trainer import d1_job
 
 
 def main(argv: list[str] | None = None) -> int:
-    _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv)
-    init_ray(cfg.run.ray_address, cfg.run.num_cpus)
-    cfg = resolve_corpus(cfg, say)
-    d1_dir = d1_dir_for(cfg.run.dir, cfg)  # keyed by the config sections that make D1 (as in the GRPO job)
-    # All training games: the first label.games are the expert's, the next label.rollin_games the roll-ins'.
-    games = list_games(cfg.corpus.train_split, cfg.corpus.data_root)
-    labels = build_d1_data(cfg, games, d1_dir, say)
-    say(f"done: {labels}")
-    return 0
+    return d1_job("alfworld", __doc__.split("\n\n")[0], argv, train=False)
 
 
 if __name__ == "__main__":

@@ -15,25 +15,11 @@ from __future__ import annotations
 
 import sys
 
-from memprism_ray.actors.d1 import run_d1
-from memprism_ray.actors.placement import init_ray
-from memprism_ray.envs.alfworld import list_games
-from memprism_ray.pipeline.jobs import parse_job_args, resolve_corpus
-from memprism_ray.pipeline.run_dir import d1_dir
-
-
-def say(msg: str) -> None:
-    print(f"[sft] {msg}", flush=True)
+from memprism_ray.trainer import d1_job
 
 
 def main(argv: list[str] | None = None) -> int:
-    _, cfg = parse_job_args(__doc__.split("\n\n")[0], argv)
-    init_ray(cfg.run.ray_address, cfg.run.num_cpus)
-    cfg = resolve_corpus(cfg, say)
-    games = list_games(cfg.corpus.train_split, cfg.corpus.data_root)
-    ckpt = run_d1(cfg, games, d1_dir(cfg.run.dir, cfg), say)
-    say(f"D1 checkpoint: {ckpt}")
-    return 0
+    return d1_job("alfworld", __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ and help text (``python jobs/grpo_alfworld.py --help-config``).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,13 +28,24 @@ from memprism_ray.baselines.external import MemoryBaselineConfig
 from memprism_ray.config_tree import field, from_dict, load_yaml, merge, parse_overrides
 from memprism_ray.envs.alfworld.data import check_split
 from memprism_ray.envs.ebalfred.section import EbAlfredSection
-from memprism_ray.envs.registry import get_benchmark
-from memprism_ray.pipeline.run_dir import check_run_name
+from memprism_ray.policy.base import BENCHMARKS
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.recorder.phi.config import PhiConfig
 from memprism_ray.render.config import RenderConfig
 from memprism_ray.router.encoder import EncoderConfig
 from memprism_ray.router.model import RouterConfig
+
+_RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_run_name(name: str) -> str:
+    """``name`` if it is one plain directory name (no ``/``, no ``..``, not absolute)."""
+    if not isinstance(name, str) or not _RUN_NAME_RE.match(name):
+        raise ValueError(
+            f"run.name {name!r}: must be a single directory name of letters, digits, '.', '_' and '-' "
+            "starting with a letter or digit (no '/', no '..', not an absolute path)"
+        )
+    return name
 
 
 @dataclass
@@ -74,7 +86,7 @@ class RunConfig:
 class CorpusSection:
     """Which games the job plays: an ALFWorld data root, or the embedded generated corpus."""
 
-    benchmark: str = field("alfworld", help="benchmark whose env and rule Phi the actors build (envs/registry.py)")
+    benchmark: str = field("alfworld", help="benchmark the job trains and evaluates on (memprism_ray/benchmark/)")
     data_root: str = field("", help="ALFWorld data root ('' : $ALFWORLD_DATA, else the embedded generated corpus)")
     train_games: int = field(48, help="embedded corpus: training games built on first use")
     eval_games: int = field(48, help="embedded corpus: games per evaluation split built on first use")
@@ -86,7 +98,11 @@ class CorpusSection:
         if self.train_games < 1 or self.eval_games < 0:
             raise ValueError("corpus.train_games must be >= 1 and corpus.eval_games >= 0")
         check_split(self.train_split, "corpus.train_split")
-        get_benchmark(self.benchmark)
+        if self.benchmark not in BENCHMARKS:
+            raise ValueError(
+                f"corpus.benchmark: unknown benchmark {self.benchmark!r}; "
+                f"known benchmarks: {', '.join(sorted(BENCHMARKS))}"
+            )
 
 
 @dataclass

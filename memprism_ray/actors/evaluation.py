@@ -1,23 +1,17 @@
-"""Distributed evaluation (paper appendix C): the ordered episode list is split over
-``EvalWorker`` actors, each playing its share in-process with the same decision loop as
-``memprism eval``; the driver gathers the episodes and writes the same reports. With a
-model-backed task policy (vllm, hf) the workers decide through the policy pool's replicas
-(docs/gpu.md): no evaluation worker builds a model.
+"""The evaluation actor (paper appendix C): env slots, Phi, task policy and the Router in one
+process, playing waves of episodes with the same decision loop as ``memprism eval``. The
+driver side (plan, dispatch, reports) is :mod:`memprism_ray.trainer.evaluate`. With a
+model-backed task policy (vllm, hf) the worker decides through the policy pool's replicas
+(docs/gpu.md): it never builds a model.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import ray
 
 from memprism_ray.actors.placement import set_ray_env
-from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
-from memprism_ray.recorder.phi.factory import phi_id
-
-#: Backends whose model lives in the policy pool's replicas.
-POOL_BACKENDS = ("vllm", "hf")
 
 
 @ray.remote(max_restarts=2, max_task_retries=1)
@@ -32,12 +26,15 @@ class EvalWorker:
         import torch
 
         from memprism_ray.actors.services import build_actor_phi
-        from memprism_ray.envs.registry import env_options, make_env
-        from memprism_ray.policy.factory import make_policy
+        from memprism_ray.benchmark import get_benchmark
+        from memprism_ray.policy.factory import POOL_BACKENDS, make_policy
 
         torch.set_num_threads(1)
         self.cfg = cfg
-        self.env = make_env(cfg.corpus.benchmark, slots, env_options(cfg))
+        self.key = key or "eval"
+        self.doing = "idle"
+        benchmark = get_benchmark(cfg.corpus.benchmark)
+        self.env = benchmark.make_env(slots, benchmark.env_options(cfg))
         self.phi = build_actor_phi(
             cfg.corpus.benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=f"phi-{key or 'eval'}"
         )
@@ -64,7 +61,12 @@ class EvalWorker:
             self.router.eval()
             self.features = FeatureExtractor(TextEncoder(cfg.encoder))
 
+    def __repr__(self) -> str:
+        return f"eval-worker {getattr(self, 'key', '?')}: {getattr(self, 'doing', 'starting')}"
+
     def play(self, condition: str, specs: list[dict[str, Any]], marginal: list[float] | None) -> dict[str, Any]:
+        """Play ``specs`` (one wave: at most ``slots`` episodes) under ``condition``."""
+        self.doing = f"{condition}, {len(specs)} episodes from {specs[0]['episode_id'] if specs else '-'}"
         from memprism_ray.agent import EpisodeSpec
         from memprism_ray.envs.base import GameRef
         from memprism_ray.eval.runner import EvalConfig, run_condition
@@ -98,151 +100,5 @@ class EvalWorker:
             features=self.features,
             keep_views_for=keep,
         )
+        self.doing = f"idle after {condition}"
         return {"results": results, "rows": rows}
-
-
-def router_state_for(cfg: Any, checkpoint: str) -> dict[str, Any] | None:
-    """The Router weights (numpy, for the evaluation workers) when ``eval.conditions`` has a
-    Router condition, with ``cfg.router`` set to the checkpoint's architecture; ``None``
-    otherwise. A Router condition without a checkpoint is a ``ValueError``."""
-    if not any(c.startswith(("memprism", "constrained")) for c in cfg.eval.conditions):
-        return None
-    if not checkpoint:
-        raise ValueError("Router conditions need --checkpoint DIR (a D1 or D2 checkpoint directory)")
-    from memprism_ray.actors.learner import state_to_numpy
-    from memprism_ray.adapter.checkpoint import load_model
-
-    model = load_model(checkpoint)
-    cfg.router = model.config
-    return state_to_numpy(model.state_dict())
-
-
-def play_condition(
-    workers: list[Any],
-    condition: str,
-    specs: list[dict[str, Any]],
-    plan: list[Any],
-    marginal: list[float] | None,
-    timeout_s: float,
-    known: dict[str, Any] | None = None,
-) -> tuple[list[Any], list[dict[str, Any]]]:
-    """Play ``condition`` on every episode of ``plan`` (``specs``: the same episodes as dicts),
-    split evenly over the :class:`EvalWorker` actors: ``(one result per planned episode, in
-    plan order; the step rows)``. A worker that dies or times out fails its share of the plan
-    with the reason; an episode that got no result fails as lost; ``known`` results (e.g.
-    broken game files) are kept. Nothing planned is dropped from the denominators."""
-    from memprism_ray.eval.runner import failed_result
-
-    n = len(workers)
-    shares = [specs[i::n] for i in range(n)]
-    calls = [(w.play.remote(condition, s, marginal), s) for w, s in zip(workers, shares, strict=True) if s]
-    by_id: dict[str, Any] = dict(known or {})
-    rows: list[dict[str, Any]] = []
-    for ref, share in calls:
-        try:
-            part = ray.get(ref, timeout=timeout_s)
-        except Exception as exc:  # a lost worker: its share of the plan fails, with the reason
-            error = f"crashed: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
-            lost = {x["episode_id"] for x in share}
-            part = {"results": [failed_result(s, error) for s in plan if s.episode_id in lost], "rows": []}
-        by_id.update({r.spec.episode_id: r for r in part["results"]})
-        rows.extend(part["rows"])
-    lost_reason = "lost: no result came back for this episode"
-    return [by_id.get(s.episode_id) or failed_result(s, lost_reason) for s in plan], rows
-
-
-def evaluate_distributed(
-    cfg: Any,
-    conditions: tuple[str, ...],
-    router_state: dict[str, Any] | None,
-    checkpoint: str,
-    out_dir: Path,
-    *,
-    log: Any = print,
-    pool: list[Any] | None = None,
-) -> dict[str, Any]:
-    """Evaluate ``conditions`` on ``cfg.eval.split`` over ``cfg.eval.workers`` actors.
-
-    ``pool``: policy replicas to decide with (a training job passes its own); when the
-    backend needs one and none is given, replicas are started here and stopped at the end.
-
-    ``freq_random`` samples from the view marginal measured in this run's ``memprism``
-    condition (so list ``memprism`` first), as the paper's Frequency-Matched Random does.
-    """
-    from memprism_ray.agent import TokenCounter
-    from memprism_ray.eval.manifest import RunManifest
-    from memprism_ray.eval.runner import (
-        _safe,
-        check_fresh_output,
-        failed_result,
-        memory_manifest,
-        plan_episodes,
-        write_condition,
-        write_summary,
-    )
-    from memprism_ray.policy.prompts import PROMPT_VERSION
-    from memprism_ray.policy.tokens import task_model_of
-
-    check_fresh_output(out_dir)  # before any work: reports are never silently replaced
-
-    # Every episode of the plan is reported: a broken game's episodes fail without being played.
-    episodes, plan, broken = plan_episodes(cfg.eval.split, cfg.corpus.data_root, cfg.eval.episodes, cfg.run.seed)
-    if broken:
-        log(f"{len(broken)} broken game(s) in split {cfg.eval.split!r}: their episodes count as failures")
-    # Only the episodes whose viewer is written (the plan's first eval.artifacts) keep their
-    # step views: the others' PNGs would be encoded and shipped back only to be dropped.
-    viewed = {s.episode_id for s in plan[: cfg.eval.artifacts]}
-    specs = [
-        {"episode_id": s.episode_id, "game": s.game.to_dict(), "keep_views": s.episode_id in viewed}
-        for s in plan
-        if s.game.game_id not in broken
-    ]
-    needs_router = any(c.startswith(("memprism", "constrained")) for c in conditions)
-    state_ref = ray.put(router_state) if (needs_router and router_state is not None) else None
-    n_workers = max(1, min(cfg.eval.workers, len(specs) or 1))
-    handles, started = replicas_for(cfg, pool, cfg.policy.backend in POOL_BACKENDS, log, "the evaluation")
-    workers = [
-        EvalWorker.options(num_cpus=cfg.rollout.env_cpus).remote(cfg, cfg.eval.slots, state_ref, handles, f"eval-{i}")
-        for i in range(n_workers)
-    ]
-    tokens = TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy))
-    reports, results_by, marginal = [], {}, None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for condition in conditions:
-        if condition == "freq_random" and marginal is None:
-            raise ValueError("freq_random needs a memprism condition before it (its view marginal is sampled)")
-        known = {s.episode_id: failed_result(s, broken[s.game.game_id]) for s in plan if s.game.game_id in broken}
-        results, rows = play_condition(workers, condition, specs, plan, marginal, cfg.run.call_timeout_s * 20, known)
-        safe = _safe(condition)
-        manifest = RunManifest.create(
-            episodes=episodes,
-            condition=condition,
-            model_ids={"task_policy": cfg.policy.backend, "phi": phi_id(cfg)},
-            checkpoint_sha256={},
-            checkpoints={"router": checkpoint} if (checkpoint and condition.startswith("memprism")) else None,
-            prompt_version=PROMPT_VERSION,
-            decoding=cfg.policy.decoding(),
-            output_paths={"dir": str(out_dir / safe)},
-            extra=memory_manifest(condition, cfg.eval.memory),
-        )
-        rep = write_condition(
-            condition,
-            results,
-            rows,
-            out_dir / safe,
-            manifest,
-            tokenizer=tokens.name,
-            max_steps=cfg.agent.max_steps,
-            artifacts=cfg.eval.artifacts,
-        )
-        if condition == "memprism":
-            marginal = rep["view_selection"]["view_marginal"]
-        reports.append(rep)
-        results_by[condition] = results
-        failed = f", {rep['failed_episodes']} failed" if rep["failed_episodes"] else ""
-        log(f"eval {condition}: {rep['successes']}/{rep['n']} = {100 * rep['sr']:.1f}%{failed}")
-    summary = write_summary(out_dir, reports, results_by, seed=cfg.run.seed)
-    for w in workers:
-        ray.kill(w)
-    stop_policy_replicas(started)
-    return summary

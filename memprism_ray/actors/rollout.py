@@ -27,7 +27,7 @@ import ray
 from memprism_ray.actors.placement import set_ray_env
 from memprism_ray.actors.services import PolicyPool, Pool, RayServices, gather
 from memprism_ray.actors.workers import EnvWorker
-from memprism_ray.envs.registry import env_options
+from memprism_ray.benchmark import get_benchmark
 from memprism_ray.views import RenderedView, ViewRequest
 
 
@@ -124,20 +124,6 @@ class _Fault:
         return self.inner.step(requests)
 
 
-def trajectory_return(result: Any, reward: str, progress_reward_coef: float = 0.0) -> float:
-    """The GRPO return of one played trajectory (Table A.4 ``grpo.reward``): ``success`` is
-    ALFWorld's binary terminal success, or with ``progress_reward_coef > 0`` (EB-ALFRED, 0.2)
-    the environment's summed reward, success + coef x goal-condition progress;
-    ``action_correct`` (Mind2Web) is the reward 1[action correct] of each replayed decision
-    (``Transition.reward``), averaged over the trajectory's decisions so that groups of one
-    task compare like with like."""
-    if reward == "action_correct":
-        return float(result.reward) / result.steps if result.steps else 0.0
-    if progress_reward_coef > 0:
-        return float(result.reward)
-    return 1.0 if result.won else 0.0
-
-
 def _local_policy(cfg: Any) -> Any:
     from memprism_ray.policy.factory import make_policy
 
@@ -178,6 +164,8 @@ class RolloutWorker:
         self.generation = generation
         self._fault: tuple[str, int] | None = None
         ro = cfg.rollout
+        self.benchmark = get_benchmark(cfg.corpus.benchmark)
+        self.doing = "idle"
         per = -(-ro.env_slots_per_worker // ro.env_workers_per_rollout)
         self.slots_per_env = per
         self.env_workers = [
@@ -186,7 +174,7 @@ class RolloutWorker:
                 num_cpus=ro.env_cpus,
                 max_restarts=ro.max_restarts,
                 lifetime=None,
-            ).remote(per, cfg.corpus.benchmark, env_options(cfg))
+            ).remote(per, cfg.corpus.benchmark, self.benchmark.env_options(cfg))
             for k in range(ro.env_workers_per_rollout)
         ]
         timeout = cfg.run.call_timeout_s
@@ -221,6 +209,10 @@ class RolloutWorker:
         self.model.eval()
         self.weights_version = 0
         self.features = FeatureExtractor(TextEncoder(cfg.encoder))
+
+    def __repr__(self) -> str:
+        index, generation = getattr(self, "index", "?"), getattr(self, "generation", 0)
+        return f"rollout-worker-{index}.{generation}: {getattr(self, 'doing', 'starting')}"
 
     def _env_name(self, k: int) -> str:
         return f"{self.run_name}-env-{self.index}.{self.generation}-{k}"
@@ -283,6 +275,7 @@ class RolloutWorker:
         from memprism_ray.envs.base import GameRef
 
         t0 = time.perf_counter()
+        self.doing = f"iteration {spec.iteration + 1}, group {spec.group_id} ({len(spec.episode_ids)} trajectories)"
         self._wait_for_envs()
         self._load_weights(weights, version)
         cfg = self.cfg
@@ -316,7 +309,7 @@ class RolloutWorker:
             summary["weights_version"] = version
             episodes.append(summary)
             for row in r.rows:
-                row["traj_return"] = trajectory_return(r, cfg.grpo.reward, cfg.grpo.progress_reward_coef)
+                row["traj_return"] = self.benchmark.trajectory_return(r, cfg.grpo)
                 row["failed"] = r.failed
             rows.extend(r.rows)
         metrics.record_steps(self.run_name, rows)
@@ -329,6 +322,7 @@ class RolloutWorker:
             seconds=time.perf_counter() - t0,
             worker=f"rollout-{self.index}.{self.generation}",
         )
+        self.doing = f"idle after group {spec.group_id}"
         return summary, rows_to_arrow(rows)
 
     def ping(self) -> int:

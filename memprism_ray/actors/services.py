@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from memprism_ray.actors.workers import to_request
+from memprism_ray.actors.wire import to_request
 from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent

@@ -39,3 +39,21 @@ def ready(refs: list[Any], timeout_s: float, what: str) -> None:
     done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s, fetch_local=False)
     if len(done) < len(refs):
         raise WaitTimeout(_message(what, timeout_s))
+
+
+def get_reporting(refs: list[Any], timeout_s: float, what: str, log: Any, every_s: float = 20.0) -> list[Any]:
+    """:func:`get` of ``refs`` (a list, results in order) that says ``what: k/n done, T s`` as
+    each finishes and at least every ``every_s`` seconds meanwhile, so a long stage is never
+    silent; one deadline for all."""
+    import time
+
+    t0 = time.monotonic()
+    pending, done = list(refs), 0
+    while pending:
+        left = timeout_s - (time.monotonic() - t0)
+        if left <= 0:
+            raise WaitTimeout(_message(what, timeout_s))
+        ready_now, pending = ray.wait(pending, num_returns=1, timeout=min(every_s, left), fetch_local=False)
+        done += len(ready_now)
+        log(f"{what}: {done}/{len(refs)} done, {time.monotonic() - t0:.0f} s")
+    return get(refs, max(1.0, timeout_s - (time.monotonic() - t0)), what)

@@ -11,25 +11,18 @@ per-call overhead is paid once per decision step, not per trajectory.
 from __future__ import annotations
 
 import contextlib
-import io
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
 
-from memprism_ray.actors import waits
+from memprism_ray.actors.wire import PolicyRequest, from_request_async
 from memprism_ray.agent import each_request
 from memprism_ray.envs.base import GameRef, Observation, Transition
-from memprism_ray.policy.base import PolicyInput, PolicyOutput
+from memprism_ray.policy.base import PolicyOutput
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.phi.base import Extraction
 from memprism_ray.views import DeltaViewRequest, RenderedView
-
-#: Ray's inline-argument limit: larger payloads go through the object store by reference.
-INLINE_LIMIT = 100 * 1024
-#: Bound on fetching one such payload (milliseconds when the store is healthy).
-FETCH_TIMEOUT_S = 300.0
 
 
 @ray.remote(max_restarts=3, max_task_retries=0)
@@ -38,9 +31,9 @@ class EnvWorker:
     slots are empty; the trajectories that were running there are reported failed."""
 
     def __init__(self, num_slots: int, benchmark: str = "alfworld", options: dict[str, Any] | None = None) -> None:
-        from memprism_ray.envs.registry import make_env
+        from memprism_ray.benchmark import get_benchmark
 
-        self.env = make_env(benchmark, num_slots, options)
+        self.env = get_benchmark(benchmark).make_env(num_slots, options)
         self._crash_after: int | None = None
 
     def inject_crash(self, after_steps: int) -> None:
@@ -113,50 +106,6 @@ class ViewWorker:
     def stats(self) -> dict[str, int]:
         replicas = self.service.replicas
         return {**self.service.stats(), "replicas": len(replicas), "resyncs": replicas.resyncs}
-
-
-@dataclass(frozen=True)
-class PolicyRequest:
-    """A policy input whose view image travels as PNG bytes, or as an object reference
-    when the PNG is over the inline limit."""
-
-    input: PolicyInput
-    png: bytes | None = None
-    png_ref: Any = None
-
-
-def to_request(inp: PolicyInput) -> PolicyRequest:
-    if inp.view_image is None:
-        return PolicyRequest(inp)
-    buf = io.BytesIO()
-    inp.view_image.save(buf, format="PNG", compress_level=1)
-    data = buf.getvalue()
-    bare = replace(inp, view_image=None)
-    if len(data) > INLINE_LIMIT:
-        return PolicyRequest(bare, png_ref=ray.put(data))
-    return PolicyRequest(bare, png=data)
-
-
-def from_request(req: PolicyRequest) -> PolicyInput:
-    data = req.png
-    if req.png_ref is not None:
-        data = waits.get(req.png_ref, FETCH_TIMEOUT_S, "a policy request's view PNG from the object store")
-    if data is None:
-        return req.input
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as im:
-        im.load()
-        image = im.copy()
-    return replace(req.input, view_image=image)
-
-
-async def from_request_async(req: PolicyRequest) -> PolicyInput:
-    """:func:`from_request` inside an async actor (awaits the PNG reference instead of
-    blocking the event loop on ``ray.get``)."""
-    if req.png_ref is not None:
-        req = replace(req, png=await req.png_ref, png_ref=None)
-    return from_request(req)
 
 
 @ray.remote(max_restarts=3, max_task_retries=0)

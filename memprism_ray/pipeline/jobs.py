@@ -1,16 +1,14 @@
-"""What every job script does first: parse ``--config FILE`` plus dotted overrides, check
-that the job can do what the config asks, and resolve the games (an ALFWorld data root, or
-the embedded corpus built on first use)."""
+"""What every job script does first: parse ``--config FILE`` plus dotted overrides and check
+that the job can do what the config asks (the benchmark then resolves its data:
+:meth:`memprism_ray.benchmark.Benchmark.prepare`)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from memprism_ray.config import ExperimentConfig, load_config
@@ -28,8 +26,8 @@ class JobSpec:
     """whether the job runs the task policy (then its backend must be able to run)"""
 
 
-#: Per-job declarations. The GRPO job's D1 labels with the counterfactual teacher only
-#: (memprism_ray/actors/d1.py); add "llm" here when its D1 gains the LLM-teacher path.
+#: Per-job declarations: what each job implements beyond its benchmark's own checks
+#: (:meth:`memprism_ray.benchmark.Benchmark.check`: the benchmark keys and ``grpo.reward``).
 JOBS: dict[str, JobSpec] = {
     "grpo_alfworld": JobSpec(supports={"label.teacher": ("counterfactual", "llm")}, runs_policy=True),
     "eval_alfworld": JobSpec(runs_policy=True),
@@ -39,7 +37,6 @@ JOBS: dict[str, JobSpec] = {
     "grpo_mind2web": JobSpec(
         supports={
             "label.teacher": ("counterfactual", "llm"),
-            "grpo.reward": ("action_correct",),
             "eval.episodes": (0,),
         },
         runs_policy=True,
@@ -111,41 +108,3 @@ def parse_job_args(
     except ValueError as exc:
         parser.error(str(exc))
     return args, cfg
-
-
-def resolve_corpus(cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
-    """The config with ``corpus.data_root`` set to a real ALFWorld tree.
-
-    ``corpus.data_root`` or ``$ALFWORLD_DATA`` when set; otherwise the embedded corpus of
-    ALFWorld-style games generated from the layouts shipped in the ``alfworld`` package,
-    built on first use and cached.
-    """
-    root = cfg.corpus.data_root or _official_root()
-    if not root:
-        from memprism_ray.envs.alfworld.corpus import default_cache_dir, ensure_default_corpus
-
-        c = cfg.corpus
-        cache = default_cache_dir(c.seed, c.train_games, c.eval_games, base=Path(c.cache_dir) if c.cache_dir else None)
-        log(
-            f"games: embedded corpus ({cfg.corpus.train_games} train, {cfg.corpus.eval_games} per eval split, "
-            f"seed {cfg.corpus.seed}); built on first use"
-        )
-        root = str(
-            ensure_default_corpus(cache, train=cfg.corpus.train_games, eval=cfg.corpus.eval_games, seed=cfg.corpus.seed)
-        )
-    log(f"games: {root}")
-    from memprism_ray.envs.alfworld.data import resolve_data_root
-
-    root = str(resolve_data_root(root))  # checked: a clear error if it holds no games
-    return dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=root))
-
-
-def _official_root() -> str:
-    """``$ALFWORLD_DATA`` unless it is alfworld's own empty placeholder folder."""
-    env = os.environ.get("ALFWORLD_DATA", "")
-    if not env:
-        return ""
-    from memprism_ray.envs.alfworld.data import _is_alfworld_placeholder
-
-    path = Path(os.path.expandvars(env)).expanduser()
-    return "" if _is_alfworld_placeholder(path) else str(path)

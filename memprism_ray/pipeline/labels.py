@@ -98,10 +98,13 @@ class ViewConditionedActor:
     sampling policy draws independent samples.
     """
 
-    def __init__(self, policy: TaskPolicy, render_config: Any = None, short_history: int = 2) -> None:
+    def __init__(
+        self, policy: TaskPolicy, render_config: Any = None, short_history: int = 2, benchmark: str = "alfworld"
+    ) -> None:
         from memprism_ray.render import RenderConfig
 
         self.policy = policy
+        self.benchmark = benchmark  # the prompt contract the policy is shown (PolicyInput.benchmark)
         self.render_config = render_config or RenderConfig()
         self.short_history = short_history
         self.reads_text = bool(getattr(policy, "needs_view_text", False))
@@ -127,7 +130,7 @@ class ViewConditionedActor:
             # The render's text twin: the rows the page shows, under the same cap.
             meta["view_text"] = rendered.text
         return PolicyInput(
-            benchmark="alfworld",
+            benchmark=self.benchmark,
             goal=st.goal,
             observation=st.observation,
             admissible=ls.admissible,
@@ -183,17 +186,17 @@ def counterfactual_labels(
     uninformative: str = "skip",
     tie_break_temperature: float = 0.0,
     page_token_temperature: float = 0.0,
-    actor_cls: type[ViewConditionedActor] | None = None,
+    benchmark: str = "alfworld",
 ) -> tuple[Any, dict[str, int]]:
     """Label ``states`` with the counterfactual teacher; returns ``(SFTDataset, counts)``.
 
     ``counts["fallback_skipped"]`` counts the states left out: no view led to ``u_ref``,
-    or every view led to it equally (no information about views). ``actor_cls`` builds the
-    policy's prompt per view (default :class:`ViewConditionedActor`, ALFWorld's contract)."""
+    or every view led to it equally (no information about views). ``benchmark``: the prompt
+    contract the policy is shown each view in."""
     from memprism_ray.adapter.sft import label_decisions
     from memprism_ray.router.teacher import CounterfactualConfig, CounterfactualTeacher
 
-    actor = (actor_cls or ViewConditionedActor)(policy, render_config, short_history)
+    actor = ViewConditionedActor(policy, render_config, short_history, benchmark)
     by_id = {ls.state.sample_id: ls for ls in states}
     teacher = CounterfactualTeacher(
         lambda st, view: actor(by_id[st.sample_id], view),
@@ -215,4 +218,30 @@ def counterfactual_labels(
         [ls.state for ls in states],
         extractor,
         lambda st: teacher.label(st, st.reference_action),
+    )
+
+
+def scripted_label_policy(cfg: Any) -> TaskPolicy:
+    """The scripted task policy D1 labels with and plays its roll-ins with: the labelling
+    temperature (``label.policy_temperature``) and the run's seed."""
+    from memprism_ray.policy.config import PolicyConfig
+    from memprism_ray.policy.factory import make_policy
+
+    scripted = {"temperature": cfg.label.policy_temperature, "seed": cfg.run.seed}
+    return make_policy(PolicyConfig(backend="scripted", scripted=scripted))
+
+
+def llm_teacher_config(cfg: Any) -> Any:
+    """The LLM view teacher's settings (appendix E.2) from the ``label`` section: the endpoint,
+    or the policy pool (``label.llm_source: pool``)."""
+    from memprism_ray.router.teacher import LLMTeacherConfig
+
+    lab = cfg.label
+    return LLMTeacherConfig(
+        base_url=lab.llm_base_url,
+        model=lab.llm_model if lab.llm_source == "endpoint" else (lab.llm_model or "policy-pool"),
+        prompt="generic",
+        top_k=lab.top_k,
+        max_tokens=lab.llm_max_tokens,
+        timeout_s=cfg.run.call_timeout_s,
     )

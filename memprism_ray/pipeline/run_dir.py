@@ -29,12 +29,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memprism_ray.config import check_run_name
 from memprism_ray.config_tree import to_dict
 from memprism_ray.io_atomic import atomic_write_bytes, atomic_write_text
 
 CHECKPOINT_PREFIX = "iter_"
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
-_RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 # Settings that say where and how a run executes, not what it computes: they may differ
 # between a checkpoint and the run resuming it. "eval" only shapes the final evaluation.
@@ -61,16 +61,6 @@ class RunDirError(ValueError):
 
 def _warn(msg: str) -> None:
     print(f"memprism: warning: {msg}", file=sys.stderr, flush=True)
-
-
-def check_run_name(name: str) -> str:
-    """``name`` if it is one plain directory name (no ``/``, no ``..``, not absolute)."""
-    if not isinstance(name, str) or not _RUN_NAME_RE.match(name):
-        raise ValueError(
-            f"run.name {name!r}: must be a single directory name of letters, digits, '.', '_' and '-' "
-            "starting with a letter or digit (no '/', no '..', not an absolute path)"
-        )
-    return name
 
 
 # --- config hashes ---------------------------------------------------------------------------
@@ -191,18 +181,33 @@ def _set_aside(path: Path) -> Path:
         n += 1
 
 
-def latest_valid_checkpoint(run_dir: Path, warn: Callable[[str], None] = _warn) -> Path | None:
-    """The newest checkpoint that verifies; each corrupt newer one is renamed ``*.corrupt``
-    (kept, not deleted) with a warning, so the run falls back to the previous one."""
+def find_valid_checkpoint(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint that verifies, and the corrupt newer ones with their errors;
+    nothing is changed on disk."""
+    corrupt: list[tuple[Path, str]] = []
     for path in _checkpoints(run_dir):
         try:
             verify_checkpoint(path)
         except ValueError as exc:
-            aside = _set_aside(path)
-            warn(f"checkpoint {path.name} is corrupt ({exc}); moved to {aside.name}, falling back to the previous one")
+            corrupt.append((path, str(exc)))
             continue
-        return path
-    return None
+        return path, corrupt
+    return None, corrupt
+
+
+def set_aside_corrupt(corrupt: list[tuple[Path, str]], warn: Callable[[str], None] = _warn) -> None:
+    """Rename each corrupt checkpoint ``*.corrupt`` (kept, not deleted), with a warning."""
+    for path, error in corrupt:
+        aside = _set_aside(path)
+        warn(f"checkpoint {path.name} is corrupt ({error}); moved to {aside.name}, falling back to the previous one")
+
+
+def latest_valid_checkpoint(run_dir: Path, warn: Callable[[str], None] = _warn) -> Path | None:
+    """The newest checkpoint that verifies; each corrupt newer one is renamed ``*.corrupt``
+    (kept, not deleted) with a warning, so the run falls back to the previous one."""
+    found, corrupt = find_valid_checkpoint(run_dir)
+    set_aside_corrupt(corrupt, warn)
+    return found
 
 
 def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: Any, allow: bool) -> list[str]:
@@ -263,8 +268,15 @@ def prepare_run_dir(run_dir: Path, resume: str, config: Any, *, warn: Callable[[
         except ValueError as exc:
             raise RunDirError(f"init_checkpoint {init}: {exc}") from None
     run_dir = Path(run_dir)
+    try:
+        run_dir.exists()
+    except OSError as exc:
+        raise RunDirError(
+            f"run directory {run_dir} cannot be used: {exc.strerror or exc} (check --run.out_dir)"
+        ) from None
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"run directory {run_dir} exists and is not a directory")
+    corrupt: list[tuple[Path, str]] = []
     if not resume:
         if run_dir.exists() and any(run_dir.iterdir()):
             latest = latest_checkpoint(run_dir)
@@ -275,7 +287,8 @@ def prepare_run_dir(run_dir: Path, resume: str, config: Any, *, warn: Callable[[
             )
         found = None
     elif resume == "auto":
-        found = latest_valid_checkpoint(run_dir, warn) if run_dir.is_dir() else None
+        # Found, not yet renamed: a resume refused below (changed config) leaves the run as it was.
+        found, corrupt = find_valid_checkpoint(run_dir) if run_dir.is_dir() else (None, [])
     else:
         found = Path(resume)
         if not found.is_dir():
@@ -301,8 +314,14 @@ def prepare_run_dir(run_dir: Path, resume: str, config: Any, *, warn: Callable[[
         changed = check_resume_config(found, read_checkpoint_meta(found), config, allow)
         if changed:
             warn(f"resuming {found} with a changed config (run.allow_config_change): {', '.join(changed)}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_config(run_dir, config)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_config(run_dir, config)
+    except OSError as exc:  # a path through a regular file, a read-only or virtual file system
+        raise RunDirError(
+            f"run directory {run_dir} cannot be created: {exc.strerror or exc} (check --run.out_dir)"
+        ) from None
+    set_aside_corrupt(corrupt, warn)
     return found
 
 

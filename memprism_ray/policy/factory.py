@@ -38,6 +38,11 @@ def _scripted(config: PolicyConfig) -> TaskPolicy:
     return policy
 
 
+#: Backends whose model lives in the policy pool's replicas (docs/gpu.md): a rollout,
+#: labelling or evaluation worker never builds one itself.
+POOL_BACKENDS = ("vllm", "hf")
+
+
 def make_policy(config: PolicyConfig) -> TaskPolicy:
     """The :class:`TaskPolicy` selected by ``config.backend``."""
     if config.backend == "vllm":

@@ -211,12 +211,13 @@ def test_d1_llm_teacher_labels_expert_decisions_on_the_pool(
 
     import pyarrow.parquet as pq
 
-    from memprism_ray.actors.d1 import collect_expert, d1_cost_line, label_expert
     from memprism_ray.actors.workers import PolicyReplica
+    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.config import load_config
     from memprism_ray.envs.alfworld import list_games
     from memprism_ray.envs.alfworld.expert_data import load_expert_stream
     from memprism_ray.policy.fake_vllm import marked_reply
+    from memprism_ray.trainer.d1 import collect_reference, d1_cost_line, label_reference
     from memprism_ray.view_space import ViewAction
 
     overrides = memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "d1llm")
@@ -240,13 +241,13 @@ def test_d1_llm_teacher_labels_expert_decisions_on_the_pool(
     )
     lines: list[str] = []
     try:
-        assert "1 policy call(s) per expert decision" in d1_cost_line(cfg)
+        assert "1 policy call(s) per reference decision" in d1_cost_line(cfg, get_benchmark("alfworld"))
         games = list_games("train", cfg.corpus.data_root)[:1]
         (tmp_path / "d1").mkdir()
-        expert = collect_expert(cfg, games, tmp_path / "d1", lines.append, pool=[replica])
+        expert = collect_reference(cfg, get_benchmark("alfworld"), games, [], tmp_path / "d1", lines.append, [replica])
         decisions = pq.read_table(expert).num_rows
         assert {e.entity for e in load_expert_stream(pq.read_table(expert), 0).events} == {"pool entity"}
-        labels = label_expert(cfg, expert, tmp_path / "d1", lines.append, pool=[replica])
+        labels = label_reference(cfg, expert, tmp_path / "d1", lines.append, pool=[replica])
         stats = ray_session.get(replica.stats.remote(), timeout=60)
     finally:
         ray_session.kill(replica)

@@ -36,8 +36,8 @@ def system(ray_session, actors_tiny_cfg, actors_reference_ckpt: Path):
 
 
 def _specs(cfg, iteration: int):
-    from memprism_ray.actors.grpo_driver import sample_groups
     from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.trainer.rollouts import sample_groups
 
     games = list_games("train", cfg.corpus.data_root)
     return sample_groups(games, cfg, iteration)
@@ -161,7 +161,7 @@ def test_weights_reach_the_workers_as_the_learners_object_ref(system) -> None:
     after the group holds exactly the learner's weights (updated by the previous test)."""
     import ray
 
-    from memprism_ray.actors.grpo_driver import RolloutFleet, run_groups
+    from memprism_ray.trainer.rollouts import RolloutFleet, run_groups
 
     cfg, worker, learner = system["cfg"], system["worker"], system["learner"]
     weights_ref = learner.planner_weights.remote()
@@ -181,7 +181,7 @@ def test_killing_an_env_worker_mid_iteration_fails_only_its_trajectories(system)
 
     import ray
 
-    from memprism_ray.actors.grpo_driver import RolloutFleet, iteration_stats, run_groups
+    from memprism_ray.trainer.rollouts import RolloutFleet, iteration_stats, run_groups
 
     cfg, worker = system["cfg"], system["worker"]
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, rerun_failed=True))
@@ -205,8 +205,8 @@ def test_failed_trajectories_are_excluded_without_rerun(system) -> None:
 
     import ray
 
-    from memprism_ray.actors.grpo_driver import RolloutFleet, iteration_stats, run_groups
     from memprism_ray.actors.learner import groups_to_batch
+    from memprism_ray.trainer.rollouts import RolloutFleet, iteration_stats, run_groups
 
     cfg, worker = system["cfg"], system["worker"]
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, rerun_failed=False))

@@ -45,20 +45,20 @@ def _cfg(cfg, **rollout):
 
 
 def _specs(cfg, iteration: int, n: int):
-    from memprism_ray.actors.grpo_driver import sample_groups
     from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.trainer.rollouts import sample_groups
 
     return sample_groups(list_games("train", cfg.corpus.data_root), cfg, iteration)[:n]
 
 
 def _fleet(make, max_replacements: int = 2):
-    from memprism_ray.actors.grpo_driver import RolloutFleet
+    from memprism_ray.trainer.rollouts import RolloutFleet
 
     return RolloutFleet.start(1, make, max_replacements=max_replacements, ping_timeout_s=300)
 
 
 def _assert_replaced_and_rerun(ray, fleet, old, result, specs, group_size: int) -> None:
-    from memprism_ray.actors.grpo_driver import iteration_stats
+    from memprism_ray.trainer.rollouts import iteration_stats
 
     stats = iteration_stats(result)
     assert stats["workers_replaced"] == 1 and stats["groups_rerun"] == 1 and stats["workers_retired"] == 0
@@ -79,7 +79,7 @@ def _assert_replaced_and_rerun(ray, fleet, old, result, specs, group_size: int) 
 
 @pytest.mark.timeout(600)
 def test_a_hung_rollout_worker_is_killed_replaced_and_its_group_rerun(ray_session, fleet_parts) -> None:
-    from memprism_ray.actors.grpo_driver import run_groups
+    from memprism_ray.trainer.rollouts import run_groups
 
     ray = ray_session
     cfg, make = fleet_parts
@@ -97,7 +97,7 @@ def test_a_hung_rollout_worker_is_killed_replaced_and_its_group_rerun(ray_sessio
 
 @pytest.mark.timeout(600)
 def test_a_dead_rollout_worker_is_replaced_and_its_group_rerun(ray_session, fleet_parts) -> None:
-    from memprism_ray.actors.grpo_driver import run_groups
+    from memprism_ray.trainer.rollouts import run_groups
 
     ray = ray_session
     cfg, make = fleet_parts
@@ -115,7 +115,7 @@ def test_a_dead_rollout_worker_is_replaced_and_its_group_rerun(ray_session, flee
 def test_a_worker_that_keeps_failing_groups_is_replaced(ray_session, fleet_parts) -> None:
     """Two groups in a row with failed trajectories: the worker stops taking groups (it is
     replaced); the group that failed twice stays failed, counted and excluded."""
-    from memprism_ray.actors.grpo_driver import STRIKES_TO_REPLACE, iteration_stats, run_groups
+    from memprism_ray.trainer.rollouts import STRIKES_TO_REPLACE, iteration_stats, run_groups
 
     ray = ray_session
     cfg, make = fleet_parts
@@ -139,7 +139,7 @@ def test_a_worker_that_keeps_failing_groups_is_replaced(ray_session, fleet_parts
 
 @pytest.mark.timeout(300)
 def test_a_worker_that_keeps_dying_is_retired_with_a_clear_error(ray_session, fleet_parts) -> None:
-    from memprism_ray.actors.grpo_driver import run_groups
+    from memprism_ray.trainer.rollouts import run_groups
 
     ray = ray_session
     cfg, make = fleet_parts
@@ -153,10 +153,10 @@ def test_a_worker_that_keeps_dying_is_retired_with_a_clear_error(ray_session, fl
 @pytest.mark.timeout(120)
 def test_waits_on_a_hung_actor_end_with_an_error_naming_the_wait(ray_session, fleet_parts, monkeypatch) -> None:
     """Issue 10 item 4: a call that never returns ends the waiting function within its bound
-    (today ``workers.from_request`` waits forever on a view PNG ref)."""
-    from memprism_ray.actors import waits, workers
-    from memprism_ray.actors.grpo_driver import run_groups
+    (today ``wire.from_request`` waits forever on a view PNG ref)."""
+    from memprism_ray.actors import waits, wire
     from memprism_ray.policy.base import PolicyInput
+    from memprism_ray.trainer.rollouts import run_groups
 
     ray = ray_session
     cfg, make = fleet_parts
@@ -169,10 +169,10 @@ def test_waits_on_a_hung_actor_end_with_an_error_naming_the_wait(ray_session, fl
     t0 = time.monotonic()
     with pytest.raises(waits.WaitTimeout, match=f"summary of group {spec.group_id}: no result within 2s"):
         waits.get(never, 2.0, f"summary of group {spec.group_id}")
-    monkeypatch.setattr(workers, "FETCH_TIMEOUT_S", 2.0)
-    request = workers.PolicyRequest(PolicyInput(benchmark="alfworld", goal="g", observation="o"), png_ref=never)
+    monkeypatch.setattr(wire, "FETCH_TIMEOUT_S", 2.0)
+    request = wire.PolicyRequest(PolicyInput(benchmark="alfworld", goal="g", observation="o"), png_ref=never)
     with pytest.raises(waits.WaitTimeout, match="view PNG from the object store: no result within 2s"):
-        workers.from_request(request)
+        wire.from_request(request)
     # Router weights that never arrive end the iteration before any group is dispatched.
     quick = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, call_timeout_s=2.0))
     with pytest.raises(waits.WaitTimeout, match="Router weights version 5 from the learner: no result within 2s"):
@@ -184,14 +184,15 @@ def test_waits_on_a_hung_actor_end_with_an_error_naming_the_wait(ray_session, fl
 @pytest.mark.timeout(300)
 def test_d1_stage_waits_are_bounded_by_the_call_timeout(ray_session, actors_tiny_cfg, tmp_path: Path) -> None:
     """A D1 stage that outlives its bound (``run.call_timeout_s`` per game) ends with an
-    error naming the stage (today ``collect_expert`` waits without a bound)."""
+    error naming the stage (today ``collect_reference`` waits without a bound)."""
     from memprism_ray.actors import waits
-    from memprism_ray.actors.d1 import collect_expert
+    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.trainer.d1 import collect_reference
 
     cfg = actors_tiny_cfg
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, call_timeout_s=0.01))
     games = list_games("train", cfg.corpus.data_root)[:1]
-    with pytest.raises(waits.WaitTimeout, match=r"D1 expert-trajectory tasks: no result within 0\.01s"):
-        collect_expert(cfg, games, tmp_path, log=lambda m: None)
+    with pytest.raises(waits.WaitTimeout, match=r"D1: reference-trajectory tasks: no result within 0\.01s"):
+        collect_reference(cfg, get_benchmark("alfworld"), games, [], tmp_path, log=lambda m: None)
     assert not (tmp_path / "expert_trajectories.parquet").exists()

@@ -3,7 +3,6 @@ return (reward 1[action correct]): the preset's settings are read by the rollout
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -45,16 +44,3 @@ def test_router_samples_only_inside_the_nucleus() -> None:
     assert all(d.logprob == pytest.approx(float(full[d.index])) for d in top)  # full tempered log-prob
     with pytest.raises(ValueError, match="top_p"):
         RouterSelector(model, top_p=0.0)
-
-
-def test_trajectory_return_reads_the_reward_setting() -> None:
-    from memprism_ray.actors.rollout import trajectory_return
-    from memprism_ray.agent import EpisodeResult, EpisodeSpec
-    from memprism_ray.envs.base import GameRef
-
-    r = EpisodeResult(EpisodeSpec("e", GameRef("g", "x", "t", "train")), won=False, reward=3.0, steps=4)
-    assert trajectory_return(r, "action_correct") == 0.75
-    assert trajectory_return(r, "success") == 0.0
-    r.won = True
-    assert trajectory_return(r, "success") == 1.0
-    assert np.isclose(trajectory_return(EpisodeResult(r.spec, steps=0), "action_correct"), 0.0)

@@ -129,9 +129,10 @@ def test_config_validation_and_env_vars(fixture_root: Path, monkeypatch: pytest.
     with pytest.raises(ValueError, match="progress_coef"):
         EbAlfredConfig(controller="fake", fixture="x", progress_coef=2.0)
     monkeypatch.setenv("MEMPRISM_EBALFRED_FIXTURE", str(fixture_root))
-    from memprism_ray.envs.registry import make_env, make_rule_phi
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.recorder.phi.factory import make_rule_phi
 
-    env = make_env("ebalfred", 2)
+    env = get_benchmark("ebalfred").make_env(2)
     assert env.num_slots == 2 and env.config.controller == "fake"
     assert env.reset(game_ref("visual_appearance", 0)).admissible
     assert make_rule_phi("ebalfred").name.startswith("ebalfred")
@@ -218,10 +219,10 @@ def test_real_simulator_plays_one_step() -> None:  # pragma: no cover - needs AI
 def test_actors_get_the_env_settings_from_the_config_not_the_environment(
     fixture_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """envs/registry.env_options: the driver turns the `ebalfred` section into the env's
+    """Benchmark.env_options: the driver turns the `ebalfred` section into the env's
     EbAlfredConfig and sends it with the actor constructor; no MEMPRISM_EBALFRED_* needed."""
     from memprism_ray.config import load_config
-    from memprism_ray.envs.registry import env_options, make_env
+    from memprism_ray.benchmark import get_benchmark
 
     for var in ("MEMPRISM_EBALFRED_FIXTURE", "MEMPRISM_EBALFRED_CONTROLLER", "MEMPRISM_EBALFRED_PROGRESS_COEF"):
         monkeypatch.delenv(var, raising=False)
@@ -229,9 +230,9 @@ def test_actors_get_the_env_settings_from_the_config_not_the_environment(
         "configs/ebalfred_smoke.yaml",
         ["--run.out_dir", str(tmp_path), "--ebalfred.fixture", str(fixture_root), "--ebalfred.resolution", "64"],
     )
-    opts = env_options(cfg)
+    opts = get_benchmark("ebalfred").env_options(cfg)
     assert opts["config"].controller == "fake" and opts["config"].fixture == str(fixture_root.resolve())
     assert opts["config"].progress_coef == cfg.grpo.progress_reward_coef and opts["config"].resolution == 64
-    env = make_env("ebalfred", 1, opts)
+    env = get_benchmark("ebalfred").make_env(1, opts)
     assert env.reset(game_ref("base", 0)).admissible
-    assert env_options(load_config("configs/local.yaml")) == {}  # ALFWorld: nothing to send
+    assert get_benchmark("alfworld").env_options(load_config("configs/local.yaml")) == {}  # ALFWorld: nothing to send

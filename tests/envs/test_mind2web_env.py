@@ -14,7 +14,8 @@ from memprism_ray.envs.base import Env
 from memprism_ray.envs.mind2web import Mind2WebReplayEnv, list_games
 from memprism_ray.envs.mind2web.data import load_task
 from memprism_ray.envs.mind2web.fixture import build_fixture
-from memprism_ray.envs.registry import make_env, make_rule_phi
+from memprism_ray.benchmark import get_benchmark
+from memprism_ray.recorder.phi.factory import make_rule_phi
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.policy.parsing import encode_mind2web_action
 
@@ -33,8 +34,8 @@ def _human(game) -> list[tuple[str, str, str | None]]:
     return [(s.op, f"e{s.pos[0].backend_node_id}", s.value or None) for s in load_task(game).steps]
 
 
-def test_registry_builds_the_replay_env_and_rule_phi() -> None:
-    env = make_env("mind2web", num_slots=3)
+def test_benchmark_builds_the_replay_env_and_rule_phi() -> None:
+    env = get_benchmark("mind2web").make_env(3)
     assert isinstance(env, Mind2WebReplayEnv) and isinstance(env, Env) and env.num_slots == 3
     assert make_rule_phi("mind2web").name == "mind2web-rule"
 

@@ -84,15 +84,16 @@ def test_missing_data_path_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def test_job_settings_are_checked() -> None:
+    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.config import load_config
     from memprism_ray.pipeline.jobs import check_job
-    from memprism_ray.pipeline.mind2web import check_benchmark
 
+    check_benchmark = get_benchmark("mind2web").check
     cfg = load_config("configs/mind2web_smoke.yaml")
     check_job("grpo_mind2web", cfg)
     check_benchmark(cfg)
-    with pytest.raises(ValueError, match=r"grpo\.reward='success' is not supported by the grpo_mind2web job"):
-        check_job("grpo_mind2web", load_config("configs/mind2web_smoke.yaml", ["--grpo.reward", "success"]))
+    with pytest.raises(ValueError, match=r"grpo\.reward='success' is not defined for mind2web"):
+        check_benchmark(load_config("configs/mind2web_smoke.yaml", ["--grpo.reward", "success"]))
     with pytest.raises(ValueError, match=r"eval\.episodes=5 is not supported by the eval_mind2web job"):
         check_job("eval_mind2web", load_config("configs/mind2web_smoke.yaml", ["--eval.episodes", "5"]))
     with pytest.raises(ValueError, match=r"agent\.benchmark='alfworld'"):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memprism_ray.benchmark import get_benchmark
 from memprism_ray.config import load_config
 from memprism_ray.pipeline import jobs
 from memprism_ray.pipeline.jobs import JobSpec, check_job, parse_job_args
@@ -105,6 +106,6 @@ def test_corpus_cache_dir_holds_one_folder_per_size(tmp_path: Path, monkeypatch:
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
     sizes = ["--corpus.train_games", "1", "--corpus.eval_games", "0", "--corpus.seed", "4"]
     cfg = load_config(None, ["--corpus.cache_dir", str(tmp_path), *sizes])
-    got = jobs.resolve_corpus(cfg, lambda _: None)
+    got = get_benchmark("alfworld").prepare(cfg, lambda _: None)
     assert Path(got.corpus.data_root).is_relative_to(tmp_path / "alfworld-corpus-4-t1-e0")
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["alfworld-corpus-4-t1-e0"]

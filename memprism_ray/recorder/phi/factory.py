@@ -15,13 +15,29 @@ from memprism_ray.recorder.phi.config import PhiConfig
 from memprism_ray.recorder.phi.llm_client import CompleteMany
 from memprism_ray.recorder.stream import EventStream
 
+#: The rule Phi of each benchmark (appendix D.2 "Benchmark-specific Phi adapters"), imported
+#: only when built.
+RULE_PHIS = {
+    "alfworld": "memprism_ray.recorder.phi.alfworld:AlfworldPhi",
+    "ebalfred": "memprism_ray.recorder.phi.ebalfred:EbAlfredPhi",
+    "mind2web": "memprism_ray.recorder.phi.mind2web:Mind2WebPhi",
+}
+
+
+def make_rule_phi(benchmark: str) -> Phi:
+    """The rule Phi of ``benchmark``."""
+    import importlib
+
+    if benchmark not in RULE_PHIS:
+        raise ValueError(f"no rule Phi for benchmark {benchmark!r}; known: {', '.join(sorted(RULE_PHIS))}")
+    module, _, cls = RULE_PHIS[benchmark].partition(":")
+    return getattr(importlib.import_module(module), cls)()
+
 
 def build_phi(benchmark: str, cfg: PhiConfig | None = None, *, complete: CompleteMany | None = None) -> Any:
     """The rule Phi of ``benchmark`` (``phi.kind: rules``, or no config), or an
     :class:`~memprism_ray.recorder.phi.llm.LLMPhi` over it (``phi.kind: llm``) whose backend is
     ``complete`` when given, else the endpoint of ``cfg``."""
-    from memprism_ray.envs.registry import make_rule_phi
-
     rule = make_rule_phi(benchmark)
     if cfg is None or cfg.kind == "rules":
         return rule

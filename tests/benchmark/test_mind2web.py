@@ -1,8 +1,8 @@
-"""Mind2Web D1 records (paper appendix "Training dataset setup": "teacher-forced human
-trajectories and action-conditioned view-teacher records"): human trajectories as event
-streams, decision states with the human next action as reference, counterfactual labels
-under the Mind2Web prompt contract, Mind2Web view-teacher prompt inputs; the plan and the
-corpus resolution."""
+"""The Mind2Web benchmark's D1 source (paper appendix "Training dataset setup": "teacher-forced
+human trajectories and action-conditioned view-teacher records"): human trajectories as the
+shared reference table, decision states with the human next action as reference,
+counterfactual labels under the Mind2Web prompt contract, Mind2Web view-teacher prompt inputs;
+the plan and the data resolution."""
 
 from __future__ import annotations
 
@@ -15,7 +15,21 @@ from memprism_ray.config import load_config
 from memprism_ray.envs.mind2web import list_games
 from memprism_ray.envs.mind2web.data import Mind2WebDataError, load_task
 from memprism_ray.envs.mind2web.fixture import build_fixture
-from memprism_ray.pipeline import mind2web as pm
+from memprism_ray.benchmark import get_benchmark
+from memprism_ray.benchmark import mind2web as pm
+from memprism_ray.pipeline.labels import counterfactual_labels, expert_states
+
+M2W = get_benchmark("mind2web")
+
+
+def _states(games: list) -> list:
+    """Decision states of ``games`` through the D1 path every benchmark shares: the benchmark's
+    reference table, read back by ``expert_states``."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    return expert_states(pq.read_table(io.BytesIO(M2W.reference_table(None, games, [], None))))
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +40,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_human_streams_and_action_conditioned_states(root: Path) -> None:
     games = list_games("train", root)[:2]
     streams = pm.human_streams(games)
-    states = pm.label_states(streams)
+    states = _states(games)
     n_steps = sum(len(load_task(g).steps) for g in games)
     assert len(states) == n_steps
     for (_game, goal, stream), task in zip(streams, (load_task(g) for g in games), strict=True):
@@ -47,20 +61,25 @@ def test_counterfactual_labels_read_mind2web_prompts(root: Path) -> None:
     from memprism_ray.router.encoder import TextEncoder
     from memprism_ray.router.features import FeatureExtractor
 
-    states = pm.label_states(pm.human_streams(list_games("train", root)[:2]))
-    dataset, counts = pm.counterfactual_labels(
-        states, FeatureExtractor(TextEncoder()), Mind2WebScriptedPolicy(temperature=0.5), short_history=0
+    states = _states(list_games("train", root)[:2])
+    dataset, counts = counterfactual_labels(
+        states,
+        FeatureExtractor(TextEncoder()),
+        Mind2WebScriptedPolicy(temperature=0.5),
+        short_history=0,
+        benchmark="mind2web",
     )
     assert counts["decisions"] == len(states)
     assert counts["labelled"] == len(dataset) and counts["labelled"] + counts["fallback_skipped"] == len(states)
     assert len(dataset) >= 1  # some decisions depend on the view: the memory shows what was typed
     # label.uninformative reaches the Mind2Web teacher too: tie_break keeps the uninformative states.
-    _, tie = pm.counterfactual_labels(
+    _, tie = counterfactual_labels(
         states,
         FeatureExtractor(TextEncoder()),
         Mind2WebScriptedPolicy(temperature=0.5),
         short_history=0,
         uninformative="tie_break",
+        benchmark="mind2web",
     )
     assert tie["labelled"] > counts["labelled"] and tie["fallback_skipped"] < counts["fallback_skipped"]
 
@@ -68,7 +87,7 @@ def test_counterfactual_labels_read_mind2web_prompts(root: Path) -> None:
 def test_mind2web_teacher_prompt_is_filled(root: Path) -> None:
     from memprism_ray.router.teacher import LLMTeacherConfig
 
-    states = pm.label_states(pm.human_streams(list_games("train", root)[:1]))
+    states = _states(list_games("train", root)[:1])
     st = states[2].state
     inputs = pm.mind2web_teacher_inputs(st.history, st.observation, st.goal, st.reference_action)
     assert inputs["observation_stats"]["prior_steps"] == 2 and inputs["summary_diffs"]
@@ -88,14 +107,14 @@ def test_plan_covers_each_task_once_in_order(root: Path) -> None:
     assert [s.game.split for s in capped] == ["test_task", "test_domain"]
 
 
-def test_resolve_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prepare_resolves_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MIND2WEB_DATA", raising=False)
     cfg = load_config("configs/mind2web_smoke.yaml", ["--corpus.data_root", str(tmp_path / "fx")])
-    got = pm.resolve_corpus(cfg, lambda _: None)
+    got = M2W.prepare(cfg, lambda _: None)
     assert Path(got.corpus.data_root) == tmp_path / "fx" and (tmp_path / "fx" / "train" / "train_0.json").exists()
-    assert len(pm.train_games(got)) == 4
+    assert len(M2W.train_games(got)) == 4
     real = load_config("configs/mind2web_paper.yaml")
     with pytest.raises(Mind2WebDataError, match="no Mind2Web data path"):
-        pm.resolve_corpus(real, lambda _: None)
+        M2W.prepare(real, lambda _: None)
     with pytest.raises(ValueError, match="eval_splits"):
         load_config("configs/mind2web_smoke.yaml", ["--mind2web.eval_splits", "train"])

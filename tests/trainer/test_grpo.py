@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from memprism_ray.actors.training import training_plot
+from memprism_ray.trainer.grpo import training_plot
 
 
 def _write_metrics(run_dir: Path, success: list[float]) -> None:
@@ -32,8 +32,8 @@ def test_final_eval_dir_summarises_by_the_configs_replay(tmp_path: Path) -> None
     # its summary reads the same property, so no job can replay games and compare others.
     from types import SimpleNamespace
 
-    from memprism_ray.actors.training import final_eval_dir
     from memprism_ray.adapter.grpo import GRPOConfig
+    from memprism_ray.trainer.grpo import final_eval_dir
 
     _write_metrics(tmp_path, [0.1, 0.2, 0.3, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8])
     cfg = SimpleNamespace(grpo=GRPOConfig(iterations=10, replay_first=3))

@@ -1,8 +1,7 @@
-"""The GRPO stage every training job shares (paper "Adapter", outcome-guided optimisation;
+"""D2, grouped GRPO (paper "Adapter", outcome-guided optimisation; Table A.4 "GRPO";
 docs/architecture.md "Distributed rollout"): start the Learner, the Phi/View pools, the
 policy replicas and the rollout fleet; run the iterations; stop what the evaluation does not
-need. ``jobs/grpo_{alfworld,mind2web,ebalfred}.py`` read top to bottom around these three
-calls; what differs per benchmark (games, D1, the final evaluation) stays in the scripts.
+need. The trajectory return is the benchmark's (:meth:`Benchmark.trajectory_return`).
 """
 
 from __future__ import annotations
@@ -17,14 +16,14 @@ import ray
 from tqdm import tqdm
 
 from memprism_ray.actors import metrics, waits
-from memprism_ray.actors.grpo_driver import RolloutFleet, iteration_stats, run_groups, sample_groups
-from memprism_ray.actors.grpo_driver import say as grpo_say
 from memprism_ray.actors.learner import Learner
 from memprism_ray.actors.placement import learner_options, placement_summary, policy_replica_options, wait_placed
 from memprism_ray.actors.rollout import RolloutWorker
 from memprism_ray.actors.workers import PhiWorker, ViewWorker, start_policy_replicas
 from memprism_ray.pipeline.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration, write_files
 from memprism_ray.policy.factory import needs_view_text
+from memprism_ray.trainer.rollouts import RolloutFleet, iteration_stats, run_groups, sample_groups
+from memprism_ray.trainer.rollouts import say as grpo_say
 
 
 @dataclass
@@ -54,7 +53,7 @@ def start_training_actors(
         resources,
     ):
         say(line)
-    learner = Learner.options(**learner_options(cfg)).remote(
+    learner = Learner.options(name=f"{cfg.run.name}-learner", **learner_options(cfg)).remote(
         cfg.grpo, str(reference), str(resume_from) if resume_from else "", cfg.rollout.learner_threads
     )
     start = wait_placed([learner.iteration.remote()], "learner", learner_options(cfg), cfg.run.call_timeout_s * 4)[0]
@@ -64,22 +63,24 @@ def start_training_actors(
     replicas = start_policy_replicas(cfg)
     # With phi.llm_source: pool the Phi prompts go to the same replicas as the decisions.
     phi_pool = [
-        PhiWorker.options(num_cpus=ro.helper_cpus, max_restarts=ro.max_restarts).remote(
-            cfg.corpus.benchmark, cfg.phi, replicas, f"phi-{i}", cfg.run.call_timeout_s
-        )
+        PhiWorker.options(
+            name=f"{cfg.run.name}-phi-worker-{i}", num_cpus=ro.helper_cpus, max_restarts=ro.max_restarts
+        ).remote(cfg.corpus.benchmark, cfg.phi, replicas, f"phi-{i}", cfg.run.call_timeout_s)
         for i in range(ro.phi_workers)
     ]
     view_pool = [
-        ViewWorker.options(num_cpus=ro.helper_cpus, max_restarts=ro.max_restarts).remote(cfg.render, ro.view_cache_size)
-        for _ in range(ro.view_workers)
+        ViewWorker.options(
+            name=f"{cfg.run.name}-view-worker-{i}", num_cpus=ro.helper_cpus, max_restarts=ro.max_restarts
+        ).remote(cfg.render, ro.view_cache_size)
+        for i in range(ro.view_workers)
     ]
     needs_text = needs_view_text(cfg.policy)
     full_ref = learner.full_weights.remote()  # resolved by each rollout worker, not fetched here
 
     def make_rollout_worker(i: int, generation: int) -> object:
-        return RolloutWorker.options(num_cpus=ro.rollout_cpus).remote(
-            cfg, i, full_ref, phi_pool, view_pool, replicas, needs_text, cfg.run.name, generation
-        )
+        return RolloutWorker.options(
+            name=f"{cfg.run.name}-rollout-worker-{i}.{generation}", num_cpus=ro.rollout_cpus
+        ).remote(cfg, i, full_ref, phi_pool, view_pool, replicas, needs_text, cfg.run.name, generation)
 
     fleet = RolloutFleet.start(
         ro.num_workers,

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from memprism_ray.actors.grpo_driver import sample_groups
 from memprism_ray.adapter.grpo import GRPOConfig
+from memprism_ray.trainer.rollouts import sample_groups
 
 
 @dataclass(frozen=True)

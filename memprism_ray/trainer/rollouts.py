@@ -1,6 +1,5 @@
-"""The GRPO driver's building blocks (paper "Adapter", grouped GRPO; appendix A.3): explicit
-task ids per iteration, group dispatch to rollout workers with fault handling, iteration
-statistics. ``jobs/grpo_alfworld.py`` reads top to bottom on top of these.
+"""GRPO's rollout dispatch (paper "Adapter", grouped GRPO; appendix A.3): explicit task ids
+per iteration, group dispatch to rollout workers with fault handling, iteration statistics.
 
 Data flow: the driver reads only each group's small :class:`GroupSummary`; the group's step
 table stays an object ref (``GroupOutcome.steps``) that goes to the learner unread, and the
@@ -18,6 +17,7 @@ iteration's statistics.
 from __future__ import annotations
 
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
+from tqdm import tqdm
 
 from memprism_ray.actors import waits
 from memprism_ray.actors.rollout import GroupSpec, GroupSummary
@@ -34,7 +35,10 @@ STRIKES_TO_REPLACE = 2
 
 
 def say(msg: str) -> None:
-    print(f"[grpo] {msg}", flush=True)
+    """A fault or progress line, printed through the progress bar (``tqdm.write``) so it is
+    neither overwritten by the bar's ``\\r`` nor lost from a captured log."""
+    tqdm.write(f"[grpo] {msg}", file=sys.stdout)
+    sys.stdout.flush()
 
 
 def _draw_games(games: list, cfg: Any, iteration: int) -> tuple[list, random.Random]:

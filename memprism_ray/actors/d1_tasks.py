@@ -1,0 +1,162 @@
+"""D1's Ray tasks (paper "Adapter", decision-conditioned initialisation; appendix A.3
+"Cold-start distillation"): reference trajectories, view-teacher labels, the supervised
+Router. Thin shells: what a benchmark plays is its :class:`~memprism_ray.benchmark.Benchmark`,
+the labelling is :mod:`memprism_ray.pipeline.labels`, the orchestration is
+:mod:`memprism_ray.trainer.d1`.
+
+Labelling tasks never build a model: with a vLLM (or hf) task policy they reach the policy
+pool's replicas (docs/gpu.md), which also serve the LLM view teacher (``label.teacher: llm``,
+``label.llm_source: pool``).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from memprism_ray.actors.placement import set_ray_env
+
+
+def _parquet(dataset: Any) -> bytes:
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    if len(dataset):
+        pq.write_table(dataset.to_arrow(), buf)
+    return buf.getvalue()
+
+
+@ray.remote(num_cpus=1, max_retries=1)
+def reference_task(
+    cfg: Any, games: list[dict[str, str]], rollin: list[dict[str, str]], pool: list[Any] | None = None, key: str = ""
+) -> bytes:
+    """The benchmark's D1 reference trajectories of ``games`` (plus roll-ins on ``rollin``) as
+    expert-trajectory Parquet bytes, re-recorded by the LLM Phi when ``cfg.phi`` asks for one
+    (served by ``pool`` with ``phi.llm_source: pool``)."""
+    set_ray_env()
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.envs.base import GameRef
+
+    phi = None
+    if cfg.phi.kind != "rules":
+        from memprism_ray.actors.services import build_actor_phi
+
+        phi = build_actor_phi(cfg.corpus.benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=key)
+    refs = [GameRef.from_dict(g) for g in games]
+    return get_benchmark(cfg.corpus.benchmark).reference_table(cfg, refs, [GameRef.from_dict(g) for g in rollin], phi)
+
+
+def label_policy(cfg: Any, pool: list[Any] | None, key: str) -> Any:
+    """The task policy a labelling task shows the views to: the pool's replicas when given,
+    the scripted stand-in at the labelling temperature, or an HTTP client (openai backend)."""
+    from memprism_ray.policy.factory import POOL_BACKENDS, make_policy, needs_view_text
+
+    if pool:
+        from memprism_ray.actors.services import PolicyPool, PoolPolicy
+
+        return PoolPolicy(PolicyPool(pool, cfg.run.call_timeout_s, caller=key), key, needs_view_text(cfg.policy))
+    if cfg.policy.backend == "scripted":
+        from memprism_ray.pipeline.labels import scripted_label_policy
+
+        return scripted_label_policy(cfg)
+    if cfg.policy.backend in POOL_BACKENDS:
+        raise ValueError(f"policy.backend={cfg.policy.backend}: D1 labelling runs on the policy pool, none was given")
+    return make_policy(cfg.policy)  # an HTTP client: no model in this task
+
+
+@ray.remote(num_cpus=1, max_retries=1)
+def label_task(
+    table_bytes: bytes, episodes: list[int], cfg: Any, pool: list[Any] | None = None, key: str = ""
+) -> tuple[bytes, dict[str, int]]:
+    """View-teacher labels of some reference episodes: an SFT dataset as Parquet bytes and the
+    teacher's counts. ``label.teacher: counterfactual`` shows the task policy each of the 144
+    views; ``llm`` asks the benchmark's LLM view teacher once per decision (served by ``pool``
+    with ``label.llm_source: pool``)."""
+    set_ray_env()
+    import pyarrow.parquet as pq
+
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.pipeline.labels import counterfactual_labels, expert_states, llm_teacher_config
+    from memprism_ray.router.encoder import TextEncoder
+    from memprism_ray.router.features import FeatureExtractor
+
+    states = expert_states(pq.read_table(io.BytesIO(table_bytes)), episodes)
+    extractor = FeatureExtractor(TextEncoder(cfg.encoder))
+    if cfg.label.teacher == "llm":
+        from memprism_ray.pipeline.llm_labels import llm_labels
+
+        complete_many = None
+        if pool:
+            from memprism_ray.actors.services import PolicyPool
+
+            policy_pool = PolicyPool(pool, cfg.run.call_timeout_s, caller=key)
+
+            def complete_many(prompts: list[str]) -> list[Any]:
+                return policy_pool.complete(prompts, max_tokens=cfg.label.llm_max_tokens, temperature=0.0, group=key)
+
+        with get_benchmark(cfg.corpus.benchmark).llm_teacher(llm_teacher_config(cfg)) as teacher:
+            dataset, counts = llm_labels(
+                states, extractor, teacher, complete_many=complete_many, concurrency=cfg.label.llm_concurrency
+            )
+        return _parquet(dataset), counts
+    lab = cfg.label
+    dataset, counts = counterfactual_labels(
+        states,
+        extractor,
+        label_policy(cfg, pool, key),
+        benchmark=cfg.agent.benchmark,
+        render_config=cfg.render,
+        short_history=cfg.agent.short_history,
+        samples_per_view=lab.samples_per_view,
+        cost_temperature=lab.cost_temperature,
+        uninformative=lab.uninformative,
+        tie_break_temperature=lab.tie_break_temperature,
+        page_token_temperature=lab.page_token_temperature,
+    )
+    return _parquet(dataset), counts
+
+
+@ray.remote(max_retries=0)
+def sft_task(dataset_bytes: bytes, cfg: Any) -> dict[str, Any]:
+    """Train the Router on the labels (D1); returns statistics and the checkpoint files."""
+    set_ray_env()
+    import tempfile
+    from dataclasses import replace
+
+    import pyarrow.parquet as pq
+    import torch
+
+    from memprism_ray.adapter.checkpoint import checkpoint_sha256, save_checkpoint
+    from memprism_ray.adapter.sft import SFTDataset, SFTTrainer
+    from memprism_ray.pipeline.run_dir import read_files
+    from memprism_ray.router.model import ViewPolicyModel
+
+    device = cfg.sft.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    t0 = time.perf_counter()
+    sft_cfg = replace(cfg.sft, device=device)
+    if cfg.rollout.learner_threads > 0:  # D1 runs alone: nothing else computes until it ends
+        torch.set_num_threads(cfg.rollout.learner_threads)
+    torch.manual_seed(sft_cfg.seed)
+    dataset = SFTDataset.from_arrow(pq.read_table(io.BytesIO(dataset_bytes)))
+    model = ViewPolicyModel(cfg.router)
+    trainer = SFTTrainer(model, dataset, sft_cfg)
+    history = []
+    while not trainer.done:
+        history.append(trainer.train_epoch())
+    final = trainer.evaluate()
+    with tempfile.TemporaryDirectory() as tmp:
+        save_checkpoint(Path(tmp), model, trainer=trainer, stage="d1", metrics={"final": final})
+        return {
+            "epochs": history,
+            "final": final,
+            "sha256": checkpoint_sha256(tmp),
+            "files": read_files(Path(tmp)),
+            "torch_threads": torch.get_num_threads(),
+            "seconds": time.perf_counter() - t0,
+        }

@@ -1,0 +1,65 @@
+"""What crosses an actor boundary on the policy path (docs/architecture.md "Data crossing an
+actor boundary"): a policy input whose view image travels as PNG bytes, inline or, over Ray's
+inline-argument limit, as an object reference. Shared by the callers (``actors/services.py``)
+and the replicas (``actors/workers.py``).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, replace
+from typing import Any
+
+import ray
+
+from memprism_ray.actors import waits
+from memprism_ray.policy.base import PolicyInput
+
+#: Ray's inline-argument limit: larger payloads go through the object store by reference.
+INLINE_LIMIT = 100 * 1024
+#: Bound on fetching one such payload (milliseconds when the store is healthy).
+FETCH_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class PolicyRequest:
+    """A policy input whose view image travels as PNG bytes, or as an object reference
+    when the PNG is over the inline limit."""
+
+    input: PolicyInput
+    png: bytes | None = None
+    png_ref: Any = None
+
+
+def to_request(inp: PolicyInput) -> PolicyRequest:
+    if inp.view_image is None:
+        return PolicyRequest(inp)
+    buf = io.BytesIO()
+    inp.view_image.save(buf, format="PNG", compress_level=1)
+    data = buf.getvalue()
+    bare = replace(inp, view_image=None)
+    if len(data) > INLINE_LIMIT:
+        return PolicyRequest(bare, png_ref=ray.put(data))
+    return PolicyRequest(bare, png=data)
+
+
+def from_request(req: PolicyRequest) -> PolicyInput:
+    data = req.png
+    if req.png_ref is not None:
+        data = waits.get(req.png_ref, FETCH_TIMEOUT_S, "a policy request's view PNG from the object store")
+    if data is None:
+        return req.input
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        im.load()
+        image = im.copy()
+    return replace(req.input, view_image=image)
+
+
+async def from_request_async(req: PolicyRequest) -> PolicyInput:
+    """:func:`from_request` inside an async actor (awaits the PNG reference instead of
+    blocking the event loop on ``ray.get``)."""
+    if req.png_ref is not None:
+        req = replace(req, png=await req.png_ref, png_ref=None)
+    return from_request(req)

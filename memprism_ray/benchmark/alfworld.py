@@ -1,0 +1,98 @@
+"""ALFWorld (paper "Benchmarks"; Table A.4 "D1, ALFWorld" and "GRPO, ALFWorld"): games of an
+ALFWorld data tree, or the embedded corpus generated from the layouts the ``alfworld``
+package ships; D1 from the handcoded expert plus the task policy's roll-ins; binary success;
+the side-by-side table against the trained Router."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memprism_ray.benchmark.base import Benchmark, EvalPlan
+
+
+class Alfworld(Benchmark):
+    name = "alfworld"
+    env_factory = "memprism_ray.envs.alfworld:AlfworldEnv"
+    train_keys = ("corpus.train_split",)
+    eval_keys = ("eval.split", "corpus.data_root")
+
+    def prepare(self, cfg: Any, log: Any = print) -> Any:
+        """``corpus.data_root`` (or ``$ALFWORLD_DATA``) checked, or the embedded corpus of
+        ALFWorld-style games generated from alfworld's layouts, built on first use and cached."""
+        root = cfg.corpus.data_root or _official_root()
+        if not root:
+            from memprism_ray.envs.alfworld.corpus import default_cache_dir, ensure_default_corpus
+
+            c = cfg.corpus
+            cache = default_cache_dir(
+                c.seed, c.train_games, c.eval_games, base=Path(c.cache_dir) if c.cache_dir else None
+            )
+            log(
+                f"games: embedded corpus ({c.train_games} train, {c.eval_games} per eval split, seed {c.seed}); "
+                "built on first use"
+            )
+            root = str(ensure_default_corpus(cache, train=c.train_games, eval=c.eval_games, seed=c.seed))
+        log(f"games: {root}")
+        from memprism_ray.envs.alfworld.data import resolve_data_root
+
+        root = str(resolve_data_root(root))  # checked: a clear error if it holds no games
+        return dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=root))
+
+    def train_games(self, cfg: Any) -> list[Any]:
+        from memprism_ray.envs.alfworld import list_games
+
+        return list_games(cfg.corpus.train_split, cfg.corpus.data_root)
+
+    def eval_plan(self, cfg: Any) -> EvalPlan:
+        from memprism_ray.eval.runner import plan_episodes
+
+        episodes, specs, broken = plan_episodes(cfg.eval.split, cfg.corpus.data_root, cfg.eval.episodes, cfg.run.seed)
+        return EvalPlan(episodes, specs, cfg.eval.workers, cfg.eval.slots, broken=broken)
+
+    def printed_summary(self, out_dir: Path) -> Path:
+        """The side-by-side table against the trained Router, when the run evaluated one."""
+        table = out_dir / "final_table.md"
+        return table if table.exists() else out_dir / "summary.md"
+
+    def rollins_apply(self, cfg: Any) -> bool:
+        # A roll-in through the policy pool is not built: only the scripted policy plays them.
+        return (
+            bool(cfg.label.rollin_games) and cfg.label.teacher == "counterfactual" and cfg.policy.backend == "scripted"
+        )
+
+    def reference_table(self, cfg: Any, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+        """ALFWorld's handcoded expert on ``games``; then the scripted task policy plays the
+        ``rollin`` games itself under a view drawn uniformly per step (``label.rollin_games``),
+        the expert's next command being each reached state's reference."""
+        from memprism_ray.envs.alfworld import collect_expert_trajectories
+
+        rollin_args: dict[str, Any] = {}
+        if rollin:
+            from memprism_ray.pipeline.labels import rollin_chooser, scripted_label_policy
+
+            rollin_args = {
+                "rollin_games": list(rollin),
+                "choose": rollin_chooser(
+                    scripted_label_policy(cfg), cfg.render, seed=cfg.run.seed, short_history=cfg.agent.short_history
+                ),
+                "rollin_steps": cfg.agent.max_steps,
+            }
+        with tempfile.TemporaryDirectory() as tmp:
+            path = collect_expert_trajectories(list(games), tmp, max_steps=120, progress=False, phi=phi, **rollin_args)
+            return Path(path).read_bytes()
+
+
+def _official_root() -> str:
+    """``$ALFWORLD_DATA`` unless it is alfworld's own empty placeholder folder."""
+    env = os.environ.get("ALFWORLD_DATA", "")
+    if not env:
+        return ""
+    from memprism_ray.envs.alfworld.data import _is_alfworld_placeholder
+
+    path = Path(os.path.expandvars(env)).expanduser()
+    return "" if _is_alfworld_placeholder(path) else str(path)

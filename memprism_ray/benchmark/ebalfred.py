@@ -1,0 +1,139 @@
+"""EB-ALFRED (paper "Benchmarks"; Table A.4 "D1, ALFRED path" and "GRPO, ALFRED path": 30
+steps, reward success + 0.2 x goal-condition progress, no entropy bonus; docs/ebalfred.md):
+AI2-THOR through EmbodiedBench, or the fixture that replays recorded transcripts on CPU; D1
+from the expert plans of the training episodes; SR per subset and the average."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from memprism_ray.benchmark.base import Benchmark, EvalPlan, rerecord_episodes
+
+
+class EbAlfred(Benchmark):
+    name = "ebalfred"
+    env_factory = "memprism_ray.envs.ebalfred:EbAlfredEnv"
+    train_keys = ("ebalfred.train_splits", "ebalfred.train_subsets")
+    eval_keys = ("ebalfred.splits", "ebalfred.subsets")
+    reference_source = "expert plans"
+    task_noun = "episodes"
+
+    def prepare(self, cfg: Any, log: Any = print) -> Any:
+        """The fixture built on first use (``ebalfred.controller: fake``), and the scripted
+        stand-in's settings in the config (they reach every actor with it)."""
+        import os
+
+        eb = cfg.ebalfred
+        if eb.controller == "fake":
+            from memprism_ray.envs.ebalfred.fixture import build_fixture
+
+            root = eb.fixture_dir(cfg.run.dir)
+            if not (root / "transcripts.json").is_file():
+                build_fixture(root, episodes_per_subset=eb.fixture_episodes, resolution=min(eb.resolution, 96))
+                log(f"EB-ALFRED fixture built at {root}")
+        env = eb.env_vars(cfg.run.dir)
+        os.environ.update(env)
+        return cfg
+
+    def train_games(self, cfg: Any) -> list[Any]:
+        from memprism_ray.envs.ebalfred.data import list_games
+
+        eb = cfg.ebalfred
+        return list_games(eb.train_subsets, eb.train_splits_path(cfg.run.dir))  # ALFRED's, never evaluation ones
+
+    def _eval_games(self, cfg: Any) -> list[Any]:
+        from memprism_ray.envs.ebalfred.data import list_games
+
+        eb = cfg.ebalfred
+        return list_games(eb.subsets, eb.splits_path(cfg.run.dir), per_subset=eb.episodes_per_subset)
+
+    def eval_plan(self, cfg: Any) -> EvalPlan:
+        from memprism_ray.agent import EpisodeSpec
+        from memprism_ray.eval.episodes import build_episode_list
+
+        games = {g.game_id: g for g in self._eval_games(cfg)}
+        episodes = build_episode_list("ebalfred", sorted(games), None, seed=cfg.run.seed)
+        specs = [EpisodeSpec(e, games[g]) for e, g in zip(episodes.episode_ids, episodes.game_ids, strict=True)]
+        return EvalPlan(episodes, specs, cfg.ebalfred.eval_workers, cfg.ebalfred.eval_slots)
+
+    def env_options(self, cfg: Any) -> dict[str, Any]:
+        from memprism_ray.envs.ebalfred.section import env_options
+
+        return env_options(cfg)
+
+    def reference_table(self, cfg: Any, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+        """The expert plans of ``games`` (their ALFRED annotations, or the fixture's recorded
+        plans) played through one env."""
+        from memprism_ray.envs.ebalfred.expert import annotation_plans, fixture_plans, play_expert, write_expert_table
+
+        env = self.make_env(1, self.env_options(cfg))
+        try:
+            if cfg.ebalfred.controller == "fake":
+                plans = fixture_plans(env.config.fixture)
+            else:
+                plans = annotation_plans(games[0].path, games)
+            episodes = play_expert(env, list(games), plans, max_steps=cfg.agent.max_steps)
+        finally:
+            env.close()
+        episodes = rerecord_episodes(episodes, phi)
+        with tempfile.TemporaryDirectory() as tmp:
+            return write_expert_table(episodes, Path(tmp) / "expert.parquet").read_bytes()
+
+    # ------------------------------------------------------------------ evaluation report
+    def write_condition(
+        self,
+        condition: str,
+        results: Sequence[Any],
+        rows: Sequence[dict[str, Any]],
+        out_dir: Path,
+        manifest: Any,
+        plan: EvalPlan,
+        cfg: Any,
+        tokenizer: str,
+    ) -> dict[str, Any]:
+        from memprism_ray.eval.ebalfred import episode_rows, subset_report
+
+        rep = super().write_condition(condition, results, rows, out_dir, manifest, plan, cfg, tokenizer)
+        rep["ebalfred"] = subset_report(episode_rows(results))
+        return rep
+
+    def condition_line(self, rep: Mapping[str, Any]) -> str:
+        table = rep["ebalfred"]
+        failed = f", {len(table['failed_episodes'])} failed" if table["failed_episodes"] else ""
+        pooled = table["pooled"]
+        return f"average SR {100 * table['average_sr']:.1f}% ({pooled['successes']}/{pooled['n']}){failed}"
+
+    def write_summary(
+        self,
+        out_dir: Path,
+        reports: list[dict[str, Any]],
+        results_by: dict[str, list[Any]],
+        rows_by: dict[str, list[dict[str, Any]]],
+        plan: EvalPlan,
+        cfg: Any,
+    ) -> dict[str, Any]:
+        """``summary.md`` (the paper's table: SR per subset and the average, a row per
+        condition) and ``ebalfred_report.json``."""
+        from memprism_ray.eval.ebalfred import report_markdown
+        from memprism_ray.io_atomic import atomic_write_text
+
+        tables = {rep["condition"]: rep["ebalfred"] for rep in reports}
+        header = report_markdown(next(iter(tables.values()))).splitlines()[:2]
+        lines = [report_markdown(t, c).splitlines()[2] for c, t in tables.items()]
+        details = "\n".join(f"## {c}\n\n{report_markdown(t, c)}" for c, t in tables.items())
+        atomic_write_text(
+            out_dir / "summary.md", "# EB-ALFRED evaluation\n\n" + "\n".join([*header, *lines]) + "\n\n" + details
+        )
+        atomic_write_text(out_dir / "ebalfred_report.json", json.dumps(tables, indent=1) + "\n")  # condition order kept
+        return {"conditions": tables, "failed_episodes": sum(len(t["failed_episodes"]) for t in tables.values())}
+
+    def eval_metrics(self, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [{"condition": c, "sr": t["average_sr"]} for c, t in summary["conditions"].items()]
+
+    def failures(self, summary: Mapping[str, Any]) -> str | None:
+        n = summary["failed_episodes"]
+        return f"{n} episode(s) failed" if n else None

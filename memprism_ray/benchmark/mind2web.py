@@ -1,0 +1,262 @@
+"""Mind2Web under teacher-forced replay (paper "Benchmarks"; appendix "Training dataset setup":
+"Mind2Web uses its official training split to construct teacher-forced human trajectories
+and action-conditioned view-teacher records"; Table A.4 "D1, Mind2Web" and "GRPO, Mind2Web";
+docs/mind2web.md): the official release or the generated fixture; D1 from the human
+trajectories of the training split; the return is the mean reward 1[action correct]; the
+metrics per test split."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from memprism_ray.benchmark.base import Benchmark, EvalPlan, rerecord_episodes
+from memprism_ray.envs.base import GameRef, cache_base
+from memprism_ray.router.teacher import LLMViewTeacher
+
+
+class Mind2Web(Benchmark):
+    name = "mind2web"
+    env_factory = "memprism_ray.envs.mind2web.env:Mind2WebReplayEnv"
+    train_keys = ("mind2web.train_tasks",)
+    eval_keys = ("mind2web.eval_splits",)
+    reference_source = "human trajectories"
+    task_noun = "tasks"
+    success_label = "exact success"
+    summary_file = "mind2web.md"
+    rewards = ("action_correct",)
+
+    def prepare(self, cfg: Any, log: Any = print) -> Any:
+        """``corpus.data_root`` set to a checked release root (``corpus.data_root`` /
+        ``$MIND2WEB_DATA``), or the generated fixture when ``mind2web.fixture`` is on."""
+        from memprism_ray.envs.mind2web.data import resolve_data_root
+        from memprism_ray.envs.mind2web.fixture import ensure_fixture
+
+        if cfg.mind2web.fixture:
+            root = ensure_fixture(fixture_root(cfg), cfg.mind2web.fixture_tasks_per_site, cfg.corpus.seed)
+            log(f"data: the generated Mind2Web fixture at {root} (not Mind2Web data: smoke runs only)")
+        else:
+            root = resolve_data_root(cfg.corpus.data_root or None)
+            log(f"data: Mind2Web release at {root}")
+        return dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=str(root)))
+
+    def train_games(self, cfg: Any) -> list[GameRef]:
+        """The training tasks that form GRPO groups (the first ``mind2web.train_tasks``)."""
+        games = self.d1_games(cfg)
+        return games[: cfg.mind2web.train_tasks] if cfg.mind2web.train_tasks else games
+
+    def d1_games(self, cfg: Any) -> list[GameRef]:
+        """Every task of the official training split, in file order."""
+        from memprism_ray.envs.mind2web.data import list_games
+
+        return list_games("train", cfg.corpus.data_root)
+
+    def eval_plan(self, cfg: Any) -> EvalPlan:
+        """Every task of each ``mind2web.eval_splits`` split in file order (the first
+        ``mind2web.eval_tasks`` when > 0), with each task's recorded number of steps."""
+        specs, expected = plan_episodes(cfg.corpus.data_root, cfg.mind2web.eval_splits, cfg.mind2web.eval_tasks)
+        from memprism_ray.eval.episodes import EpisodeList
+
+        splits = list(dict.fromkeys(s.game.split for s in specs))
+        episodes = EpisodeList(
+            split="mind2web",
+            seed=cfg.run.seed,
+            episode_ids=tuple(s.episode_id for s in specs),
+            n_unique_games=len({(s.game.split, s.game.game_id) for s in specs}),
+            rule=f"mind2web-file-order-v1: each task of {', '.join(splits)} once, splits and files in order",
+        )
+        return EvalPlan(episodes, specs, cfg.eval.workers, cfg.eval.slots, expected_steps=expected)
+
+    # ------------------------------------------------------------------ D1
+    def reference_table(self, cfg: Any, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+        """Each task's human trajectory, replayed (every recorded action is correct) and
+        recorded with the rule Phi as the agent records events under teacher-forced replay;
+        the admissible set of a state is its snapshot's element refs, the reference action the
+        human one."""
+        import pyarrow.parquet as pq
+
+        from memprism_ray.envs.alfworld.expert_data import ExpertEpisode, episodes_to_arrow
+        from memprism_ray.formats.mind2web_snapshot import parse_snapshot
+
+        episodes = []
+        for game, goal, stream in human_streams(games):
+            admissible = tuple(tuple(parse_snapshot(r.raw.o_pre)) for r in stream.records)
+            reference = tuple(r.raw.action_text for r in stream.records)
+            episodes.append(ExpertEpisode(game, goal, stream, admissible, reference, "human", True))
+        buf = io.BytesIO()
+        pq.write_table(episodes_to_arrow(rerecord_episodes(episodes, phi)), buf)
+        return buf.getvalue()
+
+    def llm_teacher(self, teacher_cfg: Any) -> Any:
+        return Mind2WebLLMTeacher(dataclasses.replace(teacher_cfg, prompt="mind2web"))
+
+    # ------------------------------------------------------------------ evaluation report
+    def write_condition(
+        self,
+        condition: str,
+        results: Sequence[Any],
+        rows: Sequence[dict[str, Any]],
+        out_dir: Path,
+        manifest: Any,
+        plan: EvalPlan,
+        cfg: Any,
+        tokenizer: str,
+    ) -> dict[str, Any]:
+        from memprism_ray.eval import mind2web as m2w
+
+        return m2w.write_condition(
+            condition,
+            results,
+            rows,
+            out_dir,
+            manifest,
+            expected_steps=plan.expected_steps,
+            tokenizer=tokenizer,
+            max_steps=cfg.agent.max_steps,
+            artifacts=cfg.eval.artifacts,
+        )
+
+    def condition_line(self, rep: Mapping[str, Any]) -> str:
+        o = rep["mind2web"]["overall"]
+        acc, ok = o["step_accuracy"], o["episode_success"]
+        failed = f", {o['failed_episodes']} failed" if o["failed_episodes"] else ""
+        return (
+            f"step accuracy {acc['correct']}/{acc['n']} = {100 * acc['rate']:.1f}%, exact success "
+            f"{ok['correct']}/{ok['n']}{failed}"
+        )
+
+    def write_summary(
+        self,
+        out_dir: Path,
+        reports: list[dict[str, Any]],
+        results_by: dict[str, list[Any]],
+        rows_by: dict[str, list[dict[str, Any]]],
+        plan: EvalPlan,
+        cfg: Any,
+    ) -> dict[str, Any]:
+        """The generic ``summary.md`` and ``mind2web.md`` / ``mind2web.json`` (per split,
+        paired against the first condition)."""
+        from memprism_ray.eval import mind2web as m2w
+
+        generic = super().write_summary(out_dir, reports, results_by, rows_by, plan, cfg)
+        summary = m2w.write_summary(out_dir, reports, results_by, rows_by, plan.expected_steps, seed=cfg.run.seed)
+        summary["generic"] = generic
+        return summary
+
+    def failures(self, summary: Mapping[str, Any]) -> str | None:
+        return super().failures(summary["generic"])
+
+    def eval_metrics(self, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [
+            {
+                "condition": c,
+                "step_accuracy": m["overall"]["step_accuracy"]["rate"],
+                "episode_success": m["overall"]["episode_success"]["rate"],
+            }
+            for c, m in summary["metrics"].items()
+        ]
+
+
+def fixture_root(cfg: Any) -> Path:
+    """Where the fixture of ``cfg`` lives: ``corpus.data_root`` if set, else the cache."""
+    if cfg.corpus.data_root:
+        return Path(cfg.corpus.data_root)
+    name = f"mind2web-fixture-s{cfg.corpus.seed}-k{cfg.mind2web.fixture_tasks_per_site}"
+    return Path(cfg.corpus.cache_dir or cache_base()) / name
+
+
+def plan_episodes(
+    root: str | Path, splits: Sequence[str], tasks_per_split: int = 0
+) -> tuple[list[Any], dict[str, int]]:
+    """Every task of each split in file order (the first ``tasks_per_split`` when > 0), as
+    episodes ``mind2web/<split>/<annotation_id>#0``, and each episode's recorded steps."""
+    from memprism_ray.agent import EpisodeSpec
+    from memprism_ray.envs.mind2web.data import load_file, split_files
+
+    specs: list[Any] = []
+    expected: dict[str, int] = {}
+    for split in splits:
+        n = 0
+        for f in split_files(split, root):
+            for aid, task in load_file(f, split).items():
+                if tasks_per_split and n >= tasks_per_split:
+                    break
+                # The episode-id form of eval/episodes.py ("<split>/<game_id>#<round>") with one
+                # plan-wide split name, so one manifest records the plan over all test splits.
+                eid = f"mind2web/{split}/{aid}#0"
+                specs.append(EpisodeSpec(eid, GameRef(aid, f, task.domain or "unknown", split)))
+                expected[eid] = len(task.steps)
+                n += 1
+    return specs, expected
+
+
+def human_streams(games: Sequence[GameRef], snapshot: Any = None) -> list[tuple[GameRef, str, Any]]:
+    """``(game, goal, stream)`` of each task's human trajectory: each recorded action is
+    replayed and recorded with the rule Phi."""
+    from memprism_ray.envs.mind2web.data import load_task
+    from memprism_ray.envs.mind2web.env import Mind2WebReplayEnv, human_action
+    from memprism_ray.envs.mind2web.snapshot import build_snapshot
+    from memprism_ray.recorder.events import RawEvent
+    from memprism_ray.recorder.phi.base import record_event
+    from memprism_ray.recorder.phi.mind2web import Mind2WebPhi
+    from memprism_ray.recorder.stream import EventStream
+
+    env = Mind2WebReplayEnv(1, snapshot)
+    phi = Mind2WebPhi()
+    out = []
+    for game in games:
+        task = load_task(game)
+        obs = env.reset(game)
+        stream = EventStream({"goal": task.confirmed_task, "task_id": game.game_id, "benchmark": "mind2web"})
+        o_pre = obs.text
+        for t, step in enumerate(task.steps):
+            action, _ = human_action(step, build_snapshot(step, env.snapshot_config))
+            tr = env.step(action)
+            record_event(stream, RawEvent(o_pre, tr.meta["recorded_action"], tr.feedback, tr.reward, {"step": t}), phi)
+            o_pre = tr.feedback
+        out.append((game, task.confirmed_task, stream))
+    return out
+
+
+def _summary(observation: str, limit: int = 4000) -> str:
+    return observation if len(observation) <= limit else observation[: limit - 3] + "..."
+
+
+def mind2web_teacher_inputs(
+    history: Sequence[Any], observation: str, goal: str, reference_next_action: Any
+) -> dict[str, Any]:
+    """Inputs of the Mind2Web view-teacher prompt (appendix E.2 "Mind2Web View Teacher") for
+    one decision: the current page summary, the prior events, their state deltas, the human
+    next action and observation statistics."""
+    from memprism_ray.formats.mind2web_snapshot import parse_snapshot
+    from memprism_ray.router.teacher import serialize_stream
+
+    events = serialize_stream(history)
+    for e in events:
+        e.pop("feedback", None)  # pages are long; the deltas carry what changed
+    elements = parse_snapshot(observation)
+    return {
+        "goal": goal,
+        "current_summary": _summary(observation),
+        "prior_summary_events": events,
+        "summary_diffs": [
+            {"step": rec.event.t, "delta": [d.to_dict() for d in rec.event.delta]} for rec in history if rec.event.delta
+        ],
+        "reference_next_action": reference_next_action,
+        "observation_stats": {
+            "elements": len(elements),
+            "inputs": sum(e.tag in ("input", "textarea") for e in elements.values()),
+            "selects": sum(e.tag == "select" for e in elements.values()),
+            "prior_steps": len(history),
+        },
+    }
+
+
+class Mind2WebLLMTeacher(LLMViewTeacher):
+    """The LLM view teacher with the Mind2Web prompt (appendix E.2)."""
+
+    def state_inputs(self, state: Any) -> dict[str, Any]:
+        return mind2web_teacher_inputs(state.history, state.observation, state.goal, state.reference_action)

@@ -1,0 +1,225 @@
+"""D1, one path for every benchmark (paper "Adapter", decision-conditioned initialisation;
+appendix A.3 "Cold-start distillation"; Table A.4 "D1, ALFWorld", "D1, ALFRED path",
+"D1, Mind2Web"):
+
+1. reference trajectories: the benchmark's source (ALFWorld's handcoded expert plus the task
+   policy's roll-ins, EB-ALFRED's expert plans, Mind2Web's human trajectories), as one
+   expert-trajectory table ``d1/<key>/expert_trajectories.parquet``;
+2. view-teacher labels of every decision state (``label.teacher``: the counterfactual teacher
+   on the task policy, or the LLM view teacher of appendix E.2), ``labels.parquet``;
+3. the supervised Router, ``checkpoint/``: GRPO's reference policy.
+
+Each stage is reused when its file exists; the directory is keyed by the config sections that
+produce it (``pipeline/run_dir.d1_key``). The stages run as Ray tasks
+(:mod:`memprism_ray.actors.d1_tasks`) so the driver stays light.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from memprism_ray.actors import waits
+from memprism_ray.actors.d1_tasks import label_task, reference_task, sft_task
+from memprism_ray.actors.placement import learner_options
+from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
+from memprism_ray.benchmark import Benchmark
+from memprism_ray.pipeline.run_dir import write_files
+
+
+def uses_pool(cfg: Any) -> bool:
+    """Whether D1 labelling needs the policy pool (a model-backed policy, or the LLM teacher
+    served by the pool)."""
+    from memprism_ray.policy.factory import POOL_BACKENDS
+
+    if cfg.label.teacher == "llm":
+        return cfg.label.llm_source == "pool"
+    return cfg.policy.backend in POOL_BACKENDS
+
+
+def policy_calls_per_decision(cfg: Any) -> int:
+    """Policy (or teacher) calls per reference decision: 1 for the LLM teacher, 144 x S for the
+    counterfactual teacher."""
+    from memprism_ray.pipeline.llm_labels import policy_calls
+
+    return policy_calls(cfg.label.teacher, 1, samples_per_view=cfg.label.samples_per_view)
+
+
+def d1_cost_line(cfg: Any, benchmark: Benchmark) -> str:
+    """What D1 labelling will cost, printed before D1 starts."""
+    where = {
+        "endpoint": f"the endpoint {cfg.label.llm_base_url}",
+        "pool": f"the policy pool ({cfg.policy.num_replicas} {cfg.policy.backend} replicas)",
+    }[cfg.label.llm_source]
+    served = where if cfg.label.teacher == "llm" else f"the task policy ({cfg.policy.backend})"
+    how = "one call per decision" if cfg.label.teacher == "llm" else f"144 views x {cfg.label.samples_per_view} samples"
+    rollins = benchmark.rollins_apply(cfg)
+    return (
+        f"D1: {cfg.label.teacher} view teacher on {served}: {policy_calls_per_decision(cfg)} policy call(s) per "
+        f"reference decision ({how}) over the {benchmark.reference_source} of {cfg.label.games} {benchmark.task_noun}"
+        + (f" and the task policy's roll-ins on {cfg.label.rollin_games} more" if rollins else "")
+        + "; the exact count follows once they are played"
+    )
+
+
+def collect_reference(
+    cfg: Any,
+    benchmark: Benchmark,
+    games: list[Any],
+    rollin_games: list[Any],
+    d1_dir: Path,
+    log: Any = print,
+    pool: list[Any] | None = None,
+) -> Path:
+    """``d1_dir/expert_trajectories.parquet``: the reference trajectories of ``games`` and the
+    roll-ins on ``rollin_games``, over ``label.workers`` tasks (reused when present). ``pool``:
+    the replicas an LLM Phi with ``phi.llm_source: pool`` re-records the streams on."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = d1_dir / "expert_trajectories.parquet"
+    if path.exists():
+        log(f"D1: reusing {path}")
+        return path
+    workers = max(1, min(cfg.label.workers, len(games)))
+    chunks = [games[i::workers] for i in range(workers)]
+    rollins = [rollin_games[i::workers] for i in range(workers)]
+    extra = f" and the task policy's own play of {len(rollin_games)} more (roll-in)" if rollin_games else ""
+    log(f"D1: {benchmark.reference_source} of {len(games)} {benchmark.task_noun}{extra} ({workers} tasks)")
+    refs = [
+        reference_task.remote(cfg, [g.to_dict() for g in c], [g.to_dict() for g in rollins[i]], pool, f"phi-d1-{i}")
+        for i, c in enumerate(chunks)
+        if c
+    ]
+    # bound: one call timeout per game of the largest task
+    bound = cfg.run.call_timeout_s * max(len(c) + len(r) for c, r in zip(chunks, rollins, strict=True))
+    parts = waits.get_reporting(refs, bound, "D1: reference-trajectory tasks", log)
+    tables, offset = [], 0
+    for blob in parts:  # episode numbers are per task: make them global
+        t = pq.read_table(io.BytesIO(blob))
+        eps = t.column("episode").to_pylist()
+        col = pa.array([e + offset for e in eps], pa.int32())
+        t = t.set_column(t.column_names.index("episode"), "episode", col)
+        offset += (max(eps) + 1) if eps else 0
+        tables.append(t.replace_schema_metadata(None))
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(pa.concat_tables(tables), tmp)
+    tmp.replace(path)
+    return path
+
+
+def label_reference(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print, pool: list[Any] | None = None) -> Path:
+    """``d1_dir/labels.parquet``: view-teacher labels of every reference decision. With a
+    pool-backed policy or teacher, ``pool`` (replica handles) is used, or replicas are started
+    for labelling and stopped afterwards."""
+    import pyarrow.parquet as pq
+
+    path = d1_dir / "labels.parquet"
+    if path.exists():
+        log(f"D1: reusing {path}")
+        return path
+    table = pq.read_table(expert_path)
+    episodes = sorted(set(table.column("episode").to_pylist()))
+    workers = max(1, min(cfg.label.workers, len(episodes)))
+    calls = table.num_rows * policy_calls_per_decision(cfg)
+    log(f"D1: {cfg.label.teacher} view labels for {table.num_rows} decisions: {calls} policy calls ({workers} tasks)")
+    handles, started = replicas_for(cfg, pool, uses_pool(cfg), log, "D1 labelling")
+    ref = ray.put(expert_path.read_bytes())
+    bound = cfg.run.call_timeout_s * len(episodes[0::workers])  # one call timeout per episode of the largest task
+    try:
+        results = waits.get_reporting(
+            [label_task.remote(ref, episodes[i::workers], cfg, handles, f"d1-{i}") for i in range(workers)],
+            bound,
+            f"D1: {cfg.label.teacher} view-labelling tasks",
+            log,
+        )
+    finally:
+        stop_policy_replicas(started)
+    totals: dict[str, int] = {}
+    for _, counts in results:
+        for k, v in counts.items():
+            totals[k] = totals.get(k, 0) + v
+    log(f"D1: teacher counts {totals}")
+    return write_labels([b for b, _ in results], path, log, "check the task policy and the reference data")
+
+
+def write_labels(parts: list[bytes], path: Path, log: Any = print, hint: str = "") -> Path:
+    """The labelling tasks' Parquet parts (empty ones skipped) written atomically as ``path``;
+    a run that labelled nothing is an error (``hint``: what to check)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from memprism_ray.io_atomic import atomic_write_bytes
+
+    tables = [pq.read_table(io.BytesIO(b)) for b in parts if b]
+    if not tables:
+        raise RuntimeError(f"the view teacher labelled no decision: {hint or 'check the task policy'}")
+    merged = pa.concat_tables(tables)
+    buf = io.BytesIO()
+    pq.write_table(merged, buf)
+    atomic_write_bytes(path, buf.getvalue(), overwrite=True)
+    log(f"D1: {merged.num_rows} labelled decisions")
+    return path
+
+
+def build_d1_data(
+    cfg: Any, benchmark: Benchmark, d1_dir: Path, log: Any = print, pool: list[Any] | None = None
+) -> Path:
+    """The D1 data under ``d1_dir`` (reusing finished stages): the reference trajectories of the
+    first ``label.games`` of the benchmark's D1 tasks, the roll-ins on the next
+    ``label.rollin_games`` (where the benchmark has them), and the view teacher's labels of
+    every decision. Returns ``labels.parquet``'s path. The GRPO job and ``jobs/label_views.py``
+    both build it here, so a D1 directory holds the same data whichever wrote it."""
+    d1_dir.mkdir(parents=True, exist_ok=True)
+    # With the LLM Phi on the pool, the replicas started for it also serve the labelling.
+    needed = cfg.phi.kind == "llm" and cfg.phi.llm_source == "pool"
+    needed = needed and not (d1_dir / "expert_trajectories.parquet").exists()
+    phi_pool, started = replicas_for(cfg, pool, needed, log, "the D1 LLM Phi")
+    try:
+        games = benchmark.d1_games(cfg)
+        n = cfg.label.games
+        rollin = games[n : n + cfg.label.rollin_games]
+        if rollin and not benchmark.rollins_apply(cfg):
+            # Roll-ins exist only for the scripted policy under the counterfactual teacher: say so.
+            log(
+                f"D1: label.rollin_games={cfg.label.rollin_games} skipped: roll-ins need the counterfactual teacher "
+                f"on the scripted policy of a benchmark that has them (this run: {benchmark.name}, "
+                f"{cfg.label.teacher} teacher, {cfg.policy.backend} policy)"
+            )
+            rollin = []
+        elif len(rollin) < cfg.label.rollin_games:
+            log(f"D1: only {len(rollin)} training games left for label.rollin_games={cfg.label.rollin_games}")
+        expert = collect_reference(cfg, benchmark, games[:n], rollin, d1_dir, log, phi_pool)
+        return label_reference(cfg, expert, d1_dir, log, pool or phi_pool)
+    finally:
+        stop_policy_replicas(started)
+
+
+def train_d1(cfg: Any, labels_path: Path, ckpt: Path, log: Any = print) -> Path:
+    """Supervised Router training on the labels; the checkpoint is written at ``ckpt``."""
+    log(f"D1: supervised Router training ({cfg.sft.epochs} epochs)")
+    (result,) = waits.get_reporting(  # bound: one call timeout per epoch
+        [sft_task.options(**learner_options(cfg)).remote(labels_path.read_bytes(), cfg)],
+        cfg.run.call_timeout_s * max(1, cfg.sft.epochs),
+        "D1: supervised Router training task",
+        log,
+    )
+    write_files(result["files"], ckpt)
+    log(
+        f"D1: done in {result['seconds']:.0f} s on {result['torch_threads']} torch thread(s), final {result['final']}, "
+        f"sha256 {result['sha256'][:12]}"
+    )
+    return ckpt
+
+
+def run_d1(cfg: Any, benchmark: Benchmark, d1_dir: Path, log: Any = print, pool: list[Any] | None = None) -> Path:
+    """The D1 reference policy under ``d1_dir`` (reusing finished stages); its checkpoint dir."""
+    d1_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = d1_dir / "checkpoint"
+    if (ckpt / "config.json").exists():
+        log(f"D1: reusing {ckpt}")
+        return ckpt
+    return train_d1(cfg, build_d1_data(cfg, benchmark, d1_dir, log, pool), ckpt, log)

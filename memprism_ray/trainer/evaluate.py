@@ -1,0 +1,186 @@
+"""The final evaluation on Ray, for every benchmark (paper appendix C): the benchmark's ordered
+plan is split over :class:`~memprism_ray.actors.evaluation.EvalWorker` actors, each playing its
+share in waves of ``slots`` episodes with the same decision loop as ``memprism eval``; the
+driver gathers the episodes, shows a bar of episodes done / total with the running success
+rate, and writes the benchmark's reports. With a model-backed task policy (vllm, hf) the
+workers decide through the policy pool's replicas (docs/gpu.md): no evaluation worker builds
+a model.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+from tqdm import tqdm
+
+from memprism_ray.actors.evaluation import EvalWorker
+from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
+from memprism_ray.benchmark import Benchmark, EvalPlan
+
+
+def router_state_for(cfg: Any, checkpoint: str) -> dict[str, Any] | None:
+    """The Router weights (numpy, for the evaluation workers) when ``eval.conditions`` has a
+    Router condition, with ``cfg.router`` set to the checkpoint's architecture; ``None``
+    otherwise. A Router condition without a checkpoint is a ``ValueError``."""
+    if not any(c.startswith(("memprism", "constrained")) for c in cfg.eval.conditions):
+        return None
+    if not checkpoint:
+        raise ValueError("Router conditions need --checkpoint DIR (a D1 or D2 checkpoint directory)")
+    from memprism_ray.actors.learner import state_to_numpy
+    from memprism_ray.adapter.checkpoint import load_model
+
+    model = load_model(checkpoint)
+    cfg.router = model.config
+    return state_to_numpy(model.state_dict())
+
+
+def play_condition(
+    workers: list[Any],
+    condition: str,
+    plan: EvalPlan,
+    marginal: list[float] | None,
+    timeout_s: float,
+    keep_views: int = 0,
+    on_results: Any = None,
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Play ``condition`` on every episode of ``plan``: each worker takes every n-th episode and
+    plays its share in waves of ``plan.slots`` (one call per wave, so progress is seen as waves
+    finish). Returns one result per planned episode, in plan order, and the step rows. A wave
+    whose worker dies or times out (``timeout_s`` per wave of the longest share) fails with the
+    reason; a broken game's episodes fail without being played; nothing planned is dropped from
+    the denominators. ``on_results(results)`` is called as each wave's results arrive."""
+    from memprism_ray.eval.runner import failed_result
+
+    viewed = {s.episode_id for s in plan.specs[:keep_views]}
+    specs = [
+        {"episode_id": s.episode_id, "game": s.game.to_dict(), "keep_views": s.episode_id in viewed}
+        for s in plan.specs
+        if s.game.game_id not in plan.broken
+    ]
+    n = len(workers)
+    calls: dict[Any, list[dict[str, Any]]] = {}
+    for i, w in enumerate(workers):
+        share = specs[i::n]
+        for k in range(0, len(share), plan.slots):
+            calls[w.play.remote(condition, share[k : k + plan.slots], marginal)] = share[k : k + plan.slots]
+    by_spec = {s.episode_id: s for s in plan.specs}
+    by_id: dict[str, Any] = {
+        s.episode_id: failed_result(s, plan.broken[s.game.game_id]) for s in plan.specs if s.game.game_id in plan.broken
+    }
+    if on_results and by_id:
+        on_results(list(by_id.values()))
+    rows: list[dict[str, Any]] = []
+    waves = max(1, -(-len(specs[0::n]) // plan.slots)) if specs else 1
+    deadline = time.monotonic() + timeout_s * waves
+    pending = list(calls)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        if not ready:  # out of time: every wave still out fails
+            ready, pending = pending, []
+        for ref in ready:
+            wave = calls[ref]
+            try:
+                part = ray.get(ref, timeout=max(0.001, deadline - time.monotonic()))
+            except Exception as exc:  # a lost or hung worker: its wave fails, with the reason
+                error = f"crashed: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+                part = {"results": [failed_result(by_spec[x["episode_id"]], error) for x in wave], "rows": []}
+            by_id.update({r.spec.episode_id: r for r in part["results"]})
+            rows.extend(part["rows"])
+            if on_results:
+                on_results(part["results"])
+    lost = "lost: no result came back for this episode"
+    return [by_id.get(s.episode_id) or failed_result(s, lost) for s in plan.specs], rows
+
+
+def evaluate(
+    cfg: Any,
+    benchmark: Benchmark,
+    conditions: tuple[str, ...],
+    router_state: dict[str, Any] | None,
+    checkpoint: str,
+    out_dir: Path,
+    *,
+    log: Any = print,
+    pool: list[Any] | None = None,
+) -> dict[str, Any]:
+    """Evaluate ``conditions`` on the benchmark's plan; every condition plays the same episodes.
+    Writes each condition's report and the benchmark's summary under ``out_dir`` and returns the
+    summary.
+
+    ``pool``: policy replicas to decide with (a training job passes its own); when the backend
+    needs one and none is given, replicas are started here and stopped at the end.
+    ``freq_random`` samples from the view marginal measured in this run's ``memprism``
+    condition (so list ``memprism`` first), as the paper's Frequency-Matched Random does."""
+    from memprism_ray.agent import TokenCounter
+    from memprism_ray.eval.manifest import RunManifest
+    from memprism_ray.eval.runner import _safe, check_fresh_output, memory_manifest
+    from memprism_ray.policy.factory import POOL_BACKENDS
+    from memprism_ray.policy.prompts import PROMPT_VERSION
+    from memprism_ray.policy.tokens import task_model_of
+    from memprism_ray.recorder.phi.factory import phi_id
+
+    check_fresh_output(out_dir)  # before any work: reports are never silently replaced
+    plan = benchmark.eval_plan(cfg)
+    if plan.broken:
+        log(f"{len(plan.broken)} broken game(s) in the plan: their episodes count as failures")
+    log(f"eval: {len(plan.specs)} episodes x {len(conditions)} conditions on {plan.workers} worker(s)")
+    needs_router = any(c.startswith(("memprism", "constrained")) for c in conditions)
+    state_ref = ray.put(router_state) if (needs_router and router_state is not None) else None
+    n_workers = max(1, min(plan.workers, len(plan.specs) or 1))
+    handles, started = replicas_for(cfg, pool, cfg.policy.backend in POOL_BACKENDS, log, "the evaluation")
+    workers = [
+        EvalWorker.options(name=f"{cfg.run.name}-eval-worker-{i}", num_cpus=cfg.rollout.env_cpus).remote(
+            cfg, plan.slots, state_ref, handles, f"eval-{i}"
+        )
+        for i in range(n_workers)
+    ]
+    tokens = TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy))
+    reports: list[dict[str, Any]] = []
+    results_by: dict[str, list[Any]] = {}
+    rows_by: dict[str, list[dict[str, Any]]] = {}
+    marginal = None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        for condition in conditions:
+            if condition == "freq_random" and marginal is None:
+                raise ValueError("freq_random needs a memprism condition before it (its view marginal is sampled)")
+            with tqdm(total=len(plan.specs), desc=f"eval {condition}", unit="ep", file=sys.stdout) as bar:
+                wins = [0]
+
+                def seen(results: list[Any], bar: Any = bar, wins: list[int] = wins) -> None:
+                    wins[0] += sum(bool(r.won and not r.failed) for r in results)
+                    bar.update(len(results))
+                    bar.set_postfix(sr=f"{wins[0] / max(1, bar.n):.3f}")
+
+                results, rows = play_condition(
+                    workers, condition, plan, marginal, cfg.run.call_timeout_s * 20, cfg.eval.artifacts, seen
+                )
+            safe = _safe(condition)
+            manifest = RunManifest.create(
+                episodes=plan.episodes,
+                condition=condition,
+                model_ids={"task_policy": cfg.policy.backend, "phi": phi_id(cfg)},
+                benchmark=benchmark.name,
+                checkpoint_sha256={},
+                checkpoints={"router": checkpoint} if (checkpoint and condition.startswith("memprism")) else None,
+                prompt_version=PROMPT_VERSION,
+                decoding=cfg.policy.decoding(),
+                output_paths={"dir": str(out_dir / safe)},
+                extra=memory_manifest(condition, cfg.eval.memory),
+            )
+            rep = benchmark.write_condition(condition, results, rows, out_dir / safe, manifest, plan, cfg, tokens.name)
+            if condition == "memprism":
+                marginal = rep["view_selection"]["view_marginal"]
+            reports.append(rep)
+            results_by[condition] = results
+            rows_by[condition] = rows
+            log(f"eval {condition}: {benchmark.condition_line(rep)}")
+        return benchmark.write_summary(out_dir, reports, results_by, rows_by, plan, cfg)
+    finally:
+        for w in workers:
+            ray.kill(w)
+        stop_policy_replicas(started)

@@ -1,0 +1,213 @@
+"""One trainer for every benchmark (paper "Adapter": D1 decision-conditioned initialisation,
+then D2 grouped GRPO; appendix C for the final evaluation). :func:`fit` reads top to bottom:
+
+1. the benchmark's data (a corpus built, a fixture generated, a release checked) and the
+   refusal of a config whose evaluation episodes are training tasks;
+2. the run directory (fresh, or the checkpoint ``--resume`` continues from);
+3. Ray, and D1 (:mod:`memprism_ray.trainer.d1`) unless ``init_checkpoint`` is given;
+4. the actors (Learner, policy replicas, Phi/View pools, rollout workers) and the GRPO
+   iterations (:mod:`memprism_ray.trainer.grpo`);
+5. the final evaluation of ``eval.conditions`` on the same episodes, with the training plot
+   (:mod:`memprism_ray.trainer.evaluate`).
+
+Every phase prints progress (``[grpo]`` lines, a bar per GRPO run and per evaluated
+condition). A start that cannot succeed ends in one line and exit status 2; a dead Learner in
+one line naming the last checkpoint and the command that continues.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memprism_ray.benchmark import Benchmark, BenchmarkConfigError, get_benchmark
+from memprism_ray.pipeline.jobs import parse_job_args
+from memprism_ray.pipeline.run_dir import (
+    RunDirError,
+    RunLogger,
+    checkpoint_dir,
+    checkpoint_extra,
+    checkpoint_iteration,
+    d1_dir,
+    latest_checkpoint,
+    prepare_run_dir,
+)
+
+
+def say(msg: str) -> None:
+    print(f"[grpo] {msg}", flush=True)
+
+
+def error(msg: str) -> None:
+    print(f"[grpo] error: {msg}", file=sys.stderr, flush=True)
+
+
+def prepare_benchmark(cfg: Any, benchmark: Benchmark, log: Any = say) -> Any:
+    """The config with the benchmark's data resolved, refused (``BenchmarkConfigError``, one
+    line) when it does not name this benchmark or its evaluation episodes are training tasks."""
+    benchmark.check(cfg)
+    cfg = benchmark.prepare(cfg, log)
+    benchmark.check_disjoint(cfg)
+    return cfg
+
+
+def fit(cfg: Any, benchmark: Benchmark, argv: Sequence[str] | None = None) -> int:
+    """D1, GRPO and the final evaluation of ``cfg`` on ``benchmark``; the exit status.
+    ``argv``: the job's arguments, for the ``--resume auto`` command printed on a failure."""
+    from ray.exceptions import RayActorError
+
+    from memprism_ray.actors.placement import init_ray
+    from memprism_ray.trainer.d1 import d1_cost_line, run_d1
+    from memprism_ray.trainer.grpo import run_grpo_iterations, start_training_actors, stop_training_actors
+
+    # 1-2. Run directory and data: every refusal before any work, in one line; a run directory
+    # made by this call is removed again when the start is refused.
+    ck_extra = checkpoint_extra(cfg)  # the config as given (before data paths are resolved)
+    run_dir = cfg.run.dir
+    fresh = not run_dir.exists()
+    try:
+        benchmark.check(cfg)
+        resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg)
+        cfg = benchmark.prepare(cfg, say)  # EB-ALFRED's default fixture lives in the run directory
+        benchmark.check_disjoint(cfg)
+    except (BenchmarkConfigError, RunDirError, ValueError, FileNotFoundError) as exc:
+        if fresh and run_dir.is_dir() and not isinstance(exc, RunDirError):
+            shutil.rmtree(run_dir)
+        error(str(exc))
+        return 2
+    resources = init_ray(cfg.run.ray_address, cfg.run.num_cpus)
+    say(f"run directory {run_dir}; cluster {dict(resources)}")
+    resumed_at = checkpoint_iteration(resume_from) if resume_from is not None else 0
+    logger = RunLogger(run_dir, cfg.run.tensorboard, resume_step=resumed_at if cfg.run.resume else None)
+    games = benchmark.train_games(cfg)
+    say(f"{len(games)} training {benchmark.task_noun} ({benchmark.name})")
+
+    # 3. The D1 reference policy (also GRPO's starting point).
+    if cfg.init_checkpoint:
+        reference = Path(cfg.init_checkpoint)
+    else:
+        say(d1_cost_line(cfg, benchmark))
+        reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg), say)
+
+    # 4. Actors and GRPO iterations.
+    actors = start_training_actors(cfg, reference, resume_from, resources, say)
+    try:
+        run_grpo_iterations(cfg, actors, games, logger, run_dir, ck_extra)
+        final = stop_training_actors(cfg, actors)
+    except RayActorError as exc:  # rollout workers are replaced inside; what ends here is the learner
+        latest = latest_checkpoint(run_dir)
+        args = [a for a in (argv if argv is not None else sys.argv[1:])]
+        error(
+            f"the Learner actor died ({type(exc).__name__}); last checkpoint: "
+            f"{latest if latest else 'none yet (resuming restarts GRPO after D1)'}; continue with: "
+            f"python {shlex.quote(sys.argv[0])} {shlex.join(_without_resume(args))} --resume auto"
+        )
+        return 1
+
+    # 5. Final evaluation: every condition of eval.conditions on the same episodes.
+    return final_evaluation(cfg, benchmark, final, run_dir, logger, actors.replicas)
+
+
+def _without_resume(args: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("--resume", "--run.resume"):
+            skip = True
+        elif not a.startswith(("--resume=", "--run.resume=")):
+            out.append(a)
+    return out
+
+
+def final_evaluation(
+    cfg: Any, benchmark: Benchmark, final: dict[str, Any], run_dir: Path, logger: RunLogger, replicas: list[Any]
+) -> int:
+    """Evaluate the trained Router (greedy) and the baselines of ``eval.conditions`` on the same
+    episodes, print the benchmark's summary, stop the policy replicas; the exit status."""
+    from memprism_ray.actors.workers import stop_policy_replicas
+    from memprism_ray.trainer.evaluate import evaluate
+    from memprism_ray.trainer.grpo import final_eval_dir
+
+    eval_dir = final_eval_dir(run_dir, cfg, say, benchmark.success_label)
+    if cfg.eval.enabled and eval_dir is not None:
+        latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
+        # The replicas stay up for the evaluation: one engine start (60-75 s on an H100) saved.
+        summary = evaluate(
+            cfg, benchmark, cfg.eval.conditions, final, str(latest), eval_dir, log=say, pool=replicas or None
+        )
+        for row in benchmark.eval_metrics(summary):
+            logger.log("eval", cfg.grpo.iterations, row)
+        print(benchmark.printed_summary(eval_dir).read_text())
+        problem = benchmark.failures(summary)
+        if problem:
+            say(f"warning: {problem}; see {eval_dir}")
+    stop_policy_replicas(replicas)
+    logger.close()
+    say(f"done: {run_dir}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------- job entry points
+def grpo_job(benchmark: str, description: str, argv: Sequence[str] | None = None) -> int:
+    """``jobs/grpo_<benchmark>.py``: parse ``--config FILE [--resume ...] [--section.key V]``, then :func:`fit`."""
+    _, cfg = parse_job_args(description, argv, job=f"grpo_{benchmark}")
+    return fit(cfg, get_benchmark(benchmark), argv)
+
+
+def evaluate_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None) -> int:
+    """``jobs/eval_<benchmark>.py``: evaluate ``eval.conditions`` (a Router checkpoint given by
+    ``--checkpoint``) and write the reports to ``<run>/eval`` or ``--out``; exit 1 when any
+    episode failed, 2 when the start is refused."""
+    from memprism_ray.actors.placement import init_ray
+    from memprism_ray.eval.runner import check_fresh_output
+    from memprism_ray.trainer.evaluate import evaluate, router_state_for
+
+    args, cfg = parse_job_args(description, argv, job=f"eval_{benchmark_name}", evaluation=True)
+    benchmark = get_benchmark(benchmark_name)
+    out_dir = Path(args.out) if args.out else cfg.run.dir / "eval"
+    try:
+        check_fresh_output(out_dir)  # before any work: reports are never silently replaced
+        router_state = router_state_for(cfg, args.checkpoint)
+        cfg = prepare_benchmark(cfg, benchmark, _eval_say)
+    except (BenchmarkConfigError, FileExistsError, ValueError, FileNotFoundError) as exc:
+        print(f"[eval] error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    init_ray(cfg.run.ray_address, cfg.run.num_cpus)
+    summary = evaluate(cfg, benchmark, cfg.eval.conditions, router_state, args.checkpoint, out_dir, log=_eval_say)
+    print((out_dir / benchmark.summary_file).read_text())
+    problem = benchmark.failures(summary)
+    if problem:
+        print(f"[eval] error: {problem}; see {out_dir / benchmark.summary_file}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def _eval_say(msg: str) -> None:
+    print(f"[eval] {msg}", flush=True)
+
+
+def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None, *, train: bool = True) -> int:
+    """``jobs/label_views.py`` (``train=False``: the D1 data only) and ``jobs/sft_alfworld.py``
+    (the D1 checkpoint), under ``<run>/d1/<key>/`` as the GRPO job builds them."""
+    from memprism_ray.actors.placement import init_ray
+    from memprism_ray.trainer.d1 import build_d1_data, run_d1
+
+    _, cfg = parse_job_args(description, argv)
+    benchmark = get_benchmark(benchmark_name)
+    try:
+        cfg = prepare_benchmark(cfg, benchmark, say)
+    except (BenchmarkConfigError, ValueError, FileNotFoundError) as exc:
+        error(str(exc))
+        return 2
+    init_ray(cfg.run.ray_address, cfg.run.num_cpus)
+    target = d1_dir(cfg.run.dir, cfg)  # keyed by the config sections that make D1 (as in the GRPO job)
+    if train:
+        say(f"D1 checkpoint: {run_d1(cfg, benchmark, target, say)}")
+    else:
+        say(f"done: {build_d1_data(cfg, benchmark, target, say)}")
+    return 0

@@ -1,0 +1,99 @@
+"""The Benchmark interface (memprism_ray/benchmark): one implementation per benchmark the
+paper names, looked up by name, each refusing a config whose evaluation episodes are among
+its training tasks, with the GRPO return of Table A.4."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memprism_ray.agent import EpisodeResult, EpisodeSpec
+from memprism_ray.benchmark import BENCHMARKS, BenchmarkConfigError, get_benchmark
+from memprism_ray.config import load_config
+from memprism_ray.envs.base import GameRef
+from memprism_ray.policy.base import BENCHMARKS as PROMPT_CONTRACTS
+
+
+def test_every_prompt_contract_has_a_benchmark_and_unknown_names_are_refused() -> None:
+    assert set(BENCHMARKS) == set(PROMPT_CONTRACTS)
+    for name in BENCHMARKS:
+        assert get_benchmark(name).name == name
+    with pytest.raises(ValueError, match=r"unknown benchmark .webshop.; known benchmarks: alfworld"):
+        get_benchmark("webshop")
+    with pytest.raises(ValueError, match="unknown benchmark 'nope'"):
+        load_config(None, ["--corpus.benchmark", "nope"])
+
+
+def test_a_config_for_another_benchmark_is_refused_in_one_line() -> None:
+    cfg = load_config("configs/local.yaml")
+    get_benchmark("alfworld").check(cfg)
+    with pytest.raises(BenchmarkConfigError, match=r"corpus\.benchmark='alfworld': the mind2web jobs need mind2web"):
+        get_benchmark("mind2web").check(cfg)
+    with pytest.raises(BenchmarkConfigError, match=r"grpo\.reward='action_correct' is not defined for alfworld"):
+        get_benchmark("alfworld").check(load_config("configs/local.yaml", ["--grpo.reward", "action_correct"]))
+
+
+def test_trajectory_return_follows_the_reward_setting() -> None:
+    """Table A.4: binary success (ALFWorld), success + coef x progress as the env's summed
+    reward (EB-ALFRED), mean 1[action correct] over the replayed decisions (Mind2Web)."""
+    grpo = load_config("configs/local.yaml").grpo
+    r = EpisodeResult(EpisodeSpec("e", GameRef("g", "x", "t", "train")), won=False, reward=3.0, steps=4)
+    alf, m2w = get_benchmark("alfworld"), get_benchmark("mind2web")
+    m2w_grpo = load_config("configs/mind2web_smoke.yaml").grpo
+    eb_grpo = load_config("configs/ebalfred_smoke.yaml").grpo
+    assert m2w.trajectory_return(r, m2w_grpo) == 0.75
+    assert alf.trajectory_return(r, grpo) == 0.0
+    assert get_benchmark("ebalfred").trajectory_return(r, eb_grpo) == 3.0  # progress_reward_coef 0.2
+    r.won = True
+    assert alf.trajectory_return(r, grpo) == 1.0
+    assert np.isclose(m2w.trajectory_return(EpisodeResult(r.spec, steps=0), m2w_grpo), 0.0)
+
+
+def test_alfworld_refuses_evaluation_on_training_games(memprism_tiny_corpus: Path) -> None:
+    alf = get_benchmark("alfworld")
+    cfg = alf.prepare(load_config("configs/local.yaml", ["--corpus.data_root", str(memprism_tiny_corpus)]), print)
+    alf.check_disjoint(cfg)  # the default: eval_out_of_distribution against train
+    bad = alf.prepare(
+        load_config("configs/local.yaml", ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.split", "train"]),
+        print,
+    )
+    n = len(alf.train_games(bad))
+    with pytest.raises(
+        BenchmarkConfigError, match=rf"^{n} of the {n} alfworld evaluation tasks are also training tasks"
+    ):
+        alf.check_disjoint(bad)
+    with pytest.raises(BenchmarkConfigError, match=r"change corpus\.train_split, eval\.split, corpus\.data_root"):
+        alf.check_disjoint(bad)
+
+
+def test_mind2web_refuses_a_test_split_holding_training_tasks(tmp_path: Path) -> None:
+    m2w = get_benchmark("mind2web")
+    root = tmp_path / "fx"
+    cfg = m2w.prepare(load_config("configs/mind2web_smoke.yaml", ["--corpus.data_root", str(root)]), print)
+    m2w.check_disjoint(cfg)
+    train_file = sorted((root / "train").glob("*.json"))[0]
+    test_dir = next(p for p in root.iterdir() if p.is_dir() and p.name.startswith("test_"))
+    shutil.copy(train_file, test_dir / "leaked_0.json")  # a release whose test split repeats training tasks
+    planned = len(m2w.eval_plan(cfg).specs)
+    with pytest.raises(BenchmarkConfigError, match=rf"^[1-9]\d* of the {planned} mind2web evaluation tasks .*train-"):
+        m2w.check_disjoint(cfg)
+
+
+def test_ebalfred_refuses_training_on_its_evaluation_episodes(tmp_path: Path) -> None:
+    """The paper preset's former default: ``ebalfred.train_splits: ""`` fell back to the
+    evaluation splits.json, so its ``base`` training episodes were evaluation episodes."""
+    eb = get_benchmark("ebalfred")
+    overrides = ["--run.out_dir", str(tmp_path), "--ebalfred.resolution", "64"]
+    cfg = eb.prepare(load_config("configs/ebalfred_smoke.yaml", [*overrides, "--ebalfred.train_splits", ""]), print)
+    eval_splits = eb.eval_plan(cfg).specs[0].game.path
+    bad = load_config(
+        "configs/ebalfred_smoke.yaml",
+        [*overrides, "--ebalfred.train_splits", str(eval_splits), "--ebalfred.train_subsets", "base"],
+    )
+    with pytest.raises(
+        BenchmarkConfigError, match=r"ebalfred evaluation tasks are also training tasks.*ebalfred\.train_splits"
+    ):
+        eb.check_disjoint(eb.prepare(bad, print))
