@@ -96,17 +96,10 @@ def _eval(args: argparse.Namespace) -> int:
     elif args.policy == "scripted":
         policy["scripted"] = {"temperature": 0.3, "seed": args.seed}
 
+    same = ("split", "episodes", "seed", "data_root", "checkpoint", "marginal", "slots", "artifacts", "out")
     cfg = EvalConfig(
         conditions=conditions,
-        split=args.split,
-        episodes=args.episodes,
-        seed=args.seed,
-        data_root=args.data_root,
-        checkpoint=args.checkpoint,
-        marginal=args.marginal,
-        slots=args.slots,
-        artifacts=args.artifacts,
-        out=args.out,
+        **{k: getattr(args, k) for k in same},
         agent=AgentConfig(max_steps=args.max_steps, short_history=args.short_history),
         policy=from_dict(PolicyConfig, policy),
         memory=from_dict(
@@ -146,8 +139,7 @@ def _compare(args: argparse.Namespace) -> int:
     res = paired_comparison(oa, ob, n_boot=args.boot, seed=args.seed)
     if res["n_common"] == 0:
         raise CliError("the two runs share no episode ids: evaluate both on the same split and seed")
-    sr_a = sum(oa[k] for k in oa) / len(oa)
-    sr_b = sum(ob[k] for k in ob) / len(ob)
+    sr_a, sr_b = sum(oa.values()) / len(oa), sum(ob.values()) / len(ob)
     res.update({"a": str(a), "b": str(b), "sr_a": sr_a, "sr_b": sr_b})
     print(
         f"SR(A) = {100 * sr_a:.2f}% ({len(oa)} episodes), SR(B) = {100 * sr_b:.2f}% ({len(ob)} episodes)\n"

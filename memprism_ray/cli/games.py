@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from memprism_ray.cli import CliError
@@ -21,24 +21,22 @@ from memprism_ray.cli import CliError
 _SPLITS = ("train", "eval_in_distribution", "eval_out_of_distribution")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+_positive, _non_negative = _int_at_least(1), _int_at_least(0)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -80,14 +78,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _build(args: argparse.Namespace) -> int:
     from memprism_ray.envs.alfworld.corpus import CorpusConfig, build_corpus
 
-    cfg = CorpusConfig(
-        out=args.out,
-        train=args.train,
-        eval=args.eval,
-        seed=args.seed,
-        workers=args.workers,
-        max_attempts=args.max_attempts,
-    )
+    keys = ("out", "train", "eval", "seed", "workers", "max_attempts")
+    cfg = CorpusConfig(**{k: getattr(args, k) for k in keys})
     try:
         manifest_path = build_corpus(cfg, progress=not args.quiet)
     except RuntimeError as exc:
@@ -120,8 +112,5 @@ def _expert(args: argparse.Namespace) -> int:
         games = games[: args.games]
     path = collect_expert_trajectories(games, args.out, max_steps=args.max_steps, progress=not args.quiet)
     summary = json.loads((path.parent / "expert_trajectories.json").read_text())
-    print(
-        f"{summary['episodes']} of {summary['games']} game(s), {summary['steps']} decision states -> {path}",
-        file=sys.stdout,
-    )
+    print(f"{summary['episodes']} of {summary['games']} game(s), {summary['steps']} decision states -> {path}")
     return 0

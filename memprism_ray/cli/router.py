@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +59,7 @@ def checkpoint_info(path: str | Path) -> dict[str, Any]:
     try:
         with safe_open(str(weights), framework="pt") as fh:
             for key in fh.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                shape = fh.get_slice(key).get_shape()
-                n = 1
-                for d in shape:
-                    n *= int(d)
-                counts[parameter_group_of(key)] += n
+                counts[parameter_group_of(key)] += math.prod(int(d) for d in fh.get_slice(key).get_shape())
     except (SafetensorError, OSError) as exc:
         raise ValueError(f"{weights}: not a readable safetensors file ({exc})") from None
     counts["total"] = sum(counts.values())
@@ -130,11 +127,7 @@ def _sft(args: argparse.Namespace) -> int:
     from memprism_ray.cli import CliError
     from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 
-    overrides = {
-        k: v
-        for k, v in {"epochs": args.epochs, "batch_size": args.batch_size, "lambda_cost": args.lambda_cost}.items()
-        if v is not None
-    }
+    overrides = {k: getattr(args, k) for k in ("epochs", "batch_size", "lambda_cost") if getattr(args, k) is not None}
     config = SFTConfig.preset(args.preset, **overrides)
     dataset = SFTDataset.read_parquet(args.dataset)
     out = Path(args.out)

@@ -12,6 +12,7 @@ Qwen3-VL, MiniCPM-V 2.6) and the compose/render milliseconds.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -97,26 +98,14 @@ def _run(args: argparse.Namespace) -> int:
 
     what = "text view" if args.text else "image"
     where = f"wrote {out}" if out is not None else "printed"
-    print(
-        f"{where}: {action.name}, {len(stream)} events, {page.shown}/{page.total} {page.unit} shown"
-        + (f" ({page.omitted} omitted)" if page.omitted else ""),
-        file=_sys_stderr() if out is None else None,
-    )
-    print(
+    omitted = f" ({page.omitted} omitted)" if page.omitted else ""
+    png = "" if args.text else f", png encode {1e3 * (t3 - t2):.2f} ms"
+    for line in (
+        f"{where}: {action.name}, {len(stream)} events, {page.shown}/{page.total} {page.unit} shown{omitted}",
         f"{what}: {width}x{height} px = {width * height} pixels; visual tokens: "
         f"qwen2.5-vl {qwen25vl_tokens(width, height)} (incl. 2 markers), qwen3-vl {qwen3vl_tokens(width, height)}, "
         f"minicpm-v-2.6 {minicpmv26_tokens(width, height)}",
-        file=_sys_stderr() if out is None else None,
-    )
-    print(
-        f"time: compose {1e3 * (t1 - t0):.2f} ms, render {1e3 * (t2 - t1):.2f} ms"
-        + ("" if args.text else f", png encode {1e3 * (t3 - t2):.2f} ms"),
-        file=_sys_stderr() if out is None else None,
-    )
+        f"time: compose {1e3 * (t1 - t0):.2f} ms, render {1e3 * (t2 - t1):.2f} ms{png}",
+    ):
+        print(line, file=sys.stderr if out is None else None)  # stdout holds the text view itself
     return 0
-
-
-def _sys_stderr() -> Any:
-    import sys
-
-    return sys.stderr
