@@ -22,8 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from _results import write_result
 
 from memprism_ray.agent import _map_threads, each_request
-from memprism_ray.baselines.external import MemoryBaselineConfig, relay_for
-from memprism_ray.baselines.memory import MemoryCounters
+from memprism_ray.baselines.local import relay_for
+from memprism_ray.baselines.memory import MemoryBaselineConfig, MemoryCounters
 
 
 def serve(latency: float) -> ThreadingHTTPServer:

@@ -30,14 +30,15 @@ import shutil
 import tempfile
 from typing import Any
 
-from memprism_ray.baselines.external import (
+from memprism_ray.baselines.local import relay_for
+from memprism_ray.baselines.memory import (
     MemoryBaselineConfig,
+    MemoryCounters,
+    MemoryView,
     as_view,
-    relay_for,
     retrieval_query,
     serialize_transition,
 )
-from memprism_ray.baselines.memory import MemoryCounters, MemoryView
 from memprism_ray.policy.base import HistoryRecord
 
 #: README "Usage": ``memory_system.search_agentic("...", k=5)``.
@@ -72,11 +73,12 @@ class AMemMemory:
             model_name=str(get_model_path()),
             llm_backend="openai",
             llm_model=config.model,
-            api_key=config.api_key,
+            api_key=config.library_key(),
             storage_path=self._dir,
         )
+        # The relay retries (eval.memory); the SDK's own retries would repeat its attempts.
         self.system.llm_controller.llm.client = OpenAI(
-            api_key=config.api_key, base_url=base_url, timeout=config.timeout_s
+            api_key=config.library_key(), base_url=base_url, timeout=config.budget_s(), max_retries=0
         )
         retriever = self.system.retriever
         retriever.add_document = _counted(retriever.add_document, self.counters)

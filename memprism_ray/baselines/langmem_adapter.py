@@ -23,16 +23,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from memprism_ray.baselines.external import (
-    MINILM_DIMS,
+from memprism_ray.baselines.local import MINILM_DIMS, langchain_embeddings, relay_for
+from memprism_ray.baselines.memory import (
     MemoryBaselineConfig,
+    MemoryCounters,
+    MemoryView,
     as_view,
-    langchain_embeddings,
-    relay_for,
     retrieval_query,
     serialize_transition,
 )
-from memprism_ray.baselines.memory import MemoryCounters, MemoryView
 from memprism_ray.policy.base import HistoryRecord
 
 #: ``create_memory_store_manager(query_limit=5)``: the release's default.
@@ -61,7 +60,14 @@ class LangMemMemory:
         self.limit = config.top_k or DEFAULT_LIMIT
         self._relay = relay_for(config)
         self._key, base_url = self._relay.register(self.counters)
-        model = ChatOpenAI(model=config.model, base_url=base_url, api_key=config.api_key, timeout=config.timeout_s)
+        # The relay retries (eval.memory); the SDK's own retries would repeat its attempts.
+        model = ChatOpenAI(
+            model=config.model,
+            base_url=base_url,
+            api_key=config.library_key(),
+            timeout=config.budget_s(),
+            max_retries=0,
+        )
         self.store = InMemoryStore(index={"dims": MINILM_DIMS, "embed": langchain_embeddings(self.counters)})
         self.manager = create_memory_store_manager(
             model, namespace=NAMESPACE, store=self.store, query_limit=DEFAULT_LIMIT

@@ -24,16 +24,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from memprism_ray.baselines.external import (
-    MINILM_DIMS,
+from memprism_ray.baselines.local import MINILM_DIMS, langchain_embeddings, relay_for
+from memprism_ray.baselines.memory import (
     MemoryBaselineConfig,
+    MemoryCounters,
+    MemoryView,
     as_view,
-    langchain_embeddings,
-    relay_for,
     retrieval_query,
     serialize_transition,
 )
-from memprism_ray.baselines.memory import MemoryCounters, MemoryView
 from memprism_ray.policy.base import HistoryRecord
 
 #: README "Basic Usage": ``memory.search(query=message, user_id=user_id, limit=3)``.
@@ -47,7 +46,7 @@ def mem0_config(llm_base_url: str, config: MemoryBaselineConfig, embeddings: Any
     out: dict[str, Any] = {
         "llm": {
             "provider": "openai",
-            "config": {"model": config.model, "openai_base_url": llm_base_url, "api_key": config.api_key},
+            "config": {"model": config.model, "openai_base_url": llm_base_url, "api_key": config.library_key()},
         },
         "embedder": {"provider": "langchain", "config": {"model": embeddings, "embedding_dims": MINILM_DIMS}},
         "vector_store": {

@@ -13,18 +13,67 @@ every completed step to it (:meth:`EpisodeMemory.write`). Each memory counts its
 auxiliary LLM calls, their prompt/completion tokens and its embedding calls
 (:class:`MemoryCounters`); the agent records the per-step increments in its step rows and
 the evaluation report sums them.
+
+Also the common protocol every external baseline follows (their adapters and ``external.py``
+import it from here): the endpoint config (``eval.memory``), the serialized transition each
+memory receives, the retrieval query of each decision and the view block of what it returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from PIL import Image
 
 from memprism_ray.baselines.base import DecisionContext, ViewDecision
+from memprism_ray.config_tree import field
+from memprism_ray.llm_client import EndpointConfig
 from memprism_ray.policy.base import HistoryRecord
+
+
+@dataclass
+class MemoryBaselineConfig(EndpointConfig):
+    """The LLM endpoint (the shared endpoint keys, memprism_ray/llm_client.py) and retrieval
+    settings of the external memory baselines (``eval.memory``). The usage relay sends every
+    library call with these retries; the libraries' own are off where the adapter builds
+    their client."""
+
+    SECTION: ClassVar[str] = "eval.memory"
+    BASE_URL_REQUIRED: ClassVar[bool] = False
+
+    base_url: str = field("", help="OpenAI-compatible endpoint root (…/v1) for the baselines' LLM calls; required")
+    model: str = field("Qwen/Qwen2.5-7B-Instruct", help="model name the endpoint serves for memory writes/queries")
+    api_key_env: str = field(
+        "OPENAI_API_KEY", help="environment variable holding the endpoint's key (unset: the placeholder 'EMPTY')"
+    )
+    timeout_s: float = field(300.0, help="seconds one LLM request may take before it fails")
+    max_retries: int = field(2, help="relay retries after a timeout, connection error or HTTP 408/409/429/5xx")
+    top_k: int = field(0, help="memories retrieved per decision (0: each release's documented default)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.model:
+            raise ValueError("eval.memory.model must name the model the endpoint serves")
+        if self.top_k < 0:
+            raise ValueError(f"eval.memory.top_k must be >= 0 (0: the release's default), got {self.top_k}")
+
+    def library_key(self) -> str:
+        """The key given to a library's client (the OpenAI SDK refuses an empty one)."""
+        return self.api_key() or "EMPTY"
+
+
+def serialize_transition(record: HistoryRecord) -> str:
+    """One completed transition as every adapter receives it (the ALFWorld prompt's record line)."""
+    return (
+        f"[Step {record.step + 1}] Observation: {record.observation} Action: {record.action} Result: {record.feedback}"
+    )
+
+
+def retrieval_query(goal: str, observation: str) -> str:
+    """The query of every decision: the task goal and the current observation."""
+    return f"Task: {goal}\nCurrent observation: {observation}"
 
 
 @dataclass
@@ -116,3 +165,9 @@ def memory_totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     totals["tokens_per_decision"] = (totals["prompt_tokens"] + totals["completion_tokens"]) / n
     totals["memory_ms_mean"] = sum(float(r.get("memory_ms", 0.0) or 0.0) for r in rows) / n
     return totals
+
+
+def as_view(lines: list[str]) -> MemoryView:
+    """Retrieved items as the view slot's text block (nothing retrieved: no block)."""
+    lines = [ln for ln in (s.strip() for s in lines) if ln]
+    return MemoryView(text="\n".join(f"- {ln}" for ln in lines)) if lines else MemoryView()

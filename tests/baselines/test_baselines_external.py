@@ -23,13 +23,8 @@ import pytest
 
 from memprism_ray.baselines import make_selector
 from memprism_ray.baselines.conditions import EXTERNAL_MEMORY_CONDITIONS, condition_needs
-from memprism_ray.baselines.external import (
-    BaselineUnavailable,
-    MemoryBaselineConfig,
-    external_selector,
-    serialize_transition,
-)
-from memprism_ray.baselines.memory import MemoryCounters
+from memprism_ray.baselines.external import BaselineUnavailable, external_selector
+from memprism_ray.baselines.memory import MemoryBaselineConfig, MemoryCounters, serialize_transition
 from memprism_ray.policy.base import HistoryRecord
 
 GOAL = "put a clean mug in coffeemachine."
@@ -256,6 +251,21 @@ def test_memory_config_rejects_bad_values() -> None:
         MemoryBaselineConfig(base_url="http://x/v1", top_k=-1)
 
 
+def test_the_adapters_never_import_the_module_that_builds_them() -> None:
+    """external.py builds the adapters; the pieces they share live in memory.py and local.py,
+    so no import runs back (the old adapters imported external.py: an import circle)."""
+    import ast
+    from pathlib import Path
+
+    import memprism_ray.baselines as pkg
+
+    root = Path(pkg.__file__).parent
+    for name in ("mem0_adapter", "amem_adapter", "langmem_adapter", "local", "memory"):
+        tree = ast.parse((root / f"{name}.py").read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "memprism_ray.baselines.external" not in imported, name
+
+
 def test_transitions_are_serialized_like_the_prompt_records() -> None:
     rec = _transitions(1)[0]
     assert serialize_transition(rec) == (
@@ -267,7 +277,7 @@ def test_transitions_are_serialized_like_the_prompt_records() -> None:
 def test_the_relay_counts_usage_and_calls_without_it(fake_llm) -> None:
     import httpx
 
-    from memprism_ray.baselines.external import relay_for
+    from memprism_ray.baselines.local import relay_for
 
     relay = relay_for(MemoryBaselineConfig(base_url=fake_llm.base_url))
     counters = MemoryCounters()
@@ -281,14 +291,67 @@ def test_the_relay_counts_usage_and_calls_without_it(fake_llm) -> None:
         assert httpx.post(f"http://127.0.0.1:{relay.port}/m/unknown/v1/chat/completions", json={}).status_code == 404
     finally:
         relay.unregister(key)
-    # an endpoint that is down: the library sees a 502 and the call is counted without usage
-    down = relay_for(MemoryBaselineConfig(base_url="http://127.0.0.1:9/v1", timeout_s=5))
+    # an endpoint that is down: the relay retries, then the library sees a 502 it must not
+    # retry again (x-should-retry: false) and the call is counted without usage
+    down = relay_for(MemoryBaselineConfig(base_url="http://127.0.0.1:9/v1", timeout_s=5, max_retries=1, backoff_s=0))
     c2 = MemoryCounters()
     key2, url2 = down.register(c2)
     r = httpx.post(f"{url2}/chat/completions", json={"messages": []})
-    assert r.status_code == 502 and "unreachable" in r.text
+    assert r.status_code == 502 and "unreachable" in r.text and r.headers["x-should-retry"] == "false"
     assert (c2.llm_calls, c2.calls_without_usage, c2.prompt_tokens) == (1, 1, 0)
+    assert (down.counters["requests"], down.counters["retries"], down.counters["failures"]) == (2, 1, 1)
     down.unregister(key2)
+
+
+def test_the_relay_retries_as_retry_after_asks_and_counts_like_every_endpoint_user() -> None:
+    """The relay sends through the one client (memprism_ray/llm_client.py): a 429's Retry-After
+    is waited for, the retry is the relay's, and the episode is charged once, with the final
+    reply's usage (the old relay passed the 429 back to the library)."""
+    import time
+
+    import httpx
+
+    from memprism_ray.baselines.local import relay_for
+
+    seen: list[float] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(time.monotonic())
+            if len(seen) == 1:
+                status, body, extra = 429, b'{"error": "slow down"}', {"Retry-After": "0.3"}
+            else:
+                usage = {"prompt_tokens": 12, "completion_tokens": 4}
+                status, extra = 200, {}
+                body = json.dumps({"choices": [{"message": {"content": "OK"}}], "usage": usage}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in extra.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cfg = MemoryBaselineConfig(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", backoff_s=0)
+        relay = relay_for(cfg)
+        counters = MemoryCounters()
+        key, url = relay.register(counters)
+        r = httpx.post(f"{url}/chat/completions", json={"model": "m", "messages": []}, timeout=30)
+        relay.unregister(key)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.status_code == 200 and len(seen) == 2 and seen[1] - seen[0] >= 0.3
+    assert (counters.llm_calls, counters.prompt_tokens, counters.completion_tokens) == (1, 12, 4)
+    c = relay.counters
+    assert (c["requests"], c["retries"], c["failures"], c["prompt_tokens"], c["completion_tokens"]) == (2, 1, 0, 12, 4)
 
 
 # --------------------------------------------------------------------------- Mem0 / Mem0^g
