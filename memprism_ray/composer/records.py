@@ -44,11 +44,6 @@ class EventView:
     terms: frozenset[str]
     link_entities: frozenset[str]
 
-    @property
-    def changed_deltas(self) -> tuple[DeltaView, ...]:
-        """Deltas that changed the tracked state (what medium/coarse views display)."""
-        return tuple(d for d in self.deltas if d.changed)
-
 
 # Kept, keyed by content (every input of the reading, never an object id): with goal
 # restore over the whole history (the paper's Merge, the default) every decision reads

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from memprism_ray.composer.records import EventView, event_view
 from memprism_ray.composer.terms import goal_terms
-from memprism_ray.recorder.events import Outcome
+from memprism_ray.recorder.events import Outcome, TextEnum
 from memprism_ray.recorder.stream import EventStream, StreamRecord
 from memprism_ray.view_space import WINDOW_SIZES, ViewAction
 
@@ -57,15 +56,12 @@ class ComposerConfig:
             )
 
 
-class Reason(str, Enum):
+class Reason(TextEnum):
     """Why an event is in the selection (the Merge term that put it there)."""
 
     SCOPE = "scope"
     GOAL_RESTORE = "goal_restore"
     RECENT_CONTEXT = "recent_context"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +143,7 @@ def select(
 
     No index and no cache: at the paper's horizons (<= 50 events) an incremental per-stream
     index bought 0.97-1.08x of a whole decision's compose + render
-    (``benchmarks/bench_views.py --horizons-only``)."""
+    (measured before the removal: ``benchmarks/bench_views.py`` docstring)."""
     cfg = config or DEFAULT_CONFIG
     act = as_action(action)
     if not isinstance(goal, str):

@@ -9,10 +9,9 @@ number of displayed entries, the quantity granularity controls (fine >= medium >
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from memprism_ray.composer.select import SelectedEvent
-from memprism_ray.recorder.events import Outcome
+from memprism_ray.recorder.events import Outcome, TextEnum
 from memprism_ray.view_space import ViewAction
 
 OUTCOME_ORDER: tuple[Outcome, ...] = (Outcome.EXCEPTION, Outcome.STATE_UPDATE, Outcome.NO_OBSERVED_CHANGE)
@@ -147,7 +146,7 @@ class EntityState:
 
 
 # --- DependencyChain -----------------------------------------------------------------
-class LinkKind(str, Enum):
+class LinkKind(TextEnum):
     """Why an event is linked to the anchor, in priority order."""
 
     ANCHOR = "anchor"
@@ -155,9 +154,6 @@ class LinkKind(str, Enum):
     SAME_ENTITY = "same_entity"
     SHARED_KEY = "shared_key"
     CONTEXT = "context"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,14 @@ from enum import Enum
 from typing import Any
 
 
-class Outcome(str, Enum):
+class TextEnum(str, Enum):
+    """A string enum that prints as its value (outcomes, selection reasons, link kinds)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Outcome(TextEnum):
     """Outcome type of a structured event (exactly three values, appendix D.1)."""
 
     EXCEPTION = "exception"
@@ -41,9 +48,6 @@ class Outcome(str, Enum):
         except ValueError:
             valid = ", ".join(o.value for o in cls)
             raise ValueError(f"unknown outcome {value!r}; valid outcomes: {valid}") from None
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Bare keys that describe the agent rather than an entity (paper's ALFWorld Phi prompt).

@@ -8,19 +8,17 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memprism_ray.composer import (
+from memprism_ray.composer import SelectedEvent, compose, select
+from memprism_ray.composer.compilers import compile_dependency, compile_effect, compile_state, compile_temporal
+from memprism_ray.composer.structures import (
     ActionEffect,
     DependencyChain,
     EntityState,
     LinkKind,
-    SelectedEvent,
     TemporalTrace,
     TraceGap,
     TraceRun,
-    compose,
-    select,
 )
-from memprism_ray.composer.compilers import compile_dependency, compile_effect, compile_state, compile_temporal
 from memprism_ray.composer.synthetic import alfworld_like_stream, random_stream
 from memprism_ray.recorder import EventStream, Outcome, RawEvent
 from memprism_ray.view_space import FILTERS, TAUS, WINDOWS, ViewAction

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memprism_ray.composer import SelectedEvent, TraceGap, TraceRun, compose
+from memprism_ray.composer import SelectedEvent, compose
+from memprism_ray.composer.structures import TraceGap, TraceRun
 from memprism_ray.composer.synthetic import alfworld_like_stream, random_stream
 from memprism_ray.recorder import EventStream, RawEvent
 from memprism_ray.render import RenderConfig, layout, render_text
