@@ -27,9 +27,11 @@ nothing leaks across tasks (appendix: "keeping the memory namespace local to eac
 from __future__ import annotations
 
 import importlib.util
+import threading
 from typing import Any
 
 from memprism_ray.baselines.memory import MemoryBaselineConfig, MemorySelector
+from memprism_ray.llm_client import ChatClient, LLMError
 
 __all__ = ["MemoryBaselineConfig", "external_selector"]
 
@@ -50,12 +52,30 @@ RELEASES: dict[str, str] = {
 }
 
 
+#: What a vLLM server needs to accept ``tool_choice="auto"`` (vLLM docs "Tool Calling"; the
+#: hermes parser reads Qwen2.5's tool-call format).
+TOOL_CALL_FLAGS = "--enable-auto-tool-choice --tool-call-parser hermes"
+#: A tool the model may call or not: the check needs the server to accept the request only.
+_CHECK_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "memprism_tool_check",
+        "description": "Start-up check of tool calling; nothing is done with the call.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+_TOOLS_ACCEPTED: set[tuple[str, str]] = set()
+_TOOLS_LOCK = threading.Lock()
+
+
 class BaselineUnavailable(ValueError):
-    """A baseline cannot run here: its extra is missing or no endpoint is configured."""
+    """A baseline cannot run here: its extra is missing, no endpoint is configured, or the
+    endpoint refuses what the baseline sends."""
 
 
 def check_available(condition: str, config: MemoryBaselineConfig | None) -> MemoryBaselineConfig:
-    """The config, or a one-line error: no endpoint configured, or the extra not installed."""
+    """The config, or a one-line error: no endpoint configured, the extra not installed, or
+    (``mem0_graph``) an endpoint that refuses a tool call (:func:`check_tool_calling`)."""
     if config is None or not config.base_url:
         raise BaselineUnavailable(
             f"condition {condition!r} calls an LLM for its memory and no endpoint is configured: set "
@@ -68,7 +88,35 @@ def check_available(condition: str, config: MemoryBaselineConfig | None) -> Memo
             f"condition {condition!r} needs {RELEASES[condition]} (module {', '.join(missing)} not installed): "
             f"{EXTRA_INSTALL}"
         )
+    if condition == "mem0_graph":
+        check_tool_calling(condition, config)
     return config
+
+
+def check_tool_calling(condition: str, config: MemoryBaselineConfig) -> None:
+    """One small chat request with a tool and ``tool_choice="auto"``, as mem0's graph memory
+    sends them (mem0ai 1.0.11: ``OpenAILLM.generate_response`` adds ``tool_choice="auto"`` to
+    every request with tools), once per endpoint and model in a process. A vLLM server
+    started without :data:`TOOL_CALL_FLAGS` answers HTTP 400 ('"auto" tool choice requires
+    --enable-auto-tool-choice and --tool-call-parser to be set'), which would fail every
+    episode's first write; this says so before any episode, in one line."""
+    key = (config.base_url.rstrip("/"), config.model)
+    with _TOOLS_LOCK:
+        if key in _TOOLS_ACCEPTED:
+            return
+    messages = [{"role": "user", "content": "Reply with OK."}]
+    try:
+        with ChatClient(config) as client:
+            client.chat(messages, tools=[_CHECK_TOOL], tool_choice="auto", max_tokens=16, temperature=0.0)
+    except LLMError as exc:
+        said = " ".join(str(exc).split())[:300]
+        raise BaselineUnavailable(
+            f"condition {condition!r}: mem0's graph memory sends tool calls (tool_choice='auto') and the endpoint "
+            f"{config.base_url} did not accept one; serve the model with vLLM's {TOOL_CALL_FLAGS} "
+            f"(docs/baselines.md). The check request got: {said}"
+        ) from None
+    with _TOOLS_LOCK:
+        _TOOLS_ACCEPTED.add(key)
 
 
 # --------------------------------------------------------------------------- selector
@@ -76,7 +124,7 @@ def check_available(condition: str, config: MemoryBaselineConfig | None) -> Memo
 
 def external_selector(condition: str, config: MemoryBaselineConfig | None) -> MemorySelector:
     """The :class:`MemorySelector` of an external baseline; raises :class:`BaselineUnavailable`
-    (one line, the fix included) when its endpoint or extra is missing."""
+    (one line, the fix included) when it cannot run (:func:`check_available`)."""
     cfg = check_available(condition, config)
     return MemorySelector(condition, lambda episode_id, goal: _memory(condition, cfg))
 

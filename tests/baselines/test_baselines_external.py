@@ -106,6 +106,8 @@ class FakeLLM:
                 {"id": f"call_{name}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
             ]
 
+        if tools == ["memprism_tool_check"]:  # external.check_tool_calling at start
+            return "tool_check", "OK", None
         if "extract_entities" in tools:
             user = "\n".join(m for m in text.split("\n") if not m.startswith("You are a smart assistant"))
             ents = [{"entity": e, "entity_type": "object"} for e in _entities(user)]
@@ -251,6 +253,90 @@ def test_memory_config_rejects_bad_values() -> None:
         MemoryBaselineConfig(base_url="http://x/v1", top_k=-1)
 
 
+#: vLLM's answer to ``tool_choice: "auto"`` on a server started without the tool flags
+#: (vllm/entrypoints/openai/serving_chat.py, ``create_error_response``: HTTP 400 with an
+#: ``ErrorResponse`` body; the message as users report it, github.com/vllm-project/vllm/issues/9986).
+VLLM_AUTO_TOOL_ERROR = {
+    "object": "error",
+    "message": '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+    "type": "BadRequestError",
+    "param": None,
+    "code": 400,
+}
+
+
+@pytest.fixture()
+def vllm_like():
+    """A chat endpoint on 127.0.0.1 that, like ``vllm serve`` without the tool flags, refuses
+    any request with ``tool_choice: "auto"`` (``tools_on`` = True: started with the flags)."""
+    state = {"tools_on": False, "bodies": []}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            state["bodies"].append(body)
+            if body.get("tool_choice") == "auto" and not state["tools_on"]:
+                status, reply = 400, VLLM_AUTO_TOOL_ERROR
+            else:
+                status, reply = 200, {"choices": [{"message": {"role": "assistant", "content": "OK"}}]}
+            data = json.dumps(reply).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state["base_url"] = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def _pretend_installed(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    """The graph extra looks installed: the check under test runs after the extra's."""
+    from importlib.machinery import ModuleSpec
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: ModuleSpec(n, None) if n in names else real(n, *a))
+
+
+def test_mem0_graph_refuses_to_start_on_an_endpoint_without_tool_calling(vllm_like, monkeypatch) -> None:
+    _pretend_installed(monkeypatch, "mem0", "kuzu")
+    cfg = MemoryBaselineConfig(base_url=vllm_like["base_url"], model="Qwen/Qwen2.5-7B-Instruct")
+    with pytest.raises(BaselineUnavailable) as err:
+        make_selector("mem0_graph", memory=cfg)
+    msg = str(err.value)
+    assert "\n" not in msg and "--enable-auto-tool-choice --tool-call-parser hermes" in msg
+    assert "mem0_graph" in msg and "HTTP 400" in msg and "tool choice requires" in msg
+    probe = vllm_like["bodies"][0]
+    assert len(vllm_like["bodies"]) == 1  # a 400 is final: one small request
+    assert probe["tool_choice"] == "auto" and probe["tools"][0]["type"] == "function" and probe["max_tokens"] == 16
+    # plain mem0 sends no tools: it starts on the same server without a check
+    assert make_selector("mem0", memory=cfg).name == "mem0" and len(vllm_like["bodies"]) == 1
+
+
+def test_mem0_graph_starts_once_the_server_accepts_tool_calls(vllm_like, monkeypatch) -> None:
+    _pretend_installed(monkeypatch, "mem0", "kuzu")
+    vllm_like["tools_on"] = True
+    cfg = MemoryBaselineConfig(base_url=vllm_like["base_url"], model="Qwen/Qwen2.5-7B-Instruct")
+    assert make_selector("mem0_graph", memory=cfg).name == "mem0_graph"
+    assert make_selector("mem0_graph", memory=cfg).name == "mem0_graph"
+    assert len(vllm_like["bodies"]) == 1  # checked once per endpoint and model in a process
+
+
+def test_the_documented_server_command_has_the_tool_flags() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "baselines.md").read_text()
+    commands = [ln for ln in doc.replace("\\\n", " ").splitlines() if ln.startswith("vllm serve")]
+    assert commands and all("--enable-auto-tool-choice --tool-call-parser hermes" in c for c in commands)
+
+
 def test_the_adapters_never_import_the_module_that_builds_them() -> None:
     """external.py builds the adapters; the pieces they share live in memory.py and local.py,
     so no import runs back (the old adapters imported external.py: an import circle)."""
@@ -383,7 +469,10 @@ def test_mem0_writes_every_step_and_retrieves_its_facts(fake_llm) -> None:
 @needs_kuzu
 def test_mem0_graph_adds_relations_from_the_embedded_graph(fake_llm) -> None:
     cfg = MemoryBaselineConfig(base_url=fake_llm.base_url, model="fake")
-    memory = make_selector("mem0_graph", memory=cfg).new_memory("ep0", GOAL)
+    selector = make_selector("mem0_graph", memory=cfg)
+    assert fake_llm.kinds() == ["tool_check"]  # the start-up check, charged to no episode
+    fake_llm.responses.clear()
+    memory = selector.new_memory("ep0", GOAL)
     try:
         views = _play(memory, 2)
     finally:
