@@ -33,7 +33,7 @@ def test_env_protocol_and_observation(fixture_root: Path) -> None:
     ep = load_transcripts(fixture_root)["episodes"]["base/1"]
     ob = env.reset(game_ref("base", 1))
     assert ob.goal == ep["instruction"]
-    assert ob.admissible == tuple(ep["skills"])  # the indexed skill list: id i is admissible[i]
+    assert ob.admissible == tuple(ep["admissible"])  # the indexed skill list: id i is admissible[i]
     assert ob.text == "Visible objects: CounterTop, Bowl. Held objects: none."
     with Image.open(io.BytesIO(ob.frame)) as got, Image.open(fixture_root / ep["initial"]["frame"]) as want:
         assert got.format == "PNG" and list(got.convert("RGB").getdata()) == list(want.convert("RGB").getdata())
@@ -77,8 +77,9 @@ def test_failures_keep_state_and_frame(fixture_root: Path) -> None:
     assert tr.meta["last_action_success"] and "Held objects: Ladle (held)." in tr.feedback
     tr = env.step("find a Sink")  # the plan goes on where it was
     assert tr.meta["frame_changed"] and "Visible objects: Sink, Faucet." in tr.feedback
-    tr = env.step("find a Knife")  # no Knife in this scene's skill list
-    assert tr.feedback.startswith("Last action is invalid. Action 'find a Knife' is not in the skill set")
+    tr = env.step("find a Knife")  # a global skill, no Knife in this scene: ThorConnector.nav_obj's answer
+    assert tr.feedback.startswith("Last action is invalid. Cannot find Knife. This object may not exist in this scene.")
+    assert "invalid_output" not in tr.meta  # a skill: it reached the controller
 
 
 def test_invalid_limit_and_step_limit_end_episodes(fixture_root: Path) -> None:
@@ -221,8 +222,8 @@ def test_actors_get_the_env_settings_from_the_config_not_the_environment(
 ) -> None:
     """Benchmark.env_options: the driver turns the `ebalfred` section into the env's
     EbAlfredConfig and sends it with the actor constructor; no MEMPRISM_EBALFRED_* needed."""
-    from memprism_ray.config import load_config
     from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.config import load_config
 
     for var in ("MEMPRISM_EBALFRED_FIXTURE", "MEMPRISM_EBALFRED_CONTROLLER", "MEMPRISM_EBALFRED_PROGRESS_COEF"):
         monkeypatch.delenv(var, raising=False)
@@ -236,3 +237,108 @@ def test_actors_get_the_env_settings_from_the_config_not_the_environment(
     env = get_benchmark("ebalfred").make_env(1, opts)
     assert env.reset(game_ref("base", 0)).admissible
     assert get_benchmark("alfworld").env_options(load_config("configs/local.yaml")) == {}  # ALFWorld: nothing to send
+
+
+# --- issue 30: what the real simulator, EmbodiedBench's lists and its evaluator do ---------
+
+
+def test_fake_controller_stops_on_a_non_skill_string_like_thor_connector(fixture_root: Path) -> None:
+    """EmbodiedBench b247936: ``EBAlfEnv.step`` counts the step, then
+    ``ThorConnector.llm_skill_interact`` dispatches on the prefixes find / pick up / put down /
+    open / close / turn on / turn off / slice / drop and ends anything else in ``assert False,
+    'instruction not supported'``; a prefixed string it cannot carry out fails with the
+    skill's own message (``nav_obj``: "Cannot find X. This object may not exist ...")."""
+    from memprism_ray.envs.ebalfred.fake import FakeController
+
+    ctrl = FakeController("base", 64, fixture=fixture_root)
+    ctrl.reset()
+    with pytest.raises(AssertionError, match="instruction not supported"):
+        ctrl.step("I should look for the mug first")
+    assert ctrl._current_step == 1
+    with pytest.raises(AssertionError, match="instruction not supported"):
+        ctrl.step("look")
+    _, _, done, info = ctrl.step("find a Unicorn")
+    assert info["env_feedback"] == (
+        "Last action is invalid. Cannot find Unicorn. This object may not exist in this scene. "
+        "Try to explore other instances instead."
+    )
+    assert not done and ctrl._cur_invalid_actions == 1
+
+
+def test_an_unparsed_output_is_an_invalid_action_not_a_simulator_step(fixture_root: Path) -> None:
+    """EmbodiedBench's evaluator (eb_alfred_evaluator.py, b247936) never sends an output its
+    planner cannot parse (action -1) to the env: ``env._cur_invalid_actions += 1`` without
+    ``env.step``, so no simulator step is used, and the episode ends at the env's
+    ``_max_invalid_actions`` (10). Before, the adapter sent the raw text and the real
+    connector's assert ended the episode as failed."""
+    env = _env(fixture_root)
+    ob = env.reset(game_ref("base", 1))  # the ladle episode
+    ctrl = env._controllers[0]
+    for i in range(8):
+        tr = env.step("<think>the ladle is on the counter</think> so I pick it up")
+        assert tr.meta["invalid_output"] and not tr.done and not tr.won and tr.reward == 0.0
+        assert tr.frame == ob.frame and not tr.meta["frame_changed"] and tr.meta["frame_step"] == i + 1
+        assert not tr.meta["last_action_success"] and tr.admissible == ob.admissible
+        assert tr.feedback.startswith("Last action is invalid.") and "Visible objects: CounterTop, Bowl." in tr.feedback
+    assert (ctrl._current_step, ctrl._cur_invalid_actions) == (0, 8)  # no simulator step used
+    tr = env.step("find a Ladle")  # a skill still plays, as step 1 of the simulator's 30
+    assert tr.meta["last_action_success"] and tr.meta["frame_changed"] and ctrl._current_step == 1
+    tr = env.step("put down the object in hand")  # a failed skill: the same invalid-action count
+    assert not tr.done and "invalid_output" not in tr.meta and ctrl._cur_invalid_actions == 9
+    tr = env.step("look")
+    assert tr.done and not tr.won and tr.meta["progress"] == 0.0  # the tenth invalid action
+    with pytest.raises(RuntimeError, match="step before reset"):
+        env.step("find a Ladle")
+
+
+def test_the_prompt_gets_the_scene_filtered_list_or_embodiedbench_s(fixture_root: Path) -> None:
+    """Paper appendix E.4: "one exact name from the scene-filtered skill list"; EmbodiedBench
+    lists its whole ``language_skill_set`` (162 global skills + the scene's instances)."""
+    ep = load_transcripts(fixture_root)["episodes"]["base/0"]
+    scene = _env(fixture_root).reset(game_ref("base", 0))
+    full = _env(fixture_root, skills="full").reset(game_ref("base", 0))
+    assert scene.admissible == tuple(ep["admissible"]) and full.admissible == tuple(ep["skills"])
+    assert len(full.admissible) == 162 + 7 and full.admissible[162] == "find a Drawer_2"
+    assert {"find a Drawer_2", "open the Drawer_3", "find a Pen_2", "drop the object in hand"} <= set(scene.admissible)
+    assert "find a Knife" in full.admissible and "find a Knife" not in scene.admissible
+    with pytest.raises(ValueError, match=r"ebalfred\.skills"):
+        EbAlfredConfig(controller="fake", fixture="x", skills="all")
+
+
+def test_games_are_played_from_the_list_they_came_from(fixture_root: Path) -> None:
+    """A training episode (subset alfred_train, its own list) is played from that list, on
+    a slot whose controller was built on an evaluation subset (EBAlfEnv's constructor takes
+    no other) and back; a list the node cannot read is an error, never the default list."""
+    from memprism_ray.envs.base import GameRef
+    from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE
+
+    doc = load_transcripts(fixture_root)
+    train = list_games(["alfred_train"], fixture_root / TRAIN_FILE)
+    env = _env(fixture_root)
+    assert env.reset(train[1]).goal == doc["episodes"]["alfred_train/1"]["instruction"]
+    assert env._controllers[0].eval_set == "base"
+    assert env.reset(game_ref("base", 1, fixture_root / "splits.json")).goal == doc["episodes"]["base/1"]["instruction"]
+    assert env.reset(train[2]).goal == doc["episodes"]["alfred_train/2"]["instruction"]
+    tr = None
+    for step in doc["episodes"]["alfred_train/2"]["steps"]:
+        tr = env.step(step["action"])
+    assert tr is not None and tr.won
+    missing = GameRef("alfred_train/0", fixture_root / "gone.json", "alfred_train", "alfred_train")
+    with pytest.raises(FileNotFoundError, match=r"ebalfred\.train_splits"):
+        env.reset(missing)
+
+
+def test_observation_carries_embodiedbench_s_in_context_examples(fixture_root: Path, tmp_path: Path) -> None:
+    import json
+
+    from memprism_ray.envs.ebalfred.examples import format_examples
+
+    ob = _env(fixture_root).reset(game_ref("base", 0))
+    examples = json.loads((fixture_root / "examples" / "alfred_examples.json").read_text())
+    assert ob.meta["examples"] == format_examples(examples, 10)
+    assert ob.meta["examples"].count("## Task Execution Example ") == 10  # EmbodiedBench's n_shots: 10
+    assert _env(fixture_root).reset(game_ref("long_horizon", 0)).meta["examples"].count("Example ") == 7
+    assert _env(fixture_root, n_shots=3).reset(game_ref("base", 0)).meta["examples"].count("Example ") == 3
+    assert "examples" not in _env(fixture_root, n_shots=0).reset(game_ref("base", 0)).meta
+    with pytest.raises(FileNotFoundError, match=r"ebalfred\.n_shots: 0"):
+        _env(fixture_root, examples=str(tmp_path)).reset(game_ref("base", 0))

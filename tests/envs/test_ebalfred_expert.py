@@ -31,7 +31,7 @@ def test_fixture_plans_become_a_d1_table(tmp_path: Path) -> None:
     assert len(states) == table.num_rows
     assert states[1].state.reference_action == plans["base/0"][1]
     assert states[0].admissible == tuple(
-        json.loads((root / "transcripts.json").read_text())["episodes"]["base/0"]["skills"]
+        json.loads((root / "transcripts.json").read_text())["episodes"]["base/0"]["admissible"]
     )
 
 
@@ -46,6 +46,12 @@ def test_annotation_plans_need_every_annotation(tmp_path: Path) -> None:
     plan = [{"discrete_action": {"action": "GotoLocation", "args": ["desk"]}}]
     (alfred / "train" / task / "traj_data.json").write_text(json.dumps({"plan": {"high_pddl": plan}}))
     assert annotation_plans(root / "splits.json", games, alfred) == {"base/0": ["find a Desk"]}
+    # The training list (ALFRED train trajectories, subset alfred_train) has its own file.
+    train = list_games(["alfred_train"], root / "alfred_train.json")
+    task = json.loads((root / "alfred_train.json").read_text())["alfred_train"][0]["task"]
+    (alfred / "train" / task).mkdir(parents=True)
+    (alfred / "train" / task / "traj_data.json").write_text(json.dumps({"plan": {"high_pddl": plan}}))
+    assert annotation_plans(root / "alfred_train.json", train[:1], alfred) == {"alfred_train/0": ["find a Desk"]}
 
 
 def test_d1_alfred_path_labels_fixture_decisions(tmp_path: Path) -> None:

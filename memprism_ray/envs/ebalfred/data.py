@@ -10,7 +10,9 @@ for learning and reserves EB-ALFRED episodes for evaluation").
 * The ALFRED training annotations are the ``json_2.1.0/train/<task>/<trial>/traj_data.json``
   files of the ALFRED download. Their high-level PDDL plan is translated into EB-ALFRED
   skills (``find a X``, ``pick up the X``, ...) to give the expert action sequences that D1
-  labels and GRPO groups are built from.
+  labels and GRPO groups are built from. As episodes EmbodiedBench's env can play, they are
+  an EmbodiedBench-format list under the key :data:`TRAIN_SUBSET` (``alfred_train/<index>``
+  game ids; :mod:`.training` writes it), never one of the six evaluation subsets.
 
 Nothing here imports AI2-THOR or EmbodiedBench.
 """
@@ -37,6 +39,9 @@ SUBSETS: tuple[str, ...] = (
     "long_horizon",
 )
 
+#: The key of ALFRED training episodes in an EmbodiedBench-format list (not an evaluation subset).
+TRAIN_SUBSET = "alfred_train"
+
 #: Environment variables naming local data (documented in docs/ebalfred.md).
 SPLITS_ENV = "MEMPRISM_EBALFRED_SPLITS"
 ALFRED_ENV = "MEMPRISM_ALFRED_DATA"
@@ -44,16 +49,19 @@ ALFRED_ENV = "MEMPRISM_ALFRED_DATA"
 ALFRED_DOWNLOAD = "https://ai2-vision-alfred.s3-us-west-2.amazonaws.com/json_2.1.0.7z"
 
 
-def check_subset(subset: str, key: str = "subset") -> str:
-    """``subset`` when it is one of :data:`SUBSETS`; a one-line ``ValueError`` otherwise."""
-    if subset not in SUBSETS:
-        raise ValueError(f"{key}={subset!r} is not an EB-ALFRED subset; valid subsets: {', '.join(SUBSETS)}")
+def check_subset(subset: str, key: str = "subset", *, train: bool = False) -> str:
+    """``subset`` when it is one of :data:`SUBSETS` (or, with ``train``, :data:`TRAIN_SUBSET`);
+    a one-line ``ValueError`` otherwise."""
+    valid = (*SUBSETS, TRAIN_SUBSET) if train else SUBSETS
+    if subset not in valid:
+        raise ValueError(f"{key}={subset!r} is not an EB-ALFRED subset; valid subsets: {', '.join(valid)}")
     return subset
 
 
 def game_ref(subset: str, index: int, source: str | Path = "") -> GameRef:
-    """The reference of episode ``index`` of ``subset`` (``source``: the splits file it came from)."""
-    check_subset(subset)
+    """The reference of episode ``index`` of ``subset`` (``source``: the splits file it came
+    from; the env plays the episode from that file)."""
+    check_subset(subset, train=True)
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ValueError(f"EB-ALFRED episode index must be a non-negative int, got {index!r}")
     return GameRef(f"{subset}/{index}", Path(source), subset, subset)
@@ -64,7 +72,7 @@ def parse_game_id(game_id: str) -> tuple[str, int]:
     subset, _, index = game_id.partition("/")
     if not index.isdigit():
         raise ValueError(f"EB-ALFRED game_id must look like '<subset>/<index>', got {game_id!r}")
-    return check_subset(subset, "game_id subset"), int(index)
+    return check_subset(subset, "game_id subset", train=True), int(index)
 
 
 def default_splits_path() -> Path | None:
@@ -81,11 +89,12 @@ def default_splits_path() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / "envs" / "eb_alfred" / "data" / "splits" / "splits.json"
 
 
-def load_splits(path: str | Path | None = None) -> dict[str, list[dict[str, Any]]]:
-    """The six subsets from an EmbodiedBench-format ``splits.json``.
+def load_splits(path: str | Path | None = None, subsets: Sequence[str] = SUBSETS) -> dict[str, list[dict[str, Any]]]:
+    """``subsets`` (by default the six evaluation subsets) from an EmbodiedBench-format
+    ``splits.json``.
 
-    Every subset must be present and every entry must carry ``instruction``; a clear error
-    says where the file comes from when it is absent."""
+    Every requested subset must be present and every entry must carry ``instruction``; a
+    clear error says where the file comes from when it is absent."""
     p = Path(path) if path else default_splits_path()
     if p is None or not p.is_file():
         where = f" (looked at {p})" if p is not None else ""
@@ -97,11 +106,16 @@ def load_splits(path: str | Path | None = None) -> dict[str, list[dict[str, Any]
     data = json.loads(p.read_text())
     if not isinstance(data, Mapping):
         raise ValueError(f"{p}: expected a mapping of subset -> episodes, got {type(data).__name__}")
-    missing = [s for s in SUBSETS if s not in data]
+    missing = [s for s in subsets if s not in data]
     if missing:
-        raise ValueError(f"{p}: missing subset(s) {', '.join(missing)}; expected all of {', '.join(SUBSETS)}")
+        hint = (
+            " (the ALFRED training list: memprism_ray.envs.ebalfred.training writes it; set ebalfred.train_splits)"
+            if TRAIN_SUBSET in missing
+            else ""
+        )
+        raise ValueError(f"{p}: missing subset(s) {', '.join(missing)}; expected all of {', '.join(subsets)}{hint}")
     out: dict[str, list[dict[str, Any]]] = {}
-    for subset in SUBSETS:
+    for subset in subsets:
         episodes = data[subset]
         for i, ep in enumerate(episodes):
             if not isinstance(ep, Mapping) or not isinstance(ep.get("instruction"), str):
@@ -113,10 +127,11 @@ def load_splits(path: str | Path | None = None) -> dict[str, list[dict[str, Any]
 def list_games(subsets: Sequence[str] = SUBSETS, path: str | Path | None = None, per_subset: int = 0) -> list[GameRef]:
     """Game references of ``subsets`` in file order (``per_subset`` > 0 keeps the first n)."""
     p = Path(path) if path else default_splits_path()
-    splits = load_splits(p)
+    for subset in subsets:
+        check_subset(subset, train=True)
+    splits = load_splits(p, tuple(subsets))
     games = []
     for subset in subsets:
-        check_subset(subset)
         n = len(splits[subset]) if per_subset <= 0 else min(per_subset, len(splits[subset]))
         games.extend(game_ref(subset, i, p or "") for i in range(n))
     return games

@@ -10,11 +10,23 @@ the recorded-transcript fixture with the same interface.
 * ``reset(GameRef("<subset>/<index>"))`` points the slot's controller at that episode
   (``_current_episode_num``: ``EBAlfEnv.reset`` plays ``dataset[_current_episode_num]``, so
   one AI2-THOR process serves every episode of a slot; switching subset reloads
-  ``dataset`` through its own ``_load_dataset``).
+  ``dataset`` through its own ``_load_dataset``). The episode list is the file the game was
+  listed from (``GameRef.path``; set as the controller's ``data_path``), so the ALFRED
+  training list (subset ``alfred_train``) and a custom ``ebalfred.splits`` are what is
+  played, not EmbodiedBench's shipped ``splits.json``.
 * The observation text is the simulator's object state as the paper's Phi prompts show it:
   ``"Visible objects: Sink, Faucet. Held objects: Ladle (held)."``; the goal is the
-  episode's instruction; ``admissible`` is the scene's indexed skill list
-  (``language_skill_set``: action id i is ``admissible[i]``).
+  episode's instruction; ``admissible`` is the indexed skill list the prompt shows (action
+  id i is ``admissible[i]``): the scene-filtered list of the paper (``skills: scene``,
+  :mod:`.skills`) or EmbodiedBench's whole ``language_skill_set`` (``skills: full``);
+  ``meta["examples"]`` is the in-context example block (:mod:`.examples`).
+* An action that is not in the controller's ``language_skill_set`` (an unparsed model
+  output, free text) is never sent to the simulator, where ``ThorConnector`` would stop on
+  ``assert False, 'instruction not supported'``: as in EmbodiedBench's evaluator
+  (``eb_alfred_evaluator.py``: an unparseable plan is action ``-1``) it counts as an
+  invalid action against the episode's 10-invalid-action limit and takes none of its 30
+  simulator steps; the transition reports it (``meta["invalid_output"]``) with the frame
+  and state unchanged.
 * ``Transition.feedback`` is EmbodiedBench's feedback string followed by the new object
   state; ``meta`` carries ``progress`` (goal conditions met / total), ``task_success``,
   ``last_action_success``, ``env_feedback`` and the frame's step and SHA-1.
@@ -38,7 +50,9 @@ import numpy as np
 from PIL import Image
 
 from memprism_ray.envs.base import GameRef, Observation, Transition
-from memprism_ray.envs.ebalfred.data import check_subset, parse_game_id
+from memprism_ray.envs.ebalfred.data import SUBSETS, parse_game_id
+from memprism_ray.envs.ebalfred.examples import N_SHOTS, embodiedbench_examples_dir, format_examples, load_examples
+from memprism_ray.envs.ebalfred.skills import check_mode, scene_filter
 
 #: Environment variables read by :meth:`EbAlfredConfig.from_env` (docs/ebalfred.md).
 ENV_VARS = {
@@ -52,6 +66,8 @@ ENV_VARS = {
 }
 _NUMERIC = {"resolution": int, "progress_coef": float}
 CONTROLLERS = ("embodiedbench", "fake")
+#: Feedback of an output that is not a skill (this adapter's wording; EmbodiedBench shows none).
+INVALID_OUTPUT_FEEDBACK = "Last action is invalid. The output is not one of the available actions; nothing was done."
 INSTALL_HINT = 'pip install "memprism-ray[ebalfred]" and EmbodiedBench (docs/ebalfred.md)'
 
 
@@ -74,6 +90,14 @@ class EbAlfredConfig:
     ``Transition.meta["frame_path"]`` (the audit frame the grounding stage reads)"""
     progress_coef: float = 0.2
     """weight of goal-condition progress in the reward (Table A.4: 0.2)"""
+    skills: str = "scene"
+    """the skill list shown: ``scene`` (the paper's scene-filtered list) or ``full``
+    (EmbodiedBench's whole ``language_skill_set``)"""
+    n_shots: int = N_SHOTS
+    """in-context examples in the prompt (EmbodiedBench's default 10; 0 drops the slot)"""
+    examples: str = ""
+    """folder of the example files ('' : EmbodiedBench's evaluator/config, or the fixture's
+    examples/ for the fake controller)"""
     extra: dict[str, Any] = field(default_factory=dict)
     """further keyword arguments for the real controller (e.g. ``down_sample_ratio``)"""
 
@@ -88,6 +112,17 @@ class EbAlfredConfig:
             raise ValueError(f"ebalfred.resolution must be >= 32, got {self.resolution}")
         if not 0.0 <= self.progress_coef <= 1.0:
             raise ValueError(f"ebalfred.progress_coef must be in [0, 1], got {self.progress_coef}")
+        check_mode(self.skills)
+        if self.n_shots < 0:
+            raise ValueError(f"ebalfred.n_shots must be >= 0, got {self.n_shots}")
+
+    def examples_dir(self) -> Path | None:
+        """Where the in-context example files are read from on this node."""
+        if self.examples:
+            return Path(self.examples)
+        if self.controller == "fake":
+            return Path(self.fixture) / "examples"
+        return embodiedbench_examples_dir()
 
     @classmethod
     def from_env(cls, **overrides: Any) -> EbAlfredConfig:
@@ -201,6 +236,11 @@ class EbAlfredEnv:
         self._steps = [0] * num_slots
         self._live = [False] * num_slots
         self._episode_dir: list[Path | None] = [None] * num_slots
+        self._data_paths: list[str | None] = [None] * num_slots
+        self._admissible: list[tuple[str, ...]] = [()] * num_slots
+        self._png: list[bytes] = [b""] * num_slots
+        self._progress = [0.0] * num_slots
+        self._examples: dict[str, str] = {}
         self._resets = 0
 
     @property
@@ -212,21 +252,55 @@ class EbAlfredEnv:
             raise ValueError(f"slot must be an int in [0, {self._num_slots}), got {slot!r}")
         return slot
 
-    def _controller(self, slot: int, subset: str) -> Any:
+    def _controller(self, slot: int, subset: str, data_path: str | None) -> Any:
         ctrl = self._controllers[slot]
         if ctrl is None:
-            ctrl = self._controllers[slot] = self._factory(subset, self.config)
-        elif self._subsets[slot] != subset:
+            # EBAlfEnv's constructor accepts only an evaluation subset; any other list is loaded after.
+            first = subset if subset in SUBSETS else SUBSETS[0]
+            ctrl = self._controllers[slot] = self._factory(first, self.config)
+            self._subsets[slot] = first
+            self._data_paths[slot] = getattr(ctrl, "data_path", None)
+        want = data_path or self._data_paths[slot]
+        if self._subsets[slot] != subset or self._data_paths[slot] != want:
+            if want is not None:
+                ctrl.data_path = want
             ctrl.dataset = ctrl._load_dataset(subset)
             ctrl.number_of_episodes = len(ctrl.dataset)
+            self._data_paths[slot] = want
         self._subsets[slot] = subset
         return ctrl
+
+    @staticmethod
+    def _data_path(game: GameRef) -> str | None:
+        """The episode list ``game`` was read from, or ``None`` when it names none; a list
+        that this node cannot read is an error (playing the controller's default list instead
+        would play other episodes under the same id)."""
+        path = Path(game.path) if game.path else None
+        if path is None or str(path) in ("", "."):
+            return None
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"EB-ALFRED game {game.game_id!r} comes from {path}, which this node cannot read: put the "
+                "episode list (ebalfred.splits / ebalfred.train_splits) at the same path on every env node"
+            )
+        return str(path)
+
+    def _examples_block(self, subset: str) -> str:
+        """The formatted in-context examples of ``subset`` (read once per example file)."""
+        if self.config.n_shots == 0:
+            return ""
+        folder = self.config.examples_dir()
+        if folder is None:
+            load_examples(Path("<EmbodiedBench not installed>"), subset)  # raises the one-line error
+        key = f"{folder}|{'long_horizon' if subset == 'long_horizon' else 'default'}"
+        if key not in self._examples:
+            self._examples[key] = format_examples(load_examples(folder, subset), self.config.n_shots)
+        return self._examples[key]
 
     def reset(self, game: GameRef, slot: int = 0) -> Observation:
         slot = self._slot(slot)
         subset, index = parse_game_id(game.game_id)
-        check_subset(subset)
-        ctrl = self._controller(slot, subset)
+        ctrl = self._controller(slot, subset, self._data_path(game))
         if index >= ctrl.number_of_episodes:
             raise ValueError(
                 f"EB-ALFRED game {game.game_id!r}: subset {subset} has {ctrl.number_of_episodes} episode(s)"
@@ -237,8 +311,18 @@ class EbAlfredEnv:
         self._potential[slot] = 0.0
         self._steps[slot] = 0
         self._frame_sha[slot] = hashlib.sha1(png).hexdigest()
+        self._png[slot] = png
+        self._progress[slot] = 0.0
         self._live[slot] = True
+        skills = tuple(ctrl.language_skill_set)
+        if self.config.skills == "scene":
+            objects = getattr(getattr(ctrl.env, "last_event", None), "metadata", None) or {}
+            skills = tuple(scene_filter(skills, objects.get("objects", [])))
+        self._admissible[slot] = skills
         meta: dict[str, Any] = {}
+        examples = self._examples_block(subset)
+        if examples:
+            meta["examples"] = examples
         if self.config.frame_dir:
             self._resets += 1
             self._episode_dir[slot] = Path(self.config.frame_dir) / subset / str(index) / f"run{self._resets:05d}"
@@ -246,7 +330,7 @@ class EbAlfredEnv:
         return Observation(
             text=state_text(ctrl),
             goal=str(ctrl.episode_language_instruction),
-            admissible=tuple(ctrl.language_skill_set),
+            admissible=skills,
             meta={
                 "game_id": game.game_id,
                 "subset": subset,
@@ -264,6 +348,8 @@ class EbAlfredEnv:
         if not self._live[slot]:
             raise RuntimeError(f"EB-ALFRED slot {slot}: step before reset (or after the episode ended)")
         ctrl = self._controllers[slot]
+        if action not in ctrl.language_skill_set:
+            return self._invalid_output(slot, ctrl)
         obs, _dense, done, info = ctrl.step(action)
         progress = float(info.get("task_progress", 0.0))
         success = bool(info.get("task_success", 0.0))
@@ -273,6 +359,8 @@ class EbAlfredEnv:
         self._steps[slot] += 1
         png = encode_png(obs["head_rgb"])
         previous, self._frame_sha[slot] = self._frame_sha[slot], hashlib.sha1(png).hexdigest()
+        self._png[slot] = png
+        self._progress[slot] = progress
         if done:
             self._live[slot] = False
         extra: dict[str, Any] = {}
@@ -285,7 +373,7 @@ class EbAlfredEnv:
             reward=reward,
             done=bool(done),
             won=success,
-            admissible=tuple(ctrl.language_skill_set),
+            admissible=self._admissible[slot],
             meta={
                 "step": self._steps[slot],
                 "progress": progress,
@@ -298,6 +386,41 @@ class EbAlfredEnv:
                 **extra,
             },
             frame=png,
+        )
+
+    def _invalid_output(self, slot: int, ctrl: Any) -> Transition:
+        """An output that is no skill of the scene, handled as EmbodiedBench's evaluator does:
+        not executed, one more invalid action (``_cur_invalid_actions``; the episode ends at
+        ``_max_invalid_actions``), no simulator step (``_current_step`` unchanged). The
+        decision still gets a transition (step count, unchanged frame, zero reward) so the
+        agent's step rows, Phi's frame checks and the history stay aligned."""
+        ctrl._cur_invalid_actions += 1
+        done = ctrl._cur_invalid_actions >= ctrl._max_invalid_actions
+        self._steps[slot] += 1
+        if done:
+            self._live[slot] = False
+        extra: dict[str, Any] = {}
+        if self.config.frame_dir and self._episode_dir[slot] is not None:
+            extra["frame_path"] = self._write_frame(slot, self._steps[slot], self._png[slot])
+        return Transition(
+            feedback=f"{INVALID_OUTPUT_FEEDBACK} {state_text(ctrl)}",
+            reward=0.0,
+            done=done,
+            won=False,
+            admissible=self._admissible[slot],
+            meta={
+                "step": self._steps[slot],
+                "progress": self._progress[slot],
+                "task_success": False,
+                "last_action_success": False,
+                "invalid_output": True,
+                "env_feedback": INVALID_OUTPUT_FEEDBACK,
+                "frame_step": self._steps[slot],
+                "frame_sha1": self._frame_sha[slot],
+                "frame_changed": False,
+                **extra,
+            },
+            frame=self._png[slot],
         )
 
     def _write_frame(self, slot: int, step: int, png: bytes) -> str:

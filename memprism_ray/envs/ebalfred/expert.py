@@ -42,7 +42,7 @@ def annotation_plans(splits: str | Path, games: Sequence[GameRef], alfred_root: 
     root = Path(alfred_root) if alfred_root else default_alfred_root()
     if root is None:
         raise FileNotFoundError("ALFRED annotations: set $MEMPRISM_ALFRED_DATA to the unpacked json_2.1.0 folder")
-    table = load_splits(splits)
+    table = load_splits(splits, sorted({parse_game_id(g.game_id)[0] for g in games}))
     out: dict[str, list[str]] = {}
     for g in games:
         subset, index = parse_game_id(g.game_id)

@@ -12,12 +12,23 @@ uint8}``, ``step(action) -> (obs, reward, done, info)`` with ``info["task_succes
 ``env.last_event.frame`` / ``.metadata["objects" | "inventoryObjects"]`` and ``close()``.
 
 Replay rule: an action equal to the next recorded expert step plays that step (feedback,
-frame, visible and held objects, goal conditions). Any other action is answered by the
+frame, visible and held objects, goal conditions). Any other skill is answered by the
 failure rules of EmbodiedBench's skill layer that need no simulator (holding something,
 holding nothing, the target not visible or not in the scene), with their wording. Of the
 off-plan actions those rules accept, ``find`` succeeds without changing the recorded state
 or frame; a state-changing skill fails as not replayable, so the feedback never contradicts
 the object state the fixture shows (and Phi never records a change the env did not make).
+
+A string that is no skill at all (it starts with none of ``ThorConnector.llm_skill_interact``'s
+prefixes: free text, an unparsed model output) raises ``AssertionError('instruction not
+supported')`` after the step counter moved, as the real connector does
+(``thor_connector.py``: ``else: assert False, 'instruction not supported'``); the adapter
+(:class:`~memprism_ray.envs.ebalfred.env.EbAlfredEnv`) never sends one.
+
+Like ``EBAlfEnv``, the constructor accepts only an evaluation subset and ``_load_dataset``
+reads ``self.data_path`` (an EmbodiedBench-format list; the fixture's ``splits.json`` by
+default), so the adapter's switch to another list (the ALFRED training episodes) runs on the
+same attributes as on the real controller.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from PIL import Image
 
 from memprism_ray.envs.ebalfred.data import check_subset
 from memprism_ray.envs.ebalfred.fixture import INVALID_PREFIX, SUCCESS_FEEDBACK, load_transcripts
+from memprism_ray.envs.ebalfred.skills import is_skill_string
 
 #: The failure reason for an off-transcript state-changing skill (not an EmbodiedBench message).
 NOT_REPLAYABLE = "The fixture has no recording of this action here"
@@ -43,9 +55,9 @@ class FakeController:
     def __init__(self, eval_set: str = "base", resolution: int = 500, *, fixture: str | Path) -> None:
         self.fixture_root = Path(fixture)
         self._doc = load_transcripts(self.fixture_root)
-        self._splits = json.loads((self.fixture_root / "splits.json").read_text())
+        self.data_path = str(self.fixture_root / "splits.json")
         self.resolution = resolution
-        self.eval_set = check_subset(eval_set, "eval_set")
+        self.eval_set = check_subset(eval_set, "eval_set")  # EBAlfEnv: assert eval_set in ValidEvalSets
         self.dataset = self._load_dataset(eval_set)
         self.number_of_episodes = len(self.dataset)
         self._current_episode_num = 0
@@ -63,8 +75,9 @@ class FakeController:
         self._state: dict[str, Any] = {}
 
     def _load_dataset(self, eval_set: str) -> list[dict[str, Any]]:
-        check_subset(eval_set, "eval_set")
-        return [dict(ep, fixture_key=f"{eval_set}/{i}") for i, ep in enumerate(self._splits[eval_set])]
+        check_subset(eval_set, "eval_set", train=True)
+        dataset = json.loads(Path(self.data_path).read_text())[eval_set]
+        return [dict(ep, fixture_key=f"{eval_set}/{i}") for i, ep in enumerate(dataset)]
 
     # --- EBAlfEnv interface --------------------------------------------------------------
     def reset(self) -> dict[str, Any]:
@@ -85,6 +98,8 @@ class FakeController:
         assert self._reset, "Reset env before stepping"
         self._current_step += 1
         lang = self.language_skill_set[action] if isinstance(action, int) else str(action)
+        if not is_skill_string(lang):
+            raise AssertionError("instruction not supported")  # ThorConnector.llm_skill_interact
         steps = self._episode["steps"]
         if self._pointer < len(steps) and steps[self._pointer]["action"] == lang:
             rec = steps[self._pointer]
@@ -129,10 +144,12 @@ class FakeController:
         with Image.open(self.fixture_root / rec["frame"]) as im:
             frame = np.asarray(im.convert("RGB"), dtype=np.uint8)
         held = rec["held"]
-        objects = [
-            {"objectType": o, "objectId": f"{o}|fixture", "visible": o in rec["visible"]}
-            for o in self._episode["objects"]
-        ]
+        # AI2-THOR's metadata: every instance, the first of a visible type marked visible.
+        objects, first = [], set()
+        for o in self._episode["scene_objects"]:
+            shown = o["objectType"] in rec["visible"] and o["objectType"] not in first
+            first.add(o["objectType"])
+            objects.append(dict(o, visible=shown))
         inventory = [{"objectType": held, "objectId": f"{held}|fixture"}] if held else []
         self.env.last_event = SimpleNamespace(frame=frame, metadata={"objects": objects, "inventoryObjects": inventory})
 
@@ -140,9 +157,7 @@ class FakeController:
         held, visible = self._state["held"], self._state["visible"]
         objects = self._episode["objects"]
         target = lang.split(" ")[-1]
-        if lang not in self.language_skill_set:
-            return f"Action '{lang}' is not in the skill set of this scene"
-        if lang in ("put down the object in hand", "drop the object in hand"):
+        if lang.startswith(("put down ", "drop")):
             return "Robot is not holding any object" if held is None else NOT_REPLAYABLE
         if lang.startswith("find a "):  # navigation: succeeds, the replayed state stays
             if target not in objects:
@@ -181,9 +196,11 @@ class FixturePolicy:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"FixturePolicy epsilon must be in [0, 1], got {epsilon}")
         doc = load_transcripts(fixture)
+        # Keyed by what the prompt shows: the scene-filtered list or (ebalfred.skills: full) all.
         self._plans = {
-            (ep["instruction"], tuple(ep["skills"])): [s["action"] for s in ep["steps"]]
+            (ep["instruction"], tuple(ep[key])): [s["action"] for s in ep["steps"]]
             for ep in doc["episodes"].values()
+            for key in ("admissible", "skills")
         }
         self.epsilon = epsilon
         self.seed = seed

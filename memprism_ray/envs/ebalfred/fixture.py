@@ -7,14 +7,20 @@ stages, the reward and the report run in CI without AI2-THOR.
 Layout of a fixture folder (``build_fixture(out)``)::
 
     splits.json        EmbodiedBench format: {subset: [{"task", "repeat_idx", "instruction"}]}
+    alfred_train.json  the same format, key "alfred_train": training episodes (other tasks)
+    examples/          in-context example files shaped as EmbodiedBench's (.examples)
     transcripts.json   {"version", "resolution", "episodes": {"<subset>/<i>": episode}}
     frames/<subset>/<i>/<step>.png
 
-An episode holds its scene-filtered skill list, the scene's objects, the initial state and
-the recorded expert steps. Each state (initial or after a step) records the frame, the
-visible objects, the held object, goal conditions met and the ground-truth boxes of the
-visible objects on a 0-1000 scale (the grounding prompt's scale), so a scripted vision
-model can answer the grounding stage exactly in tests.
+An episode holds its scene's objects as AI2-THOR metadata (``scene_objects``: type, id,
+receptacle / pickupable; some types with several instances), the controller's skill list
+in its real shape (``skills``: EmbodiedBench's 162 global skills plus the scene's instance
+skills such as ``find a Drawer_2``, :mod:`.skills`), the scene-filtered list the agent is
+shown (``admissible``), the initial state and the recorded expert steps. Each state
+(initial or after a step) records the frame, the visible objects, the held object, goal
+conditions met and the ground-truth boxes of the visible objects on a 0-1000 scale (the
+grounding prompt's scale), so a scripted vision model can answer the grounding stage
+exactly in tests.
 
 The transcripts are written by this module from a handful of ALFRED task families
 (pick-and-place, clean, heat, look-at-in-light); the feedback strings copy the wording of
@@ -32,17 +38,19 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from memprism_ray.envs.ebalfred.data import SUBSETS
+from memprism_ray.envs.ebalfred.data import SUBSETS, TRAIN_SUBSET
+from memprism_ray.envs.ebalfred.examples import EXAMPLE_FILES
+from memprism_ray.envs.ebalfred.skills import PICK_OBJS, global_skills, language_skill_set, scene_filter
 
-FIXTURE_VERSION = 1
+FIXTURE_VERSION = 2
 SUCCESS_FEEDBACK = "Last action executed successfully."
 INVALID_PREFIX = "Last action is invalid."
+TRAIN_FILE = "alfred_train.json"
 
-#: Object categories of the fixture's scenes (a subset of EB-ALFRED's object tables).
-PICKABLE = frozenset({"Mug", "Pen", "Book", "Ladle", "Bowl", "Apple", "Knife", "CD", "Tomato"})
-OPENABLE = frozenset({"Drawer", "Microwave", "Fridge", "Cabinet"})
-TOGGLEABLE = frozenset({"Faucet", "Microwave", "DeskLamp"})
-SLICEABLE = frozenset({"Apple", "Tomato"})
+#: Receptacle types of the fixture's scenes (AI2-THOR's ``receptacle`` flag).
+RECEPTACLES = frozenset(
+    {"Desk", "Drawer", "CounterTop", "Sink", "DiningTable", "Bowl", "Microwave", "Fridge", "GarbageCan", "Cabinet"}
+)
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,8 @@ class _Family:
     conds_total: int
     steps: tuple[_Step, ...]
     instructions: dict[str, str]
+    instances: tuple[tuple[str, int], ...] = ()
+    """types with several instances in the scene (their extra skills: ``find a Drawer_2``...)"""
 
 
 def _s(action: str, visible: str, held: str | None, conds: int) -> _Step:
@@ -89,10 +99,11 @@ _FAMILIES: tuple[_Family, ...] = (
             "spatial": "Take the mug to the left of the pen and put it on the desk.",
             "long_horizon": "Put a mug on the desk.",
         },
+        (("Drawer", 3), ("Pen", 2)),
     ),
     _Family(
         "pick_clean_then_place_in_recep",
-        ("Ladle", "CounterTop", "Sink", "Faucet", "DiningTable", "Bowl"),
+        ("Ladle", "CounterTop", "Sink", "Faucet", "DiningTable", "Bowl", "Cabinet"),
         (120, 150, 170),
         ("CounterTop", "Bowl"),
         2,
@@ -117,10 +128,11 @@ _FAMILIES: tuple[_Family, ...] = (
             "spatial": "Wash the ladle beside the counter edge and put it back on the table.",
             "long_horizon": "Rinse off a ladle and move it to the table.",
         },
+        (("Cabinet", 4), ("CounterTop", 2)),
     ),
     _Family(
         "pick_heat_then_place_in_recep",
-        ("Apple", "CounterTop", "Microwave", "Fridge", "GarbageCan", "Knife"),
+        ("Apple", "CounterTop", "Microwave", "Fridge", "GarbageCan", "Knife", "Cabinet"),
         (150, 120, 140),
         ("CounterTop", "Fridge"),
         2,
@@ -147,10 +159,11 @@ _FAMILIES: tuple[_Family, ...] = (
             "spatial": "Heat the apple near the knife and put it in the garbage can on the right.",
             "long_horizon": "Warming up an apple and put it in a garbagecan.",
         },
+        (("Cabinet", 2),),
     ),
     _Family(
         "look_at_obj_in_light",
-        ("CD", "Desk", "DeskLamp", "Book"),
+        ("CD", "Desk", "DeskLamp", "Book", "Drawer"),
         (110, 120, 150),
         ("Desk", "Book"),
         2,
@@ -168,25 +181,49 @@ _FAMILIES: tuple[_Family, ...] = (
             "spatial": "Take the CD next to the book and look at it under the desk lamp.",
             "long_horizon": "Examine a CD under the desk lamp.",
         },
+        (("Drawer", 2),),
     ),
 )
 
+#: The training episodes' instructions (other wording than every evaluation subset's).
+_TRAIN_INSTRUCTIONS = {
+    "pick_and_place_simple": "Place the coffee mug onto the desk.",
+    "pick_clean_then_place_in_recep": "Clean the ladle in the sink and leave it on the dining table.",
+    "pick_heat_then_place_in_recep": "Microwave the apple, then throw it in the bin.",
+    "look_at_obj_in_light": "Hold the CD under the light of the desk lamp.",
+}
 
-def scene_skills(objects: Sequence[str]) -> list[str]:
-    """The scene-filtered skill list in EmbodiedBench's order: find, pick up, put/drop,
-    open/close, turn on/off, slice."""
-    objs = list(objects)
-    skills = [f"find a {o}" for o in objs]
-    skills += [f"pick up the {o}" for o in objs if o in PICKABLE]
-    skills += ["put down the object in hand", "drop the object in hand"]
-    for o in objs:
-        if o in OPENABLE:
-            skills += [f"open the {o}", f"close the {o}"]
-    for o in objs:
-        if o in TOGGLEABLE:
-            skills += [f"turn on the {o}", f"turn off the {o}"]
-    skills += [f"slice the {o}" for o in objs if o in SLICEABLE]
-    return skills
+
+def scene_objects(fam: _Family) -> list[dict[str, Any]]:
+    """The family's scene as AI2-THOR ``metadata["objects"]`` entries (what EmbodiedBench's
+    ``generate_additional_action_space`` reads): one per instance, ids ``Type|x|y|z``."""
+    counts = dict(fam.instances)
+    out = []
+    for t in fam.objects:
+        for k in range(counts.get(t, 1)):
+            h = zlib.crc32(f"{t}|{k}".encode())
+            pos = "|".join(f"{((h >> s) % 400 - 200) / 100:+.2f}" for s in (0, 9, 18))
+            out.append(
+                {
+                    "objectType": t,
+                    "objectId": f"{t}|{pos}",
+                    "receptacle": t in RECEPTACLES,
+                    "pickupable": t in PICK_OBJS,
+                }
+            )
+    return out
+
+
+def object_names(objects: Sequence[dict[str, Any]]) -> list[str]:
+    """The names a skill may use in this scene: each type, and ``Type_<k>`` for the k-th
+    instance of a type with several (EmbodiedBench's instance names)."""
+    seen: dict[str, int] = {}
+    names = []
+    for o in objects:
+        t = o["objectType"]
+        seen[t] = seen.get(t, 0) + 1
+        names.append(t if seen[t] == 1 else f"{t}_{seen[t]}")
+    return names
 
 
 def object_box(name: str, size: int) -> tuple[int, int, int, int]:
@@ -232,67 +269,104 @@ def _family_for(subset: str, i: int) -> _Family:
     return _FAMILIES[(SUBSETS.index(subset) + i) % len(_FAMILIES)]
 
 
-def build_fixture(out: str | Path, episodes_per_subset: int = 3, resolution: int = 96) -> Path:
+def _example(instruction: str, plan: str, actions: Sequence[str]) -> str:
+    """One in-context example in EmbodiedBench's shape (``alfred_examples.json``): the
+    instruction, then the plan as the JSON-like text its planner asked for, with the skills'
+    ids in the global list."""
+    ids = {a: i for i, a in enumerate(global_skills())}
+    steps = "\n".join(json.dumps({"action_id": ids[a], "action_name": a}) for a in actions)
+    return (
+        f"Human instruction: {instruction}\nOutput: {{\n'language_plan': '{plan}',\n'executable_plan': [\n{steps}\n]}}"
+    )
+
+
+def write_examples(folder: Path) -> None:
+    """Example files shaped as EmbodiedBench's ``evaluator/config`` ones: 10 default and 7
+    long-horizon examples (upstream's counts), written from the task families. They are
+    this fixture's text, not EmbodiedBench's examples."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pairs = [(fam, subset) for subset in ("base", "common_sense", "complex_instruction") for fam in _FAMILIES]
+    default = [
+        _example(fam.instructions[subset], f"First {fam.task_type.replace('_', ' ')}, step by step.",
+                 [st.action for st in fam.steps])
+        for fam, subset in pairs[:10]
+    ]  # fmt: skip
+    long = [
+        _example(f"{fam.instructions['long_horizon']} Then do it once more.", "Explore first, then act.",
+                 [st.action for st in fam.steps] * 2)
+        for fam in [*_FAMILIES, *_FAMILIES][:7]
+    ]  # fmt: skip
+    for name, examples in ((EXAMPLE_FILES["default"], default), (EXAMPLE_FILES["long_horizon"], long)):
+        (folder / name).write_text(json.dumps(examples, indent=1) + "\n", encoding="utf-8")
+
+
+def _episode(root: Path, subset: str, i: int, fam: _Family, instruction: str, resolution: int) -> dict[str, Any]:
+    """One episode's transcript; its frames are written under ``frames/<subset>/<i>/``."""
+    frame_dir = root / "frames" / subset / str(i)
+    frame_dir.mkdir(parents=True, exist_ok=True)
+
+    def state(step: int, visible: Sequence[str], held: str | None, conds: int) -> dict[str, Any]:
+        png = draw_frame(fam.colour, visible, held, step, resolution)
+        (frame_dir / f"{step:03d}.png").write_bytes(png)
+        return {
+            "frame": f"frames/{subset}/{i}/{step:03d}.png",
+            "visible": list(visible),
+            "held": held,
+            "conds": conds,
+            "boxes": _boxes(visible, resolution),
+        }
+
+    steps = []
+    for k, st in enumerate(fam.steps, start=1):
+        rec = state(k, st.visible, st.held, st.conds)
+        rec.update(action=st.action, success=True, feedback=SUCCESS_FEEDBACK)
+        steps.append(rec)
+    objects = scene_objects(fam)
+    skills = language_skill_set(objects)
+    return {
+        "instruction": instruction,
+        "task_type": fam.task_type,
+        "objects": object_names(objects),
+        "scene_objects": objects,
+        "skills": skills,
+        "admissible": scene_filter(skills, objects),
+        "conds_total": fam.conds_total,
+        "initial": state(0, fam.initial_visible, None, 0),
+        "steps": steps,
+    }
+
+
+def build_fixture(out: str | Path, episodes_per_subset: int = 3, resolution: int = 96, train_episodes: int = 4) -> Path:
     """Write the fixture to ``out`` (created; an existing fixture there is overwritten) and
-    return ``out``. Deterministic: the same arguments give byte-identical files."""
+    return ``out``. Deterministic: the same arguments give byte-identical files.
+
+    ``train_episodes`` training episodes (``alfred_train/<i>`` in ``alfred_train.json``)
+    stand for ALFRED training trajectories: other tasks (``task`` names) and other
+    instructions than every evaluation episode, the same task families."""
     if episodes_per_subset < 1:
         raise ValueError(f"episodes_per_subset must be >= 1, got {episodes_per_subset}")
+    if train_episodes < 0:
+        raise ValueError(f"train_episodes must be >= 0, got {train_episodes}")
     if resolution < 32:
         raise ValueError(f"resolution must be >= 32 pixels, got {resolution}")
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    splits: dict[str, list[dict[str, Any]]] = {}
+    plan = [(s, i, _family_for(s, i)) for s in SUBSETS for i in range(episodes_per_subset)]
+    plan += [(TRAIN_SUBSET, i, _FAMILIES[i % len(_FAMILIES)]) for i in range(train_episodes)]
+    splits: dict[str, list[dict[str, Any]]] = {s: [] for s in (*SUBSETS, TRAIN_SUBSET)}
     episodes: dict[str, Any] = {}
-    for subset in SUBSETS:
-        splits[subset] = []
-        for i in range(episodes_per_subset):
-            fam = _family_for(subset, i)
-            instruction = fam.instructions[subset]
-            splits[subset].append(
-                {
-                    "task": f"{fam.task_type}-fixture-{i}/trial_fixture_{subset}",
-                    "repeat_idx": 0,
-                    "instruction": instruction,
-                }
-            )
-            frame_dir = root / "frames" / subset / str(i)
-            frame_dir.mkdir(parents=True, exist_ok=True)
-
-            def state(
-                step: int,
-                visible: Sequence[str],
-                held: str | None,
-                conds: int,
-                fam: _Family = fam,
-                frame_dir: Path = frame_dir,
-                subset: str = subset,
-                i: int = i,
-            ) -> dict[str, Any]:
-                png = draw_frame(fam.colour, visible, held, step, resolution)
-                (frame_dir / f"{step:03d}.png").write_bytes(png)
-                return {
-                    "frame": f"frames/{subset}/{i}/{step:03d}.png",
-                    "visible": list(visible),
-                    "held": held,
-                    "conds": conds,
-                    "boxes": _boxes(visible, resolution),
-                }
-
-            steps = []
-            for k, st in enumerate(fam.steps, start=1):
-                rec = state(k, st.visible, st.held, st.conds)
-                rec.update(action=st.action, success=True, feedback=SUCCESS_FEEDBACK)
-                steps.append(rec)
-            episodes[f"{subset}/{i}"] = {
-                "instruction": instruction,
-                "task_type": fam.task_type,
-                "objects": list(fam.objects),
-                "skills": scene_skills(fam.objects),
-                "conds_total": fam.conds_total,
-                "initial": state(0, fam.initial_visible, None, 0),
-                "steps": steps,
-            }
+    for subset, i, fam in plan:
+        train = subset == TRAIN_SUBSET
+        instruction = _TRAIN_INSTRUCTIONS[fam.task_type] if train else fam.instructions[subset]
+        trial = f"trial_fixture_train_{i}" if train else f"trial_fixture_{subset}"
+        splits[subset].append(
+            {"task": f"{fam.task_type}-fixture-{i}/{trial}", "repeat_idx": 0, "instruction": instruction}
+        )
+        episodes[f"{subset}/{i}"] = _episode(root, subset, i, fam, instruction, resolution)
+    train_split = {TRAIN_SUBSET: splits.pop(TRAIN_SUBSET)}
     (root / "splits.json").write_text(json.dumps(splits, indent=1, sort_keys=True) + "\n")
+    (root / TRAIN_FILE).write_text(json.dumps(train_split, indent=1, sort_keys=True) + "\n")
+    write_examples(root / "examples")
     doc = {"version": FIXTURE_VERSION, "resolution": resolution, "episodes": episodes}
     (root / "transcripts.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return root

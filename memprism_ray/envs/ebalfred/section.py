@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.config_tree import field
-from memprism_ray.envs.ebalfred.data import SUBSETS, check_subset
+from memprism_ray.envs.ebalfred.data import SUBSETS, TRAIN_SUBSET, check_subset
 from memprism_ray.envs.ebalfred.env import CONTROLLERS, EbAlfredConfig
+from memprism_ray.envs.ebalfred.examples import N_SHOTS
+from memprism_ray.envs.ebalfred.skills import check_mode
 
 
 @dataclass
@@ -29,8 +31,17 @@ class EbAlfredSection:
     splits: str = field("", help="EmbodiedBench splits.json ('' : the fixture's, else the installed EmbodiedBench's)")
     subsets: tuple[str, ...] = field(SUBSETS, help="evaluation subsets (per-subset and average SR)")
     episodes_per_subset: int = field(0, help="evaluation episodes per subset (0: all; the paper: 50)")
-    train_subsets: tuple[str, ...] = field(("base",), help="subsets of train_splits whose episodes form GRPO groups")
-    train_splits: str = field("", help="splits.json of the GRPO training episodes ('' : splits)")
+    train_subsets: tuple[str, ...] = field(
+        (TRAIN_SUBSET,), help="subsets of train_splits whose episodes D1 and GRPO train on (alfred_train: ALFRED's)"
+    )
+    train_splits: str = field(
+        "",
+        help="EmbodiedBench-format list of the training episodes, written by python -m "
+        "memprism_ray.envs.ebalfred.training ('' : the fixture's alfred_train.json; required for embodiedbench)",
+    )
+    skills: str = field("scene", help="skill list the prompt shows: scene (the paper's scene-filtered) or full")
+    n_shots: int = field(N_SHOTS, help="in-context task-execution examples in the prompt (EmbodiedBench: 10)")
+    examples: str = field("", help="folder of the example files ('' : EmbodiedBench's evaluator/config)")
     resolution: int = field(500, help="camera frame side in pixels (EmbodiedBench: 500)")
     x_display: str = field("1", help="X display AI2-THOR renders on (Xvfb or a GPU X server)")
     local_build: str = field("", help="local AI2-THOR build executable ('' : ai2thor downloads its build)")
@@ -43,7 +54,10 @@ class EbAlfredSection:
         if self.controller not in CONTROLLERS:
             raise ValueError(f"ebalfred.controller={self.controller!r}; valid controllers: {', '.join(CONTROLLERS)}")
         self.subsets = tuple(check_subset(s, "ebalfred.subsets") for s in self.subsets)
-        self.train_subsets = tuple(check_subset(s, "ebalfred.train_subsets") for s in self.train_subsets)
+        self.train_subsets = tuple(check_subset(s, "ebalfred.train_subsets", train=True) for s in self.train_subsets)
+        check_mode(self.skills)
+        if self.n_shots < 0:
+            raise ValueError(f"ebalfred.n_shots must be >= 0, got {self.n_shots}")
         if not self.subsets:
             raise ValueError("ebalfred.subsets must name at least one subset")
         if self.fixture_episodes < 1 or self.episodes_per_subset < 0:
@@ -63,6 +77,23 @@ class EbAlfredSection:
             return Path(self.splits)
         return self.fixture_dir(run_dir) / "splits.json" if self.controller == "fake" else None
 
+    def train_splits_path(self, run_dir: Path) -> Path:
+        """The list of the training episodes: ``train_splits``, else the fixture's training
+        list (``controller: fake``). The real controller has no default: its evaluation
+        ``splits.json`` is the benchmark, never a training list (paper appendix "Training
+        dataset setup": the ALFRED training annotations for learning)."""
+        if self.train_splits:
+            return Path(self.train_splits)
+        if self.controller == "fake":
+            from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE
+
+            return self.fixture_dir(run_dir) / TRAIN_FILE
+        raise ValueError(
+            "ebalfred.train_splits is empty: write the ALFRED training list with python -m "
+            "memprism_ray.envs.ebalfred.training --alfred <json_2.1.0> --out <file> and set ebalfred.train_splits "
+            "to it (docs/ebalfred.md)"
+        )
+
     def env_config(self, run_dir: Path, progress_coef: float) -> EbAlfredConfig:
         """The settings every ``EbAlfredEnv`` of a run is built with."""
         return EbAlfredConfig(
@@ -73,6 +104,9 @@ class EbAlfredSection:
             local_build=self.local_build,
             frame_dir=self.frame_dir,
             progress_coef=float(progress_coef),
+            skills=self.skills,
+            n_shots=self.n_shots,
+            examples=self.examples,
         )
 
     def env_vars(self, run_dir: Path) -> dict[str, str]:

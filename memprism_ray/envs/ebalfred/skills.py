@@ -1,0 +1,163 @@
+"""EB-ALFRED's skill list: the real shape, and the scene-filtered list the prompt gets
+(paper appendix E.4: "EB-ALFRED returns one exact name from the scene-filtered skill list").
+
+What EmbodiedBench builds (``embodiedbench/envs/eb_alfred/EBAlfEnv.py`` at ``b247936``):
+
+* ``get_global_action_space()``: ``find a X`` for the 80 ALFRED objects, ``pick up the X``
+  for the 53 pickable ones, ``put down the object in hand`` and ``drop the object in hand``,
+  ``open``/``close`` for the 7 openable, ``turn on``/``turn off`` for the 4 toggleable and
+  ``slice`` for the 5 sliceable: 162 skills, the same in every scene;
+* ``generate_additional_action_space()`` (on every reset): for each receptacle or pickable
+  type with several instances in the scene, ``find a Cabinet_2``, ``find a Cabinet_3``...
+  (and ``open``/``close`` for openable receptacles), appended after the 162. The result is
+  ``EBAlfEnv.language_skill_set``, which EmbodiedBench's planner lists in full.
+
+The object tables below are copied from ``embodiedbench/envs/eb_alfred/utils.py``
+(``alfred_objs``, ``alfred_pick_obj``, ``alfred_open_obj``, ``alfred_toggle_obj``,
+``alfred_slice_obj``), in upstream order, so that action ids match EmbodiedBench's.
+
+The prompt gets, by default (``ebalfred.skills: scene``), that list filtered to the scene:
+the skills whose object is in the scene at reset (an instance name ``Cabinet_2`` counts as
+``Cabinet``; an object matches by the type prefix of its ``objectId``, case-folded, as
+``ThorConnector.get_obj_id_from_name`` matches names) plus the two object-free skills, in
+upstream order. A skill outside the scene can never succeed (``find`` answers "This object
+may not exist in this scene", the others find no object to act on), so filtering removes
+no successful action; the action ids of the prompt are then positions in the filtered list.
+``ebalfred.skills: full`` lists EmbodiedBench's whole ``language_skill_set`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+#: ``embodiedbench/envs/eb_alfred/utils.py`` ``alfred_objs`` (80 findable objects).
+ALFRED_OBJS: tuple[str, ...] = (
+    "Cart", "Potato", "Faucet", "Ottoman", "CoffeeMachine", "Candle", "CD", "Pan", "Watch",
+    "HandTowel", "SprayBottle", "BaseballBat", "CellPhone", "Kettle", "Mug", "StoveBurner", "Bowl",
+    "Toilet", "DiningTable", "Spoon", "TissueBox", "Shelf", "Apple", "TennisRacket", "SoapBar",
+    "Cloth", "Plunger", "FloorLamp", "ToiletPaperHanger", "CoffeeTable", "Spatula", "Plate", "Bed",
+    "Glassbottle", "Knife", "Tomato", "ButterKnife", "Dresser", "Microwave", "CounterTop",
+    "GarbageCan", "WateringCan", "Vase", "ArmChair", "Safe", "KeyChain", "Pot", "Pen", "Cabinet",
+    "Desk", "Newspaper", "Drawer", "Sofa", "Bread", "Book", "Lettuce", "CreditCard", "AlarmClock",
+    "ToiletPaper", "SideTable", "Fork", "Box", "Egg", "DeskLamp", "Ladle", "WineBottle", "Pencil",
+    "Laptop", "RemoteControl", "BasketBall", "DishSponge", "Cup", "SaltShaker", "PepperShaker",
+    "Pillow", "Bathtub", "SoapBottle", "Statue", "Fridge", "Sink",
+)  # fmt: skip
+#: ``alfred_pick_obj`` (53 pickable objects).
+PICK_OBJS: tuple[str, ...] = (
+    "KeyChain", "Potato", "Pot", "Pen", "Candle", "CD", "Pan", "Watch", "Newspaper", "HandTowel",
+    "SprayBottle", "BaseballBat", "Bread", "CellPhone", "Book", "Lettuce", "CreditCard", "Mug",
+    "AlarmClock", "Kettle", "ToiletPaper", "Bowl", "Fork", "Box", "Egg", "Spoon", "TissueBox",
+    "Apple", "TennisRacket", "Ladle", "WineBottle", "Cloth", "Plunger", "SoapBar", "Pencil",
+    "Laptop", "RemoteControl", "BasketBall", "DishSponge", "Cup", "Spatula", "SaltShaker",
+    "Plate", "PepperShaker", "Pillow", "Glassbottle", "SoapBottle", "Knife", "Statue", "Tomato",
+    "ButterKnife", "WateringCan", "Vase",
+)  # fmt: skip
+#: ``alfred_open_obj``.
+OPEN_OBJS: tuple[str, ...] = ("Safe", "Laptop", "Fridge", "Box", "Microwave", "Cabinet", "Drawer")
+#: ``alfred_toggle_obj``.
+TOGGLE_OBJS: tuple[str, ...] = ("Microwave", "DeskLamp", "FloorLamp", "Faucet")
+#: ``alfred_slice_obj``.
+SLICE_OBJS: tuple[str, ...] = ("Potato", "Lettuce", "Tomato", "Apple", "Bread")
+
+PUT_DOWN = "put down the object in hand"
+DROP = "drop the object in hand"
+#: Skills that name no object: always in the scene-filtered list.
+OBJECT_FREE: frozenset[str] = frozenset({PUT_DOWN, DROP})
+
+#: ``ThorConnector.llm_skill_interact``'s dispatch, in its order: a string that starts with
+#: none of these hits ``assert False, 'instruction not supported'`` (thor_connector.py).
+SKILL_PREFIXES: tuple[str, ...] = (
+    "find ", "pick up ", "put down ", "open ", "close ", "turn on ", "turn off ", "slice ", "drop",
+)  # fmt: skip
+
+SKILL_MODES: tuple[str, ...] = ("scene", "full")
+
+
+def global_skills() -> list[str]:
+    """EmbodiedBench's ``get_global_action_space()``: the 162 skills of every scene."""
+    skills = [f"find a {o}" for o in ALFRED_OBJS]
+    skills += [f"pick up the {o}" for o in PICK_OBJS]
+    skills += [PUT_DOWN, DROP]
+    for o in OPEN_OBJS:
+        skills += [f"open the {o}", f"close the {o}"]
+    for o in TOGGLE_OBJS:
+        skills += [f"turn on the {o}", f"turn off the {o}"]
+    skills += [f"slice the {o}" for o in SLICE_OBJS]
+    return skills
+
+
+def instance_names(objects: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """``generate_additional_action_space``'s ``name_to_id_dict``: for every receptacle or
+    pickable type with two or more instances, ``Type`` -> first id and ``Type_<k>`` -> the
+    k-th id (metadata order)."""
+    recep: dict[str, list[str]] = {}
+    pick: dict[str, list[str]] = {}
+    for obj in objects:
+        if obj.get("receptacle"):
+            recep.setdefault(str(obj["objectType"]), []).append(str(obj["objectId"]))
+        elif obj.get("pickupable"):
+            pick.setdefault(str(obj["objectType"]), []).append(str(obj["objectId"]))
+    names: dict[str, str] = {}
+    for table in (recep, pick):
+        for kind, ids in table.items():
+            if len(ids) >= 2:
+                names[kind] = ids[0]
+                names.update({f"{kind}_{i + 1}": oid for i, oid in enumerate(ids) if i > 0})
+    return names
+
+
+def scene_extra_skills(objects: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The per-scene skills ``generate_additional_action_space`` appends after the 162."""
+    recep: dict[str, int] = {}
+    pick: dict[str, int] = {}
+    for obj in objects:
+        table = recep if obj.get("receptacle") else pick if obj.get("pickupable") else None
+        if table is not None:
+            table[str(obj["objectType"])] = table.get(str(obj["objectType"]), 0) + 1
+    findable = sorted({f"{k}_{i}" for k, n in recep.items() if n >= 2 for i in range(2, n + 1)})
+    pickable = sorted({f"{k}_{i}" for k, n in pick.items() if n >= 2 for i in range(2, n + 1)})
+    extra = [f"find a {o}" for o in findable]
+    for o in findable:
+        if o.split("_")[0] in OPEN_OBJS:
+            extra += [f"open the {o}", f"close the {o}"]
+    extra += [f"find a {o}" for o in pickable if o.split("_")[0] in PICK_OBJS]
+    return extra
+
+
+def language_skill_set(objects: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``EBAlfEnv.language_skill_set`` after a reset into a scene with ``objects`` (the
+    simulator's ``metadata["objects"]``): the 162 global skills, then the scene's extras."""
+    return global_skills() + scene_extra_skills(objects)
+
+
+def skill_object(skill: str) -> str | None:
+    """The object a skill names (``"open the Cabinet_2"`` -> ``"Cabinet_2"``), ``None`` for
+    the object-free skills."""
+    if skill in OBJECT_FREE:
+        return None
+    return skill.rsplit(" ", 1)[-1]
+
+
+def scene_filter(skills: Sequence[str], objects: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``skills`` restricted to the scene (see the module docstring), order kept."""
+    present = {str(o.get("objectId", o.get("objectType", ""))).split("|")[0].casefold() for o in objects}
+    out = []
+    for skill in skills:
+        name = skill_object(skill)
+        if name is None or name.split("_")[0].casefold() in present:
+            out.append(skill)
+    return out
+
+
+def check_mode(mode: str, key: str = "ebalfred.skills") -> str:
+    if mode not in SKILL_MODES:
+        raise ValueError(f"{key}={mode!r}; valid values: {', '.join(SKILL_MODES)} (scene: the paper's list)")
+    return mode
+
+
+def is_skill_string(action: str) -> bool:
+    """Whether ``ThorConnector.llm_skill_interact`` dispatches ``action`` at all (any other
+    string ends in its ``assert False, 'instruction not supported'``)."""
+    return action.startswith(SKILL_PREFIXES)
