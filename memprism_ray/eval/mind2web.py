@@ -11,6 +11,19 @@ intervals, paired comparisons on the same ordered items).
 * Paired comparisons against a base condition: paired bootstrap over the common steps
   (``episode_id#step``) for action accuracy, over the common episodes for success.
 
+Beside them, under ``official``, Mind2Web's published metrics defined as its
+``src/action_prediction/metric.py`` computes them from each step's element correctness and
+operation F1 (scored by the replay env, :func:`memprism_ray.envs.mind2web.env.operation_f1`):
+
+* element accuracy: steps whose predicted element is a positive candidate / steps;
+* operation F1: mean over steps of the token-set F1 of ``"OP value"`` (not a rate: no interval);
+* step success: steps with the element correct and operation F1 = 1 / steps;
+* macro element accuracy, operation F1 and step success: per task (``annotation_id``: one
+  episode) the mean over its steps, then the mean over tasks (metric.py's ``marco_*``);
+* task success: tasks whose every step is a step success (the Mind2Web paper's SR).
+
+The same denominators as above: a step a failed episode did not play scores 0 on all.
+
 The generic per-condition report of :mod:`memprism_ray.eval.report` (efficiency, view
 marginal, failures) is written too; :func:`write_condition` adds these metrics
 (``<condition>/mind2web.{json,md}``) and :func:`write_summary` writes ``mind2web.md`` /
@@ -53,6 +66,43 @@ def episode_outcomes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
     return {str(e["episode_id"]): bool(e["won"]) and e["status"] != "failed" for e in episodes}
 
 
+def official_step_scores(
+    episodes: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], expected_steps: Mapping[str, int]
+) -> dict[str, dict[int, tuple[bool, float]]]:
+    """``{episode_id: {step: (element_correct, op_f1)}}`` over every recorded human step of
+    every planned episode; steps without a row score ``(False, 0.0)``."""
+    got = {
+        (str(r["episode_id"]), int(r["step"])): (bool(r.get("element_correct", False)), float(r.get("op_f1", 0.0)))
+        for r in rows
+    }
+    out: dict[str, dict[int, tuple[bool, float]]] = {}
+    for e in episodes:
+        eid = str(e["episode_id"])
+        n = int(expected_steps.get(eid, e.get("steps", 0)))
+        out[eid] = {t: got.get((eid, t), (False, 0.0)) for t in range(n)}
+    return out
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def official_metrics(per_task: Mapping[str, Mapping[int, tuple[bool, float]]]) -> dict[str, Any]:
+    """Mind2Web metric.py's metrics over ``per_task`` (see the module docstring)."""
+    steps = [v for task in per_task.values() for v in task.values()]
+    success = [el and f1 == 1.0 for el, f1 in steps]
+    tasks = [list(t.values()) for t in per_task.values() if t]
+    return {
+        "element_accuracy": _rate(sum(el for el, _ in steps), len(steps)),
+        "operation_f1": {"mean": _mean([f1 for _, f1 in steps]), "n": len(steps)},
+        "step_success": _rate(sum(success), len(steps)),
+        "macro_element_accuracy": _mean([_mean([float(el) for el, _ in t]) for t in tasks]),
+        "macro_operation_f1": _mean([_mean([f1 for _, f1 in t]) for t in tasks]),
+        "macro_step_success": _mean([_mean([float(el and f1 == 1.0) for el, f1 in t]) for t in tasks]),
+        "task_success": _rate(sum(all(el and f1 == 1.0 for el, f1 in t) for t in tasks), len(per_task)),
+    }
+
+
 def _rate(k: int, n: int) -> dict[str, Any]:
     lo, hi = wilson_interval(k, n)
     return {"correct": k, "n": n, "rate": k / n if n else 0.0, "wilson95": [lo, hi]}
@@ -62,9 +112,11 @@ def mind2web_metrics(
     episodes: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], expected_steps: Mapping[str, int]
 ) -> dict[str, Any]:
     """Per split and ``overall``: step action accuracy and exact episode success with Wilson
-    95% intervals, invalid predictions and failed episodes."""
+    95% intervals, invalid predictions and failed episodes, and Mind2Web's own metrics
+    (``official``)."""
     split_of = {str(e["episode_id"]): str(e["split"]) for e in episodes}
     steps = step_outcomes(episodes, rows, expected_steps)
+    scores = official_step_scores(episodes, rows, expected_steps)
     wins = episode_outcomes(episodes)
     by_split: dict[str, list[str]] = defaultdict(list)
     for e in episodes:
@@ -89,6 +141,7 @@ def mind2web_metrics(
             "steps_played": sum(played[s] for s in splits),
             "invalid_predictions": sum(invalid[s] for s in splits),
             "failed_episodes": failed,
+            "official": official_metrics({i: scores[i] for i in ids}),
         }
     return out
 
@@ -127,6 +180,30 @@ def _pct(rate: Mapping[str, Any]) -> str:
     return f"{100 * rate['rate']:.2f} ({rate['correct']}/{rate['n']}; [{100 * lo:.1f}, {100 * hi:.1f}])"
 
 
+def _pct_mean(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def official_markdown(metrics: Mapping[str, Any]) -> str:
+    """The ``official`` metrics per split: micro (over steps) and macro (over tasks)."""
+    lines = [
+        "## Mind2Web's metrics (src/action_prediction/metric.py)",
+        "",
+        "| split | element accuracy % (k/n; Wilson 95%) | operation F1 % | step success % (k/n; Wilson 95%) "
+        "| macro element accuracy % | macro operation F1 % | macro step success % | task success % (k/n; Wilson 95%) |",
+        "|---|---|---:|---|---:|---:|---:|---|",
+    ]
+    for name, m in metrics.items():
+        o = m["official"]
+        lines.append(
+            f"| {name} | {_pct(o['element_accuracy'])} | {_pct_mean(o['operation_f1']['mean'])} "
+            f"| {_pct(o['step_success'])} | {_pct_mean(o['macro_element_accuracy'])} "
+            f"| {_pct_mean(o['macro_operation_f1'])} | {_pct_mean(o['macro_step_success'])} "
+            f"| {_pct(o['task_success'])} |"
+        )
+    return "\n".join(lines)
+
+
 def metrics_markdown(metrics: Mapping[str, Any]) -> str:
     lines = [
         "## Mind2Web (teacher-forced replay)",
@@ -140,7 +217,7 @@ def metrics_markdown(metrics: Mapping[str, Any]) -> str:
             f"| {name} | {_pct(m['step_accuracy'])} | {_pct(m['episode_success'])} | {m['invalid_predictions']} "
             f"| {m['failed_episodes']} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + official_markdown(metrics)
 
 
 def write_summary(
@@ -195,6 +272,16 @@ def _diff(c: Mapping[str, Any]) -> str:
     return f"{100 * c['diff']:+.2f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
+def _official_cell(m: Mapping[str, Any]) -> str:
+    o = m.get("official")
+    if o is None:
+        return "-"
+    return (
+        f"{_pct_mean(o['element_accuracy']['rate'])} / {_pct_mean(o['operation_f1']['mean'])} / "
+        f"{_pct_mean(o['step_success']['rate'])}"
+    )
+
+
 def summary_markdown(summary: Mapping[str, Any]) -> str:
     base = summary["base"]
     cols = [*summary["splits"], OVERALL]
@@ -212,6 +299,17 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
     lines += ["| condition | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for c, m in summary["metrics"].items():
         lines.append(f"| {c} | " + " | ".join(_pct(m[s]["episode_success"]) if s in m else "-" for s in cols) + " |")
+    lines += [
+        "",
+        "Mind2Web's metrics (its metric.py) per split, micro over steps in %: element accuracy / operation F1 / "
+        "step success.",
+        "",
+        "| condition | " + " | ".join(cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
+    for c, m in summary["metrics"].items():
+        cells = [_official_cell(m[s]) if s in m else "-" for s in cols]
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
     lines += [
         "",
         f"Paired differences vs {base} in points (paired bootstrap 95% CI): step accuracy / episode success.",

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from memprism_ray.benchmark import get_benchmark
 from memprism_ray.envs.base import Env
 from memprism_ray.envs.mind2web import Mind2WebReplayEnv, list_games
 from memprism_ray.envs.mind2web.data import load_task
 from memprism_ray.envs.mind2web.fixture import build_fixture
-from memprism_ray.benchmark import get_benchmark
-from memprism_ray.recorder.phi.factory import make_rule_phi
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.policy.parsing import encode_mind2web_action
+from memprism_ray.recorder.phi.factory import make_rule_phi
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def test_agent_records_events_from_the_human_trajectory(game) -> None:
     from memprism_ray.baselines import make_selector
 
     policy = _WrongPolicy()
-    services = LocalServices(make_env("mind2web", 1), make_rule_phi("mind2web"), policy)
+    services = LocalServices(get_benchmark("mind2web").make_env(1), make_rule_phi("mind2web"), policy)
     agent = Agent(services, make_selector("full_history"), AgentConfig(benchmark="mind2web", short_history=2))
     (res,) = agent.run([EpisodeSpec("ep", game)])
     human = [json.dumps({"op": o, "ref": r, "value": v}, separators=(",", ":")) for o, r, v in _human(game)]
@@ -163,3 +163,68 @@ def test_agent_records_events_from_the_human_trajectory(game) -> None:
     assert first.act == "type" and first.delta[0].key == "field_value"
     # The prompt names each snapshot's source (the fixture hides one candidate per page).
     assert policy.sources == ["mixed"] * len(human)
+
+
+# Mind2Web's own metric (src/action_prediction/metric.py, ActionEvaluatorMultiChoice):
+# "OP value" strings (postprocess_action: action.strip() + " " + value.strip(), the value's
+# first line, none for CLICK) compared by calculate_f1, the F1 of their whitespace-token sets
+# with case kept. Scores below computed by hand from that definition.
+OFFICIAL_F1_CASES = [
+    # (pred op, pred value, human op, human value, F1, paper rule: correct)
+    ("TYPE", "new  york", "TYPE", "New York", 1 / 3, True),  # tokens {TYPE,new,york} vs {TYPE,New,York}: 1 of 3
+    ("TYPE", "new  york", "TYPE", "new york", 1.0, True),  # split() drops the double space
+    ("TYPE", "York New", "TYPE", "New York", 1.0, False),  # a token set: word order does not count
+    ("CLICK", None, "CLICK", "", 1.0, True),  # "CLICK " vs "CLICK ": {CLICK}
+    ("SELECT", "Economy", "TYPE", "Economy", 0.5, False),  # {SELECT,Economy} vs {TYPE,Economy}: P = R = 1/2
+    ("CLICK", None, "TYPE", "New York", 0.0, False),  # no common token
+    ("TYPE", "New York City", "TYPE", "New York", 6 / 7, False),  # P = 3/4, R = 1: 2PR/(P+R) = 6/7
+]
+
+
+@pytest.mark.parametrize(("pop", "pval", "hop", "hval", "f1", "paper"), OFFICIAL_F1_CASES)
+def test_operation_f1_is_mind2web_metric_py(pop, pval, hop, hval, f1, paper) -> None:
+    from memprism_ray.envs.mind2web.env import normalize_action, operation_f1, operation_string
+
+    got = operation_f1(operation_string(pop, pval), operation_string(hop, hval))
+    assert got == pytest.approx(f1, abs=1e-12)
+    same = normalize_action(pop, "e1", pval) == normalize_action(hop, "e1", hval)
+    assert same == paper  # the paper's rule (whole value after case folding) beside it
+
+
+def test_operation_string_reads_the_value_as_metric_py_does() -> None:
+    from memprism_ray.envs.mind2web.env import operation_f1, operation_string
+
+    assert operation_string("TYPE", " New York \nsecond line") == "TYPE New York"  # `Value: (.*)$`: first line
+    assert operation_string("CLICK", "ignored") == "CLICK "  # no Value line for CLICK
+    assert operation_f1("", "") == 1.0 and operation_f1("TYPE", "") == 0.0
+
+
+def test_steps_carry_element_correctness_and_op_f1(game) -> None:
+    """The env scores a step both ways and returns both in the transition's meta."""
+    import dataclasses
+
+    from memprism_ray.envs.mind2web.env import score_prediction
+    from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
+
+    task = load_task(game)
+    step = dataclasses.replace(next(s for s in task.steps if s.op == "TYPE"), value="New York")
+    snap = build_snapshot(step)
+    ref = human_refs(step, snap)[0]
+    other = next(r for r in snap.refs if r not in human_refs(step, snap))
+    for pred, element, f1, correct in [
+        (encode_mind2web_action("TYPE", ref, "new  york"), True, 1 / 3, True),
+        (encode_mind2web_action("TYPE", ref, "York New"), True, 1.0, False),
+        (encode_mind2web_action("TYPE", other, "New York"), False, 1.0, False),
+        ("<action>not json</action>", False, 0.0, False),
+    ]:
+        got = score_prediction(pred, step, snap)
+        assert (got["element_correct"], got["correct"]) == (element, correct)
+        assert got["op_f1"] == pytest.approx(f1)
+    # A step whose positive candidates are all gone scores 0 everywhere (metric.py: no pos_ids).
+    bare = dataclasses.replace(step, pos=())
+    assert score_prediction(encode_mind2web_action("TYPE", ref, "New York"), bare, snap)["op_f1"] == 0.0
+    env = Mind2WebReplayEnv()
+    env.reset(game)
+    (op, ref0, value), *_ = _human(game)
+    meta = env.step(encode_mind2web_action(op, ref0, value)).meta
+    assert meta["element_correct"] is True and meta["op_f1"] == 1.0

@@ -97,3 +97,68 @@ def test_summary_pairs_conditions_on_the_same_steps(tmp_path: Path) -> None:
     assert (
         json.loads((tmp_path / "mind2web.json").read_text())["metrics"]["base"]["overall"]["step_accuracy"]["n"] == 24
     )
+
+
+# Mind2Web's own metrics (src/action_prediction/metric.py): per step the element correctness
+# and the operation F1 the replay env scored; expected values computed by hand below.
+OFFICIAL_EPISODES = [
+    _ep("a", "test_task", False, 2),
+    _ep("b", "test_task", False, 3),
+    _ep("c", "test_domain", False, 1, status="failed"),  # 1 of 4 steps played
+    _ep("d", "test_website", True, 1),
+]
+OFFICIAL_SCORES = {  # (element_correct, op_f1) per played step
+    "a": [(True, 1.0), (True, 1 / 3)],  # e.g. TYPE "new  york" for "New York": F1 1/3
+    "b": [(True, 1.0), (False, 1.0), (True, 0.5)],  # right op/value on a wrong element; SELECT for TYPE
+    "c": [(True, 1.0)],
+    "d": [(True, 1.0)],
+}
+OFFICIAL_ROWS = [
+    {"episode_id": e, "step": t, "correct": el and f1 == 1.0, "valid": True, "element_correct": el, "op_f1": f1}
+    for e, steps in OFFICIAL_SCORES.items()
+    for t, (el, f1) in enumerate(steps)
+]
+
+
+def test_official_metrics_are_metric_py_s_per_split() -> None:
+    m = m2w.mind2web_metrics(OFFICIAL_EPISODES, OFFICIAL_ROWS, {"a": 2, "b": 3, "c": 4, "d": 1})
+    t = m["test_task"]["official"]  # 5 steps: element 4/5, F1 (1 + 1/3 + 1 + 1 + 1/2)/5, success 2/5
+    assert t["element_accuracy"] == {"correct": 4, "n": 5, "rate": 0.8, "wilson95": list(wilson_interval(4, 5))}
+    assert t["operation_f1"] == {"mean": pytest.approx(23 / 30), "n": 5}
+    assert (t["step_success"]["correct"], t["step_success"]["n"]) == (2, 5)
+    # Per task, then over tasks: a (1, 2/3, 1/2), b (2/3, 5/6, 1/3).
+    assert t["macro_element_accuracy"] == pytest.approx(5 / 6)
+    assert t["macro_operation_f1"] == pytest.approx(3 / 4)
+    assert t["macro_step_success"] == pytest.approx(5 / 12)
+    assert (t["task_success"]["correct"], t["task_success"]["n"]) == (0, 2)
+    d = m["test_domain"]["official"]  # the failed episode's 3 unplayed steps score 0
+    assert (d["element_accuracy"]["correct"], d["element_accuracy"]["n"]) == (1, 4)
+    assert d["operation_f1"]["mean"] == pytest.approx(1 / 4) and d["macro_step_success"] == pytest.approx(1 / 4)
+    w = m["test_website"]["official"]
+    assert w["step_success"]["rate"] == 1.0 and (w["task_success"]["correct"], w["task_success"]["n"]) == (1, 1)
+    o = m["overall"]["official"]  # 10 steps, 4 tasks
+    assert (o["element_accuracy"]["correct"], o["step_success"]["correct"], o["step_success"]["n"]) == (6, 4, 10)
+    assert o["operation_f1"]["mean"] == pytest.approx(7 / 12)
+    assert o["macro_element_accuracy"] == pytest.approx(35 / 48)
+    assert o["macro_operation_f1"] == pytest.approx(11 / 16)
+    assert o["macro_step_success"] == pytest.approx(25 / 48)
+    assert (o["task_success"]["correct"], o["task_success"]["n"]) == (1, 4)
+    # The paper's metrics beside them, unchanged: b's step 2 is right by F1 but not by element.
+    assert (m["test_task"]["step_accuracy"]["correct"], m["overall"]["step_accuracy"]["correct"]) == (2, 4)
+
+
+def test_official_metrics_are_in_the_reports(tmp_path: Path) -> None:
+    metrics = m2w.mind2web_metrics(OFFICIAL_EPISODES, OFFICIAL_ROWS, {"a": 2, "b": 3, "c": 4, "d": 1})
+    md = m2w.metrics_markdown(metrics)
+    assert "## Mind2Web's metrics (src/action_prediction/metric.py)" in md
+    assert "| test_task | 80.00 (4/5; [" in md and "| 76.67 | 40.00 (2/5;" in md
+    results = [_result(e["episode_id"], e["split"], e["won"], e["steps"]) for e in OFFICIAL_EPISODES]
+    summary = m2w.write_summary(
+        tmp_path,
+        [{"condition": "base", "failed_episodes": 0, "mind2web": metrics}],
+        {"base": results},
+        {"base": OFFICIAL_ROWS},
+        {"a": 2, "b": 3, "c": 4, "d": 1},
+    )
+    assert summary["metrics"]["base"]["overall"]["official"]["step_success"]["n"] == 10
+    assert "| base | 80.00 / 76.67 / 40.00 |" in (tmp_path / "mind2web.md").read_text()

@@ -17,6 +17,13 @@ whitespace and case normalisation.
 correct (exact episode success); ``meta`` carries ``correct``, the normalised
 ``predicted`` and ``human`` actions, ``recorded_action`` (the human action, canonical JSON:
 the agent records the event from it), the prediction's ``error`` if invalid, and the step.
+
+Beside the paper's rule, each step is scored as Mind2Web's own ``metric.py``
+(``src/action_prediction/metric.py``, ``ActionEvaluatorMultiChoice``) scores it:
+``element_correct`` (the predicted element is a positive candidate) and ``op_f1``, the
+token-set F1 of ``"OP value"`` strings (:func:`operation_f1`: whitespace tokens, case kept,
+no value for CLICK). A step without a positive candidate, or an invalid prediction, scores
+0 on both, as upstream scores a step without candidates or prediction.
 """
 
 from __future__ import annotations
@@ -43,6 +50,30 @@ def normalize_action(op: str, ref: str, value: str | None) -> dict[str, Any]:
     return {"op": op, "ref": ref, "value": None if op == "CLICK" else normalize_value(value or "")}
 
 
+def operation_string(op: str, value: str | None) -> str:
+    """Mind2Web's ``"OP value"`` (metric.py ``postprocess_action``: ``action.strip() + " " +
+    value.strip()``, the value read by ``Value: (.*)$`` so only its first line, and no value
+    line for CLICK)."""
+    op = op.strip()
+    first = "" if op == "CLICK" or value is None else value.split("\n", 1)[0]
+    return f"{op} {first.strip()}"
+
+
+def operation_f1(pred: str, label: str) -> float:
+    """Mind2Web metric.py ``calculate_f1``: F1 of the sets of whitespace tokens, exactly
+    (``"TYPE York New"`` vs ``"TYPE New York"`` is 1.0; case is kept)."""
+    p, g = set(pred.strip().split()), set(label.strip().split())
+    if not p and not g:
+        return 1.0
+    if not p or not g:
+        return 0.0
+    tp = len(p & g)
+    precision, recall = tp / len(p), tp / len(g)
+    if precision == 0 or recall == 0:
+        return 0.0
+    return 2 * precision * recall / (precision + recall)
+
+
 def human_action(step: Step, snapshot: Snapshot) -> tuple[str, tuple[str, ...]]:
     """The recorded human action as canonical JSON, and every ref that counts as its target."""
     refs = human_refs(step, snapshot)
@@ -59,11 +90,29 @@ def score_prediction(predicted: str, step: Step, snapshot: Snapshot) -> dict[str
     h = decode_mind2web_action(human_text)
     human = normalize_action(h["op"], h["ref"], h["value"])
     if not parsed.valid:
-        return {"correct": False, "predicted": None, "human": human, "error": parsed.error, "recorded": human_text}
+        return {
+            "correct": False,
+            "predicted": None,
+            "human": human,
+            "error": parsed.error,
+            "recorded": human_text,
+            "element_correct": False,
+            "op_f1": 0.0,
+        }
     p = decode_mind2web_action(parsed.action or "")
     pred = normalize_action(p["op"], p["ref"], p["value"])
     correct = pred["op"] == human["op"] and pred["ref"] in targets and pred["value"] == human["value"]
-    return {"correct": bool(correct), "predicted": pred, "human": human, "error": None, "recorded": human_text}
+    # metric.py: a step whose positives were all cut scores 0 on every metric.
+    f1 = operation_f1(operation_string(p["op"], p["value"]), operation_string(step.op, step.value)) if targets else 0.0
+    return {
+        "correct": bool(correct),
+        "predicted": pred,
+        "human": human,
+        "error": None,
+        "recorded": human_text,
+        "element_correct": p["ref"] in targets,
+        "op_f1": f1,
+    }
 
 
 @dataclass
@@ -148,6 +197,8 @@ class Mind2WebReplayEnv:
                 "human": result["human"],
                 "recorded_action": result["recorded"],
                 "error": result["error"],
+                "element_correct": bool(result["element_correct"]),
+                "op_f1": float(result["op_f1"]),
                 "action_repr": step.repr,
                 "has_target": bool(human_refs(step, snap)),
                 "html_field": None if nxt is None else nxt.source,
