@@ -47,9 +47,7 @@ class EventView:
 
 # Kept, keyed by content (every input of the reading, never an object id): with goal
 # restore over the whole history (the paper's Merge, the default) every decision reads
-# every recorded step, and rebuilding the readings cost 1.09x / 1.34x / 1.39x of a whole
-# decision's compose + render at 10 / 25 / 50 events (``benchmarks/bench_views.py
-# --horizons-only``, CPU time).
+# every recorded step again (benchmarks/results/bench_views.json, "no event-reading cache").
 @lru_cache(maxsize=8192)
 def _reading(
     t: int,

@@ -62,31 +62,19 @@ class RenderConfig:
     colors: RenderColors = field(default_factory=RenderColors, metadata={"help": "the palette"})
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_side, bool) or not isinstance(self.max_side, int):
-            raise ValueError(f"RenderConfig.max_side must be an int, got {self.max_side!r}")
-        if self.max_side % PATCH or not 224 <= self.max_side <= 4032:
+        check_int(self, "max_side", 224, 4032)
+        if self.max_side % PATCH:
             raise ValueError(
                 f"RenderConfig.max_side must be a multiple of {PATCH} in [224, 4032] so the image is never "
                 f"resized by the VLM processor, got {self.max_side}"
             )
-        if not isinstance(self.font_size, int) or not 8 <= self.font_size <= 32:
-            raise ValueError(f"RenderConfig.font_size must be an int in [8, 32], got {self.font_size!r}")
+        check_int(self, "font_size", 8, 32)
         if self.fine_fit not in ("shrink", "drop"):
             raise ValueError(f"RenderConfig.fine_fit must be 'shrink' or 'drop', got {self.fine_fit!r}")
-        if isinstance(self.min_font_size, bool) or not isinstance(self.min_font_size, int):
-            raise ValueError(f"RenderConfig.min_font_size must be an int, got {self.min_font_size!r}")
-        if not 8 <= self.min_font_size <= self.font_size:
-            raise ValueError(
-                f"RenderConfig.min_font_size must be in [8, font_size={self.font_size}], got {self.min_font_size}"
-            )
-        if not isinstance(self.line_gap, int) or not 0 <= self.line_gap <= 16:
-            raise ValueError(f"RenderConfig.line_gap must be an int in [0, 16], got {self.line_gap!r}")
-        if not isinstance(self.margin, int) or not 4 <= self.margin <= 64:
-            raise ValueError(
-                f"RenderConfig.margin must be an int in [4, 64] (goal bars need 4 px), got {self.margin!r}"
-            )
-        if not isinstance(self.compress_level, int) or not 0 <= self.compress_level <= 9:
-            raise ValueError(f"RenderConfig.compress_level must be an int in [0, 9], got {self.compress_level!r}")
+        check_int(self, "min_font_size", 8, self.font_size, "font_size=")
+        check_int(self, "line_gap", 0, 16)
+        check_int(self, "margin", 4, 64)  # goal bars need 4 px
+        check_int(self, "compress_level", 0, 9)
         if self.image_mode not in ("P", "RGB"):
             raise ValueError(f"RenderConfig.image_mode must be 'P' or 'RGB', got {self.image_mode!r}")
         if not isinstance(self.colors, RenderColors):
@@ -96,3 +84,15 @@ class RenderConfig:
                 f"RenderConfig: font_size {self.font_size} is too large for max_side {self.max_side} "
                 f"(fewer than 12 text rows)"
             )
+
+
+def check_int(config: object, name: str, lo: int, hi: int | None = None, hi_name: str = "") -> None:
+    """Reject a setting that is not an int in ``[lo, hi]`` (``hi`` None: no upper bound),
+    naming the key; ``hi_name`` names the setting the upper bound comes from."""
+    value = getattr(config, name)
+    where = f"{type(config).__name__}.{name}"
+    bound = f">= {lo}" if hi is None else f"in [{lo}, {hi_name}{hi}]"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{where} must be an int {bound}, got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        raise ValueError(f"{where} must be {bound}, got {value}")

@@ -33,6 +33,7 @@ from functools import lru_cache
 from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 from memprism_ray.formats.history import HistoryRecord
+from memprism_ray.render.config import check_int
 from memprism_ray.render.font import font_path
 from memprism_ray.render.visual_tokens import qwen25vl_tokens
 
@@ -60,20 +61,12 @@ class FlatHistoryConfig:
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.font_size, int) or not 6 <= self.font_size <= 32:
-            raise ValueError(f"FlatHistoryConfig.font_size must be an int in [6, 32], got {self.font_size!r}")
-        if not isinstance(self.width, int) or not 28 <= self.width <= 1024:
-            raise ValueError(f"FlatHistoryConfig.width must be an int in [28, 1024], got {self.width!r}")
-        if not isinstance(self.padding, int) or not 0 <= self.padding <= 64:
-            raise ValueError(f"FlatHistoryConfig.padding must be an int in [0, 64], got {self.padding!r}")
-        if not isinstance(self.min_side, int) or self.min_side < 1:
-            raise ValueError(f"FlatHistoryConfig.min_side must be a positive int, got {self.min_side!r}")
-        if not isinstance(self.max_segment_height, int) or self.max_segment_height < self.font_size:
-            raise ValueError(
-                f"FlatHistoryConfig.max_segment_height must be an int >= font_size, got {self.max_segment_height!r}"
-            )
-        if not isinstance(self.history_length, int) or self.history_length < 1:
-            raise ValueError(f"FlatHistoryConfig.history_length must be a positive int, got {self.history_length!r}")
+        check_int(self, "font_size", 6, 32)
+        check_int(self, "width", 28, 1024)
+        check_int(self, "padding", 0, 64)
+        check_int(self, "min_side", 1)
+        check_int(self, "max_segment_height", self.font_size)
+        check_int(self, "history_length", 1)
 
 
 @dataclass(frozen=True)
@@ -84,18 +77,6 @@ class FlatHistoryImage:
     text: str
     steps: int
     visual_tokens: int
-
-    @property
-    def width(self) -> int:
-        return self.image.width
-
-    @property
-    def height(self) -> int:
-        return self.image.height
-
-    @property
-    def pixels(self) -> int:
-        return self.image.width * self.image.height
 
 
 def format_flat_history(history: Sequence[HistoryRecord], history_length: int = 50) -> str:

@@ -5,9 +5,8 @@ Text is drawn from an atlas of DejaVu Sans Mono glyphs (shipped in matplotlib's
 ``mpl-data/fonts/ttf``, loaded with ``ImageFont.Layout.BASIC`` so no host shaping library is
 involved). Each glyph is rasterised once into a fixed ``cell_w x cell_h`` cell and stored
 as 8 coverage levels (0..7); a text span becomes a strip assembled with numpy fancy
-indexing (not cached: a per-text strip cache bought 1.00-1.05x of a whole decision at
-10-50 events, ``benchmarks/bench_views.py --horizons-only``). Pixels therefore depend only on the pinned
-Pillow/FreeType and the font file, never on the order things were drawn in.
+indexing (no per-text cache: it bought nothing, ``benchmarks/bench_views.py`` docstring).
+Pixels depend only on the pinned Pillow/FreeType and the font file, never on draw order.
 Characters the font lacks are drawn as ``?``; control characters as spaces.
 """
 
@@ -109,8 +108,8 @@ class GlyphAtlas:
         return atlas[codes].transpose(1, 0, 2).reshape(self.cell_h, len(text) * self.cell_w)
 
 
-# Kept: rasterising the atlas per view cost 35-45x a whole decision's compose + render at
-# 10-50 events (``benchmarks/bench_views.py --horizons-only``).
+# Kept: without it every view rasterises its glyphs again, many times the cost of a whole
+# decision's compose + render (benchmarks/results/bench_views.json, "no glyph atlas lru").
 @lru_cache(maxsize=16)
 def atlas(size: int, bold: bool = False) -> GlyphAtlas:
     """The shared atlas for ``(size, bold)``; bold glyphs use the regular font's cell."""

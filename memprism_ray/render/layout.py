@@ -1,45 +1,28 @@
 """Layout of a compiled view: the fixed visual grammar and the row budget (paper "Render:
-Optical Working Memory", appendix D.3 "rendering invariants").
+Optical Working Memory", appendix D.3 "rendering invariants"; ``V_t = R_{tau,gamma}(S_t)``).
 
-Grammar (``V_t = R_{tau,gamma}(S_t)``):
+Grammar: a header bar names the view, the goal (goal terms in the accent colour) and the
+counts; ActionEffect groups are separate cards (the (action type, entity) pair, attempt
+count and outcome histogram, then one aligned row per shown attempt), DependencyChain links
+sit under their anchor card with a connector up to it, EntityState is a table of entity
+rows and state-key columns holding value chains; every event row has the same columns
+(step | action | outcome | state changes); arrows show change (``key -> value``, ``a -> b ->
+c``); failed rows are red, goal-relevant evidence yellow with an accent bar in the margin.
+Fine shows every accepted delta (unchanged repeats as ``key = value``); medium and coarse
+only deltas that changed the tracked state (D.1: "individual view extractors may suppress
+unchanged values").
 
-* a header bar names the view (tau, window, filter, gamma), the goal (goal terms in the
-  accent colour) and the counts (events in the stream, in scope, selected, shown);
-* **proximity groups**: ActionEffect groups are separate cards, DependencyChain links sit
-  under their anchor, EntityState keeps one entity per table row;
-* **rows and columns support comparison**: every event row has the same columns
-  (step | action | outcome | state changes); EntityState is a table with entity rows and
-  state-key columns holding value chains;
-* **cards align actions and outcomes**: an ActionEffect card heads with the
-  (action type, entity) pair, its attempt count and outcome histogram, then one aligned
-  row per shown attempt;
-* **arrows** show change (``key -> value`` and value chains ``a -> b -> c``) and
-  dependency (a connector from every linked event up to the anchor card);
-* **highlights**: failed (exception) rows on a red background, goal-relevant evidence
-  (events/entities matching a goal term) on a yellow background with an accent bar in the
-  left margin.
+Row budget: a page is ``max_side`` wide and as tall as its content (rounded up to a multiple
+of 28, at most ``max_side``). Entries that do not fit are dropped farthest from the decision
+first (the oldest for time-ordered views, the lowest-priority links for DependencyChain) and
+counted on a ``... N earlier <unit> omitted`` marker; the text renderer prints exactly the
+kept entries and the same marker, so the optical and the text view carry the same
+information. A ``fine`` view first shrinks its rows (``RenderConfig.fine_fit``,
+``min_font_size``) until every selected item fits.
 
-Detail by granularity: fine shows every accepted delta (unchanged repeats as
-``key = value``); medium and coarse show only deltas that changed the tracked state (D.1:
-"individual view extractors may suppress unchanged values").
-
-Row budget. A view is drawn at full width (``max_side``) and only as tall as its content
-(rounded up to a multiple of 28, at most ``max_side``), so both sides are multiples of 28
-and the long side never exceeds ``max_side``. When the entries do not fit, the entries
-*closest to the decision* are kept: for time-ordered views (TemporalTrace, ActionEffect
-groups, EntityState rows; all ordered oldest to newest) the most recent entries that fit,
-with a ``... N earlier <unit> omitted`` marker at the top that counts what was dropped; for
-DependencyChain the anchor and the highest-priority links, with the marker at the bottom.
-The text renderer prints exactly the kept entries with the same marker (one entry per
-line), so the optical and the text view carry the same information. Only a single entry
-taller than the whole page (pathological: dozens of deltas in one event) is clipped in the
-image; its text line stays complete. A ``fine`` view first shrinks its rows (smaller font
-sizes, ``RenderConfig.fine_fit``/``min_font_size``) until every selected item fits; only
-what does not fit at the smallest size is left out, with the same counted markers.
-
-No caches: every page is laid out from its view. At the paper's horizons (<= 50 events)
-memoising laid-out blocks, text wraps and per-page facts bought 1.01-1.09x of a whole
-decision's compose + render (``benchmarks/bench_views.py --horizons-only``).
+No caches: memoising laid-out blocks, text wraps and per-page facts bought 1.01-1.09x of a
+whole decision's compose + render at the paper's horizons (``benchmarks/bench_views.py
+--horizons-only``).
 """
 
 from __future__ import annotations
@@ -161,17 +144,8 @@ class Geometry:
 
 
 def geometry(config: RenderConfig) -> Geometry:
-    font = atlas(config.font_size)
-    row_h = font.cell_h + config.line_gap
-    return Geometry(
-        width=config.max_side,
-        max_side=config.max_side,
-        font_size=config.font_size,
-        margin=config.margin,
-        cell_w=font.cell_w,
-        cell_h=font.cell_h,
-        row_h=row_h,
-    )
+    font, c = atlas(config.font_size), config
+    return Geometry(c.max_side, c.max_side, c.font_size, c.margin, font.cell_w, font.cell_h, font.cell_h + c.line_gap)
 
 
 @dataclass(slots=True)
@@ -484,6 +458,7 @@ def header_block(view: View, geo: Geometry, counts: list[str]) -> Block:
 # --- per-view entry builders ---------------------------------------------------------
 Builder = Callable[[int], Block]
 
+
 def entry_limit(budget_rows: int) -> int:
     """Rows one entry (an event's changes, a table cell's chain) may take: a third of the
     page, so no single long entry crowds out the rest of the view."""
@@ -718,9 +693,7 @@ def _chain_stats(c: StateChain, gamma: str) -> tuple[int, int]:
     return max(sizes, default=0), sum(sizes) + 3 * max(0, len(sizes) - 1)
 
 
-def _table_columns(
-    rows: tuple[EntityRow, ...], cols: int, gamma: str
-) -> tuple[int, list[tuple[str, int, int]], int]:
+def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[int, list[tuple[str, int, int]], int]:
     """Entity column width, kept attribute columns ``(attribute, col, width)`` and the
     column of the catch-all ``other`` column (``-1``: none).
 

@@ -7,13 +7,9 @@ palette holds 32 (foreground, background) styles x 8 coverage levels, so a text 
 one array assignment (glyph levels + style base) and a fill is one slice assignment. The
 result is a ``P`` image with exact colours (1 byte per pixel: PNG encoding is ~6x faster
 than RGB and files are small); ``RenderConfig.image_mode="RGB"`` returns a converted copy.
-No step depends on process state, so bytes are identical in any process.
-
-Speed (the paper's rendering cost is O(P) in what the page shows): ``paint`` draws every
-row of every block on a fresh canvas. At the paper's horizons (<= 50 events) cached row
-strips, replayed per-block drawing steps, pre-drawn frame templates and a canvas pool
-bought 0.98-1.16x of a whole decision's compose + render
-(``benchmarks/bench_views.py --horizons-only``), so none is kept.
+No step depends on process state, so bytes are identical in any process. ``paint`` draws
+every row on a fresh canvas (O(P) in what the page shows): row-strip caches, frame templates
+and canvas pools bought nothing at the paper's horizons (``benchmarks/bench_views.py``).
 """
 
 from __future__ import annotations
@@ -58,11 +54,8 @@ _K = np.arange(LEVELS, dtype=np.int64)[None, :, None]
 
 
 def palette(colors: RenderColors) -> bytes:
-    """768-byte RGB palette: style ``s`` level ``k`` is ``bg + (fg - bg) * k / 7`` (rounded).
-
-    Computed per image with numpy (a few tens of microseconds): an lru cache of the former
-    per-entry Python loop bought 1.29-1.35x of a whole decision at 10-50 events
-    (``benchmarks/bench_views.py --horizons-only``); this needs no cache."""
+    """768-byte RGB palette: style ``s`` level ``k`` is ``bg + (fg - bg) * k / 7`` (rounded),
+    computed per image with numpy (tens of microseconds, no cache needed)."""
     rgb = np.array([colors.rgb(role) for role in _ROLES], np.int64)
     fg, bg = rgb[_FG][:, None, :], rgb[_BG][:, None, :]
     top = LEVELS - 1

@@ -61,7 +61,7 @@ def test_image_size_follows_agentocr_layout() -> None:
     out = render_flat_history(hist, cfg)
     assert out.image.size == (cfg.width + 2 * cfg.padding, rows * line_height + 2 * cfg.padding)
     assert out.image.size[0] == 402
-    assert out.visual_tokens == qwen25vl_tokens(out.width, out.height)
+    assert out.visual_tokens == qwen25vl_tokens(out.image.width, out.image.height)
     # the border is white, the body has black text and the two highlight colours
     arr = np.asarray(out.image)
     assert (arr[: cfg.padding] == 255).all() and (arr[:, -cfg.padding :] == 255).all()
