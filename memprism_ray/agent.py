@@ -233,6 +233,7 @@ class _Live:
     done: bool = False
     frame: bytes | None = None  # the latest camera frame (PNG; EB-ALFRED)
     html_field: str | None = None  # Mind2Web: the current snapshot's source, for the prompt
+    examples: str = ""  # EB-ALFRED: the episode's in-context example block, for the prompt
     memory: Any = None  # EpisodeMemory of a memory-interface condition (baselines/memory.py)
     memory_counts: dict[str, int] = field(default_factory=dict)  # its counters at the last step row
     keep_views: bool = False  # this episode's views are kept for the trajectory viewer
@@ -362,6 +363,7 @@ class Agent:
             lv.admissible = ob.admissible
             lv.frame = ob.frame
             lv.html_field = ob.meta.get("html_field")
+            lv.examples = str(ob.meta.get("examples") or "")
             lv.result.goal = ob.goal
             lv.result.stream = EventStream(
                 {
@@ -443,6 +445,8 @@ class Agent:
             meta: dict[str, Any] = {"episode_id": lv.result.spec.episode_id}
             if lv.html_field:
                 meta["html_field"] = lv.html_field
+            if lv.examples:  # EB-ALFRED's in-context examples (envs/ebalfred/examples.py)
+                meta["examples"] = lv.examples
             if rv is not None and d.medium == "optical" and self.needs_view_text:
                 meta["view_text"] = rv.text
             if memviews[i] is not None:
@@ -657,6 +661,9 @@ class Agent:
         if recorded is not None:  # teacher-forced replay (Mind2Web): the predicted action is scored, not executed
             row["recorded_action"] = recorded
             row["correct"] = bool(tr.meta.get("correct", False))
+            for key in REPLAY_SCORE_KEYS:  # Mind2Web's own step metrics (eval/mind2web.py)
+                if key in tr.meta:
+                    row[key] = tr.meta[key]
         row.update(self.step_meta)
         res.rows.append(row)
         if lv.keep_views:
@@ -684,6 +691,10 @@ class Agent:
         if tr.done or tr.won or res.steps >= self.config.max_steps:
             lv.done = True
 
+
+#: Transition meta keys of a teacher-forced replay step copied into its row: Mind2Web's
+#: element correctness and operation F1 as its metric.py scores them (envs/mind2web/env.py).
+REPLAY_SCORE_KEYS = ("element_correct", "op_f1")
 
 #: Transition meta keys the raw event keeps: the synchronized frame's audit facts and the
 #: simulator's success flag, which EB-ALFRED's Phi reads (paper D.2, EB-ALFRED adapter).

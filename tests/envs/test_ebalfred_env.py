@@ -342,3 +342,46 @@ def test_observation_carries_embodiedbench_s_in_context_examples(fixture_root: P
     assert "examples" not in _env(fixture_root, n_shots=0).reset(game_ref("base", 0)).meta
     with pytest.raises(FileNotFoundError, match=r"ebalfred\.n_shots: 0"):
         _env(fixture_root, examples=str(tmp_path)).reset(game_ref("base", 0))
+
+
+class _TalkingPolicy:
+    """A VLM that never writes an <action> tag (its output does not parse)."""
+
+    name = "talking"
+
+    def __init__(self) -> None:
+        self.inputs: list = []
+
+    def act(self, inputs):  # type: ignore[no-untyped-def]
+        from memprism_ray.policy.parsing import to_output
+
+        self.inputs.extend(inputs)
+        return [to_output(inp, "I think the ladle is by the sink, so I will go there.") for inp in inputs]
+
+
+def test_agent_episode_with_unparsed_outputs_ends_as_embodiedbench_s(fixture_root: Path) -> None:
+    """End to end through the agent: ten unparsed outputs are ten invalid actions and end
+    the episode (status ok, not failed: before, the first one reached the connector's
+    assert on the real simulator); the prompt holds EmbodiedBench's examples and the step
+    rows count their tokens."""
+    import re
+
+    from memprism_ray.agent import Agent, AgentConfig, EpisodeSpec, LocalServices
+    from memprism_ray.baselines import make_selector
+    from memprism_ray.policy.prompts import build_prompt_text
+    from memprism_ray.recorder.phi.factory import make_rule_phi
+
+    policy = _TalkingPolicy()
+    services = LocalServices(_env(fixture_root), make_rule_phi("ebalfred"), policy)
+    config = AgentConfig(benchmark="ebalfred", short_history=2, max_steps=30, token_counter="words")
+    agent = Agent(services, make_selector("no_memory"), config)
+    (res,) = agent.run([EpisodeSpec("ep", game_ref("base", 1, fixture_root / "splits.json"))])
+    assert res.status == "ok" and res.steps == 10 and not res.won
+    assert all(not r["valid"] for r in res.rows) and all(r["outcome"] == "exception" for r in res.rows)
+    first = policy.inputs[0]
+    assert first.meta["examples"].count("## Task Execution Example ") == 10
+    prompt = build_prompt_text(first)
+    assert first.meta["examples"] in prompt
+    words = re.compile(r"\w+|[^\w\s]")  # token_counter: words
+    assert res.rows[0]["text_tokens"] == len(words.findall(prompt)) > len(words.findall(first.meta["examples"]))
+    assert res.rows[0]["prompt_tokens"] == res.rows[0]["text_tokens"] + res.rows[0]["camera_visual_tokens"]

@@ -163,6 +163,9 @@ def test_agent_records_events_from_the_human_trajectory(game) -> None:
     assert first.act == "type" and first.delta[0].key == "field_value"
     # The prompt names each snapshot's source (the fixture hides one candidate per page).
     assert policy.sources == ["mixed"] * len(human)
+    # Mind2Web's own step scores reach the rows (eval/mind2web.py reads them from there).
+    assert all(isinstance(r["element_correct"], bool) and 0.0 <= r["op_f1"] <= 1.0 for r in res.rows)
+    assert [r["element_correct"] and r["op_f1"] == 1.0 for r in res.rows] == [r["correct"] for r in res.rows]
 
 
 # Mind2Web's own metric (src/action_prediction/metric.py, ActionEvaluatorMultiChoice):
