@@ -32,35 +32,30 @@ def cache_base() -> Path:
     return Path(os.environ.get("MEMPRISM_CACHE") or Path.home() / ".cache" / "memprism").expanduser()
 
 
-def _check_meta(owner: str, meta: Mapping[str, Any]) -> dict[str, Any]:
-    if not isinstance(meta, Mapping):
-        raise ValueError(f"{owner}.meta must be a mapping, got {type(meta).__name__}")
-    meta = dict(meta)
-    try:
-        json.dumps(meta, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{owner}.meta must be JSON-serialisable: {exc}") from None
-    return meta
-
-
-def _check_admissible(owner: str, admissible: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(admissible, str) or not isinstance(admissible, Sequence):
-        raise ValueError(f"{owner}.admissible must be a sequence of strings, got {type(admissible).__name__}")
-    out = tuple(admissible)
-    bad = [a for a in out if not isinstance(a, str)]
-    if bad:
-        raise ValueError(f"{owner}.admissible holds non-string command(s): {bad[:3]!r}")
-    return out
-
-
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _check_frame(owner: str, frame: bytes | None) -> None:
+def _check_shared(obj: Observation | Transition) -> None:
+    """Validate and normalise the fields Observation and Transition share."""
+    owner = type(obj).__name__
+    admissible = obj.admissible
+    if isinstance(admissible, str) or not isinstance(admissible, Sequence):
+        raise ValueError(f"{owner}.admissible must be a sequence of strings, got {type(admissible).__name__}")
+    bad = [a for a in admissible if not isinstance(a, str)]
+    if bad:
+        raise ValueError(f"{owner}.admissible holds non-string command(s): {bad[:3]!r}")
+    object.__setattr__(obj, "admissible", tuple(admissible))
+    if not isinstance(obj.meta, Mapping):
+        raise ValueError(f"{owner}.meta must be a mapping, got {type(obj.meta).__name__}")
+    object.__setattr__(obj, "meta", dict(obj.meta))
+    try:
+        json.dumps(obj.meta, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{owner}.meta must be JSON-serialisable: {exc}") from None
     # A dedicated bytes field, not meta: meta is JSON-checked on every construction, and a
     # frame there would have to be base64 text (a third larger, encoded and decoded each step).
-    if frame is not None and (not isinstance(frame, bytes) or not frame.startswith(_PNG_MAGIC)):
-        raise ValueError(f"{owner}.frame must be PNG bytes or None, got {type(frame).__name__}")
+    if obj.frame is not None and (not isinstance(obj.frame, bytes) or not obj.frame.startswith(_PNG_MAGIC)):
+        raise ValueError(f"{owner}.frame must be PNG bytes or None, got {type(obj.frame).__name__}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +77,7 @@ class Observation:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or not isinstance(self.goal, str):
             raise ValueError("Observation.text and Observation.goal must be str")
-        object.__setattr__(self, "admissible", _check_admissible("Observation", self.admissible))
-        object.__setattr__(self, "meta", _check_meta("Observation", self.meta))
-        _check_frame("Observation", self.frame)
+        _check_shared(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +107,7 @@ class Transition:
         object.__setattr__(self, "reward", float(self.reward))
         object.__setattr__(self, "done", bool(self.done))
         object.__setattr__(self, "won", bool(self.won))
-        object.__setattr__(self, "admissible", _check_admissible("Transition", self.admissible))
-        object.__setattr__(self, "meta", _check_meta("Transition", self.meta))
-        _check_frame("Transition", self.frame)
+        _check_shared(self)
 
 
 @dataclass(frozen=True, slots=True)

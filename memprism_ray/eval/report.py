@@ -210,6 +210,28 @@ def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _sr_cells(r: dict[str, Any]) -> str:
+    """``successes / n | SR % | [Wilson 95%]`` table cells of one condition's report."""
+    low, high = r["wilson95"]
+    return f"{r['successes']} / {r['n']} | {100 * r['sr']:.1f} | [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _diff_ci(c: dict[str, Any]) -> str:
+    """A paired comparison as ``+d.d [+l.l, +h.h]`` percentage points."""
+    if c["diff"] is None:
+        return "no common episodes"
+    return f"{100 * c['diff']:+.1f} [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def condition_markdown(rep: dict[str, Any]) -> str:
     e = rep["efficiency"]
     lines = [
@@ -250,8 +272,7 @@ def condition_markdown(rep: dict[str, Any]) -> str:
     for b in rep["by_length"]:
         lines.append(f"| {b['threshold']} | {100 * b['sr']:.1f} | {_fmt(b['prompt_tokens_mean'])} |")
     if rep.get("memory"):
-        lines += ["", "Memory baseline's auxiliary costs (not in the prompt tokens above):", ""]
-        lines += _memory_table([rep])
+        lines += _memory_table([rep], "Memory baseline's auxiliary costs (not in the prompt tokens above):")
     if rep["failed"]:
         lines += ["", "Failed episodes:", ""]
         lines += [f"- `{f['episode_id']}`: {_first_line(f['error'])}" for f in rep["failed"][:_MAX_LISTED]]
@@ -274,11 +295,7 @@ def condition_markdown(rep: dict[str, Any]) -> str:
 
 def plot_condition(rep: dict[str, Any], out_dir: Path) -> list[Path]:
     """SR and prompt tokens vs length threshold; view marginals. Returns the PNG paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     paths = []
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = [b["threshold"] for b in rep["by_length"]]
@@ -334,21 +351,12 @@ def summary_markdown(reports: Sequence[dict[str, Any]], comparisons: dict[str, d
     for r in reports:
         e = r["efficiency"]
         c = comparisons.get(r["condition"])
-        if not c or r["condition"] == base:
-            cmp = "-"
-        elif c["diff"] is None:
-            cmp = "no common episodes"
-        else:
-            cmp = f"{100 * c['diff']:+.1f} [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
+        cmp = "-" if not c or r["condition"] == base else _diff_ci(c)
         lines.append(
-            f"| {r['condition']} | {r['successes']} / {r['n']} | {100 * r['sr']:.1f} | "
-            f"[{100 * r['wilson95'][0]:.1f}, {100 * r['wilson95'][1]:.1f}] | {r['failed_episodes']} | "
-            f"{_fmt(e['prompt_tokens_mean'])} | {_fmt(e['visual_tokens_mean'])} | {_fmt(e['mean_steps'])} | {cmp} |"
+            f"| {r['condition']} | {_sr_cells(r)} | {r['failed_episodes']} | {_fmt(e['prompt_tokens_mean'])} | "
+            f"{_fmt(e['visual_tokens_mean'])} | {_fmt(e['mean_steps'])} | {cmp} |"
         )
-    with_memory = [r for r in reports if r.get("memory")]
-    if with_memory:
-        lines += ["", "Auxiliary costs of the memory baselines (not in the prompt tokens above):", ""]
-        lines += _memory_table(with_memory)
+    lines += _memory_table([r for r in reports if r.get("memory")])
     failed = [r for r in reports if r["failed_episodes"]]
     if failed:
         lines += ["", "Failed episodes count as failures in every SR above:", ""]
@@ -360,8 +368,17 @@ def summary_markdown(reports: Sequence[dict[str, Any]], comparisons: dict[str, d
     return "\n".join(lines) + "\n"
 
 
-def _memory_table(reports: Sequence[dict[str, Any]]) -> list[str]:
+_MEMORY_TITLE = "Auxiliary costs of the memory baselines (not in the prompt tokens above):"
+
+
+def _memory_table(reports: Sequence[dict[str, Any]], title: str = _MEMORY_TITLE) -> list[str]:
+    """The memory baselines' auxiliary calls and tokens under ``title`` (nothing without any)."""
+    if not reports:
+        return []
     lines = [
+        "",
+        title,
+        "",
         "| condition | extra LLM calls | per decision | prompt tokens | completion tokens | tokens per decision |"
         " embedding calls | calls without usage |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -409,14 +426,9 @@ def final_table_markdown(
         else:
             c = paired_comparison(wins_by[name], wins_by[router], n_boot=n_boot, seed=seed)
             figures["vs_router"][name] = c
-            cmp = (
-                "no common episodes"
-                if c["diff"] is None
-                else f"{100 * c['diff']:+.1f} [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
-            )
+            cmp = _diff_ci(c)
         lines.append(
-            f"| {name} | {r['successes']} / {r['n']} | {100 * r['sr']:.1f} | "
-            f"[{100 * r['wilson95'][0]:.1f}, {100 * r['wilson95'][1]:.1f}] | {cmp} | "
+            f"| {name} | {_sr_cells(r)} | {cmp} | "
             f"{_fmt(e['prompt_tokens_mean'])} | {_fmt(e['visual_tokens_mean'])} | {_fmt(e['mean_steps'])} |"
         )
     tokenizers = sorted({r["efficiency"]["tokenizer"] for r in reports})
@@ -430,8 +442,7 @@ def final_table_markdown(
         if c["diff"] is not None:
             lines.append(
                 f"Fixed views: best {best['condition']} ({100 * best['sr']:.1f}%) - worst {worst['condition']} "
-                f"({100 * worst['sr']:.1f}%) = {100 * c['diff']:+.1f} [{100 * c['ci95'][0]:+.1f}, "
-                f"{100 * c['ci95'][1]:+.1f}] (paired 95% CI)."
+                f"({100 * worst['sr']:.1f}%) = {_diff_ci(c)} (paired 95% CI)."
             )
     vs = by_name[router]["view_selection"]
     marginal = np.asarray(vs["view_marginal"], dtype=np.float64)
@@ -447,8 +458,7 @@ def final_table_markdown(
     with_memory = [r for r in reports if r.get("memory")]
     if with_memory:
         figures["memory"] = {r["condition"]: r["memory"] for r in with_memory}
-        lines += ["", "Auxiliary costs of the memory baselines (not in the prompt tokens above):", ""]
-        lines += _memory_table(with_memory)
+    lines += _memory_table(with_memory)
     return "\n".join(lines) + "\n", figures
 
 
@@ -462,11 +472,7 @@ def plot_training_success(iterations: Sequence[dict[str, Any]], path: Path, repl
     """Success rate (and zero-std group fraction, when logged) per GRPO iteration, as a PNG.
     ``replay_first`` N shades the first and the last N iterations, which played the same games
     (``grpo.replay_first``): only those two spans compare like with like."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     its = sorted(iterations, key=lambda r: int(r["step"]))
     xs = [int(r["step"]) for r in its]
     fig, ax = plt.subplots(figsize=(6, 3.5))

@@ -49,6 +49,7 @@ from memprism_ray.envs.alfworld.generator import (
 )
 from memprism_ray.envs.alfworld.layouts import test_scenes, train_scenes
 from memprism_ray.envs.base import cache_base
+from memprism_ray.io_atomic import atomic_write_text, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -94,18 +95,13 @@ class CorpusConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Path(self.out))
-        for name in ("train", "eval"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"corpus {name} size must be an int >= 0, got {v!r}")
+        minimum = {"train size": 0, "eval size": 0, "seed": 0, "workers": 1, "max_attempts": 1, "expert_max_steps": 1}
+        for what, lo in minimum.items():
+            v = getattr(self, what.removesuffix(" size"))
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"corpus {what} must be an int >= {lo}, got {v!r}")
         if self.train + self.eval == 0:
             raise ValueError("corpus sizes are all 0: ask for --train and/or --eval games")
-        for name in ("workers", "max_attempts", "expert_max_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"corpus {name} must be an int >= 1, got {v!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"corpus seed must be an int >= 0, got {self.seed!r}")
 
     def sizes(self) -> dict[str, int]:
         return {"train": self.train, "eval_in_distribution": self.eval, "eval_out_of_distribution": self.eval}
@@ -261,21 +257,10 @@ def _game_seed(seed: int, slot: Slot, attempt: int) -> int:
 
 
 def _atomic_write_json(path: Path, data: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True, indent=1))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, sort_keys=True, indent=1), overwrite=True)
 
 
 # --- driver ----------------------------------------------------------------------------------
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _load_done(root: Path) -> dict[str, dict[str, Any]]:
@@ -357,13 +342,9 @@ def build_corpus(cfg: CorpusConfig, *, progress: bool = True) -> Path:
             f"the games built so far are kept: rerun with a larger --max-attempts to finish"
         )
     games = [done[s.key] for s in slots]
-    files: dict[str, str] = {}
-    for rel in ("logic/alfred.pddl", "logic/alfred.twl2"):
-        files[rel] = _sha256(root / rel)
-    for rec in games:
-        for name in ("game.tw-pddl", "traj_data.json"):
-            rel = f"{rec['path']}/{name}"
-            files[rel] = _sha256(root / rel)
+    rels = ["logic/alfred.pddl", "logic/alfred.twl2"]
+    rels += [f"{rec['path']}/{name}" for rec in games for name in ("game.tw-pddl", "traj_data.json")]
+    files = {rel: sha256_file(root / rel) for rel in rels}
     counts = {split: dict.fromkeys(TASK_TYPES, 0) for split in SPLIT_DIRS}
     for rec in games:
         counts[rec["split"]][rec["task_type"]] += 1
@@ -529,7 +510,7 @@ def verify_corpus(root: Path) -> list[str]:
     bad = []
     for rel, digest in manifest["files"].items():
         p = Path(root) / rel
-        if not p.is_file() or _sha256(p) != digest:
+        if not p.is_file() or sha256_file(p) != digest:
             bad.append(rel)
     return bad
 
@@ -637,23 +618,6 @@ def _matches(root: Path, cfg: CorpusConfig) -> bool:
         return False
     ident = cfg.identity()
     return all(manifest.get(k) == v for k, v in ident.items())
-
-
-__all__ = [
-    "ALFWORLD_EVAL_GAMES",
-    "ALFWORLD_TRAIN_GAMES",
-    "DEFAULT_EVAL_GAMES",
-    "DEFAULT_SEED",
-    "DEFAULT_TRAIN_GAMES",
-    "CorpusConfig",
-    "allocate",
-    "build_corpus",
-    "default_cache_dir",
-    "ensure_default_corpus",
-    "plan_slots",
-    "read_manifest",
-    "verify_corpus",
-]
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
