@@ -156,10 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         root = args.data_root
         if not root:
-            from memprism_ray.config import load_config
             from memprism_ray.benchmark import get_benchmark
+            from memprism_ray.config import load_config
 
-            root = get_benchmark("alfworld").prepare(load_config(None, []), lambda m: print(m, file=sys.stderr)).corpus.data_root
+            log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+            root = get_benchmark("alfworld").prepare(load_config(None, []), log).corpus.data_root
         episodes = play_transcripts(root, args.games, args.max_steps, args.random_rate, args.seed)
         source = f"{len(episodes)} expert game(s) of {root} (random rate {args.random_rate}, seed {args.seed})"
     steps = sum(len(e) for e in episodes)
