@@ -126,7 +126,7 @@ def evaluate(
     check_fresh_output(out_dir)  # before any work: reports are never silently replaced
     plan = benchmark.eval_plan(cfg)
     if plan.broken:
-        log(f"{len(plan.broken)} broken game(s) in the plan: their episodes count as failures")
+        log(f"{len(plan.broken)} broken game(s) in split {plan.episodes.split!r}: their episodes count as failures")
     log(f"eval: {len(plan.specs)} episodes x {len(conditions)} conditions on {plan.workers} worker(s)")
     needs_router = any(c.startswith(("memprism", "constrained")) for c in conditions)
     state_ref = ray.put(router_state) if (needs_router and router_state is not None) else None

@@ -46,12 +46,15 @@ def error(msg: str) -> None:
     print(f"[grpo] error: {msg}", file=sys.stderr, flush=True)
 
 
-def prepare_benchmark(cfg: Any, benchmark: Benchmark, log: Any = say) -> Any:
+def prepare_benchmark(cfg: Any, benchmark: Benchmark, log: Any = say, *, trains: bool = True) -> Any:
     """The config with the benchmark's data resolved, refused (``BenchmarkConfigError``, one
-    line) when it does not name this benchmark or its evaluation episodes are training tasks."""
+    line) when it does not name this benchmark or, for a job that trains (``trains``), when its
+    evaluation episodes are training tasks. A standalone evaluation job has no training tasks
+    of its own (its data root may hold the test splits only)."""
     benchmark.check(cfg)
     cfg = benchmark.prepare(cfg, log)
-    benchmark.check_disjoint(cfg)
+    if trains:
+        benchmark.check_disjoint(cfg)
     return cfg
 
 
@@ -173,7 +176,7 @@ def evaluate_job(benchmark_name: str, description: str, argv: Sequence[str] | No
     try:
         check_fresh_output(out_dir)  # before any work: reports are never silently replaced
         router_state = router_state_for(cfg, args.checkpoint)
-        cfg = prepare_benchmark(cfg, benchmark, _eval_say)
+        cfg = prepare_benchmark(cfg, benchmark, _eval_say, trains=False)
     except (BenchmarkConfigError, FileExistsError, ValueError, FileNotFoundError) as exc:
         print(f"[eval] error: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -63,21 +63,24 @@ def test_broken_games_are_failures_and_the_job_exits_1(
 def test_a_lost_worker_fails_its_share_not_the_job(
     ray_session, memprism_tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memprism_ray.actors import evaluation
+    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.config import load_config
+    from memprism_ray.trainer import evaluate
 
     calls = {"n": 0}
-    real_get = evaluation.ray.get
+    real_get = evaluate.ray.get
 
     def get(ref, *args, **kwargs):  # the second worker's share never comes back
         calls["n"] += 1
         if calls["n"] == 2:
-            raise evaluation.ray.exceptions.GetTimeoutError("worker lost")
+            raise evaluate.ray.exceptions.GetTimeoutError("worker lost")
         return real_get(ref, *args, **kwargs)
 
-    monkeypatch.setattr(evaluation.ray, "get", get)
+    monkeypatch.setattr(evaluate.ray, "get", get)
     cfg = load_config("configs/local.yaml", _overrides(_data(memprism_tiny_corpus, tmp_path / "data", 4, 0)))
-    summary = evaluation.evaluate_distributed(cfg, ("no_memory",), None, "", tmp_path / "out", log=lambda _: None)
+    summary = evaluate.evaluate(
+        cfg, get_benchmark("alfworld"), ("no_memory",), None, "", tmp_path / "out", log=lambda _: None
+    )
     rep = summary["conditions"][0]
     assert (rep["n"], rep["failed_episodes"], rep["failure_reasons"]) == (4, 2, {"crashed": 2})
     assert {f["error"] for f in rep["failed"]} == {"crashed: GetTimeoutError: worker lost"}
