@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import ray
 
-from memprism_ray.actors.wire import PolicyRequest, from_request_async
+from memprism_ray.actors.wire import PolicyRequest, from_request, from_request_async
 from memprism_ray.agent import each_request
 from memprism_ray.envs.base import GameRef, Observation, Transition
-from memprism_ray.policy.base import PolicyOutput
+from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.phi.base import Extraction
 from memprism_ray.views import DeltaViewRequest, RenderedView
@@ -124,6 +125,10 @@ class PolicyReplica:
     evaluation reach the engine through :class:`~memprism_ray.actors.services.PolicyPool`.
     ``engine_factory`` (a picklable ``VLLMConfig -> engine``) replaces vLLM's engine, for
     CPU tests and ``benchmarks/bench_policy_pool.py --engine fake``.
+
+    With ``backend: vllm`` the view PNGs are decoded through the async policy's front end
+    (timed; in its thread pool when ``policy.vllm.frontend_threads > 0``), so one event loop
+    is not busy decoding 128 images while the engine's outputs wait (issue 31).
     """
 
     def __init__(self, policy_config: Any, engine_factory: Any = None) -> None:
@@ -139,7 +144,9 @@ class PolicyReplica:
             from memprism_ray.policy.vllm_async import AsyncVLLMPolicy
 
             engine = engine_factory(policy_config.vllm) if engine_factory is not None else None
-            self.async_policy = AsyncVLLMPolicy(policy_config.vllm, engine=engine)
+            self.async_policy = AsyncVLLMPolicy(
+                policy_config.vllm, engine=engine, prompt_layout=getattr(policy_config, "prompt_layout", "paper")
+            )
         else:
             from memprism_ray.policy.factory import make_policy
 
@@ -149,8 +156,22 @@ class PolicyReplica:
         self.max_in_flight = 0
         self.calls = 0
 
-    async def act(self, requests: Sequence[PolicyRequest], group: str = "") -> list[PolicyOutput | BaseException]:
-        """One result per request, in order; a failure is that request's value."""
+    async def _decode(self, req: PolicyRequest) -> PolicyInput:
+        """The request's input with its view image decoded (through the async policy's
+        timed front end for ``backend: vllm``)."""
+        import functools
+
+        if self.async_policy is None:
+            return await from_request_async(req)
+        if req.png_ref is not None:
+            req = replace(req, png=await req.png_ref, png_ref=None)
+        return await self.async_policy.offload("decode", functools.partial(from_request, req))
+
+    async def act(
+        self, requests: Sequence[PolicyRequest], group: str = "", max_tokens: int | None = None
+    ) -> list[PolicyOutput | BaseException]:
+        """One result per request, in order; a failure is that request's value.
+        ``max_tokens`` overrides the completion length for this call (benchmarks; vllm only)."""
         import asyncio
 
         if group:
@@ -159,13 +180,13 @@ class PolicyReplica:
         self.in_flight += len(requests)
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            inputs = await asyncio.gather(*(from_request_async(r) for r in requests), return_exceptions=True)
+            inputs = await asyncio.gather(*(self._decode(r) for r in requests), return_exceptions=True)
             ok = [i for i, x in enumerate(inputs) if not isinstance(x, BaseException)]
             results: list[Any] = list(inputs)
             if ok:
                 good = [inputs[i] for i in ok]
                 if self.async_policy is not None:
-                    outs = await self.async_policy.act(good, tag=group)
+                    outs = await self.async_policy.act(good, tag=group, max_tokens=max_tokens)
                 else:
                     async with self._sync_lock:  # the sync backends are not thread-safe
                         try:
@@ -234,13 +255,38 @@ class PolicyReplica:
 
     async def stats(self) -> dict[str, Any]:
         engine = self.async_policy.counters if self.async_policy is not None else {}
+        frontend = dict(self.async_policy.frontend) if self.async_policy is not None else {}
         return {
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
             "calls": self.calls,
             "groups": self.loads.groups(),
             **engine,
+            "frontend": frontend,
         }
+
+    async def engine_settings(self) -> dict[str, Any]:
+        """The scheduler settings the engine runs with (vLLM's resolved config, or the fake
+        engine's requested keywords) and the front end's: what a benchmark or the job's
+        start-up line reports. ``{}`` for a backend without an async engine."""
+        if self.async_policy is None:
+            return {}
+        from memprism_ray.policy.vllm_async import engine_settings
+
+        return {
+            **engine_settings(self.async_policy.engine, self.config.vllm),
+            "prompt_layout": self.async_policy.prompt_layout,
+            "frontend_threads": self.async_policy.frontend_threads,
+        }
+
+    async def configure_frontend(
+        self, prompt_layout: str | None = None, frontend_threads: int | None = None
+    ) -> dict[str, Any]:
+        """Switch the prompt layout or front-end threads on the running engine (benchmarks
+        compare them on one engine start; a job takes both from its config)."""
+        if self.async_policy is None:
+            raise ValueError(f"policy.backend={self.config.backend} has no async front end to configure")
+        return self.async_policy.configure(prompt_layout=prompt_layout, frontend_threads=frontend_threads)
 
     async def engine_record(self) -> dict[str, Any]:
         """What a fake engine recorded (tests, the fake bench): steps and peak batch."""
@@ -256,15 +302,26 @@ class PolicyReplica:
         return bool(getattr(self.policy, "needs_view_text", False))
 
 
-def start_policy_replicas(cfg: Any, *, engine_factory: Any = None, timeout_s: float | None = None) -> list[Any]:
+def start_policy_replicas(
+    cfg: Any, *, engine_factory: Any = None, timeout_s: float | None = None, log: Any = print
+) -> list[Any]:
     """``policy.num_replicas`` :class:`PolicyReplica` actors with the resources the config
     asks for (GPUs and custom resources, requested whatever has joined yet), returned once
     each answers. The one place a Ray job builds its task-policy engines; D1 labelling,
-    rollouts and evaluation share them through :class:`~memprism_ray.actors.services.PolicyPool`."""
-    from memprism_ray.actors.placement import policy_replica_options, wait_placed
+    rollouts and evaluation share them through :class:`~memprism_ray.actors.services.PolicyPool`.
+
+    With ``backend: vllm`` it logs one start-up line with the scheduler settings replica 0's
+    engine resolved (issue 31: vLLM's defaults differ by usage context, so the line says
+    what actually runs)."""
+    from memprism_ray.actors.placement import actor_name, policy_replica_options, wait_placed
 
     opts = policy_replica_options(cfg)
-    handles = [PolicyReplica.options(**opts).remote(cfg.policy, engine_factory) for _ in range(cfg.policy.num_replicas)]
+    handles = [
+        PolicyReplica.options(name=actor_name(cfg.run.name, f"policy-replica-{i}"), **opts).remote(
+            cfg.policy, engine_factory
+        )
+        for i in range(cfg.policy.num_replicas)
+    ]
     try:
         wait_placed(
             [h.load.remote() for h in handles],
@@ -276,6 +333,13 @@ def start_policy_replicas(cfg: Any, *, engine_factory: Any = None, timeout_s: fl
         # Replicas still pending placement never answer: a short wait, then the kill.
         stop_policy_replicas(handles, timeout_s=10.0)
         raise
+    if cfg.policy.backend == "vllm" and handles:
+        settings = ray.get(handles[0].engine_settings.remote(), timeout=60)
+        shown = ", ".join(f"{k} {v}" for k, v in settings.items() if k != "source")
+        log(
+            f"policy replicas: {len(handles)} x vLLM AsyncLLM engine ({settings.get('source')} settings of "
+            f"replica 0: {shown})"
+        )
     return handles
 
 

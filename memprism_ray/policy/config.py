@@ -25,6 +25,11 @@ BACKENDS: tuple[str, ...] = ("vllm", "openai", "hf", "scripted")
 DEFAULT_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
 MAX_PIXELS_672 = 672 * 672
 VLLM_LOAD_FORMATS: tuple[str, ...] = ("auto", "safetensors", "pt", "dummy")
+#: vLLM 0.24's LLM-class scheduler defaults on a GPU of 70 GiB or more (EngineArgs.get_batch_defaults).
+VLLM_MAX_NUM_BATCHED_TOKENS = 16384
+VLLM_MAX_NUM_SEQS = 1024
+#: ``policy.prompt_layout``: the paper's order, or the shared instructions first (policy/prompts.py).
+PROMPT_LAYOUTS: tuple[str, ...] = ("paper", "instructions_first")
 
 
 def _check_decoding(owner: str, temperature: float, max_tokens: int, max_pixels: int, min_pixels: int) -> None:
@@ -57,10 +62,23 @@ class VLLMConfig:
     visual_token_family: str = field("qwen2.5-vl", help="rule used to count visual tokens")
     tokenizer: str = field("", help="tokenizer id or path ('' : the model's)")
     load_format: str = field("auto", help="vLLM load_format; 'dummy' = random weights from the config (GPU proofs)")
-    max_num_seqs: int = field(0, help="most sequences per engine step (0: vLLM's default)")
-    max_num_batched_tokens: int = field(0, help="token budget per engine step (0: vLLM's default)")
+    # Explicit, not vLLM's defaults: those depend on the usage context (vLLM 0.24,
+    # EngineArgs.get_batch_defaults): vllm.LLM gets 16,384 tokens and 1,024 sequences a step on
+    # a GPU of 70 GiB or more, AsyncLLM.from_engine_args (the replica's engine) 2,048 and 128,
+    # about one 1,400-token view prompt's prefill a step (issue 31; docs/gpu.md).
+    max_num_seqs: int = field(
+        VLLM_MAX_NUM_SEQS, help="most sequences per engine step (0: vLLM's default for the usage context)"
+    )
+    max_num_batched_tokens: int = field(
+        VLLM_MAX_NUM_BATCHED_TOKENS,
+        help="token budget per engine step, also vLLM's encoder budget for view images (0: vLLM's default)",
+    )
     enable_prefix_caching: bool = field(True, help="share the KV cache of identical prompt prefixes")
     ignore_eos: bool = field(False, help="benchmarks: every completion runs to max_tokens (random weights)")
+    frontend_threads: int = field(
+        0,
+        help="threads that decode view PNGs and build chat prompts off the replica's event loop (0: on the loop)",
+    )
 
     def __post_init__(self) -> None:
         _check_decoding("vllm", self.temperature, self.max_tokens, self.max_pixels, self.min_pixels)
@@ -78,6 +96,14 @@ class VLLMConfig:
             )
         if self.max_num_seqs < 0 or self.max_num_batched_tokens < 0:
             raise ValueError("vllm.max_num_seqs and vllm.max_num_batched_tokens must be >= 0 (0: vLLM's default)")
+        if 0 < self.max_num_batched_tokens < self.max_num_seqs:
+            # vLLM refuses this at engine start, a minute later and on the GPU node.
+            raise ValueError(
+                f"vllm.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= vllm.max_num_seqs "
+                f"({self.max_num_seqs}): every running sequence needs a token of the step's budget"
+            )
+        if self.frontend_threads < 0:
+            raise ValueError(f"vllm.frontend_threads must be >= 0 (0: on the event loop), got {self.frontend_threads}")
 
 
 @dataclass
@@ -163,6 +189,11 @@ class PolicyConfig:
     )
     max_concurrency: int = field(1024, help="requests one replica serves at once (async actor concurrency)")
     group_ttl_s: float = field(600.0, help="a group with no request for this long no longer counts as replica load")
+    prompt_layout: str = field(
+        "paper",
+        help="ALFWorld prompt order: paper (view image, then instructions) or instructions_first (beyond the "
+        "paper: the shared instructions lead, so vLLM's prefix cache shares them; vllm backend only)",
+    )
     vllm: VLLMConfig = field(default_factory=VLLMConfig, help="vLLM offline engine settings")
     openai: OpenAIConfig = field(default_factory=OpenAIConfig, help="OpenAI-compatible endpoint settings")
     hf: HFConfig = field(default_factory=HFConfig, help="transformers backend settings")
@@ -193,6 +224,15 @@ class PolicyConfig:
             raise ValueError(f"policy.resources values must be positive numbers, got {bad}")
         if self.max_concurrency < 1 or self.group_ttl_s <= 0:
             raise ValueError("policy.max_concurrency must be >= 1 and policy.group_ttl_s > 0")
+        if self.prompt_layout not in PROMPT_LAYOUTS:
+            raise ValueError(
+                f"policy.prompt_layout must be one of {', '.join(PROMPT_LAYOUTS)}, got {self.prompt_layout!r}"
+            )
+        if self.prompt_layout != "paper" and self.backend != "vllm":
+            raise ValueError(
+                f"policy.prompt_layout={self.prompt_layout} is implemented for policy.backend=vllm only, got "
+                f"backend {self.backend}; set policy.prompt_layout: paper"
+            )
         if self.backend == "vllm" and self.num_replicas < 1:
             raise ValueError("policy.backend=vllm runs in the Ray policy pool: policy.num_replicas must be >= 1")
         if self.backend == "vllm" and self.gpus_per_replica <= 0:
@@ -252,4 +292,6 @@ class PolicyConfig:
         keys = ("temperature", "top_p", "max_tokens", "seed", "min_pixels", "max_pixels")
         out = {"backend": self.backend, **{k: getattr(cfg, k) for k in keys}}
         out["model"] = cfg.model_path if self.backend == "hf" else cfg.model
+        if self.prompt_layout != "paper":  # manifests of the paper's layout stay as they were
+            out["prompt_layout"] = self.prompt_layout
         return out

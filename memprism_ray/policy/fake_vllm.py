@@ -13,17 +13,24 @@ prove that requests from several callers share engine steps.
 
 Prompts carrying ``FAKE_REJECT`` are refused like vLLM refuses a bad request (``ValueError``
 at submission); ``FAKE_CRASH`` fails the request mid-generation (an engine-side error).
+
+Like vLLM 0.24's ``AsyncLLM``, ``generate`` first runs ``input_processor.process_inputs``
+synchronously on the caller's event loop (``preprocess_s`` seconds of it, blocking, as the
+image processor does); and :func:`fake_engine_factory` keeps the engine keywords the replica's
+config asks for (``engine_kwargs``), so CPU tests check what a real engine would be given.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from memprism_ray.policy.chat_format import format_qwen_chat
+from memprism_ray.policy.vllm_backend import engine_kwargs
 
 _ACTIONS = re.compile(r"\[\s*'([^']+)'")
 
@@ -57,6 +64,20 @@ class FakeTokenizer:
 
 
 @dataclass
+class FakeInputProcessor:
+    """``AsyncLLM.input_processor``: its ``process_inputs`` blocks for ``seconds``."""
+
+    seconds: float = 0.0
+    calls: int = 0
+
+    def process_inputs(self, request_id: str, prompt: dict[str, Any], params: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.seconds > 0:
+            time.sleep(self.seconds)  # blocking on purpose: the event loop waits, as in vLLM 0.24
+        return prompt
+
+
+@dataclass
 class _Running:
     request_id: str
     tag: str
@@ -79,8 +100,14 @@ class FakeAsyncEngine:
     max_running: int = 0
     submitted: int = 0
     stopped: bool = False
+    preprocess_s: float = 0.0
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    input_processor: FakeInputProcessor = field(default_factory=FakeInputProcessor)
     _queue: list[_Running] = field(default_factory=list)
     _task: Any = None
+
+    def __post_init__(self) -> None:
+        self.input_processor.seconds = self.preprocess_s
 
     def get_tokenizer(self) -> FakeTokenizer:
         return FakeTokenizer()
@@ -105,9 +132,9 @@ class FakeAsyncEngine:
                     text = self.reply(r.prompt)
                     r.done.set_result(
                         FakeRequestOutput(
-                            r.request_id, list(range(len(r.prompt.get("prompt", "")) // 4)), [
-                                FakeCompletion(text, list(range(self.tokens)))
-                            ]
+                            r.request_id,
+                            list(range(len(r.prompt.get("prompt", "")) // 4)),
+                            [FakeCompletion(text, list(range(self.tokens)))],
                         )
                     )
                 else:
@@ -119,6 +146,7 @@ class FakeAsyncEngine:
         text = prompt.get("prompt", "")
         if "FAKE_REJECT" in text:
             raise ValueError(f"request {request_id}: prompt refused (FAKE_REJECT)")
+        self.input_processor.process_inputs(request_id, prompt, sampling_params)
         parts = request_id.split("-", 2)
         loop = asyncio.get_running_loop()
         item = _Running(request_id, parts[2] if len(parts) > 2 else "", prompt, self.tokens, loop.create_future())
@@ -135,7 +163,14 @@ class FakeAsyncEngine:
 
 
 def fake_engine_factory(config: Any = None, **overrides: Any) -> FakeAsyncEngine:
-    """Picklable engine factory for ``PolicyReplica(engine_factory=...)``."""
+    """Picklable engine factory for ``PolicyReplica(engine_factory=...)``: the engine keeps
+    the keywords ``config`` (a ``VLLMConfig``) would build a vLLM engine with, and runs at most
+    ``max_num_seqs`` sequences a step like vLLM's scheduler (unless ``max_batch`` is given)."""
+    if config is not None:
+        kwargs = engine_kwargs(config)
+        overrides.setdefault("engine_kwargs", kwargs)
+        if kwargs.get("max_num_seqs"):
+            overrides.setdefault("max_batch", kwargs["max_num_seqs"])
     return FakeAsyncEngine(**overrides)
 
 

@@ -58,6 +58,10 @@ _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # Sentences of the verbatim templates that describe the view; rewritten per condition.
 _ALFWORLD_VIEW_SENTENCE = "The image provides an optical view relevant to this task.\n\n"
 _ALFWORLD_TEXT_SENTENCE = "The text block above provides a memory view relevant to this task.\n\n"
+# The instruction text of the ALFWorld template that is the same in every request: the
+# agent's role and the closing instructions (``prompt_layout: instructions_first``).
+_ALFWORLD_ROLE = "You are an expert agent operating in the ALFRED embodied Environment. "
+_ALFWORLD_TURN = "Now it's your turn to take an action."
 _EBALFRED_ATTACHMENTS = (
     "The attached images are, in order:\n"
     "1. current synchronized simulator observation;\n"
@@ -201,12 +205,41 @@ def format_mind2web_history(history: tuple[HistoryRecord, ...]) -> str:
     return "\n".join(lines)
 
 
-def _alfworld_parts(inp: PolicyInput) -> list[_Part]:
+def _alfworld_instructions_first(template: str, view_sentence: str) -> str:
+    """The ALFWorld template's own text in another order: role and closing instructions
+    first, then the goal and the decision's history, observation and actions, then the
+    view and the sentence describing it (``view_sentence``, already chosen for the view
+    condition; ``""`` without a view).
+
+    Beyond the paper (issue 31): the paper's prompt opens with the view image, so no two
+    requests share a prefix beyond the chat header and vLLM's prefix cache cannot reuse the
+    instructions' KV cache; here every request starts with the same instruction text and a
+    GRPO group's requests also share the goal line. Not a single word is added or dropped."""
+    view_line, _, rest = template.partition("\n")
+    if view_line not in IMAGE_MARKERS or not rest.startswith(_ALFWORLD_ROLE):
+        raise ValueError(f"prompt template {PROMPT_VERSION} alfworld.txt does not open with the view line and the role")
+    body, turn, tail = rest[len(_ALFWORLD_ROLE) :].partition(_ALFWORLD_TURN)
+    if not turn or not body.endswith(view_sentence):
+        raise ValueError(f"prompt template {PROMPT_VERSION} alfworld.txt lost its closing instructions or view line")
+    body = body[: len(body) - len(view_sentence)]
+    head = f"{_ALFWORLD_ROLE.rstrip()}\n{turn}{tail}\n{body}"
+    if not view_sentence:
+        return f"{head.rstrip()}\n{view_line}\n"
+    return f"{head}{view_line}\n{view_sentence.rstrip()}\n"
+
+
+def _alfworld_parts(inp: PolicyInput, layout: str = "paper") -> list[_Part]:
     template = load_template("alfworld.txt")
+    sentence = _ALFWORLD_VIEW_SENTENCE
     if inp.view_mode == "none":
-        template = _replace_once(template, _ALFWORLD_VIEW_SENTENCE, "")
+        template, sentence = _replace_once(template, _ALFWORLD_VIEW_SENTENCE, ""), ""
     elif inp.view_mode == "text":
         template = _replace_once(template, _ALFWORLD_VIEW_SENTENCE, _ALFWORLD_TEXT_SENTENCE)
+        sentence = _ALFWORLD_TEXT_SENTENCE
+    if layout == "instructions_first":
+        template = _alfworld_instructions_first(template, sentence)
+    elif layout != "paper":
+        raise ValueError(f"unknown prompt layout {layout!r} (policy.prompt_layout: paper or instructions_first)")
     values = {
         "goal": inp.goal,
         "step_count": inp.step,
@@ -284,10 +317,13 @@ def _mind2web_parts(inp: PolicyInput) -> list[_Part]:
 _BUILDERS = {"alfworld": _alfworld_parts, "ebalfred": _ebalfred_parts, "mind2web": _mind2web_parts}
 
 
-def prompt_parts(inp: PolicyInput) -> list[_Part]:
-    """The prompt of ``inp`` as ordered parts, adjacent text merged."""
+def prompt_parts(inp: PolicyInput, layout: str = "paper") -> list[_Part]:
+    """The prompt of ``inp`` as ordered parts, adjacent text merged. ``layout``
+    (``policy.prompt_layout``) reorders the ALFWorld prompt only: the EB-ALFRED and Mind2Web
+    prompts already open with their instructions."""
     merged: list[_Part] = []
-    for part in _BUILDERS[inp.benchmark](inp):
+    built = _alfworld_parts(inp, layout) if inp.benchmark == "alfworld" else _BUILDERS[inp.benchmark](inp)
+    for part in built:
         if part[0] == "text" and merged and merged[-1][0] == "text":
             merged[-1] = ("text", merged[-1][1] + part[1])
         elif part[0] != "text" or part[1]:
@@ -295,15 +331,16 @@ def prompt_parts(inp: PolicyInput) -> list[_Part]:
     return merged
 
 
-def build_messages(inp: PolicyInput) -> tuple[list[dict[str, Any]], list[Image.Image]]:
+def build_messages(inp: PolicyInput, layout: str = "paper") -> tuple[list[dict[str, Any]], list[Image.Image]]:
     """Chat messages (one ``user`` turn, image parts in order) and the images they refer to.
 
     Image parts are ``{"type": "image"}``; the i-th one refers to ``images[i]``. This is
     what HF chat templates (one vision placeholder per image part) and vLLM expect.
+    ``layout``: ``policy.prompt_layout`` (:func:`prompt_parts`).
     """
     content: list[dict[str, Any]] = []
     images: list[Image.Image] = []
-    for part in prompt_parts(inp):
+    for part in prompt_parts(inp, layout):
         if part[0] == "text":
             content.append({"type": "text", "text": part[1]})
         else:

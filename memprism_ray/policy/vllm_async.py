@@ -19,7 +19,15 @@ base64 JSON over HTTP, and the one routing rule needed -- a group sticks to one 
 groups balanced by load -- is ours (``PolicyPool``), not a proxy layer's.
 
 Request construction is the offline backend's (:func:`build_vllm_request`), so both paths
-send byte-identical prompts. Failures stay per request: a request vLLM rejects (prompt too
+send byte-identical prompts, and both engines get the same keywords (:func:`engine_kwargs`:
+an explicit scheduler, issue 31).
+
+The replica's front end -- view-PNG decoding, chat templating, and vLLM's own input
+processing (prompt tokenization and the Qwen2.5-VL image processor, which ``AsyncLLM``
+0.24 runs synchronously inside ``generate``) -- shares one event loop with every caller.
+Each of the three is timed (:attr:`AsyncVLLMPolicy.frontend`), and with
+``vllm.frontend_threads > 0`` the first two run in a thread pool instead (:meth:`offload`);
+vLLM's processing stays where vLLM puts it. Failures stay per request: a request vLLM rejects (prompt too
 long, too many images: ``ValueError`` or vLLM's client errors) becomes an invalid
 :class:`PolicyOutput` with the reason; an engine failure becomes a
 :class:`PolicyBackendError` *value* for that request only, which the caller counts as a
@@ -29,16 +37,18 @@ failed trajectory. This module imports vLLM only when it builds an engine, and n
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput, PolicyOutput
 from memprism_ray.policy.chat_format import format_qwen_chat
-from memprism_ray.policy.config import VLLMConfig
+from memprism_ray.policy.config import PROMPT_LAYOUTS, VLLMConfig
 from memprism_ray.policy.parsing import failed_output, to_output
 from memprism_ray.policy.tokens import count_visual_tokens
 from memprism_ray.policy.vllm_backend import ChatFormatter, build_vllm_request, engine_kwargs, sampling_kwargs
@@ -46,6 +56,9 @@ from memprism_ray.policy.vllm_backend import ChatFormatter, build_vllm_request, 
 #: Exception class names vLLM uses for a bad request (v0.24: ``VLLMValidationError``,
 #: a ``VLLMClientError``); older releases raise ``ValueError``.
 REJECTED = ("VLLMValidationError", "VLLMClientError")
+#: The timed front-end stages (:attr:`AsyncVLLMPolicy.frontend`): view-PNG decoding (the
+#: replica's), chat templating and vLLM's input processing.
+FRONTEND_STAGES = ("decode", "template", "mm_preprocess")
 
 
 def build_async_engine(config: VLLMConfig) -> Any:
@@ -59,6 +72,39 @@ def build_async_engine(config: VLLMConfig) -> Any:
             "docs/gpu.md)"
         ) from exc
     return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(config)))
+
+
+def engine_settings(engine: Any, config: VLLMConfig) -> dict[str, Any]:
+    """The scheduler settings ``engine`` runs with: read from a vLLM engine's own config
+    (``source: engine``: what vLLM resolved, defaults included), else the keywords it was
+    built from (``source: requested``: the fake engine)."""
+    vc = getattr(engine, "vllm_config", None)
+    if vc is not None:
+        sched = getattr(vc, "scheduler_config", None)
+        cache = getattr(vc, "cache_config", None)
+        model = getattr(vc, "model_config", None)
+        return {
+            "source": "engine",
+            "max_num_batched_tokens": getattr(sched, "max_num_batched_tokens", None),
+            "max_num_seqs": getattr(sched, "max_num_seqs", None),
+            "enable_chunked_prefill": getattr(sched, "enable_chunked_prefill", None),
+            "encoder_cache_size": getattr(sched, "encoder_cache_size", None),
+            "enable_prefix_caching": getattr(cache, "enable_prefix_caching", None),
+            "max_model_len": getattr(model, "max_model_len", None),
+            "enforce_eager": getattr(model, "enforce_eager", None),
+        }
+    kw = getattr(engine, "engine_kwargs", None) or engine_kwargs(config)
+    keys = ("max_num_batched_tokens", "max_num_seqs", "enable_prefix_caching", "max_model_len", "enforce_eager")
+    return {"source": "requested", **{k: kw.get(k) for k in keys}}
+
+
+def _timed_call(fn: Callable[[], Any]) -> tuple[bool, Any, float]:
+    """``fn()`` with its duration; an exception is returned, to be raised on the loop."""
+    t0 = time.perf_counter()
+    try:
+        return True, fn(), time.perf_counter() - t0
+    except Exception as exc:
+        return False, exc, time.perf_counter() - t0
 
 
 def make_sampling_params(**kwargs: Any) -> Any:
@@ -86,7 +132,9 @@ class AsyncVLLMPolicy:
 
     name = "vllm"
 
-    def __init__(self, config: VLLMConfig, *, engine: Any = None, sampling_factory: Any = None) -> None:
+    def __init__(
+        self, config: VLLMConfig, *, engine: Any = None, sampling_factory: Any = None, prompt_layout: str = "paper"
+    ) -> None:
         self.config = config
         if engine is None:
             engine = build_async_engine(config)
@@ -94,11 +142,85 @@ class AsyncVLLMPolicy:
         self.engine = engine
         self._sampling = sampling_factory or dict
         self.sampling_params = self._sampling(**sampling_kwargs(config))
+        self._params_by_max_tokens: dict[int, Any] = {config.max_tokens: self.sampling_params}
         self._format: ChatFormatter | None = format_qwen_chat if config.chat_template == "qwen2_vl" else None
         self._ids = itertools.count()
         self._prefix = uuid.uuid4().hex[:8]
         self.in_flight = 0
         self.counters = {"requests": 0, "rejected": 0, "engine_errors": 0}
+        #: Seconds and calls per front-end stage (``<stage>_s``, ``<stage>_n``), summed over
+        #: requests: with threads the seconds of several requests overlap.
+        self.frontend: dict[str, float] = {f"{st}_{k}": 0 for st in FRONTEND_STAGES for k in ("s", "n")}
+        self.prompt_layout = "paper"
+        self.frontend_threads = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self.configure(prompt_layout=prompt_layout, frontend_threads=config.frontend_threads)
+        self._time_engine_inputs()
+
+    def configure(self, *, prompt_layout: str | None = None, frontend_threads: int | None = None) -> dict[str, Any]:
+        """Set the prompt layout and the front-end thread count (the job sets them once from
+        the config; ``benchmarks/bench_policy_pool.py`` compares them on one engine). Requests
+        in flight finish as they started."""
+        if prompt_layout is not None:
+            if prompt_layout not in PROMPT_LAYOUTS:
+                raise ValueError(f"policy.prompt_layout must be one of {PROMPT_LAYOUTS}, got {prompt_layout!r}")
+            self.prompt_layout = prompt_layout
+        if frontend_threads is not None and frontend_threads != self.frontend_threads:
+            if frontend_threads < 0:
+                raise ValueError(f"vllm.frontend_threads must be >= 0, got {frontend_threads}")
+            old, self._pool = self._pool, None
+            if frontend_threads:
+                self._pool = ThreadPoolExecutor(frontend_threads, thread_name_prefix="memprism-frontend")
+            self.frontend_threads = frontend_threads
+            if old is not None:
+                old.shutdown(wait=False)
+        return {"prompt_layout": self.prompt_layout, "frontend_threads": self.frontend_threads}
+
+    def _count(self, stage: str, seconds: float) -> None:
+        self.frontend[f"{stage}_s"] += seconds
+        self.frontend[f"{stage}_n"] += 1
+
+    def _time_engine_inputs(self) -> None:
+        """Count the seconds of the engine's input processing. vLLM 0.24's ``AsyncLLM``
+        calls ``input_processor.process_inputs`` synchronously inside ``generate`` (on this
+        event loop): prompt tokenization and the image processor. The call is wrapped, not
+        changed; an engine without that attribute is left alone."""
+        proc = getattr(self.engine, "input_processor", None)
+        inner = getattr(proc, "process_inputs", None)
+        if not callable(inner):
+            return
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self._count("mm_preprocess", time.perf_counter() - t0)
+
+        proc.process_inputs = timed
+
+    async def offload(self, stage: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, timed as front-end ``stage``: in the thread pool when
+        ``frontend_threads > 0`` (the event loop keeps serving other callers and the engine's
+        outputs meanwhile), else inline. Its exception is raised here."""
+        if self._pool is None:
+            ok, value, seconds = _timed_call(fn)
+        else:
+            ok, value, seconds = await asyncio.get_running_loop().run_in_executor(self._pool, _timed_call, fn)
+        self._count(stage, seconds)
+        if not ok:
+            raise value
+        return value
+
+    def _params(self, max_tokens: int | None) -> Any:
+        """Sampling params, with ``max_tokens`` overridden for this call (benchmarks)."""
+        if max_tokens is None:
+            return self.sampling_params
+        if max_tokens not in self._params_by_max_tokens:
+            self._params_by_max_tokens[max_tokens] = self._sampling(
+                **{**sampling_kwargs(self.config), "max_tokens": max_tokens}
+            )
+        return self._params_by_max_tokens[max_tokens]
 
     async def _formatter(self) -> ChatFormatter:
         """The checkpoint's chat template (``chat_template: model``), resolved once."""
@@ -132,7 +254,7 @@ class AsyncVLLMPolicy:
         finally:
             self.in_flight -= 1
 
-    async def act_one(self, inp: PolicyInput, tag: str = "") -> PolicyOutput:
+    async def act_one(self, inp: PolicyInput, tag: str = "", max_tokens: int | None = None) -> PolicyOutput:
         """One decision. Raises :class:`PolicyBackendError` only when the engine fails."""
         t0 = time.perf_counter()
         visual = count_visual_tokens(
@@ -142,12 +264,19 @@ class AsyncVLLMPolicy:
             max_pixels=self.config.max_pixels,
         )
         fmt = await self._formatter()
+        build = functools.partial(
+            build_vllm_request,
+            inp,
+            limit_images=self.config.limit_mm_per_prompt,
+            format_chat=fmt,
+            layout=self.prompt_layout,
+        )
         try:
-            request = build_vllm_request(inp, limit_images=self.config.limit_mm_per_prompt, format_chat=fmt)
+            request = await self.offload("template", build)
         except ValueError as exc:
             return failed_output(f"request not built: {exc}", visual_tokens=visual, latency_s=0.0)
         try:
-            out = await self._generate(request, self.sampling_params, self._request_id(tag))
+            out = await self._generate(request, self._params(max_tokens), self._request_id(tag))
         except PolicyBackendError:
             self.counters["engine_errors"] += 1
             raise
@@ -171,10 +300,14 @@ class AsyncVLLMPolicy:
             latency_s=time.perf_counter() - t0,
         )
 
-    async def act(self, inputs: Sequence[PolicyInput], tag: str = "") -> list[PolicyOutput | BaseException]:
+    async def act(
+        self, inputs: Sequence[PolicyInput], tag: str = "", max_tokens: int | None = None
+    ) -> list[PolicyOutput | BaseException]:
         """Every input as its own concurrent request; an engine failure is returned as that
         input's value (never raised), so one bad request fails one trajectory."""
-        return list(await asyncio.gather(*(self.act_one(inp, tag) for inp in inputs), return_exceptions=True))
+        return list(
+            await asyncio.gather(*(self.act_one(inp, tag, max_tokens) for inp in inputs), return_exceptions=True)
+        )
 
     async def complete(self, prompt: str, *, max_tokens: int, temperature: float = 0.0, tag: str = "") -> str:
         """The completion of one user message ``prompt`` (chat-formatted; no image): the
@@ -193,6 +326,8 @@ class AsyncVLLMPolicy:
         return out.outputs[0].text
 
     def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
         stop = getattr(self.engine, "shutdown", None)
         if callable(stop):
             stop()

@@ -28,7 +28,11 @@ ChatFormatter = Callable[[list[dict[str, Any]]], str]
 def engine_kwargs(config: VLLMConfig) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM`` (and ``AsyncEngineArgs``) for ``config``.
 
-    Settings left at 0 / '' stay vLLM's defaults (they are not passed)."""
+    The same keywords build both engines, so the replica's ``AsyncLLM`` and an offline
+    ``vllm.LLM`` run the same scheduler: ``max_num_batched_tokens`` and ``max_num_seqs`` are
+    explicit by default (:data:`~memprism_ray.policy.config.VLLM_MAX_NUM_BATCHED_TOKENS`),
+    because vLLM's own defaults differ by usage context (issue 31). Settings left at 0 / ''
+    stay vLLM's defaults (they are not passed)."""
     kw: dict[str, Any] = {
         "model": config.model,
         "max_model_len": config.max_model_len,
@@ -65,11 +69,30 @@ def sampling_kwargs(config: VLLMConfig) -> dict[str, Any]:
     return kw
 
 
+def scheduler_summary(config: VLLMConfig) -> str:
+    """The engine settings a throughput reader asks about first, as one log line's tail."""
+
+    def knob(value: int) -> str:
+        return f"{value:,}" if value else "vLLM's default"
+
+    return (
+        f"max_num_batched_tokens {knob(config.max_num_batched_tokens)}, max_num_seqs {knob(config.max_num_seqs)}, "
+        f"prefix caching {'on' if config.enable_prefix_caching else 'off'}, "
+        f"{'eager' if config.enforce_eager else 'torch.compile + CUDA graphs'}, "
+        f"frontend threads {config.frontend_threads}"
+    )
+
+
 def build_vllm_request(
-    inp: PolicyInput, *, limit_images: int, format_chat: ChatFormatter = format_qwen_chat
+    inp: PolicyInput,
+    *,
+    limit_images: int,
+    format_chat: ChatFormatter = format_qwen_chat,
+    layout: str = "paper",
 ) -> dict[str, Any]:
-    """The ``LLM.generate`` input of one decision: ``{"prompt", "multi_modal_data"?}``."""
-    messages, images = build_messages(inp)
+    """The ``LLM.generate`` input of one decision: ``{"prompt", "multi_modal_data"?}``;
+    ``layout`` is ``policy.prompt_layout`` (:func:`~memprism_ray.policy.prompts.prompt_parts`)."""
+    messages, images = build_messages(inp, layout)
     if len(images) > limit_images:
         raise ValueError(f"prompt has {len(images)} images but the engine allows {limit_images} (limit_mm_per_prompt)")
     request: dict[str, Any] = {"prompt": format_chat(messages)}
@@ -87,8 +110,11 @@ class VLLMPolicy:
 
     name = "vllm"
 
-    def __init__(self, config: VLLMConfig, *, engine: Any = None, sampling_params: Any = None) -> None:
+    def __init__(
+        self, config: VLLMConfig, *, engine: Any = None, sampling_params: Any = None, prompt_layout: str = "paper"
+    ) -> None:
         self.config = config
+        self.prompt_layout = prompt_layout
         if engine is None:
             try:
                 import vllm
@@ -140,7 +166,15 @@ class VLLMPolicy:
         for i, inp in enumerate(inputs):
             try:
                 pending.append(
-                    (i, build_vllm_request(inp, limit_images=self.config.limit_mm_per_prompt, format_chat=self._format))
+                    (
+                        i,
+                        build_vllm_request(
+                            inp,
+                            limit_images=self.config.limit_mm_per_prompt,
+                            format_chat=self._format,
+                            layout=self.prompt_layout,
+                        ),
+                    )
                 )
             except ValueError as exc:
                 failures[i] = f"request not built: {exc}"

@@ -273,3 +273,66 @@ def test_pool_policy_is_a_task_policy_whose_caller_is_one_group(ray_session, rep
         assert [o.action for o in out] == ["look"] * 3
     groups = [ray_session.get(h.stats.remote(), timeout=30)["groups"] for h in replicas]
     assert [g for g in groups if g] == [{"eval-0": 3}]
+
+
+# --- issue 31: scheduler parity, the start-up line, the front end off the event loop ---------------
+@pytest.mark.ray
+def test_replica_engine_gets_the_explicit_scheduler_and_the_job_logs_it(ray_session, monkeypatch) -> None:
+    """The engine kwargs the replica passes (the fake factory keeps what a vLLM engine would
+    get) carry the LLM-class scheduler, and start_policy_replicas says so in one line."""
+    import memprism_ray.actors.placement as placement
+    from memprism_ray.actors.workers import start_policy_replicas, stop_policy_replicas
+    from memprism_ray.config import load_config
+
+    cfg = load_config(
+        "configs/local.yaml",
+        ["--policy.backend", "vllm", "--policy.gpus_per_replica", "1", "--policy.num_replicas", "1",
+         "--policy.vllm.frontend_threads", "2", "--policy.vllm.chat_template", "qwen2_vl"],
+    )  # fmt: skip
+    # A CPU test cluster has no GPU: place the replica on CPU, nothing else changes.
+    monkeypatch.setattr(placement, "policy_replica_options", lambda cfg: {"num_cpus": 0.01, "max_concurrency": 64})
+    lines: list[str] = []
+    handles = start_policy_replicas(
+        cfg, engine_factory=functools.partial(fake_engine_factory, step_s=0.002, tokens=3), log=lines.append
+    )
+    try:
+        settings = ray_session.get(handles[0].engine_settings.remote(), timeout=30)
+        assert settings["max_num_batched_tokens"] == 16384 and settings["max_num_seqs"] == 1024
+        assert settings["source"] == "requested" and settings["frontend_threads"] == 2
+        assert len(lines) == 1 and "max_num_batched_tokens 16384, max_num_seqs 1024" in lines[0]
+        assert "prompt_layout paper" in lines[0] and "frontend_threads 2" in lines[0]
+    finally:
+        stop_policy_replicas(handles)
+
+
+@pytest.mark.ray
+def test_replica_decodes_view_pngs_in_its_front_end_threads(ray_session) -> None:
+    from PIL import Image
+
+    from memprism_ray.actors.services import PolicyPool
+    from memprism_ray.actors.workers import PolicyReplica
+
+    cfg = PolicyConfig(
+        backend="vllm", gpus_per_replica=1.0, vllm=VLLMConfig(chat_template="qwen2_vl", frontend_threads=2)
+    )
+    factory = functools.partial(fake_engine_factory, step_s=0.002, tokens=3, preprocess_s=0.001)
+    replica = PolicyReplica.options(num_cpus=0.01, max_concurrency=64).remote(cfg, factory)
+    try:
+        pool = PolicyPool([replica], timeout_s=60, caller="png")
+        views = [Image.new("RGB", (64, 48), (i * 40, 0, 0)) for i in range(5)]
+        batch = [
+            PolicyInput("alfworld", "put a mug in desk", "You see a desk 1.", admissible=("look",), view_image=v)
+            for v in views
+        ]
+        out = pool.act(batch, group="png")
+        assert all(o.valid and o.visual_tokens > 0 for o in out)
+        front = ray_session.get(replica.stats.remote(), timeout=30)["frontend"]
+        assert front["decode_n"] == 5 and front["template_n"] == 5 and front["mm_preprocess_n"] == 5
+        assert front["decode_s"] > 0 and front["mm_preprocess_s"] >= 5 * 0.001
+        # The bench switches layout and threads on the running engine.
+        got = ray_session.get(replica.configure_frontend.remote("instructions_first", 0), timeout=30)
+        assert got == {"prompt_layout": "instructions_first", "frontend_threads": 0}
+        assert all(o.valid for o in pool.act(batch, group="png"))
+        assert ray_session.get(replica.stats.remote(), timeout=30)["frontend"]["decode_n"] == 10
+    finally:
+        ray_session.kill(replica)

@@ -213,3 +213,62 @@ def test_an_unpainted_view_reads_as_the_optical_prompt_but_cannot_be_sent_as_an_
     for kw in ({"view_image": VIEW}, {"view_text": "a view"}):
         with pytest.raises(ValueError, match="view_unpainted is an optical view without pixels"):
             alf(view_unpainted=True, **kw)
+
+
+# --- policy.prompt_layout (issue 31; ALFWorld only) ---------------------------------------------
+def _words(messages: list) -> list[str]:
+    return sorted(w for p in messages[0]["content"] if p["type"] == "text" for w in p["text"].split())
+
+
+def test_paper_layout_is_the_verbatim_template_in_its_order() -> None:
+    """The default is byte for byte what the template gives: view image, then the text."""
+    inp = alf(view_image=VIEW)
+    messages, images = build_messages(inp)
+    assert build_messages(inp, "paper") == (messages, images)
+    expected = fill(
+        load_template("alfworld.txt").removeprefix("<image>\n"),
+        {
+            "goal": inp.goal,
+            "step_count": 2,
+            "recent_observation_action_result_records": "\n".join(
+                f"[Step {r.step + 1}] Observation: {r.observation} Action: {r.action} Result: {r.feedback}"
+                for r in HIST
+            ),
+            "current_step": 3,
+            "observation": inp.observation,
+            "admissible_actions": "'go to desk 1', 'look'",
+        },
+    )
+    assert messages[0]["content"] == [{"type": "image"}, {"type": "text", "text": expected}]
+
+
+@pytest.mark.parametrize("view", [{"view_image": VIEW}, {"view_text": "step 2 | take mug 1"}, {}])
+def test_instructions_first_has_the_same_words_in_another_order(view: dict) -> None:
+    paper, paper_images = build_messages(alf(**view))
+    first, first_images = build_messages(alf(**view), "instructions_first")
+    assert first_images == paper_images and first != paper
+    assert _words(first) == _words(paper)  # not a word added or dropped
+    text = first[0]["content"][0]["text"]
+    assert text.startswith(
+        "You are an expert agent operating in the ALFRED embodied Environment.\nNow it's your turn to take an action."
+    )
+    assert text.index("<action></action> tags.") < text.index("Your task is to:") < text.index("You are now at step")
+
+
+def test_instructions_first_shares_a_prefix_across_decisions_and_keeps_the_image_after_the_text() -> None:
+    a, _ = build_messages(alf(view_image=VIEW), "instructions_first")
+    b, _ = build_messages(alf(view_image=VIEW, goal="heat an egg.", observation="Other."), "instructions_first")
+    ta, tb = a[0]["content"][0]["text"], b[0]["content"][0]["text"]
+    prefix = ta[: ta.index("Your task is to:")]  # role and closing instructions: the cacheable prefix
+    assert tb.startswith(prefix) and len(prefix) > 300
+    assert [p["type"] for p in a[0]["content"]] == ["text", "image", "text"]
+    assert a[0]["content"][2]["text"] == "The image provides an optical view relevant to this task.\n"
+    paper, _ = build_messages(alf(view_image=VIEW))
+    assert paper[0]["content"][0] == {"type": "image"}  # the paper's prompt shares nothing before its image
+
+
+def test_prompt_layout_leaves_the_other_benchmarks_alone_and_refuses_unknown_names() -> None:
+    for inp in (eb(camera_image=CAMERA, view_image=VIEW), m2w(view_text="a view")):
+        assert build_messages(inp, "instructions_first") == build_messages(inp)
+    with pytest.raises(ValueError, match="unknown prompt layout 'sideways'"):
+        build_messages(alf(view_image=VIEW), "sideways")

@@ -204,3 +204,77 @@ def test_gpu_requirements_pin_the_named_vllm_and_keep_the_other_runtime_pins() -
             assert name not in reqs
         elif name != "torch":
             assert reqs.get(name) == dep, f"requirements/gpu.txt lacks pyproject's {dep}"
+
+
+# --- scheduler parity (issue 31) ------------------------------------------------------------------
+def test_engines_get_an_explicit_scheduler_not_the_usage_context_default() -> None:
+    """vLLM 0.24 gives vllm.LLM 16,384 tokens / 1,024 sequences a step on a large GPU and
+    AsyncLLM.from_engine_args 2,048 / 128: both engines now get the same explicit values."""
+    kw = engine_kwargs(VLLMConfig())
+    assert kw["max_num_batched_tokens"] == 16384 and kw["max_num_seqs"] == 1024
+    vendor = engine_kwargs(VLLMConfig(max_num_batched_tokens=0, max_num_seqs=0))
+    assert "max_num_batched_tokens" not in vendor and "max_num_seqs" not in vendor  # 0: vLLM decides
+    with pytest.raises(ValueError, match=r"max_num_batched_tokens \(512\) must be >= vllm.max_num_seqs \(1024\)"):
+        VLLMConfig(max_num_batched_tokens=512)
+    with pytest.raises(ValueError, match="frontend_threads must be >= 0"):
+        VLLMConfig(frontend_threads=-1)
+
+
+def test_the_async_engine_is_built_with_the_config_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """build_async_engine passes engine_kwargs to AsyncEngineArgs (stand-in vLLM modules)."""
+    import sys
+    import types
+
+    from memprism_ray.policy.vllm_async import build_async_engine
+
+    seen: dict = {}
+
+    class AsyncEngineArgs:
+        def __init__(self, **kw) -> None:
+            seen["args"] = kw
+
+    class AsyncLLM:
+        @classmethod
+        def from_engine_args(cls, args, **kw):
+            seen["context"] = kw
+            return "engine"
+
+    for name, attrs in {
+        "vllm": {},
+        "vllm.engine": {},
+        "vllm.engine.arg_utils": {"AsyncEngineArgs": AsyncEngineArgs},
+        "vllm.v1": {},
+        "vllm.v1.engine": {},
+        "vllm.v1.engine.async_llm": {"AsyncLLM": AsyncLLM},
+    }.items():
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(**attrs))
+    assert build_async_engine(VLLMConfig(model="/m", max_num_seqs=256)) == "engine"
+    assert seen["args"]["max_num_batched_tokens"] == 16384 and seen["args"]["max_num_seqs"] == 256
+    assert seen["args"]["model"] == "/m" and seen["args"]["enable_prefix_caching"] is True
+
+
+def test_scheduler_summary_names_what_runs() -> None:
+    from memprism_ray.policy.vllm_backend import scheduler_summary
+
+    line = scheduler_summary(VLLMConfig(frontend_threads=4, enforce_eager=True))
+    assert line.startswith("max_num_batched_tokens 16,384, max_num_seqs 1,024, prefix caching on, eager")
+    assert "frontend threads 4" in line
+    assert "vLLM's default" in scheduler_summary(VLLMConfig(max_num_seqs=0))
+
+
+def test_prompt_layout_is_a_policy_setting_for_the_vllm_backend() -> None:
+    from memprism_ray.policy.config import PolicyConfig
+
+    cfg = PolicyConfig(backend="vllm", gpus_per_replica=1.0, prompt_layout="instructions_first")
+    assert cfg.decoding()["prompt_layout"] == "instructions_first"
+    assert "prompt_layout" not in PolicyConfig().decoding()  # the paper's manifests are unchanged
+    with pytest.raises(ValueError, match="prompt_layout must be one of paper, instructions_first"):
+        PolicyConfig(prompt_layout="sideways")
+    with pytest.raises(ValueError, match=r"implemented for policy\.backend=vllm only"):
+        PolicyConfig(backend="scripted", prompt_layout="instructions_first")
+    engine = FakeEngine()
+    VLLMPolicy(VLLMConfig(chat_template="qwen2_vl"), engine=engine, prompt_layout="instructions_first").act(
+        [alf(view_image=VIEW)]
+    )
+    prompt = engine.calls[0][0]["prompt"]
+    assert prompt.index("You are an expert agent") < prompt.index(IMAGE_PLACEHOLDER)

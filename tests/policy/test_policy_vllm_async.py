@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput
 from memprism_ray.policy.config import VLLMConfig
 from memprism_ray.policy.fake_vllm import FakeAsyncEngine
@@ -23,9 +25,7 @@ def test_async_policy_requests_from_several_callers_share_engine_steps() -> None
     policy = AsyncVLLMPolicy(VLLMConfig(), engine=engine, sampling_factory=dict)
 
     async def run() -> list[list]:
-        return await asyncio.gather(
-            *(policy.act([alf(f"c{c}-e{i}") for i in range(4)], tag=f"c{c}") for c in range(3))
-        )
+        return await asyncio.gather(*(policy.act([alf(f"c{c}-e{i}") for i in range(4)], tag=f"c{c}") for c in range(3)))
 
     results = asyncio.run(run())
     assert all(o.valid and o.action == "look" for batch in results for o in batch)
@@ -57,3 +57,70 @@ def test_async_policy_complete_formats_one_user_message() -> None:
     assert text == '{"teacher_distribution": []}'
     assert "<|im_start|>user\nlabel this state<|im_end|>" in seen[0]["prompt"]
     assert "multi_modal_data" not in seen[0]
+
+
+def _front_end_run(threads: int, layout: str = "paper") -> tuple[AsyncVLLMPolicy, list, list[str], set[str]]:
+    from PIL import Image
+
+    prompts: list[str] = []
+    engine = FakeAsyncEngine(
+        step_s=0.001,
+        tokens=3,
+        preprocess_s=0.002,
+        reply=lambda p: prompts.append(p["prompt"]) or "<action>look</action>",
+    )
+    policy = AsyncVLLMPolicy(
+        VLLMConfig(chat_template="qwen2_vl", frontend_threads=threads),
+        engine=engine,
+        sampling_factory=dict,
+        prompt_layout=layout,
+    )
+    threads_seen: set[str] = set()
+    inner = policy._format
+
+    def format_chat(messages):
+        import threading
+
+        threads_seen.add(threading.current_thread().name)
+        return inner(messages)
+
+    policy._format = format_chat
+    batch = [
+        PolicyInput(
+            "alfworld",
+            "put a mug in desk",
+            f"You see a desk {i}.",
+            admissible=("look",),
+            view_image=Image.new("RGB", (56, 56)),
+        )
+        for i in range(6)
+    ]
+    out = asyncio.run(policy.act(batch))
+    return policy, out, prompts, threads_seen
+
+
+def test_threaded_front_end_builds_the_same_prompts_off_the_event_loop() -> None:
+    """vllm.frontend_threads > 0: chat templating runs in the policy's thread pool; prompts and
+    answers are those of the inline path, and every front-end stage is timed."""
+    inline, out0, prompts0, seen0 = _front_end_run(0)
+    threaded, out2, prompts2, seen2 = _front_end_run(2)
+    assert sorted(prompts0) == sorted(prompts2) and len(prompts0) == 6
+    assert [o.action for o in out0] == [o.action for o in out2] == ["look"] * 6
+    assert seen0 == {"MainThread"} and seen2 and all(n.startswith("memprism-frontend") for n in seen2)
+    for policy in (inline, threaded):
+        f = policy.frontend
+        assert f["template_n"] == 6 and f["mm_preprocess_n"] == 6  # the engine's input processing, timed
+        assert f["mm_preprocess_s"] >= 6 * 0.002 and f["template_s"] > 0
+    threaded.shutdown()
+
+
+def test_configure_switches_layout_and_threads_on_a_running_policy() -> None:
+    policy, _, prompts, _ = _front_end_run(0, layout="instructions_first")
+    assert all(p.index("You are an expert agent") < p.index("<|vision_start|>") for p in prompts)
+    assert policy.configure(prompt_layout="paper", frontend_threads=3) == {
+        "prompt_layout": "paper",
+        "frontend_threads": 3,
+    }
+    with pytest.raises(ValueError, match="prompt_layout must be one of"):
+        policy.configure(prompt_layout="sideways")
+    policy.shutdown()
