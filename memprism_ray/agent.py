@@ -1,32 +1,32 @@
 """The decision loop, in-process (paper appendix D.3, "Decision-time compilation and
 environment update"; docs/architecture.md "Decision step").
 
-At each decision step of each running episode::
+Each decision step runs these stages, each a method of :class:`Agent`, once over a batch of
+running episodes (one GRPO group, or a wave of evaluation episodes: one encoder call, one
+policy call, one env call per step)::
 
-    features z_t  (MiniLM(obs), MiniLM(goal), window summary of the last 8 events,
-                   8 global statistics of the last 64)           -- only if the selector needs them
-    view action   selector (Router argmax / sample, or a baseline)
-    view V_t      Composer.select + compile, Render (optical and/or text)
-    action u_t    TaskPolicy(obs, goal, short text history, V_t)
-    feedback      env.step(u_t)
-    e~_t          Phi(raw event) -> EventStream.append            -- the view is discarded
+    _router           features z_t (MiniLM(obs), MiniLM(goal), window summary of the last 8
+                      events, 8 global statistics of the last 64), only if the selector
+                      needs them or GRPO records them; view action (Router or a baseline)
+    _compose_render   view V_t: Composer.select + compile, Render (optical and/or text)
+    _memory_retrieve  memory-interface conditions only (below)
+    _policy           action u_t = TaskPolicy(obs, goal, short text history, V_t)
+    _env_step         feedback = env.step(u_t)
+    _phi, _record     e~_t = Phi(raw event) -> EventStream.append, step row; the view is discarded
 
-Memory-interface conditions (external baselines, AgentOCR; baselines/memory.py) replace the
-view with what their per-episode memory retrieves before the decision, and are written the
-completed step after it.
+Memory-interface conditions (external baselines, AgentOCR; baselines/memory.py) show no
+MemPrism view: what their per-episode memory retrieves fills the prompt's view slot, and the
+memory is written the completed step after the decision (``_memory_write``).
 
-Episodes run step-synchronously in batches (one GRPO group, or a wave of evaluation
-episodes), so every stage sees a batch: one encoder call, one policy call, one env call per
-step. The stages are reached through :class:`AgentServices`; :class:`LocalServices` calls
-objects in this process, and the Ray rollout worker supplies actor-backed services, so the
-loop itself exists once.
-
-Per step the loop records, as one Arrow row: the Router features, view index and log-prob,
-action, outcome, prompt and visual tokens, pixels, and the latency of each stage. An
-infrastructure failure (a service raising, or returning more or fewer results than it was
-given requests) ends only the episodes it touched, which are marked ``failed`` with the
-error, so no episode waits for a result that never comes; an invalid policy output is not a failure: the text is
-passed to the environment, which answers as it does ("Nothing happens.").
+The stages are reached through :class:`AgentServices`; :class:`LocalServices` calls objects
+in this process, and the Ray rollout worker supplies actor-backed services, so the loop
+itself exists once. Per step it records one row (:func:`rows_to_arrow`): the Router
+features, view index and log-prob, action, outcome, prompt and visual tokens, pixels, and
+the latency of each stage; writing episodes to disk is :mod:`memprism_ray.eval.artifacts`'s.
+An infrastructure failure (a service raising, or returning more or fewer results than it
+was given requests) ends only the episodes it touched, marked ``failed`` with the error, so
+no episode waits for a result that never comes; an invalid policy output is not a failure:
+the text goes to the environment, which answers as it does ("Nothing happens.").
 
 Under teacher-forced replay (Mind2Web) the environment scores the predicted action and
 advances with the recorded human action, which it returns as ``Transition.meta
@@ -37,13 +37,10 @@ adds ``recorded_action`` and ``correct``.
 
 from __future__ import annotations
 
-import base64
-import html
-import json
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -55,8 +52,9 @@ from memprism_ray.policy.base import HistoryRecord, PolicyInput, PolicyOutput, T
 from memprism_ray.policy.parsing import extract_action_tag
 from memprism_ray.policy.tokens import TEXT_COUNTERS, PromptTokenCounter, task_model_of
 from memprism_ray.recorder.events import Event, RawEvent
-from memprism_ray.recorder.phi.base import Extraction, Phi
+from memprism_ray.recorder.phi.base import Extraction, Phi, record_extraction
 from memprism_ray.recorder.stream import EventStream
+from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM
 from memprism_ray.views import RenderedView, ViewRequest, ViewService
 
 # --------------------------------------------------------------------------- settings
@@ -84,13 +82,9 @@ class AgentConfig:
             raise ValueError(f"agent.token_counter must be one of {TEXT_COUNTERS}, got {self.token_counter!r}")
 
 
-class TokenCounter(PromptTokenCounter):
-    """Counts prompt text tokens with a named tokenizer (appendix C.1 efficiency metrics): the
-    task model's tokenizer when one is configured (``auto``/``task``), else the offline
-    all-MiniLM-L6-v2 WordPiece tokenizer labelled as a fallback; ``minilm`` and ``words``
-    force one. See :class:`memprism_ray.policy.tokens.PromptTokenCounter`. Backends that
-    report their own prompt token counts (vLLM, OpenAI-compatible servers) are recorded
-    beside this count."""
+#: Counts prompt text tokens with a named tokenizer (appendix C.1 efficiency metrics); backends
+#: that report their own prompt token counts (vLLM, OpenAI-compatible servers) are recorded beside it.
+TokenCounter = PromptTokenCounter
 
 
 # --------------------------------------------------------------------------- services
@@ -224,7 +218,27 @@ class EpisodeResult:
 
 
 @dataclass
+class _Turn:
+    """One decision of one episode, filled in stage by stage; after a stage fails the
+    episode, the later fields stay empty."""
+
+    decision: ViewDecision | None = None
+    features: dict[str, np.ndarray] = field(default_factory=dict)  # the step row's feat_* columns
+    view: RenderedView | None = None
+    memory_view: Any = None  # MemoryView of a memory-interface condition (baselines/memory.py)
+    inp: PolicyInput | None = None
+    out: PolicyOutput | None = None
+    action: str = ""  # what went to the environment
+    tr: Transition | None = None
+    raw: RawEvent | None = None
+    extraction: Extraction | None = None
+
+
+@dataclass
 class _Live:
+    """An episode being played: its result so far, what its next decision sees, and the
+    decision in flight (``turn``)."""
+
     result: EpisodeResult
     slot: int
     obs: str = ""
@@ -237,6 +251,26 @@ class _Live:
     memory: Any = None  # EpisodeMemory of a memory-interface condition (baselines/memory.py)
     memory_counts: dict[str, int] = field(default_factory=dict)  # its counters at the last step row
     keep_views: bool = False  # this episode's views are kept for the trajectory viewer
+    turn: _Turn = field(default_factory=_Turn)
+
+
+def _running(lives: Sequence[_Live]) -> list[_Live]:
+    return [lv for lv in lives if not lv.done]
+
+
+class _Clock:
+    """Wall time of each stage of one decision step, charged ``1/n`` to each of the step's
+    ``n`` episodes (the step row's ``*_ms`` columns)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.start = max(n, 1), time.perf_counter()
+        self.ms: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        yield
+        self.ms[f"{name}_ms"] = (time.perf_counter() - t0) * 1000 / self.n
 
 
 def _fallback_action(text: str) -> str:
@@ -326,10 +360,7 @@ class Agent:
         ]
         try:
             self._reset(lives)
-            while True:
-                active = [lv for lv in lives if not lv.done]
-                if not active:
-                    break
+            while active := _running(lives):
                 self._decide(active)
         finally:  # a memory's store (temp dir, relay key) never outlives its episode, even on a crash
             for lv in lives:
@@ -346,13 +377,43 @@ class Agent:
             return False
         return self.keep_views_for is None or spec.episode_id in self.keep_views_for
 
-    # ---- stages ---------------------------------------------------------------------
+    # ---- the decision step ------------------------------------------------------------
+    def _decide(self, active: list[_Live]) -> None:
+        """One decision step of every episode in ``active`` (appendix D.3; docs/architecture.md
+        "Decision step"). Each stage runs once over the batch, on the episodes that no earlier
+        stage has failed."""
+        clock = _Clock(len(active))
+        for lv in active:
+            lv.turn = _Turn()
+        self._router(active, clock)
+        stages = {
+            "view": self._compose_render,
+            "memory": self._memory_retrieve,
+            "policy": self._policy,
+            "env": self._env_step,
+            "phi": self._phi,
+        }
+        for name, stage in stages.items():
+            with clock.stage(name):
+                stage(_running(active))
+        self._memory_write(self._record(_running(active), clock))
+
     def _fail(self, live: _Live, stage: str, exc: BaseException) -> None:
         live.done = True
         live.result.status = "failed"
         live.result.error = f"{stage}: {type(exc).__name__}: {exc}"
 
+    def _settle(self, stage: str, lives: Sequence[_Live], results: Sequence[Any], slot: str) -> None:
+        """Each episode's result of a batched stage into its turn's ``slot``; an exception
+        fails that episode instead."""
+        for lv, got in zip(lives, results, strict=True):
+            if isinstance(got, BaseException):
+                self._fail(lv, stage, got)
+            else:
+                setattr(lv.turn, slot, got)
+
     def _reset(self, lives: list[_Live]) -> None:
+        """Start every episode: its first observation and goal, and an empty event stream."""
         requests = [(lv.slot, lv.result.spec.game) for lv in lives]
         obs = paired_results("env reset", lambda: self.services.reset(requests), len(requests))
         for lv, ob in zip(lives, obs, strict=True):
@@ -365,280 +426,178 @@ class Agent:
             lv.html_field = ob.meta.get("html_field")
             lv.examples = str(ob.meta.get("examples") or "")
             lv.result.goal = ob.goal
+            spec = lv.result.spec
             lv.result.stream = EventStream(
                 {
                     "goal": ob.goal,
-                    "episode_id": lv.result.spec.episode_id,
-                    "game_id": lv.result.spec.game.game_id,
-                    "task_type": lv.result.spec.game.task_type,
+                    "episode_id": spec.episode_id,
+                    "game_id": spec.game.game_id,
+                    "task_type": spec.game.task_type,
                     "benchmark": self.config.benchmark,
                 }
             )
             if self.new_memory is not None:
                 try:
-                    lv.memory = self.new_memory(lv.result.spec.episode_id, ob.goal)
+                    lv.memory = self.new_memory(spec.episode_id, ob.goal)
                 except Exception as exc:  # e.g. the baseline's extra is missing: a clear error per episode
                     self._fail(lv, "memory", exc)
 
-    def _decide(self, active: list[_Live]) -> None:
-        cfg = self.config
-        t_start = time.perf_counter()
-        contexts = [
-            DecisionContext(
-                lv.result.spec.episode_id, lv.result.steps, lv.result.goal, lv.obs, lv.result.spec.game.task_type
-            )
-            for lv in active
-        ]
+    def _router(self, live: list[_Live], clock: _Clock) -> None:
+        """Router (paper "Router"; appendix A.2): the decision features z_t, computed only when
+        the selector reads them or GRPO records them (a feature failure fails the batch),
+        then one view action per decision from the selector (the Router or a baseline)."""
         feats = None
-        t0 = time.perf_counter()
-        if self.features is not None and (self.selector.uses_features or self.record_features):
-            try:
-                feats = self.features.features_batch(
-                    [lv.result.stream for lv in active], [lv.obs for lv in active], [lv.result.goal for lv in active]
+        with clock.stage("features"):
+            if self.features is not None and (self.selector.uses_features or self.record_features):
+                feats = self._router_features(live)
+        live = _running(live)
+        with clock.stage("select"):
+            contexts = [
+                DecisionContext(
+                    lv.result.spec.episode_id, lv.result.steps, lv.result.goal, lv.obs, lv.result.spec.game.task_type
                 )
-                rows = {len(getattr(feats, name)) for name in ("obs", "goal", "window", "stats")}
-                if rows != {len(active)}:
-                    raise ResultCountError(f"features returned {sorted(rows)} row(s) for {len(active)} episode(s)")
-            except Exception as exc:  # no features: every episode of the batch fails, none waits
-                for lv in active:
-                    self._fail(lv, "features", exc)
-                return
-        t1 = time.perf_counter()
-        decisions = paired_results("view selector", lambda: self.selector.select(contexts, feats), len(active))
-        t2 = time.perf_counter()
-        for lv, d in zip(active, decisions, strict=True):
-            if isinstance(d, BaseException):
-                self._fail(lv, "select", d)
-        if all(lv.done for lv in active):
-            return
+                for lv in live
+            ]
+            decisions = paired_results("view selector", lambda: self.selector.select(contexts, feats), len(live))
+            self._settle("select", live, decisions, "decision")
 
-        # Views: only for decisions that show one.
-        requests, owners = [], []
-        for i, (lv, d) in enumerate(zip(active, decisions, strict=True)):
-            if lv.done or d.action is None:
-                continue
+    def _router_features(self, live: list[_Live]) -> Any:
+        try:
+            feats = self.features.features_batch(
+                [lv.result.stream for lv in live], [lv.obs for lv in live], [lv.result.goal for lv in live]
+            )
+            rows = {len(getattr(feats, name)) for name in _FEATURE_DIMS}
+            if rows != {len(live)}:
+                raise ResultCountError(f"features returned {sorted(rows)} row(s) for {len(live)} episode(s)")
+        except Exception as exc:  # no features: every episode of the batch fails, none waits
+            for lv in live:
+                self._fail(lv, "features", exc)
+            return None
+        for i, lv in enumerate(live):
+            lv.turn.features = {
+                f"feat_{name}": np.asarray(getattr(feats, name)[i], dtype=np.float32) for name in _FEATURE_DIMS
+            }
+        return feats
+
+    def _compose_render(self, live: list[_Live]) -> None:
+        """Composer and Render (paper "Composer", "Render"; appendix D.3): the chosen view,
+        compiled from the events recorded so far (E_<t) and rendered as an image and/or text,
+        for the decisions that show one. A page is painted only for a pixel reader or an
+        episode whose views are kept."""
+        showing = [lv for lv in live if lv.turn.decision.action is not None]
+        requests = []
+        for lv in showing:
+            d = lv.turn.decision
             want_text = d.medium == "text" or self.needs_view_text
             paint = self.needs_view_image or lv.keep_views
             requests.append(
                 ViewRequest(lv.result.stream, d.action, lv.result.goal, d.medium == "optical", want_text, paint)
             )
-            owners.append(i)
-        rendered: list[RenderedView | None] = [None] * len(active)
         views = paired_results("view service", lambda: self.services.views(requests), len(requests))
-        for i, rv in zip(owners, views, strict=True):
-            if isinstance(rv, BaseException):
-                self._fail(active[i], "view", rv)
-            else:
-                rendered[i] = rv
-        t3 = time.perf_counter()
-        memviews = self._retrieve(active)
-        t3m = time.perf_counter()
+        self._settle("view", showing, views, "view")
 
-        # Policy inputs.
-        inputs, idx = [], []
-        for i, (lv, d, rv) in enumerate(zip(active, decisions, rendered, strict=True)):
-            if lv.done:
-                continue
-            view_image = rv.pil() if (rv is not None and d.medium == "optical") else None
-            unpainted = rv is not None and d.medium == "optical" and view_image is None
-            view_text = rv.text if (rv is not None and d.medium == "text") else None
-            meta: dict[str, Any] = {"episode_id": lv.result.spec.episode_id}
-            if lv.html_field:
-                meta["html_field"] = lv.html_field
-            if lv.examples:  # EB-ALFRED's in-context examples (envs/ebalfred/examples.py)
-                meta["examples"] = lv.examples
-            if rv is not None and d.medium == "optical" and self.needs_view_text:
-                meta["view_text"] = rv.text
-            if memviews[i] is not None:
-                view_image, view_text = memviews[i].image, memviews[i].text
-                if view_image is not None and self.needs_view_text:
-                    meta["view_text"] = memviews[i].image_text
-                unpainted = False
-            inputs.append(
-                PolicyInput(
-                    benchmark=cfg.benchmark,
-                    goal=lv.result.goal,
-                    observation=lv.obs,
-                    admissible=lv.admissible,
-                    history=_history(lv, d, cfg.short_history),
-                    step=lv.result.steps,
-                    view_image=view_image,
-                    view_text=view_text,
-                    camera_image=_camera_image(lv.frame),
-                    meta=meta,
-                    view_unpainted=unpainted,
-                )
-            )
-            idx.append(i)
+    def _policy(self, live: list[_Live]) -> None:
+        """Task policy (paper "Experiment Setup"; appendix D.3): u_t from the observation, the
+        goal, the short text history and the view V_t in the prompt's view slot."""
+        for lv in live:
+            lv.turn.inp = self._policy_input(lv)
+        inputs = [lv.turn.inp for lv in live]
         outputs = paired_results("task policy", lambda: self.services.act(inputs), len(inputs))
-        t4 = time.perf_counter()
+        self._settle("policy", live, outputs, "out")
 
-        # Environment.
-        env_reqs, env_idx, actions = [], [], {}
-        for i, out in zip(idx, outputs, strict=True):
-            lv = active[i]
-            if isinstance(out, BaseException):
-                self._fail(lv, "policy", out)
-                continue
-            action = out.action if (out.valid and out.action is not None) else _fallback_action(out.text)
-            actions[i] = (action, out)
-            env_reqs.append((lv.slot, action))
-            env_idx.append(i)
-        transitions = paired_results("env step", lambda: self.services.step(env_reqs), len(env_reqs))
-        t5 = time.perf_counter()
+    def _policy_input(self, lv: _Live) -> PolicyInput:
+        d, rv, mv = lv.turn.decision, lv.turn.view, lv.turn.memory_view
+        optical = rv is not None and d.medium == "optical"
+        view_image = rv.pil() if optical else None
+        unpainted = optical and view_image is None
+        view_text = rv.text if (rv is not None and d.medium == "text") else None
+        meta: dict[str, Any] = {"episode_id": lv.result.spec.episode_id}
+        if lv.html_field:
+            meta["html_field"] = lv.html_field
+        if lv.examples:  # EB-ALFRED's in-context examples (envs/ebalfred/examples.py)
+            meta["examples"] = lv.examples
+        if optical and self.needs_view_text:
+            meta["view_text"] = rv.text
+        if mv is not None:  # a memory-interface condition: its retrieval fills the view slot
+            view_image, view_text, unpainted = mv.image, mv.text, False
+            if view_image is not None and self.needs_view_text:
+                meta["view_text"] = mv.image_text
+        return PolicyInput(
+            benchmark=self.config.benchmark,
+            goal=lv.result.goal,
+            observation=lv.obs,
+            admissible=lv.admissible,
+            history=_history(lv, d, self.config.short_history),
+            step=lv.result.steps,
+            view_image=view_image,
+            view_text=view_text,
+            camera_image=_camera_image(lv.frame),
+            meta=meta,
+            view_unpainted=unpainted,
+        )
 
-        # Recorder.
-        raws, states, rec_idx = [], [], []
-        trans_of: dict[int, Transition] = {}
-        for i, tr in zip(env_idx, transitions, strict=True):
-            lv = active[i]
-            if isinstance(tr, BaseException):
-                self._fail(lv, "env", tr)
-                continue
-            trans_of[i] = tr
-            action, out = actions[i]
+    def _env_step(self, live: list[_Live]) -> None:
+        """Environment update (appendix D.3): u_t to the environment, or for an invalid policy
+        output its text, which the engine answers as it does."""
+        for lv in live:
+            out = lv.turn.out
+            lv.turn.action = out.action if (out.valid and out.action is not None) else _fallback_action(out.text)
+        requests = [(lv.slot, lv.turn.action) for lv in live]
+        transitions = paired_results("env step", lambda: self.services.step(requests), len(requests))
+        self._settle("env", live, transitions, "tr")
+
+    def _phi(self, live: list[_Live]) -> None:
+        """Recorder, extraction (paper "Recorder"; appendix D.1-D.2): each transition as a raw
+        event, read by Phi against its episode's tracked state. Under teacher-forced replay
+        the event is the recorded human step; the prediction stays in its meta."""
+        for lv in live:
+            t = lv.turn
             meta = {
                 "step": lv.result.steps,
                 "game_id": lv.result.spec.game.game_id,
-                "valid_action": out.valid,
-                "view": None if decisions[i].action is None else decisions[i].action.name,
-                **{k: tr.meta[k] for k in FRAME_META_KEYS if k in tr.meta},
+                "valid_action": t.out.valid,
+                "view": None if t.decision.action is None else t.decision.action.name,
+                **{k: t.tr.meta[k] for k in FRAME_META_KEYS if k in t.tr.meta},
             }
-            if _recorded(tr) is not None:  # teacher-forced replay: the event is the human step
-                meta["predicted_action"] = action
-            raw = RawEvent(
-                o_pre=lv.obs,
-                action=_recorded(tr) or action,
-                feedback=tr.feedback,
-                reward=tr.reward,
-                meta=meta,
-            )
-            raws.append(raw)
-            states.append(lv.result.stream.state)
-            rec_idx.append(i)
+            if _recorded(t.tr) is not None:
+                meta["predicted_action"] = t.action
+            action = _recorded(t.tr) or t.action
+            t.raw = RawEvent(o_pre=lv.obs, action=action, feedback=t.tr.feedback, reward=t.tr.reward, meta=meta)
+        raws, states = [lv.turn.raw for lv in live], [lv.result.stream.state for lv in live]
         extractions = paired_results("phi", lambda: self.services.extract(raws, states), len(raws))
-        t6 = time.perf_counter()
+        self._settle("phi", live, extractions, "extraction")
 
-        n = max(len(active), 1)
-        shared = {
-            "features_ms": (t1 - t0) * 1000 / n,
-            "select_ms": (t2 - t1) * 1000 / n,
-            "view_ms": (t3 - t2) * 1000 / n,
-            "policy_ms": (t4 - t3m) * 1000 / n,
-            "env_ms": (t5 - t4) * 1000 / n,
-            "phi_ms": (t6 - t5) * 1000 / n,
-        }
-        input_of = dict(zip(idx, inputs, strict=True))
-        stepped: list[_Live] = []
-        for i, raw, ex in zip(rec_idx, raws, extractions, strict=True):
-            lv = active[i]
-            if isinstance(ex, BaseException):
-                self._fail(lv, "phi", ex)
-                continue
-            event = lv.result.stream.record(
-                raw,
-                entity=ex.entity,
-                act=ex.act,
-                delta=ex.delta,
-                failed=ex.failed,
-                outcome=ex.outcome,
-                evidence=ex.evidence,
-            )
-            self._finish_step(lv, decisions[i], rendered[i], input_of[i], actions[i], trans_of[i], event)
-            row = lv.result.rows[-1]
-            row.update(shared)
-            row["step_ms"] = (time.perf_counter() - t_start) * 1000 / n
-            if feats is not None:
-                for name in ("obs", "goal", "window", "stats"):
-                    row[f"feat_{name}"] = np.asarray(getattr(feats, name)[i], dtype=np.float32)
-            if memviews[i] is not None:
-                self._memory_row(row, memviews[i], (t3m - t3) * 1000 / n)
-                stepped.append(lv)
-                if lv.keep_views and lv.result.views:
-                    kept = lv.result.views[-1]
-                    kept["view"] = self.selector.name
-                    kept["png"] = _png_of_image(memviews[i].image)
-                    kept["text"] = memviews[i].text
-        self._write_memories(stepped)
+    def _record(self, live: list[_Live], clock: _Clock) -> list[_Live]:
+        """Recorder, append (appendix D.3): e~_t joins the episode's stream (the view never
+        does), the step row and the kept view are written, and the episode moves on."""
+        for lv in live:
+            event = record_extraction(lv.result.stream, lv.turn.raw, lv.turn.extraction)
+            lv.result.rows.append(self._step_row(lv, event, clock))
+            if lv.keep_views:
+                lv.result.views.append(self._kept_view(lv, event))
+            self._advance(lv)
+        return live
 
-    # ---- memory-interface conditions (baselines/memory.py) ------------------------
-    def _retrieve(self, active: list[_Live]) -> list[Any]:
-        """Each memory's view for this decision (``None`` without a memory); a memory that
-        raises fails its episode. Memories of a batch are queried concurrently: an external
-        baseline's calls are I/O bound, one thread per episode (16 episodes, 0.2 s per LLM
-        call: 3.37 s sequential vs 0.27 s threaded per batch, 12.4x,
-        ``benchmarks/bench_memory_threads.py``)."""
-        want = [i for i, lv in enumerate(active) if lv.memory is not None and not lv.done]
-        out: list[Any] = [None] * len(active)
-        if not want:
-            return out
-        for i, got in zip(want, _map_threads(lambda i: _retrieve_one(active[i]), want), strict=True):
-            if isinstance(got, BaseException):
-                self._fail(active[i], "memory", got)
-            else:
-                out[i] = got
-        return out
-
-    def _memory_row(self, row: dict[str, Any], mv: Any, memory_ms: float) -> None:
-        from memprism_ray.baselines.memory import ROW_KEYS
-
-        row["view_medium"] = mv.medium
-        row["visual_tokens"] = int(mv.visual_tokens)
-        row["prompt_tokens"] = int(row["text_tokens"] + mv.visual_tokens)
-        row["pixels"] = mv.pixels
-        row["memory_ms"] = memory_ms
-        for col in ROW_KEYS.values():
-            row[col] = 0
-
-    def _write_memories(self, stepped: list[_Live]) -> None:
-        """Write each memory's step just completed (skipped after an episode's last step:
-        nothing reads it) and charge the counter increments of this decision's retrieve and
-        write to the step's row."""
-        from memprism_ray.baselines.memory import ROW_KEYS
-
-        todo = [lv for lv in stepped if not lv.done]
-        t0 = time.perf_counter()
-        results = _map_threads(lambda lv: lv.memory.write(lv.history[-1], lv.result.goal), todo)
-        per_ms = (time.perf_counter() - t0) * 1000 / max(len(todo), 1)
-        for lv, got in zip(todo, results, strict=True):
-            lv.result.rows[-1]["memory_ms"] += per_ms
-            if isinstance(got, BaseException):
-                self._fail(lv, "memory", got)
-        for lv in stepped:
-            now = lv.memory.counters.snapshot()
-            row = lv.result.rows[-1]
-            for key, col in ROW_KEYS.items():
-                row[col] = now[key] - lv.memory_counts.get(key, 0)
-            lv.memory_counts = now
-
-    def _finish_step(
-        self,
-        lv: _Live,
-        decision: ViewDecision,
-        rv: RenderedView | None,
-        inp: PolicyInput,
-        action_out: tuple[str, PolicyOutput],
-        tr: Transition,
-        event: Event,
-    ) -> None:
+    def _step_row(self, lv: _Live, event: Event, clock: _Clock) -> dict[str, Any]:
         from memprism_ray.policy.prompts import build_prompt_text
 
-        action, out = action_out
-        res = lv.result
+        t, res = lv.turn, lv.result
+        rv, inp, out, tr = t.view, t.inp, t.out, t.tr
+        optical = rv is not None and t.decision.medium == "optical"
         text_tokens = self.tokens.count(build_prompt_text(inp))
-        visual = rv.visual_tokens if (rv is not None and decision.medium == "optical") else 0
+        visual = rv.visual_tokens if optical else 0
         camera = _camera_tokens(inp)
         row = {
             "episode_id": res.spec.episode_id,
             "game_id": res.spec.game.game_id,
             "task_type": res.spec.game.task_type,
             "step": res.steps,
-            "view_index": decision.index,
-            "view": None if decision.action is None else decision.action.name,
-            "view_medium": decision.medium,
-            "view_logprob": float(decision.logprob),
+            "view_index": t.decision.index,
+            "view": None if t.decision.action is None else t.decision.action.name,
+            "view_medium": t.decision.medium,
+            "view_logprob": float(t.decision.logprob),
             "history_len": len(inp.history),
-            "action": action,
+            "action": t.action,
             "policy_text": out.text,
             "valid": bool(out.valid),
             "parse_error": out.error,
@@ -651,7 +610,7 @@ class Agent:
             "camera_visual_tokens": int(camera),
             "prompt_tokens": int(text_tokens + visual + camera),
             "backend_prompt_tokens": out.prompt_tokens,
-            "pixels": rv.pixels if (rv is not None and decision.medium == "optical") else 0,
+            "pixels": rv.pixels if optical else 0,
             "view_cached": bool(rv.cached) if rv is not None else False,
             "compose_ms": rv.compose_ms if rv is not None else 0.0,
             "render_ms": rv.render_ms if rv is not None else 0.0,
@@ -665,31 +624,89 @@ class Agent:
                 if key in tr.meta:
                     row[key] = tr.meta[key]
         row.update(self.step_meta)
-        res.rows.append(row)
-        if lv.keep_views:
-            res.views.append(
-                {
-                    "step": res.steps,
-                    "observation": lv.obs,
-                    "action": action,
-                    "feedback": tr.feedback,
-                    "outcome": event.outcome.value,
-                    "view": row["view"],
-                    "png": _png_of(rv) if (rv is not None and decision.medium == "optical") else None,
-                    "text": rv.text if rv is not None else None,
-                }
-            )
-        lv.history.append(HistoryRecord(res.steps, lv.obs, recorded or action, tr.feedback))
+        row.update((k, ms) for k, ms in clock.ms.items() if k != "memory_ms")  # a memory row has its own
+        row["step_ms"] = (time.perf_counter() - clock.start) * 1000 / clock.n
+        row.update(t.features)
+        if t.memory_view is not None:
+            self._memory_row(row, t.memory_view, clock.ms["memory_ms"])
+        return row
+
+    def _kept_view(self, lv: _Live, event: Event) -> dict[str, Any]:
+        """The step as the trajectory viewer shows it (:mod:`memprism_ray.eval.artifacts`)."""
+        t, rv = lv.turn, lv.turn.view
+        optical = rv is not None and t.decision.medium == "optical"
+        kept = {
+            "step": lv.result.steps,
+            "observation": lv.obs,
+            "action": t.action,
+            "feedback": t.tr.feedback,
+            "outcome": event.outcome.value,
+            "view": None if t.decision.action is None else t.decision.action.name,
+            "png": (rv.png if rv.png is not None else _png_of_image(rv.pil())) if optical else None,
+            "text": rv.text if rv is not None else None,
+        }
+        if t.memory_view is not None:
+            kept.update(view=self.selector.name, png=_png_of_image(t.memory_view.image), text=t.memory_view.text)
+        return kept
+
+    def _advance(self, lv: _Live) -> None:
+        """The completed step into the short history; the feedback becomes the observation."""
+        res, tr = lv.result, lv.turn.tr
+        lv.history.append(HistoryRecord(res.steps, lv.obs, _recorded(tr) or lv.turn.action, tr.feedback))
         res.steps += 1
         res.reward += float(tr.reward)
-        lv.obs = tr.feedback
-        lv.admissible = tr.admissible
-        lv.frame = tr.frame
+        lv.obs, lv.admissible, lv.frame = tr.feedback, tr.admissible, tr.frame
         lv.html_field = tr.meta.get("html_field") or None
         if tr.won:
             res.won = True
         if tr.done or tr.won or res.steps >= self.config.max_steps:
             lv.done = True
+
+    # ---- memory-interface conditions (baselines/memory.py) ------------------------
+    # Paper appendix "External baselines": each memory receives the same serialized completed
+    # transitions; what it retrieves goes into the prompt's view slot; its auxiliary calls are
+    # counted in the step rows. Each episode's memory is opened at reset and closed by run.
+    def _memory_retrieve(self, live: list[_Live]) -> None:
+        """Each memory's view for this decision; a memory that raises fails its episode.
+        Memories of a batch are queried concurrently: an external baseline's calls are I/O
+        bound, one thread per episode (16 episodes, 0.2 s per LLM call: 3.37 s sequential vs
+        0.27 s threaded per batch, 12.4x, ``benchmarks/bench_memory_threads.py``)."""
+        want = [lv for lv in live if lv.memory is not None]
+        got = _map_threads(lambda lv: lv.memory.retrieve(lv.result.goal, lv.obs, tuple(lv.history)), want)
+        self._settle("memory", want, got, "memory_view")
+
+    def _memory_row(self, row: dict[str, Any], mv: Any, memory_ms: float) -> None:
+        from memprism_ray.baselines.memory import ROW_KEYS
+
+        row["view_medium"] = mv.medium
+        row["visual_tokens"] = int(mv.visual_tokens)
+        row["prompt_tokens"] = int(row["text_tokens"] + mv.visual_tokens)
+        row["pixels"] = mv.pixels
+        row["memory_ms"] = memory_ms
+        for col in ROW_KEYS.values():
+            row[col] = 0
+
+    def _memory_write(self, recorded: list[_Live]) -> None:
+        """Write each memory's step just completed (skipped after an episode's last step:
+        nothing reads it) and charge the counter increments of this decision's retrieve and
+        write to the step's row."""
+        from memprism_ray.baselines.memory import ROW_KEYS
+
+        stepped = [lv for lv in recorded if lv.turn.memory_view is not None]
+        todo = _running(stepped)
+        t0 = time.perf_counter()
+        results = _map_threads(lambda lv: lv.memory.write(lv.history[-1], lv.result.goal), todo)
+        per_ms = (time.perf_counter() - t0) * 1000 / max(len(todo), 1)
+        for lv, got in zip(todo, results, strict=True):
+            lv.result.rows[-1]["memory_ms"] += per_ms
+            if isinstance(got, BaseException):
+                self._fail(lv, "memory", got)
+        for lv in stepped:
+            now = lv.memory.counters.snapshot()
+            row = lv.result.rows[-1]
+            for key, col in ROW_KEYS.items():
+                row[col] = now[key] - lv.memory_counts.get(key, 0)
+            lv.memory_counts = now
 
 
 #: Transition meta keys of a teacher-forced replay step copied into its row: Mind2Web's
@@ -721,10 +738,6 @@ def _camera_tokens(inp: PolicyInput) -> int:
     return int(qwen25vl_tokens(inp.camera_image.width, inp.camera_image.height))
 
 
-def _retrieve_one(lv: _Live) -> Any:
-    return lv.memory.retrieve(lv.result.goal, lv.obs, tuple(lv.history))
-
-
 def _map_threads(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     """``fn`` over ``items``, one thread each when there are several; an exception becomes
     that item's result."""
@@ -753,12 +766,6 @@ def close_memory(memory: Any) -> None:
         warnings.warn(f"closing an episode memory failed: {type(exc).__name__}: {exc}", stacklevel=2)
 
 
-def _png_of(rv: RenderedView) -> bytes | None:
-    if rv.png is not None:
-        return rv.png
-    return _png_of_image(rv.pil())
-
-
 def _png_of_image(im: Any) -> bytes | None:
     if im is None:
         return None
@@ -769,27 +776,25 @@ def _png_of_image(im: Any) -> bytes | None:
     return buf.getvalue()
 
 
-# --------------------------------------------------------------------------- Arrow and artifacts
+# --------------------------------------------------------------------------- step table
 
-_FEATURE_DIMS = {"feat_obs": 384, "feat_goal": 384, "feat_window": 128, "feat_stats": 8}
+#: Router feature sizes (paper A.2: z_t), from the Router; a step row holds them as feat_<name>.
+_FEATURE_DIMS = {"obs": TEXT_DIM, "goal": TEXT_DIM, "window": WINDOW_DIM, "stats": STATS_DIM}
 
 
 def rows_to_arrow(rows: Sequence[dict[str, Any]]) -> Any:
-    """Step rows as a ``pyarrow.Table``; feature vectors as fixed-size float32 lists."""
+    """Step rows as a ``pyarrow.Table`` (the rollout's wire format to the learner and the
+    evaluation's ``steps.parquet``); feature vectors as fixed-size float32 lists."""
     import pyarrow as pa
 
     if not rows:
         return pa.table({})
-    names: list[str] = []
-    for r in rows:
-        for k in r:
-            if k not in names:
-                names.append(k)
+    names = dict.fromkeys(k for r in rows for k in r)  # every column, in order of first appearance
     cols = {}
     for name in names:
         values = [r.get(name) for r in rows]
-        if name in _FEATURE_DIMS:
-            dim = _FEATURE_DIMS[name]
+        dim = _FEATURE_DIMS.get(name[len("feat_") :]) if name.startswith("feat_") else None
+        if dim is not None:
             flat = np.concatenate(
                 [np.asarray(v, dtype=np.float32) if v is not None else np.zeros(dim, np.float32) for v in values]
             )
@@ -797,49 +802,3 @@ def rows_to_arrow(rows: Sequence[dict[str, Any]]) -> Any:
         else:
             cols[name] = pa.array(values)
     return pa.table(cols)
-
-
-def write_episode_artifacts(result: EpisodeResult, out_dir: str | Path) -> Path:
-    """Write an episode's event stream (Parquet), step rows (Parquet), step views (PNG) and
-    a self-contained HTML trajectory viewer; returns the episode directory."""
-    import pyarrow.parquet as pq
-
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in result.spec.episode_id)
-    root = Path(out_dir) / safe
-    (root / "views").mkdir(parents=True, exist_ok=True)
-    result.stream.to_parquet(root / "events.parquet")
-    if result.rows:
-        pq.write_table(rows_to_arrow(result.rows), root / "steps.parquet")
-    (root / "episode.json").write_text(json.dumps(result.summary(), indent=2))
-    cards = []
-    for v in result.views:
-        img_html = ""
-        if v.get("png"):
-            name = f"step_{v['step']:03d}.png"
-            (root / "views" / name).write_bytes(v["png"])
-            b64 = base64.b64encode(v["png"]).decode()
-            img_html = f'<img alt="view at step {v["step"]}" src="data:image/png;base64,{b64}">'
-        elif v.get("text"):
-            img_html = f"<pre>{html.escape(v['text'])}</pre>"
-        outcome = html.escape(v["outcome"])
-        cards.append(
-            f'<section class="step {outcome}"><h2>Step {v["step"] + 1}</h2>'
-            f'<p class="obs"><b>Observation</b> {html.escape(v["observation"])}</p>'
-            f'<p class="view"><b>View</b> {html.escape(str(v["view"]))}</p>{img_html}'
-            f'<p class="act"><b>Action</b> {html.escape(v["action"])}</p>'
-            f'<p class="out"><b>Outcome</b> {outcome}: {html.escape(v["feedback"])}</p></section>'
-        )
-    summary = result.summary()
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(result.spec.episode_id)}</title><style>"
-        "body{font-family:sans-serif;max-width:1000px;margin:auto}section{border:1px solid #ccc;"
-        "margin:8px 0;padding:8px}section.exception{border-color:#c33}img{max-width:100%}"
-        "pre{background:#f6f6f6;padding:6px;white-space:pre-wrap}</style></head><body>"
-        f"<h1>{html.escape(result.spec.episode_id)}</h1>"
-        f"<p><b>Goal</b> {html.escape(result.goal)}</p>"
-        f"<p><b>Result</b> {'success' if result.won else 'failure'} in {result.steps} steps"
-        f" (status {html.escape(summary['status'])})</p>" + "".join(cards) + "</body></html>"
-    )
-    (root / "trajectory.html").write_text(page, encoding="utf-8")
-    return root

@@ -1,7 +1,8 @@
 """The in-process decision loop (paper appendix D.3 "Decision-time compilation and
 environment update"): per-step records, one event appended per step, the view discarded,
 the step limit, infrastructure failures confined to their episode, invalid policy output
-passed to the engine, and an episode's artifacts (events, steps, views, HTML viewer).
+passed to the engine, and the step rows as an Arrow table (artifacts on disk:
+tests/eval/test_eval_artifacts.py).
 
 Runs on the real ALFWorld engine over the shared tiny generated corpus
 (``memprism_tiny_corpus`` in tests/conftest.py).
@@ -9,17 +10,13 @@ Runs on the real ALFWorld engine over the shared tiny generated corpus
 
 from __future__ import annotations
 
-import base64
 import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
-from PIL import Image
 
 from memprism_ray.agent import (
     Agent,
@@ -29,7 +26,6 @@ from memprism_ray.agent import (
     LocalServices,
     TokenCounter,
     rows_to_arrow,
-    write_episode_artifacts,
 )
 from memprism_ray.baselines import FixedView, make_selector
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
@@ -484,7 +480,7 @@ def test_token_counters() -> None:
         TokenCounter("bpe")
 
 
-# --------------------------------------------------------------------------- Arrow and artifacts
+# --------------------------------------------------------------------------- Arrow
 
 
 def test_rows_to_arrow_types_features_and_fills_gaps() -> None:
@@ -502,53 +498,30 @@ def test_rows_to_arrow_types_features_and_fills_gaps() -> None:
     assert rows_to_arrow([]).num_rows == 0
 
 
-def test_artifacts_round_trip(agent_run, tmp_path: Path) -> None:
-    results, _ = agent_run
-    r = max(results, key=lambda x: x.steps)
-    root = write_episode_artifacts(r, tmp_path)
-    assert root == tmp_path / r.spec.episode_id
-    assert EventStream.load(root / "events.parquet") == r.stream
-    table = pq.read_table(root / "steps.parquet")
-    assert table.num_rows == r.steps
-    back = table.to_pylist()
-    for row, got in zip(r.rows, back, strict=True):
-        assert got == row
-    assert json.loads((root / "episode.json").read_text()) == r.summary()
-    pngs = sorted((root / "views").glob("*.png"))
-    assert [p.name for p in pngs] == [f"step_{i:03d}.png" for i in range(r.steps)]
-    for p, row in zip(pngs, r.rows, strict=True):
-        with Image.open(p) as im:
-            assert im.size[0] * im.size[1] == row["pixels"]
-    page = (root / "trajectory.html").read_text()
-    # Self-contained: nothing fetched from elsewhere.
-    assert not re.search(r"""(?:src|href)\s*=\s*(?!["']?data:)""", page, re.I)
-    assert "<script" not in page.lower() and "<link" not in page.lower()
-    assert page.count('src="data:image/png;base64,') == r.steps
-    for row in r.rows:
-        assert f"<b>Action</b> {row['action']}" in page
-    assert r.goal in page and ("success" if r.won else "failure") in page
-    first = re.search(r'src="data:image/png;base64,([^"]+)"', page).group(1)
-    assert base64.b64decode(first) == pngs[0].read_bytes()
+def test_step_rows_keep_one_column_order(agent_env, agent_games) -> None:
+    """A step row's keys are the columns of every steps table (the rollout's wire format to
+    the learner, the evaluation's steps.parquet), in this order; the recorded features have
+    the Router's sizes."""
+    from memprism_ray.router.encoder import HashingEncoder
+    from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM, FeatureExtractor
 
-
-def test_text_view_artifacts_and_safe_names(agent_env, agent_games, tmp_path: Path) -> None:
-    spec = EpisodeSpec("run/../a b?", agent_games[1])
-    svc = LocalServices(agent_env, AlfworldPhi(), ScriptedPolicy(temperature=0.0))
-    sel = make_selector("fixed_text:TemporalTrace")
-    r = Agent(svc, sel, AgentConfig(max_steps=3, keep_views=True, token_counter="words")).run([spec])[0]
-    assert all(row["visual_tokens"] == 0 and row["pixels"] == 0 for row in r.rows)
-    root = write_episode_artifacts(r, tmp_path)
-    assert root.parent == tmp_path and root.name == "run_.._a_b_"
-    assert list((root / "views").iterdir()) == []
-    page = (root / "trajectory.html").read_text()
-    assert page.count("<pre>") == r.steps and "view: TemporalTrace" in page
-    assert "&lt;" not in spec.episode_id and "run/../a b?" in page
-
-
-def test_artifacts_of_a_failed_episode(tmp_path: Path, agent_games) -> None:
-    r = EpisodeResult(EpisodeSpec("broken", agent_games[0]), status="failed", error="reset: Injected: reset down")
-    root = write_episode_artifacts(r, tmp_path)
-    assert not (root / "steps.parquet").exists()
-    assert len(EventStream.load(root / "events.parquet")) == 0
-    assert json.loads((root / "episode.json").read_text())["error"] == "reset: Injected: reset down"
-    assert "status failed" in (root / "trajectory.html").read_text()
+    specs = _specs(agent_games, 2)
+    agent = Agent(
+        _services(agent_env, agent_games, specs),
+        FixedView(ACTION),
+        AgentConfig(max_steps=2, token_counter="words"),
+        features=FeatureExtractor(HashingEncoder()),
+        record_features=True,
+        step_meta={"iteration": 7},
+    )
+    rows = [row for r in agent.run(specs) for row in r.rows]
+    assert len(rows) == 4 and all(row["iteration"] == 7 for row in rows)
+    head = ["episode_id", "game_id", "task_type", "step", "view_index", "view", "view_medium", "view_logprob"]
+    tail = ["iteration", *(f"{k}_ms" for k in ("features", "select", "view", "policy", "env", "phi", "step"))]
+    tail += ["feat_obs", "feat_goal", "feat_window", "feat_stats"]
+    for row in rows:
+        assert list(row)[: len(head)] == head and list(row)[-len(tail) :] == tail
+    table = rows_to_arrow(rows)
+    assert table.column_names == list(rows[0])
+    dims = {name: table.schema.field(name).type.list_size for name in tail[-4:]}
+    assert dims == {"feat_obs": TEXT_DIM, "feat_goal": TEXT_DIM, "feat_window": WINDOW_DIM, "feat_stats": STATS_DIM}

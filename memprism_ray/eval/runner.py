@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.agent import Agent, AgentConfig, EpisodeResult, EpisodeSpec, LocalServices, rows_to_arrow
-from memprism_ray.agent import write_episode_artifacts as _write_artifacts
 from memprism_ray.baselines.external import MemoryBaselineConfig
 from memprism_ray.config_tree import field, to_dict
 from memprism_ray.eval import report as rpt
+from memprism_ray.eval.artifacts import safe_name as _safe
+from memprism_ray.eval.artifacts import write_episode_artifacts as _write_artifacts
 from memprism_ray.io_atomic import atomic_write_bytes, atomic_write_text
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.policy.tokens import task_model_of
@@ -217,10 +218,6 @@ def write_condition(
     atomic_write_text(out_dir / "report.md", rpt.condition_markdown(rep))
     rpt.plot_condition(rep, out_dir)
     return rep
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
 def check_conditions(cfg: EvalConfig) -> None:

@@ -45,7 +45,12 @@ class Phi(Protocol):
 
 def record_event(stream: EventStream, raw: RawEvent, phi: Phi) -> Event:
     """Run ``phi`` on ``raw`` against the stream's tracked state and append the result."""
-    ex = phi.extract(raw, stream.state)
+    return record_extraction(stream, raw, phi.extract(raw, stream.state))
+
+
+def record_extraction(stream: EventStream, raw: RawEvent, ex: Extraction) -> Event:
+    """Append ``raw`` with what an extractor read off it; the stream validates the deltas,
+    assigns ``t`` and, unless ``ex`` forces it, classifies the outcome (appendix D.1)."""
     return stream.record(
         raw,
         entity=ex.entity,
