@@ -102,6 +102,10 @@ class Learner:
             resume_trainer(self.trainer, ckpt)
         self.model = model
 
+    def __repr__(self) -> str:
+        trainer = getattr(self, "trainer", None)
+        return f"learner: iteration {int(trainer.iteration) if trainer else 0} done"
+
     def iteration(self) -> int:
         return int(self.trainer.iteration)
 

@@ -149,3 +149,18 @@ def pending_demand() -> list[dict[str, float]]:
         for req in demand.bundles_by_count:
             out.extend([dict(req.bundle)] * int(req.count))
     return out
+
+
+_NAMES_USED: dict[str, int] = {}
+
+
+def actor_name(run: str, role: str) -> str:
+    """The name an actor shows in the dashboard, ``<run>-<role>`` (``local-rollout-worker-3``,
+    ``local-policy-replica-0``), with ``.N`` appended when this driver already named one so
+    (a later stage of the same run, or another run in the same process): Ray refuses a name
+    that is taken, and a killed actor's name is released only once it is dead. Each job's
+    driver has its own namespace, so names never collide across jobs."""
+    base = f"{run}-{role}"
+    n = _NAMES_USED.get(base, 0)
+    _NAMES_USED[base] = n + 1
+    return base if n == 0 else f"{base}.{n}"

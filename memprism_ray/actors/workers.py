@@ -77,6 +77,10 @@ class PhiWorker:
         from memprism_ray.actors.services import build_actor_phi
 
         self.phi = build_actor_phi(benchmark, phi_config, pool, timeout_s=timeout_s, key=key)
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"phi-worker {getattr(self, 'key', '?')}"
 
     def extract(self, raws: Sequence[RawEvent], states: Sequence[dict[str, str]]) -> list[Extraction | BaseException]:
         from memprism_ray.recorder.phi.factory import extract_each
@@ -100,6 +104,10 @@ class ViewWorker:
         from memprism_ray.views import ViewService
 
         self.service = ViewService(render_config, cache_size=cache_size, encode_png=True)
+
+    def __repr__(self) -> str:
+        service = getattr(self, "service", None)
+        return f"view-worker: {len(service.replicas) if service else 0} streams held"
 
     def render_deltas(self, requests: Sequence[DeltaViewRequest]) -> list[RenderedView | BaseException]:
         return self.service.render_deltas(requests)
@@ -155,6 +163,10 @@ class PolicyReplica:
         self.in_flight = 0
         self.max_in_flight = 0
         self.calls = 0
+
+    def __repr__(self) -> str:
+        backend = getattr(getattr(self, "config", None), "backend", "?")
+        return f"policy-replica ({backend}): {getattr(self, 'in_flight', 0)} requests in flight"
 
     async def _decode(self, req: PolicyRequest) -> PolicyInput:
         """The request's input with its view image decoded (through the async policy's

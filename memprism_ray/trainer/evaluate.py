@@ -18,6 +18,7 @@ import ray
 from tqdm import tqdm
 
 from memprism_ray.actors.evaluation import EvalWorker
+from memprism_ray.actors.placement import actor_name
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.benchmark import Benchmark, EvalPlan
 
@@ -133,7 +134,7 @@ def evaluate(
     n_workers = max(1, min(plan.workers, len(plan.specs) or 1))
     handles, started = replicas_for(cfg, pool, cfg.policy.backend in POOL_BACKENDS, log, "the evaluation")
     workers = [
-        EvalWorker.options(name=f"{cfg.run.name}-eval-worker-{i}", num_cpus=cfg.rollout.env_cpus).remote(
+        EvalWorker.options(name=actor_name(cfg.run.name, f"eval-worker-{i}"), num_cpus=cfg.rollout.env_cpus).remote(
             cfg, plan.slots, state_ref, handles, f"eval-{i}"
         )
         for i in range(n_workers)

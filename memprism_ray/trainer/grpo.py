@@ -17,7 +17,13 @@ from tqdm import tqdm
 
 from memprism_ray.actors import metrics, waits
 from memprism_ray.actors.learner import Learner
-from memprism_ray.actors.placement import learner_options, placement_summary, policy_replica_options, wait_placed
+from memprism_ray.actors.placement import (
+    actor_name,
+    learner_options,
+    placement_summary,
+    policy_replica_options,
+    wait_placed,
+)
 from memprism_ray.actors.rollout import RolloutWorker
 from memprism_ray.actors.workers import PhiWorker, ViewWorker, start_policy_replicas
 from memprism_ray.pipeline.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration, write_files
@@ -53,7 +59,7 @@ def start_training_actors(
         resources,
     ):
         say(line)
-    learner = Learner.options(name=f"{cfg.run.name}-learner", **learner_options(cfg)).remote(
+    learner = Learner.options(name=actor_name(cfg.run.name, "learner"), **learner_options(cfg)).remote(
         cfg.grpo, str(reference), str(resume_from) if resume_from else "", cfg.rollout.learner_threads
     )
     start = wait_placed([learner.iteration.remote()], "learner", learner_options(cfg), cfg.run.call_timeout_s * 4)[0]
@@ -64,13 +70,13 @@ def start_training_actors(
     # With phi.llm_source: pool the Phi prompts go to the same replicas as the decisions.
     phi_pool = [
         PhiWorker.options(
-            name=f"{cfg.run.name}-phi-worker-{i}", num_cpus=ro.helper_cpus, max_restarts=ro.max_restarts
+            name=actor_name(cfg.run.name, f"phi-worker-{i}"), num_cpus=ro.helper_cpus, max_restarts=ro.max_restarts
         ).remote(cfg.corpus.benchmark, cfg.phi, replicas, f"phi-{i}", cfg.run.call_timeout_s)
         for i in range(ro.phi_workers)
     ]
     view_pool = [
         ViewWorker.options(
-            name=f"{cfg.run.name}-view-worker-{i}", num_cpus=ro.helper_cpus, max_restarts=ro.max_restarts
+            name=actor_name(cfg.run.name, f"view-worker-{i}"), num_cpus=ro.helper_cpus, max_restarts=ro.max_restarts
         ).remote(cfg.render, ro.view_cache_size)
         for i in range(ro.view_workers)
     ]
@@ -79,7 +85,7 @@ def start_training_actors(
 
     def make_rollout_worker(i: int, generation: int) -> object:
         return RolloutWorker.options(
-            name=f"{cfg.run.name}-rollout-worker-{i}.{generation}", num_cpus=ro.rollout_cpus
+            name=actor_name(cfg.run.name, f"rollout-worker-{i}"), num_cpus=ro.rollout_cpus
         ).remote(cfg, i, full_ref, phi_pool, view_pool, replicas, needs_text, cfg.run.name, generation)
 
     fleet = RolloutFleet.start(

@@ -91,6 +91,28 @@ def test_corrupt_latest_checkpoint_falls_back_with_a_warning(tmp_path: Path) -> 
     assert latest_checkpoint(c.run.dir) == checkpoint_dir(c.run.dir, 1)
 
 
+def test_a_refused_resume_renames_nothing(tmp_path: Path) -> None:
+    """``--resume auto`` with a changed config is refused before the corrupt newest checkpoint
+    is set aside: the run directory is left as it was (issue 29, item 9)."""
+    c = cfg(tmp_path)
+    prepare_run_dir(c.run.dir, "", c)
+    save_d2(checkpoint_dir(c.run.dir, 1), c, 1)
+    two = save_d2(checkpoint_dir(c.run.dir, 2), c, 2)
+    (two / "model.safetensors").write_bytes(b"torn")
+    before = sorted(p.name for p in (c.run.dir / "checkpoints").iterdir())
+    with pytest.raises(RunDirError, match=r"config differs.*grpo\.lr"):
+        prepare_run_dir(c.run.dir, "auto", cfg(tmp_path, "--grpo.lr", "1e-5"), warn=lambda _: None)
+    assert sorted(p.name for p in (c.run.dir / "checkpoints").iterdir()) == before == ["iter_0001", "iter_0002"]
+
+
+@pytest.mark.parametrize("out_dir", ["{file}/runs", "/proc/memprism-x"])
+def test_an_out_dir_that_cannot_be_created_is_one_line(tmp_path: Path, out_dir: str) -> None:
+    (tmp_path / "file").write_text("a regular file")
+    c = load_config("configs/local.yaml", ["--run.out_dir", out_dir.format(file=tmp_path / "file"), "--run.name", "r"])
+    with pytest.raises(RunDirError, match=r"^run directory .* cannot be (created|used): .*check --run\.out_dir\)$"):
+        prepare_run_dir(c.run.dir, "", c)
+
+
 def test_bad_resume_paths_and_init_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
     c = cfg(tmp_path)
     with pytest.raises(RunDirError, match="no such checkpoint directory"):

@@ -1,0 +1,46 @@
+"""The final evaluation's driver (memprism_ray/trainer/evaluate.py): each worker plays its share
+in waves of ``slots`` episodes, one call per wave, so the bar moves as waves finish (issue 29:
+the first line used to come after one whole condition); every planned episode is reported in
+plan order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray]
+
+
+def test_waves_report_progress_and_results_keep_plan_order(
+    ray_session, memprism_tiny_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.config import load_config
+    from memprism_ray.trainer.evaluate import evaluate, play_condition
+
+    cfg = load_config(
+        "configs/local.yaml",
+        ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.episodes", "5", "--eval.workers", "2",
+         "--eval.slots", "1", "--eval.artifacts", "0", "--agent.max_steps", "2", "--grpo.max_steps", "2",
+         "--rollout.env_cpus", "0.1",
+         "--run.out_dir", str(tmp_path), "--run.name", "waves"],
+    )  # fmt: skip
+    alf = get_benchmark("alfworld")
+    summary = evaluate(cfg, alf, ("no_memory",), None, "", tmp_path / "eval", log=print)
+    out = capsys.readouterr().out
+    assert "eval no_memory" in out and "5/5" in out and "sr=" in out  # the bar, with the running SR
+    assert summary["conditions"][0]["n"] == 5
+    # One call per wave of `slots` episodes: 5 episodes on 2 workers with 1 slot are 5 calls.
+    from memprism_ray.actors.evaluation import EvalWorker
+
+    plan = alf.eval_plan(cfg)
+    workers = [EvalWorker.options(num_cpus=0.1).remote(cfg, 1, None, None, f"t{i}") for i in range(2)]
+    seen: list[int] = []
+    try:
+        results, _ = play_condition(workers, "no_memory", plan, None, 120.0, 0, lambda rs: seen.append(len(rs)))
+    finally:
+        for w in workers:
+            ray_session.kill(w)
+    assert seen == [1] * 5
+    assert [r.spec.episode_id for r in results] == [s.episode_id for s in plan.specs]

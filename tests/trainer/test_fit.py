@@ -1,0 +1,74 @@
+"""The trainer's start and its failures, as a user meets them (issue 29, item 9): a start that
+cannot succeed is one line and exit status 2 and leaves nothing behind; a dead Learner is one
+line naming the last checkpoint and the ``--resume auto`` command that continues."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from memprism_ray.benchmark import get_benchmark
+from memprism_ray.config import load_config
+
+fit_module = importlib.import_module("memprism_ray.trainer.fit")  # the package re-exports fit(), the function
+
+
+def _cfg(tmp_path: Path, corpus: Path, *extra: str):
+    return load_config(
+        "configs/local.yaml",
+        ["--corpus.data_root", str(corpus), "--run.out_dir", str(tmp_path), "--run.name", "r", *extra],
+    )
+
+
+def test_a_run_dir_through_a_regular_file_is_one_line(
+    tmp_path: Path, memprism_tiny_corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "f").write_text("x")
+    cfg = load_config("configs/local.yaml", ["--run.out_dir", str(tmp_path / "f" / "runs"), "--run.name", "r"])
+    assert fit_module.fit(cfg, get_benchmark("alfworld"), []) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("[grpo] error: run directory") and "--run.out_dir" in err[0]
+
+
+def test_training_on_the_evaluation_games_is_refused_and_leaves_no_run_dir(
+    tmp_path: Path, memprism_tiny_corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _cfg(tmp_path, memprism_tiny_corpus, "--eval.split", "train")
+    assert fit_module.fit(cfg, get_benchmark("alfworld"), []) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "alfworld evaluation tasks are also training tasks" in err[0] and "eval.split" in err[0]
+    assert not cfg.run.dir.exists()
+
+
+def test_a_dead_learner_is_one_line_with_the_command_that_continues(
+    tmp_path: Path,
+    memprism_tiny_corpus: Path,
+    actors_reference_ckpt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ray.exceptions import ActorDiedError
+
+    from memprism_ray.actors import placement
+    from memprism_ray.trainer import grpo
+
+    def died(*_args: object, **_kwargs: object) -> None:
+        raise ActorDiedError()
+
+    monkeypatch.setattr(placement, "init_ray", lambda *a, **k: {"CPU": 2.0})
+    monkeypatch.setattr(grpo, "start_training_actors", lambda *a, **k: None)
+    monkeypatch.setattr(grpo, "run_grpo_iterations", died)
+    argv = ["--config", "configs/local.yaml", "--resume", "auto", "--grpo.iterations", "3"]
+    cfg = _cfg(tmp_path, memprism_tiny_corpus, "--init_checkpoint", str(actors_reference_ckpt))
+    assert fit_module.fit(cfg, get_benchmark("alfworld"), argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("[grpo] error: the Learner actor died (ActorDiedError)")
+    assert "last checkpoint: none yet" in err[0]
+    assert err[0].endswith("--config configs/local.yaml --grpo.iterations 3 --resume auto")
+
+
+def test_without_resume_drops_every_spelling() -> None:
+    args = ["--resume", "x", "--a", "1", "--run.resume=auto", "--resume=p", "--run.resume", "y", "--b"]
+    assert fit_module._without_resume(args) == ["--a", "1", "--b"]
