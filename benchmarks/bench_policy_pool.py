@@ -628,31 +628,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     _progress(f"warmed up in {res['stage_seconds']['warmup']:.0f}s")
     save()
 
+    per_rep = args.workers * args.group * args.steps
     if "core" in stages:
         t = time.perf_counter()
         runs: dict[str, list[dict[str, Any]]] = {"all_at_once": [], "pool": []}
-        for _ in range(args.reps):  # alternating, so drift hits both patterns alike
+        for rep in range(args.reps):  # alternating, so drift hits both patterns alike
+            if rep and not bench.fits(f"core repetition {rep + 1}", 2 * per_rep, t0):
+                break
             runs["all_at_once"].append(bench.pattern("all_at_once", 1, n_all, args.steps))
             runs["pool"].append(bench.pattern("pool", args.workers, args.group, args.steps))
-        solo = bench.record("all_at_once", runs["all_at_once"])
-        pool = bench.record("pool", runs["pool"])
-        ratios = [
-            p["decisions_per_s"] / a["decisions_per_s"] for a, p in zip(runs["all_at_once"], runs["pool"], strict=True)
-        ]
-        res["ratio"] = round(pool["decisions_per_s"]["median"] / solo["decisions_per_s"]["median"], 3)
-        res["ratio_per_rep"] = summarize(ratios)
-        res["prompt_tokens_mean"] = round(pool["prompt_tokens_mean"], 1)
-        res["visual_tokens_mean"] = round(pool["visual_tokens_mean"], 1)
-        limit = compute_limit_tokens_per_s(args.model_params, args.peak_tflops)
-        res["compute_limit_tokens_per_s"] = round(limit)
-        for entry in (solo, pool):
-            prefill = entry["decisions_per_s"]["median"] * entry["prompt_tokens_mean"]
-            entry["prefill_tokens_per_s"] = round(prefill)
-            entry["fraction_of_compute_limit"] = round(prefill / limit, 3)
-        if args.probe_tokens:
+            core_summary(bench, runs, args)  # recorded after every repetition: a cut run keeps it
+            res["stage_seconds"]["core"] = round(time.perf_counter() - t, 1)
+            save()
+        if args.probe_tokens and bench.fits("decode_probe", n_all * max(2, args.steps // 3) // 3, t0):
             probe = bench.pattern("decode_probe", 1, n_all, max(2, args.steps // 3), max_tokens=args.probe_tokens)
             split = decode_split(
-                solo["decisions_per_s"]["median"], args.max_tokens, probe["decisions_per_s"], args.probe_tokens
+                res["patterns"]["all_at_once"]["decisions_per_s"]["median"],
+                args.max_tokens,
+                probe["decisions_per_s"],
+                args.probe_tokens,
             )
             res["decode_probe"] = {
                 "completion_tokens": args.probe_tokens,
@@ -663,7 +657,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         _progress(f"core: ratio pool/all_at_once {res['ratio']} (per rep {res['ratio_per_rep']['reps']})")
         save()
 
-    per_rep = args.workers * args.group * args.steps
     if "layout" in stages and bench.fits("layout", args.reps * per_rep, t0):
         t = time.perf_counter()
         ray.get(replica.configure_frontend.remote(prompt_layout="instructions_first"), timeout=60)
@@ -742,6 +735,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_result(NAME, res, variant="fake" if fake else "", argv=argv)
     ray.shutdown()
     return 0
+
+
+def core_summary(bench: Bench, runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
+    """Record the core patterns so far: medians and ranges, their ratio (of the medians and
+    per repetition), prefill tokens/s and the fraction of the compute limit."""
+    res = bench.result
+    solo = bench.record("all_at_once", runs["all_at_once"])
+    pool = bench.record("pool", runs["pool"])
+    pairs = zip(runs["all_at_once"], runs["pool"], strict=True)
+    res["ratio"] = round(pool["decisions_per_s"]["median"] / solo["decisions_per_s"]["median"], 3)
+    res["ratio_per_rep"] = summarize([p["decisions_per_s"] / a["decisions_per_s"] for a, p in pairs])
+    res["prompt_tokens_mean"] = round(pool["prompt_tokens_mean"], 1)
+    res["visual_tokens_mean"] = round(pool["visual_tokens_mean"], 1)
+    limit = compute_limit_tokens_per_s(args.model_params, args.peak_tflops)
+    res["compute_limit_tokens_per_s"] = round(limit)
+    for entry in (solo, pool):
+        prefill = entry["decisions_per_s"]["median"] * entry["prompt_tokens_mean"]
+        entry["prefill_tokens_per_s"] = round(prefill)
+        entry["fraction_of_compute_limit"] = round(prefill / limit, 3)
 
 
 def projection(args: argparse.Namespace, res: dict[str, Any]) -> dict[str, Any] | None:

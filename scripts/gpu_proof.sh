@@ -12,7 +12,9 @@
 # a shorter start; the bench always measures the default engine).
 #
 # 1. tests/gpu/            the pool on a real engine (7B-shaped Qwen2.5-VL, random weights)
-# 2. bench_policy_pool.py  pool decisions/s (8 callers x groups of 16) vs one engine batch of 128
+# 2. bench_policy_pool.py  all_at_once vs pool (8 callers x groups of 16) on one AsyncLLM engine, then
+#                          the layout, rollout-loop and front-end stages (issue 31; for a 15-minute
+#                          lease use scripts/gpu_bench.sh, which budgets the time)
 # 3. gpu_smoke.yaml        jobs/grpo_alfworld.py through `ray job submit` on a local head -> SUCCEEDED
 # and prints the figures to paste into README.md / docs/gpu.md. Only processes it started are
 # stopped (the Ray head by its own process group, never `ray stop`).
@@ -119,7 +121,7 @@ done
 echo
 echo "================ gpu_proof figures ================"
 has_step tests && { grep -E "passed|failed|skipped|error" "${PROOF}/tests_gpu.log" | tail -n 1 || true; }
-has_step bench && { grep -E "^(solo|pool|ratio)" "${PROOF}/bench.log" || true; grep -E "^RESULT " "${PROOF}/bench.log" || true; }
+has_step bench && { grep -E "^(all_at_once|pool|ratio|rollout|scheduler)" "${PROOF}/bench.log" || true; grep -E "^RESULT " "${PROOF}/bench.log" || true; }
 has_step smoke && { grep -E "job (SUCCEEDED|FAILED|STOPPED)" "${PROOF}/smoke.log" || true; }
 echo "logs: ${PROOF}/{tests_gpu,bench,smoke}.log"
 echo "steps: ${STEPS}; exit codes (- = not run): tests ${tests_rc}, bench ${bench_rc}, smoke ${smoke_rc}; engine cores left over: ${LEFTOVER}"

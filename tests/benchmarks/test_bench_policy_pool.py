@@ -137,3 +137,19 @@ def test_fake_engine_run_records_repetitions_and_the_new_result_fields(tmp_path:
     record = json.loads((bench_results_dir / "bench_policy_pool.fake.json").read_text())
     assert record["result"]["patterns"].keys() == res["patterns"].keys()
     assert json.loads(out.read_text())["ratio"] == res["ratio"]
+
+
+def test_gpu_bench_script_parses_and_its_dry_run_names_every_stage_in_order() -> None:
+    """scripts/gpu_bench.sh cannot run without a GPU: its syntax and plan are checked here."""
+    script = ROOT / "scripts" / "gpu_bench.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    env = dict(os.environ, GPU_BENCH_BUDGET_S="540")
+    run = subprocess.run(["bash", str(script), "--dry-run", "run"], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    order = [line.split()[2] for line in run.stdout.splitlines() if line.startswith("[gpu_bench] stage ")]
+    assert order == ["install", "source", "model", "bench", "tests"]
+    assert "--enforce-eager" in run.stdout and "--deadline-s" in run.stdout and "nothing ran" in run.stdout
+    prep = subprocess.run(["bash", str(script), "--dry-run", "prep"], capture_output=True, text=True, env=env)
+    calls = [line for line in prep.stdout.splitlines() if line.strip().startswith("run(")]
+    assert len(calls) >= 2 and "scripts/gpu_bench.sh run" in calls[-1] and "tmp/gpu/src.tar.gz" in calls[-1]
+    assert all("timeout_s=" in c for c in calls)

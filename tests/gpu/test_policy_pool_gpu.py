@@ -73,6 +73,7 @@ def replica(ray_session):
             ignore_eos=True,
             # scripts/gpu_proof.sh with GPU_PROOF_EAGER=1: no CUDA graphs, a shorter start
             enforce_eager=os.environ.get("GPU_PROOF_EAGER") == "1",
+            frontend_threads=2,  # PNG decode and templating off the event loop (issue 31)
         ),
     )
     opts = cfg.replica_options(1.0)
@@ -125,3 +126,23 @@ def test_teacher_completion_on_the_pool(ray_session, replica) -> None:
     pool = PolicyPool([replica], timeout_s=300, caller="teacher")
     replies = pool.complete(["Return a JSON view distribution.", "Another state."], max_tokens=8, group="d1-0")
     assert all(isinstance(r, str) for r in replies), replies
+
+
+def test_the_engine_runs_the_configured_scheduler_and_both_prompt_layouts(ray_session, replica) -> None:
+    """Issue 31: vLLM resolved the config's explicit scheduler (not AsyncLLM's 2,048 / 128
+    defaults), and an instructions-first prompt is answered like the paper's."""
+    from memprism_ray.actors.services import PolicyPool
+
+    settings = ray_session.get(replica.engine_settings.remote(), timeout=60)
+    assert settings["source"] == "engine", settings
+    assert settings["max_num_batched_tokens"] == 16384 and settings["max_num_seqs"] == 1024, settings
+    assert settings["frontend_threads"] == 2
+    pool = PolicyPool([replica], timeout_s=300, caller="layout")
+    ray_session.get(replica.configure_frontend.remote(prompt_layout="instructions_first"), timeout=60)
+    try:
+        outs = pool.act(inputs("layout", 4), group="layout")
+    finally:
+        ray_session.get(replica.configure_frontend.remote(prompt_layout="paper"), timeout=60)
+    assert all(isinstance(o, PolicyOutput) and o.completion_tokens == MAX_TOKENS for o in outs)
+    front = ray_session.get(replica.stats.remote(), timeout=60)["frontend"]
+    assert front["decode_n"] >= 4 and front["mm_preprocess_n"] >= 4  # vLLM's input processing was timed
