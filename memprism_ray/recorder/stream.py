@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from memprism_ray.recorder.events import Event, Outcome, RawEvent, StateDelta
 from memprism_ray.recorder.validate import ValidationReport, changed_flags, classify_outcome, validate_deltas
@@ -64,7 +64,6 @@ class EventStream:
         self._state: dict[str, str] = {}
         self._dropped = {"empty_key": 0, "unknown_value": 0, "duplicate": 0}
         self._content = hashlib.sha256(b"memprism-view-content").hexdigest()
-        self._sink: IO[str] | None = None
 
     # --- reading --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -98,9 +97,6 @@ class EventStream:
         """Latest observed value per state key (a copy)."""
         return dict(self._state)
 
-    def latest(self, key: str, default: str | None = None) -> str | None:
-        return self._state.get(key, default)
-
     @property
     def content_digest(self) -> str:
         """Hash chain over the records only, without stream meta or raw-event meta (episode
@@ -132,7 +128,6 @@ class EventStream:
         changed = changed_flags(accepted, self._state)
         record = StreamRecord(raw, event, changed)
         data = record.to_dict()
-        line = _canonical_json(data)
         del data["raw"]["meta"]
         content_line = _canonical_json(data)
         # Everything that can fail has run; mutate now.
@@ -141,9 +136,6 @@ class EventStream:
             self._state[d.key] = d.new_value
         self._count(report)
         self._content = hashlib.sha256(self._content.encode() + content_line).hexdigest()
-        if self._sink is not None:
-            self._sink.write(line.decode() + "\n")
-            self._sink.flush()
         return event
 
     def record(
@@ -187,18 +179,6 @@ class EventStream:
             fh.write(_canonical_json(self._header()).decode() + "\n")
             for rec in self._records:
                 fh.write(_canonical_json(rec.to_dict()).decode() + "\n")
-
-    def attach_jsonl(self, path: str | Path) -> None:
-        """Write the stream so far to ``path`` and append (and flush) every later record,
-        so a crash loses nothing already appended."""
-        self.detach()
-        self.to_jsonl(path)
-        self._sink = Path(path).open("a", encoding="utf-8")  # noqa: SIM115 (closed by detach)
-
-    def detach(self) -> None:
-        if self._sink is not None:
-            self._sink.close()
-            self._sink = None
 
     @classmethod
     def from_jsonl(cls, path: str | Path) -> EventStream:
@@ -322,25 +302,17 @@ class EventStream:
         path = Path(path)
         if not path.exists():
             raise ValueError(f"{path}: no such file")
-        suffix = path.suffix.lower()
-        if suffix in (".parquet", ".pq"):
-            return cls.from_parquet(path)
-        if suffix in (".jsonl", ".json", ".ndjson"):
-            return cls.from_jsonl(path)
-        raise ValueError(f"{path}: unknown event-stream format {suffix!r}; use .jsonl or .parquet")
+        return cls.from_parquet(path) if _is_parquet(path) else cls.from_jsonl(path)
 
     def save(self, path: str | Path) -> None:
         """Save as Parquet or JSONL by suffix (see :meth:`load`)."""
-        suffix = Path(path).suffix.lower()
-        if suffix in (".parquet", ".pq"):
+        if _is_parquet(path):
             self.to_parquet(path)
-        elif suffix in (".jsonl", ".json", ".ndjson"):
-            self.to_jsonl(path)
         else:
-            raise ValueError(f"{path}: unknown event-stream format {suffix!r}; use .jsonl or .parquet")
+            self.to_jsonl(path)
 
     def copy(self) -> EventStream:
-        """An independent stream with the same records (no sink attached)."""
+        """An independent stream with the same records."""
         other = EventStream(self.meta)
         other._records = list(self._records)
         other._state = dict(self._state)
@@ -355,3 +327,11 @@ class EventStream:
 
     def __repr__(self) -> str:
         return f"EventStream(len={len(self)}, keys={len(self._state)}, meta={self.meta!r})"
+
+
+def _is_parquet(path: str | Path) -> bool:
+    """Parquet or JSONL by the file suffix; any other suffix is an error."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".parquet", ".pq", ".jsonl", ".json", ".ndjson"):
+        raise ValueError(f"{path}: unknown event-stream format {suffix!r}; use .jsonl or .parquet")
+    return suffix in (".parquet", ".pq")

@@ -5,26 +5,21 @@
 costs a VLM. Importing this package loads no font: atlases are built on first use.
 """
 
-from memprism_ray.render.config import PATCH, RenderColors, RenderConfig
+from memprism_ray.render.config import RenderColors, RenderConfig
 from memprism_ray.render.layout import Page, layout
-from memprism_ray.render.optical import Rendered, encode_png, render, render_image, render_png
+from memprism_ray.render.optical import encode_png, render, render_image, render_png
 from memprism_ray.render.text import render_text
-from memprism_ray.render.visual_tokens import minicpmv26_tokens, qwen3vl_tokens, qwen25vl_tokens, smart_resize
+from memprism_ray.render.visual_tokens import qwen25vl_tokens
 
 __all__ = [
-    "PATCH",
     "Page",
     "RenderColors",
     "RenderConfig",
-    "Rendered",
     "encode_png",
     "layout",
-    "minicpmv26_tokens",
-    "qwen3vl_tokens",
     "qwen25vl_tokens",
     "render",
     "render_image",
     "render_png",
     "render_text",
-    "smart_resize",
 ]

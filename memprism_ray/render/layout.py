@@ -39,6 +39,7 @@ from memprism_ray.composer.structures import (
     EffectGroup,
     EntityRow,
     EntityState,
+    LinkKind,
     StateChain,
     StateValue,
     TemporalTrace,
@@ -457,6 +458,9 @@ def header_block(view: View, geo: Geometry, counts: list[str]) -> Block:
 
 # --- per-view entry builders ---------------------------------------------------------
 Builder = Callable[[int], Block]
+#: What a view type's layout gives: its entry count, the block builder of entry ``i`` and
+#: a fixed block above the entries (the EntityState table head), if any.
+Layout = tuple[int, Builder, "Block | None"]
 
 
 def entry_limit(budget_rows: int) -> int:
@@ -473,7 +477,7 @@ def _longest_action(items: list[SelectedEvent]) -> int:
     return max((len(it.event.action) for it in items), default=8)
 
 
-def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) -> tuple[int, Builder]:
+def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) -> Layout:
     entries = body.entries
     limit = entry_limit(budget_rows)
     gamma = view.action.gamma
@@ -511,7 +515,7 @@ def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) 
         text = ", ".join(f"{o.value} {c}" for o, c in hist)
         return Block("plain", grid(cells), [f"steps {e.first_t}-{e.last_t} | {e.count} events collapsed | {text}"])
 
-    return len(entries), build
+    return len(entries), build, None
 
 
 def _histogram_segs(group: EffectGroup) -> list[Seg]:
@@ -527,7 +531,7 @@ def _longest_shown(g: EffectGroup, k: int) -> int:
     return max((len(it.event.action) for it in g.attempts[-k:]), default=-1)
 
 
-def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> tuple[int, Builder]:
+def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> Layout:
     groups = body.groups
     gamma = view.action.gamma
     cols = geo.content_cols("card")
@@ -573,14 +577,13 @@ def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> 
         hidden += len(shown_attempts) - kept
         return Block("card", head_rows + body_rows, [head_line, *body_lines], gap=4, bg="card_bg", hidden=hidden)
 
-    return len(groups), build
+    return len(groups), build, None
 
 
 def _chain_items(chain: StateChain, gamma: str, drop: int = 0) -> list[list[Seg]]:
     """Chain items; ``drop`` more values after the first are skipped (added to the
     ``...k`` marker that coarse elision already uses)."""
-    values = chain.values if not drop else (chain.values[0], *chain.values[1 + drop :])
-    skipped = chain.elided + drop
+    values, skipped = _chain_values(chain, drop)
     items: list[list[Seg]] = []
     last = len(values) - 1
     for k, v in enumerate(values):
@@ -594,9 +597,14 @@ def _chain_items(chain: StateChain, gamma: str, drop: int = 0) -> list[list[Seg]
     return items
 
 
+def _chain_values(chain: StateChain, drop: int) -> tuple[tuple[StateValue, ...], int]:
+    """The values a chain shows when ``drop`` more after the first are left out, and how many
+    it skips in all."""
+    return (chain.values if not drop else (chain.values[0], *chain.values[1 + drop :])), chain.elided + drop
+
+
 def _chain_text(chain: StateChain, gamma: str, drop: int = 0) -> str:
-    values = chain.values if not drop else (chain.values[0], *chain.values[1 + drop :])
-    skipped = chain.elided + drop
+    values, skipped = _chain_values(chain, drop)
     texts = [clean(v.value) for v in values]
     if skipped:
         texts.insert(1, f"({skipped} more)")
@@ -747,7 +755,7 @@ def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[
     return ew, out, other_col
 
 
-def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tuple[int, Builder, Block | None]:
+def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> Layout:
     rows = body.rows
     gamma = view.action.gamma
     cols = geo.content_cols("table_row")
@@ -794,16 +802,10 @@ def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> tu
     return len(rows), build, head
 
 
-LINK_LABEL = {
-    "anchor": "ANCHOR",
-    "previous": "previous",
-    "same_entity": "same entity",
-    "shared_key": "shared key",
-    "context": "context",
-}
+LINK_LABEL = {kind.value: "ANCHOR" if kind is LinkKind.ANCHOR else kind.value.replace("_", " ") for kind in LinkKind}
 
 
-def _dependency(view: View, body: DependencyChain, geo: Geometry, budget_rows: int) -> tuple[int, Builder]:
+def _dependency(view: View, body: DependencyChain, geo: Geometry, budget_rows: int) -> Layout:
     links = body.links
     gamma = view.action.gamma
     cols = geo.content_cols("link")
@@ -831,7 +833,7 @@ def _dependency(view: View, body: DependencyChain, geo: Geometry, budget_rows: i
         hidden = len(delta_items(it, gamma)) - shown
         return Block(kind, grid(cells, bg, bar), [line], gap=gap, bg=block_bg, hidden=hidden)
 
-    return len(links), build
+    return len(links), build, None
 
 
 # --- fitting ---------------------------------------------------------------------------
@@ -869,36 +871,26 @@ def _layout_at(view: View, config: RenderConfig) -> Page:
     counts = [f"events {view.n_stream}", f"in scope {view.n_scope}", f"selected {view.n_selected}"]
     if isinstance(body, TemporalTrace):
         counts.append(f"entries {len(body.entries)}")
+        lay, unit = _temporal, "entries"
     elif isinstance(body, ActionEffect):
         counts.append(f"groups {len(body.groups)}")
+        lay, unit = _effect, "groups"
     elif isinstance(body, EntityState):
         counts.append(f"entities {len(body.rows)}")
+        lay, unit = _state, "entities"
     elif isinstance(body, DependencyChain):
         counts += [f"chain {len(body.links)}/{body.cap}", f"candidates {body.candidates}"]
+        lay, unit = _dependency, "links"
+    else:  # pragma: no cover - View.body is one of the four
+        raise ValueError(f"cannot lay out a view body of type {type(body).__name__}")
     header = header_block(view, geo, counts)
     header_h = geo.height(header) + 2
     top = header_h + 4
     budget = geo.max_side - top - geo.margin
     budget_rows = max(1, budget // geo.row_h)
-    fixed: list[Block] = []
-    recent_first = True
-    if isinstance(body, TemporalTrace):
-        total, build = _temporal(view, body, geo, budget_rows)
-        unit = "entries"
-    elif isinstance(body, ActionEffect):
-        total, build = _effect(view, body, geo, budget_rows)
-        unit = "groups"
-    elif isinstance(body, EntityState):
-        total, build, head = _state(view, body, geo, budget_rows)
-        if head is not None:
-            fixed.append(head)
-        unit = "entities"
-    elif isinstance(body, DependencyChain):
-        total, build = _dependency(view, body, geo, budget_rows)
-        unit = "links"
-        recent_first = False
-    else:  # pragma: no cover - View.body is one of the four
-        raise ValueError(f"cannot lay out a view body of type {type(body).__name__}")
+    total, build, head = lay(view, body, geo, budget_rows)  # type: ignore[arg-type]
+    fixed = [head] if head is not None else []
+    recent_first = unit != "links"  # DependencyChain keeps its highest-priority links
 
     used = sum(b.gap + geo.height(b) for b in fixed)
     kept: list[Block] = []

@@ -1,54 +1,12 @@
 """Router input features (paper: "Router", eq. router-state; appendix A.2 and D.4).
 
-``z_t = Enc_theta(o_t, g, Summary(E_<t))`` reads four fixed-size vectors:
-
-* ``obs``    384-d MiniLM embedding of the serialised current observation ``x_t``,
-* ``goal``   384-d MiniLM embedding of the task goal ``g``,
-* ``window`` 128-d :class:`EventWindowSummarizer` vector over the latest 8 raw/structured
-  event pairs (``u_t``),
-* ``stats``  8-d :func:`global_stats` vector over at most the latest 64 events (``s_t``).
-
-Window vector layout (A.2: "first eight coordinates encode the action_frequency profile
-..., the next three coordinates are the exception, state-update, and no-observed-change
-ratios. Seven further coordinates record ..."). ``n`` is the number of events in the
-window (0..8), ``W = 8`` its capacity; every ratio is 0 when ``n == 0``:
-
-====  =========================================================================
-idx   value
-====  =========================================================================
-0-7   the 8 largest normalised action-signature frequencies ``count / n`` in
-      descending order (fewer than 8 signatures: zero padded)
-8     exception ratio (outcome ``exception`` / n)
-9     state-update ratio
-10    no-observed-change ratio
-11    normalised entity count: distinct non-empty main entities / W
-12    entity coverage: events that name a main entity / n
-13    delta ratio: events with at least one accepted state delta / n
-14    maximum run of consecutive ``exception`` events / W
-15    maximum run of consecutive ``no_observed_change`` events / W
-16    recency-weighted state-change density: sum_j w_j [event j changed a known value] / sum_j w_j
-17    recency-weighted exception density: sum_j w_j [event j is an exception] / sum_j w_j
-18+   zero padding to 128
-====  =========================================================================
-
-with recency weights ``w_j = 0.75 ** (n - 1 - j)`` (newest event weight 1). "Changed a
-known value" uses the Recorder's per-delta change flags, so it differs from the
-state-update ratio where an extractor forced ``state_update`` without a changing key.
-
-Global statistics layout (A.2), over the latest ``m = min(len, 64)`` events, ``H = 64``:
-
-====  =========================================================================
-0     exception ratio
-1     state-update ratio
-2     normalised unique-entity count: distinct non-empty main entities / H
-3     normalised history length: m / H
-4     deterministic unit hash of the most recent event's main entity: the first
-      8 bytes of BLAKE2b(entity, digest_size=8) as a big-endian integer / 2**64,
-      in [0, 1); 0 when there is no event or the entity is empty
-5     terminal exception streak (trailing run of ``exception``) / H
-6     terminal no-change streak (trailing run of ``no_observed_change``) / H
-7     recent state-update density: ``state_update`` fraction over the latest 16
-====  =========================================================================
+``z_t = Enc_theta(o_t, g, Summary(E_<t))`` reads four fixed-size vectors: ``obs`` and ``goal``,
+384-d MiniLM embeddings of the serialised observation ``x_t`` and of the goal ``g``; ``window``
+(``u_t``), the 128-d :class:`EventWindowSummarizer` vector over the latest 8 events; ``stats``
+(``s_t``), the 8 :func:`global_stats` over at most the latest 64. Their coordinates are the
+``W_*`` and ``S_*`` constants below (A.2: "first eight coordinates encode the action_frequency
+profile ..., the next three coordinates are the exception, state-update, and
+no-observed-change ratios. Seven further coordinates record ...").
 
 Action canonicalisation (A.2: "Raw actions are canonicalized from fields such as op,
 action_type, or type"), :func:`canonical_action`: a mapping (or a JSON-object text) uses the
@@ -83,27 +41,31 @@ RECENT_EVENTS: int = 16
 RECENCY_DECAY: float = 0.75
 NUM_SIGNATURES: int = 8
 
-# Window coordinates (see the module docstring).
-W_EXCEPTION_RATIO = 8
+# Window coordinates over the latest n <= W = 8 events (every ratio is 0 when n == 0); 0-7 hold
+# the 8 largest action-signature frequencies count / n, descending, zero padded; 18+ are 0.
+W_EXCEPTION_RATIO = 8  # outcome counts / n
 W_STATE_UPDATE_RATIO = 9
 W_NO_CHANGE_RATIO = 10
-W_ENTITY_COUNT = 11
-W_ENTITY_COVERAGE = 12
-W_DELTA_RATIO = 13
-W_MAX_EXCEPTION_STREAK = 14
-W_MAX_NO_CHANGE_STREAK = 15
+W_ENTITY_COUNT = 11  # distinct non-empty main entities / W
+W_ENTITY_COVERAGE = 12  # events that name a main entity / n
+W_DELTA_RATIO = 13  # events with an accepted state delta / n
+W_MAX_EXCEPTION_STREAK = 14  # longest run of exceptions / W
+W_MAX_NO_CHANGE_STREAK = 15  # longest run of no_observed_change / W
+# Recency-weighted (w_j = 0.75 ** (n - 1 - j), newest 1) share of the events that changed a
+# known value (the Recorder's per-delta flags: not the state-update ratio where an extractor
+# forced state_update without a changing key), and of exceptions.
 W_RECENT_STATE_CHANGE = 16
 W_RECENT_EXCEPTION = 17
 
-# Global-statistics coordinates.
-S_EXCEPTION_RATIO = 0
+# Global statistics over the latest m = min(len, H = 64) events.
+S_EXCEPTION_RATIO = 0  # outcome counts / m
 S_STATE_UPDATE_RATIO = 1
-S_ENTITY_COUNT = 2
-S_HISTORY_LENGTH = 3
-S_ENTITY_HASH = 4
-S_EXCEPTION_STREAK = 5
-S_NO_CHANGE_STREAK = 6
-S_RECENT_STATE_UPDATE = 7
+S_ENTITY_COUNT = 2  # distinct non-empty main entities / H
+S_HISTORY_LENGTH = 3  # m / H
+S_ENTITY_HASH = 4  # unit_hash of the latest event's main entity (0 without one)
+S_EXCEPTION_STREAK = 5  # trailing run of exceptions / H
+S_NO_CHANGE_STREAK = 6  # trailing run of no_observed_change / H
+S_RECENT_STATE_UPDATE = 7  # state_update share of the latest 16
 
 #: Words kept in a text-action signature besides the leading verb.
 _PARTICLE_WORDS = (
@@ -199,14 +161,15 @@ def _outcome_flags(recs: Sequence[StreamRecord]) -> tuple[list[bool], list[bool]
 
 
 def unit_hash(text: str) -> float:
-    """Deterministic hash of ``text`` into [0, 1) (BLAKE2b; stable across processes)."""
+    """Deterministic hash of ``text`` into [0, 1): the first 8 bytes of BLAKE2b as a big-endian
+    integer / 2**64 (stable across processes)."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64
 
 
 @dataclass(frozen=True)
 class EventWindowSummarizer:
-    """``u_t``: the 128-d summary of the latest ``window`` events (layout in the module docstring)."""
+    """``u_t``: the 128-d summary of the latest ``window`` events (coordinates ``W_*``)."""
 
     window: int = WINDOW_EVENTS
     abstract_objects: bool = True

@@ -2,8 +2,8 @@
 
 * :mod:`.data`: the official release read from a local path (``train``, ``test_task``,
   ``test_website``, ``test_domain``).
-* :mod:`.snapshot`: the paper's page snapshot (cleaned_html near candidate ids, compact
-  HTML snippets as fallback) with ``[ref=eN]`` element markers.
+* :mod:`.snapshot`: builds the paper's page snapshot (cleaned_html near candidate ids,
+  compact HTML snippets as fallback; format: :mod:`memprism_ray.formats.mind2web_snapshot`).
 * :mod:`.env`: :class:`Mind2WebReplayEnv`, which scores the predicted action and advances
   with the recorded human action.
 * :mod:`.fixture`: a small deterministic dataset in the official schema (tests, smoke runs).
@@ -13,24 +13,7 @@ See docs/mind2web.md.
 
 from __future__ import annotations
 
-from memprism_ray.envs.mind2web.data import (
-    EVAL_SPLITS,
-    SPLITS,
-    Mind2WebDataError,
-    Task,
-    list_games,
-    load_split,
-    resolve_data_root,
-)
+from memprism_ray.envs.mind2web.data import list_games
 from memprism_ray.envs.mind2web.env import Mind2WebReplayEnv
 
-__all__ = [
-    "EVAL_SPLITS",
-    "SPLITS",
-    "Mind2WebDataError",
-    "Mind2WebReplayEnv",
-    "Task",
-    "list_games",
-    "load_split",
-    "resolve_data_root",
-]
+__all__ = ["Mind2WebReplayEnv", "list_games"]

@@ -46,7 +46,6 @@ from memprism_ray.recorder.phi.base import Extraction
 INST = r"[a-z][a-z0-9_\-]* \d+"
 _I = rf"(?:{INST})"
 EMPTY_HAND = "nothing"
-NOTHING_HAPPENS = "Nothing happens."
 
 # --- commands ------------------------------------------------------------------------------
 _COMMANDS: tuple[tuple[str, re.Pattern[str]], ...] = (
