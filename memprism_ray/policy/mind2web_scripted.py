@@ -30,7 +30,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from memprism_ray.formats.mind2web_snapshot import Element, describe, parse_snapshot
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
@@ -102,6 +102,19 @@ def score_actions(goal: str, observation: str, memory: Sequence[str]) -> dict[st
     return scores
 
 
+def tempered_distribution(scores: Mapping[str, float], temperature: float) -> dict[str, float]:
+    """``softmax(score / temperature)`` over the actions in sorted order (the scripted
+    stand-ins' sampling distribution); at temperature 0, uniform over the best-scored."""
+    items = sorted(scores.items())
+    top = max(s for _, s in items)
+    if temperature == 0:
+        best = [a for a, s in items if s == top]
+        return {a: 1.0 / len(best) for a in best}
+    weights = [math.exp((s - top) / temperature) for _, s in items]
+    total = sum(weights)
+    return {a: w / total for (a, _), w in zip(items, weights, strict=True)}
+
+
 class Mind2WebScriptedPolicy:
     """See the module docstring."""
 
@@ -126,20 +139,10 @@ class Mind2WebScriptedPolicy:
         texts.extend(rec.action for rec in inp.history)
         return texts
 
-    def _distribution(self, scores: dict[str, float]) -> dict[str, float]:
-        items = sorted(scores.items())
-        top = max(s for _, s in items)
-        if self.temperature == 0:
-            best = [a for a, s in items if s == top]
-            return {a: 1.0 / len(best) for a in best}
-        weights = [math.exp((s - top) / self.temperature) for _, s in items]
-        total = sum(weights)
-        return {a: w / total for (a, _), w in zip(items, weights, strict=True)}
-
     def input_distribution(self, inp: PolicyInput) -> dict[str, float]:
         """The probability of each candidate action for one prompt (exact, for the teacher)."""
         scores = score_actions(inp.goal, inp.observation, self.memory_texts(inp))
-        return self._distribution(scores) if scores else {}
+        return tempered_distribution(scores, self.temperature) if scores else {}
 
     def act_one(self, inp: PolicyInput) -> PolicyOutput:
         start = time.perf_counter()

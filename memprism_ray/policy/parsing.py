@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,40 +136,45 @@ def _action_text(text: str) -> tuple[str | None, str | None]:
     return stripped, None
 
 
-def parse_alfworld(text: str, admissible: tuple[str, ...] | list[str]) -> ParseResult:
-    """ALFWorld: the tagged action must be one of ``admissible`` (exact, then normalised)."""
+def _match(
+    text: str, options: tuple[str, ...] | list[str], what: str, *folds: Callable[[str], str]
+) -> ParseResult | str:
+    """The tagged action matched to ``options``: exactly, then under each fold in turn (a
+    fold matching several options is invalid); the unmatched action text otherwise."""
     action, err = _action_text(text)
     if err is not None:
         return _invalid(err)
     assert action is not None
-    if action in admissible:
+    if action in options:
         return ParseResult(action=action)
-    key = normalize_ws(action).casefold()
-    hit = _unique([a for a in admissible if normalize_ws(a).casefold() == key], "admissible actions", action)
-    if hit is not None:
-        return hit
-    return _invalid(f"action {_short(action)} is not in the admissible set ({len(admissible)} actions)")
+    for fold in folds:
+        key = fold(action)
+        hit = _unique([o for o in options if fold(o) == key], what, action)
+        if hit is not None:
+            return hit
+    return action
+
+
+def _normalized(text: str) -> str:
+    return normalize_ws(text).casefold()
+
+
+def parse_alfworld(text: str, admissible: tuple[str, ...] | list[str]) -> ParseResult:
+    """ALFWorld: the tagged action must be one of ``admissible`` (exact, then normalised)."""
+    got = _match(text, admissible, "admissible actions", _normalized)
+    if isinstance(got, ParseResult):
+        return got
+    return _invalid(f"action {_short(got)} is not in the admissible set ({len(admissible)} actions)")
 
 
 def parse_ebalfred(text: str, skills: tuple[str, ...] | list[str]) -> ParseResult:
     """EB-ALFRED: exact, case-insensitive, normalised whitespace; ``put down ...`` canonicalised."""
-    action, err = _action_text(text)
-    if err is not None:
-        return _invalid(err)
-    assert action is not None
-    if action in skills:
-        return ParseResult(action=action)
-    folded = action.casefold()
-    hit = _unique([s for s in skills if s.casefold() == folded], "skills", action)
-    if hit is not None:
-        return hit
-    key = normalize_ws(action).casefold()
-    hit = _unique([s for s in skills if normalize_ws(s).casefold() == key], "skills", action)
-    if hit is not None:
-        return hit
-    if key.startswith("put down") and EBALFRED_PUT_DOWN in skills:
+    got = _match(text, skills, "skills", str.casefold, _normalized)
+    if isinstance(got, ParseResult):
+        return got
+    if _normalized(got).startswith("put down") and EBALFRED_PUT_DOWN in skills:
         return ParseResult(action=EBALFRED_PUT_DOWN)
-    return _invalid(f"action {_short(action)} is not one of the {len(skills)} available skills")
+    return _invalid(f"action {_short(got)} is not one of the {len(skills)} available skills")
 
 
 def _no_constants(name: str) -> Any:
@@ -269,19 +275,10 @@ def to_output(
     text = text if isinstance(text, str) else ""
     result = parse_action(inp, text)
     return PolicyOutput(
-        text=text,
-        action=result.action,
-        valid=result.valid,
-        error=result.error,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        visual_tokens=visual_tokens,
-        latency_s=latency_s,
+        text, result.action, result.valid, result.error, prompt_tokens, completion_tokens, visual_tokens, latency_s
     )
 
 
 def failed_output(error: str, *, visual_tokens: int | None = None, latency_s: float = 0.0) -> PolicyOutput:
     """An invalid output for a request the backend rejected (e.g. prompt too long)."""
-    return PolicyOutput(
-        text="", action=None, valid=False, error=error, visual_tokens=visual_tokens, latency_s=latency_s
-    )
+    return PolicyOutput("", None, False, error, visual_tokens=visual_tokens, latency_s=latency_s)
