@@ -5,6 +5,7 @@ from the expert plans of the training episodes; SR per subset and the average.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -24,20 +25,23 @@ class EbAlfred(Benchmark):
 
     def prepare(self, cfg: Any, log: Any = print) -> Any:
         """The fixture built on first use (``ebalfred.controller: fake``), and the scripted
-        stand-in's settings in the config (they reach every actor with it)."""
-        import os
-
+        stand-in's settings (the fixture, its random-skill rate) in ``policy.scripted``: they
+        reach every actor with the config, never through environment variables."""
         eb = cfg.ebalfred
-        if eb.controller == "fake":
-            from memprism_ray.envs.ebalfred.fixture import build_fixture
+        if eb.controller != "fake":
+            return cfg
+        from memprism_ray.envs.ebalfred.fixture import build_fixture
 
-            root = eb.fixture_dir(cfg.run.dir)
-            if not (root / "transcripts.json").is_file():
-                build_fixture(root, episodes_per_subset=eb.fixture_episodes, resolution=min(eb.resolution, 96))
-                log(f"EB-ALFRED fixture built at {root}")
-        env = eb.env_vars(cfg.run.dir)
-        os.environ.update(env)
-        return cfg
+        root = eb.fixture_dir(cfg.run.dir)
+        if not (root / "transcripts.json").is_file():
+            build_fixture(root, episodes_per_subset=eb.fixture_episodes, resolution=min(eb.resolution, 96))
+            log(f"EB-ALFRED fixture built at {root}")
+        if cfg.policy.backend != "scripted":
+            return cfg
+        scripted = {**cfg.policy.scripted, "ebalfred_fixture": str(root.resolve())}
+        scripted["ebalfred_epsilon"] = eb.policy_epsilon
+        log(f"the fixture stand-in plays {root} with a random skill at rate {eb.policy_epsilon}")
+        return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, scripted=scripted))
 
     def train_games(self, cfg: Any) -> list[Any]:
         from memprism_ray.envs.ebalfred.data import list_games

@@ -169,8 +169,12 @@ class ScriptedSettings:
 
     temperature: float = field(1.0, help="softmax temperature over the scored actions; 0 = greedy")
     seed: int = field(0, help="sampling seed (combined with the episode id and step)")
+    ebalfred_fixture: str = field("", help="EB-ALFRED fixture the stand-in replays (set by the EB-ALFRED jobs)")
+    ebalfred_epsilon: float = field(0.2, help="EB-ALFRED stand-in: probability of a random skill per step")
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.ebalfred_epsilon <= 1.0:
+            raise ValueError(f"policy.scripted.ebalfred_epsilon must be in [0, 1], got {self.ebalfred_epsilon}")
         if not self.temperature >= 0:
             raise ValueError(f"policy.scripted.temperature must be >= 0 (0 = greedy), got {self.temperature}")
 

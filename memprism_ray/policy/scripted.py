@@ -289,18 +289,21 @@ class ScriptedPolicy:
     #: It never reads pixels: D1 labelling lays its pages out without painting them.
     needs_view_image = False
 
-    def __init__(self, temperature: float = 1.0, seed: int = 0) -> None:
+    def __init__(
+        self, temperature: float = 1.0, seed: int = 0, ebalfred_fixture: str = "", ebalfred_epsilon: float = 0.2
+    ) -> None:
         if temperature < 0:
             raise ValueError(f"scripted policy temperature must be >= 0, got {temperature}")
         self.temperature = float(temperature)
         self.seed = int(seed)
+        # EB-ALFRED's fixture stand-in (policy/ebalfred_fixture.py): the fixture folder and its
+        # random-skill rate, set in policy.scripted by the EB-ALFRED benchmark.
+        self.ebalfred_fixture = str(ebalfred_fixture)
+        self.ebalfred_epsilon = float(ebalfred_epsilon)
 
     @classmethod
     def from_config(cls, config: PolicyConfig) -> ScriptedPolicy:
-        unknown = set(config.scripted) - {"temperature", "seed"}
-        if unknown:
-            raise ValueError(f"unknown policy.scripted setting(s) {sorted(unknown)}; valid: temperature, seed")
-        return cls(**config.scripted)
+        return cls(**config.scripted)  # keys checked by PolicyConfig (ScriptedSettings)
 
     def _mind2web(self) -> Any:
         from memprism_ray.policy.mind2web_scripted import Mind2WebScriptedPolicy
@@ -361,18 +364,17 @@ class ScriptedPolicy:
         return action, decision.reason
 
     def _ebalfred(self) -> Any:
-        """The EB-ALFRED CPU stand-in: memprism_ray.envs.ebalfred.fake.FixturePolicy on the
-        fixture the environment replays ($MEMPRISM_EBALFRED_FIXTURE; docs/ebalfred.md)."""
+        """The EB-ALFRED CPU stand-in: :class:`~memprism_ray.policy.ebalfred_fixture.FixturePolicy`
+        on the fixture the environment replays (``policy.scripted.ebalfred_fixture``; docs/ebalfred.md)."""
         if getattr(self, "_ebalfred_policy", None) is None:
-            import os
+            from memprism_ray.policy.ebalfred_fixture import FixturePolicy
 
-            from memprism_ray.envs.ebalfred.fake import FixturePolicy
-
-            fixture = os.environ.get("MEMPRISM_EBALFRED_FIXTURE", "")
-            if not fixture:
-                raise ValueError("the scripted EB-ALFRED stand-in needs a fixture: set MEMPRISM_EBALFRED_FIXTURE")
-            epsilon = float(os.environ.get("MEMPRISM_EBALFRED_POLICY_EPSILON", "0.2"))
-            self._ebalfred_policy = FixturePolicy(fixture, epsilon=epsilon, seed=self.seed)
+            if not self.ebalfred_fixture:
+                raise ValueError(
+                    "the scripted EB-ALFRED stand-in needs a fixture: policy.scripted.ebalfred_fixture "
+                    "(set by the EB-ALFRED jobs with ebalfred.controller: fake)"
+                )
+            self._ebalfred_policy = FixturePolicy(self.ebalfred_fixture, epsilon=self.ebalfred_epsilon, seed=self.seed)
         return self._ebalfred_policy
 
     @staticmethod

@@ -15,7 +15,8 @@ from PIL import Image
 from memprism_ray.envs.base import Env
 from memprism_ray.envs.ebalfred.data import game_ref, list_games
 from memprism_ray.envs.ebalfred.env import EbAlfredConfig, EbAlfredEnv, make_embodiedbench_controller
-from memprism_ray.envs.ebalfred.fixture import build_fixture, load_transcripts
+from memprism_ray.envs.ebalfred.fixture import build_fixture
+from memprism_ray.formats.ebalfred_fixture import load_transcripts
 
 
 @pytest.fixture(scope="module")

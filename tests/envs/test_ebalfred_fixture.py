@@ -12,8 +12,9 @@ import pytest
 from PIL import Image
 
 from memprism_ray.envs.ebalfred.data import SUBSETS, TRAIN_SUBSET, load_splits
-from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE, build_fixture, load_transcripts, object_box
+from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE, build_fixture, object_box
 from memprism_ray.envs.ebalfred.skills import global_skills, language_skill_set, scene_filter
+from memprism_ray.formats.ebalfred_fixture import load_transcripts
 
 
 def _digest(root: Path) -> str:

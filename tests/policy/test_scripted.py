@@ -222,10 +222,10 @@ def _blank():
 def test_other_benchmarks_and_bad_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MEMPRISM_EBALFRED_FIXTURE", raising=False)
     out = ScriptedPolicy().act([PolicyInput("ebalfred", "g", "o", ("find a mug",))])[0]
-    assert not out.valid and "MEMPRISM_EBALFRED_FIXTURE" in out.error  # EB-ALFRED: the fixture stand-in only
+    assert not out.valid and "policy.scripted.ebalfred_fixture" in out.error  # EB-ALFRED: the fixture stand-in only
     with pytest.raises(ValueError, match="temperature"):
         ScriptedPolicy(temperature=-1)
-    with pytest.raises(ValueError, match=r"valid keys under policy\.scripted: temperature, seed"):
+    with pytest.raises(ValueError, match=r"valid keys under policy\.scripted: temperature, seed, ebalfred_fixture"):
         ScriptedPolicy.from_config(PolicyConfig(backend="scripted", scripted={"temp": 1.0}))
     p = ScriptedPolicy.from_config(PolicyConfig(backend="scripted", scripted={"temperature": 0.5, "seed": 4}))
     assert (p.temperature, p.seed, p.needs_view_text) == (0.5, 4, True)

@@ -31,7 +31,7 @@ from memprism_ray.recorder.phi.ebalfred import EbAlfredRulePhi
 
 def fixture_plans(fixture: str | Path) -> dict[str, list[str]]:
     """``game_id -> recorded expert skills`` of a fixture."""
-    from memprism_ray.envs.ebalfred.fixture import load_transcripts
+    from memprism_ray.formats.ebalfred_fixture import load_transcripts
 
     return {k: [s["action"] for s in ep["steps"]] for k, ep in load_transcripts(fixture)["episodes"].items()}
 

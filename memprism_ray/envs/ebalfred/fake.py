@@ -42,8 +42,9 @@ import numpy as np
 from PIL import Image
 
 from memprism_ray.envs.ebalfred.data import check_subset
-from memprism_ray.envs.ebalfred.fixture import INVALID_PREFIX, SUCCESS_FEEDBACK, load_transcripts
+from memprism_ray.envs.ebalfred.fixture import INVALID_PREFIX, SUCCESS_FEEDBACK
 from memprism_ray.envs.ebalfred.skills import is_skill_string
+from memprism_ray.formats.ebalfred_fixture import load_transcripts
 
 #: The failure reason for an off-transcript state-changing skill (not an EmbodiedBench message).
 NOT_REPLAYABLE = "The fixture has no recording of this action here"
@@ -177,56 +178,3 @@ class FakeController:
         if lang.startswith("close the ") and target not in visible:
             return f"Cannot find {target} to close"
         return NOT_REPLAYABLE
-
-
-class FixturePolicy:
-    """A CPU task policy for the fixture: it answers in the EB-ALFRED output format
-    (``<action>skill</action>``, parsed by the real parser) with the episode's recorded
-    expert step, and with probability ``epsilon`` a uniformly drawn skill instead.
-
-    It is a test double, not a stand-in for a VLM: it reads the plan from the fixture and
-    keeps, per episode id, how many plan steps it has played (an off-plan skill never
-    advances the fake's replay, so the two stay in step). Draws are seeded by
-    ``(seed, episode id, step)``, so runs are reproducible."""
-
-    name = "fixture-expert"
-    needs_view_text = False
-
-    def __init__(self, fixture: str | Path, epsilon: float = 0.0, seed: int = 0) -> None:
-        if not 0.0 <= epsilon <= 1.0:
-            raise ValueError(f"FixturePolicy epsilon must be in [0, 1], got {epsilon}")
-        doc = load_transcripts(fixture)
-        # Keyed by what the prompt shows: the scene-filtered list or (ebalfred.skills: full) all.
-        self._plans = {
-            (ep["instruction"], tuple(ep[key])): [s["action"] for s in ep["steps"]]
-            for ep in doc["episodes"].values()
-            for key in ("admissible", "skills")
-        }
-        self.epsilon = epsilon
-        self.seed = seed
-        self._played: dict[str, int] = {}
-
-    def act(self, inputs: Any) -> list[Any]:
-        import random
-
-        from memprism_ray.policy.parsing import failed_output, to_output
-
-        outputs = []
-        for inp in inputs:
-            plan = self._plans.get((inp.goal, tuple(inp.admissible)))
-            if plan is None:
-                outputs.append(failed_output(f"no fixture episode has goal {inp.goal[:60]!r} with these skills"))
-                continue
-            key = str(inp.meta.get("episode_id", inp.goal))
-            if inp.step == 0:
-                self._played[key] = 0
-            k = self._played.get(key, 0)
-            rng = random.Random(f"{self.seed}|{key}|{inp.step}")
-            if k < len(plan) and rng.random() >= self.epsilon:
-                action = plan[k]
-            else:
-                action = rng.choice(list(inp.admissible))
-            if k < len(plan) and action == plan[k]:
-                self._played[key] = k + 1
-            outputs.append(to_output(inp, f"<action>{action}</action>"))
-        return outputs

@@ -41,8 +41,8 @@ from PIL import Image, ImageDraw
 from memprism_ray.envs.ebalfred.data import SUBSETS, TRAIN_SUBSET
 from memprism_ray.envs.ebalfred.examples import EXAMPLE_FILES
 from memprism_ray.envs.ebalfred.skills import PICK_OBJS, global_skills, language_skill_set, scene_filter
+from memprism_ray.formats.ebalfred_fixture import FIXTURE_VERSION
 
-FIXTURE_VERSION = 2
 SUCCESS_FEEDBACK = "Last action executed successfully."
 INVALID_PREFIX = "Last action is invalid."
 TRAIN_FILE = "alfred_train.json"
@@ -372,15 +372,3 @@ def build_fixture(out: str | Path, episodes_per_subset: int = 3, resolution: int
     return root
 
 
-def load_transcripts(root: str | Path) -> dict[str, Any]:
-    """The fixture's transcripts; a one-line error when the folder holds no fixture."""
-    path = Path(root) / "transcripts.json"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no EB-ALFRED fixture at {root} (missing transcripts.json); build one with "
-            "memprism_ray.envs.ebalfred.fixture.build_fixture(PATH)"
-        )
-    doc = json.loads(path.read_text())
-    if doc.get("version") != FIXTURE_VERSION:
-        raise ValueError(f"{path}: fixture version {doc.get('version')!r}, this code reads {FIXTURE_VERSION}")
-    return doc

@@ -1,11 +1,9 @@
 """The ``ebalfred`` section of the job config tree (configs/ebalfred_*.yaml; docs/ebalfred.md).
 
 Actors get the environment's settings with their constructor: :func:`env_options` (the
-``env_options`` hook of envs/registry.py) turns this section into the
-:class:`~memprism_ray.envs.ebalfred.env.EbAlfredConfig` every ``EbAlfredEnv`` is built with.
-Only the scripted fixture stand-in (a test double, not a task policy) still reads its fixture
-from ``MEMPRISM_EBALFRED_*`` variables (:meth:`EbAlfredSection.env_vars`), which a locally
-started Ray inherits.
+benchmark's ``env_options``, memprism_ray/benchmark/ebalfred.py) turns this section into the
+:class:`~memprism_ray.envs.ebalfred.env.EbAlfredConfig` every ``EbAlfredEnv`` is built with;
+the scripted fixture stand-in gets its fixture through ``policy.scripted``.
 """
 
 from __future__ import annotations
@@ -109,18 +107,7 @@ class EbAlfredSection:
             examples=self.examples,
         )
 
-    def env_vars(self, run_dir: Path) -> dict[str, str]:
-        """The ``MEMPRISM_EBALFRED_*`` variables of the scripted fixture stand-in (a test double
-        built from ``policy`` settings only): the fixture and its random-skill rate. Empty for
-        the real controller."""
-        if self.controller != "fake":
-            return {}
-        return {
-            "MEMPRISM_EBALFRED_FIXTURE": str(self.fixture_dir(run_dir).resolve()),
-            "MEMPRISM_EBALFRED_POLICY_EPSILON": repr(float(self.policy_epsilon)),
-        }
-
 
 def env_options(cfg: Any) -> dict[str, Any]:
-    """``EbAlfredEnv`` keyword arguments of a job config (envs/registry.py ``env_options``)."""
+    """``EbAlfredEnv`` keyword arguments of a job config (``Benchmark.env_options``)."""
     return {"config": cfg.ebalfred.env_config(cfg.run.dir, cfg.grpo.progress_reward_coef)}

@@ -192,8 +192,9 @@ def test_fixture_episode_grounds_with_exact_boxes(tmp_path: Path) -> None:
     from memprism_ray.baselines import make_selector
     from memprism_ray.envs.ebalfred.data import game_ref
     from memprism_ray.envs.ebalfred.env import EbAlfredConfig, EbAlfredEnv
-    from memprism_ray.envs.ebalfred.fake import FixturePolicy
-    from memprism_ray.envs.ebalfred.fixture import build_fixture, load_transcripts
+    from memprism_ray.envs.ebalfred.fixture import build_fixture
+    from memprism_ray.formats.ebalfred_fixture import load_transcripts
+    from memprism_ray.policy.ebalfred_fixture import FixturePolicy
 
     root = build_fixture(tmp_path / "fx", episodes_per_subset=2)
     ep = load_transcripts(root)["episodes"]["base/1"]
