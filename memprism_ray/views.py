@@ -2,21 +2,15 @@
 (paper "Composer" and "Render"; appendix D.3: "The same event stream, action, goal, and
 renderer configuration produce the same image").
 
-Because the output is a pure function of (stream content, view action, goal, renderer
-settings), a view is addressed by ``sha256(content digest, action index, goal, medium,
-render settings)``. The content digest covers every record's raw event and structured
-event but not the bookkeeping metadata (the stream's episode id, the raw events' step,
-game id and chosen view name), which no view shows: identical views requested by several
-trajectories of a GRPO group (all of them at step 1, for instance) are drawn once. The Ray
-``ViewWorker`` wraps this class; in-process runs use it directly.
+A view is addressed by ``sha256(content digest, action index, goal, medium, render
+settings)``. The content digest covers every record's raw and structured event but no
+bookkeeping metadata (episode id, step, game id), which no view shows: identical views
+requested by several trajectories of a GRPO group are drawn once.
 
-Views are composed from stream deltas, never by shipping a whole stream per step. A
-``ViewWorker`` keeps a replica of each episode's stream (:class:`StreamReplicas`); the rollout
-worker, where the streams live, sends each step only the records appended since that worker
-last saw the stream (:class:`DeltaViewRequest`, built by :class:`DeltaTracker`), so the bytes
-per episode grow linearly with its length instead of with its square
-(``benchmarks/bench_view_bytes.py`` prints both). A replica that is missing or out of step
-(the worker restarted, the entry was evicted, a call was lost) answers
+A ``ViewWorker`` keeps a replica of each episode's stream (:class:`StreamReplicas`) and
+receives only the records appended since it last saw the stream (:class:`DeltaViewRequest`,
+built by :class:`DeltaTracker`), so the bytes per episode grow linearly with its length
+(``benchmarks/bench_view_bytes.py``). A replica that is missing or out of step answers
 :class:`StreamOutOfSync` and the sender resends the whole stream once.
 """
 

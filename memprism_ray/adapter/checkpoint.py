@@ -1,26 +1,19 @@
 """Router checkpoints (paper: appendix A.1 "checkpoint hashes", A.2 "Models, checkpoints",
-A.4 "Hardware, software, and checkpoints").
+A.4 "Hardware, software, and checkpoints": "Epoch and GRPO checkpoints store the full model,
+encoder, Planner, optimizer state, stage, epoch or iteration, metrics, and configuration;
+exported reference or final weight-only checkpoints may omit optimizer state by design").
 
-A.4: "Epoch and GRPO checkpoints store the full model, encoder, Planner, optimizer state,
-stage, epoch or iteration, metrics, and configuration; exported reference or final
-weight-only checkpoints may omit optimizer state by design." A checkpoint is a directory:
-
-* ``model.safetensors``  every ViewPolicyModel tensor (safetensors: no code is loaded),
-* ``config.json``        format tag, RouterConfig, stage, iteration/epoch, metrics, the
-                         training config, parameter counts and the SHA-256 of
-                         ``model.safetensors`` (checked on load; the run manifest cites it),
-* ``state.pt``           (optional) trainer state (optimizer, scheduler, shuffling
-                         generator, counters) and the global RNG states (python, numpy,
-                         torch, CUDA), written with ``torch.save`` and read back with
-                         ``torch.load(weights_only=True)``, so no pickled code runs.
-
-All files are first written under temporary names and then renamed into place, so an
-interrupted save leaves the previous checkpoint as it was, or (if it stops between the
-renames) a mismatch that the hash check reports instead of loading mixed weights.
+A checkpoint is a directory: ``model.safetensors`` (every tensor; no code is loaded),
+``config.json`` (format tag, RouterConfig, stage, iteration, metrics, training config,
+parameter counts and the weights' SHA-256, checked on load and cited by run manifests) and,
+to resume, ``state.pt`` (trainer state and the python/numpy/torch/CUDA RNG states, read back
+with ``torch.load(weights_only=True)``, so no pickled code runs). Files are written under
+temporary names and renamed into place: an interrupted save leaves the previous checkpoint,
+or a mismatch the hash check reports instead of loading mixed weights.
 
 Resume order matters for bit-identical continuation: build the model (weights from
-:func:`load_checkpoint`), build the trainer, then call :func:`resume_trainer`, which loads
-the trainer state and restores the RNG states last.
+:func:`load_checkpoint`), build the trainer, then :func:`resume_trainer`, which loads the
+trainer state and restores the RNG states last.
 """
 
 from __future__ import annotations

@@ -1,37 +1,31 @@
 """D2: outcome-guided grouped GRPO of the Router (paper: "Adapter", eqs. advantage, ratio,
 grpo-loss; appendix A.3, A.4 Table "Training configurations", C.4).
 
-For each task ``G`` trajectories form a group. With ``mu_g`` and ``sigma_g`` the mean and
-standard deviation of the returns within the group,
+For each task ``G`` trajectories form a group; with ``mu_g`` and ``sigma_g`` the mean and
+the POPULATION standard deviation (divide by ``G``) of the group's returns,
 
     A_i = (R_i - mu_g) / (sigma_g + eps)   if sigma_g > eps,   else 0,
 
-and every view decision of trajectory ``i`` shares ``A_i``. ``sigma_g`` is the POPULATION
-standard deviation (divide by ``G``, not ``G - 1``): the group is the whole set of
-rollouts being compared, not a sample from which a wider population is estimated; with it
-the normalised advantages of a group have exactly unit mean square (up to ``eps``), and a
-group with a single surviving trajectory is well defined (sigma = 0, so A = 0) where the
-sample estimate would divide by zero. Trajectories marked failed (infrastructure
-failures: a dead actor, a timeout) are left out of their group's mean and std and out of
-the loss; they are never counted as zero-return siblings. A group with no surviving
-trajectory contributes nothing.
+shared by every view decision of trajectory ``i``. The group is the whole set compared, not
+a sample: normalised advantages have unit mean square, and a group with one surviving
+trajectory is well defined (A = 0) where the sample estimate would divide by zero.
+Trajectories marked failed (a dead actor, a timeout) are left out of the group's moments and
+of the loss, never counted as zero-return siblings.
 
-The loss over the surviving view decisions ``(i, t)``, each averaged with equal weight:
+The loss over the surviving decisions ``(i, t)``, each with equal weight:
 
-    rho      = pi_theta(a | z) / pi_old(a | z)                  (pi_old: stored rollout log-prob)
-    L        = - E[min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)]
-               + beta_KL E[KL(pi_ref(. | z) || pi_theta(. | z))]  (exact over the 144 actions)
-               - beta_H  E[H(pi_theta(. | z))]
+    rho = pi_theta(a | z) / pi_old(a | z)                   (pi_old: stored rollout log-prob)
+    L   = - E[min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)]
+          + beta_KL E[KL(pi_ref(. | z) || pi_theta(. | z))]   (exact over the 144 actions)
+          - beta_H  E[H(pi_theta(. | z))]
 
 with ``eps_low = eps_high = clip_eps`` unless both are given (Mind2Web: 0.1 / 0.15). The
-log-prob in the ratio is taken under the rollout temperature, like the stored one; the KL
-and entropy terms use the policy itself (temperature 1). ``clip_frac`` is the fraction of
-decisions where the clipped term is the smaller one strictly (its gradient is cut).
-
+ratio's log-prob uses the rollout temperature, like the stored one; KL and entropy use the
+policy itself. ``clip_frac`` counts decisions where the clipped term is strictly smaller.
 Only the planner (three residual blocks, final LayerNorm, 144-way head) is updated; the
-encoder is frozen and run in eval mode, so ``z`` is computed once per update without
-gradients, while the planner runs in train mode ("Planner train mode", Table A.4) unless
-``planner_train_mode`` is off. The reference policy is the frozen D1 model in eval mode.
+encoder is frozen in eval mode, so ``z`` is computed once per update, while the planner runs
+in train mode ("Planner train mode", Table A.4) unless ``planner_train_mode`` is off. The
+reference policy is the frozen D1 model in eval mode.
 """
 
 from __future__ import annotations

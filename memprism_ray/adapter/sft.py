@@ -3,18 +3,13 @@ A.4 Table "Training configurations", D.4).
 
     L_SFT = KL(q_T(. | t) || pi_theta(. | z_t)) + lambda_C * sum_a pi_theta(a | z_t) C^_t(a)
 
-averaged over the decisions of a batch, with each decision's own structural cost ``C^_t``
-(:func:`memprism_ray.view_space.decision_cost_vector` of its history ``E_<t``, recorded in
-the dataset by :func:`label_decisions`). A.3: "The 144-way action head is trained
-jointly with the encoder and the three residual Planner blocks; the unused
-compatibility-only entity-hint head remains frozen."
-
-Table A.4, D1 shared: AdamW, learning rate 1e-4, weight decay 0.01, batch size 256,
-gradient-norm cap 1.0, seed 7; per benchmark: epochs, cosine schedule down to 0.01 of the
-learning rate, lambda_cost and BF16 (:meth:`SFTConfig.preset`). The schedule steps once
-per optimizer step over ``epochs * ceil(N / batch_size)`` steps. ``seed`` seeds the
-global torch RNG (dropout) and the trainer's own shuffling generator when the trainer is
-built; both are saved in checkpoints so that a resumed run continues bit-identically.
+averaged over a batch, with each decision's own structural cost ``C^_t``
+(:func:`memprism_ray.view_space.decision_cost_vector` of its history, recorded in the dataset
+by :func:`label_decisions`). A.3: "The 144-way action head is trained jointly with the
+encoder and the three residual Planner blocks; the unused compatibility-only entity-hint
+head remains frozen." Table A.4: AdamW, lr 1e-4, weight decay 0.01, batch 256, gradient
+cap 1.0, seed 7, and per benchmark epochs, a cosine schedule down to 0.01 of the lr (one
+step per optimizer step), lambda_cost and BF16 (:meth:`SFTConfig.preset`).
 
 The labelled dataset (:class:`SFTDataset`) is four feature matrices and the teacher
 distribution ``q`` [N, 144], stored as Parquet with fixed-size list columns.

@@ -3,23 +3,19 @@ eq. event-select, and appendix D.3)::
 
     E^_t = Merge( sigma_{w,c}(E_<t), TaskRelevant(E_<t, g), RecentContext(E_<t, tau) )
 
-* ``sigma_{w,c}`` (**scope**): the most recent 6 / 10 / all events (``view_space.WINDOW_SIZES``),
-  then the outcome filter (``all`` keeps every outcome).
+* ``sigma_{w,c}`` (**scope**): the most recent 6 / 10 / all events, then the outcome filter.
 * ``TaskRelevant`` (**goal_restore**): events outside the scope whose normalised terms
-  (``composer.terms``) match a goal term are restored. *Where* they are restored from is
-  :attr:`ComposerConfig.goal_restore`: ``"history"`` (default) restores matching events
-  from the whole stream, as the D.3 equation reads: ``TaskRelevant(E_<t, g)`` takes the
-  whole ``E_<t``, and "scope is a principal selection rule rather than an irreversible
-  deletion"; ``"window"`` restores only, inside the chosen time window, the events the
-  outcome filter removed (an option: the window factor then bounds goal evidence too);
-  ``"off"`` disables restoration (an ablation).
-* ``RecentContext`` (**recent_context**): for DependencyChain the latest event (the
-  anchor) and the immediately previous event always come from the full unfiltered stream;
-  window and filter only decide the extra candidates.
+  (``composer.terms``) match a goal term, restored from where
+  :attr:`ComposerConfig.goal_restore` says: ``"history"`` (default) the whole stream, as the
+  D.3 equation reads ("scope is a principal selection rule rather than an irreversible
+  deletion"); ``"window"`` only the events the outcome filter removed inside the window;
+  ``"off"`` none (an ablation).
+* ``RecentContext`` (**recent_context**): for DependencyChain the latest event (the anchor)
+  and the one before it always come from the unfiltered stream.
 
-Merge keeps time order and never duplicates an event. Each selected event records *why*
-it is in (the first of scope, goal_restore, recent_context that holds) and whether it
-matches the goal, so Render can highlight goal-relevant evidence. The stream is only read.
+Merge keeps time order and never duplicates an event. Each selected event records *why* it
+is in (the first term that holds) and whether it matches the goal, so Render can highlight
+goal-relevant evidence. The stream is only read.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Normalised terms for goal matching (paper appendix D.3: Composer "restores events whose
 normalized terms directly match the task goal").
 
-Definition used everywhere in the Composer and Render:
-
-* **tokens**: the text is lower-cased and split on every character that is not a letter
-  or a digit (``"put a clean mug in/on cabinet 2"`` -> ``put a clean mug in on cabinet 2``);
-* **instance numbers stripped**: tokens made only of digits are dropped (``mug 1`` and
-  ``mug 2`` both give ``mug``; ``Cabinet_2`` gives ``cabinet``);
-* **plural folding**: a small irregular table (``knives -> knife``, ``shelves -> shelf``,
-  ...), then ``-ies -> -y``, ``-es`` dropped after ``ss/x/zz/ch/sh/o`` (``boxes``,
-  ``glasses``, ``tomatoes``), otherwise a final ``-s`` dropped unless the word ends in
-  ``ss``, ``us`` or ``is`` (``houses -> house``, ``glass`` kept); folding is applied the
-  same way to the goal and to event text, so even an imperfect stem matches itself;
-* **goal terms**: the folded tokens of the goal minus stopwords (articles, prepositions,
-  pronouns, number words) and generic verbs (``put, take, find, go, look, examine, use``,
-  ...). Words that name a task state (``clean, hot, cool, sliced``) are kept.
-
-An event *matches the goal* when its term set (entity, executed action text, delta keys and
-delta values) shares at least one term with the goal terms.
+Tokens are the lower-cased runs of letters and digits; instance numbers are dropped (``mug 1``
+and ``mug 2`` both give ``mug``); plurals are folded (a small irregular table, then ``-ies
+-> -y``, ``-es`` dropped after ``ss/x/zz/ch/sh/o``, else a final ``-s`` unless the word ends
+in ``ss``, ``us`` or ``is``), the same way for goals and event text, so even an imperfect stem
+matches itself. Goal terms also drop stopwords and generic verbs (``put, take, find, go``,
+...) but keep task-state words (``clean, hot, cool, sliced``). An event matches the goal when
+the terms of its entity, action, delta keys and values share one with the goal terms.
 
 Nothing here is cached: an lru cache on ``text_terms`` bought 1.09-1.16x of a whole
 decision's compose + render at 10-50 events (``benchmarks/bench_views.py`` docstring).

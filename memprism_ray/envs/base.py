@@ -1,19 +1,11 @@
 """The environment protocol shared by every benchmark (paper: "Recorder", appendix D.1).
 
-Each decision step of the agent loop (docs/architecture.md "Decision step") reads an
-:class:`Observation` (the pre-action observation ``o_t^-``, the goal ``g`` and the admissible
-commands), sends one action ``u_t`` and receives a :class:`Transition` (the feedback
-``y_t^+``, the task signal ``r_t``, termination). The raw event
-``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)`` is built from exactly these fields, so an
-environment never has to know about the Recorder.
-
-An environment instance holds ``num_slots`` independent game slots; every call names its
-slot, so one worker process can play a whole GRPO group step-synchronously. The episode
-step limit (50 for ALFWorld) is enforced by the agent loop, not here.
-
-Data crossing a Ray actor boundary must be plain: both result types are frozen dataclasses
-of strings, numbers, tuples and JSON-serialisable mappings, plus an optional camera frame as
-PNG bytes (EB-ALFRED; bytes pickle as-is between actors).
+An :class:`Observation` (``o_t^-``, the goal ``g``, the admissible commands) and a
+:class:`Transition` (feedback ``y_t^+``, task signal ``r_t``, termination) hold exactly the
+fields of the raw event ``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)``, so an environment never has
+to know about the Recorder. An environment holds ``num_slots`` independent game slots (one
+worker plays a whole GRPO group step-synchronously); the step limit is the agent loop's. Both
+types are plain (docs/architecture.md "Data crossing an actor boundary").
 """
 
 from __future__ import annotations

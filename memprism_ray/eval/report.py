@@ -1,32 +1,19 @@
 """Evaluation reports (paper appendix C "Common controlled protocol", section "Long-Horizon
 Behavior" and appendix C.6 "View-selection distributions").
 
-From a condition's episode summaries and step rows this module computes:
+Per condition: successes over every episode of the plan (a failed episode counts as a
+failure, with its reason) with a Wilson 95% interval and SR per task type; efficiency
+(prompt tokens per decision with a named tokenizer plus the view's visual tokens, pixels,
+compose/render and policy latency, stored bytes, invalid actions); ``SR(<=L)`` (episodes won
+within L steps over all episodes, so it ends at the final SR) and the prompt tokens of steps
+1..L for L = 5, 10, ..., 50; the view-selection marginals of Table C.3 plus the joint
+144-way ``view_marginal`` Frequency-Matched Random samples from; and the memory baselines'
+auxiliary calls and tokens ("All auxiliary model calls and their token or API costs are
+included in the efficiency results").
 
-* success count and denominator with a Wilson 95% interval, and SR per task type. The
-  denominator is every episode of the plan: an episode that failed (a broken game file, a
-  crashed stage) counts as a failure, and the report says how many failed and why;
-* efficiency: prompt tokens per decision (mean, max; text tokens counted with a named
-  tokenizer, plus the visual tokens of the view image), visual tokens, rendered pixels,
-  compose/render and task-policy latency, stored bytes of the event streams, invalid
-  actions;
-* SR and prompt tokens by cumulative trajectory-length threshold L in 5, 10, ..., 50:
-  ``SR(<=L)`` counts episodes won within at most L steps over all episodes (so it rises to
-  the final SR at L = max steps, as in the paper's figure) and ``tokens(<=L)`` is the mean
-  prompt tokens of the decisions taken at steps 1..L;
-* the view-selection marginals: by type, by window/filter pair and by granularity (the
-  paper's Table C.3), plus the joint 144-way marginal ``view_marginal`` that the
-  Frequency-Matched Random condition samples from;
-* for memory-interface conditions (external baselines, agentocr): their auxiliary LLM calls,
-  prompt/completion tokens and embedding calls, in total and per decision (appendix
-  "External baselines": "All auxiliary model calls and their token or API costs are
-  included in the efficiency results").
-
-Outputs: ``report.json``, ``report.md`` and PNG plots, for one condition or several side by
-side (``summary.md`` / ``summary.json`` with paired bootstrap differences). The final
-evaluation of a training run adds :func:`final_table_markdown` (every condition against the
-trained Router, the fixed views' spread, the Router's view-marginal entropy) and
-:func:`plot_training_success` (success per GRPO iteration).
+Outputs: ``report.json``, ``report.md`` and PNG plots per condition, ``summary.md`` /
+``summary.json`` with paired bootstrap differences, the final table of a training run
+(:func:`final_table_markdown`) and its success curve (:func:`plot_training_success`).
 """
 
 from __future__ import annotations

@@ -1,24 +1,17 @@
 """Visual-token accounting for rendered views (paper appendix "Common controlled protocol":
 efficiency records "rendered pixels, visual tokens, prompt tokens" as separate fields).
 
-What is counted, per image, as the language model sees it:
-
-* **Qwen2.5-VL** (``qwen25vl_tokens``): the image is resized by ``smart_resize`` (factor 28
-  = 14 px patches x 2x2 merge; Python ``round``, i.e. half to even, so 686 -> 672; then
-  scaled down to ``max_pixels`` with floor or up to ``min_pixels`` with ceil), one token
-  per 28x28 block, **plus 2** for ``<|vision_start|>`` and ``<|vision_end|>``.
-  672x672 -> 24*24 = 576 image tokens -> 578. Defaults are the 7B-Instruct processor's
-  ``min_pixels=3136``, ``max_pixels=12845056``; serving with ``max_pixels=451584`` (672^2)
-  caps a view at 578.
-* **Qwen3-VL** (``qwen3vl_tokens``): the same rule with factor 32 (16 px patches x 2x2)
-  and the Qwen3-VL processor bounds (``min_pixels=65536``, ``max_pixels=16777216``), plus
-  the same 2 markers. 672x672 -> 21*21 = 441 -> 443.
-* **MiniCPM-V 2.6** (``minicpmv26_tokens``): 64 query tokens per image part plus its 2
-  markers = 66 for the overview; above one 448x448 area the image is also cut into a
-  ``gx x gy`` grid of slices (at most 9; the grid whose aspect is closest in log-space to
-  the image's, among 1 less, equal to and 1 more than ``ceil(area / 448^2)`` slices),
-  each 66 tokens, plus ``gy - 1`` newline tokens between slice rows:
-  ``66 + 66*gx*gy + gy - 1``. 672x672 -> 2x2 -> 331. Image-id tokens are not counted.
+* **Qwen2.5-VL**: ``smart_resize`` (factor 28 = 14 px patches x 2x2 merge; Python ``round``,
+  half to even, so 686 -> 672; then scaled down to ``max_pixels`` with floor or up to
+  ``min_pixels`` with ceil), one token per 28x28 block, plus 2 for ``<|vision_start|>`` and
+  ``<|vision_end|>``: 672x672 -> 576 + 2 = 578. Defaults are the 7B-Instruct processor's
+  ``min_pixels=3136``, ``max_pixels=12845056``.
+* **Qwen3-VL**: the same rule with factor 32 and ``min_pixels=65536``,
+  ``max_pixels=16777216``, plus 2 markers: 672x672 -> 441 + 2 = 443.
+* **MiniCPM-V 2.6**: 64 query tokens plus 2 markers = 66 for the overview; above one
+  448x448 area also a ``gx x gy`` grid of slices (at most 9; the grid whose aspect is closest
+  in log-space, among 1 less, equal to and 1 more than ``ceil(area / 448^2)`` slices), each
+  66, plus ``gy - 1`` newlines: ``66 + 66*gx*gy + gy - 1``; 672x672 -> 2x2 -> 331.
 """
 
 from __future__ import annotations

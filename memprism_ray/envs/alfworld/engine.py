@@ -1,37 +1,22 @@
 """The real ALFWorld engine (TextWorld's ``PddlEnv`` + fast-downward), made fast by caching.
 
-The stock engine repeats pure work on every call:
+The stock engine repeats pure work on every call: TatSu re-parses every text-grammar
+template, grammar condition and (per ``load``) the whole grammar document; ``pddl2sas``
+translates the PDDL problem twice per ``load`` and again per ``reset`` in every process;
+``textgen.copy_context`` deep-copies the entity records at every derivation step; and every
+step derives every admissible command afresh (the 40-odd ``go to`` commands each run a
+conjunctive query over the facts), although a command is the same string whenever what its
+template reads is the same.
 
-* every step derives each admissible command's template and feedback rule with the text
-  grammar, and every derivation re-parses its template with TatSu
-  (``textworld.envs.pddl.textgen._parse_and_convert``); every grammar condition is
-  re-parsed as a conjunctive query (``textworld.logic._parse_and_convert``);
-* every ``load`` re-parses the whole grammar document
-  (``textworld.envs.pddl.logic._parse_and_convert``);
-* the PDDL problem is translated by ``fast_downward.pddl2sas`` twice per ``load`` and twice
-  again per ``reset``, in every process that meets the game;
-* every derivation step copies its context with ``textgen.copy_context``, which deep-copies
-  the entity records (``EntityInfo``) and the immutable ``Placeholder``/``Variable`` keys;
-  this copying is most of a step's time in large rooms;
-* every step derives every admissible command afresh (``ContextSensitiveGrammar.derive``),
-  although a command is the same string whenever what its template reads is the same: the
-  40-odd ``go to`` commands each run a conjunctive query over the state's facts
-  (``receptacleatlocation``), which is most of what is left of a step.
-
-:func:`install_engine_caches` wraps exactly those six functions. The three parsers keep
-the TatSu parse (the expensive part) keyed by the input text and run the engine's own
-converter on every call, so callers still get fresh objects they may mutate. The
-translation is keyed by the SHA-256 of domain and problem text (and the translator's
-version), so two games never share a result unless their PDDL is byte-identical; it is kept
-in memory and as SAS text on disk (``default_sas_dir()``), and a process that finds the text
-there only parses the PDDL task, which ``PddlState`` reads beside it. The command memo
-(:class:`_CommandMemo`) answers a derivation only for a template it can prove reads nothing
-but its own symbols, the entity records of the variables it names or binds, and the facts of
-the predicates its queries name (no ``#rule#`` besides the grammar's constant list
-separators); every such input is in the key, and every other derivation (the feedback and
-intro rules) runs the stock code. The context copy keeps the engine's dict copies but shares
-the entity records, which derivation only reads (``EvalSymbol`` evaluates ``o.name``-style
-expressions; nothing assigns to an ``EntityInfo`` after ``load``). Transcripts are therefore
+:func:`install_engine_caches` wraps exactly those six functions. The parsers keep the TatSu
+parse keyed by the input text and run the engine's own converter on every call (callers
+still get fresh objects). Translations are keyed by the SHA-256 of domain and problem text
+and the translator's version, kept in memory and as SAS text on disk (``default_sas_dir()``);
+a process that finds the text there only parses the PDDL task, which ``PddlState`` reads. The
+command memo (:class:`_CommandMemo`) answers a derivation only for a template it can prove
+reads nothing but its own symbols, the entity records of its variables and the facts of the
+predicates its queries name, all in the key; every other derivation runs the stock code. The
+context copy shares the entity records, which derivation only reads. Transcripts are
 identical to the stock engine's (``benchmarks/bench_env.py`` checks this against an unpatched
 process).
 
@@ -57,16 +42,8 @@ from memprism_ray.envs.base import cache_base
 
 _LOCK = threading.Lock()
 _ORIGINALS: dict[str, Callable[..., Any]] = {}
-_STATS = {
-    "parse_hits": 0,
-    "parse_misses": 0,
-    "translate_hits": 0,
-    "translate_misses": 0,
-    "translate_disk_hits": 0,
-    "translate_disk_errors": 0,
-    "command_hits": 0,
-    "command_misses": 0,
-}
+_STATS = {f"{what}_{kind}": 0 for what in ("parse", "translate", "command") for kind in ("hits", "misses")}
+_STATS |= {"translate_disk_hits": 0, "translate_disk_errors": 0}
 
 
 _SAS_FORMAT = 1
@@ -113,12 +90,10 @@ def _parsed_task(domain: str, problem: str) -> Any:
 class _TranslationCache:
     """Bounded LRU of ``pddl2sas`` results keyed by content digest, backed by SAS text files in
     ``disk_dir`` (``None``: memory only) so that a process does not translate a game another
-    process already translated. A translation is 0.15-0.6 s and a game needs two; every
-    evaluation and rollout worker used to pay them for each game it met (24 evaluation games
-    cold: 44.7 s against 7.2 s warm, mostly translation). ``benchmarks/bench_env.py``: a game's
-    first reset in a process 1.23 s translating, 0.12 s reading the files (10.2x). A file is
-    JSON holding the SAS text and its SHA-256, written atomically; one that does not read back
-    whole is translated again and replaced (counted in ``translate_disk_errors``)."""
+    process already translated (a game's first reset: translating vs reading the files,
+    ``benchmarks/bench_env.py``). A file is JSON holding the SAS text and its SHA-256, written
+    atomically; one that does not read back whole is translated again and replaced (counted
+    in ``translate_disk_errors``)."""
 
     def __init__(self, original: Callable[..., Any], max_entries: int, disk_dir: Path | None = None) -> None:
         self.original = original
@@ -272,19 +247,10 @@ def _info_key(info: Any, info_type: type | None) -> Any:
         return None
     if info_type is None or type(info) is not info_type:
         return _UNCACHEABLE
-    syn = info.synonyms
-    return (
-        info.id,
-        info.type,
-        info.name,
-        info.noun,
-        info.adj,
-        info.desc,
-        info.room_type,
-        info.definite,
-        info.indefinite,
-        tuple(syn) if isinstance(syn, list) else syn,
-    )
+    values = [getattr(info, slot) for slot in _INFO_SLOTS]
+    if isinstance(values[-1], list):  # synonyms
+        values[-1] = tuple(values[-1])
+    return tuple(values)
 
 
 class _CommandMemo:
@@ -336,7 +302,7 @@ class _CommandMemo:
                 if (
                     first is None
                     or first.condition
-                    or not all(isinstance(x, textgen.TerminalSymbol) for x in first.rhs)
+                    or any(not isinstance(x, textgen.TerminalSymbol) for x in first.rhs)
                 ):
                     texts = None
                     break

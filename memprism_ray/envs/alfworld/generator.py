@@ -386,15 +386,9 @@ def _problem_text(
             init.append(f"(pickupable {n(o)})")
         if t in cat.movable_receptacles:
             init.append(f"(isReceptacleObject {n(o)})")
-        for prop, pred in (
-            ("Cleanable", "cleanable"),
-            ("Heatable", "heatable"),
-            ("Coolable", "coolable"),
-            ("Sliceable", "sliceable"),
-            ("Toggleable", "toggleable"),
-        ):
+        for prop in ("Cleanable", "Heatable", "Coolable", "Sliceable", "Toggleable"):
             if t in props.get(prop, ()):
-                init.append(f"({pred} {n(o)})")
+                init.append(f"({prop.lower()} {n(o)})")
     init += [f"(openable {n(r)})" for r in rec_ids if receptacle_type(r) in OPENABLE_RECEPTACLES]
     init.append(f"(atLocation agent1 {n(agent_loc)})")
     init += [f"(inReceptacle {n(o)} {n(host)})" for o, _, host in objects]
