@@ -460,25 +460,16 @@ class GRPOTrainer(TrainerState):
                 else:
                     ref_logits = self.ref_model(*inputs)
         totals = dict.fromkeys(_LOSS_KEYS, 0.0)
+        loss_settings = {k: getattr(cfg, k) for k in ("clip_eps", "clip_eps_low", "clip_eps_high", "beta_kl")}
+        loss_settings |= {"beta_entropy": cfg.beta_entropy, "temperature": cfg.rollout_temperature}
         minibatches = 0
         for _ in range(cfg.update_epochs):
             order = torch.randperm(n, generator=self.generator).to(dev)
             for start in range(0, n, cfg.update_batch_size):
                 idx = order[start : start + cfg.update_batch_size]
                 logits = self.model.planner_logits(z[idx])
-                loss, parts = grpo_loss(
-                    logits,
-                    actions[idx],
-                    old_lp[idx],
-                    adv[idx],
-                    ref_logits[idx] if ref_logits is not None else None,
-                    clip_eps=cfg.clip_eps,
-                    clip_eps_low=cfg.clip_eps_low,
-                    clip_eps_high=cfg.clip_eps_high,
-                    beta_kl=cfg.beta_kl,
-                    beta_entropy=cfg.beta_entropy,
-                    temperature=cfg.rollout_temperature,
-                )
+                ref = ref_logits[idx] if ref_logits is not None else None
+                loss, parts = grpo_loss(logits, actions[idx], old_lp[idx], adv[idx], ref, **loss_settings)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_norm)

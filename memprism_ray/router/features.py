@@ -19,6 +19,7 @@ Mug`` -> ``pick up X``. ``abstract_objects=False`` removes only instance numbers
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -84,12 +85,10 @@ def canonical_action(action: str | Mapping[str, Any], *, abstract_objects: bool 
     if isinstance(action, str):
         text = action.strip()
         if text.startswith("{") and text.endswith("}"):
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 parsed = json.loads(text)
-            except json.JSONDecodeError:
-                parsed = None
-            if isinstance(parsed, dict):
-                return _mapping_signature(parsed)
+                if isinstance(parsed, dict):
+                    return _mapping_signature(parsed)
         return _text_signature(text, abstract_objects)
     if isinstance(action, Mapping):
         return _mapping_signature(action)

@@ -23,7 +23,7 @@ planner's dropout is active in "Planner train mode" (Table A.4, GRPO rows).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -52,22 +52,12 @@ class RouterConfig:
     entity_hint_dim: int = field(default=64, metadata={"help": "frozen compatibility entity-hint head width"})
 
     def __post_init__(self) -> None:
-        for name in (
-            "obs_dim",
-            "goal_dim",
-            "window_dim",
-            "stats_dim",
-            "d_model",
-            "n_heads",
-            "n_layers",
-            "ff_dim",
-            "planner_blocks",
-            "planner_hidden",
-            "entity_hint_dim",
-        ):
-            value = getattr(self, name)
+        for f in fields(self):
+            if f.name in ("dropout", "num_actions"):
+                continue
+            value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RouterConfig.{name} must be a positive int, got {value!r}")
+                raise ValueError(f"RouterConfig.{f.name} must be a positive int, got {value!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"RouterConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.d_model % 2:
@@ -173,15 +163,8 @@ class ViewPolicyModel(nn.Module):
 
     # --- parameter groups ------------------------------------------------------------
     def encoder_modules(self) -> list[nn.Module]:
-        return [
-            self.proj_obs,
-            self.proj_goal,
-            self.proj_window,
-            self.proj_stats,
-            self.transformer,
-            self.z_mlp,
-            self.z_norm,
-        ]
+        projections = [self.proj_obs, self.proj_goal, self.proj_window, self.proj_stats]
+        return [*projections, self.transformer, self.z_mlp, self.z_norm]
 
     def planner_modules(self) -> list[nn.Module]:
         return [self.planner, self.planner_norm, self.joint_head]
@@ -236,15 +219,6 @@ class ViewPolicyModel(nn.Module):
         """Joint logits ``l_t`` [B, 144] (eq. view-policy)."""
         _check_inputs(self.config, obs, goal, window, stats)
         return self.planner_logits(self.encode(obs, goal, window, stats))
-
-    def forward_features(self, features: RouterFeatures) -> Tensor:
-        device = next(self.parameters()).device
-        return self(*features.to_tensors(device))
-
-    @staticmethod
-    def factor_marginals(logits: Tensor) -> dict[str, Tensor]:
-        """See the module-level :func:`factor_marginals`."""
-        return factor_marginals(logits)
 
 
 def _check_inputs(config: RouterConfig, obs: Tensor, goal: Tensor, window: Tensor, stats: Tensor) -> None:

@@ -148,7 +148,6 @@ def test_factor_marginals_against_brute_force() -> None:
     for a in ALL_ACTIONS:
         wf[:, WINDOWS.index(a.window) * 4 + FILTERS.index(a.filter)] += p[:, a.index]
     torch.testing.assert_close(marg["window_filter"].double(), wf, atol=1e-6, rtol=1e-5)
-    assert torch.equal(ViewPolicyModel.factor_marginals(logits)["tau"], marg["tau"])
 
 
 class FixedLogits(nn.Module):
@@ -194,4 +193,3 @@ def test_select_views_accepts_router_features() -> None:
     idx, lp = select_views(model, feats, greedy=True)
     expected = model(*feats.to_tensors()).argmax(-1)
     assert torch.equal(idx, expected) and lp.shape == (2,) and (lp <= 0).all()
-    assert model.forward_features(feats).shape == (2, 144)
