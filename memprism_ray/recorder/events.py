@@ -88,10 +88,9 @@ class RawEvent:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.o_pre, str):
-            raise ValueError(f"RawEvent.o_pre must be str, got {type(self.o_pre).__name__}")
-        if not isinstance(self.feedback, str):
-            raise ValueError(f"RawEvent.feedback must be str, got {type(self.feedback).__name__}")
+        for name in ("o_pre", "feedback"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"RawEvent.{name} must be str, got {type(getattr(self, name)).__name__}")
         if not isinstance(self.action, (str, Mapping)):
             raise ValueError(f"RawEvent.action must be str or a mapping, got {type(self.action).__name__}")
         if isinstance(self.reward, bool) or not isinstance(self.reward, (int, float)):
