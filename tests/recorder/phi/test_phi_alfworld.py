@@ -199,7 +199,7 @@ def test_outcomes_through_the_stream() -> None:
     e4 = record_event(stream, RawEvent("o", "take mug 1 from desk 1", "You pick up the mug 1 from the desk 1."), phi)
     assert e4.outcome is Outcome.STATE_UPDATE
     assert StateDelta("desk 1.contents", "nothing") in e4.delta
-    assert stream.latest("agent.holding") == "mug 1" and stream.latest("mug 1.location") == "agent"
+    assert stream.state["agent.holding"] == "mug 1" and stream.state["mug 1.location"] == "agent"
 
 
 def test_help_and_templates() -> None:
