@@ -18,15 +18,14 @@ Memory-interface conditions (external baselines, AgentOCR; baselines/memory.py) 
 MemPrism view: what their per-episode memory retrieves fills the prompt's view slot, and the
 memory is written the completed step after the decision (``_memory_write``).
 
-The stages are reached through :class:`AgentServices`; :class:`LocalServices` calls objects
-in this process, and the Ray rollout worker supplies actor-backed services, so the loop
-itself exists once. Per step it records one row (:func:`rows_to_arrow`): the Router
-features, view index and log-prob, action, outcome, prompt and visual tokens, pixels, and
-the latency of each stage; writing episodes to disk is :mod:`memprism_ray.eval.artifacts`'s.
-An infrastructure failure (a service raising, or returning more or fewer results than it
-was given requests) ends only the episodes it touched, marked ``failed`` with the error, so
-no episode waits for a result that never comes; an invalid policy output is not a failure:
-the text goes to the environment, which answers as it does ("Nothing happens.").
+The stages are reached through :class:`AgentServices`: :class:`LocalServices` calls objects
+in this process, the Ray rollout worker supplies actor-backed services, so the loop exists
+once. Each step gives one row per episode (:func:`rows_to_arrow`): Router features, view
+index and log-prob, action, outcome, prompt and visual tokens, pixels, each stage's latency.
+A service that raises, or returns more or fewer results than requests, fails only the
+episodes it touched (``failed``, with the error), so none waits for ever; an invalid policy
+output is no failure: its text goes to the environment, which answers ("Nothing happens.").
+Episodes on disk: :mod:`memprism_ray.eval.artifacts`.
 
 Under teacher-forced replay (Mind2Web) the environment scores the predicted action and
 advances with the recorded human action, which it returns as ``Transition.meta
@@ -288,13 +287,6 @@ def _recorded(tr: Transition) -> str | None:
     return recorded if isinstance(recorded, str) and recorded else None
 
 
-def _history(live: _Live, decision: ViewDecision, default: int) -> tuple[HistoryRecord, ...]:
-    k = default if decision.history is None else decision.history
-    if k == FULL_HISTORY:
-        return tuple(live.history)
-    return tuple(live.history[-k:]) if k > 0 else ()
-
-
 class Agent:
     """Plays episodes step-synchronously through :class:`AgentServices`.
 
@@ -396,7 +388,7 @@ class Agent:
         for name, stage in stages.items():
             with clock.stage(name):
                 stage(_running(active))
-        self._memory_write(self._record(_running(active), clock))
+        self._memory_write(self._record(_running(active), clock), clock.ms["memory_ms"])
 
     def _fail(self, live: _Live, stage: str, exc: BaseException) -> None:
         live.done = True
@@ -420,10 +412,7 @@ class Agent:
             if isinstance(ob, BaseException):
                 self._fail(lv, "reset", ob)
                 continue
-            lv.obs = ob.text
-            lv.admissible = ob.admissible
-            lv.frame = ob.frame
-            lv.html_field = ob.meta.get("html_field")
+            lv.obs, lv.admissible, lv.frame, lv.html_field = ob.text, ob.admissible, ob.frame, ob.meta.get("html_field")
             lv.examples = str(ob.meta.get("examples") or "")
             lv.result.goal = ob.goal
             spec = lv.result.spec
@@ -507,6 +496,8 @@ class Agent:
 
     def _policy_input(self, lv: _Live) -> PolicyInput:
         d, rv, mv = lv.turn.decision, lv.turn.view, lv.turn.memory_view
+        k = self.config.short_history if d.history is None else d.history  # the text history it asks for
+        history = tuple(lv.history) if k == FULL_HISTORY else tuple(lv.history[-k:]) if k > 0 else ()
         optical = rv is not None and d.medium == "optical"
         view_image = rv.pil() if optical else None
         unpainted = optical and view_image is None
@@ -527,7 +518,7 @@ class Agent:
             goal=lv.result.goal,
             observation=lv.obs,
             admissible=lv.admissible,
-            history=_history(lv, d, self.config.short_history),
+            history=history,
             step=lv.result.steps,
             view_image=view_image,
             view_text=view_text,
@@ -559,10 +550,9 @@ class Agent:
                 "view": None if t.decision.action is None else t.decision.action.name,
                 **{k: t.tr.meta[k] for k in FRAME_META_KEYS if k in t.tr.meta},
             }
-            if _recorded(t.tr) is not None:
+            if (recorded := _recorded(t.tr)) is not None:
                 meta["predicted_action"] = t.action
-            action = _recorded(t.tr) or t.action
-            t.raw = RawEvent(o_pre=lv.obs, action=action, feedback=t.tr.feedback, reward=t.tr.reward, meta=meta)
+            t.raw = RawEvent(lv.obs, recorded or t.action, t.tr.feedback, t.tr.reward, meta=meta)
         raws, states = [lv.turn.raw for lv in live], [lv.result.stream.state for lv in live]
         extractions = paired_results("phi", lambda: self.services.extract(raws, states), len(raws))
         self._settle("phi", live, extractions, "extraction")
@@ -627,15 +617,13 @@ class Agent:
         row.update((k, ms) for k, ms in clock.ms.items() if k != "memory_ms")  # a memory row has its own
         row["step_ms"] = (time.perf_counter() - clock.start) * 1000 / clock.n
         row.update(t.features)
-        if t.memory_view is not None:
-            self._memory_row(row, t.memory_view, clock.ms["memory_ms"])
         return row
 
     def _kept_view(self, lv: _Live, event: Event) -> dict[str, Any]:
         """The step as the trajectory viewer shows it (:mod:`memprism_ray.eval.artifacts`)."""
         t, rv = lv.turn, lv.turn.view
         optical = rv is not None and t.decision.medium == "optical"
-        kept = {
+        return {
             "step": lv.result.steps,
             "observation": lv.obs,
             "action": t.action,
@@ -645,9 +633,6 @@ class Agent:
             "png": (rv.png if rv.png is not None else _png_of_image(rv.pil())) if optical else None,
             "text": rv.text if rv is not None else None,
         }
-        if t.memory_view is not None:
-            kept.update(view=self.selector.name, png=_png_of_image(t.memory_view.image), text=t.memory_view.text)
-        return kept
 
     def _advance(self, lv: _Live) -> None:
         """The completed step into the short history; the feedback becomes the observation."""
@@ -675,24 +660,19 @@ class Agent:
         got = _map_threads(lambda lv: lv.memory.retrieve(lv.result.goal, lv.obs, tuple(lv.history)), want)
         self._settle("memory", want, got, "memory_view")
 
-    def _memory_row(self, row: dict[str, Any], mv: Any, memory_ms: float) -> None:
-        from memprism_ray.baselines.memory import ROW_KEYS
-
-        row["view_medium"] = mv.medium
-        row["visual_tokens"] = int(mv.visual_tokens)
-        row["prompt_tokens"] = int(row["text_tokens"] + mv.visual_tokens)
-        row["pixels"] = mv.pixels
-        row["memory_ms"] = memory_ms
-        for col in ROW_KEYS.values():
-            row[col] = 0
-
-    def _memory_write(self, recorded: list[_Live]) -> None:
-        """Write each memory's step just completed (skipped after an episode's last step:
-        nothing reads it) and charge the counter increments of this decision's retrieve and
-        write to the step's row."""
+    def _memory_write(self, recorded: list[_Live], memory_ms: float) -> None:
+        """The memory's part of each step row and kept view (what it put in the view slot, its
+        time, the counter increments of this decision's retrieve and write), and the step
+        just completed written to it (not after an episode's last step: nothing reads it)."""
         from memprism_ray.baselines.memory import ROW_KEYS
 
         stepped = [lv for lv in recorded if lv.turn.memory_view is not None]
+        for lv in stepped:
+            mv, row = lv.turn.memory_view, lv.result.rows[-1]
+            row.update(view_medium=mv.medium, visual_tokens=int(mv.visual_tokens), pixels=mv.pixels)
+            row.update(prompt_tokens=int(row["text_tokens"] + mv.visual_tokens), memory_ms=memory_ms)
+            if lv.keep_views:
+                lv.result.views[-1].update(view=self.selector.name, png=_png_of_image(mv.image), text=mv.text)
         todo = _running(stepped)
         t0 = time.perf_counter()
         results = _map_threads(lambda lv: lv.memory.write(lv.history[-1], lv.result.goal), todo)
@@ -703,9 +683,7 @@ class Agent:
                 self._fail(lv, "memory", got)
         for lv in stepped:
             now = lv.memory.counters.snapshot()
-            row = lv.result.rows[-1]
-            for key, col in ROW_KEYS.items():
-                row[col] = now[key] - lv.memory_counts.get(key, 0)
+            lv.result.rows[-1].update((col, now[key] - lv.memory_counts.get(key, 0)) for key, col in ROW_KEYS.items())
             lv.memory_counts = now
 
 
@@ -745,14 +723,8 @@ def _map_threads(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         return each_request(fn, items)
     from concurrent.futures import ThreadPoolExecutor
 
-    def guarded(item: Any) -> Any:
-        try:
-            return fn(item)
-        except Exception as exc:
-            return exc
-
     with ThreadPoolExecutor(max_workers=len(items)) as pool:
-        return list(pool.map(guarded, items))
+        return list(pool.map(lambda item: each_request(fn, [item])[0], items))
 
 
 def close_memory(memory: Any) -> None:
@@ -796,7 +768,7 @@ def rows_to_arrow(rows: Sequence[dict[str, Any]]) -> Any:
         dim = _FEATURE_DIMS.get(name[len("feat_") :]) if name.startswith("feat_") else None
         if dim is not None:
             flat = np.concatenate(
-                [np.asarray(v, dtype=np.float32) if v is not None else np.zeros(dim, np.float32) for v in values]
+                [np.zeros(dim, np.float32) if v is None else np.asarray(v, np.float32) for v in values]
             )
             cols[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), dim)
         else:

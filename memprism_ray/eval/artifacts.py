@@ -1,11 +1,7 @@
-"""An episode's artifacts on disk (paper appendix C: the evaluation keeps each episode's
-event stream and, for a few episodes, what the policy saw at every step).
-
-:func:`write_episode_artifacts` writes what :meth:`memprism_ray.agent.Agent.run` returned
-for one episode: ``events.parquet`` (the event stream, raw events included),
-``steps.parquet`` (the step rows), ``episode.json`` (the summary), ``views/step_NNN.png``
-(the optical views kept) and ``trajectory.html``, a self-contained viewer (images inline,
-no script, nothing fetched).
+"""An episode on disk (paper appendix C: each episode's event stream is kept and, for a few,
+what the policy saw at every step): ``events.parquet`` (raw events included),
+``steps.parquet``, ``episode.json``, ``views/step_NNN.png`` and ``trajectory.html``, a
+self-contained viewer (images inline, no script, nothing fetched).
 """
 
 from __future__ import annotations
@@ -19,9 +15,8 @@ from typing import Any
 from memprism_ray.agent import EpisodeResult, rows_to_arrow
 
 _STYLE = (
-    "body{font-family:sans-serif;max-width:1000px;margin:auto}section{border:1px solid #ccc;"
-    "margin:8px 0;padding:8px}section.exception{border-color:#c33}img{max-width:100%}"
-    "pre{background:#f6f6f6;padding:6px;white-space:pre-wrap}"
+    "body{font-family:sans-serif;max-width:1000px;margin:auto}section{border:1px solid #ccc;margin:8px 0;padding:8px}"
+    "section.exception{border-color:#c33}img{max-width:100%}pre{background:#f6f6f6;padding:6px;white-space:pre-wrap}"
 )
 
 
@@ -31,8 +26,8 @@ def safe_name(name: str) -> str:
 
 
 def write_episode_artifacts(result: EpisodeResult, out_dir: str | Path) -> Path:
-    """Write ``result``'s artifacts (module docstring) under ``out_dir/<episode id>``; returns
-    that directory."""
+    """Write ``result`` (from :meth:`memprism_ray.agent.Agent.run`) under ``out_dir/<episode id>``;
+    returns that directory."""
     import pyarrow.parquet as pq
 
     root = Path(out_dir) / safe_name(result.spec.episode_id)
