@@ -169,16 +169,12 @@ class RunManifest:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunManifest:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
+        fields = dataclasses.fields(cls)
+        unknown = sorted(set(data) - {f.name for f in fields})
         if unknown:
             raise ValueError(f"unknown run manifest fields: {', '.join(unknown)}")
-        required = {
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        }
-        missing = sorted(required - set(data))
+        required = [f.name for f in fields if f.default is f.default_factory is dataclasses.MISSING]
+        missing = sorted(set(required) - set(data))
         if missing:
             raise ValueError(f"run manifest lacks required fields: {', '.join(missing)}")
         return cls(**data)

@@ -26,21 +26,8 @@ from memprism_ray.envs.mind2web.data import Candidate, Step
 from memprism_ray.formats.mind2web_snapshot import Element, ref_of
 
 #: Attributes worth showing: what identifies a control to a reader.
-KEEP_ATTRS: tuple[str, ...] = (
-    "type",
-    "name",
-    "placeholder",
-    "aria_label",
-    "aria-label",
-    "title",
-    "alt",
-    "value",
-    "role",
-    "href",
-    "label",
-    "input_checked",
-    "input_value",
-)
+_KEEP = "type name placeholder aria_label aria-label title alt value role href label input_checked input_value"
+KEEP_ATTRS: tuple[str, ...] = tuple(_KEEP.split())
 _VOID = {"input", "img", "br", "hr", "meta", "link", "area", "base", "col", "embed", "source", "track", "wbr"}
 
 

@@ -40,14 +40,7 @@ from memprism_ray.formats.mind2web_snapshot import Element, describe, parse_snap
 from memprism_ray.recorder.events import Outcome, RawEvent, StateDelta
 from memprism_ray.recorder.phi.base import Extraction
 
-KEYS: tuple[str, ...] = (
-    "page_state",
-    "overlay_state",
-    "field_value",
-    "choice_value",
-    "result_state",
-    "workflow_state",
-)
+KEYS: tuple[str, ...] = ("page_state", "overlay_state", "field_value", "choice_value", "result_state", "workflow_state")
 FAILURE_PREFIX = "Action failed"
 _OVERLAY = re.compile(r"\b(dialog|modal|menu|listbox|dropdown|popup|popover)\b", re.IGNORECASE)
 _WORKFLOW = re.compile(
