@@ -42,20 +42,6 @@ from memprism_ray.recorder.phi.base import Phi
 log = logging.getLogger(__name__)
 
 OUTPUT_NAME = "expert_trajectories.parquet"
-STREAM_COLUMNS: tuple[str, ...] = (
-    "t",
-    "entity",
-    "act",
-    "outcome",
-    "delta",
-    "changed",
-    "evidence_json",
-    "o_pre",
-    "action_json",
-    "feedback",
-    "reward",
-    "meta_json",
-)
 
 
 @dataclass(frozen=True)
@@ -164,12 +150,10 @@ def episodes_to_arrow(episodes: Sequence[ExpertEpisode]) -> Any:
     for i, ep in enumerate(episodes):
         table = ep.stream.to_arrow()
         n = table.num_rows
+        constant = {"game_id": ep.game.game_id, "task_type": ep.game.task_type, "split": ep.game.split, "goal": ep.goal}
         extra = {
             "episode": pa.array([i] * n, pa.int32()),
-            "game_id": pa.array([ep.game.game_id] * n, pa.string()),
-            "task_type": pa.array([ep.game.task_type] * n, pa.string()),
-            "split": pa.array([ep.game.split] * n, pa.string()),
-            "goal": pa.array([ep.goal] * n, pa.string()),
+            **{name: pa.array([value] * n, pa.string()) for name, value in constant.items()},
             "admissible": pa.array([list(a) for a in ep.admissible], pa.list_(pa.string())),
             "reference_action": pa.array(list(ep.reference), pa.string()),
             "reference_source": pa.array([ep.source] * n, pa.string()),
@@ -265,4 +249,5 @@ def load_expert_stream(table: Any, episode: int) -> EventStream:
     rows = table.filter(pc.equal(table["episode"], episode))
     if rows.num_rows == 0:
         raise ValueError(f"no episode {episode} in the expert-trajectory table")
-    return EventStream.from_arrow(rows.select(list(STREAM_COLUMNS)).replace_schema_metadata(None))
+    stream_columns = EventStream().to_arrow().column_names  # the rows hold exactly these, then the extras
+    return EventStream.from_arrow(rows.select(stream_columns).replace_schema_metadata(None))
