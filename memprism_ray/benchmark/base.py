@@ -43,6 +43,26 @@ class EvalPlan:
     """episode id -> recorded steps (Mind2Web's step-accuracy denominators)"""
 
 
+@dataclass
+class Played:
+    """One condition played on the whole plan: a result per planned episode, and the step rows."""
+
+    condition: str
+    results: list[Any]
+    rows: list[dict[str, Any]]
+
+
+@dataclass
+class EvalRun:
+    """What every report of one evaluation shares."""
+
+    plan: EvalPlan
+    cfg: Any
+    out_dir: Path
+    tokenizer: str
+    """the task model's tokenizer that counted the prompt tokens"""
+
+
 def rerecord_episodes(episodes: list[Any], phi: Any) -> list[Any]:
     """``episodes`` (``ExpertEpisode``) with their streams re-extracted by ``phi`` (an LLM
     Phi, docs/phi.md) from the kept raw events, so D1 data and rollouts are recorded by the
@@ -171,49 +191,26 @@ class Benchmark:
         return LLMViewTeacher(teacher_cfg)
 
     # ------------------------------------------------------------------ evaluation report
-    def write_condition(
-        self,
-        condition: str,
-        results: Sequence[Any],
-        rows: Sequence[dict[str, Any]],
-        out_dir: Path,
-        manifest: Any,
-        plan: EvalPlan,
-        cfg: Any,
-        tokenizer: str,
-    ) -> dict[str, Any]:
+    def write_condition(self, played: Played, out_dir: Path, manifest: Any, ctx: EvalRun) -> dict[str, Any]:
         """One condition's report (the shared tables, artifacts, manifest, plots)."""
         from memprism_ray.eval.runner import write_condition
 
+        cfg = ctx.cfg
         return write_condition(
-            condition,
-            results,
-            rows,
-            out_dir,
-            manifest,
-            tokenizer=tokenizer,
-            max_steps=cfg.agent.max_steps,
-            artifacts=cfg.eval.artifacts,
-        )
+            played.condition, played.results, played.rows, out_dir, manifest,
+            tokenizer=ctx.tokenizer, max_steps=cfg.agent.max_steps, artifacts=cfg.eval.artifacts,
+        )  # fmt: skip
 
     def condition_line(self, rep: Mapping[str, Any]) -> str:
         """One progress line for a finished condition."""
         failed = f", {rep['failed_episodes']} failed" if rep["failed_episodes"] else ""
         return f"{rep['successes']}/{rep['n']} = {100 * rep['sr']:.1f}%{failed}"
 
-    def write_summary(
-        self,
-        out_dir: Path,
-        reports: list[dict[str, Any]],
-        results_by: dict[str, list[Any]],
-        rows_by: dict[str, list[dict[str, Any]]],
-        plan: EvalPlan,
-        cfg: Any,
-    ) -> dict[str, Any]:
+    def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
         """The side-by-side summary of every condition; returns it (``failed_episodes`` set)."""
         from memprism_ray.eval.runner import write_summary
 
-        return write_summary(out_dir, reports, results_by, seed=cfg.run.seed)
+        return write_summary(ctx.out_dir, reports, {p.condition: p.results for p in played}, seed=ctx.cfg.run.seed)
 
     def eval_metrics(self, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per-condition metrics rows the run's metrics log records after the evaluation."""

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memprism_ray.benchmark.base import Benchmark, EvalPlan, rerecord_episodes
+from memprism_ray.benchmark.base import Benchmark, EvalPlan, EvalRun, Played, rerecord_episodes
 
 
 class EbAlfred(Benchmark):
@@ -88,21 +88,11 @@ class EbAlfred(Benchmark):
             return write_expert_table(episodes, Path(tmp) / "expert.parquet").read_bytes()
 
     # ------------------------------------------------------------------ evaluation report
-    def write_condition(
-        self,
-        condition: str,
-        results: Sequence[Any],
-        rows: Sequence[dict[str, Any]],
-        out_dir: Path,
-        manifest: Any,
-        plan: EvalPlan,
-        cfg: Any,
-        tokenizer: str,
-    ) -> dict[str, Any]:
+    def write_condition(self, played: Played, out_dir: Path, manifest: Any, ctx: EvalRun) -> dict[str, Any]:
         from memprism_ray.eval.ebalfred import episode_rows, subset_report
 
-        rep = super().write_condition(condition, results, rows, out_dir, manifest, plan, cfg, tokenizer)
-        rep["ebalfred"] = subset_report(episode_rows(results))
+        rep = super().write_condition(played, out_dir, manifest, ctx)
+        rep["ebalfred"] = subset_report(episode_rows(played.results))
         return rep
 
     def condition_line(self, rep: Mapping[str, Any]) -> str:
@@ -111,15 +101,7 @@ class EbAlfred(Benchmark):
         pooled = table["pooled"]
         return f"average SR {100 * table['average_sr']:.1f}% ({pooled['successes']}/{pooled['n']}){failed}"
 
-    def write_summary(
-        self,
-        out_dir: Path,
-        reports: list[dict[str, Any]],
-        results_by: dict[str, list[Any]],
-        rows_by: dict[str, list[dict[str, Any]]],
-        plan: EvalPlan,
-        cfg: Any,
-    ) -> dict[str, Any]:
+    def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
         """``summary.md`` (the paper's table: SR per subset and the average, a row per
         condition) and ``ebalfred_report.json``."""
         from memprism_ray.eval.ebalfred import report_markdown
@@ -130,9 +112,11 @@ class EbAlfred(Benchmark):
         lines = [report_markdown(t, c).splitlines()[2] for c, t in tables.items()]
         details = "\n".join(f"## {c}\n\n{report_markdown(t, c)}" for c, t in tables.items())
         atomic_write_text(
-            out_dir / "summary.md", "# EB-ALFRED evaluation\n\n" + "\n".join([*header, *lines]) + "\n\n" + details
+            ctx.out_dir / "summary.md", "# EB-ALFRED evaluation\n\n" + "\n".join([*header, *lines]) + "\n\n" + details
         )
-        atomic_write_text(out_dir / "ebalfred_report.json", json.dumps(tables, indent=1) + "\n")  # condition order kept
+        atomic_write_text(
+            ctx.out_dir / "ebalfred_report.json", json.dumps(tables, indent=1) + "\n"
+        )  # condition order kept
         return {"conditions": tables, "failed_episodes": sum(len(t["failed_episodes"]) for t in tables.values())}
 
     def eval_metrics(self, summary: Mapping[str, Any]) -> list[dict[str, Any]]:

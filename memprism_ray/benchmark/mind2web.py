@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memprism_ray.benchmark.base import Benchmark, EvalPlan, rerecord_episodes
+from memprism_ray.benchmark.base import Benchmark, EvalPlan, EvalRun, Played, rerecord_episodes
 from memprism_ray.envs.base import GameRef, cache_base
 from memprism_ray.router.teacher import LLMViewTeacher
 
@@ -94,30 +94,14 @@ class Mind2Web(Benchmark):
         return Mind2WebLLMTeacher(dataclasses.replace(teacher_cfg, prompt="mind2web"))
 
     # ------------------------------------------------------------------ evaluation report
-    def write_condition(
-        self,
-        condition: str,
-        results: Sequence[Any],
-        rows: Sequence[dict[str, Any]],
-        out_dir: Path,
-        manifest: Any,
-        plan: EvalPlan,
-        cfg: Any,
-        tokenizer: str,
-    ) -> dict[str, Any]:
+    def write_condition(self, played: Played, out_dir: Path, manifest: Any, ctx: EvalRun) -> dict[str, Any]:
         from memprism_ray.eval import mind2web as m2w
 
         return m2w.write_condition(
-            condition,
-            results,
-            rows,
-            out_dir,
-            manifest,
-            expected_steps=plan.expected_steps,
-            tokenizer=tokenizer,
-            max_steps=cfg.agent.max_steps,
-            artifacts=cfg.eval.artifacts,
-        )
+            played.condition, played.results, played.rows, out_dir, manifest,
+            expected_steps=ctx.plan.expected_steps, tokenizer=ctx.tokenizer,
+            max_steps=ctx.cfg.agent.max_steps, artifacts=ctx.cfg.eval.artifacts,
+        )  # fmt: skip
 
     def condition_line(self, rep: Mapping[str, Any]) -> str:
         o = rep["mind2web"]["overall"]
@@ -128,21 +112,17 @@ class Mind2Web(Benchmark):
             f"{ok['correct']}/{ok['n']}{failed}"
         )
 
-    def write_summary(
-        self,
-        out_dir: Path,
-        reports: list[dict[str, Any]],
-        results_by: dict[str, list[Any]],
-        rows_by: dict[str, list[dict[str, Any]]],
-        plan: EvalPlan,
-        cfg: Any,
-    ) -> dict[str, Any]:
+    def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
         """The generic ``summary.md`` and ``mind2web.md`` / ``mind2web.json`` (per split,
         paired against the first condition)."""
         from memprism_ray.eval import mind2web as m2w
 
-        generic = super().write_summary(out_dir, reports, results_by, rows_by, plan, cfg)
-        summary = m2w.write_summary(out_dir, reports, results_by, rows_by, plan.expected_steps, seed=cfg.run.seed)
+        generic = super().write_summary(reports, played, ctx)
+        results_by = {p.condition: p.results for p in played}
+        rows_by = {p.condition: p.rows for p in played}
+        summary = m2w.write_summary(
+            ctx.out_dir, reports, results_by, rows_by, ctx.plan.expected_steps, seed=ctx.cfg.run.seed
+        )
         summary["generic"] = generic
         return summary
 

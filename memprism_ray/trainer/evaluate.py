@@ -21,6 +21,7 @@ from memprism_ray.actors.evaluation import EvalWorker
 from memprism_ray.actors.placement import actor_name
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.benchmark import Benchmark, EvalPlan
+from memprism_ray.benchmark.base import EvalRun, Played
 
 
 def router_state_for(cfg: Any, checkpoint: str) -> dict[str, Any] | None:
@@ -139,10 +140,9 @@ def evaluate(
         )
         for i in range(n_workers)
     ]
-    tokens = TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy))
+    ctx = EvalRun(plan, cfg, out_dir, TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy)).name)
     reports: list[dict[str, Any]] = []
-    results_by: dict[str, list[Any]] = {}
-    rows_by: dict[str, list[dict[str, Any]]] = {}
+    played: list[Played] = []
     marginal = None
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -173,14 +173,13 @@ def evaluate(
                 output_paths={"dir": str(out_dir / safe)},
                 extra=memory_manifest(condition, cfg.eval.memory),
             )
-            rep = benchmark.write_condition(condition, results, rows, out_dir / safe, manifest, plan, cfg, tokens.name)
+            played.append(Played(condition, results, rows))
+            rep = benchmark.write_condition(played[-1], out_dir / safe, manifest, ctx)
             if condition == "memprism":
                 marginal = rep["view_selection"]["view_marginal"]
             reports.append(rep)
-            results_by[condition] = results
-            rows_by[condition] = rows
             log(f"eval {condition}: {benchmark.condition_line(rep)}")
-        return benchmark.write_summary(out_dir, reports, results_by, rows_by, plan, cfg)
+        return benchmark.write_summary(reports, played, ctx)
     finally:
         for w in workers:
             ray.kill(w)

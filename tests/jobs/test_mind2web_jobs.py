@@ -69,7 +69,8 @@ def test_eval_job_reports_per_split(tmp_path: Path) -> None:
     full = json.loads((out / "full_history" / "mind2web.json").read_text())
     # The stand-in reads memory: the full history beats no memory on the same 20 steps.
     assert full["overall"]["step_accuracy"]["correct"] > no_mem["overall"]["step_accuracy"]["correct"]
-    assert (out / "mind2web.md").read_text().count("| full_history |") == 3
+    # Step accuracy, episode success, Mind2Web's own metrics (issue 30) and the paired differences.
+    assert (out / "mind2web.md").read_text().count("| full_history |") == 4
     again = _job("eval_mind2web.py", "--corpus.data_root", str(tmp_path / "data"), "--out", str(out))
     assert again.returncode == 2 and "already holds an evaluation" in again.stderr
 
