@@ -83,9 +83,6 @@ class SceneLayout:
     def receptacle_types(self) -> frozenset[str]:
         return frozenset(receptacle_type(r) for r, _ in self.receptacles)
 
-    def receptacles_of_type(self, rtype: str) -> list[str]:
-        return [r for r, _ in self.receptacles if receptacle_type(r) == rtype]
-
 
 @functools.cache
 def load_scene(scene_num: int) -> SceneLayout:
@@ -101,8 +98,6 @@ def load_scene(scene_num: int) -> SceneLayout:
             f"the alfworld package lacks the layout files of scene {scene_num} ({exc.filename}); "
             "reinstall alfworld==0.4.2"
         ) from None
-    receptacles = tuple(
-        sorted((rid, (float(p[0]), float(p[1]), int(p[2]), int(p[3]))) for rid, p in openable.items())
-    )
+    receptacles = tuple(sorted((rid, (float(p[0]), float(p[1]), int(p[2]), int(p[3]))) for rid, p in openable.items()))
     floor = tuple((float(x), float(z)) for x, z in np.asarray(points, dtype=float).reshape(-1, 2))
     return SceneLayout(scene_num, rtype, receptacles, tuple(sorted(set(objects))), floor)
