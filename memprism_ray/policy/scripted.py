@@ -325,15 +325,9 @@ class ScriptedPolicy:
         samples from; one-hot on the best-scored actions at temperature 0)."""
         if not admissible:
             return {"look": 1.0}
-        decision = decide(goal, observation, admissible, memory_texts)
-        items = sorted(decision.scores.items())
-        top = max(s for _, s in items)
-        if self.temperature == 0:
-            best = [a for a, s in items if s == top]
-            return {a: 1.0 / len(best) for a in best}
-        weights = [math.exp((s - top) / self.temperature) for _, s in items]
-        total = sum(weights)
-        return {a: w / total for (a, _), w in zip(items, weights, strict=True)}
+        from memprism_ray.policy.mind2web_scripted import tempered_distribution
+
+        return tempered_distribution(decide(goal, observation, admissible, memory_texts).scores, self.temperature)
 
     def input_distribution(self, inp: PolicyInput) -> dict[str, float]:
         """:meth:`action_distribution` for one prompt."""

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memprism_ray.recorder.events import RawEvent
-from memprism_ray.recorder.phi.base import Extraction, Phi
+from memprism_ray.recorder.phi.base import Extraction, Phi, record_extraction
 from memprism_ray.recorder.phi.config import PhiConfig
 from memprism_ray.recorder.phi.llm_client import CompleteMany
 from memprism_ray.recorder.stream import EventStream
@@ -116,15 +116,7 @@ def record_lockstep(
         for i, raw, ex in zip(live, raws, outs, strict=True):
             if isinstance(ex, BaseException):
                 raise RuntimeError(f"{phi.name} failed on episode {i} step {t + 1}: {type(ex).__name__}: {ex}") from ex
-            streams[i].record(
-                raw,
-                entity=ex.entity,
-                act=ex.act,
-                delta=ex.delta,
-                failed=ex.failed,
-                outcome=ex.outcome,
-                evidence=ex.evidence,
-            )
+            record_extraction(streams[i], raw, ex)
     return streams
 
 
