@@ -1,7 +1,7 @@
 """The package's import graph (issue 29, item 6): an ``ast`` walk of every import statement of
 every module of ``memprism_ray`` (top-level and inside functions alike, relative imports
-resolved) finds no cycle between packages and none between modules, and the core packages
-never import ray (docs/architecture.md "Layers")."""
+resolved) finds no cycle between packages and none between modules, no import that runs back
+up the layer order, and no ray import in the core (docs/architecture.md "Layers")."""
 
 from __future__ import annotations
 
@@ -10,6 +10,29 @@ from collections import defaultdict
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "memprism_ray"
+#: The layer order, low to high (docs/architecture.md "Layers"): a package imports only from its
+#: own layer or a lower one.
+LAYERS = (
+    ("io_atomic", "formats", "llm_client", "config_tree"),
+    ("view_space",),
+    ("recorder",),
+    ("composer",),
+    ("render",),
+    ("views",),
+    ("policy",),
+    ("router",),
+    ("envs",),
+    ("baselines",),
+    ("agent",),
+    ("adapter",),
+    ("eval",),
+    ("config",),
+    ("pipeline",),
+    ("benchmark",),
+    ("actors",),
+    ("trainer",),
+    ("cli", "__main__"),
+)
 CORE = ("view_space", "recorder", "router", "composer", "render", "adapter", "envs", "policy", "agent", "formats")
 
 
@@ -100,6 +123,17 @@ def test_no_import_cycle_between_packages() -> None:
     for module, targets in _graph().items():
         packages[_package(module)] |= {_package(t) for t in targets if t != "ray" and _package(t) != _package(module)}
     assert _cycles(packages) == []
+
+
+def test_no_import_runs_back_up_the_layers() -> None:
+    rank = {f"memprism_ray.{p}": i for i, layer in enumerate(LAYERS) for p in layer} | {"memprism_ray": -1}
+    upward = sorted(
+        (module, target)
+        for module, targets in _graph().items()
+        for target in targets
+        if target != "ray" and rank[_package(target)] > rank[_package(module)]
+    )
+    assert upward == []
 
 
 def test_the_core_never_imports_ray() -> None:
