@@ -27,6 +27,7 @@
 # (explicit scheduler, front-end threads, both prompt layouts) on the real engine itself.
 # Environment: GPU_BENCH_BUDGET_S (whole run, default 540: a `run` call's 600 s limit less a margin),
 # GPU_BENCH_STAGES (default "install source model bench tests"), BENCH_ARGS (extra bench flags),
+# GPU_BENCH_ENGINE=fake (a CPU rehearsal of the flow: the bench on the fake engine),
 # OUT (default /tmp/gpu-bench-out). Writes $OUT/gpu_bench.json (stage seconds, exit codes, device),
 # $OUT/bench_policy_pool.json (the bench's RESULT, rewritten after each of its stages),
 # $OUT/results/bench_policy_pool.json (the record for benchmarks/results/), and the logs.
@@ -133,6 +134,9 @@ do_source() {
     SRC=${ROOT}
   fi
 }
+do_model() {  # from the source snapshot: the working copy's cwd would shadow it on sys.path
+  (cd "${SRC}" && python3 -m memprism_ray.policy.dummy_qwen "${MODEL}")
+}
 do_tests() {
   local left=$(( BUDGET - $(elapsed) - 10 )) cap=${TESTS_TIMEOUT_S:-240}
   [[ ${left} -lt ${cap} ]] && cap=${left}
@@ -148,7 +152,7 @@ do_bench() {
   [[ "${GPU_BENCH_COMPILED:-0}" == 1 ]] && eager=()
   # shellcheck disable=SC2086
   (cd "${SRC}" && MEMPRISM_BENCH_RESULTS="${OUT}/results" timeout --kill-after=15 $(( left + 20 )) \
-     python3 benchmarks/bench_policy_pool.py --engine vllm --model "${MODEL}" "${eager[@]}" \
+     python3 benchmarks/bench_policy_pool.py --engine "${GPU_BENCH_ENGINE:-vllm}" --model "${MODEL}" "${eager[@]}" \
        --compile-cache "${VLLM_CACHE_ROOT}" --deadline-s "${left}" --out "${OUT}/bench_policy_pool.json" ${BENCH_ARGS:-} \
        2>&1 | tee "${OUT}/bench.log"; exit "${PIPESTATUS[0]}")
 }
@@ -163,7 +167,7 @@ run_device() {
   has_stage install && stage install do_install
   has_stage source && stage source do_source
   [[ ${DRY} == 1 ]] || export PYTHONPATH="${SRC}:${PYTHONPATH}"
-  has_stage model && stage model python3 -m memprism_ray.policy.dummy_qwen "${MODEL}"
+  has_stage model && stage model do_model
   if has_stage bench; then stage bench do_bench; [[ ${DRY} == 1 ]] || reap_engines bench; fi
   if has_stage tests; then stage tests do_tests; [[ ${DRY} == 1 ]] || reap_engines tests; fi
   [[ ${DRY} == 1 ]] && { say "dry run: nothing ran"; return 0; }

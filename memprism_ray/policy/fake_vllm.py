@@ -5,7 +5,8 @@ tested without a GPU (tests/actors/test_policy_pool.py) and ``benchmarks/
 bench_policy_pool.py --engine fake`` exercise the same code path the GPU run takes.
 
 Model: a step costs ``step_s + seq_s * running`` seconds and gives every running request
-one token; a request finishes after ``tokens`` steps. Requests arriving while a step runs
+one token; a request finishes after ``tokens`` steps (fewer when its sampling params, a
+dict, ask for a smaller ``max_tokens``: the bench's decode probe). Requests arriving while a step runs
 join the next step (continuous batching), up to ``max_batch`` running at once. The engine
 records, per step, which caller tags ran together (``request_id``'s third dash-separated
 field, as :class:`~memprism_ray.policy.vllm_async.AsyncVLLMPolicy` writes it), so a test can
@@ -85,6 +86,7 @@ class _Running:
     left: int
     done: asyncio.Future
     crash: bool = False
+    total: int = 0
 
 
 @dataclass
@@ -126,7 +128,7 @@ class FakeAsyncEngine:
             still = []
             for r in running:
                 r.left -= 1
-                if r.crash and r.left <= self.tokens // 2:
+                if r.crash and r.left <= r.total // 2:
                     r.done.set_exception(RuntimeError(f"fake engine step failed for {r.request_id}"))
                 elif r.left <= 0:
                     text = self.reply(r.prompt)
@@ -134,7 +136,7 @@ class FakeAsyncEngine:
                         FakeRequestOutput(
                             r.request_id,
                             list(range(len(r.prompt.get("prompt", "")) // 4)),
-                            [FakeCompletion(text, list(range(self.tokens)))],
+                            [FakeCompletion(text, list(range(r.total)))],
                         )
                     )
                 else:
@@ -149,7 +151,11 @@ class FakeAsyncEngine:
         self.input_processor.process_inputs(request_id, prompt, sampling_params)
         parts = request_id.split("-", 2)
         loop = asyncio.get_running_loop()
-        item = _Running(request_id, parts[2] if len(parts) > 2 else "", prompt, self.tokens, loop.create_future())
+        limit = sampling_params.get("max_tokens") if isinstance(sampling_params, dict) else None
+        tokens = min(self.tokens, limit) if limit else self.tokens
+        item = _Running(
+            request_id, parts[2] if len(parts) > 2 else "", prompt, tokens, loop.create_future(), total=tokens
+        )
         item.crash = "FAKE_CRASH" in text
         self.submitted += 1
         self._queue.append(item)

@@ -124,3 +124,11 @@ def test_configure_switches_layout_and_threads_on_a_running_policy() -> None:
     with pytest.raises(ValueError, match="prompt_layout must be one of"):
         policy.configure(prompt_layout="sideways")
     policy.shutdown()
+
+
+def test_a_call_can_ask_for_fewer_completion_tokens() -> None:
+    """The bench's decode probe: ``act(..., max_tokens=n)`` overrides the config for one call."""
+    engine = FakeAsyncEngine(step_s=0.001, tokens=6)
+    policy = AsyncVLLMPolicy(VLLMConfig(chat_template="qwen2_vl", max_tokens=6), engine=engine, sampling_factory=dict)
+    assert [o.completion_tokens for o in asyncio.run(policy.act([alf("a"), alf("b")], max_tokens=2))] == [2, 2]
+    assert [o.completion_tokens for o in asyncio.run(policy.act([alf("c")]))] == [6]
