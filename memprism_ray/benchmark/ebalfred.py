@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memprism_ray.benchmark.base import Benchmark, EvalPlan, EvalRun, Played, rerecord_episodes
+from memprism_ray.benchmark.base import Benchmark, BenchmarkConfigError, EvalPlan, EvalRun, Played, rerecord_episodes
 
 
 class EbAlfred(Benchmark):
@@ -54,6 +54,19 @@ class EbAlfred(Benchmark):
 
         eb = cfg.ebalfred
         return list_games(eb.subsets, eb.splits_path(cfg.run.dir), per_subset=eb.episodes_per_subset)
+
+    def check_disjoint(self, cfg: Any) -> None:
+        """Game ids first (the shared rule), then the ALFRED trajectories behind them: an
+        evaluation trajectory listed for training under another id is an overlap too."""
+        super().check_disjoint(cfg)
+        from memprism_ray.envs.ebalfred.training import shared_trajectories
+
+        shared = shared_trajectories(self.train_games(cfg), self._eval_games(cfg))
+        if shared:
+            raise BenchmarkConfigError(
+                f"{len(shared)} ALFRED trajectories are played by both the training and the evaluation episodes "
+                f"(e.g. {shared[0]}): change {', '.join(self.train_keys + self.eval_keys)} so they do not overlap"
+            )
 
     def eval_plan(self, cfg: Any) -> EvalPlan:
         from memprism_ray.agent import EpisodeSpec

@@ -97,3 +97,22 @@ def test_ebalfred_refuses_training_on_its_evaluation_episodes(tmp_path: Path) ->
         BenchmarkConfigError, match=r"ebalfred evaluation tasks are also training tasks.*ebalfred\.train_splits"
     ):
         eb.check_disjoint(eb.prepare(bad, print))
+
+
+def test_ebalfred_refuses_an_evaluation_trajectory_listed_for_training_under_another_id(tmp_path: Path) -> None:
+    """EmbodiedBench's subsets reuse ALFRED trajectories, so game ids alone cannot show an
+    overlap: a training list naming an evaluation episode's trajectory is refused too."""
+    import json
+
+    eb = get_benchmark("ebalfred")
+    overrides = ["--run.out_dir", str(tmp_path), "--ebalfred.resolution", "64"]
+    cfg = eb.prepare(load_config("configs/ebalfred_smoke.yaml", overrides), print)
+    eb.check_disjoint(cfg)  # the fixture's own training list plays other trajectories
+    evaluation = eb.eval_plan(cfg).specs[0].game
+    subset = evaluation.game_id.split("/")[0]
+    leaked = json.loads(Path(evaluation.path).read_text())[subset][0]
+    train_list = tmp_path / "train.json"
+    train_list.write_text(json.dumps({"alfred_train": [leaked]}))
+    bad = load_config("configs/ebalfred_smoke.yaml", [*overrides, "--ebalfred.train_splits", str(train_list)])
+    with pytest.raises(BenchmarkConfigError, match=r"^1 ALFRED trajectories are played by both"):
+        eb.check_disjoint(eb.prepare(bad, print))
