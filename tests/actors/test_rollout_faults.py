@@ -33,6 +33,9 @@ def fleet_parts(ray_session, actors_tiny_cfg, actors_reference_ckpt: Path):
     def make(index: int, generation: int):
         w = RolloutWorker.options(num_cpus=0.1).remote(cfg, index, full_ref, [], [], [], False, "faults", generation)
         started.append(w)
+        # Its EnvWorkers answer before it gets a group, so a group's time is its play alone
+        # and the hung-worker test can wait a group timeout of seconds, not minutes.
+        ray.get(w.__ray_call__.remote(lambda self: self._wait_for_envs()), timeout=300)
         return w
 
     yield cfg, make
@@ -77,38 +80,62 @@ def _assert_replaced_and_rerun(ray, fleet, old, result, specs, group_size: int) 
         assert ray.get(g.steps, timeout=60).num_rows == g.summary.num_steps > 0
 
 
+def _hung_actor(ray):
+    """An actor whose ``wait`` never returns (no CPU held: it only sleeps)."""
+
+    @ray.remote(num_cpus=0)
+    class Hung:
+        def wait(self) -> None:
+            time.sleep(3600)
+
+    return Hung.remote()
+
+
+#: The hung-worker test's group timeout: what it waits out on purpose. A group of two
+#: trajectories on warm EnvWorkers plays in about 2 s on a loaded 2-core machine; the re-run has
+#: to finish within it too.
+HUNG_GROUP_TIMEOUT_S = 10.0
+
+
 @pytest.mark.timeout(600)
 def test_a_hung_rollout_worker_is_killed_replaced_and_its_group_rerun(ray_session, fleet_parts) -> None:
     from memprism_ray.trainer.rollouts import run_groups
 
     ray = ray_session
     cfg, make = fleet_parts
-    cfg = _cfg(cfg, group_timeout_s=60.0, rerun_failed=True)
+    cfg = _cfg(cfg, group_timeout_s=HUNG_GROUP_TIMEOUT_S, rerun_failed=True)
+    cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, group_size=2))
     fleet = _fleet(make)
     old = fleet.workers[0]
     ray.get(old.inject_fault.remote("hang", 2), timeout=60)  # hangs at its 2nd env step: mid-group
     specs = _specs(cfg, 0, 1)
     t0 = time.monotonic()
     result = run_groups(fleet, specs, None, 1, cfg)  # today's code: ValueError from ray.cancel(force=True)
-    assert time.monotonic() - t0 >= 60.0  # it waited the group timeout, no less
+    assert time.monotonic() - t0 >= HUNG_GROUP_TIMEOUT_S  # it waited the group timeout, no less
     _assert_replaced_and_rerun(ray, fleet, old, result, specs, cfg.grpo.group_size)
     fleet.kill_all()
 
 
 @pytest.mark.timeout(600)
-def test_a_dead_rollout_worker_is_replaced_and_its_group_rerun(ray_session, fleet_parts) -> None:
+def test_a_dead_rollout_worker_is_replaced_and_one_that_keeps_dying_is_retired(ray_session, fleet_parts) -> None:
+    """A worker whose process dies is replaced and its group re-run; when the replacement dies
+    too and the index has no replacement left, it is retired with a clear error."""
     from memprism_ray.trainer.rollouts import run_groups
 
     ray = ray_session
     cfg, make = fleet_parts
     cfg = _cfg(cfg, group_timeout_s=600.0, rerun_failed=True)
-    fleet = _fleet(make)
+    fleet = _fleet(make, max_replacements=1)
     old = fleet.workers[0]
     ray.get(old.inject_fault.remote("crash", 2), timeout=60)  # its process exits at its 2nd env step
     specs = _specs(cfg, 1, 2)
     result = run_groups(fleet, specs, None, 1, cfg)
     _assert_replaced_and_rerun(ray, fleet, old, result, specs, cfg.grpo.group_size)
-    fleet.kill_all()
+    # The replacement dies as well: no replacement left (max_replacements=1), the index is retired.
+    ray.get(fleet.workers[0].inject_fault.remote("crash", 1), timeout=60)
+    with pytest.raises(RuntimeError, match=r"no rollout worker left for 1 group\(s\).*retired after repeated failures"):
+        run_groups(fleet, _specs(cfg, 2, 1), None, 2, cfg)
+    assert fleet.active() == []
 
 
 @pytest.mark.timeout(600)
@@ -137,34 +164,19 @@ def test_a_worker_that_keeps_failing_groups_is_replaced(ray_session, fleet_parts
     fleet.kill_all()
 
 
-@pytest.mark.timeout(300)
-def test_a_worker_that_keeps_dying_is_retired_with_a_clear_error(ray_session, fleet_parts) -> None:
-    from memprism_ray.trainer.rollouts import run_groups
-
-    ray = ray_session
-    cfg, make = fleet_parts
-    fleet = _fleet(make, max_replacements=0)  # no replacement left: the next death retires it
-    ray.get(fleet.workers[0].inject_fault.remote("crash", 1), timeout=60)
-    with pytest.raises(RuntimeError, match=r"no rollout worker left for 1 group\(s\).*retired after repeated failures"):
-        run_groups(fleet, _specs(cfg, 2, 1), None, 1, cfg)
-    assert fleet.active() == []
-
-
 @pytest.mark.timeout(120)
-def test_waits_on_a_hung_actor_end_with_an_error_naming_the_wait(ray_session, fleet_parts, monkeypatch) -> None:
+def test_waits_on_a_hung_actor_end_with_an_error_naming_the_wait(ray_session, actors_tiny_cfg, monkeypatch) -> None:
     """Issue 10 item 4: a call that never returns ends the waiting function within its bound
     (today ``wire.from_request`` waits forever on a view PNG ref)."""
     from memprism_ray.actors import waits, wire
     from memprism_ray.policy.base import PolicyInput
-    from memprism_ray.trainer.rollouts import run_groups
+    from memprism_ray.trainer.rollouts import RolloutFleet, run_groups
 
     ray = ray_session
-    cfg, make = fleet_parts
-    fleet = _fleet(make)
-    worker = fleet.workers[0]
-    ray.get(worker.inject_fault.remote("hang", 1), timeout=60)
+    cfg = actors_tiny_cfg
+    hung = _hung_actor(ray)
     spec = _specs(cfg, 3, 1)[0]
-    never, _ = worker.run_group.remote(spec, None, 1)  # a ref that never becomes ready
+    never = hung.wait.remote()  # a ref that never becomes ready
 
     t0 = time.monotonic()
     with pytest.raises(waits.WaitTimeout, match=f"summary of group {spec.group_id}: no result within 2s"):
@@ -176,9 +188,9 @@ def test_waits_on_a_hung_actor_end_with_an_error_naming_the_wait(ray_session, fl
     # Router weights that never arrive end the iteration before any group is dispatched.
     quick = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, call_timeout_s=2.0))
     with pytest.raises(waits.WaitTimeout, match="Router weights version 5 from the learner: no result within 2s"):
-        run_groups(fleet, [spec], never, 5, quick)
+        run_groups(RolloutFleet([hung]), [spec], never, 5, quick)  # ends before any group is dispatched
     assert time.monotonic() - t0 < 30
-    fleet.kill_all()
+    ray.kill(hung)
 
 
 @pytest.mark.timeout(300)

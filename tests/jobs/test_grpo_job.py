@@ -1,10 +1,18 @@
 """``jobs/grpo_alfworld.py`` as users run it (``python jobs/...``, its own local Ray):
 checkpoints, logs, and resuming a killed driver to the same state (no metrics step twice; a
-changed config refused unless allowed)."""
+changed config refused unless allowed).
+
+The resume check runs the smallest job that writes two checkpoints (two iterations of one
+group of two trajectories). The run that is killed is a process of its own, started as users
+start it; the uninterrupted reference and the resume run ``main(argv)`` in this process on the
+session's Ray (a job's start-up, not its iterations, is most of its time). Refusals that come
+before Ray are checked in-process too, one of them also as a process (exit status 2, one line
+on stderr)."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import signal
@@ -18,16 +26,17 @@ import pytest
 pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Two iterations of one group of two trajectories: two checkpoints, a planner that moves
+#: (entropy bonus and KL, even when every trajectory of the group fails).
+SMALLEST = ("--grpo.groups_per_iteration", "1", "--grpo.group_size", "2", "--rollout.env_slots_per_worker", "2")
 
 
-def _cmd(tiny_overrides, corpus: Path, out: Path, name: str, ref: Path, *extra: str) -> list[str]:
-
+def _args(tiny_overrides, corpus: Path, out: Path, name: str, ref: Path, *extra: str) -> list[str]:
     return [
-        sys.executable,
-        "jobs/grpo_alfworld.py",
         "--config",
         "configs/local.yaml",
         *tiny_overrides(corpus, out, name),
+        *SMALLEST,
         "--init_checkpoint",
         str(ref),
         "--run.ray_address",
@@ -38,11 +47,41 @@ def _cmd(tiny_overrides, corpus: Path, out: Path, name: str, ref: Path, *extra: 
     ]
 
 
+def _cmd(*args: str) -> list[str]:
+    return [sys.executable, "jobs/grpo_alfworld.py", *args]
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
     env.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
     return env
+
+
+def _grpo_job():
+    spec = importlib.util.spec_from_file_location("grpo_alfworld_job", ROOT / "jobs" / "grpo_alfworld.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _main_status(argv: list[str]) -> int:
+    """The job's exit status, run in this process (``parser.error`` exits 2 via SystemExit)."""
+    try:
+        return _grpo_job().main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+@pytest.fixture
+def no_ray_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails the test if the job would start (or join) Ray: refusals come before it."""
+    import memprism_ray.actors.placement as placement
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the job reached init_ray before refusing")
+
+    monkeypatch.setattr(placement, "init_ray", refuse)
 
 
 def _weights_sha(ckpt: Path) -> str:
@@ -51,41 +90,50 @@ def _weights_sha(ckpt: Path) -> str:
     return hashlib.sha256((ckpt / WEIGHTS_FILE).read_bytes()).hexdigest()
 
 
+def _grpo_rows(run: Path) -> list[dict]:
+    """The GRPO metrics rows without wall-clock fields (timings differ between two runs)."""
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "time" and "seconds" not in k} for r in rows if r["kind"] == "grpo"]
+
+
+@pytest.mark.ray
 def test_killed_driver_resumes_to_the_same_state(
-    memprism_tiny_corpus: Path, actors_reference_ckpt: Path, memprism_tiny_overrides, tmp_path: Path
+    ray_session,
+    memprism_tiny_corpus: Path,
+    actors_reference_ckpt: Path,
+    memprism_tiny_overrides,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A: two iterations without interruption.
-    a = subprocess.run(
-        _cmd(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, "a", actors_reference_ckpt),
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert a.returncode == 0, a.stdout[-3000:] + a.stderr[-3000:]
+    def args(name: str, *extra: str) -> list[str]:
+        return _args(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, name, actors_reference_ckpt, *extra)
+
+    # A: the two iterations without interruption (the reference; in this process, on the session's Ray).
+    assert _grpo_job().main(args("a")) == 0
+    capsys.readouterr()
     run_a = tmp_path / "a"
     assert (run_a / "checkpoints" / "iter_0001" / "config.json").exists()
     assert (run_a / "checkpoints" / "iter_0002" / "config.json").exists()
-    lines = [json.loads(x) for x in (run_a / "metrics.jsonl").read_text().splitlines()]
-    grpo = [x for x in lines if x["kind"] == "grpo"]
-    assert [x["step"] for x in grpo] == [1, 2]
+    grpo_a = _grpo_rows(run_a)
+    assert [x["step"] for x in grpo_a] == [1, 2]
     for key in ("loss", "kl", "entropy", "clip_frac", "zero_std_group_frac", "success_rate", "failed_trajectories"):
-        assert key in grpo[0]
+        assert key in grpo_a[0]
+    assert _weights_sha(run_a / "checkpoints" / "iter_0001") != _weights_sha(run_a / "checkpoints" / "iter_0002")
 
-    # B: the same run, its driver killed after the first checkpoint, then --resume auto.
+    # B: the same run as users start it, its driver killed after the first checkpoint.
     proc = subprocess.Popen(
-        _cmd(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, "b", actors_reference_ckpt),
+        _cmd(*args("b")),
         cwd=ROOT,
         env=_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    first = tmp_path / "b" / "checkpoints" / "iter_0001" / "config.json"
+    first = tmp_path / "b" / "checkpoints" / "iter_0001" / "config.json"  # written last: the checkpoint is whole
     deadline = time.monotonic() + 600
     while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.05)
     assert first.exists(), "the first checkpoint never appeared"
     assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray it started
@@ -94,41 +142,24 @@ def test_killed_driver_resumes_to_the_same_state(
     # The kill landed mid-run: the second (last) iteration had not been checkpointed.
     assert not (tmp_path / "b" / "checkpoints" / "iter_0002" / "config.json").exists(), "the run had finished"
 
-    # A fresh start into a run directory with checkpoints is refused (nothing overwritten).
-    refused = subprocess.run(
-        _cmd(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, "b", actors_reference_ckpt),
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert refused.returncode != 0 and "--resume auto" in (refused.stdout + refused.stderr)
+    # A fresh start into a run directory with checkpoints is refused (nothing overwritten), in one line.
+    refused = subprocess.run(_cmd(*args("b")), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--resume auto" in (refused.stdout + refused.stderr)
     assert "Traceback" not in refused.stderr and refused.stderr.strip().count("\n") == 0, refused.stderr
 
-    # Resuming with a different config is refused (before any Ray starts), naming the setting.
-    new_lr = ("--resume", "auto", "--grpo.lr", "1e-5")
-    changed = subprocess.run(
-        _cmd(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, "b", actors_reference_ckpt, *new_lr),
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert changed.returncode != 0 and "grpo.lr" in changed.stderr, changed.stderr[-2000:]
-    assert "--run.allow_config_change true" in changed.stderr and "Traceback" not in changed.stderr
+    # Resuming with a different config is refused before any Ray starts, naming the setting.
+    import memprism_ray.actors.placement as placement
 
-    b = subprocess.run(
-        _cmd(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, "b", actors_reference_ckpt, "--resume", "auto"),
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
-    assert "resumed from" in b.stdout
+    with monkeypatch.context() as m:
+        m.setattr(placement, "init_ray", lambda *a, **k: pytest.fail("init_ray reached before the refusal"))
+        assert _main_status(args("b", "--resume", "auto", "--grpo.lr", "1e-5")) == 2
+    err = capsys.readouterr().err
+    assert "grpo.lr" in err and "--run.allow_config_change true" in err, err[-2000:]
+
+    # --resume auto continues to exactly the uninterrupted run's state (in this process: nothing
+    # of run B is left in memory here, its Ray died with it).
+    assert _grpo_job().main(args("b", "--resume", "auto")) == 0
+    assert "resumed from" in capsys.readouterr().out
     rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows if x["kind"] == "grpo"] == [1, 2], "a step logged twice or lost"
     assert [x["step"] for x in rows if x["kind"] == "checkpoint"] == [1, 2]
@@ -136,6 +167,7 @@ def test_killed_driver_resumes_to_the_same_state(
     assert len(meta["extra"]["config_sha256"]) == 64 and meta["extra"]["config"]["grpo.lr"] > 0
     for it in ("iter_0001", "iter_0002"):
         assert _weights_sha(tmp_path / "a" / "checkpoints" / it) == _weights_sha(tmp_path / "b" / "checkpoints" / it)
+    assert _grpo_rows(tmp_path / "b") == grpo_a  # every logged statistic, bit for bit
 
 
 @pytest.mark.parametrize(
@@ -146,10 +178,12 @@ def test_killed_driver_resumes_to_the_same_state(
         (("--run.name", "../../x"), "run.name '../../x'"),
     ],
 )
-def test_bad_start_is_one_line_before_ray(tmp_path: Path, extra: tuple[str, ...], message: str) -> None:
-    cmd = [sys.executable, "jobs/grpo_alfworld.py", "--config", "configs/local.yaml", "--run.out_dir", str(tmp_path)]
-    r = subprocess.run([*cmd, *extra], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
-    assert message in r.stderr and "Traceback" not in r.stderr
-    assert "cluster" not in r.stdout  # refused before a Ray instance started
+def test_bad_start_is_one_line_before_ray(
+    tmp_path: Path, extra: tuple[str, ...], message: str, no_ray_start: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--config", "configs/local.yaml", "--run.out_dir", str(tmp_path), *extra]
+    assert _main_status(argv) == 2
+    out, err = capsys.readouterr()
+    assert message in err and "Traceback" not in err
+    assert "cluster" not in out  # refused before a Ray instance started
     assert not any(tmp_path.iterdir())  # nothing created
