@@ -42,6 +42,9 @@ _VARIANT = re.compile(r"[a-z0-9_-]*")
 # The code a benchmark measures; a change there (not in the records themselves) makes the
 # recorded commit an incomplete description of what ran.
 _MEASURED_PATHS = ("memprism_ray", "benchmarks", "configs", ":(exclude)benchmarks/results")
+# The command line as the benchmark was started: what it measures may rewrite ``sys.argv``
+# (ALFWorld's PDDL translator sets it to ``translate.py domain task``).
+_LAUNCH_ARGV = list(sys.argv)
 
 
 def results_dir() -> Path:
@@ -98,13 +101,14 @@ def machine() -> dict[str, Any]:
 def command_line(argv: Sequence[str] | None = None) -> str:
     """The command that ran: the script relative to the repository root, then its arguments.
 
-    ``argv`` is what the script's ``main(argv)`` parsed; ``None`` means ``sys.argv[1:]``."""
-    script = Path(sys.argv[0]).resolve()
+    ``argv`` is what the script's ``main(argv)`` parsed; ``None`` means the arguments the
+    process was started with."""
+    script = Path(_LAUNCH_ARGV[0]).resolve()
     try:
         shown = script.relative_to(ROOT).as_posix()
     except ValueError:
-        shown = sys.argv[0]
-    args = list(sys.argv[1:] if argv is None else argv)
+        shown = _LAUNCH_ARGV[0]
+    args = list(_LAUNCH_ARGV[1:] if argv is None else argv)
     return shlex.join(["python", shown, *args])
 
 

@@ -37,14 +37,16 @@ def main() -> None:
     p.add_argument("--condition", default="fixed:TemporalTrace")
     args = p.parse_args()
 
+    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.config import load_config
     from memprism_ray.envs.alfworld import AlfworldEnv
     from memprism_ray.eval.runner import EvalConfig, plan_episodes, run_condition
-    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.policy.factory import make_policy
     from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 
-    cfg = get_benchmark("alfworld").prepare(load_config(ROOT / "configs" / "local.yaml", []), lambda m: print(m, file=sys.stderr))
+    cfg = get_benchmark("alfworld").prepare(
+        load_config(ROOT / "configs" / "local.yaml", []), lambda m: print(m, file=sys.stderr)
+    )
     _, plan, _ = plan_episodes(cfg.eval.split, cfg.corpus.data_root, args.episodes, cfg.run.seed)
     ev = EvalConfig(
         conditions=(args.condition,),

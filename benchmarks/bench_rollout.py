@@ -52,22 +52,22 @@ def main() -> int:
     import numpy as np
     import ray
     import torch
-    from memprism_ray.trainer.rollouts import RolloutFleet, run_groups, sample_groups
 
     from memprism_ray.actors.learner import state_to_numpy
     from memprism_ray.actors.rollout import RolloutWorker
     from memprism_ray.actors.workers import PhiWorker, PolicyReplica, ViewWorker
     from memprism_ray.agent import Agent, EpisodeSpec, LocalServices
     from memprism_ray.baselines import RouterSelector
+    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.config import load_config
     from memprism_ray.envs.alfworld import AlfworldEnv, list_games
     from memprism_ray.envs.base import GameRef
-    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.policy.factory import make_policy
     from memprism_ray.recorder.phi.alfworld import AlfworldPhi
     from memprism_ray.router.encoder import TextEncoder
     from memprism_ray.router.features import FeatureExtractor
     from memprism_ray.router.model import ViewPolicyModel
+    from memprism_ray.trainer.rollouts import RolloutFleet, run_groups, sample_groups
     from memprism_ray.views import ViewService
 
     torch.set_num_threads(1)

@@ -16,7 +16,8 @@ affects both variants alike:
     .venv/bin/python benchmarks/bench_router_training.py [--rounds 5] [--threads 2]
 
 The last stdout line is ``RESULT {json}`` with the seconds per step / update of each variant
-and the ratios, recorded in ``benchmarks/results/bench_router_training.json``.
+and the ratios, recorded in ``benchmarks/results/bench_router_training.json`` (another
+``--threads N``: ``bench_router_training.threads-N.json``).
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def main() -> None:
         "threads": args.threads,
     }
     print("RESULT " + json.dumps(result))
-    write_result("bench_router_training", result)
+    write_result("bench_router_training", result, variant="" if args.threads == 2 else f"threads-{args.threads}")
 
 
 if __name__ == "__main__":

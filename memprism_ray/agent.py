@@ -654,8 +654,8 @@ class Agent:
     def _memory_retrieve(self, live: list[_Live]) -> None:
         """Each memory's view for this decision; a memory that raises fails its episode.
         Memories of a batch are queried concurrently: an external baseline's calls are I/O
-        bound, one thread per episode (16 episodes, 0.2 s per LLM call: 3.37 s sequential vs
-        0.27 s threaded per batch, 12.4x, ``benchmarks/bench_memory_threads.py``)."""
+        bound, one thread per episode (16 episodes, 0.2 s per LLM call, sequential vs threaded:
+        ``benchmarks/results/bench_memory_threads.json``)."""
         want = [lv for lv in live if lv.memory is not None]
         got = _map_threads(lambda lv: lv.memory.retrieve(lv.result.goal, lv.obs, tuple(lv.history)), want)
         self._settle("memory", want, got, "memory_view")

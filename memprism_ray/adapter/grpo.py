@@ -453,8 +453,8 @@ class GRPOTrainer(TrainerState):
             if self.ref_model is not None:
                 # D2 never trains the encoder, so the reference's encoder is normally the model's
                 # own: its z_t is then reused, one encoder pass instead of two (the encoder is ~75%
-                # of the Router's parameters and runs over 5 tokens). An update on 631 decisions:
-                # 2.31 -> 1.37 s on 2 threads, benchmarks/bench_router_training.py.
+                # of the Router's parameters and runs over 5 tokens); an update on 631 decisions both
+                # ways: benchmarks/results/bench_router_training.json (d2_shared_z_speedup).
                 if self.ref_shares_encoder():
                     ref_logits = self.ref_model.planner_logits(z)
                 else:

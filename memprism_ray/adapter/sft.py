@@ -286,8 +286,8 @@ class SFTTrainer(TrainerState):
             raise ValueError("the SFT dataset is empty")
         self.dataset = dataset
         self._prepare(model, config, ("encoder", "planner"))
-        # The fused AdamW kernel: a D1 step at batch 16 on 2 CPU threads takes 0.151 s instead
-        # of 0.195 s (the 12.7M-parameter update; benchmarks/bench_router_training.py).
+        # The fused AdamW kernel for the 12.7M-parameter update (a D1 step at batch 16 both ways:
+        # benchmarks/results/bench_router_training.json, d1_fused_speedup).
         fused = self.device.type in ("cpu", "cuda")
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay, fused=fused)
         self.steps_per_epoch = math.ceil(len(dataset) / config.batch_size)

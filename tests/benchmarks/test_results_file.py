@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_record_holds_the_figures_and_what_ran(bench_results_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "argv", [str(ROOT / "benchmarks" / "bench_x.py"), "--rounds", "2"])
+    monkeypatch.setattr(_results, "_LAUNCH_ARGV", [str(ROOT / "benchmarks" / "bench_x.py"), "--rounds", "2"])
+    monkeypatch.setattr(sys, "argv", ["translate.py", "domain", "task"])  # what ALFWorld's translator leaves
     figures = {"ratio": 1.5, "per_horizon": {"10": 2.4, "50": 4.0}, "identical": True}
     before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 
@@ -51,7 +52,7 @@ def test_a_record_holds_the_figures_and_what_ran(bench_results_dir: Path, monkey
 def test_argv_given_to_main_is_the_command_line_and_a_variant_has_its_own_file(
     bench_results_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sys, "argv", [str(ROOT / "benchmarks" / "bench_x.py")])
+    monkeypatch.setattr(_results, "_LAUNCH_ARGV", [str(ROOT / "benchmarks" / "bench_x.py")])
     main = _results.write_result("bench_x", {"ratio": 1.0})
     other = _results.write_result("bench_x", {"ratio": 2.0}, variant="layout-local", argv=["--layout", "local"])
     assert other == bench_results_dir / "bench_x.layout-local.json"
@@ -155,3 +156,33 @@ def test_every_cited_record_exists_and_names_its_benchmark() -> None:
         doc = json.loads(record.read_text())
         assert record.name.split(".")[0] == doc["benchmark"], record.name
         assert {"command", "date", "machine", "git", "result"} <= doc.keys(), record.name
+
+
+def quoted_figures() -> list[tuple[str, str, str]]:
+    """(record, key path, value) of every row of benchmarks/README.md "What the records say"."""
+    text = (ROOT / "benchmarks" / "README.md").read_text()
+    section = text.split("## What the records say", 1)[1]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("`") and cells[0].endswith(".json`"):
+            rows.append((cells[0].strip("`"), cells[1].strip("`"), cells[2]))
+    return rows
+
+
+def test_the_benchmarks_readme_quotes_each_figure_as_its_record_has_it() -> None:
+    rows = quoted_figures()
+    assert len(rows) >= 10
+    wrong = []
+    for record, key, shown in rows:
+        value = json.loads((ROOT / "benchmarks" / "results" / record).read_text())["result"]
+        for part in key.split(" / "):
+            value = value[part]
+        if shown in ("true", "false", "null"):
+            ok = value == json.loads(shown)
+        else:
+            decimals = len(shown.split(".")[1]) if "." in shown else 0
+            ok = isinstance(value, int | float) and round(value, decimals) == float(shown)
+        if not ok:
+            wrong.append(f"{record} {key}: README {shown}, record {value}")
+    assert not wrong, "; ".join(wrong)

@@ -202,9 +202,9 @@ def parse_task(data: Any, split: str, where: str = "task") -> Task:
     )
 
 
-# Measured by benchmarks/bench_mind2web_load.py (37.5 MB split file, 8-step episodes, 16
-# resets of one task as in a GRPO group): 897 ms per episode uncached vs 452 ms cached (x2.0);
-# the rest is snapshot building. Eight files bound the memory to a few splits' worth.
+# Measured by benchmarks/bench_mind2web_load.py (a 37.5 MB split file, 16 resets of one task as
+# in a GRPO group; record: benchmarks/results/bench_mind2web_load.json): with the cache an
+# episode's time is mostly snapshot building. Eight files bound the memory to a few splits' worth.
 @functools.lru_cache(maxsize=8)
 def _load_file(path: str, mtime_ns: int, split: str) -> dict[str, Task]:
     try:
