@@ -12,7 +12,6 @@ on stderr)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import signal
@@ -58,32 +57,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _grpo_job():
-    spec = importlib.util.spec_from_file_location("grpo_alfworld_job", ROOT / "jobs" / "grpo_alfworld.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _main_status(argv: list[str]) -> int:
-    """The job's exit status, run in this process (``parser.error`` exits 2 via SystemExit)."""
-    try:
-        return _grpo_job().main(argv)
-    except SystemExit as exc:
-        return int(exc.code)
-
-
-@pytest.fixture
-def no_ray_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fails the test if the job would start (or join) Ray: refusals come before it."""
-    import memprism_ray.actors.placement as placement
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the job reached init_ray before refusing")
-
-    monkeypatch.setattr(placement, "init_ray", refuse)
-
-
 def _weights_sha(ckpt: Path) -> str:
     from memprism_ray.adapter.checkpoint import WEIGHTS_FILE
 
@@ -103,6 +76,7 @@ def test_killed_driver_resumes_to_the_same_state(
     actors_reference_ckpt: Path,
     memprism_tiny_overrides,
     tmp_path: Path,
+    run_job,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -110,7 +84,7 @@ def test_killed_driver_resumes_to_the_same_state(
         return _args(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, name, actors_reference_ckpt, *extra)
 
     # A: the two iterations without interruption (the reference; in this process, on the session's Ray).
-    assert _grpo_job().main(args("a")) == 0
+    assert run_job("grpo_alfworld.py", args("a")) == 0
     capsys.readouterr()
     run_a = tmp_path / "a"
     assert (run_a / "checkpoints" / "iter_0001" / "config.json").exists()
@@ -152,13 +126,13 @@ def test_killed_driver_resumes_to_the_same_state(
 
     with monkeypatch.context() as m:
         m.setattr(placement, "init_ray", lambda *a, **k: pytest.fail("init_ray reached before the refusal"))
-        assert _main_status(args("b", "--resume", "auto", "--grpo.lr", "1e-5")) == 2
+        assert run_job("grpo_alfworld.py", args("b", "--resume", "auto", "--grpo.lr", "1e-5")) == 2
     err = capsys.readouterr().err
     assert "grpo.lr" in err and "--run.allow_config_change true" in err, err[-2000:]
 
     # --resume auto continues to exactly the uninterrupted run's state (in this process: nothing
     # of run B is left in memory here, its Ray died with it).
-    assert _grpo_job().main(args("b", "--resume", "auto")) == 0
+    assert run_job("grpo_alfworld.py", args("b", "--resume", "auto")) == 0
     assert "resumed from" in capsys.readouterr().out
     rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows if x["kind"] == "grpo"] == [1, 2], "a step logged twice or lost"
@@ -179,10 +153,15 @@ def test_killed_driver_resumes_to_the_same_state(
     ],
 )
 def test_bad_start_is_one_line_before_ray(
-    tmp_path: Path, extra: tuple[str, ...], message: str, no_ray_start: None, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    extra: tuple[str, ...],
+    message: str,
+    run_job,
+    no_ray_start: None,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = ["--config", "configs/local.yaml", "--run.out_dir", str(tmp_path), *extra]
-    assert _main_status(argv) == 2
+    assert run_job("grpo_alfworld.py", argv) == 2
     out, err = capsys.readouterr()
     assert message in err and "Traceback" not in err
     assert "cluster" not in out  # refused before a Ray instance started

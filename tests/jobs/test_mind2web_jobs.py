@@ -1,84 +1,103 @@
-"""The Mind2Web jobs as users run them (issue 12 item 4): the CPU smoke config runs D1 ->
-GRPO -> the Mind2Web evaluation end to end on the generated fixture through
-``jobs/grpo_mind2web.py`` (its own local Ray), the evaluation job reports per split, and a
-missing data path or an unsupported setting is one clear error before any work."""
+"""The Mind2Web jobs (issue 12 item 4): the CPU smoke config runs D1 -> GRPO -> the Mind2Web
+evaluation end to end on the generated fixture through ``jobs/grpo_mind2web.py``, the
+evaluation job reports per split, and a missing data path or an unsupported setting is one
+clear error before any work.
+
+The smoke run is played once (module fixture, ``main`` on the session's Ray, tests/jobs/
+conftest.py) and read by three tests; the evaluation job plays the same fixture data."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ["--config", "configs/mind2web_smoke.yaml", "--run.ray_address", "local", "--run.num_cpus", "2"]
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)
-    env.pop("MIND2WEB_DATA", None)
-    env.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+@pytest.fixture(autouse=True)
+def _no_mind2web_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MIND2WEB_DATA", raising=False)  # the config's path (or its absence) decides
 
 
-def _job(script: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, f"jobs/{script}", "--config", "configs/mind2web_smoke.yaml", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+@pytest.fixture(scope="module")
+def m2w_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data root both jobs use: the first to run generates the fixture there."""
+    return tmp_path_factory.mktemp("mind2web") / "data"
+
+
+@pytest.fixture(scope="module")
+def smoke_run(ray_session, m2w_data: Path, tmp_path_factory: pytest.TempPathFactory, run_job_captured):
+    """``jobs/grpo_mind2web.py`` on the smoke config, once: (run directory, its stdout)."""
+    runs = tmp_path_factory.mktemp("m2w-runs")
+    with pytest.MonkeyPatch.context() as m:
+        m.delenv("MIND2WEB_DATA", raising=False)
+        status, out, err = run_job_captured(
+            "grpo_mind2web.py", [*SMOKE, "--corpus.data_root", str(m2w_data), "--run.out_dir", str(runs)]
+        )
+    assert status == 0, out[-3000:] + err[-3000:]
+    return runs / "mind2web-smoke", out
 
 
 @pytest.mark.slow
-def test_smoke_config_runs_d1_grpo_and_eval_end_to_end(tmp_path: Path) -> None:
-    run = _job(
-        "grpo_mind2web.py",
-        "--corpus.data_root", str(tmp_path / "data"), "--run.out_dir", str(tmp_path / "runs"),
-        "--run.ray_address", "local", "--run.num_cpus", "2",
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    run_dir = tmp_path / "runs" / "mind2web-smoke"
-    assert "the generated Mind2Web fixture" in run.stdout
+def test_smoke_run_builds_d1_from_the_fixture(smoke_run) -> None:
+    run_dir, out = smoke_run
+    assert "the generated Mind2Web fixture" in out
     assert len(list(run_dir.glob("d1/*/labels.parquet"))) == 1 and len(list(run_dir.glob("d1/*/checkpoint"))) == 1
+
+
+@pytest.mark.slow
+def test_smoke_run_trains_on_the_action_correct_reward(smoke_run) -> None:
+    run_dir, _ = smoke_run
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir())[-1].endswith("2")
     its = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     grpo = [r for r in its if r.get("kind") == "grpo"]
     assert len(grpo) == 2
     # The reward is 1[action correct] averaged per trajectory: returns are fractions, not 0/1.
     assert all(0.0 <= r["mean_return"] <= 1.0 for r in grpo)
+
+
+@pytest.mark.slow
+def test_smoke_run_ends_with_the_evaluation_per_split(smoke_run) -> None:
+    run_dir, out = smoke_run
     summary = json.loads((run_dir / "eval" / "mind2web.json").read_text())
     assert list(summary["metrics"]) == ["memprism", "no_memory", "full_history"]
     assert summary["splits"] == ["test_task", "test_website", "test_domain"]
     for m in summary["metrics"].values():
         assert m["overall"]["step_accuracy"]["n"] == 20 and m["overall"]["episode_success"]["n"] == 6
         assert m["overall"]["failed_episodes"] == 0
-    assert "Step action accuracy" in run.stdout
+    assert "Step action accuracy" in out
 
 
 @pytest.mark.slow
-def test_eval_job_reports_per_split(tmp_path: Path) -> None:
+def test_eval_job_reports_per_split(
+    ray_session, m2w_data: Path, smoke_run, tmp_path: Path, run_job, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "eval"
-    run = _job(
-        "eval_mind2web.py",
-        "--corpus.data_root", str(tmp_path / "data"), "--out", str(out), "--eval.conditions", "no_memory,full_history",
-        "--run.ray_address", "local", "--run.num_cpus", "2",
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    argv = [*SMOKE, "--corpus.data_root", str(m2w_data), "--out", str(out)]
+    assert run_job("eval_mind2web.py", [*argv, "--eval.conditions", "no_memory,full_history"]) == 0
     no_mem = json.loads((out / "no_memory" / "mind2web.json").read_text())
     full = json.loads((out / "full_history" / "mind2web.json").read_text())
     # The stand-in reads memory: the full history beats no memory on the same 20 steps.
     assert full["overall"]["step_accuracy"]["correct"] > no_mem["overall"]["step_accuracy"]["correct"]
-    # Step accuracy, episode success, Mind2Web's own metrics (issue 30) and the paired differences.
+    # The same plan and policy as the smoke run's final evaluation: the same scores.
+    trained = json.loads((smoke_run[0] / "eval" / "mind2web.json").read_text())["metrics"]
+    assert full["overall"]["step_accuracy"] == trained["full_history"]["overall"]["step_accuracy"]
+    assert no_mem["overall"]["step_accuracy"] == trained["no_memory"]["overall"]["step_accuracy"]
+    # Side by side per split: step accuracy, episode success, Mind2Web's own metrics, paired differences.
     assert (out / "mind2web.md").read_text().count("| full_history |") == 4
-    again = _job("eval_mind2web.py", "--corpus.data_root", str(tmp_path / "data"), "--out", str(out))
-    assert again.returncode == 2 and "already holds an evaluation" in again.stderr
+    capsys.readouterr()
+    assert run_job("eval_mind2web.py", argv) == 2  # reports are never silently replaced
+    assert "already holds an evaluation" in capsys.readouterr().err
 
 
-def test_missing_data_path_is_one_clear_error(tmp_path: Path) -> None:
-    run = _job("eval_mind2web.py", "--mind2web.fixture", "false", "--out", str(tmp_path / "eval"), timeout=120)
-    assert run.returncode == 2
-    line = run.stderr.strip().splitlines()[-1]
+def test_missing_data_path_is_one_clear_error(
+    tmp_path: Path, run_job, no_ray_start: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--config", "configs/mind2web_smoke.yaml", "--mind2web.fixture", "false", "--out", str(tmp_path / "eval")]
+    assert run_job("eval_mind2web.py", [*argv, "--eval.conditions", "no_memory,full_history"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("[eval] error: no Mind2Web data path") and "MIND2WEB_DATA" in line
     assert "huggingface.co/datasets/osunlp/Mind2Web" in line
     assert not (tmp_path / "eval").exists()
