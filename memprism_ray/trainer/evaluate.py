@@ -48,13 +48,15 @@ def play_condition(
     timeout_s: float,
     keep_views: int = 0,
     on_results: Any = None,
+    on_wait: Any = None,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Play ``condition`` on every episode of ``plan``: each worker takes every n-th episode and
     plays its share in waves of ``plan.slots`` (one call per wave, so progress is seen as waves
     finish). Returns one result per planned episode, in plan order, and the step rows. A wave
     whose worker dies or times out (``timeout_s`` per wave of the longest share) fails with the
     reason; a broken game's episodes fail without being played; nothing planned is dropped from
-    the denominators. ``on_results(results)`` is called as each wave's results arrive."""
+    the denominators. ``on_results(results)`` is called as each wave's results arrive, and
+    ``on_wait()`` every 15 s without one (a bar's refresh: no phase is silent)."""
     from memprism_ray.eval.runner import failed_result
 
     viewed = {s.episode_id for s in plan.specs[:keep_views]}
@@ -80,7 +82,12 @@ def play_condition(
     deadline = time.monotonic() + timeout_s * waves
     pending = list(calls)
     while pending:
-        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        left = deadline - time.monotonic()
+        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, min(15.0, left)))
+        if not ready and left > 15.0:
+            if on_wait:
+                on_wait()
+            continue
         if not ready:  # out of time: every wave still out fails
             ready, pending = pending, []
         for ref in ready:
@@ -158,7 +165,14 @@ def evaluate(
                     bar.set_postfix(sr=f"{wins[0] / max(1, bar.n):.3f}")
 
                 results, rows = play_condition(
-                    workers, condition, plan, marginal, cfg.run.call_timeout_s * 20, cfg.eval.artifacts, seen
+                    workers,
+                    condition,
+                    plan,
+                    marginal,
+                    cfg.run.call_timeout_s * 20,
+                    cfg.eval.artifacts,
+                    seen,
+                    bar.refresh,
                 )
             safe = _safe(condition)
             manifest = RunManifest.create(

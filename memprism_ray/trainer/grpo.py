@@ -130,7 +130,14 @@ def run_grpo_iterations(
         t0 = time.perf_counter()
         version = it + 1
         weights_ref = learner.planner_weights.remote()
-        rollout = run_groups(actors.fleet, sample_groups(games, cfg, it), weights_ref, version, cfg)
+        rollout = run_groups(
+            actors.fleet,
+            sample_groups(games, cfg, it),
+            weights_ref,
+            version,
+            cfg,
+            tick=lambda done, n: bar.set_description(f"GRPO (groups {done}/{n})"),
+        )
         t_rollout = time.perf_counter() - t0
         if not rollout.steps_refs:
             raise RuntimeError(

@@ -30,6 +30,9 @@ from tqdm import tqdm
 from memprism_ray.actors import waits
 from memprism_ray.actors.rollout import GroupSpec, GroupSummary
 
+#: Seconds between progress ticks while an iteration's groups play.
+TICK_S = 15.0
+
 #: Consecutive groups with failed trajectories after which a worker is replaced.
 STRIKES_TO_REPLACE = 2
 
@@ -161,12 +164,20 @@ class RolloutResult:
         return [g.steps for g in self.groups if g.steps is not None]
 
 
-def run_groups(fleet: RolloutFleet, specs: list[GroupSpec], weights_ref: Any, version: int, cfg: Any) -> RolloutResult:
+def run_groups(
+    fleet: RolloutFleet,
+    specs: list[GroupSpec],
+    weights_ref: Any,
+    version: int,
+    cfg: Any,
+    tick: Callable[[int, int], None] | None = None,
+) -> RolloutResult:
     """Dispatch groups to idle rollout workers (see the module docstring for faults). A group
     with failed trajectories is re-run once when ``rollout.rerun_failed``; otherwise its
     failed trajectories stay marked and the learner leaves them out. ``weights_ref`` (the
     learner's object ref, or ``None`` to keep the workers' weights) is waited for here
-    without being fetched."""
+    without being fetched. ``tick(groups done, groups)`` is called as groups finish and at
+    least every 15 s while they play, so a long iteration is never silent."""
     if weights_ref is not None:
         waits.ready([weights_ref], cfg.run.call_timeout_s, f"Router weights version {version} from the learner")
     out = RolloutResult()
@@ -177,6 +188,7 @@ def run_groups(fleet: RolloutFleet, specs: list[GroupSpec], weights_ref: Any, ve
     attempts = {s.group_id: 0 for s in specs}
     in_flight: dict[Any, tuple[int, GroupSpec, Any, float]] = {}
     idle = fleet.active()
+    last_tick = time.monotonic()
 
     def finish_or_rerun(spec: GroupSpec, outcome: GroupOutcome) -> None:
         if outcome.summary.failed and cfg.rollout.rerun_failed and attempts[spec.group_id] < 2:
@@ -209,6 +221,9 @@ def run_groups(fleet: RolloutFleet, specs: list[GroupSpec], weights_ref: Any, ve
         now = time.monotonic()
         next_deadline = min(started + timeout_s for _, _, _, started in in_flight.values())
         ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=max(0.0, min(5.0, next_deadline - now)))
+        if tick is not None and (ready or now - last_tick >= TICK_S):
+            tick(len(done) + len(ready), len(specs))
+            last_tick = now
         for ref in ready:
             w, spec, steps_ref, _ = in_flight.pop(ref)
             try:
