@@ -1,5 +1,7 @@
-"""``jobs/eval_ebalfred.py`` and ``jobs/grpo_ebalfred.py`` as users run them, on the smoke
-preset (fake controller over the fixture, scripted stand-in, local Ray on 2 CPUs)."""
+"""``jobs/eval_ebalfred.py`` and ``jobs/grpo_ebalfred.py`` on the smoke preset (fake controller
+over the fixture, scripted stand-in, local Ray on 2 CPUs). The GRPO job runs as users run it,
+in its own process; the evaluation job and the refusals run ``main`` in this process
+(tests/jobs/conftest.py), the evaluation on the session's Ray."""
 
 from __future__ import annotations
 
@@ -24,10 +26,8 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(script: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        script,
+def _args(out: Path, *extra: str) -> list[str]:
+    return [
         "--config",
         "configs/ebalfred_smoke.yaml",
         "--run.out_dir",
@@ -41,7 +41,18 @@ def _run(script: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
         *SMALL,
         *extra,
     ]
+
+
+def _run(script: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, script, *_args(out, *extra)]
     return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=400)
+
+
+@pytest.fixture
+def clean_ebalfred_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``MEMPRISM_EBALFRED_*`` variable of the caller's shell reaches an in-process job."""
+    for key in [k for k in os.environ if k.startswith("MEMPRISM_EBALFRED_")]:
+        monkeypatch.delenv(key)
 
 
 def _check_report(eval_dir: Path, conditions: list[str]) -> None:
@@ -68,12 +79,15 @@ def _check_report(eval_dir: Path, conditions: list[str]) -> None:
         assert sum(t["subsets"][s]["successes"] for s in wins) == t["pooled"]["successes"]
 
 
-def test_eval_job_reports_per_subset_sr(tmp_path: Path) -> None:
-    r = _run("jobs/eval_ebalfred.py", tmp_path)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+@pytest.mark.ray
+def test_eval_job_reports_per_subset_sr(
+    ray_session, tmp_path: Path, run_job, clean_ebalfred_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_job("eval_ebalfred.py", _args(tmp_path)) == 0
     _check_report(tmp_path / "ebalfred-smoke" / "eval", ["no_memory", "fixed:TemporalTrace"])
-    again = _run("jobs/eval_ebalfred.py", tmp_path)  # reports are never silently replaced
-    assert again.returncode == 2 and "already holds an evaluation" in again.stderr
+    capsys.readouterr()
+    assert run_job("eval_ebalfred.py", _args(tmp_path)) == 2  # reports are never silently replaced
+    assert "already holds an evaluation" in capsys.readouterr().err
 
 
 def test_grpo_job_trains_on_progress_reward(tmp_path: Path) -> None:
@@ -105,6 +119,9 @@ def test_grpo_job_trains_on_progress_reward(tmp_path: Path) -> None:
     _check_report(run / "eval", ["no_memory"])
 
 
-def test_jobs_reject_a_non_ebalfred_config(tmp_path: Path) -> None:
-    r = _run("jobs/eval_ebalfred.py", tmp_path, "--corpus.benchmark", "alfworld")
-    assert r.returncode == 2 and "corpus.benchmark='alfworld' is not supported by the eval_ebalfred job" in r.stderr
+def test_jobs_reject_a_non_ebalfred_config(
+    tmp_path: Path, run_job, no_ray_start: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_job("eval_ebalfred.py", _args(tmp_path, "--corpus.benchmark", "alfworld")) == 2
+    err = capsys.readouterr().err
+    assert "corpus.benchmark='alfworld' is not supported by the eval_ebalfred job" in err
