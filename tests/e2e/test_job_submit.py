@@ -1,15 +1,19 @@
-"""End to end, the way users run it: a real local Ray head as a subprocess, ``ray job
-submit`` through the Job API, a tiny config, SUCCEEDED, then the run directory and the
-metrics endpoint. The head is torn down by its own process group; every listener it opens
-is on 127.0.0.1."""
+"""End to end, the way users run it (``make run``): a real local Ray head as a subprocess,
+with Ray token auth, ``ray job submit`` through the Job API, a tiny config, SUCCEEDED, then the
+run directory and the metrics endpoint. The Job API refuses requests without the token and
+accepts them with it; the submitted driver joins the cluster (it inherits the token). The head
+shuts itself down on SIGTERM; every listener it opens is on 127.0.0.1."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import shutil
+import signal
+import stat
 import subprocess
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -38,11 +42,19 @@ def _listening_addresses(pid_group: int) -> set[str]:
 def test_ray_job_submit_runs_the_grpo_job(
     memprism_tiny_corpus: Path, actors_reference_ckpt: Path, memprism_tiny_overrides, tmp_path: Path
 ) -> None:
-    from memprism_ray.actors.local_head import scrape_metrics, start_head, submit_and_wait
+    from memprism_ray.actors.local_head import (
+        auth_headers,
+        new_auth_token,
+        scrape_metrics,
+        start_head,
+        submit_and_wait,
+    )
 
+    token = new_auth_token()
+    assert len(token) == 64 and token != new_auth_token()
     # Ray's socket paths must stay under 107 bytes: a short temp dir, removed afterwards.
     ray_tmp = Path(tempfile.mkdtemp(prefix="mpr-"))
-    head = start_head(ray_tmp, num_cpus=2, dashboard_port=0, metrics_port=0)
+    head = start_head(ray_tmp, num_cpus=2, dashboard_port=0, metrics_port=0, auth_token=token)
     seen: dict[str, float] = {}
 
     def poll(_status: str) -> None:
@@ -50,7 +62,13 @@ def test_ray_job_submit_runs_the_grpo_job(
             seen.update(scrape_metrics(head.metrics_port))
 
     try:
-        with urllib.request.urlopen(f"{head.address}/api/version", timeout=10) as r:
+        assert head.token_path is not None and head.token_path.read_text() == token
+        assert stat.S_IMODE(head.token_path.stat().st_mode) == 0o600
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{head.address}/api/jobs/", timeout=10)
+        assert refused.value.code == 401
+        req = urllib.request.Request(f"{head.address}/api/version", headers=auth_headers(token))
+        with urllib.request.urlopen(req, timeout=10) as r:
             assert json.loads(r.read())["ray_version"] == "2.60.0"
         out = tmp_path / "runs"
         overrides = memprism_tiny_overrides(memprism_tiny_corpus, out, "e2e")
@@ -68,13 +86,16 @@ def test_ray_job_submit_runs_the_grpo_job(
                 "--eval.conditions memprism,freq_random",
             ]
         )
-        status, logs = submit_and_wait(head.address, entry, ROOT, timeout_s=900, echo=False, on_poll=poll)
+        status, logs = submit_and_wait(
+            head.address, entry, ROOT, timeout_s=900, echo=False, on_poll=poll, auth_token=token
+        )
         poll("final")
         listeners = _listening_addresses(head.process.pid)
     finally:
         head.stop()
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert status == "SUCCEEDED", logs[-4000:]
+    assert "'CPU': 2.0" in logs  # the driver joined the head's cluster (with the token it inherited)
     run = out / "e2e"
     assert (run / "checkpoints" / "iter_0002" / "config.json").exists()
     assert (run / "config.yaml").exists() and list((run / "tb").glob("events.out.tfevents.*"))
@@ -92,3 +113,5 @@ def test_ray_job_submit_runs_the_grpo_job(
     assert listeners, "could not list the head's listeners"
     assert listeners <= {"127.0.0.1", "[::ffff:127.0.0.1]"}, listeners
     assert not head.alive()
+    # ray start shut its processes down itself on SIGTERM; it was not killed after a timeout.
+    assert head.process.returncode is not None and head.process.returncode != -signal.SIGKILL
