@@ -68,12 +68,21 @@ def test_paper_and_gpu_smoke_presets_ask_for_gpus_and_label_with_the_llm_teacher
 
 
 @pytest.mark.ray
-def test_a_gpu_replica_on_a_cpu_cluster_is_pending_demand_never_a_cpu_fallback(ray_session) -> None:
+def test_a_gpu_replica_on_a_cpu_cluster_is_pending_demand_never_a_cpu_fallback(
+    ray_session, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On a cluster with no GPU yet the replica's request stays pending (what tells the
     autoscaler to add a GPU node) and the job gets a clear timeout, not a CPU replica."""
+    from memprism_ray.actors import workers
     from memprism_ray.actors.placement import pending_demand, policy_replica_options, wait_placed
     from memprism_ray.actors.workers import PolicyReplica, start_policy_replicas
     from memprism_ray.policy.fake_vllm import fake_engine_factory
+
+    # After the placement timeout start_policy_replicas asks each replica to stop its engine and
+    # waits up to 10 s for the answer before ray.kill; a replica never placed cannot answer, so
+    # that wait is always waited out in full here. The kill is what matters: a short wait.
+    stop = workers.stop_policy_replicas
+    monkeypatch.setattr(workers, "stop_policy_replicas", lambda handles, timeout_s=60.0: stop(handles, 0.5))
 
     ray = ray_session
     assert ray.cluster_resources().get("GPU", 0) == 0
