@@ -225,7 +225,20 @@ def map_concurrent(fn: Callable[[T], R], items: Sequence[T], concurrency: int) -
         return list(pool.map(fn, items))
 
 
-class ChatClient:
+class Closing:
+    """``with x: ...`` closes ``x`` at the end: the client and every object holding one."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ChatClient(Closing):
     """Requests to one endpoint with the retries of :class:`EndpointConfig` (module docstring).
 
     ``counters``: shared with the caller when given; ``transport`` goes to ``httpx.Client``
@@ -252,12 +265,6 @@ class ChatClient:
 
     def close(self) -> None:
         self._http.close()
-
-    def __enter__(self) -> ChatClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def delay(self, retry: int, response: httpx.Response | None) -> float:
         """Seconds before retry ``retry`` (0-based) after ``response`` (``None``: no response)."""

@@ -22,7 +22,15 @@ from typing import Any
 import httpx
 from PIL import Image
 
-from memprism_ray.llm_client import ChatClient, LLMRefused, LLMReplyError, LLMUnavailable, map_concurrent, png_part
+from memprism_ray.llm_client import (
+    ChatClient,
+    Closing,
+    LLMRefused,
+    LLMReplyError,
+    LLMUnavailable,
+    map_concurrent,
+    png_part,
+)
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput, PolicyOutput
 from memprism_ray.policy.config import OpenAIConfig
 from memprism_ray.policy.parsing import failed_output, to_output
@@ -59,7 +67,7 @@ def build_openai_payload(inp: PolicyInput, config: OpenAIConfig) -> dict[str, An
     return payload
 
 
-class OpenAIChatPolicy:
+class OpenAIChatPolicy(Closing):
     """Batched task policy over HTTP. Call :meth:`close` (or use ``with``) to free the client.
 
     ``transport`` goes to ``httpx.Client`` (tests); ``sleep`` waits between retries."""
@@ -79,12 +87,6 @@ class OpenAIChatPolicy:
 
     def close(self) -> None:
         self.client.close()
-
-    def __enter__(self) -> OpenAIChatPolicy:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _one(self, inp: PolicyInput) -> PolicyOutput:
         visual = count_visual_tokens(

@@ -77,7 +77,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from memprism_ray.llm_client import ChatClient, EndpointConfig, LLMCounters, LLMError, LLMReplyError
+from memprism_ray.llm_client import ChatClient, Closing, EndpointConfig, LLMCounters, LLMError, LLMReplyError
 from memprism_ray.recorder import EventStream, StreamRecord
 from memprism_ray.view_space import ALL_ACTIONS, FACTORS, NUM_ACTIONS, ViewAction, cost_vector, factor_options
 
@@ -366,7 +366,7 @@ class LLMTeacherConfig(EndpointConfig):
             raise ValueError("LLMTeacherConfig needs temperature >= 0 and max_tokens >= 1")
 
 
-class LLMViewTeacher:
+class LLMViewTeacher(Closing):
     """The appendix-E.2 view teacher over an OpenAI-compatible endpoint (see module docstring).
 
     ``transport`` is passed to ``httpx.Client`` (tests use ``httpx.MockTransport``).
@@ -387,12 +387,6 @@ class LLMViewTeacher:
 
     def close(self) -> None:
         self._client.close()
-
-    def __enter__(self) -> LLMViewTeacher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def build_prompt(self, inputs: Mapping[str, Any]) -> str:
         """Fill the template; every input is inserted as JSON (``top_k`` from the config)."""
@@ -506,9 +500,7 @@ class CounterfactualConfig:
         if not self.cost_temperature > 0:
             raise ValueError(f"CounterfactualConfig.cost_temperature must be > 0, got {self.cost_temperature}")
         if self.rule not in ("margin", "proportional", "best"):
-            raise ValueError(
-                f"CounterfactualConfig.rule must be 'margin', 'proportional' or 'best', got {self.rule!r}"
-            )
+            raise ValueError(f"CounterfactualConfig.rule must be 'margin', 'proportional' or 'best', got {self.rule!r}")
         if not 0.0 <= self.margin < 1.0:
             raise ValueError(f"CounterfactualConfig.margin must be in [0, 1), got {self.margin}")
         if not 0.0 <= self.min_spread < 1.0:

@@ -25,14 +25,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memprism_ray.llm_client import ChatClient, LLMCounters, LLMError, map_concurrent, user_content
+from memprism_ray.llm_client import ChatClient, Closing, LLMCounters, LLMError, map_concurrent, user_content
 from memprism_ray.recorder.phi.config import PhiConfig
 
 #: ``[(prompt, png images), ...] -> [answer text or exception, ...]`` (same length, same order).
 CompleteMany = Callable[[Sequence[tuple[str, Sequence[bytes]]]], list["str | BaseException"]]
 
 
-class PhiEndpoint:
+class PhiEndpoint(Closing):
     """:data:`CompleteMany` over an OpenAI-compatible endpoint (see the module docstring).
     ``transport`` goes to ``httpx.Client`` (tests may pass ``httpx.MockTransport``)."""
 
@@ -45,12 +45,6 @@ class PhiEndpoint:
 
     def close(self) -> None:
         self.client.close()
-
-    def __enter__(self) -> PhiEndpoint:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __call__(self, requests: Sequence[tuple[str, Sequence[bytes]]]) -> list[str | BaseException]:
         return map_concurrent(self._one, list(requests), self.cfg.concurrency)
