@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from memprism_ray.benchmark import get_benchmark
+from memprism_ray.benchmark import mind2web as pm
 from memprism_ray.config import load_config
 from memprism_ray.envs.mind2web import list_games
 from memprism_ray.envs.mind2web.data import Mind2WebDataError, load_task
 from memprism_ray.envs.mind2web.fixture import build_fixture
-from memprism_ray.benchmark import get_benchmark
-from memprism_ray.benchmark import mind2web as pm
 from memprism_ray.pipeline.labels import counterfactual_labels, expert_states
 
 M2W = get_benchmark("mind2web")
