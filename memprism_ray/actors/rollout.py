@@ -135,7 +135,7 @@ class RolloutWorker:
     """See the module docstring. ``model_state`` is the full Router state dict (numpy).
 
     No automatic restart: the driver kills a hung or dead worker and starts a new one in
-    its place (``grpo_driver.RolloutFleet``); ``generation`` counts those replacements and
+    its place (``trainer.rollouts.RolloutFleet``); ``generation`` counts those replacements and
     keeps the new worker's EnvWorker names apart from the old one's."""
 
     def __init__(

@@ -1,4 +1,4 @@
-"""``actors/training.py``: the training-success summary printed before the final evaluation."""
+"""``trainer/grpo.py``: the training-success summary printed before the final evaluation."""
 
 from __future__ import annotations
 

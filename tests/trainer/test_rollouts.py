@@ -1,4 +1,4 @@
-"""The GRPO driver's task schedule (``actors/grpo_driver.py``): which games each iteration plays."""
+"""The GRPO task schedule (``trainer/rollouts.py``): which games each iteration plays."""
 
 from __future__ import annotations
 

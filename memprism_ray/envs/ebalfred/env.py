@@ -128,7 +128,7 @@ class EbAlfredConfig:
     def from_env(cls, **overrides: Any) -> EbAlfredConfig:
         """Defaults overridden by the ``MEMPRISM_EBALFRED_*`` variables, then ``overrides``.
 
-        Actors build their env from ``(num_slots)`` alone (envs/registry.py); the variables
+        Actors build their env from ``(num_slots)`` alone (``Benchmark.make_env``); the variables
         reach Ray workers through the job's ``runtime_env`` (docs/ebalfred.md)."""
         values: dict[str, Any] = {}
         for key, var in ENV_VARS.items():
