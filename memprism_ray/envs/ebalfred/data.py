@@ -75,18 +75,23 @@ def parse_game_id(game_id: str) -> tuple[str, int]:
     return check_subset(subset, "game_id subset", train=True), int(index)
 
 
-def default_splits_path() -> Path | None:
-    """``$MEMPRISM_EBALFRED_SPLITS``, else the ``splits.json`` an installed EmbodiedBench ships."""
-    env = os.environ.get(SPLITS_ENV, "")
-    if env:
-        return Path(env)
+def embodiedbench_path(*parts: str) -> Path | None:
+    """``parts`` under the installed ``embodiedbench`` package, or ``None`` when it is not installed."""
     try:
         spec = importlib.util.find_spec("embodiedbench")
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(next(iter(spec.submodule_search_locations))) / "envs" / "eb_alfred" / "data" / "splits" / "splits.json"
+    return Path(next(iter(spec.submodule_search_locations))).joinpath(*parts)
+
+
+def default_splits_path() -> Path | None:
+    """``$MEMPRISM_EBALFRED_SPLITS``, else the ``splits.json`` an installed EmbodiedBench ships."""
+    env = os.environ.get(SPLITS_ENV, "")
+    if env:
+        return Path(env)
+    return embodiedbench_path("envs", "eb_alfred", "data", "splits", "splits.json")
 
 
 def load_splits(path: str | Path | None = None, subsets: Sequence[str] = SUBSETS) -> dict[str, list[dict[str, Any]]]:

@@ -20,7 +20,6 @@ to the prompt. ``ebalfred.n_shots: 0`` drops the slot.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -36,13 +35,9 @@ def example_file(subset: str) -> str:
 
 def embodiedbench_examples_dir() -> Path | None:
     """``embodiedbench/evaluator/config`` of the installed EmbodiedBench, or ``None``."""
-    try:
-        spec = importlib.util.find_spec("embodiedbench")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "evaluator" / "config"
+    from memprism_ray.envs.ebalfred.data import embodiedbench_path
+
+    return embodiedbench_path("evaluator", "config")
 
 
 def load_examples(folder: str | Path, subset: str) -> list[str]:
