@@ -12,10 +12,12 @@ clear-error tests always run.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import re
 import threading
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -58,6 +60,41 @@ def _entities(text: str) -> list[str]:
 def _steps(text: str) -> list[tuple[str, str, str]]:
     """(step, action, result) of every serialized transition in ``text``."""
     return re.findall(r"\[Step (\d+)\] Observation: .*? Action: (.*?) Result: (.*?)(?=\\n|\n|\"|$)", text)
+
+
+#: ``respond(path, request body) -> (status, extra headers, JSON reply bytes or None)``;
+#: ``None`` sends the status as a plain error page.
+Respond = Callable[[str, bytes], tuple[int, dict[str, str], bytes | None]]
+
+
+@contextlib.contextmanager
+def _json_server(respond: Respond) -> Iterator[str]:
+    """A POST endpoint on 127.0.0.1 answering with ``respond``; yields its base URL (…/v1)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            status, headers, data = respond(self.path, self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            if data is None:
+                self.send_error(status)
+                return
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class FakeLLM:
@@ -167,29 +204,15 @@ class FakeLLM:
 def fake_llm():
     llm = FakeLLM()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            if not self.path.endswith("/chat/completions"):
-                self.send_error(404)
-                return
-            data = json.dumps(llm.respond(body)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def respond(path: str, raw: bytes) -> tuple[int, dict[str, str], bytes | None]:
+        body = json.loads(raw)
+        if not path.endswith("/chat/completions"):
+            return 404, {}, None
+        return 200, {}, json.dumps(llm.respond(body)).encode()
 
-        def log_message(self, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    llm.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    yield llm
-    server.shutdown()
-    server.server_close()
+    with _json_server(respond) as url:
+        llm.base_url = url
+        yield llm
 
 
 def _transitions(n: int) -> list[HistoryRecord]:
@@ -271,30 +294,18 @@ def vllm_like():
     any request with ``tool_choice: "auto"`` (``tools_on`` = True: started with the flags)."""
     state = {"tools_on": False, "bodies": []}
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            state["bodies"].append(body)
-            if body.get("tool_choice") == "auto" and not state["tools_on"]:
-                status, reply = 400, VLLM_AUTO_TOOL_ERROR
-            else:
-                status, reply = 200, {"choices": [{"message": {"role": "assistant", "content": "OK"}}]}
-            data = json.dumps(reply).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def respond(path: str, raw: bytes) -> tuple[int, dict[str, str], bytes | None]:
+        body = json.loads(raw)
+        state["bodies"].append(body)
+        if body.get("tool_choice") == "auto" and not state["tools_on"]:
+            status, reply = 400, VLLM_AUTO_TOOL_ERROR
+        else:
+            status, reply = 200, {"choices": [{"message": {"role": "assistant", "content": "OK"}}]}
+        return status, {}, json.dumps(reply).encode()
 
-        def log_message(self, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    state["base_url"] = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    yield state
-    server.shutdown()
-    server.server_close()
+    with _json_server(respond) as url:
+        state["base_url"] = url
+        yield state
 
 
 def _pretend_installed(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
@@ -401,39 +412,19 @@ def test_the_relay_retries_as_retry_after_asks_and_counts_like_every_endpoint_us
 
     seen: list[float] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            seen.append(time.monotonic())
-            if len(seen) == 1:
-                status, body, extra = 429, b'{"error": "slow down"}', {"Retry-After": "0.3"}
-            else:
-                usage = {"prompt_tokens": 12, "completion_tokens": 4}
-                status, extra = 200, {}
-                body = json.dumps({"choices": [{"message": {"content": "OK"}}], "usage": usage}).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            for k, v in extra.items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(path: str, raw: bytes) -> tuple[int, dict[str, str], bytes | None]:
+        seen.append(time.monotonic())
+        if len(seen) == 1:
+            return 429, {"Retry-After": "0.3"}, b'{"error": "slow down"}'
+        usage = {"prompt_tokens": 12, "completion_tokens": 4}
+        return 200, {}, json.dumps({"choices": [{"message": {"content": "OK"}}], "usage": usage}).encode()
 
-        def log_message(self, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        cfg = MemoryBaselineConfig(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", backoff_s=0)
-        relay = relay_for(cfg)
+    with _json_server(respond) as base_url:
+        relay = relay_for(MemoryBaselineConfig(base_url=base_url, backoff_s=0))
         counters = MemoryCounters()
         key, url = relay.register(counters)
         r = httpx.post(f"{url}/chat/completions", json={"model": "m", "messages": []}, timeout=30)
         relay.unregister(key)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert r.status_code == 200 and len(seen) == 2 and seen[1] - seen[0] >= 0.3
     assert (counters.llm_calls, counters.prompt_tokens, counters.completion_tokens) == (1, 12, 4)
     c = relay.counters
