@@ -51,7 +51,13 @@ from PIL import Image
 
 from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.envs.ebalfred.data import SUBSETS, parse_game_id
-from memprism_ray.envs.ebalfred.examples import N_SHOTS, embodiedbench_examples_dir, format_examples, load_examples
+from memprism_ray.envs.ebalfred.examples import (
+    N_SHOTS,
+    embodiedbench_examples_dir,
+    example_file,
+    format_examples,
+    load_examples,
+)
 from memprism_ray.envs.ebalfred.skills import check_mode, scene_filter
 
 #: Environment variables read by :meth:`EbAlfredConfig.from_env` (docs/ebalfred.md).
@@ -292,7 +298,7 @@ class EbAlfredEnv:
         folder = self.config.examples_dir()
         if folder is None:
             load_examples(Path("<EmbodiedBench not installed>"), subset)  # raises the one-line error
-        key = f"{folder}|{'long_horizon' if subset == 'long_horizon' else 'default'}"
+        key = f"{folder}|{example_file(subset)}"
         if key not in self._examples:
             self._examples[key] = format_examples(load_examples(folder, subset), self.config.n_shots)
         return self._examples[key]

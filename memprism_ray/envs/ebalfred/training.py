@@ -47,6 +47,7 @@ from memprism_ray.envs.ebalfred.data import (
     load_splits,
     parse_game_id,
 )
+from memprism_ray.io_atomic import atomic_write_text
 
 
 def alfred_train_entries(root: str | Path, split: str = "train") -> list[dict[str, Any]]:
@@ -106,11 +107,7 @@ def write_training_list(
         for e in kept:
             src = Path(alfred_root) / split / e["task"] / "traj_data.json"
             placed += _place(src, Path(eb_data) / "json_2.1.0" / e["task"] / "pp" / f"ann_{e['repeat_idx']}.json")
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps({TRAIN_SUBSET: kept}, indent=1) + "\n")
-    tmp.replace(target)
+    atomic_write_text(out, json.dumps({TRAIN_SUBSET: kept}, indent=1) + "\n", overwrite=True)
     return {
         "episodes": len(kept),
         "trajectories": len({e["task"] for e in kept}),
