@@ -96,10 +96,8 @@ class OpenAIChatPolicy(Closing):
             max_pixels=self.config.max_pixels,
         )
         t0 = time.perf_counter()
-        body = build_openai_payload(inp, self.config)
-        del body["model"]  # the client sends config.model
         try:
-            reply = self.client.chat(body.pop("messages"), **body)
+            reply = self.client.chat(**build_openai_payload(inp, self.config))
         except (LLMRefused, LLMReplyError) as exc:
             return failed_output(str(exc), visual_tokens=visual, latency_s=time.perf_counter() - t0)
         except LLMUnavailable as exc:
