@@ -245,8 +245,7 @@ class _Live:
     history: list[HistoryRecord] = field(default_factory=list)
     done: bool = False
     frame: bytes | None = None  # the latest camera frame (PNG; EB-ALFRED)
-    html_field: str | None = None  # Mind2Web: the current snapshot's source, for the prompt
-    examples: str = ""  # EB-ALFRED: the episode's in-context example block, for the prompt
+    prompt_meta: dict[str, Any] = field(default_factory=dict)  # the env's text for the prompt (PROMPT_META_KEYS)
     memory: Any = None  # EpisodeMemory of a memory-interface condition (baselines/memory.py)
     memory_counts: dict[str, int] = field(default_factory=dict)  # its counters at the last step row
     keep_views: bool = False  # this episode's views are kept for the trajectory viewer
@@ -412,8 +411,8 @@ class Agent:
             if isinstance(ob, BaseException):
                 self._fail(lv, "reset", ob)
                 continue
-            lv.obs, lv.admissible, lv.frame, lv.html_field = ob.text, ob.admissible, ob.frame, ob.meta.get("html_field")
-            lv.examples = str(ob.meta.get("examples") or "")
+            lv.obs, lv.admissible, lv.frame = ob.text, ob.admissible, ob.frame
+            lv.prompt_meta = {k: ob.meta.get(k) for k in PROMPT_META_KEYS}
             lv.result.goal = ob.goal
             spec = lv.result.spec
             lv.result.stream = EventStream(
@@ -503,10 +502,7 @@ class Agent:
         unpainted = optical and view_image is None
         view_text = rv.text if (rv is not None and d.medium == "text") else None
         meta: dict[str, Any] = {"episode_id": lv.result.spec.episode_id}
-        if lv.html_field:
-            meta["html_field"] = lv.html_field
-        if lv.examples:  # EB-ALFRED's in-context examples (envs/ebalfred/examples.py)
-            meta["examples"] = lv.examples
+        meta.update((k, v) for k, v in lv.prompt_meta.items() if v)
         if optical and self.needs_view_text:
             meta["view_text"] = rv.text
         if mv is not None:  # a memory-interface condition: its retrieval fills the view slot
@@ -641,7 +637,7 @@ class Agent:
         res.steps += 1
         res.reward += float(tr.reward)
         lv.obs, lv.admissible, lv.frame = tr.feedback, tr.admissible, tr.frame
-        lv.html_field = tr.meta.get("html_field") or None
+        lv.prompt_meta.update((k, tr.meta.get(k)) for k in STEP_PROMPT_KEYS)
         if tr.won:
             res.won = True
         if tr.done or tr.won or res.steps >= self.config.max_steps:
@@ -690,6 +686,13 @@ class Agent:
 #: Transition meta keys of a teacher-forced replay step copied into its row: Mind2Web's
 #: element correctness and operation F1 as its metric.py scores them (envs/mind2web/env.py).
 REPLAY_SCORE_KEYS = ("element_correct", "op_f1")
+
+#: Observation meta keys the agent passes into the prompt's meta (policy/prompts.py), in this
+#: order, when set: Mind2Web's current snapshot source (``html_field``, replaced by every
+#: transition: :data:`STEP_PROMPT_KEYS`) and EB-ALFRED's in-context example block
+#: (``examples``, sent once at reset: envs/ebalfred/examples.py).
+PROMPT_META_KEYS = ("html_field", "examples")
+STEP_PROMPT_KEYS = ("html_field",)
 
 #: Transition meta keys the raw event keeps: the synchronized frame's audit facts and the
 #: simulator's success flag, which EB-ALFRED's Phi reads (paper D.2, EB-ALFRED adapter).
