@@ -33,6 +33,7 @@ class EvalWorker:
         self.cfg = cfg
         self.key = key or "eval"
         self.doing = "idle"
+        self._marginals: dict[tuple[float, ...], str] = {}
         benchmark = get_benchmark(cfg.corpus.benchmark)
         self.env = benchmark.make_env(slots, benchmark.env_options(cfg))
         self.phi = build_actor_phi(
@@ -64,6 +65,20 @@ class EvalWorker:
     def __repr__(self) -> str:
         return f"eval-worker {getattr(self, 'key', '?')}: {getattr(self, 'doing', 'starting')}"
 
+    def _marginal_file(self, marginal: list[float]) -> str:
+        """The freq_random marginal as the JSON file ``EvalConfig.marginal`` names: written once
+        per marginal, not per wave (the driver sends one call per wave of episodes)."""
+        files = self._marginals
+        key = tuple(marginal)
+        if key not in files:
+            import json
+            import tempfile
+
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+                json.dump(list(marginal), fh)
+            files[key] = fh.name
+        return files[key]
+
     def play(self, condition: str, specs: list[dict[str, Any]], marginal: list[float] | None) -> dict[str, Any]:
         """Play ``specs`` (one wave: at most ``slots`` episodes) under ``condition``."""
         self.doing = f"{condition}, {len(specs)} episodes from {specs[0]['episode_id'] if specs else '-'}"
@@ -81,12 +96,7 @@ class EvalWorker:
             memory=self.cfg.eval.memory,
         )
         if marginal is not None:
-            import json
-            import tempfile
-
-            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-                json.dump(list(marginal), fh)
-            ev.marginal = fh.name
+            ev.marginal = self._marginal_file(marginal)
         eps = [EpisodeSpec(s["episode_id"], GameRef.from_dict(s["game"])) for s in specs]
         keep = [s["episode_id"] for s in specs if s.get("keep_views")]
         results, rows = run_condition(

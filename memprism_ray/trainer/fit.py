@@ -103,7 +103,7 @@ def fit(cfg: Any, benchmark: Benchmark, argv: Sequence[str] | None = None) -> in
         final = stop_training_actors(cfg, actors)
     except RayActorError as exc:  # rollout workers are replaced inside; what ends here is the learner
         latest = latest_checkpoint(run_dir)
-        args = [a for a in (argv if argv is not None else sys.argv[1:])]
+        args = list(argv if argv is not None else sys.argv[1:])
         error(
             f"the Learner actor died ({type(exc).__name__}); last checkpoint: "
             f"{latest if latest else 'none yet (resuming restarts GRPO after D1)'}; continue with: "

@@ -44,3 +44,32 @@ def test_waves_report_progress_and_results_keep_plan_order(
             ray_session.kill(w)
     assert seen == [1] * 5
     assert [r.spec.episode_id for r in results] == [s.episode_id for s in plan.specs]
+
+
+def test_freq_random_plays_the_memprism_marginal_on_every_wave(
+    ray_session, memprism_tiny_corpus: Path, actors_reference_ckpt: Path, tmp_path: Path
+) -> None:
+    """Frequency-Matched Random samples the view marginal the Router's condition just measured;
+    with one call per wave, every wave of every worker gets it (the paper's FMR baseline)."""
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.config import load_config
+    from memprism_ray.trainer.evaluate import evaluate, router_state_for
+
+    cfg = load_config(
+        "configs/local.yaml",
+        ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.episodes", "4", "--eval.workers", "2",
+         "--eval.slots", "1", "--eval.artifacts", "0", "--agent.max_steps", "2", "--grpo.max_steps", "2",
+         "--rollout.env_cpus", "0.1", "--eval.conditions", "memprism,freq_random",
+         "--run.out_dir", str(tmp_path), "--run.name", "fmr"],
+    )  # fmt: skip
+    state = router_state_for(cfg, str(actors_reference_ckpt))
+    summary = evaluate(
+        cfg, get_benchmark("alfworld"), cfg.eval.conditions, state, str(actors_reference_ckpt), tmp_path / "eval",
+        log=print,
+    )  # fmt: skip
+    reps = {r["condition"]: r for r in summary["conditions"]}
+    assert reps["freq_random"]["n"] == 4 and reps["freq_random"]["failed_episodes"] == 0
+    marginal = reps["memprism"]["view_selection"]["view_marginal"]
+    played = reps["freq_random"]["view_selection"]["view_marginal"]
+    # Every view FMR played is one the Router chose (its support is the marginal's).
+    assert all(marginal[i] > 0 for i, p in enumerate(played) if p > 0)
