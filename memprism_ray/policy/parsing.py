@@ -6,9 +6,13 @@ validation").
 * EB-ALFRED: matched in order by exact string, case-insensitive string and normalised
   whitespace; any ``put down ...`` form becomes ``put down the object in hand`` when that
   skill is available.
-* Mind2Web: exactly one tagged JSON action; ``op`` in CLICK/TYPE/SELECT, ``ref`` present in
-  the current snapshot, ``value`` required for TYPE and SELECT. JSON is parsed as data
-  (``json.loads``), never evaluated.
+* Mind2Web: exactly one tagged JSON action; ``op`` in CLICK/TYPE/SELECT (any case: the
+  paper scores "the normalized operation"), ``ref`` present in the current snapshot, a string
+  ``value`` required for TYPE and SELECT (the empty string included: a recorded human TYPE can
+  have an empty value, and the recorded action must be expressible); a CLICK's value is
+  dropped from the canonical action. JSON is parsed as data (``json.loads``), never evaluated.
+  :func:`parse_mind2web_written` also returns the op and value as written, which Mind2Web's
+  own metric reads (docs/mind2web.md "Edge cases").
 
 Every output needs exactly one ``<action>`` tag pair. Tags inside a closed ``<think>``
 block are ignored, because models often restate the output format while reasoning. The
@@ -203,49 +207,73 @@ def decode_mind2web_action(action: str) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True)
+class Mind2WebParse:
+    """A Mind2Web parse: the validated canonical action (``result``) and the op and value as
+    the model wrote them (``None`` where absent or not a string). Mind2Web's metric.py reads
+    the output as written (a CLICK's value included, the op case-sensitively), the paper's rule
+    the normalised action, so the replay env needs both (envs/mind2web/env.py)."""
+
+    result: ParseResult
+    written_op: str | None = None
+    written_value: str | None = None
+
+
+def parse_mind2web_written(text: str, refs: tuple[str, ...] | list[str] | set[str]) -> Mind2WebParse:
+    """:func:`parse_mind2web` plus the op and value as written (see :class:`Mind2WebParse`)."""
+    content, err = extract_action_tag(text)
+    if err is not None:
+        return Mind2WebParse(_invalid(err))
+    assert content is not None
+    first, last = content.find("{"), content.rfind("}")
+    if first < 0 or last < first:
+        return Mind2WebParse(_invalid("no JSON object inside <action>"))
+    payload = content[first : last + 1]
+    if len(payload) > MAX_JSON_CHARS:
+        return Mind2WebParse(_invalid(f"JSON action too long ({len(payload)} chars > {MAX_JSON_CHARS})"))
+    try:
+        data = json.loads(payload, parse_constant=_no_constants, object_pairs_hook=_pairs_no_duplicates)
+    except (ValueError, RecursionError) as exc:
+        return Mind2WebParse(_invalid(f"invalid JSON action: {str(exc)[:120]}"))
+    if not isinstance(data, dict):
+        return Mind2WebParse(_invalid(f"JSON action must be an object, got {type(data).__name__}"))
+    op, value = data.get("op"), data.get("value")
+    written = {
+        "written_op": op if isinstance(op, str) else None,
+        "written_value": value if isinstance(value, str) else None,
+    }
+    if not isinstance(op, str):
+        return Mind2WebParse(_invalid("JSON action needs a string 'op'"), **written)
+    # Appendix E.5: "scores the normalized operation": "click" is CLICK.
+    op_norm = op.strip().upper()
+    if op_norm not in MIND2WEB_OPS:
+        return Mind2WebParse(_invalid(f"unknown op {_short(op)}; allowed: {', '.join(MIND2WEB_OPS)}"), **written)
+    ref = data.get("ref")
+    if not isinstance(ref, str) or not ref.strip():
+        return Mind2WebParse(_invalid("JSON action needs a non-empty string 'ref'"), **written)
+    ref = ref.strip()
+    if ref not in refs:
+        return Mind2WebParse(_invalid(f"ref {_short(ref)} is not in the current snapshot"), **written)
+    if op_norm == "CLICK":
+        value = None  # the contract's CLICK has no value (appendix E.3: "value":null)
+    else:
+        # Appendix E.4: "TYPE and SELECT also require value": a string, which may be empty
+        # (Mind2Web records TYPE steps with an empty value; their human action must be valid).
+        if not isinstance(value, str):
+            return Mind2WebParse(_invalid(f"{op_norm} needs a string 'value'"), **written)
+        if len(value) > MAX_ACTION_CHARS:
+            return Mind2WebParse(_invalid(f"value too long ({len(value)} chars > {MAX_ACTION_CHARS})"), **written)
+    return Mind2WebParse(ParseResult(action=encode_mind2web_action(op_norm, ref, value)), **written)
+
+
 def parse_mind2web(text: str, refs: tuple[str, ...] | list[str] | set[str]) -> ParseResult:
-    """Mind2Web: exactly one tagged JSON action with a known op and a ref of the snapshot.
+    """Mind2Web: exactly one tagged JSON action with a known op (any case) and a ref of the
+    snapshot; TYPE and SELECT need a string value (possibly empty).
 
     Extra JSON fields are ignored and dropped from the canonical action; a CLICK's value is
     always ``null``.
     """
-    content, err = extract_action_tag(text)
-    if err is not None:
-        return _invalid(err)
-    assert content is not None
-    first, last = content.find("{"), content.rfind("}")
-    if first < 0 or last < first:
-        return _invalid("no JSON object inside <action>")
-    payload = content[first : last + 1]
-    if len(payload) > MAX_JSON_CHARS:
-        return _invalid(f"JSON action too long ({len(payload)} chars > {MAX_JSON_CHARS})")
-    try:
-        data = json.loads(payload, parse_constant=_no_constants, object_pairs_hook=_pairs_no_duplicates)
-    except (ValueError, RecursionError) as exc:
-        return _invalid(f"invalid JSON action: {str(exc)[:120]}")
-    if not isinstance(data, dict):
-        return _invalid(f"JSON action must be an object, got {type(data).__name__}")
-    op = data.get("op")
-    if not isinstance(op, str):
-        return _invalid("JSON action needs a string 'op'")
-    op_norm = op.strip().upper()
-    if op_norm not in MIND2WEB_OPS:
-        return _invalid(f"unknown op {_short(op)}; allowed: {', '.join(MIND2WEB_OPS)}")
-    ref = data.get("ref")
-    if not isinstance(ref, str) or not ref.strip():
-        return _invalid("JSON action needs a non-empty string 'ref'")
-    ref = ref.strip()
-    if ref not in refs:
-        return _invalid(f"ref {_short(ref)} is not in the current snapshot")
-    value = data.get("value")
-    if op_norm == "CLICK":
-        value = None
-    else:
-        if not isinstance(value, str) or not value.strip():
-            return _invalid(f"{op_norm} needs a non-empty string 'value'")
-        if len(value) > MAX_ACTION_CHARS:
-            return _invalid(f"value too long ({len(value)} chars > {MAX_ACTION_CHARS})")
-    return ParseResult(action=encode_mind2web_action(op_norm, ref, value))
+    return parse_mind2web_written(text, refs).result
 
 
 def mind2web_refs(inp: PolicyInput) -> tuple[str, ...]:

@@ -214,6 +214,9 @@ def test_mind2web_valid_actions_are_canonical() -> None:
     r = parse_mind2web('<action>{"op":"SELECT","ref":"e9","value":"Economy","why":"cheap","n":[1,2]}</action>', REFS)
     assert json.loads(r.action) == {"op": "SELECT", "ref": "e9", "value": "Economy"}
     assert decode_mind2web_action(r.action)["value"] == "Economy"
+    # An empty value is a value (Mind2Web records TYPE steps with one; issue 35 item 5).
+    r = parse_mind2web('<action>{"op":"TYPE","ref":"e7","value":""}</action>', REFS)
+    assert json.loads(r.action) == {"op": "TYPE", "ref": "e7", "value": ""}
 
 
 @pytest.mark.parametrize(
@@ -223,9 +226,9 @@ def test_mind2web_valid_actions_are_canonical() -> None:
         ('{"op":"CLICK","ref":"e99"}', "not in the current snapshot"),
         ('{"op":"CLICK"}', "non-empty string 'ref'"),
         ('{"ref":"e1"}', "string 'op'"),
-        ('{"op":"TYPE","ref":"e7"}', "needs a non-empty string 'value'"),
-        ('{"op":"SELECT","ref":"e9","value":""}', "needs a non-empty string 'value'"),
-        ('{"op":"TYPE","ref":"e7","value":5}', "needs a non-empty string 'value'"),
+        ('{"op":"TYPE","ref":"e7"}', "needs a string 'value'"),
+        ('{"op":"SELECT","ref":"e9","value":null}', "needs a string 'value'"),
+        ('{"op":"TYPE","ref":"e7","value":5}', "needs a string 'value'"),
         ('{"op":"CLICK","ref":"e1","op":"TYPE"}', "duplicate JSON key"),
         ('{"op":"TYPE","ref":"e7","value":NaN}', "invalid JSON"),
         ("{'op':'CLICK','ref':'e1'}", "invalid JSON"),
