@@ -46,7 +46,7 @@ import numpy as np
 
 from memprism_ray.baselines.base import FULL_HISTORY, DecisionContext, ViewDecision, ViewSelector
 from memprism_ray.config_tree import field as cfg_field
-from memprism_ray.envs.base import Env, GameRef, Observation, Transition
+from memprism_ray.envs.base import Env, GameRef, Observation, Transition, took_step
 from memprism_ray.policy.base import HistoryRecord, PolicyInput, PolicyOutput, TaskPolicy
 from memprism_ray.policy.parsing import extract_action_tag
 from memprism_ray.policy.tokens import TEXT_COUNTERS, PromptTokenCounter, task_model_of
@@ -243,6 +243,7 @@ class _Live:
     obs: str = ""
     admissible: tuple[str, ...] = ()
     history: list[HistoryRecord] = field(default_factory=list)
+    env_steps: int = 0  # decisions that took a step of the env's budget (envs.base.STEP_TAKEN)
     done: bool = False
     frame: bytes | None = None  # the latest camera frame (PNG; EB-ALFRED)
     prompt_meta: dict[str, Any] = field(default_factory=dict)  # the env's text for the prompt (PROMPT_META_KEYS)
@@ -635,12 +636,18 @@ class Agent:
         res, tr = lv.result, lv.turn.tr
         lv.history.append(HistoryRecord(res.steps, lv.obs, _recorded(tr) or lv.turn.action, tr.feedback))
         res.steps += 1
+        lv.env_steps += took_step(tr)
         res.reward += float(tr.reward)
         lv.obs, lv.admissible, lv.frame = tr.feedback, tr.admissible, tr.frame
         lv.prompt_meta.update((k, tr.meta.get(k)) for k in STEP_PROMPT_KEYS)
         if tr.won:
             res.won = True
-        if tr.done or tr.won or res.steps >= self.config.max_steps:
+        # max_steps counts the env's steps, not decisions: EB-ALFRED's 30 are simulator steps and
+        # an output that is no skill takes none (EmbodiedBench's evaluator). Decisions that take
+        # no step are capped at max_steps too, so no env can keep an episode going for ever
+        # (EB-ALFRED's own 10-invalid limit ends it first).
+        limit = self.config.max_steps
+        if tr.done or tr.won or lv.env_steps >= limit or res.steps - lv.env_steps >= limit:
             lv.done = True
 
     # ---- memory-interface conditions (baselines/memory.py) ------------------------

@@ -4,8 +4,9 @@ An :class:`Observation` (``o_t^-``, the goal ``g``, the admissible commands) and
 :class:`Transition` (feedback ``y_t^+``, task signal ``r_t``, termination) hold exactly the
 fields of the raw event ``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)``, so an environment never has
 to know about the Recorder. An environment holds ``num_slots`` independent game slots (one
-worker plays a whole GRPO group step-synchronously); the step limit is the agent loop's. Both
-types are plain (docs/architecture.md "Data crossing an actor boundary").
+worker plays a whole GRPO group step-synchronously); the step limit is the agent loop's, which
+counts the transitions that took a step (:data:`STEP_TAKEN`). Both types are plain
+(docs/architecture.md "Data crossing an actor boundary").
 """
 
 from __future__ import annotations
@@ -70,6 +71,18 @@ class Observation:
         if not isinstance(self.text, str) or not isinstance(self.goal, str):
             raise ValueError("Observation.text and Observation.goal must be str")
         _check_shared(self)
+
+
+#: ``Transition.meta`` key: ``False`` when the decision took no step of the environment's own
+#: step budget (EB-ALFRED: an output that is no skill is an invalid action that uses none of
+#: EmbodiedBench's 30 simulator steps, ``eb_alfred_evaluator.py``). Absent means a step was
+#: taken, so every benchmark that does not set it counts every decision.
+STEP_TAKEN = "step_taken"
+
+
+def took_step(tr: Transition) -> bool:
+    """Whether ``tr`` used a step of the episode's step limit (:data:`STEP_TAKEN`)."""
+    return tr.meta.get(STEP_TAKEN, True) is not False
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,9 @@ the recorded-transcript fixture with the same interface.
   ``assert False, 'instruction not supported'``: as in EmbodiedBench's evaluator
   (``eb_alfred_evaluator.py``: an unparseable plan is action ``-1``) it counts as an
   invalid action against the episode's 10-invalid-action limit and takes none of its 30
-  simulator steps; the transition reports it (``meta["invalid_output"]``) with the frame
-  and state unchanged.
+  simulator steps; the transition reports it (``meta["invalid_output"]``, and
+  ``meta["step_taken"]: False``, so the agent's ``max_steps`` counts simulator steps as
+  EmbodiedBench does) with the frame and state unchanged.
 * ``Transition.feedback`` is EmbodiedBench's feedback string followed by the new object
   state; ``meta`` carries ``progress`` (goal conditions met / total), ``task_success``,
   ``last_action_success``, ``env_feedback`` and the frame's step and SHA-1.
@@ -49,7 +50,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from memprism_ray.envs.base import GameRef, Observation, Transition
+from memprism_ray.envs.base import STEP_TAKEN, GameRef, Observation, Transition
 from memprism_ray.envs.ebalfred.data import SUBSETS, parse_game_id
 from memprism_ray.envs.ebalfred.examples import (
     N_SHOTS,
@@ -420,6 +421,7 @@ class EbAlfredEnv:
                 "task_success": False,
                 "last_action_success": False,
                 "invalid_output": True,
+                STEP_TAKEN: False,  # the agent's max_steps counts simulator steps, as upstream's 30
                 "env_feedback": INVALID_OUTPUT_FEEDBACK,
                 "frame_step": self._steps[slot],
                 "frame_sha1": self._frame_sha[slot],
