@@ -54,6 +54,39 @@ def test_annotation_plans_need_every_annotation(tmp_path: Path) -> None:
     assert annotation_plans(root / "alfred_train.json", train[:1], alfred) == {"alfred_train/0": ["find a Desk"]}
 
 
+def test_plans_from_alfred_s_lower_case_names_play_without_an_invalid_action(tmp_path: Path) -> None:
+    """Issue 35 item 1: the fixture's ALFRED annotations name objects as ALFRED does
+    (``diningtable``, ``sinkbasin``, ``desklamp``, ``garbagecan``). Their translation is the
+    recorded plan of every episode (evaluation and training, with or without ALFRED's low
+    actions), and played through the env no action is invalid and every episode is won.
+    Before, ``find a Diningtable`` was no skill: an invalid output, and the episode lost."""
+    from memprism_ray.envs.ebalfred.data import skills_from_high_pddl
+    from memprism_ray.envs.ebalfred.fixture import ALFRED_DIR, TRAIN_FILE
+
+    root = build_fixture(tmp_path / "fx", episodes_per_subset=2)
+    games = list_games(path=root / "splits.json") + list_games(["alfred_train"], root / TRAIN_FILE)
+    recorded = fixture_plans(root)
+    plans = annotation_plans(root / "splits.json", games[:-4], root / ALFRED_DIR)
+    plans.update(annotation_plans(root / TRAIN_FILE, games[-4:], root / ALFRED_DIR))
+    assert plans == {g.game_id: recorded[g.game_id] for g in games}
+    assert any("find a DiningTable" in p for p in plans.values())
+    for traj in (root / ALFRED_DIR).glob("*/*/*/traj_data.json"):
+        data = json.loads(traj.read_text())
+        assert skills_from_high_pddl(data["plan"]["high_pddl"]) in recorded.values()  # high-level plan alone
+    env = EbAlfredEnv(1, EbAlfredConfig(controller="fake", fixture=str(root)))
+    steps = []
+    real_step = env.step
+
+    def step(action: str, slot: int = 0):  # type: ignore[no-untyped-def]
+        steps.append(real_step(action, slot))
+        return steps[-1]
+
+    env.step = step  # type: ignore[method-assign]
+    episodes = play_expert(env, games, plans)
+    assert len(episodes) == len(games) and all(ep.won for ep in episodes)
+    assert steps and not [t for t in steps if t.meta.get("invalid_output") or not t.meta["last_action_success"]]
+
+
 def test_d1_alfred_path_labels_fixture_decisions(tmp_path: Path) -> None:
     """Expert table -> LLM view-teacher labels (a scripted teacher reply per decision) -> SFT rows."""
     import numpy as np

@@ -21,13 +21,14 @@ from memprism_ray.envs.ebalfred.training import (
 )
 
 
-def _traj(root: Path, split: str, task: str, descs: list[str]) -> None:
+def _traj(root: Path, split: str, task: str, descs: list[str], plan: tuple[tuple[str, str], ...] = ()) -> None:
     folder = root / split / task
     folder.mkdir(parents=True)
+    plan = plan or (("GotoLocation", "desk"),)
     data = {
         "task_type": task.split("-")[0],
         "scene": {"scene_num": 7},
-        "plan": {"high_pddl": [{"discrete_action": {"action": "GotoLocation", "args": ["desk"]}}]},
+        "plan": {"high_pddl": [{"discrete_action": {"action": a, "args": [x]}} for a, x in plan]},
         "turk_annotations": {"anns": [{"task_desc": d} for d in descs]},
     }
     (folder / "traj_data.json").write_text(json.dumps(data))
@@ -67,7 +68,9 @@ def test_the_list_and_the_files_embodiedbench_reads(alfred: Path, tmp_path: Path
     existing.write_text("{}")  # a file already there (an evaluation trajectory's) is never replaced
     out = tmp_path / "alfred_train.json"
     counts = write_training_list(alfred, out, eb_data=eb_data, exclude_splits=evaluation)
-    assert counts == {"episodes": 3, "trajectories": 2, "excluded_episodes": 1, "files_placed": 2}
+    assert counts == {
+        "episodes": 3, "trajectories": 2, "excluded_episodes": 1, "files_placed": 2, "unplayable_trajectories": 0,
+    }  # fmt: skip
     games = list_games([TRAIN_SUBSET], out)
     assert [g.game_id for g in games] == ["alfred_train/0", "alfred_train/1", "alfred_train/2"]
     mug = eb_data / "json_2.1.0" / "pick_and_place_simple-Mug-None-Desk-301/trial_T1" / "pp"
@@ -75,6 +78,32 @@ def test_the_list_and_the_files_embodiedbench_reads(alfred: Path, tmp_path: Path
     assert ann["turk_annotations"]["anns"][1]["task_desc"] == "Mug to desk." and ann["scene"]["scene_num"] == 7
     assert existing.read_text() == "{}"
     assert not (eb_data / "json_2.1.0" / held["task"]).exists()
+
+
+def test_trajectories_no_skill_can_play_are_left_out_and_counted(
+    alfred: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan that needs an ALFRED object EB-ALFRED's skills leave out (a towel, ALFRED's
+    ``Towel``; EmbodiedBench lists ``HandTowel`` only) could never be played: it is left out
+    of the list and counted (its D1 expert plan would be an error). A name ALFRED does not
+    have is a damaged file: an error naming it."""
+    towel = "pick_and_place_simple-Towel-None-Bathtub-402/trial_T5"
+    _traj(
+        alfred,
+        "train",
+        towel,
+        ["Put a towel in the tub."],
+        (("GotoLocation", "towelholder"), ("PickupObject", "towel")),
+    )
+    out = tmp_path / "train.json"
+    counts = write_training_list(alfred, out)
+    assert counts["unplayable_trajectories"] == 1 and counts["episodes"] == 4
+    assert towel not in {e["task"] for e in json.loads(out.read_text())[TRAIN_SUBSET]}
+    assert main(["--alfred", str(alfred), "--out", str(out), "--eb-data", "", "--exclude", ""]) == 0
+    assert "1 trajectories left out" in capsys.readouterr().out
+    _traj(alfred, "train", "pick_and_place_simple-Mug-None-Desk-9/trial_T6", ["x"], (("GotoLocation", "dsek"),))
+    with pytest.raises(ValueError, match=r"trial_T6/traj_data\.json: 'dsek' in GotoLocation is not an ALFRED object"):
+        alfred_train_entries(alfred)
 
 
 def test_trajectory_overlap_is_seen_through_other_game_ids(tmp_path: Path) -> None:

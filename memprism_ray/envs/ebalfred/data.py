@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.envs.base import GameRef
+from memprism_ray.envs.ebalfred.skills import AlfredNameError, alfred_object, global_skills, is_alfred_name
 
 #: EmbodiedBench's subset names, in the paper's order (Base, Common, Complex, Visual, Spatial, Long).
 SUBSETS: tuple[str, ...] = (
@@ -146,64 +147,153 @@ def list_games(subsets: Sequence[str] = SUBSETS, path: str | Path | None = None,
 
 #: PDDL verbs of ALFRED's high-level plan that act on their first argument.
 _PDDL_SIMPLE = {
-    "PickupObject": ("pick up the {0}",),
-    "OpenObject": ("open the {0}",),
-    "CloseObject": ("close the {0}",),
-    "ToggleObject": ("turn on the {0}",),
-    "SliceObject": ("slice the {0}",),
-    "PutObject": ("put down the object in hand",),
-    # ALFRED expands clean/heat/cool into these interactions at the sink, microwave and fridge.
-    "CleanObject": ("put down the object in hand", "turn on the Faucet", "turn off the Faucet", "pick up the {0}"),
-    "HeatObject": (
-        "open the Microwave",
-        "put down the object in hand",
-        "close the Microwave",
-        "turn on the Microwave",
-        "turn off the Microwave",
-        "open the Microwave",
-        "pick up the {0}",
-        "close the Microwave",
-    ),
-    "CoolObject": (
-        "open the Fridge",
-        "put down the object in hand",
-        "close the Fridge",
-        "open the Fridge",
-        "pick up the {0}",
-        "close the Fridge",
-    ),
+    "PickupObject": "pick up the {0}",
+    "OpenObject": "open the {0}",
+    "CloseObject": "close the {0}",
+    "ToggleObject": "turn on the {0}",
+    "SliceObject": "slice the {0}",
+}
+_CLEAN = ("put down the object in hand", "turn on the Faucet", "turn off the Faucet", "pick up the {0}")
+_HEAT = (
+    "open the Microwave", "put down the object in hand", "close the Microwave", "turn on the Microwave",
+    "turn off the Microwave", "open the Microwave", "pick up the {0}", "close the Microwave",
+)  # fmt: skip
+_COOL = (
+    "open the Fridge", "put down the object in hand", "close the Fridge", "open the Fridge", "pick up the {0}",
+    "close the Fridge",
+)  # fmt: skip
+#: How ALFRED expands clean/heat/cool at the sink, microwave and fridge (the receptacle the
+#: object is put down in, then the interactions; ``{0}``: the object): used when a plan has no
+#: ``low_actions``, which otherwise say what was done.
+_PDDL_AT = {"CleanObject": ("Sink", _CLEAN), "HeatObject": ("Microwave", _HEAT), "CoolObject": ("Fridge", _COOL)}
+#: ALFRED's low-level interactions (``plan.low_actions[*].api_action``) as skills; the object
+#: is the type prefix of its ``objectId`` (``Sink|...|SinkBasin`` -> Sink, ``Apple|...|AppleSliced_2``
+#: -> Apple), which is what ``ThorConnector.get_obj_id_from_name`` matches. ``PutObject`` is put
+#: down into the last found receptacle (:class:`_Plan`).
+_LOW = {
+    "PickupObject": "pick up the {0}",
+    "OpenObject": "open the {0}",
+    "CloseObject": "close the {0}",
+    "ToggleObjectOn": "turn on the {0}",
+    "ToggleObjectOff": "turn off the {0}",
+    "SliceObject": "slice the {0}",
+    "PutObject": "put down the object in hand",
 }
 
-#: ALFRED lowercases object names in its plans; EB-ALFRED's skills use the iTHOR type names.
-_SPECIAL_NAMES = {"sinkbasin": "Sink", "bathtubbasin": "Bathtub", "cd": "CD"}
+
+class _Plan:
+    """The skills written so far and ``ThorConnector``'s ``cur_receptacle`` after them: a
+    ``find`` sets it, ``put down`` and ``open`` keep it, every other skill clears it, and
+    ``put down the object in hand`` places the held object in it (drops it when cleared)."""
+
+    def __init__(self) -> None:
+        self.skills: list[str] = []
+        self.receptacle: str | None = None
+
+    def add(self, skill: str) -> None:
+        self.skills.append(skill)
+        if skill.startswith("find a "):
+            self.receptacle = skill[len("find a ") :]
+        elif not skill.startswith(("put down ", "open ")):
+            self.receptacle = None
+
+    def put(self, receptacle: str) -> None:
+        """Put down into ``receptacle``: ``find`` it first unless the plan is already there."""
+        if self.receptacle != receptacle:
+            self.add(f"find a {receptacle}")
+        self.add("put down the object in hand")
 
 
-def thor_name(name: str, known: Mapping[str, str] | None = None) -> str:
-    """``"diningtable"`` -> ``"DiningTable"`` when ``known`` (lowercase -> type) has it,
-    else ALFRED's special cases, else the capitalised word."""
-    low = name.lower().replace(" ", "")
-    if known and low in known:
-        return known[low]
-    if low in _SPECIAL_NAMES:
-        return _SPECIAL_NAMES[low]
-    if low.endswith("sliced"):
-        low = low[: -len("sliced")]
-    return known.get(low, low.capitalize()) if known else low.capitalize()
-
-
-def skills_from_high_pddl(plan: Sequence[Mapping[str, Any]], known: Mapping[str, str] | None = None) -> list[str]:
-    """EB-ALFRED skills for ALFRED's ``plan.high_pddl`` (``GotoLocation`` -> ``find a X``).
-
-    ``NoOp`` and unknown verbs are skipped, never guessed."""
-    out: list[str] = []
-    for step in plan:
-        da = step.get("discrete_action", {}) if isinstance(step, Mapping) else {}
-        verb, args = da.get("action", ""), list(da.get("args", []) or [])
-        if verb == "GotoLocation" and args:
-            out.append(f"find a {thor_name(args[0], known)}")
-        elif verb in _PDDL_SIMPLE and args:
-            out.extend(t.format(thor_name(args[0], known)) for t in _PDDL_SIMPLE[verb])
+def _low_by_step(low_actions: Sequence[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
+    """The interaction low actions (``api_action``) of each high-level step (``high_idx``)."""
+    out: dict[int, list[Mapping[str, Any]]] = {}
+    for la in low_actions:
+        api = la.get("api_action", {}) if isinstance(la, Mapping) else {}
+        if isinstance(api, Mapping) and api.get("action") in _LOW:
+            out.setdefault(int(la.get("high_idx", -1)), []).append(api)
     return out
+
+
+def _id_type(object_id: Any, verb: str) -> str:
+    return alfred_object(str(object_id or "").split("|")[0], verb)
+
+
+def skills_from_high_pddl(
+    plan: Sequence[Mapping[str, Any]], low_actions: Sequence[Mapping[str, Any]] = ()
+) -> list[str]:
+    """EB-ALFRED skills for ALFRED's ``plan.high_pddl`` (and its ``plan.low_actions`` when
+    given); every skill is one of EmbodiedBench's 162
+    (:func:`~memprism_ray.envs.ebalfred.skills.global_skills`), or
+    :class:`~memprism_ray.envs.ebalfred.skills.AlfredNameError` names the argument.
+
+    * Names go through the one table :data:`~memprism_ray.envs.ebalfred.skills.ALFRED_NAMES`
+      (``diningtable`` -> ``DiningTable``, ``sinkbasin`` -> ``Sink``, ``applesliced`` -> ``Apple``).
+    * ``GotoLocation X`` is ``find a X``, except right before ``PickupObject O``, where it is
+      ``find a O``: EmbodiedBench's own examples (``alfred_examples.json``) find the object they
+      pick up, not the receptacle it is on, and some of those receptacles (``handtowelholder``)
+      have no ``find`` skill. When the pickup first opens something (the object is in a closed
+      cabinet or fridge), the receptacle is found and opened, as ALFRED does.
+    * A step's low-level interactions become one skill each (ALFRED opens and closes cabinets,
+      drawers and the fridge around a pickup or a put, which its high-level plan does not show;
+      ``ThorConnector.put`` fails on a closed receptacle). Without ``low_actions``, clean/heat/
+      cool use ALFRED's fixed expansions and an empty argument (some ALFRED files) means the
+      held object.
+    * ``ThorConnector`` puts down into the last found receptacle and drops the object when
+      another skill came in between, so ``find a R`` is added before a put when the plan is
+      not already at ``R`` (after a slice or a pickup).
+    * ``NoOp`` and unknown verbs are skipped, never guessed."""
+    low = _low_by_step(low_actions)
+    steps: list[tuple[str, list[str], list[Mapping[str, Any]]]] = []
+    for k, step in enumerate(plan):
+        da = step.get("discrete_action", {}) if isinstance(step, Mapping) else {}
+        verb, args = str(da.get("action", "")), [str(a) for a in (da.get("args", []) or [])]
+        if verb in ("GotoLocation", "PutObject") or verb in _PDDL_SIMPLE or verb in _PDDL_AT:
+            steps.append((verb, args, low.get(int(step.get("high_idx", k)), [])))
+    out = _Plan()
+    held: str | None = None
+    for k, (verb, args, acts) in enumerate(steps):
+        first = args[0] if args else ""
+        if verb == "GotoLocation":
+            nxt = steps[k + 1] if k + 1 < len(steps) else None
+            if nxt is not None and nxt[0] == "PickupObject" and not any(a["action"] == "OpenObject" for a in nxt[2]):
+                if not is_alfred_name(first):  # skipped, but a damaged name is still an error
+                    alfred_object(first, verb)
+                out.add(f"find a {alfred_object(nxt[1][0] if nxt[1] else '', nxt[0])}")
+            else:
+                out.add(f"find a {alfred_object(first, verb)}")
+        elif acts:
+            for a in acts:
+                if a["action"] == "PutObject":
+                    out.put(_id_type(a.get("receptacleObjectId"), verb))
+                else:
+                    out.add(_LOW[str(a["action"])].format(_id_type(a.get("objectId"), verb)))
+        elif verb == "PutObject":
+            out.put(alfred_object(args[1] if len(args) > 1 else "", verb))
+        elif verb in _PDDL_AT:
+            receptacle, template = _PDDL_AT[verb]
+            obj = alfred_object(first, verb) if first else held
+            if obj is None:
+                raise AlfredNameError(f"{verb} names no object and nothing was picked up before it", "", False)
+            if out.receptacle != receptacle:
+                out.add(f"find a {receptacle}")
+            for t in template:
+                out.add(t.format(obj))
+        else:
+            out.add(_PDDL_SIMPLE[verb].format(alfred_object(first, verb)))
+        if verb == "PickupObject" or (verb in _PDDL_AT and first):
+            held = alfred_object(first, verb)
+    valid = set(global_skills())
+    for skill in out.skills:  # e.g. "turn on the Apple": a name with no skill of that verb
+        if skill not in valid:
+            raise AlfredNameError(f"ALFRED plan step {skill!r} is no EB-ALFRED skill", skill, True)
+    return out.skills
+
+
+def skills_from_trajectory(data: Mapping[str, Any]) -> list[str]:
+    """The expert plan of an ALFRED ``traj_data.json`` (its ``plan``) as EB-ALFRED skills
+    (:func:`skills_from_high_pddl`); what every caller translates an annotation with."""
+    plan = data["plan"]
+    return skills_from_high_pddl(plan["high_pddl"], plan.get("low_actions") or ())
 
 
 @dataclass(frozen=True)
@@ -228,8 +318,9 @@ def default_alfred_root() -> Path | None:
 def iter_alfred_annotations(root: str | Path | None = None, split: str = "train") -> Iterator[AlfredTrajectory]:
     """The ALFRED trajectories of ``split`` (``root`` is the unpacked ``json_2.1.0`` folder).
 
-    A missing folder is one clear error naming the download; an unreadable file is an error
-    naming it (never skipped silently)."""
+    A missing folder is one clear error naming the download; an unreadable file, or a plan
+    naming an object no EB-ALFRED skill has, is an error naming the file (never skipped
+    silently)."""
     base = Path(root) if root else default_alfred_root()
     if base is None or not (base / split).is_dir():
         where = f" (looked at {base / split})" if base is not None else ""
@@ -246,7 +337,9 @@ def iter_alfred_annotations(root: str | Path | None = None, split: str = "train"
                 task_type=str(data.get("task_type", path.parent.parent.name.split("-")[0])),
                 scene=int(data["scene"]["scene_num"]),
                 instructions=tuple(str(a["task_desc"]) for a in anns if "task_desc" in a),
-                expert=tuple(skills_from_high_pddl(data["plan"]["high_pddl"])),
+                expert=tuple(skills_from_trajectory(data)),
             )
+        except AlfredNameError as exc:
+            raise AlfredNameError(f"{path}: {exc}", exc.name, exc.known) from None
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: not an ALFRED trajectory file ({type(exc).__name__}: {exc})") from None

@@ -4,7 +4,9 @@ setup": "The ALFRED path uses the official ALFRED training annotations for learn
 An episode's expert plan is either its recorded fixture plan or the ALFRED annotation of
 the trajectory its splits entry names (``task``: ``<task>/<trial>``, looked up under the
 ALFRED ``train`` then ``valid_seen`` folders), translated to EB-ALFRED skills
-(:func:`~memprism_ray.envs.ebalfred.data.skills_from_high_pddl`). The plan is played
+(:func:`~memprism_ray.envs.ebalfred.data.skills_from_trajectory`: ALFRED's lower-case names
+through the one name table, :data:`~memprism_ray.envs.ebalfred.skills.ALFRED_NAMES`; a name no
+skill has is an error naming it). The plan is played
 through :class:`~memprism_ray.envs.ebalfred.env.EbAlfredEnv` with the stage-1 rule Phi, and
 the episodes are written in the expert-trajectory table format D1 labelling reads
 (``memprism_ray.envs.alfworld.expert_data.episodes_to_arrow``).
@@ -17,13 +19,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memprism_ray.envs.base import GameRef
+from memprism_ray.envs.base import GameRef, took_step
 from memprism_ray.envs.ebalfred.data import (
     default_alfred_root,
     load_splits,
     parse_game_id,
-    skills_from_high_pddl,
+    skills_from_trajectory,
 )
+from memprism_ray.envs.ebalfred.skills import AlfredNameError
 from memprism_ray.recorder import EventStream, RawEvent
 from memprism_ray.recorder.phi import record_event
 from memprism_ray.recorder.phi.ebalfred import EbAlfredRulePhi
@@ -52,13 +55,18 @@ def annotation_plans(splits: str | Path, games: Sequence[GameRef], alfred_root: 
         )
         if path is None:
             raise FileNotFoundError(f"{g.game_id}: no ALFRED annotation for task {task!r} under {root}")
-        out[g.game_id] = skills_from_high_pddl(json.loads(path.read_text())["plan"]["high_pddl"])
+        try:
+            out[g.game_id] = skills_from_trajectory(json.loads(path.read_text()))
+        except AlfredNameError as exc:
+            raise AlfredNameError(f"{g.game_id} ({path}): {exc}", exc.name, exc.known) from None
     return out
 
 
 def play_expert(env: Any, games: Sequence[GameRef], plans: Mapping[str, Sequence[str]], max_steps: int = 30) -> list:
-    """Play each game's plan; returns ``ExpertEpisode`` records (won or not: the label
-    stage sees the outcome in the ``won`` column)."""
+    """Play each game's plan for at most ``max_steps`` environment steps (an action the
+    env takes no step for, :data:`~memprism_ray.envs.base.STEP_TAKEN`, does not count, as in
+    the agent loop); returns ``ExpertEpisode`` records (won or not: the label stage sees the
+    outcome in the ``won`` column)."""
     from memprism_ray.envs.alfworld.expert_data import ExpertEpisode
 
     phi = EbAlfredRulePhi()
@@ -67,11 +75,14 @@ def play_expert(env: Any, games: Sequence[GameRef], plans: Mapping[str, Sequence
         obs = env.reset(game)
         stream = EventStream({"benchmark": "ebalfred", "game_id": game.game_id, "goal": obs.goal})
         o_pre, admissible = obs.text, obs.admissible
-        offered, reference, won = [], [], False
-        for t, action in enumerate(list(plans[game.game_id])[:max_steps]):
+        offered, reference, won, taken = [], [], False, 0
+        for t, action in enumerate(plans[game.game_id]):
+            if taken >= max_steps:
+                break
             offered.append(tuple(admissible))
             reference.append(action)
             tr = env.step(action)
+            taken += took_step(tr)
             meta = {"step": t + 1, "game_id": game.game_id, "task_type": game.task_type, "won": tr.won}
             meta.update({k: tr.meta[k] for k in ("last_action_success", "progress") if k in tr.meta})
             record_event(stream, RawEvent(o_pre, action, tr.feedback, tr.reward, meta), phi)

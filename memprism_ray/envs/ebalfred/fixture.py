@@ -9,6 +9,8 @@ Layout of a fixture folder (``build_fixture(out)``)::
     splits.json        EmbodiedBench format: {subset: [{"task", "repeat_idx", "instruction"}]}
     alfred_train.json  the same format, key "alfred_train": training episodes (other tasks)
     examples/          in-context example files shaped as EmbodiedBench's (.examples)
+    json_2.1.0/        ALFRED annotations of every episode (valid_seen/ and train/<task>/traj_data.json):
+                       plans with ALFRED's lower-case names, for the expert-plan loader
     transcripts.json   {"version", "resolution", "episodes": {"<subset>/<i>": episode}}
     frames/<subset>/<i>/<step>.png
 
@@ -46,6 +48,8 @@ from memprism_ray.formats.ebalfred_fixture import FIXTURE_VERSION
 SUCCESS_FEEDBACK = "Last action executed successfully."
 INVALID_PREFIX = "Last action is invalid."
 TRAIN_FILE = "alfred_train.json"
+#: The fixture's ALFRED annotations (``$MEMPRISM_ALFRED_DATA`` layout: ``<split>/<task>/traj_data.json``).
+ALFRED_DIR = "json_2.1.0"
 
 #: Receptacle types of the fixture's scenes (AI2-THOR's ``receptacle`` flag).
 RECEPTACLES = frozenset(
@@ -185,6 +189,64 @@ _FAMILIES: tuple[_Family, ...] = (
     ),
 )
 
+#: Each family's ALFRED annotation, as ALFRED's ``traj_data.json`` holds it: the high-level
+#: PDDL plan with ALFRED's lower-case object names (``diningtable``, ``sinkbasin``,
+#: ``desklamp``, ``garbagecan``: what the expert-plan loader reads) and, per high-level step,
+#: its low-level interactions (api action, object type, receptacle type of a put). Translated
+#: (:func:`~memprism_ray.envs.ebalfred.data.skills_from_trajectory`) they give the recorded steps.
+_ALFRED_PLANS: dict[str, tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str, str], ...]], ...]] = {
+    "pick_and_place_simple": (
+        ("GotoLocation", ("desk",), ()),
+        ("PickupObject", ("mug",), (("PickupObject", "Mug", ""),)),
+        ("GotoLocation", ("desk",), ()),
+        ("PutObject", ("mug", "desk"), (("PutObject", "Mug", "Desk"),)),
+    ),
+    "pick_clean_then_place_in_recep": (
+        ("GotoLocation", ("countertop",), ()),
+        ("PickupObject", ("ladle",), (("PickupObject", "Ladle", ""),)),
+        ("GotoLocation", ("sinkbasin",), ()),
+        (
+            "CleanObject",
+            ("ladle",),
+            (
+                ("PutObject", "Ladle", "SinkBasin"),
+                ("ToggleObjectOn", "Faucet", ""),
+                ("ToggleObjectOff", "Faucet", ""),
+                ("PickupObject", "Ladle", ""),
+            ),
+        ),
+        ("GotoLocation", ("diningtable",), ()),
+        ("PutObject", ("ladle", "diningtable"), (("PutObject", "Ladle", "DiningTable"),)),
+    ),
+    "pick_heat_then_place_in_recep": (
+        ("GotoLocation", ("countertop",), ()),
+        ("PickupObject", ("apple",), (("PickupObject", "Apple", ""),)),
+        ("GotoLocation", ("microwave",), ()),
+        (
+            "HeatObject",
+            ("apple",),
+            (
+                ("OpenObject", "Microwave", ""),
+                ("PutObject", "Apple", "Microwave"),
+                ("CloseObject", "Microwave", ""),
+                ("ToggleObjectOn", "Microwave", ""),
+                ("ToggleObjectOff", "Microwave", ""),
+                ("OpenObject", "Microwave", ""),
+                ("PickupObject", "Apple", ""),
+                ("CloseObject", "Microwave", ""),
+            ),
+        ),
+        ("GotoLocation", ("garbagecan",), ()),
+        ("PutObject", ("apple", "garbagecan"), (("PutObject", "Apple", "GarbageCan"),)),
+    ),
+    "look_at_obj_in_light": (
+        ("GotoLocation", ("desk",), ()),
+        ("PickupObject", ("cd",), (("PickupObject", "CD", ""),)),
+        ("GotoLocation", ("desklamp",), ()),
+        ("ToggleObject", ("desklamp",), (("ToggleObjectOn", "DeskLamp", ""),)),
+    ),
+}
+
 #: The training episodes' instructions (other wording than every evaluation subset's).
 _TRAIN_INSTRUCTIONS = {
     "pick_and_place_simple": "Place the coffee mug onto the desk.",
@@ -280,6 +342,35 @@ def _example(instruction: str, plan: str, actions: Sequence[str]) -> str:
     )
 
 
+def alfred_trajectory(fam: _Family, instruction: str, low_actions: bool = True) -> dict[str, Any]:
+    """The family's ALFRED ``traj_data.json`` (the fields EmbodiedBench and the expert-plan
+    loader read): ``plan.high_pddl`` with ALFRED's lower-case names, ``plan.low_actions`` with
+    objectIds of the fixture's scene (ALFRED's basin ids ``Sink|...|SinkBasin``), the annotation."""
+    ids = {o["objectType"]: o["objectId"] for o in reversed(scene_objects(fam))}  # the first instance
+
+    def object_id(kind: str) -> str:
+        return f"{ids['Sink']}|SinkBasin" if kind == "SinkBasin" else ids[kind]
+
+    high, low = [], []
+    steps = [*_ALFRED_PLANS[fam.task_type], ("NoOp", (), ())]
+    for k, (verb, args, acts) in enumerate(steps):
+        high.append({"high_idx": k, "discrete_action": {"action": verb, "args": list(args)}})
+        for action, kind, receptacle in acts:
+            api = {"action": action, "objectId": object_id(kind)}
+            if receptacle:
+                api["receptacleObjectId"] = object_id(receptacle)
+            low.append({"high_idx": k, "api_action": api})
+    plan: dict[str, Any] = {"high_pddl": high}
+    if low_actions:
+        plan["low_actions"] = low
+    return {
+        "task_type": fam.task_type,
+        "scene": {"scene_num": 1 + _FAMILIES.index(fam)},
+        "plan": plan,
+        "turk_annotations": {"anns": [{"task_desc": instruction}]},
+    }
+
+
 def write_examples(folder: Path) -> None:
     """Example files shaped as EmbodiedBench's ``evaluator/config`` ones: 10 default and 7
     long-horizon examples (upstream's counts), written from the task families. They are
@@ -359,9 +450,12 @@ def build_fixture(out: str | Path, episodes_per_subset: int = 3, resolution: int
         train = subset == TRAIN_SUBSET
         instruction = _TRAIN_INSTRUCTIONS[fam.task_type] if train else fam.instructions[subset]
         trial = f"trial_fixture_train_{i}" if train else f"trial_fixture_{subset}"
-        splits[subset].append(
-            {"task": f"{fam.task_type}-fixture-{i}/{trial}", "repeat_idx": 0, "instruction": instruction}
-        )
+        task = f"{fam.task_type}-fixture-{i}/{trial}"
+        splits[subset].append({"task": task, "repeat_idx": 0, "instruction": instruction})
+        # ALFRED's folders: training trajectories under train, EB-ALFRED's under valid_seen.
+        traj = root / ALFRED_DIR / ("train" if train else "valid_seen") / task / "traj_data.json"
+        traj.parent.mkdir(parents=True, exist_ok=True)
+        traj.write_text(json.dumps(alfred_trajectory(fam, instruction), indent=1, sort_keys=True) + "\n")
         episodes[f"{subset}/{i}"] = _episode(root, subset, i, fam, instruction, resolution)
     train_split = {TRAIN_SUBSET: splits.pop(TRAIN_SUBSET)}
     (root / "splits.json").write_text(json.dumps(splits, indent=1, sort_keys=True) + "\n")
@@ -370,5 +464,3 @@ def build_fixture(out: str | Path, episodes_per_subset: int = 3, resolution: int
     doc = {"version": FIXTURE_VERSION, "resolution": resolution, "episodes": episodes}
     (root / "transcripts.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return root
-
-

@@ -61,6 +61,75 @@ TOGGLE_OBJS: tuple[str, ...] = ("Microwave", "DeskLamp", "FloorLamp", "Faucet")
 #: ``alfred_slice_obj``.
 SLICE_OBJS: tuple[str, ...] = ("Potato", "Lettuce", "Tomato", "Apple", "Bread")
 
+#: ALFRED object types that no EB-ALFRED skill names: ALFRED's ``gen/constants.py``
+#: ``OBJECTS`` and ``RECEPTACLES`` (also in EmbodiedBench's copy,
+#: ``embodiedbench/envs/eb_alfred/gen/constants.py`` at ``b247936``) less the types above and
+#: the two basins (:data:`ALFRED_NAMES`). A plan that needs one cannot be played with EB-ALFRED's skills.
+ALFRED_ONLY_OBJS: tuple[str, ...] = (
+    "Blinds", "Boots", "Chair", "Curtains", "Footstool", "HandTowelHolder", "HousePlant", "LaundryHamper",
+    "LaundryHamperLid", "LightSwitch", "Mirror", "Painting", "PaintingHanger", "PaperTowel", "PaperTowelRoll",
+    "Poster", "ScrubBrush", "ShowerDoor", "ShowerGlass", "StoveKnob", "TVStand", "TeddyBear", "Television",
+    "Toaster", "ToiletPaperRoll", "Towel", "TowelHolder", "Window",
+)  # fmt: skip
+
+#: The one table from ALFRED's object names (lower case in its PDDL plans: ``diningtable``,
+#: ``desklamp``, ``sinkbasin``, ``applesliced``) to the object names of EB-ALFRED's skills
+#: (``DiningTable``...). Each of the 80 types maps to itself; ALFRED's basins are the receptacle
+#: parts of ``Sink``/``Bathtub`` (their objectIds start ``Sink|``/``Bathtub|``, which is what
+#: ``ThorConnector.get_obj_id_from_name`` matches); a slice (``AppleSliced``, ALFRED's
+#: ``OBJ_PARENTS``) is named by its whole object, because ``ThorConnector`` picks a slice of it
+#: once something was sliced (``priority_sliced``).
+ALFRED_NAMES: dict[str, str] = {
+    **{o.lower(): o for o in ALFRED_OBJS},
+    **{f"{o}Sliced".lower(): o for o in SLICE_OBJS},
+    "sinkbasin": "Sink",
+    "bathtubbasin": "Bathtub",
+}
+
+
+class AlfredNameError(ValueError):
+    """An ALFRED plan argument that names no EB-ALFRED skill object. ``known`` is true for a
+    real ALFRED type that EB-ALFRED's skills leave out (:data:`ALFRED_ONLY_OBJS`: the plan
+    cannot be played), false for a name ALFRED does not have (a damaged file)."""
+
+    def __init__(self, message: str, name: str, known: bool) -> None:
+        super().__init__(message)
+        self.name, self.known = name, known
+
+
+_ALFRED_ONLY = {o.lower(): o for o in ALFRED_ONLY_OBJS}
+
+
+def alfred_object(name: str, context: str = "") -> str:
+    """The skill object name of ALFRED's ``name`` (``"diningtable"`` -> ``"DiningTable"``,
+    case-insensitive); :class:`AlfredNameError` naming it (and ``context``, e.g. the PDDL
+    action) otherwise. Never guessed from the spelling: ``capitalize()`` would give
+    ``Diningtable``, which no skill names."""
+    low = name.strip().lower()
+    if low in ALFRED_NAMES:
+        return ALFRED_NAMES[low]
+    where = f" in {context}" if context else ""
+    if low in _ALFRED_ONLY:
+        raise AlfredNameError(
+            f"ALFRED object {name!r}{where} ({_ALFRED_ONLY[low]}) has no EB-ALFRED skill: EmbodiedBench's skill "
+            "list names none of skills.ALFRED_ONLY_OBJS, so this plan cannot be played",
+            name,
+            True,
+        )
+    raise AlfredNameError(
+        f"{name!r}{where} is not an ALFRED object name (skills.ALFRED_NAMES holds the {len(ALFRED_NAMES)} names "
+        "EB-ALFRED's skills use)",
+        name,
+        False,
+    )
+
+
+def is_alfred_name(name: str) -> bool:
+    """Whether ``name`` is any ALFRED object type (with or without an EB-ALFRED skill)."""
+    low = name.strip().lower()
+    return low in ALFRED_NAMES or low in _ALFRED_ONLY
+
+
 PUT_DOWN = "put down the object in hand"
 DROP = "drop the object in hand"
 #: Skills that name no object: always in the scene-filtered list.

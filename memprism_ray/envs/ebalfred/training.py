@@ -11,7 +11,8 @@ EmbodiedBench ships those files for its 300 evaluation episodes only, so trainin
 
 * the list: one entry per (trajectory, annotation) of ALFRED ``train``, key
   :data:`~memprism_ray.envs.ebalfred.data.TRAIN_SUBSET` (game ids ``alfred_train/<i>``),
-  leaving out every trajectory an evaluation list names;
+  leaving out every trajectory an evaluation list names and, counted, those whose expert plan
+  needs an object no EB-ALFRED skill names (:func:`read_alfred_split`);
 * the trajectory files: each ``traj_data.json`` placed as ``json_2.1.0/<task>/pp/ann_<r>.json``
   in EmbodiedBench's data folder (hard links where the filesystem allows; an existing file is
   never overwritten). ``EBAlfEnv`` reads only the fields ALFRED's ``traj_data.json`` has
@@ -46,29 +47,50 @@ from memprism_ray.envs.ebalfred.data import (
     default_splits_path,
     load_splits,
     parse_game_id,
+    skills_from_trajectory,
 )
+from memprism_ray.envs.ebalfred.skills import AlfredNameError
 from memprism_ray.io_atomic import atomic_write_text
 
 
 def alfred_train_entries(root: str | Path, split: str = "train") -> list[dict[str, Any]]:
-    """One list entry per annotation of every ALFRED ``split`` trajectory under ``root``
-    (the unpacked ``json_2.1.0``), in path order; a file without annotations is an error
-    naming it."""
+    """One list entry per annotation of every playable ALFRED ``split`` trajectory under
+    ``root`` (the unpacked ``json_2.1.0``), in path order (:func:`read_alfred_split`)."""
+    return read_alfred_split(root, split)[0]
+
+
+def read_alfred_split(root: str | Path, split: str = "train") -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The list entries of ``split`` and the trajectories left out as unplayable
+    (``task -> reason``): those whose expert plan needs an ALFRED object EB-ALFRED's skills do
+    not name (:data:`~memprism_ray.envs.ebalfred.skills.ALFRED_ONLY_OBJS`, e.g. a towel on a
+    towel holder), which no policy could solve with those skills and whose D1 expert plan could
+    not be written. A file without annotations or plan, or a name ALFRED does not have, is an
+    error naming the file."""
     base = Path(root) / split
     if not base.is_dir():
         raise FileNotFoundError(
             f"ALFRED {split} annotations not found at {base}: download {ALFRED_DOWNLOAD}, unpack it and pass "
             "its json_2.1.0 folder (--alfred, or $MEMPRISM_ALFRED_DATA)"
         )
-    entries = []
+    entries: list[dict[str, Any]] = []
+    unplayable: dict[str, str] = {}
     for path in sorted(base.glob("*/*/traj_data.json")):
         data = json.loads(path.read_text())
         anns = data.get("turk_annotations", {}).get("anns", [])
         if not anns or not all(isinstance(a, dict) and isinstance(a.get("task_desc"), str) for a in anns):
             raise ValueError(f"{path}: no turk_annotations.anns[*].task_desc; not an ALFRED trajectory file")
         task = f"{path.parent.parent.name}/{path.parent.name}"
+        try:
+            skills_from_trajectory(data)
+        except AlfredNameError as exc:
+            if not exc.known:
+                raise AlfredNameError(f"{path}: {exc}", exc.name, exc.known) from None
+            unplayable[task] = str(exc)
+            continue
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: no plan.high_pddl; not an ALFRED trajectory file ({exc!r})") from None
         entries.extend({"task": task, "repeat_idx": r, "instruction": a["task_desc"]} for r, a in enumerate(anns))
-    return entries
+    return entries, unplayable
 
 
 def evaluation_tasks(splits: str | Path) -> set[str]:
@@ -98,8 +120,9 @@ def write_training_list(
 ) -> dict[str, int]:
     """Write the training list to ``out`` and, with ``eb_data`` (EmbodiedBench's
     ``envs/eb_alfred/data`` folder), the trajectory files its env reads. Trajectories that
-    ``exclude_splits`` (an evaluation list) names are left out. Returns counts."""
-    entries = alfred_train_entries(alfred_root, split)
+    ``exclude_splits`` (an evaluation list) names are left out, and so are the unplayable
+    ones (:func:`read_alfred_split`). Returns counts."""
+    entries, unplayable = read_alfred_split(alfred_root, split)
     held_out = evaluation_tasks(exclude_splits) if exclude_splits else set()
     kept = [e for e in entries if e["task"] not in held_out]
     placed = 0
@@ -113,6 +136,7 @@ def write_training_list(
         "trajectories": len({e["task"] for e in kept}),
         "excluded_episodes": len(entries) - len(kept),
         "files_placed": placed,
+        "unplayable_trajectories": len(unplayable),
     }
 
 
@@ -169,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{counts['excluded_episodes']} left out as evaluation trajectories; "
         f"{counts['files_placed']} trajectory files placed" + ("" if args.eb_data else " (no --eb-data: none)")
     )
+    if counts["unplayable_trajectories"]:
+        print(
+            f"note: {counts['unplayable_trajectories']} trajectories left out: their plans need an object no "
+            "EB-ALFRED skill names (skills.ALFRED_ONLY_OBJS)"
+        )
     if not args.eb_data:
         print(
             "note: EmbodiedBench's env reads each episode from its data folder: rerun with --eb-data on simulator nodes"
