@@ -189,6 +189,14 @@ def format_ebalfred_history(history: tuple[HistoryRecord, ...], actions: tuple[s
     return "\n".join(lines)
 
 
+def ebalfred_instruction(goal: str) -> str:
+    """The instruction as the EB-ALFRED prompt's ``{instruction}.`` line takes it: without
+    its final period(s), as EmbodiedBench's planner does (``vlm_planner.py`` ``process_prompt``:
+    ``user_instruction.rstrip('.')`` before ``f'... is: {user_instruction}.'``), so a goal
+    ending "table." does not end the line "table.."."""
+    return goal.strip().rstrip(".").rstrip()
+
+
 def format_ebalfred_actions(actions: tuple[str, ...]) -> str:
     return "\n".join(f"action id {i}: {a}" for i, a in enumerate(actions))
 
@@ -285,7 +293,7 @@ def _ebalfred_parts(inp: PolicyInput) -> list[_Part]:
         "max_id": len(inp.admissible) - 1,
         "available_action_names": format_ebalfred_actions(inp.admissible),
         "task_execution_examples": examples,
-        "instruction": inp.goal,
+        "instruction": ebalfred_instruction(inp.goal),
         "action_history": history,
         "observation_text": inp.observation,
     }

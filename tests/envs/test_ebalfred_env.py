@@ -332,11 +332,11 @@ def test_games_are_played_from_the_list_they_came_from(fixture_root: Path) -> No
 def test_observation_carries_embodiedbench_s_in_context_examples(fixture_root: Path, tmp_path: Path) -> None:
     import json
 
-    from memprism_ray.envs.ebalfred.examples import format_examples
+    from memprism_ray.envs.ebalfred.examples import format_examples, parse_example
 
     ob = _env(fixture_root).reset(game_ref("base", 0))
     examples = json.loads((fixture_root / "examples" / "alfred_examples.json").read_text())
-    assert ob.meta["examples"] == format_examples(examples, 10)
+    assert ob.meta["examples"] == format_examples([parse_example(x) for x in examples], 10)
     assert ob.meta["examples"].count("## Task Execution Example ") == 10  # EmbodiedBench's n_shots: 10
     assert _env(fixture_root).reset(game_ref("long_horizon", 0)).meta["examples"].count("Example ") == 7
     assert _env(fixture_root, n_shots=3).reset(game_ref("base", 0)).meta["examples"].count("Example ") == 3
@@ -386,3 +386,74 @@ def test_agent_episode_with_unparsed_outputs_ends_as_embodiedbench_s(fixture_roo
     words = re.compile(r"\w+|[^\w\s]")  # token_counter: words
     assert res.rows[0]["text_tokens"] == len(words.findall(prompt)) > len(words.findall(first.meta["examples"]))
     assert res.rows[0]["prompt_tokens"] == res.rows[0]["text_tokens"] + res.rows[0]["camera_visual_tokens"]
+
+
+class _ScriptedPolicy:
+    """A VLM whose first ``talk`` outputs do not parse, then always ``action`` (a skill)."""
+
+    name = "scripted-steps"
+
+    def __init__(self, talk: int, action: str) -> None:
+        self.talk, self.action, self.calls = talk, action, 0
+
+    def act(self, inputs):  # type: ignore[no-untyped-def]
+        from memprism_ray.policy.parsing import to_output
+
+        out = []
+        for inp in inputs:
+            self.calls += 1
+            text = "I am not sure yet." if self.calls <= self.talk else f"<action>{self.action}</action>"
+            out.append(to_output(inp, text))
+        return out
+
+
+def _play(env: EbAlfredEnv, policy: _ScriptedPolicy, max_steps: int, root: Path):  # type: ignore[no-untyped-def]
+    from memprism_ray.agent import Agent, AgentConfig, EpisodeSpec, LocalServices
+    from memprism_ray.baselines import make_selector
+    from memprism_ray.recorder.phi.factory import make_rule_phi
+
+    config = AgentConfig(benchmark="ebalfred", short_history=2, max_steps=max_steps, token_counter="words")
+    agent = Agent(LocalServices(env, make_rule_phi("ebalfred"), policy), make_selector("no_memory"), config)
+    (res,) = agent.run([EpisodeSpec("ep", game_ref("base", 1, root / "splits.json"))])
+    return res
+
+
+def test_nine_invalid_outputs_still_leave_thirty_simulator_steps(fixture_root: Path) -> None:
+    """Issue 35 item 2 (paper: "EB-ALFRED uses a maximum of 30 steps"; EmbodiedBench: 30
+    simulator steps, an output that is no skill takes none and the tenth ends the episode).
+    The env says so in the transition (``meta["step_taken"]: False``) and the agent's
+    ``max_steps`` counts the steps taken: 9 invalid outputs + 30 executed skills = 39
+    decisions. Before, every decision counted and the episode stopped at 21 simulator steps."""
+    from memprism_ray.envs.base import STEP_TAKEN, took_step
+
+    env = _env(fixture_root)
+    res = _play(env, _ScriptedPolicy(9, "find a CounterTop"), 30, fixture_root)  # off-plan find: succeeds
+    ctrl = env._controllers[0]
+    assert res.status == "ok" and res.steps == 39 and not res.won
+    assert (ctrl._current_step, ctrl._cur_invalid_actions) == (30, 9)
+    assert [r["valid"] for r in res.rows] == [False] * 9 + [True] * 30
+    # The agent counts, not only the simulator: with max_steps 20 the episode stops after 20
+    # simulator steps although the controller (30 steps) would go on.
+    env = _env(fixture_root)
+    res = _play(env, _ScriptedPolicy(9, "find a CounterTop"), 20, fixture_root)
+    assert res.steps == 29 and env._controllers[0]._current_step == 20
+    ob = env.reset(game_ref("base", 1))
+    assert env.step("no skill at all").meta[STEP_TAKEN] is False
+    tr = env.step("find a CounterTop")
+    assert STEP_TAKEN not in tr.meta and took_step(tr) and ob.admissible == tr.admissible
+
+
+def test_decisions_that_take_no_step_are_bounded_too(fixture_root: Path) -> None:
+    """An env that never ends an episode on invalid outputs (here the controller's
+    10-invalid limit lifted) still cannot keep it going: decisions that take no step stop at
+    ``max_steps`` as well."""
+    from memprism_ray.envs.ebalfred.env import make_controller
+
+    def lenient(eval_set: str, config: EbAlfredConfig):  # type: ignore[no-untyped-def]
+        ctrl = make_controller(eval_set, config)
+        ctrl._max_invalid_actions = 10_000
+        return ctrl
+
+    env = EbAlfredEnv(1, EbAlfredConfig(controller="fake", fixture=str(fixture_root)), controller_factory=lenient)
+    res = _play(env, _ScriptedPolicy(10_000, "find a CounterTop"), 12, fixture_root)
+    assert res.status == "ok" and res.steps == 12 and env._controllers[0]._current_step == 0

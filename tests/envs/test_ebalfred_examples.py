@@ -1,6 +1,7 @@
-"""EB-ALFRED's in-context examples (issue 30 item 3): EmbodiedBench's files, its n_shots
-default and its planner's formatting fill the ``{task_execution_examples}`` slot of the
-paper's EB-ALFRED system prompt (appendix E.3); without them the slot is dropped."""
+"""EB-ALFRED's in-context examples (issue 30 item 3, issue 35 item 3): EmbodiedBench's files,
+its n_shots default and its planner's headers fill the ``{task_execution_examples}`` slot of
+the paper's EB-ALFRED system prompt (appendix E.3), each example shown as that prompt asks
+(names only, one action per step); without them the slot is dropped."""
 
 from __future__ import annotations
 
@@ -9,23 +10,81 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.envs.ebalfred.examples import N_SHOTS, example_file, format_examples, load_examples
+from memprism_ray.envs.ebalfred.examples import (
+    N_SHOTS,
+    Example,
+    example_file,
+    format_examples,
+    load_examples,
+    parse_example,
+    render_example,
+)
 from memprism_ray.envs.ebalfred.fixture import build_fixture
 from memprism_ray.policy.base import PolicyInput
-from memprism_ray.policy.prompts import build_prompt_text
+from memprism_ray.policy.prompts import build_prompt_text, ebalfred_instruction
+
+#: An example string in the shape of EmbodiedBench's ``alfred_examples.json`` (b247936): a
+#: whole plan as one JSON answer, with ids of EmbodiedBench's 162 global skills.
+UPSTREAM_SHAPED = (
+    "Human instruction: Put a clean pan in the refrigerator.\nOutput: {\n'language_plan': 'Find a pan and pick "
+    "it up, rinse it at the sink, then put it in the fridge.',\n'executable_plan': [\n"
+    '{"action_id": 7, "action_name": "find a Pan"}\n{"action_id": 86, "action_name": "pick up the Pan"}\n'
+    '{"action_id": 79, "action_name": "find a Sink"}\n{"action_id": 133, "action_name": "put down the object in hand"}'
+    "\n]}"
+)
 
 
-def test_formatting_is_embodiedbench_s_planner() -> None:
+def test_formatting_keeps_embodiedbench_s_headers_and_shots() -> None:
     """vlm_planner.py ``process_prompt`` (b247936): ``'\\n\\n'.join(f'## Task Execution
     Example {i}: \\n {x}' for i, x in enumerate(examples[:n_shot]))``."""
     assert N_SHOTS == 10  # configs/eb-alf.yaml n_shots
-    two = "## Task Execution Example 0: \n A\n\n## Task Execution Example 1: \n B"
-    assert format_examples(["A", "B", "C"], 2) == two
-    assert format_examples(["A"], 0) == ""
+    a, b, c = (Example(f"Task {k}.", "", ("find a Mug",)) for k in "ABC")
+    two = (
+        "## Task Execution Example 0: \n Human instruction: Task A.\nStep 1: find a Mug\n\n"
+        "## Task Execution Example 1: \n Human instruction: Task B.\nStep 1: find a Mug"
+    )
+    assert format_examples([a, b, c], 2) == two
+    assert format_examples([a], 0) == ""
     with pytest.raises(ValueError, match="n_shots"):
-        format_examples(["A"], -1)
+        format_examples([a], -1)
     assert example_file("long_horizon") == "alfred_long_horizon_examples.json"
     assert example_file("alfred_train") == example_file("base") == "alfred_examples.json"
+
+
+def test_examples_are_shown_as_the_prompt_asks() -> None:
+    """Issue 35 item 3: the prompt lists the scene-filtered skills (ids are positions in that
+    list) and asks for ONE action name per step inside <action></action>; upstream's examples
+    answer with a multi-action JSON plan whose ids number the 162 global skills. Shown in the
+    prompt's terms: names only, one action per step, no ids, no JSON."""
+    ex = parse_example(UPSTREAM_SHAPED)
+    assert ex == Example(
+        "Put a clean pan in the refrigerator.",
+        "Find a pan and pick it up, rinse it at the sink, then put it in the fridge.",
+        ("find a Pan", "pick up the Pan", "find a Sink", "put down the object in hand"),
+    )
+    shown = render_example(ex)
+    assert shown == (
+        "Human instruction: Put a clean pan in the refrigerator.\n"
+        "Plan: Find a pan and pick it up, rinse it at the sink, then put it in the fridge.\n"
+        "Step 1: find a Pan\nStep 2: pick up the Pan\nStep 3: find a Sink\nStep 4: put down the object in hand"
+    )
+    for banned in ("action_id", "executable_plan", "{", "79", "133"):
+        assert banned not in shown
+    # The same example in a prompt whose (scene-filtered) list numbers other skills.
+    skills = ("find a Sink", "find a Pan", "pick up the Pan", "put down the object in hand")
+    block = format_examples([ex], 1)
+    prompt = build_prompt_text(
+        PolicyInput(
+            benchmark="ebalfred", goal="Wash a pan.", observation="o", admissible=skills, meta={"examples": block}
+        )
+    )
+    assert block in prompt and "action id 0: find a Sink" in prompt and "action_id" not in prompt
+    steps = [line for line in block.splitlines() if line.startswith("Step ")]
+    assert len(steps) == 4 and all(line.split(": ", 1)[1] in skills for line in steps)  # one name each
+    # Upstream's own files, unparsed wording: an empty language plan drops the plan line.
+    assert render_example(Example("slice a loaf of bread.", "", ("find a Knife",))) == (
+        "Human instruction: slice a loaf of bread.\nStep 1: find a Knife"
+    )
 
 
 def test_load_errors_name_the_file_and_the_keys(tmp_path: Path) -> None:
@@ -34,6 +93,24 @@ def test_load_errors_name_the_file_and_the_keys(tmp_path: Path) -> None:
     (tmp_path / "alfred_examples.json").write_text(json.dumps({"not": "a list"}))
     with pytest.raises(ValueError, match="list of example strings"):
         load_examples(tmp_path, "base")
+    (tmp_path / "alfred_examples.json").write_text(json.dumps([UPSTREAM_SHAPED, "Put a mug away."]))
+    with pytest.raises(ValueError, match=r"alfred_examples\.json: example 1: not an EmbodiedBench example"):
+        load_examples(tmp_path, "base")
+    broken = UPSTREAM_SHAPED.replace('"action_name": "find a Sink"', '"name": "find a Sink"')
+    with pytest.raises(ValueError, match="has no action_name"):
+        parse_example(broken)
+
+
+def test_the_instruction_line_ends_with_one_period() -> None:
+    """The user message is ``## Now the human instruction is: {instruction}.``; EmbodiedBench's
+    planner strips the instruction's final period first (``user_instruction.rstrip('.')``).
+    Before, "... on the desk." gave "desk..". Examples' instructions get the same rule."""
+    skills = ("find a Mug",)
+    for goal in ("Put a mug on the desk.", "Put a mug on the desk", "Put a mug on the desk.. "):
+        text = build_prompt_text(PolicyInput(benchmark="ebalfred", goal=goal, observation="o", admissible=skills))
+        assert "## Now the human instruction is: Put a mug on the desk.\n" in text and "desk.." not in text
+    assert ebalfred_instruction("Turn on the lamp...") == "Turn on the lamp"
+    assert render_example(Example("Put a mug away..", "", skills)).startswith("Human instruction: Put a mug away.\n")
 
 
 def _input(examples: str) -> PolicyInput:

@@ -9,23 +9,94 @@ but ``long_horizon``, which reads ``alfred_long_horizon_examples.json`` (7), and
 
     '\\n\\n'.join(f'## Task Execution Example {i}: \\n {x}' for i, x in enumerate(examples[:n_shots]))
 
-Each example is one string (``Human instruction: ...\\nOutput: {...}`` with an
-``executable_plan`` of ``{"action_id", "action_name"}``; the ids number EmbodiedBench's
-global skill list, :func:`~memprism_ray.envs.ebalfred.skills.global_skills`).
+Each example in those files is one string (``Human instruction: ...\\nOutput: {...}``) holding
+a language plan and an ``executable_plan`` of ``{"action_id", "action_name"}``: a whole plan in
+one JSON answer, with ids numbering EmbodiedBench's 162 global skills
+(:func:`~memprism_ray.envs.ebalfred.skills.global_skills`), which is what its planner asks for.
+The paper's prompt asks for something else: ONE exact action name per step inside
+``<action></action>``, chosen from the scene-filtered list whose ids are positions in that
+list. Shown as they are, the examples would teach the other contract (a multi-action JSON plan,
+ids that point at other skills of the list shown). So each example is read as data
+(:func:`parse_example`) and shown in the prompt's own terms (:func:`render_example`): the
+instruction (without its final period, as the prompt's instruction line), the language plan,
+then one action name per step, names only (an example's skills are often not in the current
+scene's list, so they have no id there)::
 
-The environment loads them on its node (where EmbodiedBench is installed) and sends the
-formatted block with the observation (``Observation.meta["examples"]``); the agent passes it
-to the prompt. ``ebalfred.n_shots: 0`` drops the slot.
+    Human instruction: Pick up the alarm clock and turn on the lamp.
+    Plan: First, locate the alarm clock in the room. ...
+    Step 1: find a AlarmClock
+    Step 2: pick up the AlarmClock
+
+The headers and the joining are EmbodiedBench's. The environment loads the examples on its
+node (where EmbodiedBench is installed) and sends the formatted block with the observation
+(``Observation.meta["examples"]``); the agent passes it to the prompt. ``ebalfred.n_shots: 0``
+drops the slot.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+from memprism_ray.policy.prompts import ebalfred_instruction
 
 #: Upstream's default ``n_shots`` (``configs/eb-alf.yaml``, the evaluator's config).
 N_SHOTS = 10
 EXAMPLE_FILES = {"default": "alfred_examples.json", "long_horizon": "alfred_long_horizon_examples.json"}
+
+# EmbodiedBench's example string: the instruction line, then the answer its planner asked for.
+_EXAMPLE = re.compile(
+    r"\AHuman instruction: (?P<instruction>[^\n]*)\nOutput: \{\n'language_plan': '(?P<plan>.*)',\n"
+    r"'executable_plan': \[\n(?P<steps>.*?)\n?\]\}\s*\Z",
+    re.S,
+)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One in-context example as data: the instruction, the language plan, the skills in order."""
+
+    instruction: str
+    plan: str
+    actions: tuple[str, ...]
+
+
+def parse_example(text: str) -> Example:
+    """An example string of EmbodiedBench's files as data; a ``ValueError`` saying what is
+    wrong otherwise (the plan's steps are JSON, read with ``json.loads``, never evaluated)."""
+    m = _EXAMPLE.match(text)
+    if m is None:
+        raise ValueError(
+            "not an EmbodiedBench example ('Human instruction: ...\\nOutput: {\\n'language_plan': '...',\\n"
+            f"'executable_plan': [...]}}'): {text[:80]!r}"
+        )
+    actions = []
+    for line in m["steps"].splitlines():
+        if not line.strip():
+            continue
+        try:
+            step = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"executable_plan step {line[:80]!r} is not JSON ({exc})") from None
+        name = step.get("action_name") if isinstance(step, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"executable_plan step {line[:80]!r} has no action_name")
+        actions.append(name.strip())
+    if not actions:
+        raise ValueError(f"example {m['instruction'][:60]!r} has an empty executable_plan")
+    return Example(m["instruction"].strip(), m["plan"].strip(), tuple(actions))
+
+
+def render_example(example: Example) -> str:
+    """``example`` in the prompt's terms: names only, one action per step (module docstring)."""
+    lines = [f"Human instruction: {ebalfred_instruction(example.instruction)}."]
+    if example.plan:
+        lines.append(f"Plan: {example.plan}")
+    lines.extend(f"Step {i}: {action}" for i, action in enumerate(example.actions, start=1))
+    return "\n".join(lines)
 
 
 def example_file(subset: str) -> str:
@@ -40,9 +111,9 @@ def embodiedbench_examples_dir() -> Path | None:
     return embodiedbench_path("evaluator", "config")
 
 
-def load_examples(folder: str | Path, subset: str) -> list[str]:
-    """The examples of ``subset`` from ``folder``; a one-line error naming the file and the
-    key to change when it is missing or not a JSON list of strings."""
+def load_examples(folder: str | Path, subset: str) -> list[Example]:
+    """The examples of ``subset`` from ``folder``, parsed; a one-line error naming the file
+    (and the example) and the key to change when it is missing or not EmbodiedBench's format."""
     path = Path(folder) / example_file(subset)
     if not path.is_file():
         raise FileNotFoundError(
@@ -53,11 +124,19 @@ def load_examples(folder: str | Path, subset: str) -> list[str]:
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
         raise ValueError(f"{path}: expected a JSON list of example strings (EmbodiedBench's format)")
-    return data
+    out = []
+    for i, text in enumerate(data):
+        try:
+            out.append(parse_example(text))
+        except ValueError as exc:
+            raise ValueError(f"{path}: example {i}: {exc}") from None
+    return out
 
 
-def format_examples(examples: list[str], n_shots: int) -> str:
-    """The first ``n_shots`` examples as EmbodiedBench's planner joins them ('' for none)."""
+def format_examples(examples: Sequence[Example], n_shots: int) -> str:
+    """The first ``n_shots`` examples, each rendered in the prompt's terms, under
+    EmbodiedBench's planner's headers and joining ('' for none)."""
     if n_shots < 0:
         raise ValueError(f"ebalfred.n_shots must be >= 0, got {n_shots}")
-    return "\n\n".join(f"## Task Execution Example {i}: \n {x}" for i, x in enumerate(examples[:n_shots]))
+    shown = examples[:n_shots]
+    return "\n\n".join(f"## Task Execution Example {i}: \n {render_example(x)}" for i, x in enumerate(shown))
