@@ -278,8 +278,15 @@ class Mind2WebSection:
     train_tasks: int = field(0, help="training tasks that form GRPO groups (0: every task of the train split)")
     fixture: bool = field(False, help="build and use the small generated fixture (CPU smoke runs), not the release")
     fixture_tasks_per_site: int = field(3, help="fixture: tasks per site template and split")
+    candidate_scores: str = field(
+        "",
+        help="converted candidate ranks of the release (scores_all_data.pkl as .parquet/.jsonl/.json; relative: "
+        "under corpus.data_root): MindAct's top-k candidate pool; empty: the project's pool (docs/mind2web.md)",
+    )
+    candidate_top_k: int = field(50, help="MindAct's pool: candidates ranked below this (metric.py top_k)")
 
     def __post_init__(self) -> None:
+        from memprism_ray.envs.mind2web.candidates import check_format
         from memprism_ray.envs.mind2web.data import EVAL_SPLITS
 
         bad = [s for s in self.eval_splits if s not in EVAL_SPLITS]
@@ -287,6 +294,10 @@ class Mind2WebSection:
             raise ValueError(f"mind2web.eval_splits={list(self.eval_splits)} is invalid; choose from {EVAL_SPLITS}")
         if self.eval_tasks < 0 or self.train_tasks < 0 or self.fixture_tasks_per_site < 1:
             raise ValueError("mind2web.eval_tasks and train_tasks must be >= 0, fixture_tasks_per_site >= 1")
+        if self.candidate_top_k < 1:
+            raise ValueError(f"mind2web.candidate_top_k must be >= 1, got {self.candidate_top_k}")
+        if self.candidate_scores:
+            check_format(self.candidate_scores)  # a pickle is refused here, before any job starts
 
 
 @dataclass

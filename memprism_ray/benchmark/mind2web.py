@@ -8,6 +8,7 @@ metrics per test split."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,7 +42,19 @@ class Mind2Web(Benchmark):
         else:
             root = resolve_data_root(cfg.corpus.data_root or None)
             log(f"data: Mind2Web release at {root}")
-        return dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=str(root)))
+        cfg = dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=str(root)))
+        pool = self.env_options(cfg)
+        log(f"Mind2Web {candidate_pool(cfg)['description']}")
+        return dataclasses.replace(cfg, mind2web=dataclasses.replace(cfg.mind2web, **pool))
+
+    def env_options(self, cfg: Any) -> dict[str, Any]:
+        """The replay env's candidate pool: ``mind2web.candidate_scores`` resolved (relative:
+        under ``corpus.data_root``; a pickle or a missing file is an error here) and the cut."""
+        from memprism_ray.envs.mind2web.candidates import resolve_scores_path
+
+        m = cfg.mind2web
+        path = str(resolve_scores_path(m.candidate_scores, cfg.corpus.data_root)) if m.candidate_scores else ""
+        return {"candidate_scores": path, "candidate_top_k": m.candidate_top_k}
 
     def train_games(self, cfg: Any) -> list[GameRef]:
         """The training tasks that form GRPO groups (the first ``mind2web.train_tasks``)."""
@@ -82,7 +95,7 @@ class Mind2Web(Benchmark):
         from memprism_ray.formats.mind2web_snapshot import parse_snapshot
 
         episodes = []
-        for game, goal, stream in human_streams(games):
+        for game, goal, stream in human_streams(games, **(self.env_options(cfg) if cfg is not None else {})):
             admissible = tuple(tuple(parse_snapshot(r.raw.o_pre)) for r in stream.records)
             reference = tuple(r.raw.action_text for r in stream.records)
             episodes.append(ExpertEpisode(game, goal, stream, admissible, reference, "human", True))
@@ -101,15 +114,18 @@ class Mind2Web(Benchmark):
             played.condition, played.results, played.rows, out_dir, manifest,
             expected_steps=ctx.plan.expected_steps, tokenizer=ctx.tokenizer,
             max_steps=ctx.cfg.agent.max_steps, artifacts=ctx.cfg.eval.artifacts,
+            candidate_pool=candidate_pool(ctx.cfg),
+            in_pool=plan_positives_in_pool(ctx.plan.specs, self.env_options(ctx.cfg)),
         )  # fmt: skip
 
     def condition_line(self, rep: Mapping[str, Any]) -> str:
         o = rep["mind2web"]["overall"]
-        acc, ok = o["step_accuracy"], o["episode_success"]
+        acc, ok, el = o["step_accuracy"], o["episode_success"], o["metric_py"]["element_accuracy"]
         failed = f", {o['failed_episodes']} failed" if o["failed_episodes"] else ""
         return (
             f"step accuracy {acc['correct']}/{acc['n']} = {100 * acc['rate']:.1f}%, exact success "
-            f"{ok['correct']}/{ok['n']}{failed}"
+            f"{ok['correct']}/{ok['n']}{failed}; element accuracy {el['correct']}/{el['n']} on the "
+            f"{rep['mind2web_pool']['protocol']} candidate pool"
         )
 
     def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
@@ -121,8 +137,9 @@ class Mind2Web(Benchmark):
         results_by = {p.condition: p.results for p in played}
         rows_by = {p.condition: p.rows for p in played}
         summary = m2w.write_summary(
-            ctx.out_dir, reports, results_by, rows_by, ctx.plan.expected_steps, seed=ctx.cfg.run.seed
-        )
+            ctx.out_dir, reports, results_by, rows_by, ctx.plan.expected_steps,
+            candidate_pool=candidate_pool(ctx.cfg), seed=ctx.cfg.run.seed,
+        )  # fmt: skip
         summary["generic"] = generic
         return summary
 
@@ -173,18 +190,41 @@ def plan_episodes(
     return specs, expected
 
 
-def human_streams(games: Sequence[GameRef], snapshot: Any = None) -> list[tuple[GameRef, str, Any]]:
+def candidate_pool(cfg: Any) -> dict[str, Any]:
+    """The candidate pool ``cfg`` plays on, as the reports name it."""
+    from memprism_ray.envs.mind2web.candidates import pool_info
+    from memprism_ray.envs.mind2web.snapshot import SnapshotConfig
+
+    m = cfg.mind2web
+    return pool_info(m.candidate_scores, m.candidate_top_k, SnapshotConfig().max_candidates)
+
+
+@functools.lru_cache(maxsize=1)
+def _plan_in_pool(games: tuple[tuple[str, GameRef], ...], options: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    from memprism_ray.envs.mind2web.env import Mind2WebReplayEnv
+
+    env = Mind2WebReplayEnv(1, **dict(options))
+    return {eid: env.positives_in_pool(game) for eid, game in games}
+
+
+def plan_positives_in_pool(specs: Sequence[Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """Per planned episode, whether each recorded step shows a positive candidate (computed
+    once per evaluation: every condition plays the same plan on the same pool)."""
+    return _plan_in_pool(tuple((s.episode_id, s.game) for s in specs), tuple(sorted(options.items())))
+
+
+def human_streams(games: Sequence[GameRef], snapshot: Any = None, **env_options: Any) -> list[tuple[GameRef, str, Any]]:
     """``(game, goal, stream)`` of each task's human trajectory: each recorded action is
-    replayed and recorded with the rule Phi."""
+    replayed and recorded with the rule Phi; ``env_options``: the replay env's candidate pool
+    (:meth:`Mind2Web.env_options`), so D1 sees the pages evaluation shows."""
     from memprism_ray.envs.mind2web.data import load_task
-    from memprism_ray.envs.mind2web.env import Mind2WebReplayEnv, human_action
-    from memprism_ray.envs.mind2web.snapshot import build_snapshot
+    from memprism_ray.envs.mind2web.env import Mind2WebReplayEnv
     from memprism_ray.recorder.events import RawEvent
     from memprism_ray.recorder.phi.base import record_event
     from memprism_ray.recorder.phi.mind2web import Mind2WebPhi
     from memprism_ray.recorder.stream import EventStream
 
-    env = Mind2WebReplayEnv(1, snapshot)
+    env = Mind2WebReplayEnv(1, snapshot, **env_options)
     phi = Mind2WebPhi()
     out = []
     for game in games:
@@ -192,9 +232,8 @@ def human_streams(games: Sequence[GameRef], snapshot: Any = None) -> list[tuple[
         obs = env.reset(game)
         stream = EventStream({"goal": task.confirmed_task, "task_id": game.game_id, "benchmark": "mind2web"})
         o_pre = obs.text
-        for t, step in enumerate(task.steps):
-            action, _ = human_action(step, build_snapshot(step, env.snapshot_config))
-            tr = env.step(action)
+        for t in range(len(task.steps)):
+            tr = env.step(env.recorded_action())
             record_event(stream, RawEvent(o_pre, tr.meta["recorded_action"], tr.feedback, tr.reward, {"step": t}), phi)
             o_pre = tr.feedback
         out.append((game, task.confirmed_task, stream))

@@ -11,16 +11,23 @@ intervals, paired comparisons on the same ordered items).
 * Paired comparisons against a base condition: paired bootstrap over the common steps
   (``episode_id#step``) for action accuracy, over the common episodes for success.
 
-Beside them, under ``official``, Mind2Web's published metrics defined as its
+Beside them, under ``metric_py``, Mind2Web's published metrics defined as its
 ``src/action_prediction/metric.py`` computes them from each step's element correctness and
-operation F1 (scored by the replay env, :func:`memprism_ray.envs.mind2web.env.operation_f1`):
+operation F1 (scored by the replay env, :func:`memprism_ray.envs.mind2web.env.operation_f1`).
+They are MindAct's protocol only on MindAct's candidate pool (the release's candidate ranks,
+top 50: ``mind2web.candidate_scores``); every report names the pool it was played on
+(``candidate_pool``, :func:`memprism_ray.envs.mind2web.candidates.pool_info`), and on the
+project's pool the figures are not comparable with published ones.
 
-* element accuracy: steps whose predicted element is a positive candidate / steps;
+* element accuracy: steps whose predicted element is a positive candidate of the pool / steps
+  (a step none of whose positives is in the pool is wrong: metric.py's top-k rule);
 * operation F1: mean over steps of the token-set F1 of ``"OP value"`` (not a rate: no interval);
 * step success: steps with the element correct and operation F1 = 1 / steps;
 * macro element accuracy, operation F1 and step success: per task (``annotation_id``: one
   episode) the mean over its steps, then the mean over tasks (metric.py's ``marco_*``);
-* task success: tasks whose every step is a step success (the Mind2Web paper's SR).
+* task success: tasks whose every step is a step success (the Mind2Web paper's SR);
+* positives in the pool: steps with a positive candidate in the pool / steps, the ceiling of
+  element accuracy (what metric.py logs as "Recall Cap @ 50"), when the caller gives it.
 
 The same denominators as above: a step a failed episode did not play scores 0 on all.
 
@@ -66,7 +73,7 @@ def episode_outcomes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
     return {str(e["episode_id"]): bool(e["won"]) and e["status"] != "failed" for e in episodes}
 
 
-def official_step_scores(
+def metric_py_step_scores(
     episodes: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], expected_steps: Mapping[str, int]
 ) -> dict[str, dict[int, tuple[bool, float]]]:
     """``{episode_id: {step: (element_correct, op_f1)}}`` over every recorded human step of
@@ -87,8 +94,11 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def official_metrics(per_task: Mapping[str, Mapping[int, tuple[bool, float]]]) -> dict[str, Any]:
-    """Mind2Web metric.py's metrics over ``per_task`` (see the module docstring)."""
+def metric_py_metrics(
+    per_task: Mapping[str, Mapping[int, tuple[bool, float]]], in_pool: Mapping[str, Sequence[bool]] | None = None
+) -> dict[str, Any]:
+    """Mind2Web metric.py's metrics over ``per_task`` (see the module docstring); ``in_pool``:
+    per task, whether each step has a positive candidate in the pool."""
     steps = [v for task in per_task.values() for v in task.values()]
     success = [el and f1 == 1.0 for el, f1 in steps]
     tasks = [list(t.values()) for t in per_task.values() if t]
@@ -100,6 +110,9 @@ def official_metrics(per_task: Mapping[str, Mapping[int, tuple[bool, float]]]) -
         "macro_operation_f1": _mean([_mean([f1 for _, f1 in t]) for t in tasks]),
         "macro_step_success": _mean([_mean([float(el and f1 == 1.0) for el, f1 in t]) for t in tasks]),
         "task_success": _rate(sum(all(el and f1 == 1.0 for el, f1 in t) for t in tasks), len(per_task)),
+        "positives_in_pool": None
+        if in_pool is None
+        else _rate(sum(sum(map(bool, in_pool[e])) for e in per_task), sum(len(in_pool[e]) for e in per_task)),
     }
 
 
@@ -109,14 +122,18 @@ def _rate(k: int, n: int) -> dict[str, Any]:
 
 
 def mind2web_metrics(
-    episodes: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], expected_steps: Mapping[str, int]
+    episodes: Sequence[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
+    expected_steps: Mapping[str, int],
+    in_pool: Mapping[str, Sequence[bool]] | None = None,
 ) -> dict[str, Any]:
     """Per split and ``overall``: step action accuracy and exact episode success with Wilson
     95% intervals, invalid predictions and failed episodes, and Mind2Web's own metrics
-    (``official``)."""
+    (``metric_py``); ``in_pool``: per episode id, whether each recorded step has a positive
+    candidate in the pool (optional)."""
     split_of = {str(e["episode_id"]): str(e["split"]) for e in episodes}
     steps = step_outcomes(episodes, rows, expected_steps)
-    scores = official_step_scores(episodes, rows, expected_steps)
+    scores = metric_py_step_scores(episodes, rows, expected_steps)
     wins = episode_outcomes(episodes)
     by_split: dict[str, list[str]] = defaultdict(list)
     for e in episodes:
@@ -141,7 +158,7 @@ def mind2web_metrics(
             "steps_played": sum(played[s] for s in splits),
             "invalid_predictions": sum(invalid[s] for s in splits),
             "failed_episodes": failed,
-            "official": official_metrics({i: scores[i] for i in ids}),
+            "metric_py": metric_py_metrics({i: scores[i] for i in ids}, in_pool),
         }
     return out
 
@@ -157,20 +174,27 @@ def write_condition(
     tokenizer: str,
     max_steps: int,
     artifacts: int,
+    candidate_pool: Mapping[str, Any],
+    in_pool: Mapping[str, Sequence[bool]] | None = None,
 ) -> dict[str, Any]:
     """The generic condition report (:func:`memprism_ray.eval.runner.write_condition`) plus
-    the Mind2Web metrics: returned under ``report["mind2web"]`` and written beside it as
-    ``mind2web.json`` / ``mind2web.md`` (reports are write-once)."""
+    the Mind2Web metrics: returned under ``report["mind2web"]`` (the pool under
+    ``report["mind2web_pool"]``) and written beside it as ``mind2web.json`` / ``mind2web.md``
+    (reports are write-once). ``candidate_pool``: what the reports call the pool played on."""
     from memprism_ray.eval.runner import write_condition as write_generic
 
     rep = write_generic(
         condition, results, rows, out_dir, manifest, tokenizer=tokenizer, max_steps=max_steps, artifacts=artifacts
     )
     episodes = [r.summary() for r in results]
-    rep["mind2web"] = mind2web_metrics(episodes, rows, expected_steps)
-    rpt.write_json(out_dir / "mind2web.json", {"condition": condition, **rep["mind2web"]})
+    rep["mind2web"] = mind2web_metrics(episodes, rows, expected_steps, in_pool)
+    rep["mind2web_pool"] = candidate_pool
+    rpt.write_json(
+        out_dir / "mind2web.json", {"condition": condition, "candidate_pool": candidate_pool, **rep["mind2web"]}
+    )
     atomic_write_text(
-        out_dir / "mind2web.md", f"# Mind2Web: {condition}\n\n" + metrics_markdown(rep["mind2web"]) + "\n"
+        out_dir / "mind2web.md",
+        f"# Mind2Web: {condition}\n\n" + metrics_markdown(rep["mind2web"], candidate_pool) + "\n",
     )
     return rep
 
@@ -184,27 +208,42 @@ def _pct_mean(value: float) -> str:
     return f"{100 * value:.2f}"
 
 
-def official_markdown(metrics: Mapping[str, Any]) -> str:
-    """The ``official`` metrics per split: micro (over steps) and macro (over tasks)."""
+def pool_note(candidate_pool: Mapping[str, Any]) -> str:
+    """The sentence every Mind2Web report puts above metric.py's figures."""
+    what = candidate_pool["description"]
+    if candidate_pool["protocol"] == "mindact":
+        return f"Candidate pool: {what}; a step none of whose positives is in it is wrong (metric.py)."
+    return (
+        f"Candidate pool: {what}, not MindAct's top-50 protocol: these figures are not comparable with "
+        "published Mind2Web results (set mind2web.candidate_scores: docs/mind2web.md)."
+    )
+
+
+def metric_py_markdown(metrics: Mapping[str, Any], candidate_pool: Mapping[str, Any]) -> str:
+    """The ``metric_py`` metrics per split: micro (over steps) and macro (over tasks)."""
     lines = [
         "## Mind2Web's metrics (src/action_prediction/metric.py)",
         "",
+        pool_note(candidate_pool),
+        "",
         "| split | element accuracy % (k/n; Wilson 95%) | operation F1 % | step success % (k/n; Wilson 95%) "
-        "| macro element accuracy % | macro operation F1 % | macro step success % | task success % (k/n; Wilson 95%) |",
-        "|---|---|---:|---|---:|---:|---:|---|",
+        "| macro element accuracy % | macro operation F1 % | macro step success % | task success % (k/n; Wilson 95%) "
+        "| positive in pool % (k/n; Wilson 95%) |",
+        "|---|---|---:|---|---:|---:|---:|---|---|",
     ]
     for name, m in metrics.items():
-        o = m["official"]
+        o = m["metric_py"]
+        cover = "-" if o.get("positives_in_pool") is None else _pct(o["positives_in_pool"])
         lines.append(
             f"| {name} | {_pct(o['element_accuracy'])} | {_pct_mean(o['operation_f1']['mean'])} "
             f"| {_pct(o['step_success'])} | {_pct_mean(o['macro_element_accuracy'])} "
             f"| {_pct_mean(o['macro_operation_f1'])} | {_pct_mean(o['macro_step_success'])} "
-            f"| {_pct(o['task_success'])} |"
+            f"| {_pct(o['task_success'])} | {cover} |"
         )
     return "\n".join(lines)
 
 
-def metrics_markdown(metrics: Mapping[str, Any]) -> str:
+def metrics_markdown(metrics: Mapping[str, Any], candidate_pool: Mapping[str, Any]) -> str:
     lines = [
         "## Mind2Web (teacher-forced replay)",
         "",
@@ -217,7 +256,7 @@ def metrics_markdown(metrics: Mapping[str, Any]) -> str:
             f"| {name} | {_pct(m['step_accuracy'])} | {_pct(m['episode_success'])} | {m['invalid_predictions']} "
             f"| {m['failed_episodes']} |"
         )
-    return "\n".join(lines) + "\n\n" + official_markdown(metrics)
+    return "\n".join(lines) + "\n\n" + metric_py_markdown(metrics, candidate_pool)
 
 
 def write_summary(
@@ -227,10 +266,12 @@ def write_summary(
     rows_by: Mapping[str, Sequence[Mapping[str, Any]]],
     expected_steps: Mapping[str, int],
     *,
+    candidate_pool: Mapping[str, Any],
     seed: int = 0,
 ) -> dict[str, Any]:
     """``mind2web.json`` / ``mind2web.md``: every condition's metrics per split side by side,
-    and paired differences (step accuracy, episode success) against the first condition."""
+    and paired differences (step accuracy, episode success) against the first condition;
+    ``candidate_pool``: the pool every condition was played on (one config)."""
     conditions = list(results_by)
     base = conditions[0]
     eps = {c: [r.summary() for r in rs] for c, rs in results_by.items()}
@@ -255,6 +296,7 @@ def write_summary(
             }
     summary = {
         "base": base,
+        "candidate_pool": candidate_pool,
         "splits": splits,
         "metrics": {r["condition"]: r["mind2web"] for r in reports},
         "paired_vs_base": paired,
@@ -272,8 +314,8 @@ def _diff(c: Mapping[str, Any]) -> str:
     return f"{100 * c['diff']:+.2f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
-def _official_cell(m: Mapping[str, Any]) -> str:
-    o = m.get("official")
+def _metric_py_cell(m: Mapping[str, Any]) -> str:
+    o = m.get("metric_py")
     if o is None:
         return "-"
     return (
@@ -304,11 +346,13 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
         "Mind2Web's metrics (its metric.py) per split, micro over steps in %: element accuracy / operation F1 / "
         "step success.",
         "",
+        pool_note(summary["candidate_pool"]),
+        "",
         "| condition | " + " | ".join(cols) + " |",
         "|---|" + "---|" * len(cols),
     ]
     for c, m in summary["metrics"].items():
-        cells = [_official_cell(m[s]) if s in m else "-" for s in cols]
+        cells = [_metric_py_cell(m[s]) if s in m else "-" for s in cols]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     lines += [
         "",

@@ -118,3 +118,50 @@ def test_prepare_resolves_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         M2W.prepare(real, lambda _: None)
     with pytest.raises(ValueError, match="eval_splits"):
         load_config("configs/mind2web_smoke.yaml", ["--mind2web.eval_splits", "train"])
+
+
+def test_candidate_pool_reaches_the_env_d1_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35 item 4: mind2web.candidate_scores (relative: under the data root) is resolved by
+    prepare, sent to every env with env_options, used by D1's human replay, and named in reports."""
+    from memprism_ray.envs.mind2web.candidates import pool_info
+    from memprism_ray.envs.mind2web.fixture import SCORES_FILE
+
+    monkeypatch.delenv("MIND2WEB_DATA", raising=False)
+    logged: list[str] = []
+    base = ["--corpus.data_root", str(tmp_path / "fx")]
+    plain = M2W.prepare(load_config("configs/mind2web_smoke.yaml", base), logged.append)
+    assert M2W.env_options(plain) == {"candidate_scores": "", "candidate_top_k": 50}
+    assert pm.candidate_pool(plain) == pool_info("", 50, 32) and "project candidate pool" in logged[-1]
+    cfg = load_config("configs/mind2web_smoke.yaml", [*base, "--mind2web.candidate_scores", SCORES_FILE])
+    got = M2W.prepare(cfg, logged.append)
+    assert got.mind2web.candidate_scores == str(tmp_path / "fx" / SCORES_FILE)  # absolute for every actor
+    assert "MindAct candidate pool: top 50" in logged[-1]
+    env = M2W.make_env(1, M2W.env_options(got))
+    assert env.ranks is not None and env.ranks.path == got.mind2web.candidate_scores
+    assert pm.candidate_pool(got)["protocol"] == "mindact"
+    # D1 replays the human trajectory on the pages evaluation shows.
+    games = list_games("train", got.corpus.data_root)[:2]
+    project = {g.game_id: s for g, _, s in pm.human_streams(games)}
+    mindact = {g.game_id: s for g, _, s in pm.human_streams(games, **M2W.env_options(got))}
+    assert any(
+        a.records[0].raw.o_pre != b.records[0].raw.o_pre
+        for a, b in zip(project.values(), mindact.values(), strict=True)
+    )
+    specs, _ = pm.plan_episodes(got.corpus.data_root, ("test_task",), 0)
+    cover = pm.plan_positives_in_pool(specs, M2W.env_options(got))
+    assert set(cover) == {s.episode_id for s in specs} and not all(all(v) for v in cover.values())
+    assert all(all(v) for v in pm.plan_positives_in_pool(specs, M2W.env_options(plain)).values())
+    line = M2W.condition_line(
+        {
+            "mind2web": {"overall": {
+                "step_accuracy": {"correct": 1, "n": 4, "rate": 0.25},
+                "episode_success": {"correct": 0, "n": 1},
+                "failed_episodes": 0,
+                "metric_py": {"element_accuracy": {"correct": 2, "n": 4}},
+            }},
+            "mind2web_pool": pm.candidate_pool(got),
+        }
+    )  # fmt: skip
+    assert line.endswith("element accuracy 2/4 on the mindact candidate pool")
+    with pytest.raises(Mind2WebDataError, match="does not exist"):
+        M2W.prepare(load_config("configs/mind2web_smoke.yaml", [*base, "--mind2web.candidate_scores", "x.parquet"]))

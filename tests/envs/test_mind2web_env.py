@@ -108,6 +108,8 @@ def test_click_ignores_the_value(game) -> None:
     assert op == "CLICK"
     tr = env.step(json.dumps({"op": "CLICK", "ref": ref, "value": "anything"}))
     assert tr.meta["correct"] and tr.meta["human"] == {"op": "CLICK", "ref": ref, "value": None}
+    # metric.py reads the Value line whatever the op: {CLICK, anything} vs {CLICK}, P 1/2, R 1.
+    assert tr.meta["element_correct"] and tr.meta["op_f1"] == pytest.approx(2 / 3)
 
 
 def test_slots_are_independent_and_checked(root: Path) -> None:
@@ -231,3 +233,62 @@ def test_steps_carry_element_correctness_and_op_f1(game) -> None:
     (op, ref0, value), *_ = _human(game)
     meta = env.step(encode_mind2web_action(op, ref0, value)).meta
     assert meta["element_correct"] is True and meta["op_f1"] == 1.0
+
+
+# Issue 35 item 5: where the paper's rule (appendix E.5: "rejects unknown operations ... scores
+# the normalized operation, target reference, and value") and metric.py (postprocess_action on
+# what the model wrote) part, each metric follows its own source. Expected F1 by hand.
+EDGE_CASES = [
+    # (recorded op, recorded value, predicted JSON fields, paper correct, metric.py op F1)
+    ("TYPE", "", {"op": "TYPE", "value": ""}, True, 1.0),  # {TYPE} vs {TYPE}
+    ("TYPE", "", {"op": "TYPE", "value": "Boston"}, False, 2 / 3),  # {TYPE, Boston} vs {TYPE}
+    ("TYPE", "", {"op": "TYPE", "value": "   "}, True, 1.0),  # whitespace is no token, and normalises to ""
+    ("CLICK", "", {"op": "CLICK", "value": "anything"}, True, 2 / 3),  # the value counts for metric.py
+    ("CLICK", "", {"op": "CLICK", "value": "a b\nc"}, True, 0.5),  # first line: {CLICK, a, b} vs {CLICK}
+    ("CLICK", "", {"op": "CLICK", "value": ""}, True, 1.0),
+    ("CLICK", "", {"op": "CLICK", "value": None}, True, 1.0),
+    ("CLICK", "", {"op": "click"}, True, 0.0),  # case-sensitive `Action: (CLICK|...)`: no op token
+    ("TYPE", "New York", {"op": "type", "value": "New York"}, True, 0.8),  # {New, York} vs {TYPE, New, York}
+    ("SELECT", "Economy", {"op": " SELECT ", "value": "Economy"}, True, 1.0),  # JSON padding is not case
+]
+
+
+@pytest.mark.parametrize(("hop", "hval", "fields", "paper", "f1"), EDGE_CASES)
+def test_edge_cases_follow_the_paper_and_metric_py(game, hop, hval, fields, paper, f1) -> None:
+    import dataclasses
+
+    from memprism_ray.envs.mind2web.env import human_action, score_prediction
+    from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
+    from memprism_ray.policy.parsing import parse_mind2web
+
+    task = load_task(game)
+    step = dataclasses.replace(task.steps[0], op=hop, value=hval)
+    snap = build_snapshot(step)
+    ref = human_refs(step, snap)[0]
+    got = score_prediction(json.dumps({**fields, "ref": ref}), step, snap)
+    assert got["error"] is None and got["correct"] is paper and got["element_correct"]
+    assert got["op_f1"] == pytest.approx(f1, abs=1e-12)
+    # The recorded human action is itself a valid action under the contract (TYPE "" included).
+    recorded, _ = human_action(step, snap)
+    assert parse_mind2web(f"<action>{recorded}</action>", set(snap.refs)).action == recorded
+    assert score_prediction(recorded, step, snap)["correct"]
+
+
+def test_type_and_select_still_need_a_string_value(game) -> None:
+    from memprism_ray.envs.mind2web.env import score_prediction
+    from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
+
+    step = load_task(game).steps[0]
+    snap = build_snapshot(step)
+    ref = human_refs(step, snap)[0]
+    for fields in ({"op": "TYPE"}, {"op": "TYPE", "value": None}, {"op": "SELECT", "value": 3}):
+        got = score_prediction(json.dumps({**fields, "ref": ref}), step, snap)
+        assert got["error"] and "needs a string 'value'" in got["error"] and got["op_f1"] == 0.0
+
+
+def test_metric_operation_reads_what_was_written() -> None:
+    from memprism_ray.envs.mind2web.env import metric_operation
+
+    assert metric_operation("CLICK", "x") == "CLICK x"  # a CLICK's Value line is read
+    assert metric_operation("click", "x") == " x" and metric_operation(None, None) == " "
+    assert metric_operation("TYPE", "New York\nmore") == "TYPE New York"

@@ -11,8 +11,12 @@ import pytest
 
 from memprism_ray.agent import EpisodeResult, EpisodeSpec
 from memprism_ray.envs.base import GameRef
+from memprism_ray.envs.mind2web.candidates import pool_info
 from memprism_ray.eval import mind2web as m2w
 from memprism_ray.eval.stats import wilson_interval
+
+PROJECT_POOL = pool_info("", 50, 32)
+MINDACT_POOL = pool_info("/data/scores_all_data.parquet", 50, 32)
 
 
 def _ep(eid: str, split: str, won: bool, steps: int, status: str = "ok") -> dict:
@@ -85,6 +89,7 @@ def test_summary_pairs_conditions_on_the_same_steps(tmp_path: Path) -> None:
         {"base": results_base, "good": results_good},
         {"base": rows_base, "good": rows_good},
         expected,
+        candidate_pool=PROJECT_POOL,
         seed=0,
     )
     assert summary["splits"] == ["test_task", "test_website"]
@@ -120,9 +125,9 @@ OFFICIAL_ROWS = [
 ]
 
 
-def test_official_metrics_are_metric_py_s_per_split() -> None:
+def test_metric_py_metrics_per_split() -> None:
     m = m2w.mind2web_metrics(OFFICIAL_EPISODES, OFFICIAL_ROWS, {"a": 2, "b": 3, "c": 4, "d": 1})
-    t = m["test_task"]["official"]  # 5 steps: element 4/5, F1 (1 + 1/3 + 1 + 1 + 1/2)/5, success 2/5
+    t = m["test_task"]["metric_py"]  # 5 steps: element 4/5, F1 (1 + 1/3 + 1 + 1 + 1/2)/5, success 2/5
     assert t["element_accuracy"] == {"correct": 4, "n": 5, "rate": 0.8, "wilson95": list(wilson_interval(4, 5))}
     assert t["operation_f1"] == {"mean": pytest.approx(23 / 30), "n": 5}
     assert (t["step_success"]["correct"], t["step_success"]["n"]) == (2, 5)
@@ -131,12 +136,12 @@ def test_official_metrics_are_metric_py_s_per_split() -> None:
     assert t["macro_operation_f1"] == pytest.approx(3 / 4)
     assert t["macro_step_success"] == pytest.approx(5 / 12)
     assert (t["task_success"]["correct"], t["task_success"]["n"]) == (0, 2)
-    d = m["test_domain"]["official"]  # the failed episode's 3 unplayed steps score 0
+    d = m["test_domain"]["metric_py"]  # the failed episode's 3 unplayed steps score 0
     assert (d["element_accuracy"]["correct"], d["element_accuracy"]["n"]) == (1, 4)
     assert d["operation_f1"]["mean"] == pytest.approx(1 / 4) and d["macro_step_success"] == pytest.approx(1 / 4)
-    w = m["test_website"]["official"]
+    w = m["test_website"]["metric_py"]
     assert w["step_success"]["rate"] == 1.0 and (w["task_success"]["correct"], w["task_success"]["n"]) == (1, 1)
-    o = m["overall"]["official"]  # 10 steps, 4 tasks
+    o = m["overall"]["metric_py"]  # 10 steps, 4 tasks
     assert (o["element_accuracy"]["correct"], o["step_success"]["correct"], o["step_success"]["n"]) == (6, 4, 10)
     assert o["operation_f1"]["mean"] == pytest.approx(7 / 12)
     assert o["macro_element_accuracy"] == pytest.approx(35 / 48)
@@ -147,9 +152,9 @@ def test_official_metrics_are_metric_py_s_per_split() -> None:
     assert (m["test_task"]["step_accuracy"]["correct"], m["overall"]["step_accuracy"]["correct"]) == (2, 4)
 
 
-def test_official_metrics_are_in_the_reports(tmp_path: Path) -> None:
+def test_metric_py_metrics_are_in_the_reports(tmp_path: Path) -> None:
     metrics = m2w.mind2web_metrics(OFFICIAL_EPISODES, OFFICIAL_ROWS, {"a": 2, "b": 3, "c": 4, "d": 1})
-    md = m2w.metrics_markdown(metrics)
+    md = m2w.metrics_markdown(metrics, PROJECT_POOL)
     assert "## Mind2Web's metrics (src/action_prediction/metric.py)" in md
     assert "| test_task | 80.00 (4/5; [" in md and "| 76.67 | 40.00 (2/5;" in md
     results = [_result(e["episode_id"], e["split"], e["won"], e["steps"]) for e in OFFICIAL_EPISODES]
@@ -159,6 +164,51 @@ def test_official_metrics_are_in_the_reports(tmp_path: Path) -> None:
         {"base": results},
         {"base": OFFICIAL_ROWS},
         {"a": 2, "b": 3, "c": 4, "d": 1},
+        candidate_pool=PROJECT_POOL,
     )
-    assert summary["metrics"]["base"]["overall"]["official"]["step_success"]["n"] == 10
+    assert summary["metrics"]["base"]["overall"]["metric_py"]["step_success"]["n"] == 10
     assert "| base | 80.00 / 76.67 / 40.00 |" in (tmp_path / "mind2web.md").read_text()
+
+
+def test_reports_name_the_candidate_pool(tmp_path: Path) -> None:
+    """Issue 35 item 4: the project's pool is named and not called MindAct's protocol; MindAct's
+    pool is named with its file and cut."""
+    metrics = m2w.mind2web_metrics(OFFICIAL_EPISODES, OFFICIAL_ROWS, {"a": 2, "b": 3, "c": 4, "d": 1})
+    project = m2w.metrics_markdown(metrics, PROJECT_POOL)
+    assert "Candidate pool: project candidate pool: positives + 31 negatives, not MindAct's top-50 protocol" in project
+    assert "not comparable with published Mind2Web results" in project
+    mindact = m2w.metrics_markdown(metrics, MINDACT_POOL)
+    assert "MindAct candidate pool: top 50 of the release's candidate ranks (scores_all_data.parquet)" in mindact
+    assert "not MindAct" not in mindact
+    results = [_result(e["episode_id"], e["split"], e["won"], e["steps"]) for e in OFFICIAL_EPISODES]
+    for pool, sub in ((PROJECT_POOL, "p"), (MINDACT_POOL, "m")):
+        out = tmp_path / sub
+        out.mkdir()
+        summary = m2w.write_summary(
+            out,
+            [{"condition": "base", "failed_episodes": 0, "mind2web": metrics}],
+            {"base": results},
+            {"base": OFFICIAL_ROWS},
+            {"a": 2, "b": 3, "c": 4, "d": 1},
+            candidate_pool=pool,
+        )
+        assert summary["candidate_pool"] == pool
+        assert json.loads((out / "mind2web.json").read_text())["candidate_pool"]["protocol"] == pool["protocol"]
+        assert pool["description"] in (out / "mind2web.md").read_text()
+
+
+def test_positives_in_pool_is_reported_per_split() -> None:
+    """The ceiling of element accuracy (metric.py's "Recall Cap"): steps whose positive is in the
+    pool, over every recorded step, unplayed ones included."""
+    in_pool = {"a": [True, False], "b": [True, True, False], "c": [False, True, True, True], "d": [True]}
+    m = m2w.mind2web_metrics(OFFICIAL_EPISODES, OFFICIAL_ROWS, {"a": 2, "b": 3, "c": 4, "d": 1}, in_pool)
+    assert (
+        m["test_task"]["metric_py"]["positives_in_pool"]["correct"],
+        m["test_task"]["metric_py"]["positives_in_pool"]["n"],
+    ) == (3, 5)
+    assert m["overall"]["metric_py"]["positives_in_pool"]["correct"] == 7
+    assert "| 60.00 (3/5;" in m2w.metrics_markdown(m, MINDACT_POOL)
+    assert (
+        m2w.mind2web_metrics(OFFICIAL_EPISODES, OFFICIAL_ROWS, {"a": 2})["overall"]["metric_py"]["positives_in_pool"]
+        is None
+    )

@@ -20,10 +20,18 @@ the agent records the event from it), the prediction's ``error`` if invalid, and
 
 Beside the paper's rule, each step is scored as Mind2Web's own ``metric.py``
 (``src/action_prediction/metric.py``, ``ActionEvaluatorMultiChoice``) scores it:
-``element_correct`` (the predicted element is a positive candidate) and ``op_f1``, the
-token-set F1 of ``"OP value"`` strings (:func:`operation_f1`: whitespace tokens, case kept,
-no value for CLICK). A step without a positive candidate, or an invalid prediction, scores
-0 on both, as upstream scores a step without candidates or prediction.
+``element_correct`` (the predicted element is a positive candidate of the pool) and
+``op_f1``, the token-set F1 of ``"OP value"`` strings (:func:`operation_f1`: whitespace
+tokens, case kept). metric.py reads what the model wrote (:func:`metric_operation`), the
+paper's rule the normalised action, so the two differ on purpose on a CLICK written with a
+value and on a lower-case op (docs/mind2web.md "Edge cases"). A step without a positive
+candidate in the pool, or an invalid prediction, scores 0 on both, as upstream scores a step
+without candidates within its top k, or without a prediction.
+
+The candidate pool (what the snapshot shows): MindAct's top ``candidate_top_k`` by the
+release's candidate ranks when ``candidate_scores`` names a converted file
+(:mod:`memprism_ray.envs.mind2web.candidates`), else the project's pool
+(:mod:`memprism_ray.envs.mind2web.snapshot`).
 """
 
 from __future__ import annotations
@@ -32,9 +40,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprism_ray.envs.base import GameRef, Observation, Transition
+from memprism_ray.envs.mind2web.candidates import TOP_K, CandidateRanks, load_candidate_ranks
 from memprism_ray.envs.mind2web.data import Step, Task, load_task
-from memprism_ray.envs.mind2web.snapshot import Snapshot, SnapshotConfig, build_snapshot, human_refs, ref_of
-from memprism_ray.policy.parsing import decode_mind2web_action, encode_mind2web_action, normalize_ws, parse_mind2web
+from memprism_ray.envs.mind2web.snapshot import (
+    Snapshot,
+    SnapshotConfig,
+    build_snapshot,
+    human_refs,
+    positive_in_pool,
+    ref_of,
+)
+from memprism_ray.policy.parsing import (
+    MIND2WEB_OPS,
+    decode_mind2web_action,
+    encode_mind2web_action,
+    normalize_ws,
+    parse_mind2web_written,
+)
 
 END_OF_TRAJECTORY = "(end of the recorded human trajectory)"
 
@@ -50,13 +72,23 @@ def normalize_action(op: str, ref: str, value: str | None) -> dict[str, Any]:
     return {"op": op, "ref": ref, "value": None if op == "CLICK" else normalize_value(value or "")}
 
 
+def metric_operation(op: str | None, value: str | None) -> str:
+    """Mind2Web's ``"OP value"`` of an output whose ``Action:`` line reads ``op`` and whose
+    ``Value:`` line reads ``value`` (``None``: no such line), as metric.py's
+    ``postprocess_action`` builds it: ``action.strip() + " " + value.strip()``, where the op
+    is found by the case-sensitive ``Action: (CLICK|SELECT|TYPE)`` (any other op, "click"
+    included, leaves it empty) and the value by ``Value: (.*)$`` (its first line), whatever
+    the op, so a CLICK written with a value keeps it."""
+    token = op.strip() if op is not None and op.strip() in MIND2WEB_OPS else ""
+    first = "" if value is None else value.split("\n", 1)[0]
+    return f"{token} {first.strip()}"
+
+
 def operation_string(op: str, value: str | None) -> str:
-    """Mind2Web's ``"OP value"`` (metric.py ``postprocess_action``: ``action.strip() + " " +
-    value.strip()``, the value read by ``Value: (.*)$`` so only its first line, and no value
-    line for CLICK)."""
-    op = op.strip()
-    first = "" if op == "CLICK" or value is None else value.split("\n", 1)[0]
-    return f"{op} {first.strip()}"
+    """Mind2Web's ``"OP value"`` of a recorded step: dataloader.py's target writes the op and,
+    except for CLICK, a ``Value:`` line with the recorded value (empty for a TYPE recorded
+    without one)."""
+    return metric_operation(op, None if op.strip() == "CLICK" else (value or ""))
 
 
 def operation_f1(pred: str, label: str) -> float:
@@ -85,7 +117,8 @@ def human_action(step: Step, snapshot: Snapshot) -> tuple[str, tuple[str, ...]]:
 def score_prediction(predicted: str, step: Step, snapshot: Snapshot) -> dict[str, Any]:
     """Score one predicted action against the human step (see the module docstring)."""
     text = predicted.strip()
-    parsed = parse_mind2web(text if "<action" in text.lower() else f"<action>{text}</action>", set(snapshot.refs))
+    got = parse_mind2web_written(text if "<action" in text.lower() else f"<action>{text}</action>", set(snapshot.refs))
+    parsed = got.result
     human_text, targets = human_action(step, snapshot)
     h = decode_mind2web_action(human_text)
     human = normalize_action(h["op"], h["ref"], h["value"])
@@ -102,8 +135,10 @@ def score_prediction(predicted: str, step: Step, snapshot: Snapshot) -> dict[str
     p = decode_mind2web_action(parsed.action or "")
     pred = normalize_action(p["op"], p["ref"], p["value"])
     correct = pred["op"] == human["op"] and pred["ref"] in targets and pred["value"] == human["value"]
-    # metric.py: a step whose positives were all cut scores 0 on every metric.
-    f1 = operation_f1(operation_string(p["op"], p["value"]), operation_string(step.op, step.value)) if targets else 0.0
+    # metric.py: a step whose positives are all outside the pool scores 0 on every metric; the
+    # prediction's "OP value" is what the model wrote (a CLICK's value, the op's case).
+    written = metric_operation(got.written_op, got.written_value)
+    f1 = operation_f1(written, operation_string(step.op, step.value)) if targets else 0.0
     return {
         "correct": bool(correct),
         "predicted": pred,
@@ -127,11 +162,22 @@ class _Slot:
 class Mind2WebReplayEnv:
     """``num_slots`` independent replay slots; see the module docstring."""
 
-    def __init__(self, num_slots: int = 1, snapshot: SnapshotConfig | None = None) -> None:
+    def __init__(
+        self,
+        num_slots: int = 1,
+        snapshot: SnapshotConfig | None = None,
+        candidate_scores: str = "",
+        candidate_top_k: int = TOP_K,
+    ) -> None:
+        """``candidate_scores``: a converted candidate-scores file (resolved path; ``""``: the
+        project's pool); ``candidate_top_k``: MindAct's cut (50)."""
         if num_slots < 1:
             raise ValueError(f"Mind2WebReplayEnv needs num_slots >= 1, got {num_slots}")
         self._n = int(num_slots)
         self.snapshot_config = snapshot or SnapshotConfig()
+        self.ranks: CandidateRanks | None = (
+            load_candidate_ranks(candidate_scores, candidate_top_k) if candidate_scores else None
+        )
         self._slots: dict[int, _Slot] = {}
 
     @property
@@ -144,8 +190,27 @@ class Mind2WebReplayEnv:
 
     def _snapshot(self, s: _Slot, t: int) -> Snapshot:
         if t not in s.snapshots:
-            s.snapshots[t] = build_snapshot(s.task.steps[t], self.snapshot_config)
+            step = s.task.steps[t]
+            s.snapshots[t] = build_snapshot(step, self.snapshot_config, self.pool_of(s.task, step))
         return s.snapshots[t]
+
+    def pool_of(self, task: Task, step: Step) -> frozenset[str] | None:
+        """MindAct's pool of one step (``None``: the project's pool)."""
+        return None if self.ranks is None else self.ranks.pool(task.annotation_id, step.action_uid)
+
+    def positives_in_pool(self, game: GameRef) -> tuple[bool, ...]:
+        """Per recorded step of ``game``: whether its snapshot shows a positive candidate."""
+        task = load_task(game)
+        return tuple(positive_in_pool(st, self.snapshot_config, self.pool_of(task, st)) for st in task.steps)
+
+    def recorded_action(self, slot: int = 0) -> str:
+        """The human action of the slot's current step as canonical JSON, against the page the
+        slot shows (D1 replays the human trajectory with it)."""
+        self._check(slot)
+        s = self._slots.get(slot)
+        if s is None or s.t >= len(s.task.steps):
+            raise RuntimeError(f"slot {slot}: no current step")
+        return human_action(s.task.steps[s.t], self._snapshot(s, s.t))[0]
 
     def reset(self, game: GameRef, slot: int = 0) -> Observation:
         self._check(slot)

@@ -10,6 +10,13 @@ Each task is a short form workflow (type values, pick an option, submit); the ty
 and the chosen option appear in the task sentence, and earlier steps leave traces on later
 pages (a filled field keeps its value), as on real pages. One negative candidate per page
 is absent from ``cleaned_html``, so the snapshot's snippet fallback is exercised.
+
+Beside the splits, ``candidate_scores.jsonl`` stands in for the release's candidate ranks
+(``scores_all_data.pkl`` converted: :mod:`memprism_ray.envs.mind2web.candidates`), so
+MindAct's top-50 pool can be played and tested on the fixture. Each page is ranked as if it
+had :data:`RANKED_ELEMENTS` candidates (the others are not listed); on every fourth step
+(:func:`positive_cut`) the positive is ranked outside the top 50, and the negatives' ranks
+are drawn so that some fall outside too.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memprism_ray.envs.mind2web.candidates import TOP_K, sample_id, write_scores
 from memprism_ray.envs.mind2web.data import SPLITS
 
 CITIES = ("Columbus", "Denver", "Boston", "Seattle", "Austin", "Chicago", "Portland", "Atlanta", "Phoenix", "Miami")
@@ -113,6 +121,29 @@ SPLIT_SITES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: How many candidates each fixture page is ranked among (the release ranks every element).
+RANKED_ELEMENTS = 80
+SCORES_FILE = "candidate_scores.jsonl"
+
+
+def positive_cut(task_index: int, step_index: int) -> bool:
+    """Whether the fixture ranks a step's positive outside MindAct's top 50 (one step in four)."""
+    return (task_index + step_index) % 4 == 1
+
+
+def _ranks(action: dict[str, Any], cut: bool, seed: int) -> dict[str, int]:
+    # Its own generator per step: the pages and tasks stay what they were without scores.
+    rng = random.Random(f"{seed}:{action['action_uid']}:ranks")
+    pos = rng.randrange(TOP_K, RANKED_ELEMENTS) if cut else rng.randrange(0, 10)
+    # The first negative is ranked near the top, so no page is left empty by the cut.
+    first = rng.choice([r for r in range(10) if r != pos])
+    rest = rng.sample([r for r in range(RANKED_ELEMENTS) if r not in (pos, first)], len(action["neg_candidates"]) - 1)
+    negs = [first, *rest]
+    ranks = {c["backend_node_id"]: r for c, r in zip(action["neg_candidates"], negs, strict=True)}
+    ranks.update({c["backend_node_id"]: pos for c in action["pos_candidates"]})
+    return ranks
+
+
 def _attrs_json(el: _El, rng: random.Random) -> str:
     box = f"{rng.randint(0, 900)},{rng.randint(0, 700)},{rng.randint(40, 300)},{rng.randint(16, 48)}"
     return json.dumps({"backend_node_id": str(el.node), "bounding_box_rect": box, **el.attrs, "text": el.text})
@@ -198,6 +229,7 @@ def build_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0) -> P
     if tasks_per_site < 1:
         raise ValueError(f"build_fixture: tasks_per_site must be >= 1, got {tasks_per_site}")
     root = Path(root)
+    ranks: dict[str, dict[str, int]] = {}
     for split in SPLITS:
         rng = random.Random(f"{seed}:{split}")
         tasks = [_task(site, split, k, rng) for site in SPLIT_SITES[split] for k in range(tasks_per_site)]
@@ -205,12 +237,18 @@ def build_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0) -> P
         tmp = root / split / f".{split}_0.json.tmp"
         tmp.write_text(json.dumps(tasks, indent=1), encoding="utf-8")
         tmp.replace(root / split / f"{split}_0.json")
+        for k, task in enumerate(tasks):
+            for i, action in enumerate(task["actions"]):
+                sid = sample_id(task["annotation_id"], action["action_uid"])
+                ranks[sid] = _ranks(action, positive_cut(k, i), seed)
+    scores = {sid: {node: round(1.0 - r / RANKED_ELEMENTS, 6) for node, r in per.items()} for sid, per in ranks.items()}
+    write_scores(ranks, scores, root / SCORES_FILE)
     return root
 
 
 def ensure_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0) -> Path:
-    """:func:`build_fixture` unless ``root`` already holds every split file."""
+    """:func:`build_fixture` unless ``root`` already holds every split file and the scores."""
     root = Path(root)
-    if all((root / s / f"{s}_0.json").exists() for s in SPLITS):
+    if all((root / s / f"{s}_0.json").exists() for s in SPLITS) and (root / SCORES_FILE).exists():
         return root
     return build_fixture(root, tasks_per_site, seed)

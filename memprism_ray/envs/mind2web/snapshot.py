@@ -8,17 +8,21 @@ to compact HTML snippets"); the line format is :mod:`memprism_ray.formats.mind2w
 * Otherwise (no ``cleaned_html``, or the element was cleaned away) the line is a compact
   snippet built from the candidate's own ``tag`` and ``attributes``.
 
-Candidates: every positive candidate plus negatives up to ``max_candidates`` in all,
-chosen by a hash of ``(action_uid, backend_node_id)`` so the choice is reproducible and
-does not depend on the order of the file; lines follow page order, so the ground truth is
-not singled out by position. Each line is bounded to ``max_line_chars``.
+Candidates (the pool): with the release's candidate ranks, MindAct's pool, every candidate
+(positive or negative) ranked within the top k (``pool``, from
+:meth:`memprism_ray.envs.mind2web.candidates.CandidateRanks.pool`), so a positive ranked
+outside is not shown and cannot be chosen, as upstream. Without them, the project's pool:
+every positive candidate plus negatives up to ``max_candidates`` in all, chosen by a hash of
+``(action_uid, backend_node_id)`` so the choice is reproducible and does not depend on the
+order of the file. Lines follow page order, so the ground truth is not singled out by
+position. Each line is bounded to ``max_line_chars``.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
@@ -36,7 +40,8 @@ class SnapshotConfig:
     """How a snapshot is built."""
 
     max_candidates: int = 32
-    """candidate elements shown per page (all positives, then hashed negatives)"""
+    """candidate elements shown per page in the project's pool (all positives, then hashed
+    negatives); MindAct's pool is the ranker's top k instead"""
     max_line_chars: int = 160
     """longest element line"""
     context_chars: int = 60
@@ -107,8 +112,13 @@ def _keep(attrs: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in attrs.items() if k in KEEP_ATTRS and v.strip()}
 
 
-def _pick(step: Step, limit: int) -> list[Candidate]:
+def _pick(step: Step, limit: int, pool: Collection[str] | None) -> list[Candidate]:
     seen: dict[str, Candidate] = {}
+    if pool is not None:
+        for c in (*step.pos, *step.neg):
+            if c.backend_node_id in pool:
+                seen.setdefault(c.backend_node_id, c)
+        return list(seen.values())
     for c in step.pos:
         seen.setdefault(c.backend_node_id, c)
     negs = [c for c in step.neg if c.backend_node_id not in seen]
@@ -123,15 +133,23 @@ def _pick(step: Step, limit: int) -> list[Candidate]:
     return list(seen.values())
 
 
-def build_snapshot(step: Step, config: SnapshotConfig | None = None) -> Snapshot:
-    """The snapshot of the page before ``step`` (see the module docstring)."""
+def positive_in_pool(step: Step, config: SnapshotConfig | None = None, pool: Collection[str] | None = None) -> bool:
+    """Whether the snapshot of ``step`` shows one of its positive candidates (the ceiling of
+    element accuracy; metric.py logs its rate as "Recall Cap"), without parsing the page."""
+    pos = {c.backend_node_id for c in step.pos}
+    return any(c.backend_node_id in pos for c in _pick(step, (config or SnapshotConfig()).max_candidates, pool))
+
+
+def build_snapshot(step: Step, config: SnapshotConfig | None = None, pool: Collection[str] | None = None) -> Snapshot:
+    """The snapshot of the page before ``step`` (see the module docstring); ``pool``: the
+    backend node ids of MindAct's pool for the step, ``None`` for the project's pool."""
     cfg = config or SnapshotConfig()
     page = _Page()
     if step.cleaned_html:
         page.feed(step.cleaned_html)
         page.close()
     text = page.finish()
-    chosen = _pick(step, cfg.max_candidates)
+    chosen = _pick(step, cfg.max_candidates, pool)
     elements: list[tuple[float, Element]] = []
     for i, c in enumerate(chosen):
         ref = ref_of(c.backend_node_id)
@@ -164,5 +182,6 @@ def build_snapshot(step: Step, config: SnapshotConfig | None = None) -> Snapshot
 
 def human_refs(step: Step, snapshot: Snapshot) -> tuple[str, ...]:
     """The refs of the step's positive candidates that the snapshot shows (any of them is
-    the human target; empty when Mind2Web kept no positive candidate for the step)."""
+    the human target; empty when Mind2Web kept no positive candidate for the step, or, with
+    MindAct's pool, when none was ranked within the top k)."""
     return tuple(r for r in (ref_of(c.backend_node_id) for c in step.pos) if r in snapshot.elements)

@@ -1,0 +1,299 @@
+"""MindAct's candidate pool from the release's candidate ranks (Mind2Web,
+``src/action_prediction/dataloader.py`` ``get_data_split`` and ``metric.py``
+``ActionEvaluatorMultiChoice.evaluate_dataset``; docs/mind2web.md "Candidate pool").
+
+MindAct's first stage (a cross-encoder candidate ranker) scores every candidate element of
+every step; the release ships its output as ``scores_all_data.pkl``, a mapping
+``{"scores": {sample_id: {backend_node_id: score}}, "ranks": {sample_id: {backend_node_id:
+rank}}}`` with ``sample_id = f"{annotation_id}_{action_uid}"`` and ``rank`` 0 for the best
+candidate. The action-prediction stage keeps the candidates with ``rank < top_k`` (``top_k =
+50``), positives and negatives alike; a step none of whose positives is among them scores 0
+on every metric. :func:`load_candidate_ranks` reads those ranks and :meth:`CandidateRanks.pool`
+gives a step's pool, the rule's one place here; the snapshot shows exactly that pool
+(:func:`memprism_ray.envs.mind2web.snapshot.build_snapshot`), so the replay env's scoring
+applies the top-k rule to both the paper's metrics and Mind2Web's.
+
+The pickle itself is never read here (unpickling runs code). The release's file is converted
+once, in the user's own trusted environment, by
+:mod:`memprism_ray.envs.mind2web.convert_scores` into one of these safe formats of the same
+content, told apart by the file name's suffix:
+
+* ``.parquet``: one row per ranked candidate: ``sample_id`` (string), ``backend_node_id``
+  (string), ``rank`` (integer), ``score`` (float, optional; not read). The converter's default.
+* ``.jsonl``: one object per step: ``{"sample_id": ..., "ranks": {backend_node_id: rank},
+  "scores": {...}}`` (``scores`` optional; not read).
+* ``.json``: the pickle's mapping as JSON, ``{"ranks": {sample_id: {backend_node_id: rank}},
+  "scores": {...}}`` (read whole: for small files).
+
+Without a file the snapshot shows the project's own pool (all positives plus hash-chosen
+negatives up to ``SnapshotConfig.max_candidates``); :func:`pool_info` names whichever pool a
+run used, for its reports.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memprism_ray.envs.mind2web.data import Mind2WebDataError
+
+#: MindAct's cut: metric.py's ``top_k=50`` (the Mind2Web paper's "top-50 candidates").
+TOP_K = 50
+FORMATS: tuple[str, ...] = (".parquet", ".jsonl", ".json")
+PICKLE_SUFFIXES: tuple[str, ...] = (".pkl", ".pickle")
+CONVERTER = "python -m memprism_ray.envs.mind2web.convert_scores"
+#: First bytes of a pickle of protocol 2 or newer (how the release's file starts).
+_PICKLE_MAGIC = b"\x80"
+
+
+def sample_id(annotation_id: str, action_uid: str) -> str:
+    """The release's key of one step (dataloader.py ``get_score``)."""
+    return f"{annotation_id}_{action_uid}"
+
+
+def _refuse_pickle(path: str | Path) -> Mind2WebDataError:
+    return Mind2WebDataError(
+        f"mind2web.candidate_scores={str(path)!r} is a pickle, which this project never loads (unpickling runs code): "
+        f"convert it once where you trust the file with `{CONVERTER} {path} scores_all_data.parquet` and point "
+        "mind2web.candidate_scores at the .parquet (docs/mind2web.md)"
+    )
+
+
+def check_format(path: str | Path) -> None:
+    """A one-line error unless ``path`` names a readable format (by suffix; no file access)."""
+    suffix = Path(str(path)).suffix.lower()
+    if suffix in PICKLE_SUFFIXES:
+        raise _refuse_pickle(path)
+    if suffix not in FORMATS:
+        raise Mind2WebDataError(
+            f"mind2web.candidate_scores={str(path)!r}: unknown format {suffix or '(no suffix)'!r}; give a "
+            f"{', '.join(FORMATS)} file made by `{CONVERTER}` from the release's scores_all_data.pkl"
+        )
+
+
+def resolve_scores_path(path: str | Path, data_root: str | Path | None) -> Path:
+    """The candidate-scores file ``path`` names (relative: under ``data_root``), checked: a
+    readable format, present, and not a pickle under another name."""
+    check_format(path)
+    p = Path(str(path)).expanduser()
+    if not p.is_absolute() and data_root:
+        p = Path(str(data_root)) / p
+    if not p.is_file():
+        raise Mind2WebDataError(
+            f"mind2web.candidate_scores: {p} does not exist; convert the release's scores_all_data.pkl with "
+            f"`{CONVERTER}` (docs/mind2web.md)"
+        )
+    with p.open("rb") as fh:
+        if fh.read(1) == _PICKLE_MAGIC:
+            raise _refuse_pickle(p)
+    return p
+
+
+def _rank(value: Any, where: str) -> int:
+    # bool is an int subclass; a rank of True would be a conversion bug, not a rank.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Mind2WebDataError(f"{where}: a rank must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _node(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "":
+        raise Mind2WebDataError(f"{where}: a backend_node_id must be a non-empty string, got {value!r}")
+    return str(value)
+
+
+#: What the readers yield: ``(sample_id, backend_node_id, rank)``; ``backend_node_id`` is
+#: ``None`` on the row that only says the step is ranked (its pool may be empty).
+_Row = tuple[str, "str | None", int]
+
+
+def _step_ranks(sid: Any, ranks: Any, where: str) -> Iterator[_Row]:
+    if not isinstance(sid, str) or not sid:
+        raise Mind2WebDataError(f"{where}: 'sample_id' must be a non-empty string, got {sid!r}")
+    if not isinstance(ranks, Mapping):
+        raise Mind2WebDataError(f"{where} (sample {sid}): 'ranks' must be an object of backend_node_id -> rank")
+    yield sid, None, 0
+    for node, rank in ranks.items():
+        yield sid, _node(node, f"{where} (sample {sid})"), _rank(rank, f"{where} (sample {sid}, node {node})")
+
+
+def _read_json(path: Path, top_k: int) -> Iterator[_Row]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise Mind2WebDataError(f"cannot read candidate scores {path}: {exc}") from None
+    if not isinstance(data, Mapping) or not isinstance(data.get("ranks"), Mapping):
+        raise Mind2WebDataError(f"{path}: expected an object with 'ranks': {{sample_id: {{backend_node_id: rank}}}}")
+    for sid, ranks in data["ranks"].items():
+        yield from _step_ranks(sid, ranks, str(path))
+
+
+def _read_jsonl(path: Path, top_k: int) -> Iterator[_Row]:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise Mind2WebDataError(f"{path}:{n}: not JSON: {exc}") from None
+                if not isinstance(row, Mapping):
+                    raise Mind2WebDataError(f"{path}:{n}: expected an object with 'sample_id' and 'ranks'")
+                yield from _step_ranks(row.get("sample_id"), row.get("ranks"), f"{path}:{n}")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Mind2WebDataError(f"cannot read candidate scores {path}: {exc}") from None
+
+
+def _read_parquet(path: Path, top_k: int) -> Iterator[_Row]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    columns = ["sample_id", "backend_node_id", "rank"]
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise Mind2WebDataError(f"cannot read candidate scores {path}: {exc}") from None
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    if missing:
+        raise Mind2WebDataError(f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(columns)}")
+    if not pa.types.is_integer(pf.schema_arrow.field("rank").type):
+        raise Mind2WebDataError(f"{path}: column 'rank' must be integers, got {pf.schema_arrow.field('rank').type}")
+    # The release ranks every candidate of every step (millions of rows): only the rows that
+    # can enter a pool become Python objects. CandidateRanks re-applies the cut; this is speed.
+    for batch in pf.iter_batches(columns=columns, batch_size=65_536):
+        if batch.column(2).null_count:
+            raise Mind2WebDataError(f"{path}: column 'rank' has missing values")
+        for sid in pc.unique(batch.column(0)).to_pylist():
+            if not isinstance(sid, str) or not sid:
+                raise Mind2WebDataError(f"{path}: 'sample_id' must be a non-empty string, got {sid!r}")
+            yield sid, None, 0
+        kept = batch.filter(pc.less(batch.column(2), top_k))
+        for sid, node, rank in zip(*(kept.column(i).to_pylist() for i in range(3)), strict=True):
+            yield sid, _node(node, f"{path} (sample {sid})"), _rank(rank, f"{path} (sample {sid})")
+
+
+_READERS = {".json": _read_json, ".jsonl": _read_jsonl, ".parquet": _read_parquet}
+
+
+@dataclass(frozen=True)
+class CandidateRanks:
+    """The release's candidate ranks, as much of them as pools need: per step (``sample_id``)
+    the backend node ids ranked within ``top_k``."""
+
+    path: str
+    top_k: int
+    top: Mapping[str, frozenset[str]]
+
+    def pool(self, annotation_id: str, action_uid: str) -> frozenset[str]:
+        """The candidates MindAct keeps for one step: those ranked ``< top_k`` (metric.py:
+        ``[c for c in candidates if c["rank"] < top_k]``). A step the file does not rank is an
+        error, as it is upstream (``get_score`` looks every step up)."""
+        sid = sample_id(annotation_id, action_uid)
+        got = self.top.get(sid)
+        if got is None:
+            raise Mind2WebDataError(
+                f"candidate scores {self.path} rank no candidate of step {sid} (task {annotation_id}): the file does "
+                "not cover this step; convert the release's scores_all_data.pkl, which ranks every split"
+            )
+        return got
+
+
+@functools.lru_cache(maxsize=2)
+def _load(path: str, mtime_ns: int, top_k: int) -> CandidateRanks:
+    top: dict[str, set[str]] = {}
+    for sid, node, rank in _READERS[Path(path).suffix.lower()](Path(path), top_k):
+        kept = top.setdefault(sid, set())
+        if node is not None and rank < top_k:
+            kept.add(node)
+    return CandidateRanks(path, top_k, {sid: frozenset(nodes) for sid, nodes in top.items()})
+
+
+def load_candidate_ranks(path: str | Path, top_k: int = TOP_K) -> CandidateRanks:
+    """The ranks of a converted candidate-scores file (cached per process: every env slot of
+    a worker shares one copy). ``path`` must already be resolved (:func:`resolve_scores_path`)."""
+    if top_k < 1:
+        raise Mind2WebDataError(f"mind2web.candidate_top_k must be >= 1, got {top_k}")
+    p = Path(path)
+    check_format(p)
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError as exc:
+        raise Mind2WebDataError(f"cannot read candidate scores {p}: {exc}") from None
+    return _load(str(p), mtime, int(top_k))
+
+
+def _write_parquet(
+    ranks: Mapping[str, Mapping[str, int]], scores: Mapping[str, Mapping[str, float]], out: Path, chunk: int = 500_000
+) -> None:
+    """One row per ranked candidate, steps in name order and candidates by rank, written in
+    chunks (the release ranks millions of candidates)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema(
+        [("sample_id", pa.string()), ("backend_node_id", pa.string()), ("rank", pa.int64()), ("score", pa.float64())]
+    )
+    cols: list[list[Any]] = [[], [], [], []]
+
+    def flush(writer: Any) -> None:
+        writer.write_table(pa.table([pa.array(c, t) for c, t in zip(cols, schema.types, strict=True)], schema=schema))
+        for c in cols:
+            c.clear()
+
+    with pq.ParquetWriter(out, schema) as writer:
+        for sid in sorted(ranks):
+            got = scores.get(sid, {})
+            for node, rank in sorted(ranks[sid].items(), key=lambda kv: (kv[1], kv[0])):
+                for c, v in zip(cols, (sid, node, rank, got.get(node)), strict=True):
+                    c.append(v)
+            if len(cols[0]) >= chunk:
+                flush(writer)
+        if cols[0] or not ranks:
+            flush(writer)
+
+
+def write_scores(ranks: Mapping[str, Mapping[str, int]], scores: Mapping[str, Mapping[str, float]], out: Path) -> int:
+    """Write ranks (and scores) ``{sample_id: {backend_node_id: value}}`` to ``out`` in the format
+    its suffix names (the converter and the fixture use it); returns the number of ranked
+    candidates."""
+    suffix = out.suffix.lower()
+    if suffix not in FORMATS:
+        raise Mind2WebDataError(f"output {out}: choose a {', '.join(FORMATS)} file name")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    n = sum(len(v) for v in ranks.values())
+    if suffix == ".json":
+        tmp.write_text(json.dumps({"ranks": ranks, "scores": scores}), encoding="utf-8")
+    elif suffix == ".jsonl":
+        with tmp.open("w", encoding="utf-8") as fh:
+            for sid in sorted(ranks):
+                fh.write(json.dumps({"sample_id": sid, "ranks": ranks[sid], "scores": scores.get(sid, {})}) + "\n")
+    else:
+        _write_parquet(ranks, scores, tmp)
+    tmp.replace(out)
+    return n
+
+
+def pool_info(candidate_scores: str | Path | None, top_k: int, max_candidates: int) -> dict[str, Any]:
+    """The candidate pool a run used, for its reports: ``protocol`` (``mindact`` or
+    ``project``), ``description``, ``top_k`` and ``file`` (MindAct's pool only)."""
+    if candidate_scores:
+        name = Path(str(candidate_scores)).name
+        return {
+            "protocol": "mindact",
+            "description": f"MindAct candidate pool: top {top_k} of the release's candidate ranks ({name})",
+            "top_k": int(top_k),
+            "file": name,
+        }
+    return {
+        "protocol": "project",
+        "description": f"project candidate pool: positives + {max_candidates - 1} negatives",
+        "top_k": None,
+        "file": None,
+    }
