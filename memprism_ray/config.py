@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from memprism_ray.adapter.grpo import GRPOConfig
 from memprism_ray.adapter.sft import SFTConfig
@@ -181,7 +182,12 @@ class LabelConfig:
 class RolloutConfig:
     """Placement of the rollout actors (docs/architecture.md "Distributed rollout")."""
 
-    num_workers: int = field(2, help="RolloutWorker actors; each runs one group at a time")
+    num_workers: int | Literal["auto"] = field(
+        2,
+        help="RolloutWorker actors; each runs one group at a time. auto: one seat per group of an iteration "
+        "(grpo.groups_per_iteration), as many playing as the cluster can place at each iteration: a lost node "
+        "shrinks the fleet, a node that joins grows it (docs/cluster.md)",
+    )
     env_slots_per_worker: int = field(16, help="game slots per rollout worker (>= grpo.group_size)")
     env_workers_per_rollout: int = field(1, help="EnvWorker actors per rollout worker (slots split among them)")
     env_cpus: float = field(0.5, help="CPUs reserved by each EnvWorker")
@@ -208,8 +214,22 @@ class RolloutConfig:
         900.0, help="longest wait for one group; then its rollout worker is killed and replaced, the group re-run once"
     )
 
+    @property
+    def elastic(self) -> bool:
+        """``num_workers: auto``: the fleet follows the cluster (docs/cluster.md "An elastic fleet")."""
+        return self.num_workers == "auto"
+
+    def seat_cpus(self) -> float:
+        """CPUs one rollout worker reserves: its own and its EnvWorkers', which run on its node
+        inside this reservation (a seat is placed whole)."""
+        return self.rollout_cpus + self.env_workers_per_rollout * self.env_cpus
+
     def __post_init__(self) -> None:
-        if self.num_workers < 1 or self.env_slots_per_worker < 1 or self.env_workers_per_rollout < 1:
+        if self.num_workers != "auto" and (isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int)):
+            raise ValueError(f"rollout.num_workers must be an int >= 1 or auto, got {self.num_workers!r}")
+        if self.num_workers != "auto" and self.num_workers < 1:
+            raise ValueError("rollout.num_workers, env_slots_per_worker and env_workers_per_rollout must be >= 1")
+        if self.env_slots_per_worker < 1 or self.env_workers_per_rollout < 1:
             raise ValueError("rollout.num_workers, env_slots_per_worker and env_workers_per_rollout must be >= 1")
         if self.env_workers_per_rollout > self.env_slots_per_worker:
             raise ValueError("rollout.env_workers_per_rollout cannot exceed rollout.env_slots_per_worker")

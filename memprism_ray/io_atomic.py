@@ -4,17 +4,20 @@ A report, a run's ``config.yaml`` or a manifest is first written in full under a
 name in the same directory, flushed to disk, and only then given its final name, so a crash
 leaves either the old file or the new one, never half of one. Without ``overwrite=True`` an
 existing file is an error (the rename is a hard link, which fails atomically when the name
-is taken, so two writers cannot both win). Also the two file helpers every layer shares:
-a file's SHA-256 and JSON parsing with a one-line error.
+is taken, so two writers cannot both win). Also the file helpers every layer shares: a
+file's SHA-256, JSON parsing with a one-line error, and a bounded exclusive file lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +73,41 @@ def loads_json(text: str, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} is not valid JSON: {exc}") from None
+
+
+@contextlib.contextmanager
+def file_lock(path: str | Path, timeout_s: float, *, what: str = "", hint: str = "") -> Iterator[None]:
+    """An exclusive ``flock`` on ``path``, waited for at most ``timeout_s`` seconds (then a
+    ``TimeoutError`` naming the lock, its holder, ``what`` it is doing and the ``hint``).
+
+    The holder writes its process id into the file so a waiter that gives up can name it (the
+    kernel drops the lock when its holder dies, so a timeout means the holder is still working
+    or hung, never a stale file). Used where several processes of one machine build the same
+    cached data: the embedded corpus, a node's copy of shipped data.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as fh:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    fh.seek(0)
+                    holder = fh.read().strip() or "unknown"
+                    raise TimeoutError(
+                        f"waited {timeout_s:g}s for the lock {path} (held by process {holder}"
+                        f"{', ' + what if what else ''}); wait for that process or stop it"
+                        f"{', or ' + hint if hint else ''}"
+                    ) from None
+                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(str(os.getpid()))
+            fh.flush()
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -18,6 +18,7 @@ from typing import Any
 
 import ray
 
+from memprism_ray.actors.node_data import NodeData
 from memprism_ray.actors.placement import set_ray_env
 
 
@@ -32,12 +33,19 @@ def _parquet(dataset: Any) -> bytes:
 
 @ray.remote(num_cpus=1, max_retries=1)
 def reference_task(
-    cfg: Any, games: list[dict[str, str]], rollin: list[dict[str, str]], pool: list[Any] | None = None, key: str = ""
+    cfg: Any,
+    games: list[dict[str, str]],
+    rollin: list[dict[str, str]],
+    pool: list[Any] | None = None,
+    key: str = "",
+    data: NodeData | None = None,
 ) -> bytes:
     """The benchmark's D1 reference trajectories of ``games`` (plus roll-ins on ``rollin``) as
     expert-trajectory Parquet bytes, re-recorded by the LLM Phi when ``cfg.phi`` asks for one
-    (served by ``pool`` with ``phi.llm_source: pool``)."""
+    (served by ``pool`` with ``phi.llm_source: pool``). ``data``: the games as this node has them."""
     set_ray_env()
+    if data is not None:
+        cfg, games, rollin = data.localize((cfg, games, rollin))
     from memprism_ray.benchmark import get_benchmark
     from memprism_ray.envs.base import GameRef
 
@@ -70,13 +78,20 @@ def label_policy(cfg: Any, pool: list[Any] | None, key: str) -> Any:
 
 @ray.remote(num_cpus=1, max_retries=1)
 def label_task(
-    table_bytes: bytes, episodes: list[int], cfg: Any, pool: list[Any] | None = None, key: str = ""
+    table_bytes: bytes,
+    episodes: list[int],
+    cfg: Any,
+    pool: list[Any] | None = None,
+    key: str = "",
+    data: NodeData | None = None,
 ) -> tuple[bytes, dict[str, int]]:
     """View-teacher labels of some reference episodes: an SFT dataset as Parquet bytes and the
     teacher's counts. ``label.teacher: counterfactual`` shows the task policy each of the 144
     views; ``llm`` asks the benchmark's LLM view teacher once per decision (served by ``pool``
     with ``label.llm_source: pool``)."""
     set_ray_env()
+    if data is not None:  # the scripted stand-in's fixture, as this node has it
+        cfg = data.localize(cfg)
     import pyarrow.parquet as pq
 
     from memprism_ray.benchmark import get_benchmark

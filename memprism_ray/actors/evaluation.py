@@ -11,6 +11,7 @@ from typing import Any
 
 import ray
 
+from memprism_ray.actors.node_data import NodeData, node_label, node_place
 from memprism_ray.actors.placement import set_ray_env
 
 
@@ -19,9 +20,31 @@ class EvalWorker:
     """Env slots, Phi, task policy and (for Router conditions) the Router, in one process."""
 
     def __init__(
-        self, cfg: Any, slots: int, router_state: dict[str, Any] | None, pool: list[Any] | None = None, key: str = ""
+        self,
+        cfg: Any,
+        slots: int,
+        router_state: dict[str, Any] | None,
+        pool: list[Any] | None = None,
+        key: str = "",
+        data: NodeData | None = None,
     ) -> None:
         set_ray_env()
+        self.key = key or "eval"
+        self.doing = "starting"
+        self.place = node_place()
+        self._marginals: dict[tuple[float, ...], str] = {}
+        self.data = data or NodeData()
+        # As in RolloutWorker: a start failure is raised by the first call, with its type.
+        self.setup_error: BaseException | None = None
+        try:
+            self._setup(self.data.localize(cfg), slots, router_state, pool, key)
+            self.doing = "idle"
+        except Exception as exc:
+            self.setup_error = exc
+
+    def _setup(
+        self, cfg: Any, slots: int, router_state: dict[str, Any] | None, pool: list[Any] | None, key: str
+    ) -> None:
         import numpy as np
         import torch
 
@@ -31,9 +54,6 @@ class EvalWorker:
 
         torch.set_num_threads(1)
         self.cfg = cfg
-        self.key = key or "eval"
-        self.doing = "idle"
-        self._marginals: dict[tuple[float, ...], str] = {}
         benchmark = get_benchmark(cfg.corpus.benchmark)
         self.env = benchmark.make_env(slots, benchmark.env_options(cfg))
         self.phi = build_actor_phi(
@@ -63,7 +83,15 @@ class EvalWorker:
             self.features = FeatureExtractor(TextEncoder(cfg.encoder))
 
     def __repr__(self) -> str:
-        return f"eval-worker {getattr(self, 'key', '?')}: {getattr(self, 'doing', 'starting')}"
+        place = getattr(self, "place", None)
+        where = f" on {node_label(place)}" if place else ""
+        return f"eval-worker {getattr(self, 'key', '?')}{where}: {getattr(self, 'doing', 'starting')}"
+
+    def start(self) -> dict[str, Any]:
+        """Where this worker runs; raises what kept it from starting (data missing here)."""
+        if self.setup_error is not None:
+            raise self.setup_error
+        return dict(self.place)
 
     def _marginal_file(self, marginal: list[float]) -> str:
         """The freq_random marginal as the JSON file ``EvalConfig.marginal`` names: written once
@@ -81,6 +109,8 @@ class EvalWorker:
 
     def play(self, condition: str, specs: list[dict[str, Any]], marginal: list[float] | None) -> dict[str, Any]:
         """Play ``specs`` (one wave: at most ``slots`` episodes) under ``condition``."""
+        if self.setup_error is not None:
+            raise self.setup_error
         self.doing = f"{condition}, {len(specs)} episodes from {specs[0]['episode_id'] if specs else '-'}"
         from memprism_ray.agent import EpisodeSpec
         from memprism_ray.envs.base import GameRef
@@ -97,7 +127,7 @@ class EvalWorker:
         )
         if marginal is not None:
             ev.marginal = self._marginal_file(marginal)
-        eps = [EpisodeSpec(s["episode_id"], GameRef.from_dict(s["game"])) for s in specs]
+        eps = [EpisodeSpec(s["episode_id"], GameRef.from_dict(self.data.localize(s["game"]))) for s in specs]
         keep = [s["episode_id"] for s in specs if s.get("keep_views")]
         results, rows = run_condition(
             condition,

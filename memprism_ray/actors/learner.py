@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import ray
 
+from memprism_ray.actors.node_data import NodeData
+
 
 def groups_to_batch(tables: Sequence[Any]) -> Any:
     """Concatenate the groups' step tables (``pyarrow.Table``, one per group; ``None`` for a
@@ -76,7 +78,9 @@ class Learner:
     a D2 checkpoint directory to continue from (weights, optimizer, RNG, iteration);
     ``threads`` the torch threads of the update (0: torch's default in this worker)."""
 
-    def __init__(self, grpo_config: Any, reference: str, resume: str = "", threads: int = 0) -> None:
+    def __init__(
+        self, grpo_config: Any, reference: str, resume: str = "", threads: int = 0, data: NodeData | None = None
+    ) -> None:
         import torch
 
         from memprism_ray.adapter.checkpoint import load_checkpoint, load_model, resume_trainer
@@ -89,14 +93,18 @@ class Learner:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.config = grpo_config
-        self.reference = reference
-        ref = load_model(reference, map_location=device)
+        self.reference = reference  # the driver's path, as checkpoints record it
+        # The checkpoints as this node has them: shipped by the driver when the run directory
+        # is not here (a Learner on a worker node, issue 34).
+        local = data.localize({"reference": reference, "resume": resume}) if data else {}
+        reference_here, resume_here = local.get("reference", reference), local.get("resume", resume)
+        ref = load_model(reference_here, map_location=device)
         if resume:
-            ckpt = load_checkpoint(resume, map_location=device)
+            ckpt = load_checkpoint(resume_here, map_location=device)
             model = ckpt.model
         else:
             ckpt = None
-            model = load_model(reference, map_location=device)
+            model = load_model(reference_here, map_location=device)
         self.trainer = GRPOTrainer(model, ref, _with_device(grpo_config, device))
         if ckpt is not None:
             resume_trainer(self.trainer, ckpt)
@@ -108,6 +116,12 @@ class Learner:
 
     def iteration(self) -> int:
         return int(self.trainer.iteration)
+
+    def place(self) -> dict[str, Any]:
+        """Where the Learner runs (node id and address, pid)."""
+        from memprism_ray.actors.node_data import node_place
+
+        return node_place()
 
     def full_weights(self) -> dict[str, np.ndarray]:
         return state_to_numpy(self.model.state_dict())

@@ -2,8 +2,8 @@
 metrics port as ``ray_memprism_<name>`` and shown in the Ray dashboard / Grafana.
 
 The driver records per-iteration values (iteration, success rate, return, episode length,
-GRPO loss / KL / entropy / clip fraction, zero-std groups, failed trajectories, view
-selections by factor); rollout workers record per-decision values (render and policy
+GRPO loss / KL / entropy / clip fraction, zero-std groups, failed trajectories, re-runs,
+replaced and lost workers, fleet size, phase times); rollout workers record per-decision values (render and policy
 latency histograms, prompt and visual tokens). Metric objects are created lazily, once per
 process, because they must live in the process that records them.
 """
@@ -30,10 +30,16 @@ _GAUGES = {
     "zero_std_group_fraction": "fraction of groups whose returns had zero std",
     "iteration_seconds": "wall time of the iteration",
     "weights_version": "Router weights version used by the rollouts",
+    "fleet_size": "rollout workers playing when the iteration's groups were dispatched",
+    "rollout_phase_seconds": "wall time of the iteration's rollouts",
+    "update_phase_seconds": "wall time of the iteration's learner update",
 }
 _COUNTERS = {
     "trajectories": "trajectories played",
     "failed_trajectories": "trajectories failed by infrastructure (actor death, timeout)",
+    "groups_rerun": "groups re-run after failed trajectories",
+    "workers_replaced": "rollout workers replaced (hung, dead, failing)",
+    "workers_lost": "rollout workers lost with their node",
     "decisions": "view decisions taken",
     "view_selections": "view decisions by factor value",
 }
@@ -83,14 +89,16 @@ def record_iteration(run: str, stats: Mapping[str, float]) -> None:
         "zero_std_group_fraction": "zero_std_group_frac",
         "iteration_seconds": "iteration_seconds",
         "weights_version": "weights_version",
+        "fleet_size": "fleet_size",
+        "rollout_phase_seconds": "rollout_phase_seconds",
+        "update_phase_seconds": "update_phase_seconds",
     }
     for metric, key in mapping.items():
         if key in stats and stats[key] is not None:
             _metric(metric).set(float(stats[key]), tags=tags)
-    if stats.get("trajectories"):
-        _metric("trajectories").inc(float(stats["trajectories"]), tags=tags)
-    if stats.get("failed_trajectories"):
-        _metric("failed_trajectories").inc(float(stats["failed_trajectories"]), tags=tags)
+    for counter in ("trajectories", "failed_trajectories", "groups_rerun", "workers_replaced", "workers_lost"):
+        if stats.get(counter):
+            _metric(counter).inc(float(stats[counter]), tags=tags)
 
 
 def record_steps(run: str, rows: Sequence[Mapping[str, Any]]) -> None:

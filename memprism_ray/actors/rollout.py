@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from memprism_ray.actors.node_data import NodeData, node_label, node_place
 from memprism_ray.actors.placement import set_ray_env
 from memprism_ray.actors.services import PolicyPool, Pool, RayServices, gather
 from memprism_ray.actors.workers import EnvWorker
@@ -54,6 +55,8 @@ class GroupSummary:
     num_steps: int = 0
     seconds: float = 0.0
     worker: str = ""
+    node: str = ""
+    """where the group played (``node 10.0.0.3 (ab12cd34)``)"""
 
     @property
     def failed(self) -> int:
@@ -149,31 +152,61 @@ class RolloutWorker:
         needs_view_text: bool,
         run_name: str,
         generation: int = 0,
+        data: NodeData | None = None,
     ) -> None:
         set_ray_env()
+        self.index = index
+        self.run_name = run_name
+        self.generation = generation
+        self.doing = "starting"
+        self.place = node_place()
+        self._fault: tuple[str, int] | None = None
+        # Ray keeps only the text of an exception raised in __init__; kept here, the first call
+        # (start) raises it with its type, so the driver can say in one line what is missing where.
+        self.setup_error: BaseException | None = None
+        try:
+            self._setup(cfg, model_state, phi_handles, view_handles, policy_handles, needs_view_text, data)
+            self.doing = "idle"
+        except Exception as exc:
+            self.setup_error = exc
+            self.doing = f"failed to start: {type(exc).__name__}"
+
+    def _setup(
+        self,
+        cfg: Any,
+        model_state: dict[str, np.ndarray],
+        phi_handles: list[Any],
+        view_handles: list[Any],
+        policy_handles: list[Any],
+        needs_view_text: bool,
+        data: NodeData | None,
+    ) -> None:
         import torch
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from memprism_ray.router.encoder import TextEncoder
         from memprism_ray.router.features import FeatureExtractor
         from memprism_ray.router.model import ViewPolicyModel
 
         torch.set_num_threads(1)
+        self.data = data or NodeData()
+        cfg = self.data.localize(cfg)  # this node's copies of the games, fixtures, releases
         self.cfg = cfg
-        self.index = index
-        self.run_name = run_name
-        self.generation = generation
-        self._fault: tuple[str, int] | None = None
         ro = cfg.rollout
         self.benchmark = get_benchmark(cfg.corpus.benchmark)
-        self.doing = "idle"
         per = -(-ro.env_slots_per_worker // ro.env_workers_per_rollout)
         self.slots_per_env = per
+        # The EnvWorkers run on this worker's node, inside the CPUs it reserved for its seat
+        # (rollout_cpus + env_workers_per_rollout x env_cpus, trainer.grpo): a group's games
+        # and its decision loop never step across nodes, and a seat is placed whole or not at all.
+        here = NodeAffinitySchedulingStrategy(node_id=self.place["node_id"], soft=False)
         self.env_workers = [
             EnvWorker.options(
                 name=self._env_name(k),
-                num_cpus=ro.env_cpus,
+                num_cpus=0,
                 max_restarts=ro.max_restarts,
                 lifetime=None,
+                scheduling_strategy=here,
             ).remote(per, cfg.corpus.benchmark, self.benchmark.env_options(cfg))
             for k in range(ro.env_workers_per_rollout)
         ]
@@ -184,11 +217,11 @@ class RolloutWorker:
             from memprism_ray.actors.services import build_actor_phi
 
             phi = build_actor_phi(
-                cfg.corpus.benchmark, cfg.phi, policy_handles, timeout_s=timeout, key=f"phi-rollout-{index}"
+                cfg.corpus.benchmark, cfg.phi, policy_handles, timeout_s=timeout, key=f"phi-rollout-{self.index}"
             )
         if view_handles:
             # Rollout workers start pinning at different ViewWorkers so small groups spread too.
-            views: Any = RemoteViews(view_handles, timeout, offset=index * cfg.grpo.group_size)
+            views: Any = RemoteViews(view_handles, timeout, offset=self.index * cfg.grpo.group_size)
         else:
             from memprism_ray.views import ViewService
 
@@ -198,7 +231,7 @@ class RolloutWorker:
             per,
             phi=phi,
             views=views,
-            policy=PolicyPool(policy_handles, timeout, caller=f"rollout-{index}")
+            policy=PolicyPool(policy_handles, timeout, caller=f"rollout-{self.index}")
             if policy_handles
             else _local_policy(cfg),
             timeout_s=timeout,
@@ -212,7 +245,17 @@ class RolloutWorker:
 
     def __repr__(self) -> str:
         index, generation = getattr(self, "index", "?"), getattr(self, "generation", 0)
-        return f"rollout-worker-{index}.{generation}: {getattr(self, 'doing', 'starting')}"
+        place = getattr(self, "place", None)
+        where = f" on {node_label(place)}" if place else ""
+        return f"rollout-worker-{index}.{generation}{where}: {getattr(self, 'doing', 'starting')}"
+
+    def start(self) -> dict[str, Any]:
+        """Where this worker runs (node id and address, pid), once its EnvWorkers answer;
+        raises what kept it from starting (e.g. :class:`NodeDataError`: data missing here)."""
+        if self.setup_error is not None:
+            raise self.setup_error
+        self._wait_for_envs()
+        return {**self.place, "env_workers": self.env_worker_names()}
 
     def _env_name(self, k: int) -> str:
         return f"{self.run_name}-env-{self.index}.{self.generation}-{k}"
@@ -274,6 +317,8 @@ class RolloutWorker:
         from memprism_ray.baselines import RouterSelector
         from memprism_ray.envs.base import GameRef
 
+        if self.setup_error is not None:
+            raise self.setup_error
         t0 = time.perf_counter()
         self.doing = f"iteration {spec.iteration + 1}, group {spec.group_id} ({len(spec.episode_ids)} trajectories)"
         self._wait_for_envs()
@@ -298,7 +343,7 @@ class RolloutWorker:
             record_features=True,
             step_meta={"weights_version": version, "group_id": spec.group_id, "iteration": spec.iteration},
         )
-        game = GameRef.from_dict(spec.game)
+        game = GameRef.from_dict(self.data.localize(spec.game))
         specs = [EpisodeSpec(eid, game) for eid in spec.episode_ids]
         results = agent.run(specs, slots=list(range(len(specs))))
         rows = []
@@ -321,9 +366,12 @@ class RolloutWorker:
             num_steps=len(rows),
             seconds=time.perf_counter() - t0,
             worker=f"rollout-{self.index}.{self.generation}",
+            node=node_label(self.place),
         )
         self.doing = f"idle after group {spec.group_id}"
         return summary, rows_to_arrow(rows)
 
     def ping(self) -> int:
+        if self.setup_error is not None:
+            raise self.setup_error
         return self.index

@@ -139,10 +139,13 @@ class PolicyReplica:
     is not busy decoding 128 images while the engine's outputs wait (issue 31).
     """
 
-    def __init__(self, policy_config: Any, engine_factory: Any = None) -> None:
+    def __init__(self, policy_config: Any, engine_factory: Any = None, data: Any = None) -> None:
         import asyncio
 
         from memprism_ray.policy.pool import GroupLoads
+
+        if data is not None:  # the scripted stand-in's fixture, as this node has it
+            policy_config = data.localize(policy_config)
 
         self.config = policy_config
         self.loads = GroupLoads(getattr(policy_config, "group_ttl_s", 600.0))
@@ -315,7 +318,7 @@ class PolicyReplica:
 
 
 def start_policy_replicas(
-    cfg: Any, *, engine_factory: Any = None, timeout_s: float | None = None, log: Any = print
+    cfg: Any, *, engine_factory: Any = None, timeout_s: float | None = None, log: Any = print, data: Any = None
 ) -> list[Any]:
     """``policy.num_replicas`` :class:`PolicyReplica` actors with the resources the config
     asks for (GPUs and custom resources, requested whatever has joined yet), returned once
@@ -330,7 +333,7 @@ def start_policy_replicas(
     opts = policy_replica_options(cfg)
     handles = [
         PolicyReplica.options(name=actor_name(cfg.run.name, f"policy-replica-{i}"), **opts).remote(
-            cfg.policy, engine_factory
+            cfg.policy, engine_factory, data
         )
         for i in range(cfg.policy.num_replicas)
     ]
@@ -378,7 +381,7 @@ def stop_policy_replicas(handles: Sequence[Any], timeout_s: float = 60.0) -> int
 
 
 def replicas_for(
-    cfg: Any, pool: list[Any] | None, needed: bool, log: Any = print, why: str = ""
+    cfg: Any, pool: list[Any] | None, needed: bool, log: Any = print, why: str = "", data: Any = None
 ) -> tuple[list[Any] | None, list[Any]]:
     """``(the policy replicas a stage uses, the ones started here)``: ``None`` when the stage
     does not need the pool, the given ``pool`` when there is one, else freshly started
@@ -388,5 +391,5 @@ def replicas_for(
     if pool:
         return list(pool), []
     log(f"starting {cfg.policy.num_replicas} policy replicas{' for ' + why if why else ''}")
-    started = start_policy_replicas(cfg)
+    started = start_policy_replicas(cfg, data=data)
     return started, started

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from memprism_ray.benchmark.base import Benchmark, BenchmarkConfigError, EvalPlan
+from memprism_ray.benchmark.base import Benchmark, BenchmarkConfigError, DataTree, EvalPlan
 
 #: name -> ``module:class`` of its :class:`Benchmark`.
 BENCHMARKS: dict[str, str] = {
@@ -27,4 +27,4 @@ def get_benchmark(name: str) -> Benchmark:
     return getattr(importlib.import_module(module), cls)()
 
 
-__all__ = ["BENCHMARKS", "Benchmark", "BenchmarkConfigError", "EvalPlan", "get_benchmark"]
+__all__ = ["BENCHMARKS", "Benchmark", "BenchmarkConfigError", "DataTree", "EvalPlan", "get_benchmark"]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memprism_ray.benchmark.base import Benchmark, EvalPlan
+from memprism_ray.benchmark.base import Benchmark, DataTree, EvalPlan
 
 
 class Alfworld(Benchmark):
@@ -26,12 +26,10 @@ class Alfworld(Benchmark):
         ALFWorld-style games generated from alfworld's layouts, built on first use and cached."""
         root = cfg.corpus.data_root or _official_root()
         if not root:
-            from memprism_ray.envs.alfworld.corpus import default_cache_dir, ensure_default_corpus
+            from memprism_ray.envs.alfworld.corpus import ensure_default_corpus
 
             c = cfg.corpus
-            cache = default_cache_dir(
-                c.seed, c.train_games, c.eval_games, base=Path(c.cache_dir) if c.cache_dir else None
-            )
+            cache = _embedded_root(cfg)
             log(
                 f"games: embedded corpus ({c.train_games} train, {c.eval_games} per eval split, seed {c.seed}); "
                 "built on first use"
@@ -42,6 +40,22 @@ class Alfworld(Benchmark):
 
         root = str(resolve_data_root(root))  # checked: a clear error if it holds no games
         return dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=root))
+
+    def data_trees(self, cfg: Any) -> list[DataTree]:
+        """The embedded corpus is the job's (10 MB for the default 144 games, 1.5 MB shipped
+        compressed); an ALFWorld tree the user names is checked on each node."""
+        root = cfg.corpus.data_root
+        if root == str(_embedded_root(cfg)):
+            return [DataTree(root, "the embedded ALFWorld corpus", owned=True)]
+        return [
+            DataTree(
+                root,
+                "corpus.data_root",
+                owned=False,
+                fix="mount it at this path on every node (shared storage), or run alfworld-download (or the same "
+                "`memprism games build` command) there",
+            )
+        ]
 
     def train_games(self, cfg: Any) -> list[Any]:
         from memprism_ray.envs.alfworld import list_games
@@ -85,6 +99,14 @@ class Alfworld(Benchmark):
         with tempfile.TemporaryDirectory() as tmp:
             path = collect_expert_trajectories(list(games), tmp, max_steps=120, progress=False, phi=phi, **rollin_args)
             return Path(path).read_bytes()
+
+
+def _embedded_root(cfg: Any) -> Path:
+    """Where the embedded corpus of ``cfg.corpus`` is built and cached."""
+    from memprism_ray.envs.alfworld.corpus import default_cache_dir
+
+    c = cfg.corpus
+    return default_cache_dir(c.seed, c.train_games, c.eval_games, base=Path(c.cache_dir) if c.cache_dir else None)
 
 
 def _official_root() -> str:

@@ -43,6 +43,24 @@ class EvalPlan:
     """episode id -> recorded steps (Mind2Web's step-accuracy denominators)"""
 
 
+@dataclass(frozen=True)
+class DataTree:
+    """A file or folder the actors read (docs/cluster.md "What each node needs on disk").
+
+    ``owned``: the job built it or holds it (the embedded corpus, a fixture, a checkpoint), so
+    the driver ships it to every node that needs it (:mod:`memprism_ray.actors.node_data`);
+    otherwise the user gave it, and an actor refuses to start where it is missing, in one line
+    with ``fix``."""
+
+    path: str
+    """absolute, as the driver sees it; the actors' configs and games name it so"""
+    what: str
+    """what it is, in a refusal or a progress line (``the embedded ALFWorld corpus``, ``corpus.data_root``)"""
+    owned: bool
+    fix: str = ""
+    """for user data: how to put it on every node"""
+
+
 @dataclass
 class Played:
     """One condition played on the whole plan: a result per planned episode, and the step rows."""
@@ -122,6 +140,12 @@ class Benchmark:
         """The config with its data resolved (a corpus built, a fixture generated, a release
         root checked); called once by the driver before Ray starts."""
         return cfg
+
+    def data_trees(self, cfg: Any) -> list[DataTree]:
+        """What the actors read besides the config, once :meth:`prepare` resolved it: the
+        trees the job owns are shipped to every node, the user's are checked where an actor
+        starts (a cluster whose nodes have their own disks, issue 34)."""
+        return []
 
     def train_games(self, cfg: Any) -> list[Any]:
         """The training tasks GRPO groups are drawn from."""

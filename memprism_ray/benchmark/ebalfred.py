@@ -12,7 +12,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memprism_ray.benchmark.base import Benchmark, BenchmarkConfigError, EvalPlan, EvalRun, Played, rerecord_episodes
+from memprism_ray.benchmark.base import (
+    Benchmark,
+    BenchmarkConfigError,
+    DataTree,
+    EvalPlan,
+    EvalRun,
+    Played,
+    rerecord_episodes,
+)
 
 
 class EbAlfred(Benchmark):
@@ -32,16 +40,34 @@ class EbAlfred(Benchmark):
             return cfg
         from memprism_ray.envs.ebalfred.fixture import build_fixture
 
-        root = eb.fixture_dir(cfg.run.dir)
+        root = eb.fixture_dir(cfg.run.dir).resolve()
         if not (root / "transcripts.json").is_file():
             build_fixture(root, episodes_per_subset=eb.fixture_episodes, resolution=min(eb.resolution, 96))
             log(f"EB-ALFRED fixture built at {root}")
+        # The actors are told where the fixture is (never left to derive it from their own run
+        # directory, which a worker node does not have): data_trees ships it.
+        cfg = dataclasses.replace(cfg, ebalfred=dataclasses.replace(eb, fixture=str(root)))
         if cfg.policy.backend != "scripted":
             return cfg
-        scripted = {**cfg.policy.scripted, "ebalfred_fixture": str(root.resolve())}
+        scripted = {**cfg.policy.scripted, "ebalfred_fixture": str(root)}
         scripted["ebalfred_epsilon"] = eb.policy_epsilon
         log(f"the fixture stand-in plays {root} with a random skill at rate {eb.policy_epsilon}")
         return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, scripted=scripted))
+
+    def data_trees(self, cfg: Any) -> list[DataTree]:
+        """The fixture (``controller: fake``) is the job's; episode lists the user names are
+        checked on each node. With AI2-THOR the simulator and EmbodiedBench's ALFRED files are
+        each node's installation (clusters/node_setup.sh)."""
+        eb = cfg.ebalfred
+        trees = []
+        if eb.controller == "fake":
+            trees.append(DataTree(eb.fixture, "the EB-ALFRED fixture", owned=True))
+        fix = "mount it at this path on every node (shared storage), or copy it there on each node"
+        for key in ("splits", "train_splits"):
+            path = getattr(eb, key)
+            if path and not (eb.controller == "fake" and Path(path).resolve().is_relative_to(Path(eb.fixture))):
+                trees.append(DataTree(path, f"ebalfred.{key}", owned=False, fix=fix))
+        return trees
 
     def train_games(self, cfg: Any) -> list[Any]:
         from memprism_ray.envs.ebalfred.data import list_games

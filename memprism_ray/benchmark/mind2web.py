@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memprism_ray.benchmark.base import Benchmark, EvalPlan, EvalRun, Played, rerecord_episodes
+from memprism_ray.benchmark.base import Benchmark, DataTree, EvalPlan, EvalRun, Played, rerecord_episodes
 from memprism_ray.envs.base import GameRef, cache_base
 from memprism_ray.router.teacher import LLMViewTeacher
 
@@ -55,6 +55,20 @@ class Mind2Web(Benchmark):
         m = cfg.mind2web
         path = str(resolve_scores_path(m.candidate_scores, cfg.corpus.data_root)) if m.candidate_scores else ""
         return {"candidate_scores": path, "candidate_top_k": m.candidate_top_k}
+
+    def data_trees(self, cfg: Any) -> list[DataTree]:
+        """The generated fixture is the job's; the release, and a candidate-score file kept
+        outside it, are checked on each node."""
+        root = cfg.corpus.data_root
+        fix = "mount it at this path on every node (shared storage), or copy it there (docs/mind2web.md)"
+        if cfg.mind2web.fixture:
+            trees = [DataTree(root, "the generated Mind2Web fixture", owned=True)]
+        else:
+            trees = [DataTree(root, "the Mind2Web release (corpus.data_root)", owned=False, fix=fix)]
+        scores = cfg.mind2web.candidate_scores
+        if scores and not Path(scores).resolve().is_relative_to(Path(root).resolve()):
+            trees.append(DataTree(scores, "mind2web.candidate_scores", owned=False, fix=fix))
+        return trees
 
     def train_games(self, cfg: Any) -> list[GameRef]:
         """The training tasks that form GRPO groups (the first ``mind2web.train_tasks``)."""

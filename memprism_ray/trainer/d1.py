@@ -24,6 +24,7 @@ import ray
 
 from memprism_ray.actors import waits
 from memprism_ray.actors.d1_tasks import label_task, reference_task, sft_task
+from memprism_ray.actors.node_data import NodeData
 from memprism_ray.actors.placement import learner_options
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.benchmark import Benchmark
@@ -73,6 +74,7 @@ def collect_reference(
     d1_dir: Path,
     log: Any = print,
     pool: list[Any] | None = None,
+    data: NodeData | None = None,
 ) -> Path:
     """``d1_dir/expert_trajectories.parquet``: the reference trajectories of ``games`` and the
     roll-ins on ``rollin_games``, over ``label.workers`` tasks (reused when present). ``pool``:
@@ -90,7 +92,9 @@ def collect_reference(
     extra = f" and the task policy's own play of {len(rollin_games)} more (roll-in)" if rollin_games else ""
     log(f"D1: {benchmark.reference_source} of {len(games)} {benchmark.task_noun}{extra} ({workers} tasks)")
     refs = [
-        reference_task.remote(cfg, [g.to_dict() for g in c], [g.to_dict() for g in rollins[i]], pool, f"phi-d1-{i}")
+        reference_task.remote(
+            cfg, [g.to_dict() for g in c], [g.to_dict() for g in rollins[i]], pool, f"phi-d1-{i}", data
+        )
         for i, c in enumerate(chunks)
         if c
     ]
@@ -111,7 +115,14 @@ def collect_reference(
     return path
 
 
-def label_reference(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print, pool: list[Any] | None = None) -> Path:
+def label_reference(
+    cfg: Any,
+    expert_path: Path,
+    d1_dir: Path,
+    log: Any = print,
+    pool: list[Any] | None = None,
+    data: NodeData | None = None,
+) -> Path:
     """``d1_dir/labels.parquet``: view-teacher labels of every reference decision. With a
     pool-backed policy or teacher, ``pool`` (replica handles) is used, or replicas are started
     for labelling and stopped afterwards."""
@@ -126,12 +137,12 @@ def label_reference(cfg: Any, expert_path: Path, d1_dir: Path, log: Any = print,
     workers = max(1, min(cfg.label.workers, len(episodes)))
     calls = table.num_rows * policy_calls_per_decision(cfg)
     log(f"D1: {cfg.label.teacher} view labels for {table.num_rows} decisions: {calls} policy calls ({workers} tasks)")
-    handles, started = replicas_for(cfg, pool, uses_pool(cfg), log, "D1 labelling")
+    handles, started = replicas_for(cfg, pool, uses_pool(cfg), log, "D1 labelling", data)
     ref = ray.put(expert_path.read_bytes())
     bound = cfg.run.call_timeout_s * len(episodes[0::workers])  # one call timeout per episode of the largest task
     try:
         results = waits.get_reporting(
-            [label_task.remote(ref, episodes[i::workers], cfg, handles, f"d1-{i}") for i in range(workers)],
+            [label_task.remote(ref, episodes[i::workers], cfg, handles, f"d1-{i}", data) for i in range(workers)],
             bound,
             f"D1: {cfg.label.teacher} view-labelling tasks",
             log,
@@ -166,7 +177,12 @@ def write_labels(parts: list[bytes], path: Path, log: Any = print, hint: str = "
 
 
 def build_d1_data(
-    cfg: Any, benchmark: Benchmark, d1_dir: Path, log: Any = print, pool: list[Any] | None = None
+    cfg: Any,
+    benchmark: Benchmark,
+    d1_dir: Path,
+    log: Any = print,
+    pool: list[Any] | None = None,
+    data: NodeData | None = None,
 ) -> Path:
     """The D1 data under ``d1_dir`` (reusing finished stages): the reference trajectories of the
     first ``label.games`` of the benchmark's D1 tasks, the roll-ins on the next
@@ -177,7 +193,7 @@ def build_d1_data(
     # With the LLM Phi on the pool, the replicas started for it also serve the labelling.
     needed = cfg.phi.kind == "llm" and cfg.phi.llm_source == "pool"
     needed = needed and not (d1_dir / "expert_trajectories.parquet").exists()
-    phi_pool, started = replicas_for(cfg, pool, needed, log, "the D1 LLM Phi")
+    phi_pool, started = replicas_for(cfg, pool, needed, log, "the D1 LLM Phi", data)
     try:
         games = benchmark.d1_games(cfg)
         n = cfg.label.games
@@ -192,8 +208,8 @@ def build_d1_data(
             rollin = []
         elif len(rollin) < cfg.label.rollin_games:
             log(f"D1: only {len(rollin)} training games left for label.rollin_games={cfg.label.rollin_games}")
-        expert = collect_reference(cfg, benchmark, games[:n], rollin, d1_dir, log, phi_pool)
-        return label_reference(cfg, expert, d1_dir, log, pool or phi_pool)
+        expert = collect_reference(cfg, benchmark, games[:n], rollin, d1_dir, log, phi_pool, data)
+        return label_reference(cfg, expert, d1_dir, log, pool or phi_pool, data)
     finally:
         stop_policy_replicas(started)
 
@@ -215,11 +231,19 @@ def train_d1(cfg: Any, labels_path: Path, ckpt: Path, log: Any = print) -> Path:
     return ckpt
 
 
-def run_d1(cfg: Any, benchmark: Benchmark, d1_dir: Path, log: Any = print, pool: list[Any] | None = None) -> Path:
-    """The D1 reference policy under ``d1_dir`` (reusing finished stages); its checkpoint dir."""
+def run_d1(
+    cfg: Any,
+    benchmark: Benchmark,
+    d1_dir: Path,
+    log: Any = print,
+    pool: list[Any] | None = None,
+    data: NodeData | None = None,
+) -> Path:
+    """The D1 reference policy under ``d1_dir`` (reusing finished stages); its checkpoint dir.
+    ``data``: what the D1 tasks read, shipped or checked on their nodes."""
     d1_dir.mkdir(parents=True, exist_ok=True)
     ckpt = d1_dir / "checkpoint"
     if (ckpt / "config.json").exists():
         log(f"D1: reusing {ckpt}")
         return ckpt
-    return train_d1(cfg, build_d1_data(cfg, benchmark, d1_dir, log, pool), ckpt, log)
+    return train_d1(cfg, build_d1_data(cfg, benchmark, d1_dir, log, pool, data), ckpt, log)

@@ -17,11 +17,14 @@ from typing import Any
 import ray
 from tqdm import tqdm
 
+from memprism_ray.actors import waits
 from memprism_ray.actors.evaluation import EvalWorker
+from memprism_ray.actors.node_data import NodeData
 from memprism_ray.actors.placement import actor_name
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.benchmark import Benchmark, EvalPlan
 from memprism_ray.benchmark.base import EvalRun, Played
+from memprism_ray.trainer.placement_record import PlacementRecord
 
 
 def router_state_for(cfg: Any, checkpoint: str) -> dict[str, Any] | None:
@@ -115,13 +118,16 @@ def evaluate(
     *,
     log: Any = print,
     pool: list[Any] | None = None,
+    data: NodeData | None = None,
+    record: PlacementRecord | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``conditions`` on the benchmark's plan; every condition plays the same episodes.
     Writes each condition's report and the benchmark's summary under ``out_dir`` and returns the
     summary.
 
     ``pool``: policy replicas to decide with (a training job passes its own); when the backend
-    needs one and none is given, replicas are started here and stopped at the end.
+    needs one and none is given, replicas are started here and stopped at the end. ``data``:
+    what the workers read, shipped or checked on their nodes; ``record``: where they ran.
     ``freq_random`` samples from the view marginal measured in this run's ``memprism``
     condition (so list ``memprism`` first), as the paper's Frequency-Matched Random does."""
     from memprism_ray.agent import TokenCounter
@@ -140,13 +146,27 @@ def evaluate(
     needs_router = any(c.startswith(("memprism", "constrained")) for c in conditions)
     state_ref = ray.put(router_state) if (needs_router and router_state is not None) else None
     n_workers = max(1, min(plan.workers, len(plan.specs) or 1))
-    handles, started = replicas_for(cfg, pool, cfg.policy.backend in POOL_BACKENDS, log, "the evaluation")
+    handles, started = replicas_for(cfg, pool, cfg.policy.backend in POOL_BACKENDS, log, "the evaluation", data)
+    names = [actor_name(cfg.run.name, f"eval-worker-{i}") for i in range(n_workers)]
     workers = [
-        EvalWorker.options(name=actor_name(cfg.run.name, f"eval-worker-{i}"), num_cpus=cfg.rollout.env_cpus).remote(
-            cfg, plan.slots, state_ref, handles, f"eval-{i}"
+        # SPREAD: the evaluation's environments share the nodes' cores, as the rollout seats do
+        EvalWorker.options(name=name, num_cpus=cfg.rollout.env_cpus, scheduling_strategy="SPREAD").remote(
+            cfg, plan.slots, state_ref, handles, f"eval-{i}", data
         )
-        for i in range(n_workers)
+        for i, name in enumerate(names)
     ]
+    try:  # every worker has its data before any episode is dispatched (NodeDataError: one line)
+        places = waits.get(
+            [w.start.remote() for w in workers], cfg.run.call_timeout_s * 4, "start of the evaluation workers"
+        )
+    except BaseException:
+        for w in workers:
+            ray.kill(w)
+        stop_policy_replicas(started)
+        raise
+    if record is not None:
+        for name, place in zip(names, places, strict=True):
+            record.actor("eval-worker", name, place)
     ctx = EvalRun(plan, cfg, out_dir, TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy)).name)
     reports: list[dict[str, Any]] = []
     played: list[Played] = []

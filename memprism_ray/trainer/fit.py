@@ -61,11 +61,9 @@ def prepare_benchmark(cfg: Any, benchmark: Benchmark, log: Any = say, *, trains:
 def fit(cfg: Any, benchmark: Benchmark, argv: Sequence[str] | None = None) -> int:
     """D1, GRPO and the final evaluation of ``cfg`` on ``benchmark``; the exit status.
     ``argv``: the job's arguments, for the ``--resume auto`` command printed on a failure."""
-    from ray.exceptions import RayActorError
 
     from memprism_ray.actors.placement import init_ray
-    from memprism_ray.trainer.d1 import d1_cost_line, run_d1
-    from memprism_ray.trainer.grpo import run_grpo_iterations, start_training_actors, stop_training_actors
+    from memprism_ray.trainer.placement_record import PlacementRecord
 
     # 1-2. Run directory and data: every refusal before any work, in one line; a run directory
     # made by this call is removed again when the start is refused.
@@ -84,6 +82,51 @@ def fit(cfg: Any, benchmark: Benchmark, argv: Sequence[str] | None = None) -> in
         return 2
     resources = init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     say(f"run directory {run_dir}; cluster {dict(resources)}")
+    record = PlacementRecord(run_dir / "cluster.json")  # where each actor ran
+    try:
+        return _fit(cfg, benchmark, argv, run_dir, resume_from, resources, ck_extra, record)
+    except Exception as exc:
+        # A cause the job can name in one line (data missing on a node, an iteration in which
+        # nothing played, no rollout worker placeable): no traceback, exit status 1.
+        line = run_failure(exc)
+        if line is None:
+            raise
+        error(line)
+        return 1
+
+
+def run_failure(exc: BaseException) -> str | None:
+    """The one line a job ends with for a failure it can explain, else ``None``."""
+    from memprism_ray.actors.node_data import NodeDataError
+    from memprism_ray.actors.waits import WaitTimeout
+    from memprism_ray.trainer.rollouts import FleetError, IterationFailed
+
+    cause = getattr(exc, "cause", None) or exc  # a Ray task error carries the actor's own exception
+    if isinstance(cause, NodeDataError):
+        return str(cause).strip().splitlines()[0]
+    if isinstance(cause, (IterationFailed, FleetError, WaitTimeout)):
+        return str(cause)
+    return None
+
+
+def _fit(
+    cfg: Any,
+    benchmark: Benchmark,
+    argv: Sequence[str] | None,
+    run_dir: Path,
+    resume_from: Path | None,
+    resources: dict[str, Any],
+    ck_extra: dict[str, Any],
+    record: Any,
+) -> int:
+    """:func:`fit` once Ray is up."""
+    from ray.exceptions import RayActorError
+
+    from memprism_ray.actors.node_data import ship
+    from memprism_ray.trainer.d1 import d1_cost_line, run_d1
+    from memprism_ray.trainer.grpo import run_grpo_iterations, start_training_actors, stop_training_actors
+
+    data = ship(benchmark.data_trees(cfg), say)  # what every actor reads, on whichever node it lands
     resumed_at = checkpoint_iteration(resume_from) if resume_from is not None else 0
     logger = RunLogger(run_dir, cfg.run.tensorboard, resume_step=resumed_at if cfg.run.resume else None)
     games = benchmark.train_games(cfg)
@@ -94,10 +137,10 @@ def fit(cfg: Any, benchmark: Benchmark, argv: Sequence[str] | None = None) -> in
         reference = Path(cfg.init_checkpoint)
     else:
         say(d1_cost_line(cfg, benchmark))
-        reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg), say)
+        reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg), say, data=data)
 
     # 4. Actors and GRPO iterations.
-    actors = start_training_actors(cfg, reference, resume_from, resources, say)
+    actors = start_training_actors(cfg, reference, resume_from, resources, say, data=data, record=record)
     try:
         run_grpo_iterations(cfg, actors, games, logger, run_dir, ck_extra)
         final = stop_training_actors(cfg, actors)
@@ -112,7 +155,7 @@ def fit(cfg: Any, benchmark: Benchmark, argv: Sequence[str] | None = None) -> in
         return 1
 
     # 5. Final evaluation: every condition of eval.conditions on the same episodes.
-    return final_evaluation(cfg, benchmark, final, run_dir, logger, actors.replicas)
+    return final_evaluation(cfg, benchmark, final, run_dir, logger, actors.replicas, data=data, record=record)
 
 
 def _without_resume(args: list[str]) -> list[str]:
@@ -128,7 +171,14 @@ def _without_resume(args: list[str]) -> list[str]:
 
 
 def final_evaluation(
-    cfg: Any, benchmark: Benchmark, final: dict[str, Any], run_dir: Path, logger: RunLogger, replicas: list[Any]
+    cfg: Any,
+    benchmark: Benchmark,
+    final: dict[str, Any],
+    run_dir: Path,
+    logger: RunLogger,
+    replicas: list[Any],
+    data: Any = None,
+    record: Any = None,
 ) -> int:
     """Evaluate the trained Router (greedy) and the baselines of ``eval.conditions`` on the same
     episodes, print the benchmark's summary, stop the policy replicas; the exit status."""
@@ -141,8 +191,9 @@ def final_evaluation(
         latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
         # The replicas stay up for the evaluation: one engine start (60-75 s on an H100) saved.
         summary = evaluate(
-            cfg, benchmark, cfg.eval.conditions, final, str(latest), eval_dir, log=say, pool=replicas or None
-        )
+            cfg, benchmark, cfg.eval.conditions, final, str(latest), eval_dir, log=say, pool=replicas or None,
+            data=data, record=record,
+        )  # fmt: skip
         for row in benchmark.eval_metrics(summary):
             logger.log("eval", cfg.grpo.iterations, row)
         print(benchmark.printed_summary(eval_dir).read_text())
@@ -181,7 +232,19 @@ def evaluate_job(benchmark_name: str, description: str, argv: Sequence[str] | No
         print(f"[eval] error: {exc}", file=sys.stderr, flush=True)
         return 2
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
-    summary = evaluate(cfg, benchmark, cfg.eval.conditions, router_state, args.checkpoint, out_dir, log=_eval_say)
+    from memprism_ray.actors.node_data import ship
+
+    try:
+        data = ship(benchmark.data_trees(cfg), _eval_say)
+        summary = evaluate(
+            cfg, benchmark, cfg.eval.conditions, router_state, args.checkpoint, out_dir, log=_eval_say, data=data
+        )
+    except Exception as exc:
+        line = run_failure(exc)
+        if line is None:
+            raise
+        print(f"[eval] error: {line}", file=sys.stderr, flush=True)
+        return 1
     print((out_dir / benchmark.summary_file).read_text())
     problem = benchmark.failures(summary)
     if problem:
@@ -208,9 +271,19 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
         error(str(exc))
         return 2
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
+    from memprism_ray.actors.node_data import ship
+
     target = d1_dir(cfg.run.dir, cfg)  # keyed by the config sections that make D1 (as in the GRPO job)
-    if train:
-        say(f"D1 checkpoint: {run_d1(cfg, benchmark, target, say)}")
-    else:
-        say(f"done: {build_d1_data(cfg, benchmark, target, say)}")
+    try:
+        data = ship(benchmark.data_trees(cfg), say)
+        if train:
+            say(f"D1 checkpoint: {run_d1(cfg, benchmark, target, say, data=data)}")
+        else:
+            say(f"done: {build_d1_data(cfg, benchmark, target, say, data=data)}")
+    except Exception as exc:
+        line = run_failure(exc)
+        if line is None:
+            raise
+        error(line)
+        return 1
     return 0

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from memprism_ray.actors import metrics, waits
 from memprism_ray.actors.learner import Learner
+from memprism_ray.actors.node_data import NodeData
 from memprism_ray.actors.placement import (
     actor_name,
     learner_options,
@@ -26,9 +27,11 @@ from memprism_ray.actors.placement import (
 )
 from memprism_ray.actors.rollout import RolloutWorker
 from memprism_ray.actors.workers import PhiWorker, ViewWorker, start_policy_replicas
+from memprism_ray.benchmark import DataTree
 from memprism_ray.pipeline.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration, write_files
 from memprism_ray.policy.factory import needs_view_text
-from memprism_ray.trainer.rollouts import RolloutFleet, iteration_stats, run_groups, sample_groups
+from memprism_ray.trainer.placement_record import PlacementRecord
+from memprism_ray.trainer.rollouts import IterationFailed, RolloutFleet, iteration_stats, run_groups, sample_groups
 from memprism_ray.trainer.rollouts import say as grpo_say
 
 
@@ -45,12 +48,24 @@ class TrainingActors:
 
 
 def start_training_actors(
-    cfg: Any, reference: Path, resume_from: Path | None, resources: dict[str, Any], say: Any = print
+    cfg: Any,
+    reference: Path,
+    resume_from: Path | None,
+    resources: dict[str, Any],
+    say: Any = print,
+    data: NodeData | None = None,
+    record: PlacementRecord | None = None,
 ) -> TrainingActors:
     """Learner (from ``reference`` or ``resume_from``), policy replicas, Phi and View pools and
-    ``rollout.num_workers`` rollout workers. GPU actors ask for what the config says even
-    before GPU nodes joined (the pending demand makes the autoscaler add them); CPU runs say
-    gpus 0 in the config."""
+    the rollout fleet (``rollout.num_workers``, or with ``auto`` one seat per group of an
+    iteration). GPU actors ask for what the config says even before GPU nodes joined (the
+    pending demand makes the autoscaler add them); CPU runs say gpus 0 in the config.
+
+    ``data`` is what the actors read (:mod:`memprism_ray.actors.node_data`): the benchmark's
+    trees; the checkpoints the Learner loads are shipped here, so a Learner on a node without
+    the run directory finds them. ``record`` is told where each actor started."""
+    from memprism_ray.actors.node_data import node_place, ship
+
     for line in placement_summary(
         {
             "learner": learner_options(cfg),
@@ -59,14 +74,23 @@ def start_training_actors(
         resources,
     ):
         say(line)
-    learner = Learner.options(name=actor_name(cfg.run.name, "learner"), **learner_options(cfg)).remote(
-        cfg.grpo, str(reference), str(resume_from) if resume_from else "", cfg.rollout.learner_threads
+    data = data or NodeData()
+    checkpoints = [DataTree(str(reference), "the D1 checkpoint", owned=True)]
+    if resume_from is not None:
+        checkpoints.append(DataTree(str(resume_from), "the checkpoint GRPO resumes from", owned=True))
+    learner_data = ship(checkpoints)
+    learner_name = actor_name(cfg.run.name, "learner")
+    learner = Learner.options(name=learner_name, **learner_options(cfg)).remote(
+        cfg.grpo, str(reference), str(resume_from) if resume_from else "", cfg.rollout.learner_threads, learner_data
     )
     start = wait_placed([learner.iteration.remote()], "learner", learner_options(cfg), cfg.run.call_timeout_s * 4)[0]
+    if record is not None:
+        place = waits.get(learner.place.remote(), cfg.run.call_timeout_s, "the learner's node")
+        record.actor("learner", learner_name, place)
     if resume_from is not None:
         say(f"resumed from {resume_from} (iteration {checkpoint_iteration(resume_from)})")
     ro = cfg.rollout
-    replicas = start_policy_replicas(cfg)
+    replicas = start_policy_replicas(cfg, data=data)
     # With phi.llm_source: pool the Phi prompts go to the same replicas as the decisions.
     phi_pool = [
         PhiWorker.options(
@@ -80,22 +104,42 @@ def start_training_actors(
         ).remote(cfg.render, ro.view_cache_size)
         for i in range(ro.view_workers)
     ]
+    if record is not None:
+        for role, pool in (("policy-replica", replicas), ("phi-worker", phi_pool), ("view-worker", view_pool)):
+            places = waits.get(
+                [a.__ray_call__.remote(lambda self: node_place()) for a in pool], cfg.run.call_timeout_s * 4,
+                f"start of the {role}s",
+            )  # fmt: skip
+            for i, place in enumerate(places):
+                record.actor(role, f"{cfg.run.name}-{role}-{i}", place)
     needs_text = needs_view_text(cfg.policy)
     full_ref = learner.full_weights.remote()  # resolved by each rollout worker, not fetched here
 
     def make_rollout_worker(i: int, generation: int) -> object:
+        # SPREAD: seats go to different nodes while they have room, so the environments' CPU
+        # load is shared and a lost node takes as few groups with it as possible. Each seat
+        # reserves its EnvWorkers' CPUs too (they run on its node: RolloutWorker._setup).
         return RolloutWorker.options(
-            name=actor_name(cfg.run.name, f"rollout-worker-{i}"), num_cpus=ro.rollout_cpus
-        ).remote(cfg, i, full_ref, phi_pool, view_pool, replicas, needs_text, cfg.run.name, generation)
+            name=actor_name(cfg.run.name, f"rollout-worker-{i}"),
+            num_cpus=ro.seat_cpus(),
+            scheduling_strategy="SPREAD",
+        ).remote(cfg, i, full_ref, phi_pool, view_pool, replicas, needs_text, cfg.run.name, generation, data)
 
+    seats = cfg.grpo.groups_per_iteration if ro.elastic else ro.num_workers
     fleet = RolloutFleet.start(
-        ro.num_workers,
+        seats,
         make_rollout_worker,
         max_replacements=ro.max_restarts,
         ping_timeout_s=cfg.run.call_timeout_s * 4,
+        elastic=ro.elastic,
+        record=record,
+        names=lambda i: f"{cfg.run.name}-rollout-worker-{i}",
+        log=say,
     )
     where = f"{len(replicas)} policy replicas" if replicas else "the policy inside each rollout worker"
-    say(f"{len(fleet.workers)} rollout workers, {where} ({cfg.policy.backend})")
+    nodes = len({(fleet.seats[i].place or {}).get("node_id") for i in fleet.ready()})
+    size = f"{fleet.size()} of {seats} (rollout.num_workers auto)" if ro.elastic else str(fleet.size())
+    say(f"{size} rollout workers on {nodes} node(s), {where} ({cfg.policy.backend})")
     return TrainingActors(learner, fleet, phi_pool, view_pool, replicas, int(start))
 
 
@@ -126,6 +170,7 @@ def run_grpo_iterations(
         desc="GRPO",
         file=sys.stdout,
     )
+    seen_size = actors.fleet.size()
     for it in bar:
         t0 = time.perf_counter()
         version = it + 1
@@ -140,10 +185,15 @@ def run_grpo_iterations(
         )
         t_rollout = time.perf_counter() - t0
         if not rollout.steps_refs:
-            raise RuntimeError(
+            # Nothing played: when the Learner is gone (its node lost, say) the weights never came,
+            # and that is the cause to report (RayActorError: the job's --resume line).
+            ray.get(learner.iteration.remote(), timeout=cfg.run.call_timeout_s)
+            raise IterationFailed(
                 f"iteration {it + 1}: no group produced a decision ({rollout.failed_trajectories} failed "
-                "trajectories); see the [grpo] lines above"
+                f"trajectories); first cause: {rollout.first_failure or 'unknown'}"
             )
+        fleet_changes(actors.fleet, rollout, it + 1, seen_size)
+        seen_size = rollout.fleet_size_end
         stats = waits.get(
             learner.update.remote(*rollout.steps_refs),
             cfg.run.call_timeout_s * 4,
@@ -168,6 +218,7 @@ def run_grpo_iterations(
             kl=f"{stats['kl']:.4f}",
             failed=stats["failed_trajectories"],
             replaced=stats["workers_replaced"],
+            workers=stats["fleet_size"],
         )
         if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.grpo.iterations:
             ck = waits.get(
@@ -175,6 +226,25 @@ def run_grpo_iterations(
             )
             write_files(ck["files"], checkpoint_dir(run_dir, it + 1))
             logger.log("checkpoint", it + 1, {"sha256": ck["sha256"]})
+
+
+def fleet_changes(fleet: RolloutFleet, rollout: Any, iteration: int, before: int) -> None:
+    """Say (and record in ``cluster.json``) how the fleet changed in an iteration: workers
+    that joined at its start, and the size it ended with after losses."""
+    start, end = rollout.fleet_size, rollout.fleet_size_end
+    seats = len(fleet.seats)
+    if start > before:
+        grpo_say(f"iteration {iteration}: the fleet grew to {start} of {seats} rollout workers")
+        if fleet.record is not None:
+            fleet.record.event("grew", iteration=iteration, size=start, seats=seats)
+    if end < start:
+        lost = f", {rollout.workers_lost} lost with their node" if rollout.workers_lost else ""
+        grpo_say(
+            f"iteration {iteration}: the fleet shrank to {end} of {seats} rollout workers{lost}; every group was "
+            "played (the lost ones re-run)"
+        )
+        if fleet.record is not None:
+            fleet.record.event("shrank", iteration=iteration, size=end, seats=seats, lost=rollout.workers_lost)
 
 
 def stop_training_actors(cfg: Any, actors: TrainingActors) -> dict[str, Any]:

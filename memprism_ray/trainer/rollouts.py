@@ -28,6 +28,7 @@ from ray.exceptions import RayActorError
 from tqdm import tqdm
 
 from memprism_ray.actors import waits
+from memprism_ray.actors.node_data import NodeDataError, node_label
 from memprism_ray.actors.rollout import GroupSpec, GroupSummary
 
 #: Seconds between progress ticks while an iteration's groups play.
@@ -74,70 +75,234 @@ def sample_groups(games: list, cfg: Any, iteration: int) -> list[GroupSpec]:
     ]
 
 
+@dataclass
+class Seat:
+    """One place in the fleet, kept by index: its worker once started, the ref of the worker's
+    ``start()`` while it starts (a worker waiting for a node stays so: that pending demand is
+    what an autoscaler acts on), and how often it was replaced."""
+
+    index: int
+    worker: Any = None
+    starting: Any = None
+    place: dict[str, Any] | None = None
+    generation: int = 0
+    replacements: int = 0
+    strikes: int = 0
+    retired: bool = False
+    name: str = ""
+
+
+class FleetError(RuntimeError):
+    """No rollout worker can play: every seat retired, or none placed in time (one line)."""
+
+
 class RolloutFleet:
-    """The job's rollout workers, by index. ``make_worker(index, generation)`` starts one
-    (``generation`` counts replacements of that index); without it a failed worker can only
-    be retired. ``max_replacements``: replacements of one index before it is retired."""
+    """The job's rollout workers, one per :class:`Seat`.
+
+    ``make_worker(index, generation)`` starts one (``generation`` counts replacements of that
+    seat); without it a failed worker can only be retired. A replacement is started at once and
+    joins as soon as its ``start()`` answers, in the middle of an iteration too; until then the
+    iteration goes on with the other workers (its group re-run there), and when none is left
+    the fleet waits at most ``ping_timeout_s`` for one. ``max_replacements``: replacements of
+    one seat before it is retired; with ``elastic`` (``rollout.num_workers: auto``) a worker
+    lost with its node does not count, since its seat is not at fault: it waits for a node
+    (a smaller fleet meanwhile) and joins again when one has room (the fleet grows back)."""
 
     def __init__(
         self,
-        workers: list[Any],
+        workers: list[Any] | None = None,
         make_worker: Callable[[int, int], Any] | None = None,
         *,
         max_replacements: int = 3,
         ping_timeout_s: float = 300.0,
+        elastic: bool = False,
+        record: Any = None,
+        names: Callable[[int], str] | None = None,
     ) -> None:
-        if not workers:
-            raise ValueError("a rollout fleet needs at least one worker")
-        self.workers: list[Any] = list(workers)
+        """``workers``: already started workers (tests, benchmarks); :meth:`start` starts them."""
+        self.seats = [Seat(i, worker=w, place={}) for i, w in enumerate(workers or [])]
         self.make_worker = make_worker
         self.max_replacements = max_replacements
         self.ping_timeout_s = ping_timeout_s
-        self.generation = [0] * len(workers)
-        self.retired: set[int] = set()
-        self.strikes = [0] * len(workers)
+        self.elastic = elastic
+        self.record = record
+        self.names = names or (lambda i: f"rollout-worker-{i}")
 
-    @classmethod
-    def start(
-        cls, n: int, make_worker: Callable[[int, int], Any], *, max_replacements: int, ping_timeout_s: float
-    ) -> RolloutFleet:
-        """Start ``n`` workers and wait (bounded) until each answers."""
-        fleet = cls(
-            [make_worker(i, 0) for i in range(n)],
-            make_worker,
-            max_replacements=max_replacements,
-            ping_timeout_s=ping_timeout_s,
-        )
-        waits.get([w.ping.remote() for w in fleet.workers], ping_timeout_s, f"start of {n} rollout workers")
-        return fleet
+    # ------------------------------------------------------------------ views kept for callers
+    @property
+    def workers(self) -> list[Any]:
+        return [s.worker for s in self.seats]
+
+    @property
+    def generation(self) -> list[int]:
+        return [s.generation for s in self.seats]
+
+    @property
+    def retired(self) -> set[int]:
+        return {s.index for s in self.seats if s.retired}
 
     def active(self) -> list[int]:
-        return [i for i in range(len(self.workers)) if i not in self.retired]
+        """Seats that are not retired (started or starting)."""
+        return [s.index for s in self.seats if not s.retired]
 
-    def replace(self, index: int, reason: str) -> bool:
-        """Kill worker ``index`` (hung or dead) and start a fresh one in its place. Returns
-        False when the index is retired instead (no factory, or replaced too often)."""
-        ray.kill(self.workers[index])  # also ends its EnvWorkers (owned by its process)
-        self.strikes[index] = 0
-        if self.make_worker is None or self.generation[index] >= self.max_replacements:
-            self.retired.add(index)
-            say(f"rollout worker {index} retired after {self.generation[index]} replacement(s): {reason}")
+    def ready(self) -> list[int]:
+        """Seats whose worker has started."""
+        return [s.index for s in self.seats if not s.retired and s.starting is None and s.worker is not None]
+
+    def size(self) -> int:
+        return len(self.ready())
+
+    # ------------------------------------------------------------------ starting
+    @classmethod
+    def start(
+        cls,
+        n: int,
+        make_worker: Callable[[int, int], Any],
+        *,
+        max_replacements: int,
+        ping_timeout_s: float,
+        elastic: bool = False,
+        record: Any = None,
+        names: Callable[[int], str] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> RolloutFleet:
+        """Start ``n`` workers. A fixed fleet waits (bounded) until each answers; an elastic one
+        until one does, the rest joining as they are placed. A worker that cannot start (its
+        data missing on its node, say) raises its error here for a fixed fleet; an elastic
+        fleet retires that seat and goes on unless none started."""
+        fleet = cls(
+            None, make_worker, max_replacements=max_replacements, ping_timeout_s=ping_timeout_s,
+            elastic=elastic, record=record, names=names,
+        )  # fmt: skip
+        fleet.seats = [Seat(i) for i in range(n)]
+        for seat in fleet.seats:
+            fleet._launch(seat)
+        if not elastic:
+            places = waits.get([s.starting for s in fleet.seats], ping_timeout_s, f"start of {n} rollout workers")
+            for seat, place in zip(fleet.seats, places, strict=True):
+                fleet._started(seat, place)
+            return fleet
+        deadline = time.monotonic() + ping_timeout_s
+        first_error: BaseException | None = None
+        while not fleet.ready():
+            starting = [s.starting for s in fleet.seats if s.starting is not None]
+            if not starting:
+                raise first_error or FleetError("no rollout worker started")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FleetError(
+                    f"no rollout worker was placed within {ping_timeout_s:g}s; each asks for "
+                    f"{fleet_seat_request_text()}; the cluster has {dict(ray.cluster_resources())}: add nodes"
+                )
+            ray.wait(starting, num_returns=1, timeout=min(5.0, left))
+            for _seat, exc in fleet.poll(log=log):
+                first_error = first_error or exc
+        return fleet
+
+    def _launch(self, seat: Seat) -> None:
+        assert self.make_worker is not None
+        seat.worker = self.make_worker(seat.index, seat.generation)
+        seat.starting = seat.worker.start.remote()
+        seat.place = None
+
+    def _started(self, seat: Seat, place: dict[str, Any]) -> None:
+        seat.starting = None
+        seat.place = dict(place)
+        if self.record is not None:
+            seat.name = self.names(seat.index) + (f".{seat.generation}" if seat.generation else "")
+            self.record.actor("rollout-worker", seat.name, place)
+
+    def poll(self, log: Callable[[str], None] | None = None) -> list[tuple[Seat, BaseException]]:
+        """Adopt the seats whose worker started since the last look (without waiting); a seat
+        whose start failed is replaced or retired. Returns the failures (seat, error)."""
+        starting = {s.starting: s for s in self.seats if s.starting is not None and not s.retired}
+        if not starting:
+            return []
+        done, _ = ray.wait(list(starting), num_returns=len(starting), timeout=0)
+        failures = []
+        for ref in done:
+            seat = starting[ref]
+            try:
+                place = ray.get(ref, timeout=60)
+            except Exception as exc:  # its data missing on its node, its process died starting, ...
+                cause = getattr(exc, "cause", None) or exc
+                failures.append((seat, cause))
+                ray.kill(seat.worker)
+                seat.starting = None
+                seat.worker = None
+                retire = isinstance(cause, NodeDataError)  # the same node would refuse it again
+                self._replace(seat, f"did not start: {one_line(cause)}", retire=retire, log=log)
+                continue
+            self._started(seat, place)
+            if log is not None and seat.generation:
+                log(f"rollout worker {seat.index} started again on {node_label(place)} (generation {seat.generation})")
+        return failures
+
+    # ------------------------------------------------------------------ replacing
+    def replace(self, index: int, reason: str, *, node_lost: bool = False) -> bool:
+        """Kill worker ``index`` (hung, dead, failing) and start a fresh one in its place.
+        Returns False when the seat is retired instead (no factory, or replaced too often).
+        The new worker joins when it has started (:meth:`poll`)."""
+        seat = self.seats[index]
+        if seat.worker is not None:
+            ray.kill(seat.worker)  # also ends its EnvWorkers (owned by its process)
+        if self.record is not None and seat.name:
+            self.record.gone(seat.name, reason)
+        seat.worker = None
+        seat.starting = None
+        seat.strikes = 0
+        return self._replace(seat, reason, counts=not (node_lost and self.elastic), log=say)
+
+    def _replace(
+        self, seat: Seat, reason: str, *, retire: bool = False, counts: bool = True, log: Callable[[str], None] | None
+    ) -> bool:
+        if retire or self.make_worker is None or (counts and seat.replacements >= self.max_replacements):
+            seat.retired = True
+            if log is not None:
+                log(f"rollout worker {seat.index} retired after {seat.replacements} replacement(s): {reason}")
             return False
-        self.generation[index] += 1
-        say(f"rollout worker {index} replaced (generation {self.generation[index]}): {reason}")
-        self.workers[index] = self.make_worker(index, self.generation[index])
-        try:
-            waits.get(self.workers[index].ping.remote(), self.ping_timeout_s, f"start of rollout worker {index}")
-        except Exception as exc:  # the replacement itself cannot start: stop using the index
-            ray.kill(self.workers[index])
-            self.retired.add(index)
-            say(f"rollout worker {index} retired: its replacement did not start ({type(exc).__name__}: {exc})")
-            return False
+        if counts:
+            seat.replacements += 1
+        seat.generation += 1
+        if log is not None:
+            log(f"rollout worker {seat.index} replaced (generation {seat.generation}): {reason}")
+        self._launch(seat)
         return True
 
+    def wait_for_one(self, what: str) -> None:
+        """Block until some seat has a started worker (at most ``ping_timeout_s``), adopting
+        it; a ``FleetError`` when every seat is retired or none is placed in time."""
+        deadline = time.monotonic() + self.ping_timeout_s
+        while not self.ready():
+            starting = [s.starting for s in self.seats if s.starting is not None and not s.retired]
+            if not starting:
+                raise FleetError(
+                    f"no rollout worker left for {what}: all {len(self.seats)} were retired after repeated failures "
+                    f"(rollout.max_restarts={self.max_replacements}); see the [grpo] lines above"
+                )
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FleetError(
+                    f"no rollout worker could be placed within {self.ping_timeout_s:g}s for {what}; the cluster has "
+                    f"{dict(ray.available_resources())} free: add nodes (or let the autoscaler)"
+                )
+            ray.wait(starting, num_returns=1, timeout=min(5.0, left))
+            self.poll(log=say)
+
     def kill_all(self) -> None:
-        for i in self.active():
-            ray.kill(self.workers[i])
+        for seat in self.seats:
+            if seat.worker is not None:
+                ray.kill(seat.worker)
+
+
+def fleet_seat_request_text() -> str:
+    return "its seat's CPUs (rollout.rollout_cpus + env_workers_per_rollout x env_cpus)"
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (Ray's task errors carry a traceback below it)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
 
 
 @dataclass
@@ -158,10 +323,21 @@ class RolloutResult:
     groups_rerun: int = 0
     workers_replaced: int = 0
     workers_retired: int = 0
+    workers_lost: int = 0
+    """workers lost with their node"""
+    fleet_size: int = 0
+    """workers ready when the iteration's groups were dispatched"""
+    fleet_size_end: int = 0
+    first_failure: str = ""
+    """the first failed trajectory's cause and node, as the [grpo] lines show it"""
 
     @property
     def steps_refs(self) -> list[Any]:
         return [g.steps for g in self.groups if g.steps is not None]
+
+
+class IterationFailed(RuntimeError):
+    """An iteration in which no group produced a decision (one line with the first cause)."""
 
 
 def run_groups(
@@ -177,35 +353,64 @@ def run_groups(
     failed trajectories stay marked and the learner leaves them out. ``weights_ref`` (the
     learner's object ref, or ``None`` to keep the workers' weights) is waited for here
     without being fetched. ``tick(groups done, groups)`` is called as groups finish and at
-    least every 15 s while they play, so a long iteration is never silent."""
+    least every 15 s while they play, so a long iteration is never silent. Workers that
+    started since the last iteration (a replacement, a seat placed on a new node) join first."""
+    from memprism_ray.trainer.placement_record import node_alive
+
     if weights_ref is not None:
         waits.ready([weights_ref], cfg.run.call_timeout_s, f"Router weights version {version} from the learner")
     out = RolloutResult()
     retired_before = len(fleet.retired)
+    fleet.poll(log=say)
+    out.fleet_size = fleet.size()
     timeout_s = cfg.rollout.group_timeout_s
     pending = list(specs)
     done: list[GroupOutcome] = []
     attempts = {s.group_id: 0 for s in specs}
     in_flight: dict[Any, tuple[int, GroupSpec, Any, float]] = {}
-    idle = fleet.active()
+    idle = fleet.ready()
     last_tick = time.monotonic()
 
+    def note_failure(summary: GroupSummary) -> str:
+        first = next((e for e in summary.episodes if e["status"] == "failed"), None)
+        cause = f"{(first or {}).get('error') or 'unknown'} [{summary.node or 'node unknown'}]"
+        out.first_failure = out.first_failure or cause
+        return cause
+
     def finish_or_rerun(spec: GroupSpec, outcome: GroupOutcome) -> None:
-        if outcome.summary.failed and cfg.rollout.rerun_failed and attempts[spec.group_id] < 2:
-            say(f"group {spec.group_id}: {outcome.summary.failed} trajectories failed; re-running it once")
+        n = outcome.summary.failed
+        cause = f" (first: {note_failure(outcome.summary)})" if n else ""
+        if n and cfg.rollout.rerun_failed and attempts[spec.group_id] < 2:
+            say(f"group {spec.group_id}: {n} of {len(spec.episode_ids)} trajectories failed{cause}; re-running it once")
             out.groups_rerun += 1
             pending.append(spec)
         else:
+            if n:
+                say(f"group {spec.group_id}: {n} of {len(spec.episode_ids)} trajectories failed{cause}; left out")
             done.append(outcome)
 
     def worker_failed(w: int, spec: GroupSpec, reason: str) -> None:
+        seat = fleet.seats[w]
+        place = seat.place or {}
+        lost = bool(place.get("node_id")) and not node_alive(place["node_id"])
+        where = node_label(place) if place.get("node_id") else "node unknown"
+        if lost:
+            out.workers_lost += 1
+            reason = f"{reason}; {where} is gone"
         out.failed_trajectories += len(spec.episode_ids)
-        if fleet.replace(w, f"group {spec.group_id}: {reason}"):
+        if fleet.replace(w, f"group {spec.group_id}: {reason}", node_lost=lost):
             out.workers_replaced += 1
-            idle.append(w)
-        finish_or_rerun(spec, GroupOutcome(_failed_summary(spec, version, reason)))
+        summary = _failed_summary(spec, version, reason)
+        summary.node = where
+        finish_or_rerun(spec, GroupOutcome(summary))
 
     while pending or in_flight:
+        if pending and not idle and not in_flight:
+            fleet.wait_for_one(f"{len(pending)} group(s) of iteration version {version}")
+        if pending:  # a replacement (or a seat placed on a new node) that started meanwhile joins now
+            fleet.poll(log=say)
+            busy = {w for w, *_ in in_flight.values()}
+            idle.extend(i for i in fleet.ready() if i not in idle and i not in busy)
         while pending and idle:
             w = idle.pop(0)
             spec = pending.pop(0)
@@ -213,11 +418,7 @@ def run_groups(
             summary_ref, steps_ref = fleet.workers[w].run_group.remote(spec, weights_ref, version)
             in_flight[summary_ref] = (w, spec, steps_ref, time.monotonic())
         if not in_flight:
-            raise RuntimeError(
-                f"no rollout worker left for {len(pending)} group(s) of iteration version {version}: all "
-                f"{len(fleet.workers)} were retired after repeated failures (rollout.max_restarts="
-                f"{fleet.max_replacements}); see the [grpo] lines above"
-            )
+            continue
         now = time.monotonic()
         next_deadline = min(started + timeout_s for _, _, _, started in in_flight.values())
         ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=max(0.0, min(5.0, next_deadline - now)))
@@ -233,19 +434,20 @@ def run_groups(
                 continue
             except Exception as exc:  # run_group raised: every trajectory of the group failed
                 cause = getattr(exc, "cause", None) or exc  # RayTaskError: the worker's own exception
-                summary = _failed_summary(spec, version, f"run_group: {type(cause).__name__}: {cause}"[:500])
+                summary = _failed_summary(spec, version, f"run_group: {one_line(cause)}")
+                summary.node = node_label(fleet.seats[w].place) if (fleet.seats[w].place or {}).get("node_id") else ""
                 steps_ref = None
             out.failed_trajectories += summary.failed
+            seat = fleet.seats[w]
             if summary.failed:
-                fleet.strikes[w] += 1
-                if fleet.strikes[w] >= STRIKES_TO_REPLACE:
-                    if fleet.replace(w, f"{fleet.strikes[w]} groups in a row with failed trajectories"):
+                seat.strikes += 1
+                if seat.strikes >= STRIKES_TO_REPLACE:
+                    if fleet.replace(w, f"{seat.strikes} groups in a row with failed trajectories"):
                         out.workers_replaced += 1
-                        idle.append(w)
                 else:
                     idle.append(w)
             else:
-                fleet.strikes[w] = 0
+                seat.strikes = 0
                 idle.append(w)
             finish_or_rerun(spec, GroupOutcome(summary, steps_ref if summary.num_steps else None))
         now = time.monotonic()
@@ -254,6 +456,7 @@ def run_groups(
                 in_flight.pop(ref)
                 worker_failed(w, spec, f"hung: no result within rollout.group_timeout_s={timeout_s:g}s")
     out.workers_retired = len(fleet.retired) - retired_before
+    out.fleet_size_end = fleet.size()
     order = {s.group_id: i for i, s in enumerate(specs)}
     out.groups = sorted(done, key=lambda g: order[g.summary.group_id])
     return out
@@ -288,6 +491,9 @@ def iteration_stats(result: RolloutResult) -> dict[str, float]:
         "groups_rerun": result.groups_rerun,
         "workers_replaced": result.workers_replaced,
         "workers_retired": result.workers_retired,
+        "workers_lost": result.workers_lost,
+        "fleet_size": result.fleet_size,
+        "fleet_size_end": result.fleet_size_end,
         "success_rate": sum(e["won"] for e in live) / len(live) if live else 0.0,
         "mean_episode_length": sum(e["steps"] for e in live) / len(live) if live else 0.0,
         "rollout_seconds_max": max((g.seconds for g in groups), default=0.0),

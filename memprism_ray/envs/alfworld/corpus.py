@@ -24,7 +24,6 @@ written last, so its presence means the build completed.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -49,7 +48,7 @@ from memprism_ray.envs.alfworld.generator import (
 )
 from memprism_ray.envs.alfworld.layouts import test_scenes, train_scenes
 from memprism_ray.envs.base import cache_base
-from memprism_ray.io_atomic import atomic_write_text, sha256_file
+from memprism_ray.io_atomic import atomic_write_text, file_lock, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -534,41 +533,6 @@ def default_cache_dir(
 DEFAULT_LOCK_TIMEOUT_S = 1800.0
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S, what: str = "") -> Iterator[None]:
-    """An exclusive ``flock`` on ``path``, waited for at most ``timeout_s`` seconds.
-
-    The holder writes its process id into the file so a waiter that gives up can name it (the
-    kernel drops the lock when its holder dies, so a timeout means a build is still running
-    or hung, never a stale file).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as fh:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    fh.seek(0)
-                    holder = fh.read().strip() or "unknown"
-                    raise TimeoutError(
-                        f"waited {timeout_s:g}s for the lock {path} (held by process {holder}"
-                        f"{', building ' + what if what else ''}); wait for that process or stop it, or raise "
-                        f"${LOCK_TIMEOUT_ENV}"
-                    ) from None
-                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-        try:
-            fh.seek(0)
-            fh.truncate()
-            fh.write(str(os.getpid()))
-            fh.flush()
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 LOCK_TIMEOUT_ENV = "MEMPRISM_CORPUS_LOCK_TIMEOUT_S"
 
 
@@ -604,7 +568,9 @@ def ensure_default_corpus(
     if _matches(root, cfg):
         return root
     timeout = _lock_timeout(lock_timeout_s)
-    with _file_lock(root.with_name(root.name + ".lock"), timeout, what=str(root)):
+    with file_lock(
+        root.with_name(root.name + ".lock"), timeout, what=f"building {root}", hint=f"raise ${LOCK_TIMEOUT_ENV}"
+    ):
         if not _matches(root, cfg):
             if progress:
                 print(f"memprism: building the embedded ALFWorld corpus in {root} (first use)", file=sys.stderr)

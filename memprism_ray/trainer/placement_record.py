@@ -1,0 +1,78 @@
+"""Where each actor of a run ran: ``<run>/cluster.json`` (issue 34, "placement you can see";
+docs/cluster.md).
+
+The driver writes it (as it writes every file of the run directory) whenever the placement
+changes: the cluster's nodes (id, address, alive, resources), and per actor its dashboard
+name, role, node and process, with the time it started and, once gone, why. An actor that
+was replaced keeps its entry; its successor gets a new one under the same role.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from memprism_ray.io_atomic import atomic_write_text
+
+
+class PlacementRecord:
+    """The run's ``cluster.json``; every change is written at once (atomic replace)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.actors: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+
+    def actor(self, role: str, name: str, place: dict[str, Any]) -> None:
+        """``name`` (its dashboard name) started as ``role`` at ``place`` (``node_place()``)."""
+        self.actors.append(
+            {"role": role, "name": name, **{k: place[k] for k in ("node_id", "node_ip", "pid") if k in place},
+             "started": time.time(), "gone": None}
+        )  # fmt: skip
+        self.write()
+
+    def gone(self, name: str, why: str) -> None:
+        """The latest actor called ``name`` is gone (killed, lost with its node, retired)."""
+        for entry in reversed(self.actors):
+            if entry["name"] == name and entry["gone"] is None:
+                entry["gone"] = {"time": time.time(), "why": why}
+                break
+        self.write()
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """A fleet change (``shrunk``, ``grew``, ``node_lost``) with its iteration and sizes."""
+        self.events.append({"event": kind, "time": time.time(), **fields})
+        self.write()
+
+    def where(self, name: str) -> dict[str, Any] | None:
+        for entry in reversed(self.actors):
+            if entry["name"] == name:
+                return entry
+        return None
+
+    def write(self) -> None:
+        if self.path is None:
+            return
+        doc = {"nodes": nodes(), "actors": self.actors, "events": self.events}
+        atomic_write_text(self.path, json.dumps(doc, indent=1, default=str) + "\n", overwrite=True)
+
+
+def nodes() -> list[dict[str, Any]]:
+    """The cluster's nodes as Ray lists them (dead ones included, marked)."""
+    out = []
+    for n in ray.nodes():
+        res = {k: v for k, v in n.get("Resources", {}).items() if not k.startswith("node:")}
+        out.append(
+            {"node_id": n["NodeID"], "node_ip": n.get("NodeManagerAddress", ""), "alive": bool(n.get("Alive")),
+             "resources": res}
+        )  # fmt: skip
+    return out
+
+
+def node_alive(node_id: str) -> bool:
+    """Whether the node ``node_id`` is alive (False for an unknown id)."""
+    return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())

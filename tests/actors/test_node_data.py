@@ -1,0 +1,134 @@
+"""Data on every node (issue 34, item 1): what the job owns is shipped through the object store
+into a node-local, content-addressed copy and the paths that name it are rewritten; what the
+user gives is checked where the actor starts, with a one-line refusal naming the node, the
+path and the fix. The test process plays the part of an actor on another node by removing or
+changing the driver's copy after shipping."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+
+from memprism_ray.actors.node_data import NodeData, NodeDataError, _rebase, ship, tree_digest
+from memprism_ray.benchmark import DataTree
+
+pytestmark = [pytest.mark.ray]
+
+
+def _tree(root: Path) -> Path:
+    (root / "json" / "game-1").mkdir(parents=True)
+    (root / "json" / "game-1" / "game.tw-pddl").write_text('{"pddl": 1}')
+    (root / "logic.pddl").write_text("(define)")
+    return root
+
+
+@dataclasses.dataclass(frozen=True)
+class _Corpus:
+    data_root: str
+    other: str = "/elsewhere"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cfg:
+    corpus: _Corpus
+    options: dict
+    paths: tuple
+
+
+def test_tree_digest_follows_content_and_names(tmp_path: Path) -> None:
+    a = _tree(tmp_path / "a")
+    b = _tree(tmp_path / "b")
+    assert tree_digest(a) == tree_digest(b)  # where it lies does not matter
+    (b / "logic.pddl").write_text("(define x)")
+    assert tree_digest(a) != tree_digest(b)
+    (b / "logic.pddl").write_text("(define)")
+    (b / "logic.pddl").rename(b / "logic2.pddl")
+    assert tree_digest(a) != tree_digest(b)
+
+
+def test_rebase_rewrites_every_path_under_a_root_and_nothing_else() -> None:
+    cfg = _Cfg(
+        _Corpus("/driver/corpus"),
+        {"config": _Corpus("/driver/corpus/sub", "/driver/corpusX/f"), "n": 3},
+        ("/driver/corpus/json/g", Path("/driver/corpus/logic.pddl"), "/driver/corp"),
+    )
+    out = _rebase(cfg, [("/driver/corpus", lambda: "/node/copy/corpus")])
+    assert out.corpus.data_root == "/node/copy/corpus"
+    assert out.options["config"].data_root == "/node/copy/corpus/sub"
+    assert out.options["config"].other == "/driver/corpusX/f"  # a sibling with the same prefix is not under it
+    assert out.paths == ("/node/copy/corpus/json/g", Path("/node/copy/corpus/logic.pddl"), "/driver/corp")
+    assert cfg.corpus.data_root == "/driver/corpus"  # the original is untouched
+    same = _rebase(cfg, [("/nowhere", lambda: "/x")])
+    assert same is cfg  # nothing under a root: no copy at all
+
+
+def test_a_node_without_the_drivers_copy_unpacks_the_shipped_tree(
+    ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memprism_ray.actors.node_data as nd
+
+    monkeypatch.setenv("MEMPRISM_CACHE", str(tmp_path / "node-cache"))
+    monkeypatch.setattr(nd, "_LOCAL", {})
+    root = _tree(tmp_path / "driver" / "corpus")
+    data = ship([DataTree(str(root), "the test corpus", owned=True)])
+    digest = tree_digest(root)
+    # Same machine: the driver's path holds the same content, so it is read in place.
+    assert data.localize({"root": str(root)}) == {"root": str(root)}
+    monkeypatch.setattr(nd, "_LOCAL", {})
+    shutil.rmtree(root)  # as on a node with its own disk
+    cfg = _Cfg(_Corpus(str(root)), {}, (str(root / "json" / "game-1" / "game.tw-pddl"),))
+    local = data.localize(cfg)
+    copy_root = Path(local.corpus.data_root)
+    assert copy_root.parent.parent == tmp_path / "node-cache" / "node-data"
+    assert copy_root.name == "corpus" and tree_digest(copy_root) == digest
+    assert Path(local.paths[0]).read_text() == '{"pddl": 1}'
+    # A second process of that node finds the finished copy without fetching again.
+    monkeypatch.setattr(nd, "_LOCAL", {})
+    monkeypatch.setattr(nd.ray, "get", lambda *a, **k: pytest.fail("fetched a copy the node already has"))
+    assert data.localize(cfg) == local
+
+
+def test_a_driver_path_with_other_content_is_not_used(
+    ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memprism_ray.actors.node_data as nd
+
+    monkeypatch.setenv("MEMPRISM_CACHE", str(tmp_path / "node-cache"))
+    monkeypatch.setattr(nd, "_LOCAL", {})
+    root = _tree(tmp_path / "corpus")
+    data = ship([DataTree(str(root), "the test corpus", owned=True)])
+    (root / "logic.pddl").write_text("(stale)")  # this node's folder at that path is another build
+    local = Path(data.localize(str(root)))
+    assert local != root and (local / "logic.pddl").read_text() == "(define)"
+
+
+def test_a_corrupt_archive_is_refused_not_used(ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import memprism_ray.actors.node_data as nd
+
+    monkeypatch.setenv("MEMPRISM_CACHE", str(tmp_path / "node-cache"))
+    monkeypatch.setattr(nd, "_LOCAL", {})
+    root = _tree(tmp_path / "corpus")
+    data = ship([DataTree(str(root), "the test corpus", owned=True)])
+    tampered = _tree(tmp_path / "x" / "corpus")
+    (tampered / "logic.pddl").write_text("(define tampered)")
+    other = ship([DataTree(str(tampered), "x", owned=True)])
+    shutil.rmtree(root)
+    forged = NodeData((dataclasses.replace(data.shipped[0], archive=other.shipped[0].archive),))
+    with pytest.raises(NodeDataError, match=r"the test corpus: the copy unpacked on node .* has sha256"):
+        forged.localize(str(root))
+    assert not list((tmp_path / "node-cache" / "node-data").glob("*/corpus"))  # nothing left to be used
+
+
+def test_user_data_missing_on_a_node_is_one_line_with_node_path_and_fix(ray_session, tmp_path: Path) -> None:
+    data = NodeData(checked=(DataTree(str(tmp_path / "alfworld"), "corpus.data_root", owned=False, fix="mount it"),))
+    with pytest.raises(NodeDataError) as err:
+        data.localize({"data_root": str(tmp_path / "alfworld" / "json")})
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith(f"corpus.data_root {tmp_path / 'alfworld'} does not exist on node ")
+    assert line.endswith(": mount it")
+    (tmp_path / "alfworld").mkdir()
+    assert data.localize({"data_root": str(tmp_path / "alfworld")}) == {"data_root": str(tmp_path / "alfworld")}
