@@ -31,7 +31,7 @@ LAYERS = (
     ("benchmark",),
     ("actors",),
     ("trainer",),
-    ("cli", "__main__"),
+    ("cli", "__main__", "local"),
 )
 CORE = ("view_space", "recorder", "router", "composer", "render", "adapter", "envs", "policy", "agent", "formats")
 

@@ -42,7 +42,7 @@ def _listening_addresses(pid_group: int) -> set[str]:
 def test_ray_job_submit_runs_the_grpo_job(
     memprism_tiny_corpus: Path, actors_reference_ckpt: Path, memprism_tiny_overrides, tmp_path: Path
 ) -> None:
-    from memprism_ray.actors.local_head import (
+    from memprism_ray.local.head import (
         auth_headers,
         new_auth_token,
         scrape_metrics,

@@ -32,7 +32,7 @@ class _AgentlessClient:
 def test_submission_waits_for_the_job_agent_then_fails_clearly(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     import ray.job_submission
 
-    from memprism_ray.actors import local_head
+    from memprism_ray.local import head as local_head
 
     monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", _AgentlessClient)
     monkeypatch.setattr(local_head.time, "sleep", lambda s: None)
@@ -57,7 +57,7 @@ class _OversizeClient:
 def test_an_oversized_working_dir_fails_at_once_and_says_what_to_move(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray.job_submission
 
-    from memprism_ray.actors import local_head
+    from memprism_ray.local import head as local_head
 
     monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", _OversizeClient)
     with pytest.raises(RuntimeError, match=r"(?s)413.*working_dir.*\.gitignore or a \.rayignore"):
@@ -82,7 +82,7 @@ def test_stop_sweeps_the_children_of_a_crashed_head() -> None:
     import os
     import time
 
-    from memprism_ray.actors.local_head import start_head
+    from memprism_ray.local.head import start_head
 
     ray_tmp = Path(tempfile.mkdtemp(prefix="mpa-"))
     head = start_head(ray_tmp, num_cpus=1, dashboard_port=0, metrics_port=0)
