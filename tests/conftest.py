@@ -30,10 +30,19 @@ def test_cache_dir() -> Path:
 @pytest.fixture(scope="session")
 def memprism_tiny_corpus() -> Path:
     from memprism_ray.envs.alfworld import ensure_default_corpus
+    from memprism_ray.envs.alfworld.corpus import default_cache_dir
 
     c = TINY_CORPUS
-    root = test_cache_dir() / f"alfworld-corpus-s{c['seed']}-t{c['train']}-e{c['eval']}"
+    # Where a job's embedded corpus with these sizes lives under --corpus.cache_dir test_cache_dir():
+    # the multi-node tests run jobs on it as the embedded corpus (shipped to the nodes).
+    root = default_cache_dir(c["seed"], c["train"], c["eval"], base=test_cache_dir())
     return ensure_default_corpus(root, train=c["train"], eval=c["eval"], seed=c["seed"], workers=2, progress=False)
+
+
+@pytest.fixture(scope="session")
+def memprism_test_cache() -> Path:
+    """:func:`test_cache_dir`, for test modules outside this file."""
+    return test_cache_dir()
 
 
 @pytest.fixture(scope="session")

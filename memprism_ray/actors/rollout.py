@@ -158,18 +158,30 @@ class RolloutWorker:
         self.index = index
         self.run_name = run_name
         self.generation = generation
-        self.doing = "starting"
+        self.doing = "placed"
         self.place = node_place()
         self._fault: tuple[str, int] | None = None
-        # Ray keeps only the text of an exception raised in __init__; kept here, the first call
-        # (start) raises it with its type, so the driver can say in one line what is missing where.
+        # Two phases: __init__ only records where the worker was placed (so the driver can tell
+        # a placed seat that is still loading from one that waits for a node), the first call
+        # builds the rest. A build failure is raised by every call with its type (Ray keeps only
+        # the text of an exception raised in __init__), so the driver can name it in one line.
+        self._args = (cfg, model_state, phi_handles, view_handles, policy_handles, needs_view_text, data)
         self.setup_error: BaseException | None = None
+
+    def _ensure_setup(self) -> None:
+        if self.setup_error is not None:
+            raise self.setup_error
+        if self._args is None:
+            return
+        args, self._args = self._args, None
+        self.doing = "starting"
         try:
-            self._setup(cfg, model_state, phi_handles, view_handles, policy_handles, needs_view_text, data)
-            self.doing = "idle"
+            self._setup(*args)
         except Exception as exc:
             self.setup_error = exc
             self.doing = f"failed to start: {type(exc).__name__}"
+            raise
+        self.doing = "idle"
 
     def _setup(
         self,
@@ -249,11 +261,15 @@ class RolloutWorker:
         where = f" on {node_label(place)}" if place else ""
         return f"rollout-worker-{index}.{generation}{where}: {getattr(self, 'doing', 'starting')}"
 
+    def placed(self) -> dict[str, Any]:
+        """Where this worker was placed (answers as soon as Ray started its process)."""
+        return dict(self.place)
+
     def start(self) -> dict[str, Any]:
-        """Where this worker runs (node id and address, pid), once its EnvWorkers answer;
-        raises what kept it from starting (e.g. :class:`NodeDataError`: data missing here)."""
-        if self.setup_error is not None:
-            raise self.setup_error
+        """Build the worker (its data localized, EnvWorkers, encoder, Router) and wait for its
+        EnvWorkers; where it runs. Raises what kept it from starting (e.g.
+        :class:`NodeDataError`: its data missing on this node)."""
+        self._ensure_setup()
         self._wait_for_envs()
         return {**self.place, "env_workers": self.env_worker_names()}
 
@@ -261,6 +277,7 @@ class RolloutWorker:
         return f"{self.run_name}-env-{self.index}.{self.generation}-{k}"
 
     def env_worker_names(self) -> list[str]:
+        self._ensure_setup()
         return [self._env_name(k) for k in range(len(self.env_workers))]
 
     def inject_fault(self, kind: str, after_steps: int = 1) -> None:
@@ -291,6 +308,7 @@ class RolloutWorker:
     def _wait_for_envs(self, timeout_s: float = 120.0) -> None:
         """Block until every EnvWorker answers: after a crash Ray restarts it, and calls made
         in the moment between death and restart fail instead of queueing."""
+        self._ensure_setup()
         deadline = time.monotonic() + timeout_s
         pending = list(self.env_workers)
         while pending:
@@ -317,8 +335,7 @@ class RolloutWorker:
         from memprism_ray.baselines import RouterSelector
         from memprism_ray.envs.base import GameRef
 
-        if self.setup_error is not None:
-            raise self.setup_error
+        self._ensure_setup()
         t0 = time.perf_counter()
         self.doing = f"iteration {spec.iteration + 1}, group {spec.group_id} ({len(spec.episode_ids)} trajectories)"
         self._wait_for_envs()
@@ -372,6 +389,5 @@ class RolloutWorker:
         return summary, rows_to_arrow(rows)
 
     def ping(self) -> int:
-        if self.setup_error is not None:
-            raise self.setup_error
+        self._ensure_setup()
         return self.index

@@ -182,6 +182,8 @@ def run_grpo_iterations(
             version,
             cfg,
             tick=lambda done, n: bar.set_description(f"GRPO (groups {done}/{n})"),
+            # While the fleet waits for a node, a lost Learner ends the job at once (RayActorError).
+            watch=lambda: ray.get(learner.iteration.remote(), timeout=cfg.run.call_timeout_s),
         )
         t_rollout = time.perf_counter() - t0
         if not rollout.steps_refs:

@@ -26,6 +26,16 @@ class PlacementRecord:
         self.path = path
         self.actors: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
+        if path is not None and path.exists():  # a resumed run continues its record
+            try:
+                old = json.loads(path.read_text())
+                self.actors, self.events = list(old.get("actors", [])), list(old.get("events", []))
+            except (OSError, ValueError):
+                pass  # unreadable: started afresh (the file is only a record)
+        for entry in self.actors:  # whatever the last driver left running is gone with it
+            if entry.get("gone") is None:
+                entry["gone"] = {"time": time.time(), "why": "its driver ended"}
+        self.events.append({"event": "driver", "time": time.time()})
 
     def actor(self, role: str, name: str, place: dict[str, Any]) -> None:
         """``name`` (its dashboard name) started as ``role`` at ``place`` (``node_place()``)."""

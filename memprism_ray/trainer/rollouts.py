@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 from tqdm import tqdm
 
 from memprism_ray.actors import waits
@@ -84,6 +84,8 @@ class Seat:
     index: int
     worker: Any = None
     starting: Any = None
+    placed: Any = None
+    """ref of the worker's ``placed()``: ready once Ray started it on a node"""
     place: dict[str, Any] | None = None
     generation: int = 0
     replacements: int = 0
@@ -185,7 +187,7 @@ class RolloutFleet:
         deadline = time.monotonic() + ping_timeout_s
         first_error: BaseException | None = None
         while not fleet.ready():
-            starting = [s.starting for s in fleet.seats if s.starting is not None]
+            starting = [s.starting for s in fleet.seats if s.starting is not None and not s.retired]
             if not starting:
                 raise first_error or FleetError("no rollout worker started")
             left = deadline - time.monotonic()
@@ -197,13 +199,33 @@ class RolloutFleet:
             ray.wait(starting, num_returns=1, timeout=min(5.0, left))
             for _seat, exc in fleet.poll(log=log):
                 first_error = first_error or exc
+        fleet.settle(log=log)  # the other seats already on a node finish loading; the rest join later
         return fleet
 
     def _launch(self, seat: Seat) -> None:
         assert self.make_worker is not None
         seat.worker = self.make_worker(seat.index, seat.generation)
+        seat.placed = seat.worker.placed.remote()
         seat.starting = seat.worker.start.remote()
         seat.place = None
+
+    def settle(self, log: Callable[[str], None] | None = None) -> None:
+        """Adopt what started, then wait (at most ``ping_timeout_s``) for the seats that Ray has
+        already placed on a node to finish starting: an iteration uses every worker the cluster
+        holds (a node that joined during the last iteration included). A seat still waiting for
+        a node is not waited for; it joins when it has started."""
+        deadline = time.monotonic() + self.ping_timeout_s
+        while True:
+            self.poll(log=log)
+            starting = [s for s in self.seats if s.starting is not None and not s.retired and s.placed is not None]
+            if not starting:
+                return
+            placed, _ = ray.wait([s.placed for s in starting], num_returns=len(starting), timeout=0)
+            loading = [s.starting for s in starting if s.placed in placed]
+            left = deadline - time.monotonic()
+            if not loading or left <= 0:
+                return
+            ray.wait(loading, num_returns=1, timeout=min(5.0, left))
 
     def _started(self, seat: Seat, place: dict[str, Any]) -> None:
         seat.starting = None
@@ -269,11 +291,15 @@ class RolloutFleet:
         self._launch(seat)
         return True
 
-    def wait_for_one(self, what: str) -> None:
+    def wait_for_one(self, what: str, watch: Callable[[], None] | None = None) -> None:
         """Block until some seat has a started worker (at most ``ping_timeout_s``), adopting
-        it; a ``FleetError`` when every seat is retired or none is placed in time."""
+        it; a ``FleetError`` when every seat is retired or none is placed in time. ``watch``
+        is called every few seconds meanwhile and may raise (the Learner lost with the node
+        the fleet was on ends the wait at once, not after the timeout)."""
         deadline = time.monotonic() + self.ping_timeout_s
         while not self.ready():
+            if watch is not None:
+                watch()
             starting = [s.starting for s in self.seats if s.starting is not None and not s.retired]
             if not starting:
                 raise FleetError(
@@ -347,6 +373,7 @@ def run_groups(
     version: int,
     cfg: Any,
     tick: Callable[[int, int], None] | None = None,
+    watch: Callable[[], None] | None = None,
 ) -> RolloutResult:
     """Dispatch groups to idle rollout workers (see the module docstring for faults). A group
     with failed trajectories is re-run once when ``rollout.rerun_failed``; otherwise its
@@ -354,14 +381,15 @@ def run_groups(
     learner's object ref, or ``None`` to keep the workers' weights) is waited for here
     without being fetched. ``tick(groups done, groups)`` is called as groups finish and at
     least every 15 s while they play, so a long iteration is never silent. Workers that
-    started since the last iteration (a replacement, a seat placed on a new node) join first."""
+    started since the last iteration (a replacement, a seat placed on a new node) join first.
+    ``watch()`` is called while no worker is left to wait for one (it raises to end the wait)."""
     from memprism_ray.trainer.placement_record import node_alive
 
     if weights_ref is not None:
         waits.ready([weights_ref], cfg.run.call_timeout_s, f"Router weights version {version} from the learner")
     out = RolloutResult()
     retired_before = len(fleet.retired)
-    fleet.poll(log=say)
+    fleet.settle(log=say)
     out.fleet_size = fleet.size()
     timeout_s = cfg.rollout.group_timeout_s
     pending = list(specs)
@@ -406,7 +434,7 @@ def run_groups(
 
     while pending or in_flight:
         if pending and not idle and not in_flight:
-            fleet.wait_for_one(f"{len(pending)} group(s) of iteration version {version}")
+            fleet.wait_for_one(f"{len(pending)} group(s) of iteration version {version}", watch)
         if pending:  # a replacement (or a seat placed on a new node) that started meanwhile joins now
             fleet.poll(log=say)
             busy = {w for w, *_ in in_flight.values()}
@@ -429,9 +457,14 @@ def run_groups(
             w, spec, steps_ref, _ = in_flight.pop(ref)
             try:
                 summary = waits.get(ref, cfg.run.call_timeout_s, f"summary of group {spec.group_id}")
-            except RayActorError as exc:  # the rollout worker's process died
-                worker_failed(w, spec, f"rollout worker died ({type(exc).__name__})")
-                continue
+            except RayActorError as exc:
+                if not isinstance(exc, RayTaskError):  # the rollout worker's process died
+                    worker_failed(w, spec, f"rollout worker died ({type(exc).__name__})")
+                    continue
+                # run_group failed on something else that died (the Learner holding the weights):
+                cause = getattr(exc, "cause", None) or exc
+                summary = _failed_summary(spec, version, f"run_group: {one_line(cause)}")
+                steps_ref = None
             except Exception as exc:  # run_group raised: every trajectory of the group failed
                 cause = getattr(exc, "cause", None) or exc  # RayTaskError: the worker's own exception
                 summary = _failed_summary(spec, version, f"run_group: {one_line(cause)}")

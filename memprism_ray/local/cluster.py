@@ -1,0 +1,218 @@
+"""A Ray cluster of several nodes on this machine (issue 34): a head and worker nodes started
+with ``ray start``, each worker node, where the machine allows it, with disks of its own for
+the folders it names (as on separate machines). The multi-node tests and
+``benchmarks/bench_scaling.py`` run the real jobs on it; docs/cluster.md says what it showed.
+
+Separate disks: as root, a worker node starts in its own mount namespace (``unshare -m``) with
+an empty tmpfs over each private folder (the memprism cache, the run directory), so its
+processes see empty folders where the driver sees its corpus and checkpoints
+(:func:`can_isolate_disks` says whether this machine can). Measured here with Ray 2.60: a head
+of 0 CPUs up in 3 s, a worker node in 5-6 s; two nodes started at the same moment can time out,
+so :meth:`LocalCluster.add_node` waits for each.
+
+Listeners: a cluster of several nodes listens on the machine's interface address (Ray refuses
+to join a second node while ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps a single node on
+127.0.0.1); keep such a machine behind its firewall, as docs/cluster.md says for real clusters.
+
+Every node runs in a process group of its own and is stopped by it, never with ``ray stop``
+(which would stop every Ray process of the machine, other tests' included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memprism_ray.local.head import free_port, head_env
+
+
+def can_isolate_disks() -> str:
+    """``""`` when worker nodes can get disks of their own here, else why not (a test's skip reason)."""
+    if os.geteuid() != 0:
+        return "separate disks per node need root (a mount namespace with tmpfs mounts)"
+    if shutil.which("unshare") is None:
+        return "separate disks per node need util-linux's unshare"
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /mnt"], capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        return f"unshare -m with a tmpfs mount failed here: {probe.stderr.decode(errors='replace').strip()[:200]}"
+    return ""
+
+
+def _ray_bin() -> str:
+    ray = Path(sys.executable).parent / "ray"
+    return str(ray) if ray.exists() else "ray"
+
+
+def _cluster_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = head_env(extra)
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # =0 forbids a second node (see the module docstring)
+    return env
+
+
+@dataclass
+class LocalNode:
+    """One ``ray start --block`` process group: the head or a worker node."""
+
+    process: subprocess.Popen
+    log_path: Path
+    num_cpus: float
+    private_dirs: tuple[Path, ...] = ()
+    resources: dict[str, float] = field(default_factory=dict)
+    node_id: str = ""
+    """the Ray node id (chosen here, so a test knows which node holds which actor)"""
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole group: the raylet and every worker of the node die at once, as when
+        a machine is lost or a preemptible node is taken back."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=30)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM to ``ray start`` (it stops its own processes), then :meth:`kill` as a sweep."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=timeout)
+        self.kill()
+
+
+def _start(cmd: list[str], log_path: Path, env: dict[str, str], what: str, timeout_s: float) -> subprocess.Popen:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, stdin=subprocess.DEVNULL
+        )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = log_path.read_text(errors="replace")
+        if "Ray runtime started" in text:
+            return proc
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited while starting; see {log_path}:\n{text[-1500:]}")
+        time.sleep(0.3)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    raise TimeoutError(f"{what} did not start within {timeout_s:.0f}s; see {log_path}")
+
+
+class LocalCluster:
+    """A head (``head_cpus`` CPUs: 0, as docs/cluster.md prescribes, so no actor lands on it)
+    and worker nodes added with :meth:`add_node`. ``env``: variables for every node (and so
+    every actor), e.g. ``MEMPRISM_CACHE``. ``autoscaling_config``: a fake multi-node autoscaler
+    config (``RAY_FAKE_CLUSTER``) that adds and removes nodes itself on pending demand."""
+
+    def __init__(
+        self,
+        temp_dir: Path,
+        *,
+        head_cpus: float = 0,
+        env: dict[str, str] | None = None,
+        dashboard: bool = False,
+        autoscaling_config: Path | None = None,
+        timeout_s: float = 120.0,
+    ) -> None:
+        self.temp_dir = Path(temp_dir).resolve()
+        # Ray's session folder holds Unix sockets, whose paths may not exceed 107 bytes: a short
+        # folder of its own under /tmp, whatever temp_dir (a pytest tmp path is too long).
+        self.ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+        self.env = dict(env or {})
+        self.port = free_port()
+        self.dashboard_port = free_port(8265) if dashboard else 0
+        self.timeout_s = timeout_s
+        self.nodes: list[LocalNode] = []
+        cmd = [
+            _ray_bin(), "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={head_cpus:g}",
+            "--node-ip-address=127.0.0.1", f"--temp-dir={self.ray_dir}", "--disable-usage-stats",
+            f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+        ]  # fmt: skip
+        if dashboard:
+            cmd += ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}"]
+        else:
+            cmd.append("--include-dashboard=false")
+        head_vars = dict(self.env)
+        if autoscaling_config is not None:
+            cmd.append(f"--autoscaling-config={autoscaling_config}")
+            head_vars |= {"RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
+        self.head = LocalNode(
+            _start(cmd, self.temp_dir / "head.log", _cluster_env(head_vars), "the Ray head", timeout_s),
+            self.temp_dir / "head.log",
+            head_cpus,
+        )
+
+    @property
+    def address(self) -> str:
+        """The GCS address a driver joins (``RAY_ADDRESS``)."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def dashboard_address(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def add_node(
+        self,
+        num_cpus: float,
+        *,
+        private_dirs: tuple[Path, ...] = (),
+        resources: dict[str, float] | None = None,
+    ) -> LocalNode:
+        """Start a worker node and wait until it runs. ``private_dirs``: folders this node sees
+        empty (its own tmpfs; they must exist), needing :func:`can_isolate_disks`."""
+        import json
+
+        k = len(self.nodes)
+        ray_cmd = [
+            _ray_bin(), "start", "--block", f"--address={self.address}", f"--num-cpus={num_cpus:g}",
+            "--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--dashboard-agent-listen-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+        ]  # fmt: skip
+        if resources:
+            ray_cmd.append(f"--resources={json.dumps(resources)}")
+        cmd = ray_cmd
+        if private_dirs:
+            why = can_isolate_disks()
+            if why:
+                raise RuntimeError(why)
+            mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(str(Path(d).resolve()))}" for d in private_dirs)
+            cmd = ["unshare", "-m", "sh", "-c", f"{mounts} && exec {shlex.join(ray_cmd)}"]
+        node_id = secrets.token_hex(28)
+        # Ray's own switch for a chosen node id (its fake multi-node provider sets it the same way).
+        env = _cluster_env({**self.env, "RAY_OVERRIDE_NODE_ID_FOR_TESTING": node_id})
+        node = LocalNode(
+            _start(cmd, self.temp_dir / f"node-{k}.log", env, f"worker node {k}", self.timeout_s),
+            self.temp_dir / f"node-{k}.log",
+            num_cpus,
+            tuple(Path(d) for d in private_dirs),
+            dict(resources or {}),
+            node_id,
+        )
+        self.nodes.append(node)
+        return node
+
+    def shutdown(self) -> None:
+        for node in [*self.nodes, self.head]:
+            node.stop()
+        # A fake autoscaler's nodes are children of the head's monitor, in its session: swept with it.
+        shutil.rmtree(self.ray_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
