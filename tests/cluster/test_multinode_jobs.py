@@ -155,11 +155,13 @@ def test_node_losses_lose_nothing_and_resume_reaches_the_same_weights(
     assert [{k: r[k] for k in same} for r in rows] == [{k: r[k] for k in same} for r in grpo_rows(reference)]
 
 
-def test_user_data_missing_on_the_nodes_is_one_line(rig, memprism_tiny_corpus: Path, tmp_path: Path) -> None:
+def test_user_data_missing_on_the_nodes_is_one_line(
+    rig, memprism_tiny_corpus: Path, actors_reference_ckpt: Path, tmp_path: Path
+) -> None:
     """``corpus.data_root`` given by the user exists on the driver only: the job refuses where
     the first actor starts, naming the node, the path and the fix; exit 1, no traceback."""
     _ensure_nodes(rig, 1)
-    ref = next((rig.runs / "undisturbed" / "d1").glob("*/checkpoint"))
+    ref = actors_reference_ckpt
     args = [
         "--config", "configs/local.yaml", "--corpus.data_root", str(memprism_tiny_corpus),
         "--run.out_dir", str(rig.runs), "--run.name", "userdata", "--run.tensorboard", "false",
