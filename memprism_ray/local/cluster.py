@@ -114,8 +114,10 @@ def _start(cmd: list[str], log_path: Path, env: dict[str, str], what: str, timeo
 class LocalCluster:
     """A head (``head_cpus`` CPUs: 0, as docs/cluster.md prescribes, so no actor lands on it)
     and worker nodes added with :meth:`add_node`. ``env``: variables for every node (and so
-    every actor), e.g. ``MEMPRISM_CACHE``. ``autoscaling_config``: a fake multi-node autoscaler
-    config (``RAY_FAKE_CLUSTER``) that adds and removes nodes itself on pending demand."""
+    every actor), e.g. ``MEMPRISM_CACHE``. ``autoscale``: worker node types
+    (``{name: {"resources": {...}, "max_workers": n}}``) for Ray's fake multi-node autoscaler
+    (``RAY_FAKE_CLUSTER``), which then adds nodes on pending demand and removes idle ones; its
+    nodes are processes of the head's monitor, on the machine's own disk."""
 
     def __init__(
         self,
@@ -124,7 +126,7 @@ class LocalCluster:
         head_cpus: float = 0,
         env: dict[str, str] | None = None,
         dashboard: bool = False,
-        autoscaling_config: Path | None = None,
+        autoscale: dict[str, dict[str, object]] | None = None,
         timeout_s: float = 120.0,
     ) -> None:
         self.temp_dir = Path(temp_dir).resolve()
@@ -147,14 +149,48 @@ class LocalCluster:
         else:
             cmd.append("--include-dashboard=false")
         head_vars = dict(self.env)
-        if autoscaling_config is not None:
-            cmd.append(f"--autoscaling-config={autoscaling_config}")
+        if autoscale is not None:
+            cmd.append(f"--autoscaling-config={self._autoscaling_config(autoscale, head_cpus)}")
             head_vars |= {"RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
         self.head = LocalNode(
             _start(cmd, self.temp_dir / "head.log", _cluster_env(head_vars), "the Ray head", timeout_s),
             self.temp_dir / "head.log",
             head_cpus,
         )
+
+    def _autoscaling_config(self, node_types: dict[str, dict[str, object]], head_cpus: float) -> Path:
+        """The fake autoscaler's cluster config (the Ray 2.60 wheel lacks the example file
+        ``AutoscalingCluster`` reads): the head at ``max_workers: 0``, ``node_types`` from 0."""
+        import yaml
+
+        types: dict[str, object] = {
+            "ray.head.default": {"resources": {"CPU": head_cpus}, "node_config": {}, "max_workers": 0}
+        }
+        for name, spec in node_types.items():
+            types[name] = {"node_config": {}, "min_workers": 0, **spec}
+        config = {
+            "cluster_name": "memprism-local",
+            "max_workers": sum(int(t.get("max_workers", 1)) for t in node_types.values()),
+            "upscaling_speed": 1.0,
+            "idle_timeout_minutes": 1,
+            "provider": {
+                "type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
+                "disable_launch_config_check": True, "gcs_address": self.address,
+            },
+            "available_node_types": types,
+            "head_node_type": "ray.head.default",
+            "auth": {"ssh_user": "ray"},
+            "docker": {},
+            "file_mounts": {},
+            "cluster_synced_files": [],
+            "file_mounts_sync_continuously": False,
+            **{k: [] for k in ("initialization_commands", "setup_commands", "head_setup_commands",
+                               "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands")},
+        }  # fmt: skip
+        path = self.temp_dir / "autoscaling.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config))
+        return path
 
     @property
     def address(self) -> str:

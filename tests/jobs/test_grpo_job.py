@@ -166,3 +166,27 @@ def test_bad_start_is_one_line_before_ray(
     assert message in err and "Traceback" not in err
     assert "cluster" not in out  # refused before a Ray instance started
     assert not any(tmp_path.iterdir())  # nothing created
+
+
+@pytest.mark.ray
+def test_a_job_in_which_every_trajectory_fails_ends_in_one_line_with_the_cause(
+    ray_session, memprism_tiny_corpus: Path, actors_reference_ckpt: Path, memprism_tiny_overrides, tmp_path: Path,
+    run_job_captured,
+) -> None:
+    """Issue 34 item 2: the task model's endpoint is down, so every decision of every
+    trajectory fails. The [grpo] lines name the first cause and its node; the job ends in one
+    line with that cause, exit status 1, no traceback (it used to end in a 12-line traceback
+    that never said why)."""
+    argv = [
+        "--config", "configs/local.yaml", *memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "down"),
+        "--init_checkpoint", str(actors_reference_ckpt), "--grpo.iterations", "1",
+        "--policy.backend", "openai", "--policy.openai.base_url", "http://127.0.0.1:9/v1",
+        "--policy.openai.max_retries", "0", "--policy.openai.model", "none",
+    ]  # fmt: skip
+    status, out, err = run_job_captured("grpo_alfworld.py", argv)
+    assert status == 1, out[-2000:] + err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out + err
+    assert lines[0].startswith("[grpo] error: iteration 1: no group produced a decision (")
+    assert "first cause: policy: " in lines[0] and "127.0.0.1:9" in lines[0] and "[node " in lines[0]
+    assert "trajectories failed (first: policy: " in out  # the [grpo] line of each failed group says it too

@@ -57,7 +57,10 @@ def test_a_dead_learner_is_one_line_with_the_command_that_continues(
     def died(*_args: object, **_kwargs: object) -> None:
         raise ActorDiedError()
 
+    from memprism_ray.actors import node_data
+
     monkeypatch.setattr(placement, "init_ray", lambda *a, **k: {"CPU": 2.0})
+    monkeypatch.setattr(node_data, "ship", lambda *a, **k: node_data.NodeData())
     monkeypatch.setattr(grpo, "start_training_actors", lambda *a, **k: None)
     monkeypatch.setattr(grpo, "run_grpo_iterations", died)
     argv = ["--config", "configs/local.yaml", "--resume", "auto", "--grpo.iterations", "3"]
@@ -72,3 +75,4 @@ def test_a_dead_learner_is_one_line_with_the_command_that_continues(
 def test_without_resume_drops_every_spelling() -> None:
     args = ["--resume", "x", "--a", "1", "--run.resume=auto", "--resume=p", "--run.resume", "y", "--b"]
     assert fit_module._without_resume(args) == ["--a", "1", "--b"]
+
