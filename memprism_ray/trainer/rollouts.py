@@ -261,10 +261,12 @@ class RolloutFleet:
         return failures
 
     # ------------------------------------------------------------------ replacing
-    def replace(self, index: int, reason: str, *, node_lost: bool = False) -> bool:
+    def replace(self, index: int, reason: str, *, died: bool = False) -> bool:
         """Kill worker ``index`` (hung, dead, failing) and start a fresh one in its place.
         Returns False when the seat is retired instead (no factory, or replaced too often).
-        The new worker joins when it has started (:meth:`poll`)."""
+        The new worker joins when it has started (:meth:`poll`). ``died``: its process or node
+        died; an elastic fleet does not count that against the seat (a node taken back is
+        not the seat's fault; a worker that cannot even start still counts)."""
         seat = self.seats[index]
         if seat.worker is not None:
             ray.kill(seat.worker)  # also ends its EnvWorkers (owned by its process)
@@ -273,7 +275,7 @@ class RolloutFleet:
         seat.worker = None
         seat.starting = None
         seat.strikes = 0
-        return self._replace(seat, reason, counts=not (node_lost and self.elastic), log=say)
+        return self._replace(seat, reason, counts=not (died and self.elastic), log=say)
 
     def _replace(
         self, seat: Seat, reason: str, *, retire: bool = False, counts: bool = True, log: Callable[[str], None] | None
@@ -417,16 +419,17 @@ def run_groups(
                 say(f"group {spec.group_id}: {n} of {len(spec.episode_ids)} trajectories failed{cause}; left out")
             done.append(outcome)
 
-    def worker_failed(w: int, spec: GroupSpec, reason: str) -> None:
-        seat = fleet.seats[w]
-        place = seat.place or {}
-        lost = bool(place.get("node_id")) and not node_alive(place["node_id"])
+    deaths: list[str] = []  # node ids of workers that died in this iteration
+
+    def worker_failed(w: int, spec: GroupSpec, reason: str, died: bool = False) -> None:
+        place = fleet.seats[w].place or {}
         where = node_label(place) if place.get("node_id") else "node unknown"
-        if lost:
-            out.workers_lost += 1
-            reason = f"{reason}; {where} is gone"
+        if died and place.get("node_id"):
+            deaths.append(place["node_id"])
+            if not node_alive(place["node_id"]):
+                reason = f"{reason}; {where} is gone"
         out.failed_trajectories += len(spec.episode_ids)
-        if fleet.replace(w, f"group {spec.group_id}: {reason}", node_lost=lost):
+        if fleet.replace(w, f"group {spec.group_id}: {reason}", died=died):
             out.workers_replaced += 1
         summary = _failed_summary(spec, version, reason)
         summary.node = where
@@ -459,7 +462,7 @@ def run_groups(
                 summary = waits.get(ref, cfg.run.call_timeout_s, f"summary of group {spec.group_id}")
             except RayActorError as exc:
                 if not isinstance(exc, RayTaskError):  # the rollout worker's process died
-                    worker_failed(w, spec, f"rollout worker died ({type(exc).__name__})")
+                    worker_failed(w, spec, f"rollout worker died ({type(exc).__name__})", died=True)
                     continue
                 # run_group failed on something else that died (the Learner holding the weights):
                 cause = getattr(exc, "cause", None) or exc
@@ -489,6 +492,9 @@ def run_groups(
                 in_flight.pop(ref)
                 worker_failed(w, spec, f"hung: no result within rollout.group_timeout_s={timeout_s:g}s")
     out.workers_retired = len(fleet.retired) - retired_before
+    # Lost with their node: the deaths whose node Ray has marked dead by now (its health checks
+    # take about 15 s by default; a death seen earlier in a short iteration counts as a replacement).
+    out.workers_lost = sum(not node_alive(n) for n in deaths)
     out.fleet_size_end = fleet.size()
     order = {s.group_id: i for i, s in enumerate(specs)}
     out.groups = sorted(done, key=lambda g: order[g.summary.group_id])
