@@ -191,6 +191,10 @@ class EpisodeResult:
     won: bool = False
     reward: float = 0.0
     steps: int = 0
+    """decisions taken"""
+    env_steps: int = 0
+    """decisions that took a step of the env's budget (``agent.max_steps``; EB-ALFRED's
+    invalid outputs take none, envs.base.STEP_TAKEN): what the step-limit curve counts"""
     status: str = "ok"
     error: str | None = None
     goal: str = ""
@@ -211,6 +215,7 @@ class EpisodeResult:
             "won": self.won,
             "reward": self.reward,
             "steps": self.steps,
+            "env_steps": self.env_steps,
             "status": self.status,
             "error": self.error,
         }
@@ -243,7 +248,6 @@ class _Live:
     obs: str = ""
     admissible: tuple[str, ...] = ()
     history: list[HistoryRecord] = field(default_factory=list)
-    env_steps: int = 0  # decisions that took a step of the env's budget (envs.base.STEP_TAKEN)
     done: bool = False
     frame: bytes | None = None  # the latest camera frame (PNG; EB-ALFRED)
     prompt_meta: dict[str, Any] = field(default_factory=dict)  # the env's text for the prompt (PROMPT_META_KEYS)
@@ -636,7 +640,7 @@ class Agent:
         res, tr = lv.result, lv.turn.tr
         lv.history.append(HistoryRecord(res.steps, lv.obs, _recorded(tr) or lv.turn.action, tr.feedback))
         res.steps += 1
-        lv.env_steps += took_step(tr)
+        res.env_steps += took_step(tr)
         res.reward += float(tr.reward)
         lv.obs, lv.admissible, lv.frame = tr.feedback, tr.admissible, tr.frame
         lv.prompt_meta.update((k, tr.meta.get(k)) for k in STEP_PROMPT_KEYS)
@@ -647,7 +651,7 @@ class Agent:
         # no step are capped at max_steps too, so no env can keep an episode going for ever
         # (EB-ALFRED's own 10-invalid limit ends it first).
         limit = self.config.max_steps
-        if tr.done or tr.won or lv.env_steps >= limit or res.steps - lv.env_steps >= limit:
+        if tr.done or tr.won or res.env_steps >= limit or res.steps - res.env_steps >= limit:
             lv.done = True
 
     # ---- memory-interface conditions (baselines/memory.py) ------------------------

@@ -120,11 +120,12 @@ def condition_report(
     policy = [float(r["policy_latency_ms"]) for r in rows]
     invalid = sum(1 for r in rows if not r["valid"])
 
-    # The last threshold is the step limit itself, so the curve ends at the final SR.
+    # The last threshold is the step limit itself, so the curve ends at the final SR: it counts
+    # the steps the limit counts (EB-ALFRED's invalid outputs take no simulator step).
     thresholds = [L for L in THRESHOLDS if max_steps > L] + [max_steps]
     by_len = []
     for L in thresholds:
-        won_by = sum(1 for e in done if e["won"] and e["steps"] <= L)
+        won_by = sum(1 for e in done if e["won"] and e.get("env_steps", e["steps"]) <= L)
         tok = [float(r["prompt_tokens"]) for r in rows if int(r["step"]) < L]
         by_len.append({"threshold": L, "sr": (won_by / n if n else 0.0), "prompt_tokens_mean": _mean(tok)})
 

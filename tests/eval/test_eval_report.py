@@ -227,3 +227,18 @@ def test_write_json_handles_numpy_actions_and_paths(tmp_path: Path) -> None:
     assert back == {"a": 0.5, "b": 3, "c": [0, 1, 2], "d": A.to_dict(), "e": str(tmp_path)}
     with pytest.raises(TypeError, match="set"):
         rpt.write_json(tmp_path / "bad.json", {"x": {1, 2}})
+
+
+def test_the_step_curve_counts_the_steps_the_limit_counts() -> None:
+    """Issue 35: an EB-ALFRED episode won on its 30th simulator step after 9 invalid outputs took
+    39 decisions; the curve's last point (the 30-step limit) still counts it, so the curve ends
+    at the final SR. Episodes recorded before env_steps existed are read by their decisions."""
+    from memprism_ray.eval.report import condition_report
+
+    won_late = {"episode_id": "a", "won": True, "status": "ok", "steps": 39, "env_steps": 30, "task_type": "base"}
+    old = {"episode_id": "b", "won": True, "status": "ok", "steps": 12, "task_type": "base"}
+    lost = {"episode_id": "c", "won": False, "status": "ok", "steps": 30, "env_steps": 30, "task_type": "base"}
+    rep = condition_report("memprism", [won_late, old, lost], [], tokenizer="words", max_steps=30)
+    curve = {p["threshold"]: p["sr"] for p in rep["by_length"]}
+    assert curve[30] == rep["sr"] == 2 / 3
+    assert curve[20] == 1 / 3  # the late win is not within 20 steps; the old record's 12 decisions are
