@@ -33,7 +33,9 @@ from PIL import Image
 
 from memprism_ray.policy.base import HistoryRecord, PolicyInput
 
-PROMPT_VERSION: str = "memprism-prompts-v1"
+#: v2 (issue 35): EB-ALFRED's in-context examples by skill name, one action per step, and the
+#: instruction without its final period; the templates themselves are v1's.
+PROMPT_VERSION: str = "memprism-prompts-v2"
 
 #: Template files of each benchmark, in message order.
 TEMPLATE_FILES: dict[str, tuple[str, ...]] = {

@@ -59,7 +59,7 @@ def m2w(**kw):
 
 
 def test_templates_hold_the_paper_text_verbatim() -> None:
-    assert PROMPT_VERSION == "memprism-prompts-v1"
+    assert PROMPT_VERSION == "memprism-prompts-v2"
     alfworld = load_template("alfworld.txt")
     assert alfworld.startswith("<image>\nYou are an expert agent operating in the ALFRED embodied Environment.")
     assert "This reasoning process MUST be enclosed within\n<think></think> tags." in alfworld
