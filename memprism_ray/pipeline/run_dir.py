@@ -103,6 +103,11 @@ def d1_key(config: Any) -> str:
     tree = to_dict(config)
     parts = {s: tree.get(s) for s in D1_SECTIONS}
     parts["run.seed"] = tree.get("run", {}).get("seed")
+    own = (tree.get("corpus") or {}).get("benchmark")
+    if own in tree:
+        # The benchmark's own section (mind2web: its candidate pool; ebalfred: its episodes and
+        # skills) makes the D1 data too; ALFWorld has none, so its keys are unchanged.
+        parts[own] = tree[own]
     phi = tree.get("phi") or {}
     if phi.get("kind", "rules") != "rules":
         # D1's expert streams are re-extracted by an LLM Phi; the rule Phi keeps the keys of

@@ -191,3 +191,15 @@ def test_d1_key_covers_phi_only_when_an_llm_phi_extracts(tmp_path: Path) -> None
     c = cfg(tmp_path)
     assert d1_key(cfg(tmp_path, "--phi.base_url", "http://127.0.0.1:9/v1")) == d1_key(c)
     assert d1_key(cfg(tmp_path, "--phi.kind", "llm", "--phi.model", "m")) != d1_key(c)
+
+
+def test_d1_key_follows_the_benchmarks_own_section(tmp_path: Path) -> None:
+    """Issue 35: Mind2Web's D1 replays the human trajectories on a candidate pool, so D1 data
+    made on the project's pool is never reused for MindAct's (the mind2web section is keyed)."""
+    from memprism_ray.config import load_config
+
+    def m2w(*extra: str):
+        return load_config("configs/mind2web_smoke.yaml", ["--run.out_dir", str(tmp_path), *extra])
+
+    assert d1_key(m2w()) == d1_key(m2w())
+    assert d1_key(m2w("--mind2web.candidate_scores", "candidate_scores.jsonl")) != d1_key(m2w())
