@@ -10,14 +10,14 @@ outcome, ...) whose object ref the driver hands to the learner unread. The Route
 arrive the same way: an object ref made by the learner, resolved here.
 
 The group's event streams live here; with a ``ViewWorker`` pool each step sends a worker
-only the records appended since it last saw the stream (:class:`RemoteViews`).
+only the records appended since it last saw the stream
+(:class:`~memprism_ray.actors.services.RemoteViews`).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,10 +26,9 @@ import ray
 
 from memprism_ray.actors.node_data import NodeData, node_label, node_place
 from memprism_ray.actors.placement import set_ray_env
-from memprism_ray.actors.services import PolicyPool, Pool, RayServices, gather
+from memprism_ray.actors.services import PolicyPool, Pool, RayServices, RemoteViews
 from memprism_ray.actors.workers import EnvWorker
 from memprism_ray.benchmark import get_benchmark
-from memprism_ray.views import RenderedView, ViewRequest
 
 
 @dataclass(frozen=True)
@@ -61,46 +60,6 @@ class GroupSummary:
     @property
     def failed(self) -> int:
         return sum(1 for e in self.episodes if e["status"] == "failed")
-
-
-class RemoteViews:
-    """Views for a ``ViewWorker`` pool, from stream deltas: each episode's stream is pinned
-    to one worker, which keeps a replica; a step sends only the records appended since
-    (``views.DeltaTracker``). A replica found out of step is resent whole, once."""
-
-    def __init__(self, handles: Sequence[Any], timeout_s: float, offset: int = 0) -> None:
-        from memprism_ray.views import DeltaTracker
-
-        if not handles:
-            raise ValueError("RemoteViews needs at least one ViewWorker")
-        self.handles = list(handles)
-        self.timeout_s = timeout_s
-        self.tracker = DeltaTracker(len(self.handles), offset=offset)
-
-    def render_each(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
-        from memprism_ray.views import StreamOutOfSync
-
-        out: list[Any] = self._send(requests, range(len(requests)), full=False)
-        resend = [i for i, r in enumerate(out) if isinstance(r, StreamOutOfSync)]
-        if resend:  # the worker restarted or dropped the replica: send those streams whole
-            for i, r in zip(resend, self._send(requests, resend, full=True), strict=True):
-                out[i] = r
-        for req, r in zip(requests, out, strict=True):
-            self.tracker.acknowledge(req.stream, 0 if isinstance(r, BaseException) else len(req.stream))
-        return out
-
-    def _send(self, requests: Sequence[ViewRequest], idxs: Sequence[int], *, full: bool) -> list[Any]:
-        by_worker: dict[int, list[int]] = {}
-        deltas = {}
-        for i in idxs:
-            w, deltas[i] = self.tracker.request(requests[i], full=full)
-            by_worker.setdefault(w, []).append(i)
-        calls, order = [], []
-        for w, members in by_worker.items():
-            calls.append((self.handles[w].render_deltas.remote([deltas[i] for i in members]), len(members)))
-            order.extend(members)
-        results = dict(zip(order, gather(calls, self.timeout_s, "ViewWorker.render_deltas"), strict=True))
-        return [results[i] for i in idxs]
 
 
 class _Fault:

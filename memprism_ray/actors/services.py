@@ -222,12 +222,52 @@ class PoolPolicy:
         return self.pool.act(inputs, group=self.group)
 
 
+class RemoteViews:
+    """Views for a ``ViewWorker`` pool, from stream deltas: each episode's stream is pinned
+    to one worker, which keeps a replica; a step sends only the records appended since
+    (``views.DeltaTracker``). A replica found out of step is resent whole, once."""
+
+    def __init__(self, handles: Sequence[Any], timeout_s: float, offset: int = 0) -> None:
+        from memprism_ray.views import DeltaTracker
+
+        if not handles:
+            raise ValueError("RemoteViews needs at least one ViewWorker")
+        self.handles = list(handles)
+        self.timeout_s = timeout_s
+        self.tracker = DeltaTracker(len(self.handles), offset=offset)
+
+    def render_each(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
+        from memprism_ray.views import StreamOutOfSync
+
+        out: list[Any] = self._send(requests, range(len(requests)), full=False)
+        resend = [i for i, r in enumerate(out) if isinstance(r, StreamOutOfSync)]
+        if resend:  # the worker restarted or dropped the replica: send those streams whole
+            for i, r in zip(resend, self._send(requests, resend, full=True), strict=True):
+                out[i] = r
+        for req, r in zip(requests, out, strict=True):
+            self.tracker.acknowledge(req.stream, 0 if isinstance(r, BaseException) else len(req.stream))
+        return out
+
+    def _send(self, requests: Sequence[ViewRequest], idxs: Sequence[int], *, full: bool) -> list[Any]:
+        by_worker: dict[int, list[int]] = {}
+        deltas = {}
+        for i in idxs:
+            w, deltas[i] = self.tracker.request(requests[i], full=full)
+            by_worker.setdefault(w, []).append(i)
+        calls, order = [], []
+        for w, members in by_worker.items():
+            calls.append((self.handles[w].render_deltas.remote([deltas[i] for i in members]), len(members)))
+            order.extend(members)
+        results = dict(zip(order, gather(calls, self.timeout_s, "ViewWorker.render_deltas"), strict=True))
+        return [results[i] for i in idxs]
+
+
 class RayServices:
     """Agent services on actors.
 
     ``env_workers[k]`` holds ``slots_per_worker`` slots; global slot ``s`` lives on worker
     ``s // slots_per_worker``. ``phi`` is a pool or a local ``Phi``; ``views`` has
-    ``render_each`` (a local ``ViewService`` or ``rollout.RemoteViews``); ``policy`` is a
+    ``render_each`` (a local ``ViewService`` or a :class:`RemoteViews` pool); ``policy`` is a
     :class:`PolicyPool` or a local policy.
     """
 

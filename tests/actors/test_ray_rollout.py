@@ -90,7 +90,7 @@ def test_view_worker_draws_from_deltas_and_resyncs_after_a_restart(system) -> No
 
     import ray
 
-    from memprism_ray.actors.rollout import RemoteViews
+    from memprism_ray.actors.services import RemoteViews
     from memprism_ray.recorder import EventStream, RawEvent
     from memprism_ray.view_space import ViewAction
     from memprism_ray.views import ViewRequest, ViewService
