@@ -8,7 +8,7 @@ affects both variants alike:
   over the encoder and planner (12.7M parameters) at ``--sft-batch`` decisions, with
   ``torch.optim.AdamW`` in its default (per-parameter loop) form and with ``fused=True``,
   which the trainer uses.
-* **D2 update** (:class:`memprism_ray.adapter.grpo.GRPOTrainer`): one iteration's update on
+* **D2 update** (:class:`memprism_ray.adapter.grpo_update.GRPOUpdater`): one iteration's update on
   ``--decisions`` decisions, with the reference model's logits from the shared ``z_t`` (what
   the trainer does while the reference's encoder equals the frozen encoder) and with a full
   second forward pass of the reference model.
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from _results import write_result
 
-from memprism_ray.adapter.grpo import GRPOBatch, GRPOConfig, GRPOTrainer
+from memprism_ray.adapter.grpo_update import GRPOBatch, GRPOConfig, GRPOUpdater
 from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM
 from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 from memprism_ray.view_space import NUM_ACTIONS
@@ -102,14 +102,14 @@ def main() -> None:
     # D2: two trainers on the same batch. "shared z": the reference is a copy of the model, so its
     # encoder is the model's own; "full ref forward": one encoder weight of the reference is
     # nudged, so the trainer must run the reference's own encoder.
-    trainers: dict[str, GRPOTrainer] = {}
+    trainers: dict[str, GRPOUpdater] = {}
     for name in ("shared z", "full ref forward"):
         model = ViewPolicyModel(RouterConfig())
         ref = copy.deepcopy(model)
         if name != "shared z":
             with torch.no_grad():
                 ref.parameter_groups()["encoder"][0].add_(1e-3)
-        trainers[name] = GRPOTrainer(model, ref, GRPOConfig(device="cpu", update_batch_size=512))
+        trainers[name] = GRPOUpdater(model, ref, GRPOConfig(device="cpu", update_batch_size=512))
     assert trainers["shared z"].ref_shares_encoder() and not trainers["full ref forward"].ref_shares_encoder()
     batch = grpo_batch(args.decisions, rng)
     d2: dict[str, list[float]] = {name: [] for name in trainers}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from memprism_ray.adapter.grpo import GRPOConfig
+from memprism_ray.adapter.grpo_update import GRPOConfig
 from memprism_ray.adapter.sft import SFTConfig
 from memprism_ray.agent import AgentConfig
 from memprism_ray.baselines.conditions import check_condition_names, condition_needs

@@ -32,7 +32,7 @@ def groups_to_batch(tables: Sequence[Any]) -> Any:
     """
     import torch
 
-    from memprism_ray.adapter.grpo import GRPOBatch
+    from memprism_ray.adapter.grpo_update import GRPOBatch
 
     cols: dict[str, list[Any]] = {k: [] for k in ("obs", "goal", "window", "stats")}
     action, old_lp, traj, group, ret, failed = [], [], [], [], [], []
@@ -84,7 +84,7 @@ class Learner:
         import torch
 
         from memprism_ray.adapter.checkpoint import load_checkpoint, load_model, resume_trainer
-        from memprism_ray.adapter.grpo import GRPOTrainer
+        from memprism_ray.adapter.grpo_update import GRPOUpdater
 
         # threads (rollout.learner_threads): the update runs while the rollout workers wait for
         # the new weights, so it may use more cores than the Learner reserves.
@@ -105,7 +105,7 @@ class Learner:
         else:
             ckpt = None
             model = load_model(reference_here, map_location=device)
-        self.trainer = GRPOTrainer(model, ref, _with_device(grpo_config, device))
+        self.trainer = GRPOUpdater(model, ref, _with_device(grpo_config, device))
         if ckpt is not None:
             resume_trainer(self.trainer, ckpt)
         self.model = model

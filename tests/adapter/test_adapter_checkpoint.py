@@ -23,7 +23,7 @@ from memprism_ray.adapter.checkpoint import (
     resume_trainer,
     save_checkpoint,
 )
-from memprism_ray.adapter.grpo import GRPOBatch, GRPOConfig, GRPOTrainer
+from memprism_ray.adapter.grpo_update import GRPOBatch, GRPOConfig, GRPOUpdater
 from memprism_ray.adapter.sft import SFTConfig, SFTDataset, SFTTrainer
 from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 
@@ -99,18 +99,18 @@ def test_grpo_resume_is_bit_identical(tmp_path: Path) -> None:
     save_checkpoint(tmp_path / "ref", d1, stage="d1")
 
     straight = copy.deepcopy(d1)
-    trainer = GRPOTrainer(straight, copy.deepcopy(d1), config)
+    trainer = GRPOUpdater(straight, copy.deepcopy(d1), config)
     stats = [trainer.update(b) for b in batches]
 
     model = copy.deepcopy(d1)
-    half = GRPOTrainer(model, copy.deepcopy(d1), config)
+    half = GRPOUpdater(model, copy.deepcopy(d1), config)
     for b in batches[:2]:
         half.update(b)
     save_checkpoint(tmp_path / "it2", model, trainer=half, stage="d2")
     torch.manual_seed(99)
     ckpt = load_checkpoint(tmp_path / "it2")
     assert ckpt.meta["iteration"] == 2 and ckpt.meta["train_config_type"] == "GRPOConfig"
-    resumed = GRPOTrainer(ckpt.model, load_checkpoint(tmp_path / "ref").model, config)
+    resumed = GRPOUpdater(ckpt.model, load_checkpoint(tmp_path / "ref").model, config)
     resume_trainer(resumed, ckpt)
     later = [resumed.update(b) for b in batches[2:]]
     assert_same_params(straight, ckpt.model)
@@ -195,7 +195,7 @@ def test_resume_with_a_new_lr_uses_it(tmp_path: Path, kind: str) -> None:
     torch.manual_seed(0)
     model = ViewPolicyModel(TINY)
     if kind == "grpo":
-        first = GRPOTrainer(model, copy.deepcopy(model), GRPOConfig(lr=1e-3, update_batch_size=16))
+        first = GRPOUpdater(model, copy.deepcopy(model), GRPOConfig(lr=1e-3, update_batch_size=16))
         first.update(batch(0))
     else:
         first = SFTTrainer(model, dataset(), SFTConfig(epochs=4, lr=1e-3, batch_size=16))
@@ -203,7 +203,7 @@ def test_resume_with_a_new_lr_uses_it(tmp_path: Path, kind: str) -> None:
     save_checkpoint(tmp_path / "c", model, trainer=first)
     ckpt = load_checkpoint(tmp_path / "c")
     if kind == "grpo":
-        resumed = GRPOTrainer(ckpt.model, copy.deepcopy(ckpt.model), GRPOConfig(lr=5e-4, update_batch_size=16))
+        resumed = GRPOUpdater(ckpt.model, copy.deepcopy(ckpt.model), GRPOConfig(lr=5e-4, update_batch_size=16))
     else:
         resumed = SFTTrainer(ckpt.model, dataset(), SFTConfig(epochs=4, lr=5e-4, batch_size=16))
     resume_trainer(resumed, ckpt)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from memprism_ray.adapter.grpo import (
+from memprism_ray.adapter.grpo_update import (
     GRPOBatch,
     GRPOConfig,
-    GRPOTrainer,
+    GRPOUpdater,
     group_advantages,
     group_summary,
     grpo_loss,
@@ -177,11 +177,11 @@ def test_batch_validation_and_arrow_roundtrip() -> None:
 
 
 # --- trainer ---------------------------------------------------------------------------------
-def build(config: GRPOConfig, seed: int = 0) -> tuple[ViewPolicyModel, ViewPolicyModel, GRPOTrainer]:
+def build(config: GRPOConfig, seed: int = 0) -> tuple[ViewPolicyModel, ViewPolicyModel, GRPOUpdater]:
     torch.manual_seed(seed)
     model = ViewPolicyModel(TINY)
     ref = copy.deepcopy(model)
-    return model, ref, GRPOTrainer(model, ref, config)
+    return model, ref, GRPOUpdater(model, ref, config)
 
 
 def snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -298,4 +298,4 @@ def test_config_presets_follow_table_a4() -> None:
     with pytest.raises(ValueError, match="unknown GRPO preset"):
         GRPOConfig.preset("webshop")
     with pytest.raises(ValueError, match="reference model"):
-        GRPOTrainer(ViewPolicyModel(TINY), None, GRPOConfig())
+        GRPOUpdater(ViewPolicyModel(TINY), None, GRPOConfig())

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from memprism_ray.adapter.checkpoint import save_checkpoint
-from memprism_ray.adapter.grpo import GRPOConfig, GRPOTrainer
+from memprism_ray.adapter.grpo_update import GRPOConfig, GRPOUpdater
 from memprism_ray.config import load_config
 from memprism_ray.pipeline.run_dir import (
     RunDirError,
@@ -35,7 +35,7 @@ def cfg(tmp: Path, *extra: str):
 def save_d2(path: Path, config, iteration: int) -> Path:
     torch.manual_seed(iteration)
     model = ViewPolicyModel(TINY)
-    trainer = GRPOTrainer(model, ViewPolicyModel(TINY), GRPOConfig(lr=1e-3))
+    trainer = GRPOUpdater(model, ViewPolicyModel(TINY), GRPOConfig(lr=1e-3))
     trainer.iteration = iteration
     return save_checkpoint(path, model, trainer=trainer, stage="d2", extra=checkpoint_extra(config))
 
@@ -178,7 +178,7 @@ def test_settings_added_later_at_their_defaults_do_not_block_resume(tmp_path: Pa
     extra["config_sha256"] = "0" * 64
     torch.manual_seed(1)
     model = ViewPolicyModel(TINY)
-    trainer = GRPOTrainer(model, ViewPolicyModel(TINY), GRPOConfig(lr=1e-3))
+    trainer = GRPOUpdater(model, ViewPolicyModel(TINY), GRPOConfig(lr=1e-3))
     trainer.iteration = 1
     save_checkpoint(path, model, trainer=trainer, stage="d2", extra=extra)
     assert prepare_run_dir(c.run.dir, "auto", c) == path

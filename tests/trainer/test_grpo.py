@@ -32,7 +32,7 @@ def test_final_eval_dir_summarises_by_the_configs_replay(tmp_path: Path) -> None
     # its summary reads the same property, so no job can replay games and compare others.
     from types import SimpleNamespace
 
-    from memprism_ray.adapter.grpo import GRPOConfig
+    from memprism_ray.adapter.grpo_update import GRPOConfig
     from memprism_ray.trainer.grpo import final_eval_dir
 
     _write_metrics(tmp_path, [0.1, 0.2, 0.3, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8])

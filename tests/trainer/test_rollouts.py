@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from memprism_ray.adapter.grpo import GRPOConfig
+from memprism_ray.adapter.grpo_update import GRPOConfig
 from memprism_ray.trainer.rollouts import sample_groups
 
 

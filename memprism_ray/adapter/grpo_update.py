@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 BATCH_FORMAT = "memprism-grpo-steps"
 BATCH_VERSION = 1
 #: The per-step columns besides the features, with their dtypes.
-#: The statistics :meth:`GRPOTrainer.update` averages over its minibatches.
+#: The statistics :meth:`GRPOUpdater.update` averages over its minibatches.
 _LOSS_KEYS = ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "grad_norm")
 _STEP_COLUMNS: dict[str, torch.dtype] = {
     "action": torch.int64,
@@ -392,7 +392,7 @@ class GRPOBatch:
 
 
 # --- trainer -------------------------------------------------------------------------------------
-class GRPOTrainer(TrainerState):
+class GRPOUpdater(TrainerState):
     """The central D2 learner: :meth:`update` runs one iteration's optimisation on a step batch.
 
     AdamW over the planner parameters only; the encoder and the reference model are frozen.
@@ -403,7 +403,7 @@ class GRPOTrainer(TrainerState):
 
     def __init__(self, model: ViewPolicyModel, ref_model: ViewPolicyModel | None, config: GRPOConfig) -> None:
         if ref_model is None and config.beta_kl > 0:
-            raise ValueError("GRPOTrainer needs the D1 reference model when beta_kl > 0")
+            raise ValueError("GRPOUpdater needs the D1 reference model when beta_kl > 0")
         if ref_model is model:
             raise ValueError("ref_model must be a separate frozen copy of the D1 model, not the trained model")
         self.ref_model = ref_model
