@@ -33,7 +33,8 @@ from _results import write_result
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
 from memprism_ray.router.encoder import EncoderConfig, HashingEncoder, TextEncoder
 from memprism_ray.router.features import FeatureExtractor
-from memprism_ray.router.model import RouterConfig, ViewPolicyModel, select_views
+from memprism_ray.router.model import RouterConfig, ViewPolicyModel
+from memprism_ray.router.sampling import RouterSampler
 
 OBJECTS = ["mug", "apple", "knife", "plate", "bowl", "egg", "lettuce", "tomato", "spatula", "cup", "pan", "potato"]
 PLACES = ["countertop", "cabinet", "drawer", "fridge", "sinkbasin", "microwave", "shelf", "stoveburner", "garbagecan"]
@@ -127,6 +128,7 @@ def main() -> None:
         cached, uncached = HashingEncoder(cache_size=4096), HashingEncoder(cache_size=0)
     print(f"encoder {args.encoder} loaded in {time.perf_counter() - t0:.1f}s")
     model = ViewPolicyModel(RouterConfig()).eval()
+    router = RouterSampler(model, greedy=True)  # the rollout and evaluation selectors' sampler
     fx = {"cache": FeatureExtractor(cached), "no_cache": FeatureExtractor(uncached)}
 
     goals = [rng.choice(TASKS).format(o=rng.choice(OBJECTS), p=rng.choice(PLACES)) for _ in range(args.episodes)]
@@ -141,7 +143,7 @@ def main() -> None:
             serial[0] += 1
             obs.append(observation(rng, serial[0]))
         feats = fx[mode].features_batch([streams[e] for e in ep], obs, [goals[e] for e in ep])
-        select_views(model, feats, greedy=True)
+        router.select(feats)
 
     results: dict[str, Any] = {
         "encoder": args.encoder,
@@ -157,7 +159,7 @@ def main() -> None:
         )
         rates = {mode: paired[mode]["rate"] for mode in paired}
         x = tuple(torch.randn(b, d) for d in (384, 384, 128, 8))
-        model_only = measure(lambda xx=x: select_views(model, xx, greedy=True), b, args.seconds / 2, min_rounds)
+        model_only = measure(lambda xx=x: router.select(xx), b, args.seconds / 2, min_rounds)
         ep = [rng.randrange(args.episodes) for _ in range(b)]
         summ_only = measure(lambda e=ep: [fx["cache"].summarizer(streams[i]) for i in e], b, args.seconds / 4, 3)
         entry = {

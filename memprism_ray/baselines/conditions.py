@@ -112,30 +112,12 @@ def factor_mask(factor: str, value: str) -> np.ndarray:
     return np.array([getattr(a, factor) == canonical for a in ALL_ACTIONS])
 
 
-def nucleus(probs: Any, top_p: float) -> Any:
-    """Top-p truncation of each row of ``probs`` (Table A.4 Mind2Web: top-p 0.85): keep the
-    most probable views until their mass reaches ``top_p`` (at least one), zero the rest.
-    Only which views are sampled changes; the recorded log-prob stays the full tempered
-    one, the quantity the learner's ratio recomputes."""
-    import torch
-
-    if top_p >= 1.0:
-        return probs
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of the views ranked above each one
-    keep_sorted = before < top_p
-    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-    return probs * keep
-
-
 class RouterSelector:
-    """The MemPrism Router (paper eq. view-policy / greedy-view): argmax at evaluation,
-    samples at ``temperature`` (within the ``top_p`` nucleus) in GRPO rollouts. ``mask``
-    restricts the choice to a subset (the constrained planners); the log-prob is under the restricted distribution.
-
-    Sampling uses one ``torch.Generator`` seeded at construction (and by :meth:`reseed`),
-    so a worker that plays its decisions in a fixed order is reproducible.
-    """
+    """The MemPrism Router as a view selector (paper eq. view-policy / greedy-view): argmax at
+    evaluation, samples at ``temperature`` (within the ``top_p`` nucleus) in GRPO rollouts;
+    ``mask`` restricts the choice to a subset (the constrained planners). The choice and its
+    log-prob are :class:`memprism_ray.router.sampling.RouterSampler`'s; this class only turns
+    them into :class:`ViewDecision` s."""
 
     uses_features = True
 
@@ -151,53 +133,20 @@ class RouterSelector:
         name: str = "memprism",
         top_p: float = 1.0,
     ) -> None:
-        import torch
+        from memprism_ray.router.sampling import RouterSampler  # torch, loaded only when a Router is used
 
-        if temperature <= 0:
-            raise ValueError(f"Router temperature must be > 0, got {temperature}")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"Router top_p must be in (0, 1], got {top_p}")
-        self.top_p = float(top_p)
-        if mask is not None and (mask.shape != (NUM_ACTIONS,) or not mask.any()):
-            raise ValueError("Router mask must be a boolean vector of 144 entries with at least one True")
-        self.model = model
-        self.greedy = greedy
-        self.temperature = temperature
+        self.sampler = RouterSampler(model, greedy=greedy, temperature=temperature, top_p=top_p, mask=mask, seed=seed)
         self.medium = medium
-        self.mask = None if mask is None else torch.as_tensor(mask, dtype=torch.bool)
         self.name = name
-        self.generator = torch.Generator().manual_seed(seed)
 
     def reseed(self, seed: int) -> None:
-        self.generator.manual_seed(seed)
-
-    def logits(self, features: Any) -> Any:
-        import torch
-
-        device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                logits = self.model(*features.to_tensors(device)).float().cpu()
-        finally:
-            self.model.train(was_training)
-        if self.mask is not None:
-            logits = logits.masked_fill(~self.mask, float("-inf"))
-        return logits
+        self.sampler.reseed(seed)
 
     def select(self, contexts: Sequence[DecisionContext], features: object | None) -> list[ViewDecision]:
-        import torch
-
         if features is None:
             raise ValueError("the Router selector needs Router features")
-        logp = torch.log_softmax(self.logits(features) / self.temperature, dim=-1)
-        if self.greedy:
-            idx = logp.argmax(dim=-1)
-        else:
-            idx = torch.multinomial(nucleus(logp.exp(), self.top_p), 1, generator=self.generator).squeeze(-1)
-        chosen = logp.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
-        return [ViewDecision(ALL_ACTIONS[int(i)], self.medium, float(lp)) for i, lp in zip(idx, chosen, strict=True)]
+        idx, logp = self.sampler.select(features)  # type: ignore[arg-type]
+        return [ViewDecision(ALL_ACTIONS[int(i)], self.medium, float(lp)) for i, lp in zip(idx, logp, strict=True)]
 
 
 def load_marginal(source: str | Path | Sequence[float]) -> np.ndarray:

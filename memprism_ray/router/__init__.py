@@ -1,7 +1,8 @@
 """Router: decision-conditioned view routing (paper: "Router"; appendix A.2, D.4).
 
 ``features`` (window summary, global statistics, :class:`RouterFeatures`), ``encoder``
-(frozen MiniLM), ``model`` (:class:`ViewPolicyModel`, :func:`select_views`) and
+(frozen MiniLM), ``model`` (:class:`ViewPolicyModel`), ``sampling`` (the one view sampler:
+greedy, tempered and top-p choices and their log-probs, :class:`RouterSampler`) and
 ``teacher`` (view teachers for D1). Torch-backed names are imported on first use so that
 ``memprism_ray.router.features`` stays light.
 """
@@ -25,7 +26,9 @@ _LAZY = {
     "ViewPolicyModel": "memprism_ray.router.model",
     "RouterConfig": "memprism_ray.router.model",
     "factor_marginals": "memprism_ray.router.model",
-    "select_views": "memprism_ray.router.model",
+    "RouterSampler": "memprism_ray.router.sampling",
+    "sample_views": "memprism_ray.router.sampling",
+    "view_log_probs": "memprism_ray.router.sampling",
     "TeacherLabel": "memprism_ray.router.teacher",
     "LLMViewTeacher": "memprism_ray.router.teacher",
     "LLMTeacherConfig": "memprism_ray.router.teacher",

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM, RouterFeatures
+from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM
 from memprism_ray.view_space import FILTERS, GAMMAS, NUM_ACTIONS, TAUS, WINDOWS
 
 
@@ -247,57 +247,3 @@ def factor_marginals(logits: Tensor) -> dict[str, Tensor]:
         out[name] = torch.logsumexp(logp, dim=others).exp()
     out["window_filter"] = torch.logsumexp(logp, dim=[n, n + 3]).exp().reshape(*lead, len(WINDOWS) * len(FILTERS))
     return out
-
-
-def view_log_probs(logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """``log softmax(logits / T)`` in float32."""
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    return torch.log_softmax(logits.float() / temperature, dim=-1)
-
-
-def select_views(
-    model: ViewPolicyModel,
-    features_batch: RouterFeatures | tuple[Tensor, Tensor, Tensor, Tensor],
-    *,
-    greedy: bool,
-    temperature: float = 1.0,
-    generator: torch.Generator | None = None,
-    top_p: float = 1.0,
-) -> tuple[Tensor, Tensor]:
-    """Pick one view per decision: ``(indices LongTensor[B], logprobs FloatTensor[B])``.
-
-    ``greedy`` takes the argmax (eq. greedy-view); otherwise a view is sampled from
-    ``softmax(logits / temperature)``, restricted to the smallest top-probability set with
-    mass >= ``top_p`` when ``top_p < 1`` (Mind2Web, Table A.4). The returned log-prob is
-    that of the chosen index under the temperature-scaled policy (not the top-p-truncated
-    one), which is the ``pi_old`` the D2 importance ratio needs. Runs without gradients and
-    leaves the module's train/eval mode alone.
-    """
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if isinstance(features_batch, RouterFeatures):
-        device = next(model.parameters()).device
-        inputs = features_batch.to_tensors(device)
-    else:
-        inputs = tuple(features_batch)
-    with torch.no_grad():
-        logp = view_log_probs(model(*inputs), temperature)
-        if greedy:
-            idx = logp.argmax(dim=-1)
-        else:
-            probs = logp.exp()
-            if top_p < 1.0:
-                probs = _top_p_filter(probs, top_p)
-            gen_device = generator.device if generator is not None else probs.device
-            idx = torch.multinomial(probs.to(gen_device), 1, generator=generator).squeeze(-1).to(logp.device)
-        return idx, logp.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
-
-
-def _top_p_filter(probs: Tensor, top_p: float) -> Tensor:
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    cum = sorted_p.cumsum(dim=-1)
-    keep_sorted = (cum - sorted_p) < top_p  # keep while the mass before this item is short of top_p
-    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-    filtered = probs * keep
-    return filtered / filtered.sum(dim=-1, keepdim=True)

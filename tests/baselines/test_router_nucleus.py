@@ -1,20 +1,12 @@
-"""Router nucleus sampling (Table A.4 "GRPO, Mind2Web": top-p 0.85) and the Mind2Web GRPO
-return (reward 1[action correct]): the preset's settings are read by the rollout."""
+"""The Router selector samples within the nucleus (Table A.4 "GRPO, Mind2Web": top-p 0.85) and
+records the full tempered log-prob (the nucleus itself: tests/router/test_router_sampling.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from memprism_ray.baselines.conditions import RouterSelector, nucleus
-
-
-def test_nucleus_keeps_the_smallest_top_set() -> None:
-    p = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.9, 0.03, 0.02]])
-    kept = nucleus(p, 0.85) > 0
-    assert kept.tolist() == [[True, True, True, False], [False, True, False, False]]
-    assert torch.equal(nucleus(p, 1.0), p)
-    assert (nucleus(p, 1e-6) > 0).sum(dim=-1).tolist() == [1, 1]  # the top view always stays
+from memprism_ray.baselines.conditions import RouterSelector
 
 
 class _Fixed(torch.nn.Module):

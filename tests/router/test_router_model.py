@@ -1,21 +1,18 @@
-"""ViewPolicyModel (A.2): shapes, parameter counts, groups, marginals and view selection."""
+"""ViewPolicyModel (A.2): shapes, parameter counts, groups and marginals (view selection: test_router_sampling.py)."""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from memprism_ray.router.features import RouterFeatures
 from memprism_ray.router.model import (
     RouterConfig,
     ViewPolicyModel,
     factor_marginals,
     parameter_group_of,
-    select_views,
     sinusoidal_positions,
 )
 from memprism_ray.view_space import ALL_ACTIONS, FILTERS, GAMMAS, TAUS, WINDOWS
@@ -148,48 +145,3 @@ def test_factor_marginals_against_brute_force() -> None:
     for a in ALL_ACTIONS:
         wf[:, WINDOWS.index(a.window) * 4 + FILTERS.index(a.filter)] += p[:, a.index]
     torch.testing.assert_close(marg["window_filter"].double(), wf, atol=1e-6, rtol=1e-5)
-
-
-class FixedLogits(nn.Module):
-    def __init__(self, logits: torch.Tensor) -> None:
-        super().__init__()
-        self.logits = nn.Parameter(logits.clone(), requires_grad=False)
-
-    def forward(self, obs: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
-        return self.logits.expand(obs.shape[0], -1)
-
-
-def test_select_views_greedy_sample_temperature_top_p() -> None:
-    logits = torch.full((144,), -5.0)
-    logits[[3, 10, 77]] = torch.tensor([2.0, 1.5, 1.0])
-    model = FixedLogits(logits)
-    x = inputs(4000)
-    idx, lp = select_views(model, x, greedy=True)  # type: ignore[arg-type]
-    assert (idx == 3).all()
-    assert lp[0].item() == pytest.approx(torch.log_softmax(logits, -1)[3].item(), abs=1e-6)
-    idx, lp = select_views(model, x, greedy=False, temperature=2.0, generator=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
-    scaled = torch.log_softmax(logits / 2.0, -1)
-    torch.testing.assert_close(lp, scaled[idx])
-    freq = torch.bincount(idx, minlength=144).double() / len(idx)
-    assert (freq - scaled.exp().double()).abs().max() < 0.03
-    again, _ = select_views(model, x, greedy=False, temperature=2.0, generator=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
-    assert torch.equal(idx, again)
-    p = torch.softmax(logits, -1)
-    assert p[3] < 0.6 < p[3] + p[10]  # a nucleus of 0.6 keeps exactly views 3 and 10
-    idx, lp = select_views(model, x, greedy=False, top_p=0.6, generator=torch.Generator().manual_seed(1))  # type: ignore[arg-type]
-    assert set(idx.tolist()) == {3, 10}
-    torch.testing.assert_close(lp, torch.log_softmax(logits, -1)[idx])  # untruncated log-prob
-    with pytest.raises(ValueError, match="top_p"):
-        select_views(model, x, greedy=False, top_p=0.0)  # type: ignore[arg-type]
-
-
-def test_select_views_accepts_router_features() -> None:
-    torch.manual_seed(0)
-    model = ViewPolicyModel(TINY).eval()
-    rng = np.random.default_rng(0)
-    feats = RouterFeatures(
-        rng.normal(size=(2, 384)), rng.normal(size=(2, 384)), rng.random((2, 128)), rng.random((2, 8))
-    )
-    idx, lp = select_views(model, feats, greedy=True)
-    expected = model(*feats.to_tensors()).argmax(-1)
-    assert torch.equal(idx, expected) and lp.shape == (2,) and (lp <= 0).all()
