@@ -53,7 +53,7 @@ from memprism_ray.policy.tokens import TEXT_COUNTERS, PromptTokenCounter, task_m
 from memprism_ray.recorder.events import Event, RawEvent
 from memprism_ray.recorder.phi.base import Extraction, Phi, record_extraction
 from memprism_ray.recorder.stream import EventStream
-from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM
+from memprism_ray.router.features import FEATURE_DIMS
 from memprism_ray.views import RenderedView, ViewRequest, ViewService
 
 # --------------------------------------------------------------------------- settings
@@ -459,7 +459,7 @@ class Agent:
             feats = self.features.features_batch(
                 [lv.result.stream for lv in live], [lv.obs for lv in live], [lv.result.goal for lv in live]
             )
-            rows = {len(getattr(feats, name)) for name in _FEATURE_DIMS}
+            rows = {len(getattr(feats, name)) for name in FEATURE_DIMS}
             if rows != {len(live)}:
                 raise ResultCountError(f"features returned {sorted(rows)} row(s) for {len(live)} episode(s)")
         except Exception as exc:  # no features: every episode of the batch fails, none waits
@@ -468,7 +468,7 @@ class Agent:
             return None
         for i, lv in enumerate(live):
             lv.turn.features = {
-                f"feat_{name}": np.asarray(getattr(feats, name)[i], dtype=np.float32) for name in _FEATURE_DIMS
+                f"feat_{name}": np.asarray(getattr(feats, name)[i], dtype=np.float32) for name in FEATURE_DIMS
             }
         return feats
 
@@ -764,13 +764,11 @@ def _png_of_image(im: Any) -> bytes | None:
 
 # --------------------------------------------------------------------------- step table
 
-#: Router feature sizes (paper A.2: z_t), from the Router; a step row holds them as feat_<name>.
-_FEATURE_DIMS = {"obs": TEXT_DIM, "goal": TEXT_DIM, "window": WINDOW_DIM, "stats": STATS_DIM}
-
 
 def rows_to_arrow(rows: Sequence[dict[str, Any]]) -> Any:
-    """Step rows as a ``pyarrow.Table`` (the rollout's wire format to the learner and the
-    evaluation's ``steps.parquet``); feature vectors as fixed-size float32 lists."""
+    """Step rows as a ``pyarrow.Table``: the step table, the rollout's wire format to the
+    learner and the evaluation's ``steps.parquet`` (its schema: :mod:`memprism_ray.adapter.tables`);
+    feature vectors as fixed-size float32 lists."""
     import pyarrow as pa
 
     if not rows:
@@ -779,7 +777,7 @@ def rows_to_arrow(rows: Sequence[dict[str, Any]]) -> Any:
     cols = {}
     for name in names:
         values = [r.get(name) for r in rows]
-        dim = _FEATURE_DIMS.get(name[len("feat_") :]) if name.startswith("feat_") else None
+        dim = FEATURE_DIMS.get(name[len("feat_") :]) if name.startswith("feat_") else None
         if dim is not None:
             flat = np.concatenate(
                 [np.zeros(dim, np.float32) if v is None else np.asarray(v, np.float32) for v in values]

@@ -1,7 +1,9 @@
 """``Learner``: the central D2 learner (paper "Adapter"; appendix A.3 "Grouped GRPO
 training"). It holds the Router being trained, the frozen D1 reference policy and the
-GRPO trainer, turns trajectory groups into one step batch per iteration, updates the
-planner and head, and writes resumable checkpoints. It runs on a GPU when the cluster has
+GRPO update (:class:`~memprism_ray.adapter.grpo_update.GRPOUpdater`), turns the groups'
+step tables into one batch per iteration (:meth:`GRPOBatch.from_step_tables
+<memprism_ray.adapter.grpo_update.GRPOBatch.from_step_tables>`), updates the planner and
+head, and writes resumable checkpoints. It runs on a GPU when the cluster has
 one, else on CPU.
 
 Data flow: the groups' step tables come as object refs straight from the rollout workers
@@ -12,7 +14,6 @@ which the rollout workers resolve themselves.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,52 +21,6 @@ import numpy as np
 import ray
 
 from memprism_ray.actors.node_data import NodeData
-
-
-def groups_to_batch(tables: Sequence[Any]) -> Any:
-    """Concatenate the groups' step tables (``pyarrow.Table``, one per group; ``None`` for a
-    group that produced none) into one :class:`GRPOBatch`.
-
-    Trajectory and group ids become integers; the return of a trajectory repeats on its
-    steps; a trajectory marked failed keeps ``failed=True`` on every step (the trainer
-    leaves it out of its group's statistics and of the loss).
-    """
-    import torch
-
-    from memprism_ray.adapter.grpo_update import GRPOBatch
-
-    cols: dict[str, list[Any]] = {k: [] for k in ("obs", "goal", "window", "stats")}
-    action, old_lp, traj, group, ret, failed = [], [], [], [], [], []
-    traj_ids: dict[str, int] = {}
-    group_ids: dict[str, int] = {}
-    for t in tables:
-        if t is None or t.num_rows == 0:
-            continue
-        for name in cols:
-            flat = t.column(f"feat_{name}").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-            cols[name].append(flat.reshape(t.num_rows, -1))
-        d = t.select(["episode_id", "group_id", "view_index", "view_logprob", "traj_return", "failed"]).to_pydict()
-        for eid, gid, vi, lp, r, f in zip(
-            d["episode_id"], d["group_id"], d["view_index"], d["view_logprob"], d["traj_return"], d["failed"],
-            strict=True,
-        ):
-            traj.append(traj_ids.setdefault(eid, len(traj_ids)))
-            group.append(group_ids.setdefault(gid, len(group_ids)))
-            action.append(vi)
-            old_lp.append(lp)
-            ret.append(r)
-            failed.append(f)
-    if not action:
-        raise ValueError("no decisions in this iteration's groups")
-    return GRPOBatch(
-        **{k: torch.from_numpy(np.concatenate(v).astype(np.float32)) for k, v in cols.items()},
-        action=torch.tensor(action, dtype=torch.int64),
-        old_logprob=torch.tensor(old_lp, dtype=torch.float32),
-        traj_id=torch.tensor(traj, dtype=torch.int64),
-        group_id=torch.tensor(group, dtype=torch.int64),
-        traj_return=torch.tensor(ret, dtype=torch.float32),
-        failed=torch.tensor(failed, dtype=torch.bool),
-    )
 
 
 def state_to_numpy(state: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -105,17 +60,17 @@ class Learner:
         else:
             ckpt = None
             model = load_model(reference_here, map_location=device)
-        self.trainer = GRPOUpdater(model, ref, _with_device(grpo_config, device))
+        self.updater = GRPOUpdater(model, ref, _with_device(grpo_config, device))
         if ckpt is not None:
-            resume_trainer(self.trainer, ckpt)
+            resume_trainer(self.updater, ckpt)
         self.model = model
 
     def __repr__(self) -> str:
-        trainer = getattr(self, "trainer", None)
-        return f"learner: iteration {int(trainer.iteration) if trainer else 0} done"
+        updater = getattr(self, "updater", None)
+        return f"learner: iteration {int(updater.iteration) if updater else 0} done"
 
     def iteration(self) -> int:
-        return int(self.trainer.iteration)
+        return int(self.updater.iteration)
 
     def place(self) -> dict[str, Any]:
         """Where the Learner runs (node id and address, pid)."""
@@ -134,7 +89,9 @@ class Learner:
     def update(self, *steps: Any) -> dict[str, float]:
         """One GRPO update on the iteration's step tables (passed as top-level object refs,
         so Ray hands them over already resolved)."""
-        return self.trainer.update(groups_to_batch(steps))
+        from memprism_ray.adapter.grpo_update import GRPOBatch
+
+        return self.updater.update(GRPOBatch.from_step_tables(steps))
 
     def checkpoint(self, metrics: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> dict:
         """A resumable D2 checkpoint as files (the driver writes them into the run directory,
@@ -148,7 +105,7 @@ class Learner:
             save_checkpoint(
                 Path(tmp),
                 self.model,
-                trainer=self.trainer,
+                trainer=self.updater,
                 stage="d2",
                 metrics=metrics or {},
                 extra={"reference": self.reference, **(extra or {})},

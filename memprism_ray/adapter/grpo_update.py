@@ -20,8 +20,9 @@ The loss over the surviving decisions ``(i, t)``, each with equal weight:
           - beta_H  E[H(pi_theta(. | z))]
 
 with ``eps_low = eps_high = clip_eps`` unless both are given (Mind2Web: 0.1 / 0.15). The
-ratio's log-prob uses the rollout temperature, like the stored one; KL and entropy use the
-policy itself. ``clip_frac`` counts decisions where the clipped term is strictly smaller.
+ratio's log-prob is :func:`memprism_ray.router.sampling.view_log_probs` at the rollout
+temperature, the function the rollout's sampler recorded ``pi_old`` with; KL and entropy use
+the policy itself. ``clip_frac`` counts decisions where the clipped term is strictly smaller.
 Only the planner (three residual blocks, final LayerNorm, 144-way head) is updated; the
 encoder is frozen in eval mode, so ``z`` is computed once per update, while the planner runs
 in train mode ("Planner train mode", Table A.4) unless ``planner_train_mode`` is off. The
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -41,18 +42,20 @@ import torch
 from torch import Tensor
 
 from memprism_ray.adapter.checkpoint import TableA4Config, TrainerState
-from memprism_ray.adapter.tables import check_metadata, fixed_list_array, matrix_column, schema_metadata
+from memprism_ray.adapter.tables import matrix_column
 from memprism_ray.router.features import FEATURE_DIMS
 from memprism_ray.router.model import ViewPolicyModel
+from memprism_ray.router.sampling import view_log_probs
 from memprism_ray.view_space import NUM_ACTIONS
 
 log = logging.getLogger(__name__)
 
-BATCH_FORMAT = "memprism-grpo-steps"
-BATCH_VERSION = 1
-#: The per-step columns besides the features, with their dtypes.
 #: The statistics :meth:`GRPOUpdater.update` averages over its minibatches.
 _LOSS_KEYS = ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "grad_norm")
+#: The step-table columns (adapter/tables.py) a batch reads besides the features, in the
+#: order of the batch fields they fill.
+_STEP_TABLE_COLUMNS = ("episode_id", "group_id", "view_index", "view_logprob", "traj_return", "failed")
+#: The per-step fields besides the features, with their dtypes.
 _STEP_COLUMNS: dict[str, torch.dtype] = {
     "action": torch.int64,
     "old_logprob": torch.float32,
@@ -256,7 +259,7 @@ def grpo_loss(
     if beta_kl > 0 and ref_logits is None:
         raise ValueError("beta_kl > 0 needs reference logits")
     logp = torch.log_softmax(logits.float(), dim=-1)
-    logp_t = logp if temperature == 1.0 else torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp_t = logp if temperature == 1.0 else view_log_probs(logits, temperature)
     new_lp = logp_t.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
     ratio = torch.exp(new_lp - old_logprobs.float())
     adv = advantages.float()
@@ -285,10 +288,12 @@ def grpo_loss(
 # --- step batches ------------------------------------------------------------------------------
 @dataclass
 class GRPOBatch:
-    """One iteration's view decisions, one row per decision (step).
+    """One iteration's view decisions, one row per decision (step), read from the rollouts'
+    step tables by :meth:`from_step_tables`.
 
     ``traj_return`` and ``failed`` repeat the trajectory's values on each of its steps;
-    ``old_logprob`` is the rollout policy's log-prob of ``action`` (from ``select_views``).
+    ``old_logprob`` is the rollout policy's log-prob of ``action``
+    (:class:`memprism_ray.router.sampling.RouterSampler`).
     """
 
     obs: Tensor
@@ -361,39 +366,50 @@ class GRPOBatch:
             "inverse": inverse,
         }
 
-    def to_arrow(self, meta: Mapping[str, Any] | None = None) -> Any:
-        import pyarrow as pa
-
-        cols: dict[str, Any] = {name: fixed_list_array(getattr(self, name).numpy()) for name in FEATURE_DIMS}
-        types = {"action": pa.int16(), "old_logprob": pa.float32(), "traj_id": pa.int64(), "group_id": pa.int64()}
-        types |= {"traj_return": pa.float32(), "failed": pa.bool_()}
-        cols |= {name: pa.array(getattr(self, name).numpy(), typ) for name, typ in types.items()}
-        return pa.table(cols).replace_schema_metadata(schema_metadata(BATCH_FORMAT, BATCH_VERSION, meta or {}))
-
     @classmethod
-    def from_arrow(cls, table: Any) -> GRPOBatch:
-        """Read :meth:`to_arrow` output; string ``traj_id`` / ``group_id`` columns are factorised."""
-        import pyarrow as pa
+    def from_step_tables(cls, tables: Sequence[Any]) -> GRPOBatch:
+        """Concatenate the groups' step tables (``pyarrow.Table``, one per group, in the schema
+        of :mod:`memprism_ray.adapter.tables`; ``None`` or empty for a group that produced none).
 
-        check_metadata(table, BATCH_FORMAT, BATCH_VERSION)
-        feats = {name: torch.from_numpy(matrix_column(table, name, dim).copy()) for name, dim in FEATURE_DIMS.items()}
-        cols: dict[str, Any] = {}
-        for name in _STEP_COLUMNS:
-            if name not in table.column_names:
-                raise ValueError(f"GRPO step table lacks column {name!r}")
-            col = table.column(name).combine_chunks()
-            if col.null_count and name != "traj_return":
-                raise ValueError(f"GRPO step table column {name!r} has null values")
-            if name in ("traj_id", "group_id") and (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-                col = col.dictionary_encode().indices
-            arr = col.to_numpy(zero_copy_only=False)
-            cols[name] = torch.from_numpy(np.array(arr, copy=True))
-        return cls(**feats, **cols)
+        Trajectory (``episode_id``) and group ids become integers in order of first
+        appearance; the return of a trajectory repeats on its steps; a trajectory marked failed
+        keeps ``failed=True`` on every step (the update leaves it out of its group's statistics
+        and of the loss).
+        """
+        feats: dict[str, list[np.ndarray]] = {name: [] for name in FEATURE_DIMS}
+        action, old_lp, traj, group, ret, failed = [], [], [], [], [], []
+        traj_ids: dict[Any, int] = {}
+        group_ids: dict[Any, int] = {}
+        for t in tables:
+            if t is None or t.num_rows == 0:
+                continue
+            for name, dim in FEATURE_DIMS.items():
+                feats[name].append(matrix_column(t, f"feat_{name}", dim))
+            d = t.select(list(_STEP_TABLE_COLUMNS)).to_pydict()
+            for eid, gid, vi, lp, r, f in zip(*(d[name] for name in _STEP_TABLE_COLUMNS), strict=True):
+                traj.append(traj_ids.setdefault(eid, len(traj_ids)))
+                group.append(group_ids.setdefault(gid, len(group_ids)))
+                action.append(vi)
+                old_lp.append(lp)
+                ret.append(r)
+                failed.append(f)
+        if not action:
+            raise ValueError("no decisions in this iteration's groups")
+        return cls(
+            **{name: torch.from_numpy(np.concatenate(v)) for name, v in feats.items()},
+            action=torch.tensor(action, dtype=torch.int64),
+            old_logprob=torch.tensor(old_lp, dtype=torch.float32),
+            traj_id=torch.tensor(traj, dtype=torch.int64),
+            group_id=torch.tensor(group, dtype=torch.int64),
+            traj_return=torch.tensor(ret, dtype=torch.float32),
+            failed=torch.tensor(failed, dtype=torch.bool),
+        )
 
 
-# --- trainer -------------------------------------------------------------------------------------
+# --- update --------------------------------------------------------------------------------------
 class GRPOUpdater(TrainerState):
-    """The central D2 learner: :meth:`update` runs one iteration's optimisation on a step batch.
+    """One D2 iteration's update (the training loop is ``trainer/grpo.py``, the actor that holds
+    this ``actors/learner.py``): :meth:`update` runs the iteration's optimisation on its step batch.
 
     AdamW over the planner parameters only; the encoder and the reference model are frozen.
     """
@@ -494,7 +510,7 @@ class GRPOUpdater(TrainerState):
 
     def ref_shares_encoder(self) -> bool:
         """Whether the reference model's encoder weights equal the trained model's (checked on
-        every update, a few milliseconds, so a model loaded after the trainer was built is safe)."""
+        every update, a few milliseconds, so a model loaded after the updater was built is safe)."""
         if self.ref_model is None:
             return False
         ref = self.ref_model.parameter_groups()["encoder"]

@@ -205,7 +205,7 @@ def test_failed_trajectories_are_excluded_without_rerun(system) -> None:
 
     import ray
 
-    from memprism_ray.actors.learner import groups_to_batch
+    from memprism_ray.adapter.grpo_update import GRPOBatch
     from memprism_ray.trainer.rollouts import RolloutFleet, iteration_stats, run_groups
 
     cfg, worker = system["cfg"], system["worker"]
@@ -222,7 +222,7 @@ def test_failed_trajectories_are_excluded_without_rerun(system) -> None:
     assert all((e["error"] or "").startswith("env:") for e in failed_eps)
     steps = ray.get(result.groups[0].steps, timeout=60)
     assert steps.num_rows > 0  # the steps before the crash are kept, marked failed
-    batch = groups_to_batch([steps])
+    batch = GRPOBatch.from_step_tables([steps])
     failed_ids = {e["episode_id"] for e in failed_eps}
     ids = steps.column("episode_id").to_pylist()
     rows_failed = [f for eid, f in zip(ids, batch.failed.tolist(), strict=True) if eid in failed_ids]

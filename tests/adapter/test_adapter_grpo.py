@@ -1,5 +1,6 @@
 """D2 grouped GRPO: the advantage rule, the loss against an independent implementation of the
-paper's equations, the trainer (planner-only updates, failed trajectories) and presets."""
+paper's equations, the step table read into a batch, the update (planner-only updates, failed
+trajectories) and presets."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from memprism_ray.adapter.grpo_update import (
     group_summary,
     grpo_loss,
 )
-from memprism_ray.router.model import RouterConfig, ViewPolicyModel, select_views
+from memprism_ray.agent import rows_to_arrow
+from memprism_ray.router.model import RouterConfig, ViewPolicyModel
+from memprism_ray.router.sampling import sample_views
 
 TINY = RouterConfig(d_model=32, n_heads=4, n_layers=1, ff_dim=64, planner_hidden=64, entity_hint_dim=8)
 
@@ -150,20 +153,44 @@ def make_batch(
     )
 
 
-def test_batch_validation_and_arrow_roundtrip() -> None:
-    batch = make_batch(failed=(1,))
-    back = GRPOBatch.from_arrow(batch.to_arrow({"iteration": 3}))
-    for name in ("obs", "action", "old_logprob", "traj_id", "group_id", "traj_return", "failed"):
-        assert torch.equal(getattr(back, name), getattr(batch, name)), name
-    table = batch.to_arrow()
+def step_rows(batch: GRPOBatch) -> list[list[dict]]:
+    """``batch`` as the rollout workers' step rows (agent step rows plus the rollout's
+    ``group_id``, ``traj_return`` and ``failed``), one list per group, string ids."""
+    groups: dict[int, list[dict]] = {}
+    for i in range(len(batch)):
+        gid, tid = int(batch.group_id[i]), int(batch.traj_id[i])
+        groups.setdefault(gid, []).append(
+            {
+                "episode_id": f"task-{gid}/traj-{tid}",
+                "step": i,
+                "view_index": int(batch.action[i]),
+                "view_logprob": float(batch.old_logprob[i]),
+                "action": "look",
+                "group_id": f"task-{gid}",
+                "traj_return": float(batch.traj_return[i]),
+                "failed": bool(batch.failed[i]),
+                **{f"feat_{name}": getattr(batch, name)[i].numpy() for name in ("obs", "goal", "window", "stats")},
+            }
+        )
+    return list(groups.values())
+
+
+def test_batch_validation_and_step_table_roundtrip() -> None:
     import pyarrow as pa
 
-    assert pa.types.is_fixed_size_list(table.schema.field("obs").type)
-    assert table.schema.field("obs").type.list_size == 384
-
-    ids = [f"task-{int(t) // 4}/traj-{int(t)}" for t in batch.traj_id]
-    strtab = table.set_column(table.column_names.index("traj_id"), "traj_id", pa.array(ids))
-    assert GRPOBatch.from_arrow(strtab).trajectories()["traj_id"].numel() == 8
+    batch = make_batch(failed=(1,))
+    tables = [rows_to_arrow(rows) for rows in step_rows(batch)]
+    back = GRPOBatch.from_step_tables([tables[0], None, pa.table({}), tables[1]])  # a group with no decisions
+    for name in ("obs", "action", "old_logprob", "traj_id", "group_id", "traj_return", "failed"):
+        assert torch.equal(getattr(back, name), getattr(batch, name)), name
+    assert pa.types.is_fixed_size_list(tables[0].schema.field("feat_obs").type)
+    assert tables[0].schema.field("feat_obs").type.list_size == 384
+    assert back.trajectories()["traj_id"].numel() == 8  # string episode ids factorised
+    with pytest.raises(ValueError, match="no decisions"):
+        GRPOBatch.from_step_tables([None])
+    narrow = tables[0].set_column(tables[0].column_names.index("feat_window"), "feat_window", tables[0]["feat_stats"])
+    with pytest.raises(ValueError, match="feat_window' has width 8, expected 128"):
+        GRPOBatch.from_step_tables([narrow])
     bad = make_batch()
     bad.traj_return[0] = 1 - bad.traj_return[0]
     with pytest.raises(ValueError, match="trajectory 0 disagree on traj_return"):
@@ -273,8 +300,8 @@ def test_grpo_raises_the_probability_of_rewarded_views() -> None:
 
     start = p_good()
     for _ in range(12):
-        model.eval()
-        idx, lp = select_views(model, x, greedy=False, generator=g)
+        with torch.no_grad():
+            idx, lp = sample_views(model.eval()(*x), greedy=False, generator=g)
         reward = ((idx < 12) | (idx == target)).float()
         trainer.update(
             GRPOBatch(*x, idx, lp, torch.arange(64), torch.arange(64) // 16, reward, torch.zeros(64, dtype=torch.bool))
