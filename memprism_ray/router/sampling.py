@@ -1,22 +1,13 @@
-"""The Router's view choice (paper: "Router", eqs. view-policy and greedy-view; "Adapter",
-eq. ratio; appendix A.4 Table "Training configurations": rollout temperature, Mind2Web top-p).
+"""The one Router view sampler (paper: "Router", eqs. view-policy and greedy-view; "Adapter",
+eq. ratio; Table A.4: rollout temperature, Mind2Web top-p 0.85), behind the rollout and
+evaluation selectors (:class:`memprism_ray.baselines.conditions.RouterSelector`).
 
-One decision takes the 144 joint view logits ``l_t`` of :class:`~memprism_ray.router.model.
-ViewPolicyModel` and
-
-* at evaluation, the argmax (eq. greedy-view);
-* in a GRPO rollout, a sample from ``softmax(l_t / T)``, within the top-``p`` nucleus when
-  ``top_p < 1`` (Mind2Web: 0.85), drawn with one seeded ``torch.Generator``.
-
-Either way the recorded log-prob is ``log softmax(l_t / T)`` at the chosen view, under the full
-tempered distribution, never the nucleus-truncated one: :func:`view_log_probs` is the one
-function behind both the stored ``pi_old`` and the learner's ratio
+Over the 144 joint view logits ``l_t``: the argmax at evaluation; in a GRPO rollout a draw
+from ``softmax(l_t / T)`` within the top-``p`` nucleus, with one seeded ``torch.Generator``.
+The recorded log-prob is always :func:`view_log_probs` at the chosen view, under the full
+tempered distribution, never the truncated one: the same function gives the learner's ratio
 (:func:`memprism_ray.adapter.grpo_update.grpo_loss`), so at the rollout weights every ratio is
-exactly 1. The nucleus changes only which views can be drawn.
-
-Every sampler of the package is this one: the rollout and evaluation selectors
-(:class:`memprism_ray.baselines.conditions.RouterSelector` wraps a :class:`RouterSampler`),
-the D2 tests and ``benchmarks/bench_router.py``.
+exactly 1; the nucleus changes only which views can be drawn.
 """
 
 from __future__ import annotations
