@@ -37,10 +37,14 @@ def main() -> None:
     p.add_argument("--condition", default="fixed:TemporalTrace")
     args = p.parse_args()
 
+    import dataclasses
+
+    from memprism_ray.agent import Agent, LocalServices
+    from memprism_ray.baselines import make_selector
     from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.benchmark.alfworld import plan_episodes
     from memprism_ray.config import load_config
     from memprism_ray.envs.alfworld import AlfworldEnv
-    from memprism_ray.eval.runner import EvalConfig, plan_episodes, run_condition
     from memprism_ray.policy.factory import make_policy
     from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 
@@ -48,25 +52,18 @@ def main() -> None:
         load_config(ROOT / "configs" / "local.yaml", []), lambda m: print(m, file=sys.stderr)
     )
     _, plan, _ = plan_episodes(cfg.eval.split, cfg.corpus.data_root, args.episodes, cfg.run.seed)
-    ev = EvalConfig(
-        conditions=(args.condition,),
-        split=cfg.eval.split,
-        episodes=args.episodes,
-        seed=cfg.run.seed,
-        data_root=cfg.corpus.data_root,
-        slots=cfg.eval.slots,
-        artifacts=cfg.eval.artifacts,
-        agent=cfg.agent,
-        policy=cfg.policy,
-    )
-    env, phi, policy = AlfworldEnv(num_slots=ev.slots), AlfworldPhi(), make_policy(cfg.policy)
+    slots = cfg.eval.slots
+    env, phi, policy = AlfworldEnv(num_slots=slots), AlfworldPhi(), make_policy(cfg.policy)
+    agent_cfg = dataclasses.replace(cfg.agent, keep_views=cfg.eval.artifacts > 0)
     every = [s.episode_id for s in plan]
 
     def play(keep_all: bool) -> tuple[float, list[Any]]:
+        """The evaluation worker's waves (actors/evaluation.py, EvalWorker.play) in this process."""
+        keep = every if keep_all else every[: cfg.eval.artifacts]
+        agent = Agent(LocalServices(env, phi, policy), make_selector(args.condition, seed=cfg.run.seed), agent_cfg,
+                      keep_views_for=keep)  # fmt: skip
         t0 = time.perf_counter()
-        results, _ = run_condition(
-            args.condition, plan, ev, env=env, phi=phi, policy=policy, keep_views_for=every if keep_all else None
-        )
+        results = [r for start in range(0, len(plan), slots) for r in agent.run(plan[start : start + slots])]
         return time.perf_counter() - t0, results
 
     play(False)  # warm-up: engine translations, imports

@@ -249,7 +249,7 @@ class RolloutConfig:
 
 @dataclass
 class FinalEvalConfig:
-    """The evaluation a training job ends with (and ``jobs/eval_alfworld.py`` runs)."""
+    """The evaluation a training job ends with (and ``jobs/eval_<benchmark>.py`` and ``memprism eval`` run)."""
 
     enabled: bool = field(True, help="evaluate the trained Router at the end of the job")
     split: str = field("eval_out_of_distribution", help="evaluation split")
@@ -260,6 +260,9 @@ class FinalEvalConfig:
     workers: int = field(2, help="Ray actors playing evaluation episodes in parallel")
     slots: int = field(8, help="episodes per actor played step-synchronously")
     artifacts: int = field(2, help="episodes per condition with full artifacts (views, HTML)")
+    marginal: str = field(
+        "", help="freq_random's view marginal: '' (this run's memprism), a report.json, an eval dir or a JSON list"
+    )
     memory: MemoryBaselineConfig = field(
         default_factory=MemoryBaselineConfig, help="LLM endpoint of the external memory baselines (mem0, amem, ...)"
     )
@@ -278,11 +281,11 @@ class FinalEvalConfig:
                     "set eval.memory.base_url to an OpenAI-compatible server (docs/baselines.md)"
                 )
         for i, condition in enumerate(self.conditions):
-            # The distributed evaluation samples freq_random from this run's memprism marginal.
-            if "marginal" in condition_needs(condition) and "memprism" not in self.conditions[:i]:
+            # Without eval.marginal, freq_random samples the marginal this run's memprism measured.
+            if "marginal" in condition_needs(condition) and not self.marginal and "memprism" not in self.conditions[:i]:
                 raise ValueError(
                     f"eval.conditions: {condition!r} samples the view marginal of this run's memprism condition; "
-                    f"list memprism before it (got {', '.join(self.conditions)})"
+                    f"list memprism before it (got {', '.join(self.conditions)}), or name one in eval.marginal"
                 )
 
 

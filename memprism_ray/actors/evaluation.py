@@ -1,8 +1,8 @@
 """The evaluation actor (paper appendix C): env slots, Phi, task policy and the Router in one
-process, playing waves of episodes with the same decision loop as ``memprism eval``. The
-driver side (plan, dispatch, reports) is :mod:`memprism_ray.trainer.evaluate`. With a
-model-backed task policy (vllm, hf) the worker decides through the policy pool's replicas
-(docs/gpu.md): it never builds a model.
+process, playing one wave of episodes per call with the decision loop of the rollouts
+(:class:`~memprism_ray.agent.Agent`). The driver side (plan, dispatch, reports) is
+:mod:`memprism_ray.trainer.evaluate`. With a model-backed task policy (vllm, hf) the worker
+decides through the policy pool's replicas (docs/gpu.md): it never builds a model.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ class EvalWorker:
         self.key = key or "eval"
         self.doing = "starting"
         self.place = node_place()
-        self._marginals: dict[tuple[float, ...], str] = {}
         self.data = data or NodeData()
         # As in RolloutWorker: a start failure is raised by the first call, with its type.
         self.setup_error: BaseException | None = None
@@ -93,52 +92,35 @@ class EvalWorker:
             raise self.setup_error
         return dict(self.place)
 
-    def _marginal_file(self, marginal: list[float]) -> str:
-        """The freq_random marginal as the JSON file ``EvalConfig.marginal`` names: written once
-        per marginal, not per wave (the driver sends one call per wave of episodes)."""
-        files = self._marginals
-        key = tuple(marginal)
-        if key not in files:
-            import json
-            import tempfile
-
-            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-                json.dump(list(marginal), fh)
-            files[key] = fh.name
-        return files[key]
-
     def play(self, condition: str, specs: list[dict[str, Any]], marginal: list[float] | None) -> dict[str, Any]:
-        """Play ``specs`` (one wave: at most ``slots`` episodes) under ``condition``."""
+        """Play ``specs`` (one wave: at most ``slots`` episodes) under ``condition``: one result per
+        spec, in order, and the step rows. The selector is greedy (the Router's argmax) and
+        ``freq_random`` samples ``marginal``. A wave whose loop raises fails each of its episodes
+        with the error; the run goes on."""
         if self.setup_error is not None:
             raise self.setup_error
         self.doing = f"{condition}, {len(specs)} episodes from {specs[0]['episode_id'] if specs else '-'}"
-        from memprism_ray.agent import EpisodeSpec
-        from memprism_ray.envs.base import GameRef
-        from memprism_ray.eval.runner import EvalConfig, run_condition
+        import dataclasses
 
-        ev = EvalConfig(
-            conditions=(condition,),
-            seed=self.cfg.run.seed,
-            slots=self.env.num_slots,
-            artifacts=self.cfg.eval.artifacts,
-            agent=self.cfg.agent,
-            policy=self.cfg.policy,
-            memory=self.cfg.eval.memory,
-        )
-        if marginal is not None:
-            ev.marginal = self._marginal_file(marginal)
+        from memprism_ray.agent import Agent, EpisodeResult, EpisodeSpec, LocalServices
+        from memprism_ray.baselines import make_selector
+        from memprism_ray.envs.base import GameRef
+
+        cfg = self.cfg
         eps = [EpisodeSpec(s["episode_id"], GameRef.from_dict(self.data.localize(s["game"]))) for s in specs]
-        keep = [s["episode_id"] for s in specs if s.get("keep_views")]
-        results, rows = run_condition(
-            condition,
-            eps,
-            ev,
-            env=self.env,
-            phi=self.phi,
-            policy=self.policy,
-            router=self.router,
-            features=self.features,
-            keep_views_for=keep,
-        )
+        try:
+            selector = make_selector(
+                condition, router=self.router, marginal=marginal, seed=cfg.run.seed, memory=cfg.eval.memory
+            )
+            agent = Agent(
+                LocalServices(self.env, self.phi, self.policy),
+                selector,
+                dataclasses.replace(cfg.agent, keep_views=cfg.eval.artifacts > 0),
+                features=self.features if selector.uses_features else None,
+                keep_views_for=[s["episode_id"] for s in specs if s.get("keep_views")],
+            )
+            results = agent.run(eps)
+        except Exception as exc:  # a crash of the loop itself: its episodes fail, the run goes on
+            results = [EpisodeResult(e, status="failed", error=f"crashed: {type(exc).__name__}: {exc}") for e in eps]
         self.doing = f"idle after {condition}"
-        return {"results": results, "rows": rows}
+        return {"results": results, "rows": [{**row, "condition": condition} for r in results for row in r.rows]}

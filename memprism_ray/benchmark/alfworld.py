@@ -63,8 +63,6 @@ class Alfworld(Benchmark):
         return list_games(cfg.corpus.train_split, cfg.corpus.data_root)
 
     def eval_plan(self, cfg: Any) -> EvalPlan:
-        from memprism_ray.eval.runner import plan_episodes
-
         episodes, specs, broken = plan_episodes(cfg.eval.split, cfg.corpus.data_root, cfg.eval.episodes, cfg.run.seed)
         return EvalPlan(episodes, specs, cfg.eval.workers, cfg.eval.slots, broken=broken)
 
@@ -99,6 +97,29 @@ class Alfworld(Benchmark):
         with tempfile.TemporaryDirectory() as tmp:
             path = collect_expert_trajectories(list(games), tmp, max_steps=120, progress=False, phi=phi, **rollin_args)
             return Path(path).read_bytes()
+
+
+def plan_episodes(
+    split: str, data_root: str = "", n_episodes: int = 0, seed: int = 0
+) -> tuple[Any, list[Any], dict[str, str]]:
+    """The ordered episode plan of ``split`` over every game of it, playable or broken.
+
+    Returns ``(episode list, specs in plan order, {game_id: error})`` where the last maps
+    each broken game to the error its episodes fail with: a broken game stays in the plan
+    (and so in every denominator) instead of silently shrinking it.
+    """
+    from memprism_ray.agent import EpisodeSpec
+    from memprism_ray.envs.alfworld.data import scan_split
+    from memprism_ray.eval.episodes import build_episode_list
+
+    scan = scan_split(split, data_root or None)
+    refs = {g.game_id: g for g in scan.games} | {b.game.game_id: b.game for b in scan.broken}
+    episode_list = build_episode_list(split, sorted(refs), n_episodes or None, seed=seed)
+    specs = [
+        EpisodeSpec(eid, refs[gid]) for eid, gid in zip(episode_list.episode_ids, episode_list.game_ids, strict=True)
+    ]
+    broken = {b.game.game_id: f"broken game: {b.reason}" for b in scan.broken}
+    return episode_list, specs, broken
 
 
 def _embedded_root(cfg: Any) -> Path:

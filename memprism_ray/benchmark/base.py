@@ -217,7 +217,7 @@ class Benchmark:
     # ------------------------------------------------------------------ evaluation report
     def write_condition(self, played: Played, out_dir: Path, manifest: Any, ctx: EvalRun) -> dict[str, Any]:
         """One condition's report (the shared tables, artifacts, manifest, plots)."""
-        from memprism_ray.eval.runner import write_condition
+        from memprism_ray.eval.report import write_condition
 
         cfg = ctx.cfg
         return write_condition(
@@ -232,7 +232,7 @@ class Benchmark:
 
     def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
         """The side-by-side summary of every condition; returns it (``failed_episodes`` set)."""
-        from memprism_ray.eval.runner import write_summary
+        from memprism_ray.eval.report import write_summary
 
         return write_summary(ctx.out_dir, reports, {p.condition: p.results for p in played}, seed=ctx.cfg.run.seed)
 

@@ -4,7 +4,8 @@ Each subcommand lives in its own module ``memprism_ray.cli.<name>`` exposing
 ``register(subparsers)``; modules import their heavy dependencies inside the handler so
 ``memprism --help`` stays fast. A handler returns an exit code; a :class:`CliError` or a
 ``ValueError`` raised by the library becomes one ``memprism: error: ...`` line on stderr
-and exit code 2.
+and exit code 2. A subcommand registered with ``overrides=True`` also takes the config
+tree's ``--section.key VALUE`` overrides, passed to its handler as a second argument.
 """
 
 from __future__ import annotations
@@ -46,13 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
     func = getattr(args, "func", None)
+    if rest and not getattr(args, "overrides", False):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if func is None:
         parser.print_help()
         return 2
     try:
-        return int(func(args) or 0)
+        return int((func(args, rest) if getattr(args, "overrides", False) else func(args)) or 0)
     except (CliError, ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f"memprism: error: {exc}", file=sys.stderr)
         return 2

@@ -1,8 +1,15 @@
-"""``memprism eval`` and ``memprism compare`` (paper appendix C evaluation protocol)."""
+"""``memprism eval`` and ``memprism compare`` (paper appendix C evaluation protocol).
+
+``memprism eval`` is the standalone evaluation of ``jobs/eval_<benchmark>.py``
+(:func:`memprism_ray.trainer.fit.run_evaluation`) with the options of a command: the same
+evaluation workers, plan, reports and exit statuses, on a local Ray started for the command
+or on the cluster ``RAY_ADDRESS`` names (``--run.ray_address local`` keeps it local).
+"""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from pathlib import Path
@@ -10,40 +17,85 @@ from typing import Any
 
 from memprism_ray.cli import CliError
 
+#: option -> the config keys it sets (``--max-steps`` sets both horizons, which must agree).
+OPTION_KEYS: dict[str, tuple[str, ...]] = {
+    "benchmark": ("corpus.benchmark", "agent.benchmark"),
+    "condition": ("eval.conditions",),
+    "split": ("eval.split",),
+    "episodes": ("eval.episodes",),
+    "seed": ("run.seed",),
+    "data_root": ("corpus.data_root",),
+    "slots": ("eval.slots",),
+    "workers": ("eval.workers",),
+    "max_steps": ("agent.max_steps", "grpo.max_steps"),
+    "short_history": ("agent.short_history",),
+    "policy": ("policy.backend",),
+    "artifacts": ("eval.artifacts",),
+    "memory_base_url": ("eval.memory.base_url",),
+    "memory_model": ("eval.memory.model",),
+}
+
+#: Without ``--config``: the command's own defaults (the library's defaults for every other key;
+#: the scripted stand-in also gets temperature 0.3 and the run's seed).
+DEFAULTS: dict[str, Any] = {
+    "run": {"name": "memprism-eval", "seed": 0},
+    "eval": {"split": "eval_out_of_distribution", "episodes": 0, "slots": 8, "artifacts": 3},
+    "agent": {"max_steps": 50, "short_history": 2},
+    "grpo": {"max_steps": 50},
+    "policy": {"backend": "scripted"},
+}
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "eval",
-        help="evaluate one or more conditions on an ALFWorld split (in-process)",
+        help="evaluate one or more conditions on a benchmark (on Ray: local, or the cluster RAY_ADDRESS names)",
         description=(
-            "Play every game of a split (or --episodes N of them) under each condition, on the same ordered "
-            "episode list, and write report.json, report.md, plots and a run manifest per condition. "
-            "Conditions: no_memory, full_history, recent4, fixed:TAU, fixed_text:TAU, memprism, memprism_text, "
-            "freq_random, constrained:FACTOR=VALUE (comma-separated for several). Every episode of the plan is "
-            "reported; a broken game or a crashed episode counts as a failure, and the exit code is then 1."
+            "Play the benchmark's evaluation plan (ALFWorld: every game of a split, or --episodes N) under each "
+            "condition, on the same ordered episode list, and write report.json, report.md, plots and a run "
+            "manifest per condition plus summary.md. The evaluation of jobs/eval_<benchmark>.py: EvalWorker actors "
+            "on a local Ray started for the command, or on the cluster RAY_ADDRESS names. Conditions: no_memory, "
+            "full_history, recent4, fixed:TAU, fixed_text:TAU, memprism, memprism_text, freq_random, "
+            "constrained:FACTOR=VALUE, agentocr, mem0, mem0_graph, amem, langmem (comma-separated for several). "
+            "Every episode of the plan is reported; a broken game or a crashed episode counts as a failure, and "
+            "the exit code is then 1."
+        ),
+        epilog=(
+            "Without --config the options' defaults below apply; with --config FILE (configs/local.yaml, "
+            "configs/mind2web_smoke.yaml, configs/ebalfred_smoke.yaml, ...) the preset's values do, and an option "
+            "given overrides its key. Any other --section.key VALUE overrides one setting (--help-config lists "
+            "them), e.g. --run.ray_address local."
         ),
     )
-    p.add_argument("--condition", required=True, help="condition name(s), comma-separated")
-    p.add_argument("--split", default="eval_out_of_distribution", help="train, eval_in_distribution, ...")
-    p.add_argument("--episodes", type=int, default=0, help="episodes (0 = each game of the split once)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--seed", type=int, default=0, help="episode order and policy seed")
-    p.add_argument("--data-root", default="", help="ALFWorld data root (default: $ALFWORLD_DATA or built-in corpus)")
+    p.add_argument("--condition", required=True, help="condition name(s), comma-separated (eval.conditions)")
+    p.add_argument("--out", required=True, help="output directory (refused when it already holds an evaluation)")
+    p.add_argument("--config", default=None, help="YAML preset whose values replace the defaults below")
+    p.add_argument("--benchmark", default=None, help="alfworld (default), ebalfred or mind2web (corpus.benchmark)")
+    p.add_argument("--split", default=None, help="ALFWorld split (default eval_out_of_distribution), train, ...")
+    p.add_argument("--episodes", type=int, default=None, help="ALFWorld episodes (default 0: each game once)")
+    p.add_argument("--seed", type=int, default=None, help="episode order and policy seed (default 0)")
+    p.add_argument("--data-root", default=None, help="ALFWorld data root (default: $ALFWORLD_DATA or built-in corpus)")
     p.add_argument("--checkpoint", default="", help="Router checkpoint for memprism/constrained conditions")
     p.add_argument(
-        "--marginal", default="", help="freq_random marginal: eval dir, report.json, JSON list, or auto (this run)"
+        "--marginal", default=None, help="freq_random marginal: eval dir, report.json, JSON list, or auto (this run)"
     )
-    p.add_argument("--slots", type=int, default=8, help="episodes played step-synchronously")
-    p.add_argument("--max-steps", type=int, default=50, help="environment steps per episode")
-    p.add_argument("--short-history", type=int, default=2, help="steps of text history H_short in view conditions")
-    p.add_argument("--policy", default="scripted", help="task-policy backend: scripted, vllm, openai, hf")
-    p.add_argument("--policy-temperature", type=float, default=None, help="task-policy sampling temperature")
-    p.add_argument("--artifacts", type=int, default=3, help="episodes per condition with full artifacts")
+    p.add_argument("--slots", type=int, default=None, help="episodes each worker plays step-synchronously (default 8)")
+    p.add_argument("--workers", type=int, default=None, help="evaluation workers (Ray actors; default 2)")
+    p.add_argument("--max-steps", type=int, default=None, help="environment steps per episode (default 50)")
     p.add_argument(
-        "--memory-base-url", default="", help="OpenAI-compatible endpoint of the memory baselines (mem0, amem, ...)"
+        "--short-history", type=int, default=None, help="steps of text history H_short in view conditions (default 2)"
     )
-    p.add_argument("--memory-model", default="", help="model the memory endpoint serves (default: the config's)")
-    p.set_defaults(func=_eval)
+    p.add_argument("--policy", default=None, help="task-policy backend: scripted (default), vllm, openai, hf")
+    p.add_argument(
+        "--policy-temperature", type=float, default=None, help="task-policy sampling temperature (scripted: 0.3)"
+    )
+    p.add_argument("--artifacts", type=int, default=None, help="episodes per condition with full artifacts (default 3)")
+    p.add_argument(
+        "--memory-base-url", default=None, help="OpenAI-compatible endpoint of the memory baselines (mem0, amem, ...)"
+    )
+    p.add_argument("--memory-model", default=None, help="model the memory endpoint serves (default: the config's)")
+    p.add_argument("--help-config", action="store_true", help="list every --section.key setting and exit")
+    p.set_defaults(func=_eval, overrides=True)
 
     c = sub.add_parser("compare", help="paired bootstrap SR difference between two evaluation directories")
     c.add_argument("dir_a", help="evaluation directory of condition A (holds episodes.parquet)")
@@ -53,7 +105,7 @@ def register(sub: Any) -> None:
     c.set_defaults(func=_compare)
 
 
-def check_marginal_arg(value: str) -> None:
+def check_marginal_arg(value: str | None) -> None:
     """A ``--marginal`` JSON must hold a flat list of numbers (directly, as ``view_marginal`` or
     under ``view_selection``); anything nested would otherwise fail inside numpy with a
     traceback. Missing files and wrong lengths are reported by the loader."""
@@ -77,47 +129,73 @@ def check_marginal_arg(value: str) -> None:
         raise CliError(f"--marginal {value}: the view marginal must be a flat JSON list of numbers, got {shown}")
 
 
-def _eval(args: argparse.Namespace) -> int:
-    from memprism_ray.agent import AgentConfig
-    from memprism_ray.baselines.external import MemoryBaselineConfig
-    from memprism_ray.config_tree import from_dict
-    from memprism_ray.eval.report import failure_message
-    from memprism_ray.eval.runner import EvalConfig, run_conditions
-    from memprism_ray.policy.config import PolicyConfig
+def _set(data: dict[str, Any], key: str, value: Any) -> None:
+    node = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+def eval_config(args: argparse.Namespace, overrides: list[str]) -> Any:
+    """The :class:`~memprism_ray.config.ExperimentConfig` of the command: ``--config`` (else
+    :data:`DEFAULTS`), then the options given, then the ``--section.key`` overrides. ``--seed``
+    also seeds the scripted policy; ``--policy-temperature`` sets the chosen backend's temperature."""
+    from memprism_ray.config import ExperimentConfig
+    from memprism_ray.config_tree import from_dict, load_yaml, merge, parse_overrides
+
+    data = load_yaml(args.config) if args.config else copy.deepcopy(DEFAULTS)
+    given: dict[str, Any] = {}
+    for option, keys in OPTION_KEYS.items():
+        value = getattr(args, option)
+        for key in keys if value is not None else ():
+            _set(given, key, value)
+    if args.marginal is not None:
+        _set(given, "eval.marginal", "" if args.marginal == "auto" else args.marginal)
+    data = merge(data, given)
+    backend = data.get("policy", {}).get("backend", "scripted")
+    if backend == "scripted" and not args.config:
+        _set(data, "policy.scripted.temperature", 0.3)
+    if backend == "scripted" and (args.seed is not None or not args.config):
+        _set(data, "policy.scripted.seed", data["run"]["seed"])
+    if args.policy_temperature is not None:
+        _set(data, f"policy.{backend}.temperature", args.policy_temperature)
+    return from_dict(ExperimentConfig, merge(data, parse_overrides(overrides)))
+
+
+def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
+    if args.help_config:
+        from memprism_ray.config import ExperimentConfig
+        from memprism_ray.config_tree import describe
+
+        for name, default, help_ in describe(ExperimentConfig):
+            print(f"--{name:<40} {default:<28} {help_}")
+        return 0
+    import ray
+
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.pipeline.jobs import check_job
+    from memprism_ray.trainer.fit import run_evaluation
 
     check_marginal_arg(args.marginal)
-    conditions = tuple(c.strip() for c in args.condition.split(",") if c.strip())
-    policy: dict[str, Any] = {"backend": args.policy}
-    if args.policy_temperature is not None:
-        if args.policy == "scripted":
-            policy["scripted"] = {"temperature": args.policy_temperature, "seed": args.seed}
-        else:
-            policy[args.policy] = {"temperature": args.policy_temperature}
-    elif args.policy == "scripted":
-        policy["scripted"] = {"temperature": 0.3, "seed": args.seed}
+    args.condition = [c.strip() for c in args.condition.split(",") if c.strip()]
+    cfg = eval_config(args, overrides)
+    benchmark = get_benchmark(cfg.corpus.benchmark)
+    check_job(f"eval_{benchmark.name}", cfg)  # what the job refuses (and the policy backend can run here)
+    started = not ray.is_initialized()
+    try:
+        return run_evaluation(cfg, benchmark, args.checkpoint, Path(args.out), say=_say, error=_error)
+    finally:
+        if started and ray.is_initialized():  # a Ray this command started ends with it
+            ray.shutdown()
 
-    same = ("split", "episodes", "seed", "data_root", "checkpoint", "marginal", "slots", "artifacts", "out")
-    cfg = EvalConfig(
-        conditions=conditions,
-        **{k: getattr(args, k) for k in same},
-        agent=AgentConfig(max_steps=args.max_steps, short_history=args.short_history),
-        policy=from_dict(PolicyConfig, policy),
-        memory=from_dict(
-            MemoryBaselineConfig,
-            {"base_url": args.memory_base_url} | ({"model": args.memory_model} if args.memory_model else {}),
-        ),
-    )
-    problem = cfg.policy.unavailable_here()
-    if problem:
-        raise CliError(problem)
-    summary = run_conditions(cfg)
-    print((Path(args.out) / "summary.md").read_text())
-    problem = failure_message(summary)
-    if problem:
-        # Exit 1: the run finished and its reports are written, but not every episode played.
-        print(f"memprism: error: {problem}; see {Path(args.out) / 'summary.md'}", file=sys.stderr)
-        return 1
-    return 0
+
+def _say(msg: str) -> None:
+    print(f"[eval] {msg}", flush=True)
+
+
+def _error(msg: str) -> None:
+    print(f"memprism: error: {msg}", file=sys.stderr, flush=True)
 
 
 def _load_outcomes(path: Path) -> dict[str, bool]:

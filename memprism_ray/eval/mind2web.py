@@ -177,13 +177,11 @@ def write_condition(
     candidate_pool: Mapping[str, Any],
     in_pool: Mapping[str, Sequence[bool]] | None = None,
 ) -> dict[str, Any]:
-    """The generic condition report (:func:`memprism_ray.eval.runner.write_condition`) plus
+    """The generic condition report (:func:`memprism_ray.eval.report.write_condition`) plus
     the Mind2Web metrics: returned under ``report["mind2web"]`` (the pool under
     ``report["mind2web_pool"]``) and written beside it as ``mind2web.json`` / ``mind2web.md``
     (reports are write-once). ``candidate_pool``: what the reports call the pool played on."""
-    from memprism_ray.eval.runner import write_condition as write_generic
-
-    rep = write_generic(
+    rep = rpt.write_condition(
         condition, results, rows, out_dir, manifest, tokenizer=tokenizer, max_steps=max_steps, artifacts=artifacts
     )
     episodes = [r.summary() for r in results]

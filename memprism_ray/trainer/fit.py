@@ -17,6 +17,7 @@ one line naming the last checkpoint and the command that continues.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import sys
@@ -214,47 +215,62 @@ def grpo_job(benchmark: str, description: str, argv: Sequence[str] | None = None
 
 
 def evaluate_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None) -> int:
-    """``jobs/eval_<benchmark>.py``: evaluate ``eval.conditions`` (a Router checkpoint given by
-    ``--checkpoint``) and write the reports to ``<run>/eval`` or ``--out``; exit 1 when any
-    episode failed, 2 when the start is refused."""
-    from memprism_ray.actors.placement import init_ray
-    from memprism_ray.eval.runner import check_fresh_output
-    from memprism_ray.trainer.evaluate import evaluate, router_state_for
-
+    """``jobs/eval_<benchmark>.py``: parse ``--config FILE [--checkpoint DIR] [--out DIR]
+    [--section.key V]``, then :func:`run_evaluation` into ``--out`` or ``<run>/eval``."""
     args, cfg = parse_job_args(description, argv, job=f"eval_{benchmark_name}", evaluation=True)
-    benchmark = get_benchmark(benchmark_name)
     out_dir = Path(args.out) if args.out else cfg.run.dir / "eval"
+    benchmark = get_benchmark(benchmark_name)
+    return run_evaluation(cfg, benchmark, args.checkpoint, out_dir, say=_eval_say, error=_eval_error)
+
+
+def run_evaluation(
+    cfg: Any, benchmark: Benchmark, checkpoint: str, out_dir: Path, *, say: Any = print, error: Any = print
+) -> int:
+    """A standalone evaluation (``jobs/eval_<benchmark>.py``, ``memprism eval``; paper appendix C):
+    ``eval.conditions`` (a Router checkpoint given by ``checkpoint``) on the benchmark's plan, on a
+    local Ray or the cluster ``run.ray_address`` / ``RAY_ADDRESS`` names; the reports go to
+    ``out_dir`` and the benchmark's summary is printed. The exit status: 2 when the start is
+    refused (one line through ``error``, before any work), 1 when any episode failed, else 0."""
+    from memprism_ray.actors.placement import init_ray
+    from memprism_ray.eval.report import check_fresh_output
+    from memprism_ray.trainer.evaluate import check_memory_conditions, evaluate, given_marginal, router_state_for
+
     try:
         check_fresh_output(out_dir)  # before any work: reports are never silently replaced
-        router_state = router_state_for(cfg, args.checkpoint)
-        cfg = prepare_benchmark(cfg, benchmark, _eval_say, trains=False)
+        given_marginal(cfg)  # eval.marginal loads and is a 144-way marginal
+        router_state = router_state_for(cfg, checkpoint)
+        if not (cfg.run.ray_address == "auto" and os.environ.get("RAY_ADDRESS")):  # the workers run here
+            check_memory_conditions(cfg, cfg.eval.conditions)
+        cfg = prepare_benchmark(cfg, benchmark, say, trains=False)
     except (BenchmarkConfigError, FileExistsError, ValueError, FileNotFoundError) as exc:
-        print(f"[eval] error: {exc}", file=sys.stderr, flush=True)
+        error(str(exc))
         return 2
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     from memprism_ray.actors.node_data import ship
 
     try:
-        data = ship(benchmark.data_trees(cfg), _eval_say)
-        summary = evaluate(
-            cfg, benchmark, cfg.eval.conditions, router_state, args.checkpoint, out_dir, log=_eval_say, data=data
-        )
+        data = ship(benchmark.data_trees(cfg), say)
+        summary = evaluate(cfg, benchmark, cfg.eval.conditions, router_state, checkpoint, out_dir, log=say, data=data)
     except Exception as exc:
         line = run_failure(exc)
         if line is None:
             raise
-        print(f"[eval] error: {line}", file=sys.stderr, flush=True)
+        error(line)
         return 1
     print((out_dir / benchmark.summary_file).read_text())
     problem = benchmark.failures(summary)
     if problem:
-        print(f"[eval] error: {problem}; see {out_dir / benchmark.summary_file}", file=sys.stderr, flush=True)
+        error(f"{problem}; see {out_dir / benchmark.summary_file}")
         return 1
     return 0
 
 
 def _eval_say(msg: str) -> None:
     print(f"[eval] {msg}", flush=True)
+
+
+def _eval_error(msg: str) -> None:
+    print(f"[eval] error: {msg}", file=sys.stderr, flush=True)
 
 
 def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None, *, train: bool = True) -> int:

@@ -290,7 +290,7 @@ def final_eval_dir(run_dir: Path, cfg: Any, say: Any = print, label: str = "succ
     replaced). The summary and the plot read ``cfg.grpo.replayed_iterations``, the same
     property :func:`sample_groups` schedules by, so every GRPO job says which iterations played
     the same games."""
-    from memprism_ray.eval.runner import check_fresh_output
+    from memprism_ray.eval.report import check_fresh_output
 
     eval_dir = run_dir / "eval"
     try:

@@ -541,27 +541,29 @@ def test_amem_adds_a_note_per_step_and_search_agentic_retrieves(fake_llm) -> Non
 
 
 @needs_mem0
-def test_mem0_eval_report_counts_the_servers_usage(fake_llm, memprism_tiny_corpus, tmp_path) -> None:
+@pytest.mark.ray
+def test_mem0_eval_report_counts_the_servers_usage(ray_session, fake_llm, memprism_tiny_corpus, tmp_path) -> None:
     import pyarrow.parquet as pq
 
-    from memprism_ray.agent import AgentConfig
-    from memprism_ray.eval.runner import EvalConfig, run_conditions
-    from memprism_ray.policy.config import PolicyConfig
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.config import ExperimentConfig
+    from memprism_ray.config_tree import from_dict
+    from memprism_ray.trainer.evaluate import evaluate
 
-    cfg = EvalConfig(
-        conditions=("mem0",),
-        split="eval_out_of_distribution",
-        episodes=2,
-        seed=1,
-        data_root=str(memprism_tiny_corpus),
-        slots=2,
-        artifacts=0,
-        out=str(tmp_path / "eval"),
-        agent=AgentConfig(max_steps=4, token_counter="words"),
-        policy=PolicyConfig(backend="scripted", scripted={"temperature": 0.0, "seed": 1}),
-        memory=MemoryBaselineConfig(base_url=fake_llm.base_url, model="fake"),
-    )
-    summary = run_conditions(cfg, progress=None)
+    cfg = from_dict(
+        ExperimentConfig,
+        {
+            "run": {"seed": 1},
+            "corpus": {"data_root": str(memprism_tiny_corpus)},
+            "eval": {"conditions": ["mem0"], "split": "eval_out_of_distribution", "episodes": 2, "slots": 2,
+                     "artifacts": 0, "workers": 1, "memory": {"base_url": fake_llm.base_url, "model": "fake"}},
+            "agent": {"max_steps": 4, "token_counter": "words"},
+            "grpo": {"max_steps": 4},
+            "rollout": {"env_cpus": 0.1},
+            "policy": {"backend": "scripted", "scripted": {"temperature": 0.0, "seed": 1}},
+        },
+    )  # fmt: skip
+    summary = evaluate(cfg, get_benchmark("alfworld"), cfg.eval.conditions, None, "", tmp_path / "eval")
     rep = summary["conditions"][0]
     assert rep["failed_episodes"] == 0
     steps = pq.read_table(tmp_path / "eval" / "mem0" / "steps.parquet").to_pylist()

@@ -169,32 +169,40 @@ def test_a_memory_that_cannot_be_built_fails_its_episodes_with_the_reason(env, g
 # --------------------------------------------------------------------------- evaluation runs
 
 
-def _eval_cfg(corpus: Path, out: Path, conditions: tuple[str, ...], **kw):
-    from memprism_ray.eval.runner import EvalConfig
-    from memprism_ray.policy.config import PolicyConfig
+def _eval_cfg(corpus: Path, conditions: tuple[str, ...], **memory: str):
+    """The evaluation config of these tests (``memory``: ``eval.memory`` settings)."""
+    from memprism_ray.config import ExperimentConfig
+    from memprism_ray.config_tree import from_dict
 
-    return EvalConfig(
-        conditions=conditions,
-        split="eval_out_of_distribution",
-        episodes=2,
-        seed=1,
-        data_root=str(corpus),
-        slots=2,
-        artifacts=0,
-        out=str(out),
-        agent=AgentConfig(max_steps=6, token_counter="words"),
-        policy=PolicyConfig(backend="scripted", scripted={"temperature": 0.0, "seed": 1}),
-        **kw,
-    )
+    data = {
+        "run": {"seed": 1},
+        "corpus": {"data_root": str(corpus)},
+        "eval": {"conditions": list(conditions), "split": "eval_out_of_distribution", "episodes": 2, "slots": 2,
+                 "artifacts": 0, "workers": 1, "memory": memory},
+        "agent": {"max_steps": 6, "token_counter": "words"},
+        "grpo": {"max_steps": 6},
+        "rollout": {"env_cpus": 0.1},
+        "policy": {"backend": "scripted", "scripted": {"temperature": 0.0, "seed": 1}},
+    }  # fmt: skip
+    return from_dict(ExperimentConfig, data)
 
 
-def test_agentocr_runs_in_the_cpu_eval_path_and_reports_its_costs(memprism_tiny_corpus: Path, tmp_path: Path) -> None:
+def _evaluate(cfg, out: Path) -> dict:
+    """The evaluation (memprism_ray/trainer/evaluate.py) of ``cfg`` on ALFWorld into ``out``."""
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.trainer.evaluate import evaluate
+
+    return evaluate(cfg, get_benchmark("alfworld"), cfg.eval.conditions, None, "", out, log=lambda _: None)
+
+
+@pytest.mark.ray
+def test_agentocr_runs_in_the_cpu_eval_path_and_reports_its_costs(
+    ray_session, memprism_tiny_corpus: Path, tmp_path: Path
+) -> None:
     import json
 
-    from memprism_ray.eval.runner import run_conditions
-
     out = tmp_path / "eval"
-    summary = run_conditions(_eval_cfg(memprism_tiny_corpus, out, ("no_memory", "agentocr")), progress=None)
+    summary = _evaluate(_eval_cfg(memprism_tiny_corpus, ("no_memory", "agentocr")), out)
     assert summary["failed_episodes"] == 0
     reps = {r["condition"]: r for r in summary["conditions"]}
     eff = reps["agentocr"]["efficiency"]
@@ -208,16 +216,18 @@ def test_agentocr_runs_in_the_cpu_eval_path_and_reports_its_costs(memprism_tiny_
     assert "width 392" in json.dumps(manifest)
 
 
-def test_external_baselines_without_endpoint_fail_before_any_work(tmp_path: Path) -> None:
+def test_external_baselines_without_endpoint_fail_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memprism_ray.cli import main
     from memprism_ray.config import FinalEvalConfig
-    from memprism_ray.eval.runner import check_conditions, run_conditions
 
     out = tmp_path / "never"
-    cfg = _eval_cfg(tmp_path / "no-corpus", out, ("no_memory", "mem0"))
     with pytest.raises(ValueError, match=r"'mem0' calls an LLM for its memory and no endpoint is configured"):
-        check_conditions(cfg)
-    with pytest.raises(ValueError, match="no endpoint is configured"):
-        run_conditions(cfg, progress=None)
+        _eval_cfg(tmp_path / "no-corpus", ("no_memory", "mem0"))
+    args = ["eval", "--condition", "no_memory,mem0", "--data-root", str(tmp_path / "no-corpus"), "--out", str(out)]
+    assert main(args) == 2
+    assert "no endpoint is configured" in capsys.readouterr().err
     assert not out.exists()
     with pytest.raises(ValueError, match=r"eval\.conditions: 'langmem' calls an LLM .* set eval\.memory\.base_url"):
         FinalEvalConfig(conditions=("langmem",))

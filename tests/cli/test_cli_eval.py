@@ -1,11 +1,13 @@
 """``memprism eval`` and ``memprism compare`` (paper appendix C evaluation protocol) on the
-shared tiny corpus (tests/conftest.py), and their one-line errors."""
+shared tiny corpus (tests/conftest.py), and their one-line errors. ``memprism eval`` runs the
+trainer's evaluation (EvalWorker actors) on the in-process Ray session."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import os
 import re
 from pathlib import Path
 
@@ -19,7 +21,9 @@ SPLIT = "eval_out_of_distribution"
 
 
 @pytest.fixture(scope="module")
-def agent_cli_eval(memprism_tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def agent_cli_eval(
+    ray_session, memprism_tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("cli-eval")
     args = ["eval", "--condition", "no_memory,fixed:TemporalTrace", "--split", SPLIT, "--data-root",
             str(memprism_tiny_corpus), "--out", str(out), "--episodes", "3", "--slots", "3", "--max-steps", "10",
@@ -96,7 +100,7 @@ def test_compare_errors(agent_cli_eval, tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_broken_games_are_failures_and_the_exit_code_says_so(
-    memprism_tiny_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ray_session, memprism_tiny_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Issue 10's report: four games of which three are broken printed "0 / 1" and exited 0.
     import shutil
@@ -169,3 +173,22 @@ def test_nested_marginal_json_is_a_one_line_error(tmp_path: Path, content: objec
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "flat JSON list of numbers" in err
+
+
+def test_eval_plays_every_benchmark(
+    ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``memprism eval --config`` runs any benchmark's evaluation, as its job does: EB-ALFRED's
+    per-subset summary on the smoke preset (fake controller over the fixture)."""
+    for key in [k for k in os.environ if k.startswith("MEMPRISM_EBALFRED_")]:
+        monkeypatch.delenv(key)
+    out = tmp_path / "eval"
+    args = ["eval", "--config", "configs/ebalfred_smoke.yaml", "--condition", "no_memory", "--out", str(out),
+            "--run.out_dir", str(tmp_path), "--ebalfred.subsets", "base,long_horizon",
+            "--ebalfred.episodes_per_subset", "2"]  # fmt: skip
+    assert main(args) == 0
+    summary = (out / "summary.md").read_text()
+    assert "| Condition | Base | Long | Avg |" in summary
+    assert capsys.readouterr().out.rstrip().endswith(summary.rstrip())
+    manifest = json.loads((out / "no_memory" / "manifest.json").read_text())
+    assert manifest["benchmark"] == "ebalfred" and len(manifest["episode_ids"]) == 4

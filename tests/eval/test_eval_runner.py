@@ -1,48 +1,63 @@
-"""The in-process evaluation runner (paper appendix C "Common controlled protocol": every
-condition plays the same ordered episode list; per condition a manifest, tables, report,
-plots and a few episodes' artifacts; several conditions side by side with paired
-differences). Runs the real engine on the shared tiny corpus (tests/conftest.py)."""
+"""The evaluation protocol (paper appendix C "Common controlled protocol": every condition
+plays the same ordered episode list; per condition a manifest, tables, report, plots and a few
+episodes' artifacts; several conditions side by side with paired differences), through the one
+evaluation path (memprism_ray/trainer/evaluate.py: EvalWorker actors on the in-process Ray
+session). Runs the real engine on the shared tiny corpus (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from memprism_ray.agent import AgentConfig
 from memprism_ray.baselines.conditions import FIXED_FILTER, FIXED_GAMMA, FIXED_WINDOW
+from memprism_ray.benchmark import get_benchmark
+from memprism_ray.config import ExperimentConfig, FinalEvalConfig
+from memprism_ray.config_tree import from_dict, merge
 from memprism_ray.eval.episodes import parse_episode_id
-from memprism_ray.eval.runner import EvalConfig, check_conditions, run_conditions
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.view_space import ViewAction
 
+pytestmark = [pytest.mark.ray]
+
 SPLIT = "eval_out_of_distribution"
+ALFWORLD = get_benchmark("alfworld")
 
 
-def _cfg(corpus: Path, out: Path, conditions: tuple[str, ...], **kw) -> EvalConfig:
-    base = {
-        "conditions": conditions,
-        "split": SPLIT,
-        "episodes": 4,
-        "seed": 3,
-        "data_root": str(corpus),
-        "slots": 4,
-        "artifacts": 1,
-        "out": str(out),
-        "agent": AgentConfig(max_steps=12, token_counter="words"),
-        "policy": PolicyConfig(backend="scripted", scripted={"temperature": 0.3, "seed": 3}),
-    }
-    return EvalConfig(**{**base, **kw})
+def _cfg(corpus: Path, conditions: tuple[str, ...], **kw: Any) -> ExperimentConfig:
+    """The evaluation config of these tests: ``kw`` sets ``eval`` keys, ``max_steps`` both horizons."""
+    steps = kw.pop("max_steps", 12)
+    data = {
+        "run": {"name": "eval-protocol", "seed": 3},
+        "corpus": {"data_root": str(corpus)},
+        "eval": merge({"conditions": list(conditions), "split": SPLIT, "episodes": 4, "slots": 4, "artifacts": 1,
+                       "workers": 1}, kw),
+        "agent": {"max_steps": steps, "token_counter": "words"},
+        "grpo": {"max_steps": steps},
+        "rollout": {"env_cpus": 0.1},
+        "policy": {"backend": "scripted", "scripted": {"temperature": 0.3, "seed": 3}},
+    }  # fmt: skip
+    return from_dict(ExperimentConfig, data)
+
+
+def _evaluate(cfg: ExperimentConfig, out: Path, checkpoint: str = "", log: Any = None) -> dict[str, Any]:
+    from memprism_ray.trainer.evaluate import evaluate, router_state_for
+
+    state = router_state_for(cfg, checkpoint)
+    return evaluate(cfg, ALFWORLD, cfg.eval.conditions, state, checkpoint, out, log=log or (lambda _: None))
 
 
 @pytest.fixture(scope="module")
-def agent_eval_run(memprism_tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+def agent_eval_run(
+    ray_session, memprism_tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("eval-run")
     lines: list[str] = []
-    summary = run_conditions(_cfg(memprism_tiny_corpus, out, ("no_memory", "fixed:EntityState")), progress=lines.append)
-    assert any(line.startswith("[fixed:EntityState] 4/4 played, SR ") for line in lines)
+    summary = _evaluate(_cfg(memprism_tiny_corpus, ("no_memory", "fixed:EntityState")), out, log=lines.append)
+    assert any(line.startswith("eval fixed:EntityState: ") and line.split(": ")[1].count("/4 = ") for line in lines)
     assert summary["failed_episodes"] == 0
     return out, summary
 
@@ -111,9 +126,9 @@ def test_summary_pairs_every_condition_with_the_first(agent_eval_run) -> None:
 
 def test_freq_random_samples_the_marginal_of_another_run(agent_eval_run, memprism_tiny_corpus, tmp_path) -> None:
     out, _ = agent_eval_run
-    cfg = _cfg(memprism_tiny_corpus, tmp_path, ("freq_random",), marginal=str(out / "fixed_EntityState"),
-               episodes=2, artifacts=0, agent=AgentConfig(max_steps=4, token_counter="words"))  # fmt: skip
-    run_conditions(cfg, progress=None)
+    cfg = _cfg(memprism_tiny_corpus, ("freq_random",), marginal=str(out / "fixed_EntityState"), episodes=2,
+               artifacts=0, max_steps=4)  # fmt: skip
+    _evaluate(cfg, tmp_path)
     steps = pq.read_table(tmp_path / "freq_random" / "steps.parquet").to_pylist()
     want = ViewAction("EntityState", FIXED_WINDOW, FIXED_FILTER, FIXED_GAMMA).index
     assert steps and {s["view_index"] for s in steps} == {want}
@@ -126,38 +141,40 @@ def test_freq_random_samples_the_marginal_of_another_run(agent_eval_run, mempris
     [(("no_memory", "bogus"), "eval.conditions: unknown condition 'bogus'; valid conditions: no_memory"),
      (("no_memory", "no_memory"), "eval.conditions: condition 'no_memory' is listed twice"),
      (("fixed:Nope",), "eval.conditions: "),
-     ((), "eval.conditions must name at least one condition")],
+     ((), "eval.conditions must name at least one condition"),
+     (("freq_random",), "list memprism before it")],
 )  # fmt: skip
 def test_bad_condition_names_fail_when_the_config_is_built(conditions, message, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=message):
-        _cfg(tmp_path / "no-corpus", tmp_path / "never", conditions)
+        _cfg(tmp_path / "no-corpus", conditions)
 
 
 @pytest.mark.parametrize(
     ("conditions", "kw", "message"),
     [(("constrained:gamma=fine",), {}, "needs a Router checkpoint"),
-     (("freq_random",), {}, "needs a marginal"),
      (("freq_random",), {"marginal": "/nonexistent/report.json"}, "does not exist")],
 )  # fmt: skip
-def test_bad_conditions_fail_before_any_work(conditions, kw, message, tmp_path: Path) -> None:
+def test_bad_conditions_fail_before_any_work(conditions, kw, message, tmp_path: Path, monkeypatch) -> None:
+    import memprism_ray.actors.placement as placement
+    from memprism_ray.trainer.fit import run_evaluation
+
+    monkeypatch.setattr(placement, "init_ray", lambda *a, **k: pytest.fail("Ray started before the refusal"))
     out = tmp_path / "never"
-    cfg = _cfg(tmp_path / "no-corpus", out, conditions, **kw)
-    with pytest.raises(ValueError, match=message):
-        check_conditions(cfg)
-    with pytest.raises(ValueError, match=message):
-        run_conditions(cfg, progress=None)
+    errors: list[str] = []
+    assert run_evaluation(_cfg(tmp_path / "no-corpus", conditions, **kw), ALFWORLD, "", out, error=errors.append) == 2
+    assert len(errors) == 1 and message in errors[0]
     assert not out.exists()
 
 
 def test_eval_config_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="at least one condition"):
-        EvalConfig(conditions=())
+        FinalEvalConfig(conditions=())
     with pytest.raises(ValueError, match="slots"):
-        EvalConfig(slots=0)
+        FinalEvalConfig(slots=0)
     with pytest.raises(ValueError, match=r"eval\.split: unknown ALFWorld split 'test'; valid splits: train, "):
-        EvalConfig(split="test")
+        FinalEvalConfig(split="test")
     with pytest.raises(ValueError, match=r"policy\.scripted\.temperature must be >= 0"):
-        EvalConfig(policy=PolicyConfig(scripted={"temperature": -1}))
+        PolicyConfig(scripted={"temperature": -1})
 
 
 def _corpus_with_broken_games(corpus: Path, root: Path, n: int, broken: int) -> list[str]:
@@ -175,12 +192,11 @@ def _corpus_with_broken_games(corpus: Path, root: Path, n: int, broken: int) -> 
     return [g.game_id for g in games[n - broken :]]
 
 
-def test_broken_games_stay_in_the_plan_as_failures(memprism_tiny_corpus: Path, tmp_path: Path) -> None:
+def test_broken_games_stay_in_the_plan_as_failures(ray_session, memprism_tiny_corpus: Path, tmp_path: Path) -> None:
     bad = _corpus_with_broken_games(memprism_tiny_corpus, tmp_path / "data", 4, 3)
-    cfg = _cfg(tmp_path / "data", tmp_path / "out", ("no_memory", "recent4"), episodes=0, artifacts=0,
-               agent=AgentConfig(max_steps=3, token_counter="words"))  # fmt: skip
+    cfg = _cfg(tmp_path / "data", ("no_memory", "recent4"), episodes=0, artifacts=0, max_steps=3)
     lines: list[str] = []
-    summary = run_conditions(cfg, progress=lines.append)
+    summary = _evaluate(cfg, tmp_path / "out", log=lines.append)
     assert "3 broken game(s) in split 'eval_out_of_distribution': their episodes count as failures" in lines
     assert summary["failed_episodes"] == 6
     for rep in summary["conditions"]:
@@ -198,21 +214,30 @@ def test_broken_games_stay_in_the_plan_as_failures(memprism_tiny_corpus: Path, t
 
 
 def test_a_crashed_wave_fails_its_episodes_and_the_run_goes_on(
-    memprism_tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ray_session, memprism_tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memprism_ray.agent import Agent
+    from memprism_ray.actors.evaluation import EvalWorker
+    from memprism_ray.trainer import evaluate
 
-    real_run = Agent.run
+    class CrashingEvalWorker(EvalWorker.__ray_actor_class__):
+        """An EvalWorker whose decision loop raises on a wave of one episode (in its own process)."""
 
-    def run(self, specs, *args, **kwargs):
-        if len(specs) == 1:  # the last wave of 3 episodes in slots of 2
-            raise RuntimeError("selector exploded")
-        return real_run(self, specs, *args, **kwargs)
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            from memprism_ray.agent import Agent
 
-    monkeypatch.setattr(Agent, "run", run)
-    cfg = _cfg(memprism_tiny_corpus, tmp_path, ("no_memory",), episodes=3, slots=2, artifacts=0,
-               agent=AgentConfig(max_steps=3, token_counter="words"))  # fmt: skip
-    rep = run_conditions(cfg, progress=None)["conditions"][0]
+            real_run = Agent.run
+
+            def run(agent, specs, *a, **k):
+                if len(specs) == 1:  # the last wave of 3 episodes in slots of 2
+                    raise RuntimeError("selector exploded")
+                return real_run(agent, specs, *a, **k)
+
+            Agent.run = run
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "EvalWorker", ray_session.remote(max_restarts=0)(CrashingEvalWorker))
+    cfg = _cfg(memprism_tiny_corpus, ("no_memory",), episodes=3, slots=2, artifacts=0, max_steps=3)
+    rep = _evaluate(cfg, tmp_path)["conditions"][0]
     assert (rep["n"], rep["failed_episodes"], rep["failure_reasons"]) == (3, 1, {"crashed": 1})
     assert rep["failed"][0]["error"] == "crashed: RuntimeError: selector exploded"
     episodes = pq.read_table(tmp_path / "no_memory" / "episodes.parquet").to_pylist()
@@ -220,12 +245,11 @@ def test_a_crashed_wave_fails_its_episodes_and_the_run_goes_on(
 
 
 @pytest.mark.slow
-def test_memprism_condition_uses_the_router(memprism_tiny_corpus, actors_reference_ckpt, tmp_path) -> None:
+def test_memprism_condition_uses_the_router(ray_session, memprism_tiny_corpus, actors_reference_ckpt, tmp_path) -> None:
     from memprism_ray.adapter.checkpoint import checkpoint_sha256
 
-    cfg = _cfg(memprism_tiny_corpus, tmp_path, ("memprism",), checkpoint=str(actors_reference_ckpt), episodes=2,
-               artifacts=0, agent=AgentConfig(max_steps=3, token_counter="words"))  # fmt: skip
-    summary = run_conditions(cfg, progress=None)
+    cfg = _cfg(memprism_tiny_corpus, ("memprism",), episodes=2, artifacts=0, max_steps=3)
+    summary = _evaluate(cfg, tmp_path, str(actors_reference_ckpt))
     steps = pq.read_table(tmp_path / "memprism" / "steps.parquet").to_pylist()
     assert steps and all(0 <= s["view_index"] < 144 and s["view_logprob"] <= 0.0 for s in steps)
     assert all(s["view_medium"] == "optical" and s["visual_tokens"] > 0 for s in steps)
@@ -235,26 +259,19 @@ def test_memprism_condition_uses_the_router(memprism_tiny_corpus, actors_referen
 
 
 @pytest.mark.slow
-def test_freq_random_auto_samples_the_memprism_marginal(memprism_tiny_corpus, actors_reference_ckpt, tmp_path) -> None:
-    cfg = _cfg(
-        memprism_tiny_corpus,
-        tmp_path,
-        ("memprism", "freq_random"),
-        checkpoint=str(actors_reference_ckpt),
-        marginal="auto",
-        episodes=2,
-        artifacts=0,
-        agent=AgentConfig(max_steps=3, token_counter="words"),
-    )
-    summary = run_conditions(cfg, progress=None)
+def test_freq_random_auto_samples_the_memprism_marginal(
+    ray_session, memprism_tiny_corpus, actors_reference_ckpt, tmp_path
+) -> None:
+    cfg = _cfg(memprism_tiny_corpus, ("memprism", "freq_random"), episodes=2, artifacts=0, max_steps=3)
+    summary = _evaluate(cfg, tmp_path, str(actors_reference_ckpt))
     memprism, freq = summary["conditions"]
     chosen = {i for i, p in enumerate(memprism["view_selection"]["view_marginal"]) if p > 0}
     steps = pq.read_table(tmp_path / "freq_random" / "steps.parquet").to_pylist()
     # Every view freq_random drew has positive mass in the marginal memprism measured.
     assert steps and {s["view_index"] for s in steps} <= chosen
     assert freq["condition"] == "freq_random"
-    with pytest.raises(ValueError, match="list the memprism condition before"):
-        check_conditions(_cfg(memprism_tiny_corpus, tmp_path, ("freq_random",), marginal="auto"))
+    with pytest.raises(ValueError, match="list memprism before it"):
+        _cfg(memprism_tiny_corpus, ("freq_random",))
 
 
 def test_an_output_directory_with_an_evaluation_is_refused_and_files_are_never_replaced(tmp_path) -> None:
@@ -262,7 +279,7 @@ def test_an_output_directory_with_an_evaluation_is_refused_and_files_are_never_r
     import pytest
 
     from memprism_ray.eval import report as rpt
-    from memprism_ray.eval.runner import check_fresh_output
+    from memprism_ray.eval.report import check_fresh_output
 
     out = tmp_path / "ev"
     check_fresh_output(out)  # absent: fine
