@@ -61,7 +61,7 @@ def register(sub: Any) -> None:
             "the exit code is then 1."
         ),
         epilog=(
-            "Without --config the options' defaults below apply; with --config FILE (configs/local.yaml, "
+            "Without --config the defaults named above apply; with --config FILE (configs/local.yaml, "
             "configs/mind2web_smoke.yaml, configs/ebalfred_smoke.yaml, ...) the preset's values do, and an option "
             "given overrides its key. Any other --section.key VALUE overrides one setting (--help-config lists "
             "them), e.g. --run.ray_address local."
@@ -69,7 +69,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--condition", required=True, help="condition name(s), comma-separated (eval.conditions)")
     p.add_argument("--out", required=True, help="output directory (refused when it already holds an evaluation)")
-    p.add_argument("--config", default=None, help="YAML preset whose values replace the defaults below")
+    p.add_argument("--config", default=None, help="YAML preset whose values replace the defaults named here")
     p.add_argument("--benchmark", default=None, help="alfworld (default), ebalfred or mind2web (corpus.benchmark)")
     p.add_argument("--split", default=None, help="ALFWorld split (default eval_out_of_distribution), train, ...")
     p.add_argument("--episodes", type=int, default=None, help="ALFWorld episodes (default 0: each game once)")
@@ -94,7 +94,7 @@ def register(sub: Any) -> None:
         "--memory-base-url", default=None, help="OpenAI-compatible endpoint of the memory baselines (mem0, amem, ...)"
     )
     p.add_argument("--memory-model", default=None, help="model the memory endpoint serves (default: the config's)")
-    p.add_argument("--help-config", action="store_true", help="list every --section.key setting and exit")
+    p.add_argument("--help-config", action=_HelpConfig, help="list every --section.key setting and exit")
     p.set_defaults(func=_eval, overrides=True)
 
     c = sub.add_parser("compare", help="paired bootstrap SR difference between two evaluation directories")
@@ -163,14 +163,22 @@ def eval_config(args: argparse.Namespace, overrides: list[str]) -> Any:
     return from_dict(ExperimentConfig, merge(data, parse_overrides(overrides)))
 
 
-def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
-    if args.help_config:
+class _HelpConfig(argparse.Action):
+    """``--help-config``: every setting of the config tree with its default, then exit (as ``--help``)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
         from memprism_ray.config import ExperimentConfig
         from memprism_ray.config_tree import describe
 
         for name, default, help_ in describe(ExperimentConfig):
             print(f"--{name:<40} {default:<28} {help_}")
-        return 0
+        parser.exit()
+
+
+def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
     import ray
 
     from memprism_ray.benchmark import get_benchmark
