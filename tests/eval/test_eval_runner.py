@@ -245,10 +245,12 @@ def test_a_crashed_wave_fails_its_episodes_and_the_run_goes_on(
 
 
 @pytest.mark.slow
-def test_memprism_condition_uses_the_router(ray_session, memprism_tiny_corpus, actors_reference_ckpt, tmp_path) -> None:
+def test_memprism_uses_the_router_and_freq_random_samples_its_marginal(
+    ray_session, memprism_tiny_corpus, actors_reference_ckpt, tmp_path
+) -> None:
     from memprism_ray.adapter.checkpoint import checkpoint_sha256
 
-    cfg = _cfg(memprism_tiny_corpus, ("memprism",), episodes=2, artifacts=0, max_steps=3)
+    cfg = _cfg(memprism_tiny_corpus, ("memprism", "freq_random"), episodes=2, artifacts=0, max_steps=3)
     summary = _evaluate(cfg, tmp_path, str(actors_reference_ckpt))
     steps = pq.read_table(tmp_path / "memprism" / "steps.parquet").to_pylist()
     assert steps and all(0 <= s["view_index"] < 144 and s["view_logprob"] <= 0.0 for s in steps)
@@ -256,18 +258,10 @@ def test_memprism_condition_uses_the_router(ray_session, memprism_tiny_corpus, a
     manifest = json.loads((tmp_path / "memprism" / "manifest.json").read_text())
     assert manifest["checkpoint_sha256"] == {"router": checkpoint_sha256(actors_reference_ckpt)}
     assert summary["conditions"][0]["view_selection"]["decisions_with_view"] == len(steps)
-
-
-@pytest.mark.slow
-def test_freq_random_auto_samples_the_memprism_marginal(
-    ray_session, memprism_tiny_corpus, actors_reference_ckpt, tmp_path
-) -> None:
-    cfg = _cfg(memprism_tiny_corpus, ("memprism", "freq_random"), episodes=2, artifacts=0, max_steps=3)
-    summary = _evaluate(cfg, tmp_path, str(actors_reference_ckpt))
+    # freq_random (no eval.marginal): every view it drew has positive mass in the marginal memprism measured.
     memprism, freq = summary["conditions"]
     chosen = {i for i, p in enumerate(memprism["view_selection"]["view_marginal"]) if p > 0}
     steps = pq.read_table(tmp_path / "freq_random" / "steps.parquet").to_pylist()
-    # Every view freq_random drew has positive mass in the marginal memprism measured.
     assert steps and {s["view_index"] for s in steps} <= chosen
     assert freq["condition"] == "freq_random"
     with pytest.raises(ValueError, match="list memprism before it"):
