@@ -331,25 +331,46 @@ def tally(outs: Sequence[Any]) -> dict[str, Any]:
 
 @ray.remote
 class Solo:
-    """``vllm.LLM`` (the offline engine) deciding one whole batch: the optional extra."""
+    """``vllm.LLM`` (the offline engine) deciding one whole batch: the optional extra. Same
+    requests (``build_vllm_request``), chat template and engine keywords (``engine_kwargs``) as
+    the replica's ``AsyncLLM``."""
 
     def __init__(self, vllm_cfg: Any) -> None:
-        from memprism_ray.policy.vllm_backend import VLLMPolicy
+        import vllm
 
-        self.policy = VLLMPolicy(vllm_cfg)
+        from memprism_ray.policy.vllm_backend import engine_kwargs, sampling_kwargs
+
+        self.config = vllm_cfg
+        self.engine = vllm.LLM(**engine_kwargs(vllm_cfg))
+        self.sampling = vllm.SamplingParams(**sampling_kwargs(vllm_cfg))
+        self.chat: dict[str, Any] = {}  # chat_template qwen2_vl: build_vllm_request's own format
+        if vllm_cfg.chat_template == "model":
+            tokenizer = self.engine.get_tokenizer()
+            self.chat["format_chat"] = lambda messages: tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
 
     def settings(self) -> dict[str, Any]:
         from memprism_ray.policy.vllm_async import engine_settings
 
-        return engine_settings(getattr(self.policy.engine, "llm_engine", None), self.policy.config)
+        return engine_settings(getattr(self.engine, "llm_engine", None), self.config)
 
     def decide(self, inputs: list[PolicyInput]) -> dict[str, Any]:
+        from memprism_ray.policy.vllm_backend import build_vllm_request
+
         t0 = time.perf_counter()
-        outs = self.policy.act(inputs)
-        return {"seconds": time.perf_counter() - t0, **tally(outs)}
+        limit = self.config.limit_mm_per_prompt
+        requests = [build_vllm_request(inp, limit_images=limit, **self.chat) for inp in inputs]
+        outs = self.engine.generate(requests, sampling_params=self.sampling, use_tqdm=False)
+        return {"seconds": time.perf_counter() - t0, "decisions": len(outs)}
 
     def close(self) -> None:
-        self.policy.shutdown()
+        """Stop the engine core's process: ``vllm.LLM`` (0.24) has no shutdown of its own, and the
+        process would keep the GPU memory it reserved after this actor is killed."""
+        core = getattr(getattr(self.engine, "llm_engine", None), "engine_core", None)
+        stop = getattr(core, "shutdown", None) or getattr(self.engine, "shutdown", None)
+        if callable(stop):
+            stop()
 
 
 # --- the bench -----------------------------------------------------------------------------------

@@ -46,9 +46,8 @@ POOL_BACKENDS = ("vllm", "hf")
 def make_policy(config: PolicyConfig) -> TaskPolicy:
     """The :class:`TaskPolicy` selected by ``config.backend``."""
     if config.backend == "vllm":
-        from memprism_ray.policy.vllm_backend import VLLMPolicy
-
-        return VLLMPolicy(config.vllm)
+        # vLLM's engine lives in the policy pool's replicas (AsyncLLM, docs/gpu.md), never in a caller.
+        raise ValueError("policy.backend=vllm runs in the Ray policy pool's replicas (policy.num_replicas >= 1)")
     if config.backend == "openai":
         from memprism_ray.policy.openai_backend import OpenAIChatPolicy
 

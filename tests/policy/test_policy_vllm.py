@@ -1,17 +1,14 @@
-"""vLLM backend: request construction (no vLLM needed) and the batching logic on a fake engine."""
+"""vLLM requests and engine settings (no vLLM needed; memprism_ray/policy/vllm_backend.py)."""
 
 from __future__ import annotations
-
-import importlib.util
-from dataclasses import dataclass
 
 import pytest
 from PIL import Image
 
-from memprism_ray.policy.base import PolicyBackendError, PolicyInput
+from memprism_ray.policy.base import PolicyInput
 from memprism_ray.policy.chat_format import IMAGE_PLACEHOLDER
 from memprism_ray.policy.config import VLLMConfig
-from memprism_ray.policy.vllm_backend import VLLMPolicy, build_vllm_request, engine_kwargs, sampling_kwargs
+from memprism_ray.policy.vllm_backend import build_vllm_request, engine_kwargs, sampling_kwargs
 
 VIEW = Image.new("RGB", (672, 672), "white")
 CAM = Image.new("RGB", (224, 224), "gray")
@@ -48,139 +45,6 @@ def test_request_has_one_placeholder_per_image_in_prompt_order() -> None:
     assert "multi_modal_data" not in text_only and IMAGE_PLACEHOLDER not in text_only["prompt"]
     with pytest.raises(ValueError, match="limit_mm_per_prompt"):
         build_vllm_request(eb, limit_images=1)
-
-
-@dataclass
-class _Completion:
-    text: str
-    token_ids: list[int]
-
-
-@dataclass
-class _RequestOutput:
-    prompt_token_ids: list[int]
-    outputs: list[_Completion]
-
-
-class FakeEngine:
-    """Mimics vllm.LLM.generate: answers with the hint in meta; rejects over-long prompts."""
-
-    def __init__(self, max_prompt_chars: int = 100_000, fail_with: Exception | None = None) -> None:
-        self.calls: list[list[dict]] = []
-        self.max_prompt_chars = max_prompt_chars
-        self.fail_with = fail_with
-
-    def get_tokenizer(self):
-        raise AssertionError("chat_template=qwen2_vl must not need the engine tokenizer")
-
-    def generate(self, requests, sampling_params=None, use_tqdm=True):
-        self.calls.append(list(requests))
-        if self.fail_with is not None:
-            raise self.fail_with
-        for r in requests:
-            if len(r["prompt"]) > self.max_prompt_chars:
-                raise ValueError("The decoder prompt is longer than the maximum model length")
-        outs = []
-        for r in requests:
-            hint = "look" if "HINT_LOOK" in r["prompt"] else "go to desk 9"
-            outs.append(
-                _RequestOutput(list(range(len(r["prompt"]) // 4)), [_Completion(f"<action>{hint}</action>", [1, 2, 3])])
-            )
-        return outs
-
-
-def make(engine: FakeEngine, **cfg) -> VLLMPolicy:
-    return VLLMPolicy(VLLMConfig(chat_template="qwen2_vl", **cfg), engine=engine)
-
-
-def test_batched_act_parses_counts_and_keeps_order() -> None:
-    engine = FakeEngine()
-    policy = make(engine)
-    inputs = [
-        PolicyInput("alfworld", "HINT_LOOK", "o", admissible=("look",), view_image=VIEW),
-        PolicyInput("alfworld", "g", "o", admissible=("look",)),
-    ]
-    outs = policy.act(inputs)
-    assert len(engine.calls) == 1 and len(engine.calls[0]) == 2  # one batched generate call
-    assert outs[0].valid and outs[0].action == "look"
-    assert not outs[1].valid and "not in the admissible" in outs[1].error
-    assert outs[0].visual_tokens == 578 and outs[1].visual_tokens == 0
-    assert outs[0].completion_tokens == 3 and outs[0].prompt_tokens == len(engine.calls[0][0]["prompt"]) // 4
-    assert outs[0].latency_s > 0 and outs[0].latency_s == outs[1].latency_s
-    assert policy.sampling_params["temperature"] == 0.0
-
-
-def test_a_rejected_request_only_invalidates_itself() -> None:
-    engine = FakeEngine(max_prompt_chars=5000)
-    policy = make(engine, limit_mm_per_prompt=1)
-    long_obs = "x" * 6000
-    inputs = [
-        PolicyInput("alfworld", "HINT_LOOK", "o", admissible=("look",)),
-        PolicyInput("alfworld", "g", long_obs, admissible=("look",)),
-        PolicyInput("ebalfred", "g", "o", admissible=("a",), camera_image=CAM, view_image=VIEW),
-    ]
-    outs = policy.act(inputs)
-    assert outs[0].valid and outs[0].action == "look"
-    assert not outs[1].valid and "longer than the maximum model length" in outs[1].error
-    assert not outs[2].valid and "limit_mm_per_prompt" in outs[2].error
-    assert [len(c) for c in engine.calls] == [2, 1, 1]  # batch, then one by one
-    assert policy.name == "vllm"
-
-
-def test_engine_failure_is_a_backend_error_not_an_invalid_action() -> None:
-    policy = make(FakeEngine(fail_with=RuntimeError("CUDA error: device-side assert")))
-    with pytest.raises(PolicyBackendError, match="CUDA error"):
-        policy.act([PolicyInput("alfworld", "g", "o", admissible=("look",))])
-    assert make(FakeEngine()).act([]) == []
-
-
-def test_model_chat_template_comes_from_the_engine_tokenizer() -> None:
-    class Tok:
-        chat_template = "x"
-
-        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
-            assert tokenize is False and add_generation_prompt is True
-            return "MODEL:" + "".join(p.get("text", "<img>") for p in messages[0]["content"])
-
-    class Engine(FakeEngine):
-        def get_tokenizer(self):
-            return Tok()
-
-    engine = Engine()
-    VLLMPolicy(VLLMConfig(), engine=engine).act([alf(view_image=VIEW)])
-    assert engine.calls[0][0]["prompt"].startswith("MODEL:<img>You are an expert agent")
-
-    class NoTemplate(FakeEngine):
-        def get_tokenizer(self):
-            return type("T", (), {"chat_template": None})()
-
-    with pytest.raises(PolicyBackendError, match="chat template"):
-        VLLMPolicy(VLLMConfig(), engine=NoTemplate())
-
-
-def test_shutdown_stops_the_engine_core_process() -> None:
-    """vllm.LLM has no shutdown of its own: the policy stops its engine core, whose process
-    would otherwise keep the GPU memory after the actor holding it is killed."""
-    stopped: list[str] = []
-
-    class Core:
-        def shutdown(self) -> None:
-            stopped.append("core")
-
-    class Engine(FakeEngine):
-        def __init__(self) -> None:
-            super().__init__()
-            self.llm_engine = type("LLMEngine", (), {"engine_core": Core()})()
-
-    make(Engine()).shutdown()
-    assert stopped == ["core"]
-    make(FakeEngine()).shutdown()  # an engine without a core process: nothing to stop, no error
-
-
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
-def test_missing_vllm_gives_a_clear_error() -> None:
-    with pytest.raises(PolicyBackendError, match="needs the vllm package"):
-        VLLMPolicy(VLLMConfig())
 
 
 def test_gpu_requirements_pin_the_named_vllm_and_keep_the_other_runtime_pins() -> None:
@@ -272,9 +136,5 @@ def test_prompt_layout_is_a_policy_setting_for_the_vllm_backend() -> None:
         PolicyConfig(prompt_layout="sideways")
     with pytest.raises(ValueError, match=r"implemented for policy\.backend=vllm only"):
         PolicyConfig(backend="scripted", prompt_layout="instructions_first")
-    engine = FakeEngine()
-    VLLMPolicy(VLLMConfig(chat_template="qwen2_vl"), engine=engine, prompt_layout="instructions_first").act(
-        [alf(view_image=VIEW)]
-    )
-    prompt = engine.calls[0][0]["prompt"]
+    prompt = build_vllm_request(alf(view_image=VIEW), limit_images=2, layout="instructions_first")["prompt"]
     assert prompt.index("You are an expert agent") < prompt.index(IMAGE_PLACEHOLDER)
