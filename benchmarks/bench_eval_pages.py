@@ -53,7 +53,8 @@ def main() -> None:
     )
     _, plan, _ = plan_episodes(cfg.eval.split, cfg.corpus.data_root, args.episodes, cfg.run.seed)
     slots = cfg.eval.slots
-    env, phi, policy = AlfworldEnv(num_slots=slots), AlfworldPhi(), make_policy(cfg.policy)
+    policy = make_policy(cfg.policy, get_benchmark("alfworld").task_contract())
+    env, phi = AlfworldEnv(num_slots=slots), AlfworldPhi()
     agent_cfg = dataclasses.replace(cfg.agent, keep_views=cfg.eval.artifacts > 0)
     every = [s.episode_id for s in plan]
 

@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         write_result("bench_phi_agreement", {**result, "llm": None}, variant="rule-only", argv=argv)
         return 0
 
+    from memprism_ray.recorder.phi.alfworld import ALFWORLD_PHI
     from memprism_ray.recorder.phi.config import PhiConfig
     from memprism_ray.recorder.phi.llm import LLMPhi
     from memprism_ray.recorder.phi.llm_client import endpoint_complete
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout_s,
         max_retries=args.retries,
     )
-    phi = LLMPhi("alfworld", endpoint_complete(cfg), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg), AlfworldPhi())
     t1 = time.perf_counter()
     llm_streams = record_lockstep(episodes, phi)
     wall = time.perf_counter() - t1

@@ -356,11 +356,12 @@ class Solo:
         return engine_settings(getattr(self.engine, "llm_engine", None), self.config)
 
     def decide(self, inputs: list[PolicyInput]) -> dict[str, Any]:
+        from memprism_ray.policy.alfworld import ALFWORLD
         from memprism_ray.policy.vllm_backend import build_vllm_request
 
         t0 = time.perf_counter()
         limit = self.config.limit_mm_per_prompt
-        requests = [build_vllm_request(inp, limit_images=limit, **self.chat) for inp in inputs]
+        requests = [build_vllm_request(inp, ALFWORLD, limit_images=limit, **self.chat) for inp in inputs]
         outs = self.engine.generate(requests, sampling_params=self.sampling, use_tqdm=False)
         return {"seconds": time.perf_counter() - t0, "decisions": len(outs)}
 

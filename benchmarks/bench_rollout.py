@@ -95,7 +95,8 @@ def main() -> int:
 
     # In-process.
     env = AlfworldEnv(num_slots=g)
-    services = LocalServices(env, AlfworldPhi(), make_policy(cfg.policy), ViewService(cfg.render))
+    policy = make_policy(cfg.policy, get_benchmark("alfworld").task_contract())
+    services = LocalServices(env, AlfworldPhi(), policy, ViewService(cfg.render))
     features = FeatureExtractor(TextEncoder(cfg.encoder))
 
     def local_run(specs) -> tuple[float, list[list[str]]]:

@@ -48,6 +48,7 @@ from memprism_ray.baselines.base import FULL_HISTORY, DecisionContext, ViewDecis
 from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.envs.base import Env, GameRef, Observation, Transition, took_step
 from memprism_ray.policy.base import HistoryRecord, PolicyInput, PolicyOutput, TaskPolicy
+from memprism_ray.policy.contract import TaskContract
 from memprism_ray.policy.parsing import extract_action_tag
 from memprism_ray.policy.tokens import TEXT_COUNTERS, PromptTokenCounter, task_model_of
 from memprism_ray.recorder.events import Event, RawEvent
@@ -302,7 +303,8 @@ class Agent:
     of the episode ids in ``keep_views_for`` when given (an evaluation writes the viewer of a
     few episodes). A page is painted only when the policy reads pixels (``needs_view_image``,
     default: the policy's attribute, else true) or its episode keeps its views; otherwise it is
-    laid out, so its size and visual tokens are the same.
+    laid out, so its size and visual tokens are the same. ``contract``: the benchmark's task
+    contract (default: the policy's), whose prompt text each step row counts.
     """
 
     def __init__(
@@ -318,6 +320,7 @@ class Agent:
         keep_views_for: Collection[str] | None = None,
         token_counter: TokenCounter | None = None,
         step_meta: dict[str, Any] | None = None,
+        contract: TaskContract | None = None,
     ) -> None:
         self.services = services
         self.selector = selector
@@ -335,6 +338,15 @@ class Agent:
         )
         self.keep_views_for = None if keep_views_for is None else frozenset(keep_views_for)
         self.tokens = token_counter or TokenCounter(self.config.token_counter, model=task_model_of(policy))
+        # The benchmark's task contract: the prompt whose text tokens each step row counts.
+        self.contract = contract if contract is not None else getattr(policy, "contract", None)
+        if self.contract is None:
+            raise ValueError("the agent needs the benchmark's task contract: contract=... or services.policy.contract")
+        if self.contract.name != self.config.benchmark:
+            raise ValueError(
+                f"agent.benchmark={self.config.benchmark!r}, but the policy speaks the {self.contract.name} "
+                "task contract"
+            )
         self.step_meta = dict(step_meta or {})
         # Memory-interface conditions (external baselines, agentocr) keep one memory per episode.
         self.new_memory = getattr(selector, "new_memory", None)
@@ -570,12 +582,10 @@ class Agent:
         return live
 
     def _step_row(self, lv: _Live, event: Event, clock: _Clock) -> dict[str, Any]:
-        from memprism_ray.policy.prompts import build_prompt_text
-
         t, res = lv.turn, lv.result
         rv, inp, out, tr = t.view, t.inp, t.out, t.tr
         optical = rv is not None and t.decision.medium == "optical"
-        text_tokens = self.tokens.count(build_prompt_text(inp))
+        text_tokens = self.tokens.count(self.contract.build_prompt_text(inp))
         visual = rv.visual_tokens if optical else 0
         camera = _camera_tokens(inp)
         row = {

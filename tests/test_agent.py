@@ -28,9 +28,8 @@ from memprism_ray.agent import (
     rows_to_arrow,
 )
 from memprism_ray.baselines import FixedView, make_selector
+from memprism_ray.policy.alfworld import ALFWORLD
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
-from memprism_ray.policy.parsing import to_output
-from memprism_ray.policy.prompts import build_prompt_text
 from memprism_ray.policy.scripted import ScriptedPolicy
 from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 from memprism_ray.recorder.stream import EventStream
@@ -123,7 +122,7 @@ class ScriptedWithGlitch(ScriptedPolicy):
         for i, inp in enumerate(inputs):
             text = self.glitches.get((inp.meta["episode_id"], inp.step))
             if text is not None:
-                outs[i] = to_output(inp, text)
+                outs[i] = self.contract.to_output(inp, text)
         return outs
 
 
@@ -197,7 +196,7 @@ def test_rows_record_every_decision(agent_run, agent_tokens) -> None:
             w, h = inp.view_image.size
             assert row["pixels"] == w * h and w % 28 == 0 and h % 28 == 0
             assert row["visual_tokens"] == qwen25vl_tokens(w, h) > 0
-            assert row["text_tokens"] == agent_tokens.count(build_prompt_text(inp)) > 0
+            assert row["text_tokens"] == agent_tokens.count(ALFWORLD.build_prompt_text(inp)) > 0
             assert row["prompt_tokens"] == row["text_tokens"] + row["visual_tokens"]
             for key in LATENCIES:
                 assert row[key] >= 0.0, key

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from memprism_ray.benchmark import get_benchmark
 from memprism_ray.config import load_config
 from memprism_ray.config_tree import describe
 from memprism_ray.policy.factory import make_policy
@@ -57,7 +58,7 @@ def test_numbers_given_as_strings_reach_the_policy_as_numbers() -> None:
     cfg = load_config(PRESET, ["--policy.scripted.temperature", "0.5", "--policy.scripted.seed", "4"])
     assert cfg.policy.scripted == {"temperature": 0.5, "seed": 4}
     assert isinstance(cfg.policy.scripted["temperature"], float)
-    policy = make_policy(cfg.policy)
+    policy = make_policy(cfg.policy, get_benchmark(cfg.corpus.benchmark).task_contract())
     assert (policy.temperature, policy.seed) == (0.5, 4)
 
 

@@ -60,20 +60,24 @@ def reference_task(
 
 def label_policy(cfg: Any, pool: list[Any] | None, key: str) -> Any:
     """The task policy a labelling task shows the views to: the pool's replicas when given,
-    the scripted stand-in at the labelling temperature, or an HTTP client (openai backend)."""
+    the scripted stand-in at the labelling temperature, or an HTTP client (openai backend), all
+    speaking the benchmark's task contract."""
+    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.policy.factory import POOL_BACKENDS, make_policy, needs_view_text
 
+    contract = get_benchmark(cfg.corpus.benchmark).task_contract()
     if pool:
         from memprism_ray.actors.services import PolicyPool, PoolPolicy
 
-        return PoolPolicy(PolicyPool(pool, cfg.run.call_timeout_s, caller=key), key, needs_view_text(cfg.policy))
+        policy_pool = PolicyPool(pool, cfg.run.call_timeout_s, caller=key)
+        return PoolPolicy(policy_pool, key, needs_view_text(cfg.policy, contract))
     if cfg.policy.backend == "scripted":
         from memprism_ray.pipeline.labels import scripted_label_policy
 
-        return scripted_label_policy(cfg)
+        return scripted_label_policy(cfg, contract)
     if cfg.policy.backend in POOL_BACKENDS:
         raise ValueError(f"policy.backend={cfg.policy.backend}: D1 labelling runs on the policy pool, none was given")
-    return make_policy(cfg.policy)  # an HTTP client: no model in this task
+    return make_policy(cfg.policy, contract)  # an HTTP client: no model in this task
 
 
 @ray.remote(num_cpus=1, max_retries=1)

@@ -54,6 +54,7 @@ class EvalWorker:
         torch.set_num_threads(1)
         self.cfg = cfg
         benchmark = get_benchmark(cfg.corpus.benchmark)
+        self.contract = benchmark.task_contract()
         self.env = benchmark.make_env(slots, benchmark.env_options(cfg))
         self.phi = build_actor_phi(
             cfg.corpus.benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=f"phi-{key or 'eval'}"
@@ -63,12 +64,12 @@ class EvalWorker:
             from memprism_ray.policy.factory import needs_view_text
 
             self.policy = PoolPolicy(
-                PolicyPool(pool, cfg.run.call_timeout_s, caller=key), key, needs_view_text(cfg.policy)
+                PolicyPool(pool, cfg.run.call_timeout_s, caller=key), key, needs_view_text(cfg.policy, self.contract)
             )
         elif cfg.policy.backend in POOL_BACKENDS:
             raise ValueError(f"policy.backend={cfg.policy.backend}: evaluation runs on the policy pool, none was given")
         else:
-            self.policy = make_policy(cfg.policy)  # scripted stand-in or an HTTP client: no model here
+            self.policy = make_policy(cfg.policy, self.contract)  # scripted stand-in or an HTTP client: no model here
         self.router = None
         self.features = None
         if router_state is not None:
@@ -118,6 +119,7 @@ class EvalWorker:
                 dataclasses.replace(cfg.agent, keep_views=cfg.eval.artifacts > 0),
                 features=self.features if selector.uses_features else None,
                 keep_views_for=[s["episode_id"] for s in specs if s.get("keep_views")],
+                contract=self.contract,
             )
             results = agent.run(eps)
         except Exception as exc:  # a crash of the loop itself: its episodes fail, the run goes on

@@ -86,10 +86,10 @@ class _Fault:
         return self.inner.step(requests)
 
 
-def _local_policy(cfg: Any) -> Any:
+def _local_policy(cfg: Any, contract: Any) -> Any:
     from memprism_ray.policy.factory import make_policy
 
-    return make_policy(cfg.policy)
+    return make_policy(cfg.policy, contract)
 
 
 @ray.remote(max_restarts=0, max_task_retries=0)
@@ -204,7 +204,7 @@ class RolloutWorker:
             views=views,
             policy=PolicyPool(policy_handles, timeout, caller=f"rollout-{self.index}")
             if policy_handles
-            else _local_policy(cfg),
+            else _local_policy(cfg, self.benchmark.task_contract()),
             timeout_s=timeout,
             needs_view_text=needs_view_text,
         )
@@ -318,6 +318,7 @@ class RolloutWorker:
             features=self.features,
             record_features=True,
             step_meta={"weights_version": version, "group_id": spec.group_id, "iteration": spec.iteration},
+            contract=self.benchmark.task_contract(),
         )
         game = GameRef.from_dict(self.data.localize(spec.game))
         specs = [EpisodeSpec(eid, game) for eid in spec.episode_ids]

@@ -342,10 +342,12 @@ def build_actor_phi(
     over it whose prompts go to an OpenAI-compatible endpoint (``phi.llm_source: endpoint``) or
     to the policy pool's replicas (``pool``: text completions as group ``key``, so one actor's
     requests stay on one replica)."""
+    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.recorder.phi.factory import build_phi
 
+    spec = get_benchmark(benchmark).phi_spec()
     if phi_config is None or phi_config.kind != "llm" or phi_config.llm_source != "pool":
-        return build_phi(benchmark, phi_config)
+        return build_phi(spec, phi_config)
     if not pool:
         raise ValueError(
             f"phi.llm_source=pool, but {key} was started without policy replicas (policy.num_replicas >= 1 and "
@@ -360,4 +362,4 @@ def build_actor_phi(
             prompts, max_tokens=phi_config.max_tokens, temperature=phi_config.temperature, group=key
         )
 
-    return build_phi(benchmark, phi_config, complete=pool_complete(complete_texts))
+    return build_phi(spec, phi_config, complete=pool_complete(complete_texts))

@@ -132,16 +132,20 @@ class PolicyReplica:
     This is the only place a vLLM engine is built in a Ray job: D1 labelling and
     evaluation reach the engine through :class:`~memprism_ray.actors.services.PolicyPool`.
     ``engine_factory`` (a picklable ``VLLMConfig -> engine``) replaces vLLM's engine, for
-    CPU tests and ``benchmarks/bench_policy_pool.py --engine fake``.
+    CPU tests and ``benchmarks/bench_policy_pool.py --engine fake``. ``benchmark`` names the
+    job's benchmark, whose task contract (prompt, parser, scripted stand-in) the policy speaks.
 
     With ``backend: vllm`` the view PNGs are decoded through the async policy's front end
     (timed; in its thread pool when ``policy.vllm.frontend_threads > 0``), so one event loop
     is not busy decoding 128 images while the engine's outputs wait (issue 31).
     """
 
-    def __init__(self, policy_config: Any, engine_factory: Any = None, data: Any = None) -> None:
+    def __init__(
+        self, policy_config: Any, engine_factory: Any = None, data: Any = None, benchmark: str = "alfworld"
+    ) -> None:
         import asyncio
 
+        from memprism_ray.benchmark import get_benchmark
         from memprism_ray.policy.pool import GroupLoads
 
         if data is not None:  # the scripted stand-in's fixture, as this node has it
@@ -151,17 +155,21 @@ class PolicyReplica:
         self.loads = GroupLoads(getattr(policy_config, "group_ttl_s", 600.0))
         self.async_policy: Any = None
         self.policy: Any = None
+        contract = get_benchmark(benchmark).task_contract()  # the prompt and parser of the job's benchmark
         if policy_config.backend == "vllm":
             from memprism_ray.policy.vllm_async import AsyncVLLMPolicy
 
             engine = engine_factory(policy_config.vllm) if engine_factory is not None else None
             self.async_policy = AsyncVLLMPolicy(
-                policy_config.vllm, engine=engine, prompt_layout=getattr(policy_config, "prompt_layout", "paper")
+                policy_config.vllm,
+                contract,
+                engine=engine,
+                prompt_layout=getattr(policy_config, "prompt_layout", "paper"),
             )
         else:
             from memprism_ray.policy.factory import make_policy
 
-            self.policy = make_policy(policy_config)
+            self.policy = make_policy(policy_config, contract)
         self._sync_lock = asyncio.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
@@ -333,7 +341,7 @@ def start_policy_replicas(
     opts = policy_replica_options(cfg)
     handles = [
         PolicyReplica.options(name=actor_name(cfg.run.name, f"policy-replica-{i}"), **opts).remote(
-            cfg.policy, engine_factory, data
+            cfg.policy, engine_factory, data, cfg.corpus.benchmark
         )
         for i in range(cfg.policy.num_replicas)
     ]

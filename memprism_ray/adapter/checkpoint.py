@@ -53,18 +53,14 @@ _C = TypeVar("_C", bound="TableA4Config")
 
 
 class TableA4Config:
-    """What the D1 and D2 settings share: Table A.4's per-benchmark rows (``PRESETS``) and
-    the optimizer checks."""
-
-    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+    """What the D1 and D2 settings share: a Table A.4 row as settings (:meth:`from_row`; the rows
+    are the benchmarks', :meth:`memprism_ray.benchmark.Benchmark.sft_preset`) and the optimizer
+    checks."""
 
     @classmethod
-    def preset(cls: type[_C], name: str, **overrides: Any) -> _C:
-        """Table A.4 row ``alfworld``, ``alfred`` or ``mind2web``, with optional overrides."""
-        if name not in cls.PRESETS:
-            what = cls.__name__.removesuffix("Config")
-            raise ValueError(f"unknown {what} preset {name!r}; valid: {', '.join(cls.PRESETS)}")
-        return cls(**{"preset_name": name, **cls.PRESETS[name], **overrides})
+    def from_row(cls: type[_C], name: str, row: Mapping[str, Any], **overrides: Any) -> _C:
+        """The settings of Table A.4 row ``name`` (its values ``row``), with optional overrides."""
+        return cls(**{"preset_name": name, **row, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)  # type: ignore[call-overload]

@@ -69,22 +69,8 @@ _STEP_COLUMNS: dict[str, torch.dtype] = {
 # --- configuration ------------------------------------------------------------------------
 @dataclass
 class GRPOConfig(TableA4Config):
-    """D2 settings; the defaults are Table A.4's ALFWorld rows, :meth:`preset` gives the others."""
-
-    PRESETS = {  # noqa: RUF012 - a class constant, not a field
-        "alfworld": {},
-        "alfred": {"max_steps": 30, "progress_reward_coef": 0.2, "beta_entropy": 0.0},
-        "mind2web": {
-            "lr": 1e-6,
-            "clip_eps_low": 0.1,
-            "clip_eps_high": 0.15,
-            "beta_kl": 0.01,
-            "beta_entropy": 0.0,
-            "top_p": 0.85,
-            "iterations": 150,
-            "reward": "action_correct",
-        },
-    }
+    """D2 settings; the defaults are Table A.4's ALFWorld rows. Each benchmark's row is its own
+    (:meth:`memprism_ray.benchmark.Benchmark.grpo_preset`, built by :meth:`from_row`)."""
 
     preset_name: str = field(default="alfworld", metadata={"help": "Table A.4 row these settings came from"})
     lr: float = field(default=3e-6, metadata={"help": "AdamW learning rate (constant)"})

@@ -46,13 +46,8 @@ _COLUMNS = (*FEATURE_DIMS, "q", "cost")
 # --- configuration ------------------------------------------------------------------------
 @dataclass
 class SFTConfig(TableA4Config):
-    """D1 optimisation settings (Table A.4); :meth:`preset` gives the per-benchmark rows."""
-
-    PRESETS = {  # noqa: RUF012 - a class constant, not a field
-        "alfworld": {"epochs": 50, "lambda_cost": 0.02, "bf16": True},
-        "alfred": {"epochs": 20, "lambda_cost": 0.0, "bf16": False},
-        "mind2web": {"epochs": 50, "lambda_cost": 0.02, "bf16": True},
-    }
+    """D1 optimisation settings (Table A.4). Each benchmark's row is its own
+    (:meth:`memprism_ray.benchmark.Benchmark.sft_preset`, built by :meth:`from_row`)."""
 
     preset_name: str = field(default="custom", metadata={"help": "Table A.4 row these settings came from"})
     epochs: int = field(default=50, metadata={"help": "passes over the labelled dataset"})

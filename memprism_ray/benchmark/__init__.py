@@ -3,11 +3,18 @@
 ``mind2web.py``. ``get_benchmark(cfg.corpus.benchmark)`` is how the trainer, the actors and
 the jobs reach one; implementations are imported only when asked for, so reading this table
 loads no simulator or dataset.
+
+A benchmark is one module and one entry in :data:`BENCHMARKS`. One that lives outside the
+package (a toy in ``tests/``, a plug-in) registers with :func:`register_benchmark`, which also
+records it in ``$MEMPRISM_BENCHMARKS`` (``name=module:Class``, comma-separated), so every
+process started afterwards (Ray's workers of a cluster started by this one) finds it too.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+from typing import Any
 
 from memprism_ray.benchmark.base import Benchmark, BenchmarkConfigError, DataTree, EvalPlan
 
@@ -18,13 +25,68 @@ BENCHMARKS: dict[str, str] = {
     "mind2web": "memprism_ray.benchmark.mind2web:Mind2Web",
 }
 
+#: Benchmarks registered outside the package, inherited by child processes (:func:`register_benchmark`).
+ENV_VAR = "MEMPRISM_BENCHMARKS"
+
+
+def _registered() -> dict[str, str]:
+    """:data:`BENCHMARKS` and the ``$MEMPRISM_BENCHMARKS`` entries."""
+    pairs = (item.split("=", 1) for item in os.environ.get(ENV_VAR, "").split(",") if "=" in item)
+    return {**{k.strip(): v.strip() for k, v in pairs}, **BENCHMARKS}
+
+
+def register_benchmark(name: str, target: str) -> None:
+    """Register the benchmark ``name`` (``target``: ``module:Class`` of its :class:`Benchmark`)
+    in this process and, through ``$MEMPRISM_BENCHMARKS``, in the processes it starts later
+    (register before Ray starts, so its workers see it; the module must be importable there)."""
+    if not name or any(c in name for c in "=,") or ":" not in target:
+        raise ValueError(f"register_benchmark({name!r}, {target!r}): a plain name and 'module:Class'")
+    entries = {**{k: v for k, v in _registered().items() if k not in BENCHMARKS}, name: target}
+    os.environ[ENV_VAR] = ",".join(f"{k}={v}" for k, v in entries.items())
+
+
+def known_benchmarks() -> list[str]:
+    """Every benchmark :func:`get_benchmark` finds, sorted."""
+    return sorted(_registered())
+
 
 def get_benchmark(name: str) -> Benchmark:
     """The benchmark ``name``; a ``ValueError`` naming the known ones otherwise."""
-    if name not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r}; known benchmarks: {', '.join(sorted(BENCHMARKS))}")
-    module, _, cls = BENCHMARKS[name].partition(":")
+    registered = _registered()
+    if name not in registered:
+        raise ValueError(f"unknown benchmark {name!r}; known benchmarks: {', '.join(sorted(registered))}")
+    module, _, cls = registered[name].partition(":")
     return getattr(importlib.import_module(module), cls)()
 
 
-__all__ = ["BENCHMARKS", "Benchmark", "BenchmarkConfigError", "DataTree", "EvalPlan", "get_benchmark"]
+def _by_table_a4_row(row: str, what: str) -> Benchmark:
+    benchmarks = [get_benchmark(n) for n in known_benchmarks()]
+    for b in benchmarks:
+        if b.table_a4_row == row:
+            return b
+    raise ValueError(f"unknown {what} preset {row!r}; valid: {', '.join(b.table_a4_row for b in benchmarks)}")
+
+
+def sft_preset(row: str, **overrides: Any) -> Any:
+    """The D1 settings of Table A.4 row ``row`` (a benchmark's :attr:`Benchmark.table_a4_row`:
+    ``alfworld``, ``alfred``, ``mind2web``), with optional overrides."""
+    return _by_table_a4_row(row, "SFT").sft_preset(**overrides)
+
+
+def grpo_preset(row: str, **overrides: Any) -> Any:
+    """The D2 settings of Table A.4 row ``row``, with optional overrides."""
+    return _by_table_a4_row(row, "GRPO").grpo_preset(**overrides)
+
+
+__all__ = [
+    "BENCHMARKS",
+    "Benchmark",
+    "BenchmarkConfigError",
+    "DataTree",
+    "EvalPlan",
+    "get_benchmark",
+    "grpo_preset",
+    "known_benchmarks",
+    "register_benchmark",
+    "sft_preset",
+]

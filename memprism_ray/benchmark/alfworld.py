@@ -20,6 +20,11 @@ class Alfworld(Benchmark):
     env_factory = "memprism_ray.envs.alfworld:AlfworldEnv"
     train_keys = ("corpus.train_split",)
     eval_keys = ("eval.split", "corpus.data_root")
+    contract = "memprism_ray.policy.alfworld:ALFWORLD"
+    phi = "memprism_ray.recorder.phi.alfworld:ALFWORLD_PHI"
+    table_a4_row = "alfworld"
+    sft_row = {"epochs": 50, "lambda_cost": 0.02, "bf16": True}  # noqa: RUF012 - a class constant
+    job_supports = {"grpo": {"label.teacher": ("counterfactual", "llm")}}  # noqa: RUF012
 
     def prepare(self, cfg: Any, log: Any = print) -> Any:
         """``corpus.data_root`` (or ``$ALFWORLD_DATA``) checked, or the embedded corpus of
@@ -90,7 +95,10 @@ class Alfworld(Benchmark):
             rollin_args = {
                 "rollin_games": list(rollin),
                 "choose": rollin_chooser(
-                    scripted_label_policy(cfg), cfg.render, seed=cfg.run.seed, short_history=cfg.agent.short_history
+                    scripted_label_policy(cfg, self.task_contract()),
+                    cfg.render,
+                    seed=cfg.run.seed,
+                    short_history=cfg.agent.short_history,
                 ),
                 "rollin_steps": cfg.agent.max_steps,
             }

@@ -3,11 +3,13 @@ evaluation protocols; Table A.4 per-benchmark D1 and GRPO settings).
 
 Everything the trainer (:func:`memprism_ray.trainer.fit`) needs to know about a benchmark is
 one :class:`Benchmark`: where its training and evaluation tasks come from, how its
-environment and rule Phi are built, where D1's reference trajectories come from (an expert,
-human replay) and which view teacher labels them, the GRPO return of a trajectory, and how
-the final evaluation is planned and reported. The trainer, the actors and the jobs contain
-no benchmark-specific code: a new benchmark is one subclass and one entry in
-:data:`memprism_ray.benchmark.BENCHMARKS`.
+environment is built, its task contract (the task-policy prompt, parser and CPU stand-in) and
+its Phi (rule extractor, Phi prompt), where D1's reference trajectories come from (an expert,
+human replay) and which view teacher labels them, its Table A.4 D1 and GRPO settings, what its
+jobs support, the GRPO return of a trajectory, and how the final evaluation is planned and
+reported. The shared packages hold no table or branch keyed by a benchmark's name
+(``tests/test_benchmark_knowledge.py``): a new benchmark is one subclass and one entry in
+:data:`memprism_ray.benchmark.BENCHMARKS` (``tests/benchmark/toy_benchmark.py`` is one).
 
 No ray here: the actors call these methods inside their processes.
 """
@@ -121,6 +123,22 @@ class Benchmark:
     """the evaluation file printed at the end of a job"""
     rewards: ClassVar[tuple[str, ...]] = ("success",)
     """the ``grpo.reward`` values this benchmark defines (:meth:`trajectory_return`)"""
+    contract: ClassVar[str]
+    """``module:attribute`` of its task contract (appendix E.3-E.5: the task-policy prompt,
+    parser and scripted CPU stand-in, :class:`~memprism_ray.policy.contract.TaskContract`)"""
+    phi: ClassVar[str]
+    """``module:attribute`` of its Phi (appendix D.2, E.1: rule extractor, Phi prompt and answer
+    schema, :class:`~memprism_ray.recorder.phi.spec.PhiSpec`)"""
+    table_a4_row: ClassVar[str]
+    """its row of Table A.4 (``--preset`` of ``memprism router sft``)"""
+    sft_row: ClassVar[Mapping[str, Any]] = {}
+    """Table A.4's D1 settings of the row, beside :class:`~memprism_ray.adapter.sft.SFTConfig`'s defaults"""
+    grpo_row: ClassVar[Mapping[str, Any]] = {}
+    """Table A.4's GRPO settings of the row, beside :class:`~memprism_ray.adapter.grpo_update.GRPOConfig`'s
+    defaults (the ALFWorld row)"""
+    job_supports: ClassVar[Mapping[str, Mapping[str, tuple[Any, ...]]]] = {}
+    """what its jobs implement where the config accepts more, per job (``grpo``, ``eval``):
+    dotted key -> the values the job implements (:meth:`job_spec`)"""
 
     # ------------------------------------------------------------------ config and tasks
     def check(self, cfg: Any) -> None:
@@ -173,7 +191,27 @@ class Benchmark:
                 f"also training tasks (e.g. {shared[0]}): change {keys} so they do not overlap"
             )
 
-    # ------------------------------------------------------------------ env, Phi, reward
+    def job_spec(self, kind: str) -> Any:
+        """What ``jobs/<kind>_<name>.py`` can do (``kind``: ``grpo`` or ``eval``), checked when
+        its arguments are parsed, before Ray or D1 start."""
+        from memprism_ray.pipeline.jobs import JobSpec
+
+        return JobSpec(f"{kind}_{self.name}", dict(self.job_supports.get(kind, {})), runs_policy=True)
+
+    def sft_preset(self, **overrides: Any) -> Any:
+        """Table A.4's D1 settings of this benchmark's row (:class:`~memprism_ray.adapter.sft.SFTConfig`)."""
+        from memprism_ray.adapter.sft import SFTConfig
+
+        return SFTConfig.from_row(self.table_a4_row, self.sft_row, **overrides)
+
+    def grpo_preset(self, **overrides: Any) -> Any:
+        """Table A.4's GRPO settings of this benchmark's row
+        (:class:`~memprism_ray.adapter.grpo_update.GRPOConfig`)."""
+        from memprism_ray.adapter.grpo_update import GRPOConfig
+
+        return GRPOConfig.from_row(self.table_a4_row, self.grpo_row, **overrides)
+
+    # ------------------------------------------------------------------ env, task contract, Phi, reward
     def env_options(self, cfg: Any) -> dict[str, Any]:
         """Keyword arguments of the env factory from the job's config (sent with each actor's
         constructor, so no setting travels by environment variable)."""
@@ -181,6 +219,17 @@ class Benchmark:
 
     def make_env(self, num_slots: int, options: Mapping[str, Any] | None = None) -> Any:
         return _load(self.env_factory)(num_slots=num_slots, **dict(options or {}))
+
+    def task_contract(self) -> Any:
+        """Its :class:`~memprism_ray.policy.contract.TaskContract`: what every task policy of a
+        job on this benchmark is built with (``policy.factory.make_policy``) and the agent counts
+        prompt tokens by."""
+        return _load(self.contract)
+
+    def phi_spec(self) -> Any:
+        """Its :class:`~memprism_ray.recorder.phi.spec.PhiSpec`, which
+        ``recorder.phi.factory.build_phi`` builds the configured Phi from."""
+        return _load(self.phi)
 
     def trajectory_return(self, result: Any, grpo: Any) -> float:
         """The GRPO return of one played trajectory (Table A.4 ``grpo.reward``): ``success`` is

@@ -16,7 +16,7 @@ from typing import Any
 
 from memprism_ray.benchmark.base import Benchmark, DataTree, EvalPlan, EvalRun, Played, rerecord_episodes
 from memprism_ray.envs.base import GameRef, cache_base
-from memprism_ray.router.teacher import LLMViewTeacher
+from memprism_ray.router.teacher import PROMPT_DIR, LLMViewTeacher, TeacherPrompt
 
 
 class Mind2Web(Benchmark):
@@ -29,6 +29,25 @@ class Mind2Web(Benchmark):
     success_label = "exact success"
     summary_file = "mind2web.md"
     rewards = ("action_correct",)
+    contract = "memprism_ray.policy.mind2web:MIND2WEB"
+    phi = "memprism_ray.recorder.phi.mind2web:MIND2WEB_PHI"
+    table_a4_row = "mind2web"
+    sft_row = {"epochs": 50, "lambda_cost": 0.02, "bf16": True}  # noqa: RUF012 - a class constant
+    grpo_row = {  # noqa: RUF012
+        "lr": 1e-6,
+        "clip_eps_low": 0.1,
+        "clip_eps_high": 0.15,
+        "beta_kl": 0.01,
+        "beta_entropy": 0.0,
+        "top_p": 0.85,
+        "iterations": 150,
+        "reward": "action_correct",
+    }
+    # Mind2Web plans every task of mind2web.eval_splits (capped by mind2web.eval_tasks), not eval.episodes.
+    job_supports = {  # noqa: RUF012
+        "grpo": {"label.teacher": ("counterfactual", "llm"), "eval.episodes": (0,)},
+        "eval": {"eval.episodes": (0,)},
+    }
 
     def prepare(self, cfg: Any, log: Any = print) -> Any:
         """``corpus.data_root`` set to a checked release root (``corpus.data_root`` /
@@ -118,7 +137,7 @@ class Mind2Web(Benchmark):
         return buf.getvalue()
 
     def llm_teacher(self, teacher_cfg: Any) -> Any:
-        return Mind2WebLLMTeacher(dataclasses.replace(teacher_cfg, prompt="mind2web"))
+        return Mind2WebLLMTeacher(teacher_cfg)
 
     # ------------------------------------------------------------------ evaluation report
     def write_condition(self, played: Played, out_dir: Path, manifest: Any, ctx: EvalRun) -> dict[str, Any]:
@@ -288,8 +307,28 @@ def mind2web_teacher_inputs(
     }
 
 
+#: The Mind2Web view-teacher prompt of appendix E.2 ("Mind2Web View Teacher").
+MIND2WEB_TEACHER_PROMPT = TeacherPrompt(
+    "mind2web",
+    PROMPT_DIR / "view_teacher_mind2web.txt",
+    (
+        "goal",
+        "current_summary",
+        "prior_summary_events",
+        "summary_diffs",
+        "reference_next_action",
+        "observation_stats",
+        "target_vlm_spec",
+        "view_action_space",
+        "top_k",
+    ),
+)
+
+
 class Mind2WebLLMTeacher(LLMViewTeacher):
-    """The LLM view teacher with the Mind2Web prompt (appendix E.2)."""
+    """The LLM view teacher with the Mind2Web prompt (appendix E.2) and its inputs."""
+
+    prompt = MIND2WEB_TEACHER_PROMPT
 
     def state_inputs(self, state: Any) -> dict[str, Any]:
         return mind2web_teacher_inputs(state.history, state.observation, state.goal, state.reference_action)

@@ -189,7 +189,7 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
     args.condition = [c.strip() for c in args.condition.split(",") if c.strip()]
     cfg = eval_config(args, overrides)
     benchmark = get_benchmark(cfg.corpus.benchmark)
-    check_job(f"eval_{benchmark.name}", cfg)  # what the job refuses (and the policy backend can run here)
+    check_job(benchmark.job_spec("eval"), cfg)  # what the job refuses (and the policy backend can run here)
     started = not ray.is_initialized()
     try:
         return run_evaluation(cfg, benchmark, args.checkpoint, Path(args.out), say=_say, error=_error)

@@ -123,12 +123,13 @@ def _sft(args: argparse.Namespace) -> int:
     import torch
 
     from memprism_ray.adapter.checkpoint import load_checkpoint, resume_trainer, save_checkpoint
-    from memprism_ray.adapter.sft import SFTConfig, SFTDataset, SFTTrainer, train_sft
+    from memprism_ray.adapter.sft import SFTDataset, SFTTrainer, train_sft
+    from memprism_ray.benchmark import sft_preset
     from memprism_ray.cli import CliError
     from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 
     overrides = {k: getattr(args, k) for k in ("epochs", "batch_size", "lambda_cost") if getattr(args, k) is not None}
-    config = SFTConfig.preset(args.preset, **overrides)
+    config = sft_preset(args.preset, **overrides)
     dataset = SFTDataset.read_parquet(args.dataset)
     out = Path(args.out)
     if args.resume:

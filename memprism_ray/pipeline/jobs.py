@@ -18,31 +18,16 @@ from memprism_ray.config_tree import describe
 @dataclass(frozen=True)
 class JobSpec:
     """What one job can do, where the config tree accepts more (issue 10: a setting a job
-    would silently ignore is an error at load time)."""
+    would silently ignore is an error at load time). A benchmark declares its jobs'
+    (:meth:`memprism_ray.benchmark.Benchmark.job_spec`), beyond its own checks
+    (:meth:`memprism_ray.benchmark.Benchmark.check`: the benchmark keys and ``grpo.reward``)."""
 
+    name: str
+    """the job, as its refusals name it (``grpo_alfworld``)"""
     supports: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     """dotted config key -> the values this job implements"""
     runs_policy: bool = False
     """whether the job runs the task policy (then its backend must be able to run)"""
-
-
-#: Per-job declarations: what each job implements beyond its benchmark's own checks
-#: (:meth:`memprism_ray.benchmark.Benchmark.check`: the benchmark keys and ``grpo.reward``).
-JOBS: dict[str, JobSpec] = {
-    "grpo_alfworld": JobSpec(supports={"label.teacher": ("counterfactual", "llm")}, runs_policy=True),
-    "eval_alfworld": JobSpec(runs_policy=True),
-    "grpo_ebalfred": JobSpec(supports={"label.teacher": ("llm",), "corpus.benchmark": ("ebalfred",)}, runs_policy=True),
-    "eval_ebalfred": JobSpec(supports={"corpus.benchmark": ("ebalfred",)}, runs_policy=True),
-    # Mind2Web plans every task of mind2web.eval_splits (capped by mind2web.eval_tasks), not eval.episodes.
-    "grpo_mind2web": JobSpec(
-        supports={
-            "label.teacher": ("counterfactual", "llm"),
-            "eval.episodes": (0,),
-        },
-        runs_policy=True,
-    ),
-    "eval_mind2web": JobSpec(supports={"eval.episodes": (0,)}, runs_policy=True),
-}
 
 
 def _dotted(cfg: Any, key: str) -> Any:
@@ -51,36 +36,33 @@ def _dotted(cfg: Any, key: str) -> Any:
     return cfg
 
 
-def check_job(job: str, cfg: ExperimentConfig, environ: Mapping[str, str] | None = None) -> None:
+def check_job(job: JobSpec, cfg: ExperimentConfig, environ: Mapping[str, str] | None = None) -> None:
     """Raise ``ValueError`` (one line: key, value, what is allowed) when ``job`` cannot do what
     ``cfg`` asks: a setting it does not implement, or a policy backend that cannot run here.
 
     The backend is checked only when the job's actors run on this machine (a local Ray);
     under ``ray job submit`` the driver may sit on a CPU head while the policy replicas run on
     GPU nodes that have vLLM."""
-    spec = JOBS.get(job)
-    if spec is None:
-        raise ValueError(f"unknown job {job!r}; known jobs: {', '.join(JOBS)}")
-    for key, allowed in spec.supports.items():
+    for key, allowed in job.supports.items():
         value = _dotted(cfg, key)
         if value not in allowed:
             raise ValueError(
-                f"{key}={value!r} is not supported by the {job} job; it supports: {', '.join(map(str, allowed))}"
+                f"{key}={value!r} is not supported by the {job.name} job; it supports: {', '.join(map(str, allowed))}"
             )
     environ = os.environ if environ is None else environ
     joins_cluster = cfg.run.ray_address == "auto" and bool(environ.get("RAY_ADDRESS"))
-    if spec.runs_policy and not joins_cluster:
+    if job.runs_policy and not joins_cluster:
         problem = cfg.policy.unavailable_here()
         if problem:
             raise ValueError(problem)
 
 
 def parse_job_args(
-    description: str, argv: Sequence[str] | None = None, *, job: str | None = None, evaluation: bool = False
+    description: str, argv: Sequence[str] | None = None, *, job: JobSpec | None = None, evaluation: bool = False
 ) -> tuple[argparse.Namespace, ExperimentConfig]:
     """``--config FILE [--resume auto|PATH] [--section.key VALUE ...]`` -> (args, config).
 
-    With ``job`` (a key of :data:`JOBS`), also :func:`check_job`: everything is rejected
+    With ``job`` (the benchmark's :class:`JobSpec`), also :func:`check_job`: everything is rejected
     here, before Ray starts or D1 runs. ``evaluation``: the evaluation jobs' ``--checkpoint``
     (the Router to evaluate) and ``--out`` (the report directory)."""
     parser = argparse.ArgumentParser(

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memprism_ray.policy.base import HistoryRecord, PolicyInput, TaskPolicy
+from memprism_ray.policy.contract import TaskContract
 from memprism_ray.recorder.stream import StreamRecord
 from memprism_ray.router.teacher import DecisionState
 from memprism_ray.view_space import ViewAction
@@ -221,14 +222,15 @@ def counterfactual_labels(
     )
 
 
-def scripted_label_policy(cfg: Any) -> TaskPolicy:
-    """The scripted task policy D1 labels with and plays its roll-ins with: the labelling
-    temperature (``label.policy_temperature``) and the run's seed."""
+def scripted_label_policy(cfg: Any, contract: TaskContract) -> TaskPolicy:
+    """The scripted task policy D1 labels with and plays its roll-ins with (the stand-in of the
+    benchmark's task ``contract``): the labelling temperature (``label.policy_temperature``)
+    and the run's seed."""
     from memprism_ray.policy.config import PolicyConfig
     from memprism_ray.policy.factory import make_policy
 
     scripted = {"temperature": cfg.label.policy_temperature, "seed": cfg.run.seed}
-    return make_policy(PolicyConfig(backend="scripted", scripted=scripted))
+    return make_policy(PolicyConfig(backend="scripted", scripted=scripted), contract)
 
 
 def llm_teacher_config(cfg: Any) -> Any:
@@ -240,7 +242,6 @@ def llm_teacher_config(cfg: Any) -> Any:
     return LLMTeacherConfig(
         base_url=lab.llm_base_url,
         model=lab.llm_model if lab.llm_source == "endpoint" else (lab.llm_model or "policy-pool"),
-        prompt="generic",
         top_k=lab.top_k,
         max_tokens=lab.llm_max_tokens,
         timeout_s=cfg.run.call_timeout_s,

@@ -85,7 +85,7 @@ def label_states_llm(
                 counts["response_error"] += 1
                 out[st.sample_id] = exc
                 continue
-            label.stats["prompt"] = teacher.config.prompt
+            label.stats["prompt"] = teacher.prompt.name
             out[st.sample_id] = label
     return out, counts
 

@@ -23,9 +23,6 @@ from PIL import Image
 
 from memprism_ray.formats.history import HistoryRecord
 
-#: Benchmarks with a task-policy prompt and an action contract (appendix E.3-E.4).
-BENCHMARKS: tuple[str, ...] = ("alfworld", "ebalfred", "mind2web")
-
 
 class PolicyBackendError(RuntimeError):
     """The backend itself failed (unreachable server, engine crash), not the model output."""
@@ -46,6 +43,11 @@ class PolicyInput:
     empty, the ``[ref=...]`` markers of ``observation`` are used). ``meta`` carries
     benchmark extras: ``examples`` (EB-ALFRED task-execution examples),
     ``html_field`` (Mind2Web snapshot source), and anything a caller wants echoed.
+
+    ``benchmark`` names the benchmark whose task contract
+    (:class:`~memprism_ray.policy.contract.TaskContract`) reads the input; the contract, not
+    this class, knows what a benchmark's prompt may hold (a camera frame only where the
+    prompt has a camera slot).
     """
 
     benchmark: str
@@ -61,8 +63,8 @@ class PolicyInput:
     view_unpainted: bool = False
 
     def __post_init__(self) -> None:
-        if self.benchmark not in BENCHMARKS:
-            raise ValueError(f"unknown benchmark {self.benchmark!r}; valid benchmarks: {', '.join(BENCHMARKS)}")
+        if not isinstance(self.benchmark, str) or not self.benchmark:
+            raise ValueError(f"PolicyInput.benchmark must name a benchmark, got {self.benchmark!r}")
         for name in ("goal", "observation"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"PolicyInput.{name} must be a str, got {type(getattr(self, name)).__name__}")
@@ -88,8 +90,6 @@ class PolicyInput:
                 raise ValueError(f"PolicyInput.{name} must be a PIL.Image.Image or None, got {type(value).__name__}")
         if self.view_text is not None and not isinstance(self.view_text, str):
             raise ValueError(f"PolicyInput.view_text must be a str or None, got {type(self.view_text).__name__}")
-        if self.camera_image is not None and self.benchmark != "ebalfred":
-            raise ValueError(f"camera_image is only part of the EB-ALFRED prompt, not {self.benchmark!r}")
         if not isinstance(self.meta, dict):
             raise ValueError(f"PolicyInput.meta must be a dict, got {type(self.meta).__name__}")
 

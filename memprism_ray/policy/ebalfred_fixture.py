@@ -1,7 +1,8 @@
 """The scripted EB-ALFRED stand-in (docs/ebalfred.md): a test double for the fixture the fake
-controller replays, not a stand-in for a VLM. The scripted policy (``policy/scripted.py``)
-hands EB-ALFRED inputs to it when ``policy.scripted`` names the fixture
-(``ebalfred_fixture``; the EB-ALFRED benchmark sets it when it builds the fixture)."""
+controller replays, not a stand-in for a VLM. EB-ALFRED's task contract
+(:mod:`memprism_ray.policy.ebalfred`) builds it for ``policy.backend: scripted`` from
+``policy.scripted`` (``ebalfred_fixture``, ``ebalfred_epsilon``; the EB-ALFRED benchmark sets
+them when it builds the fixture)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.formats.ebalfred_fixture import load_transcripts
+from memprism_ray.policy.config import PolicyConfig
+from memprism_ray.policy.ebalfred import EBALFRED
+from memprism_ray.policy.parsing import failed_output
 
 
 class FixturePolicy:
@@ -22,7 +26,11 @@ class FixturePolicy:
     ``(seed, episode id, step)``, so runs are reproducible."""
 
     name = "fixture-expert"
-    needs_view_text = False
+    contract = EBALFRED
+    # As every scripted stand-in, it is given the view's text twin and shown unpainted pages
+    # (it reads neither; the trajectory viewer shows the text).
+    needs_view_text = True
+    needs_view_image = False
 
     def __init__(self, fixture: str | Path, epsilon: float = 0.0, seed: int = 0) -> None:
         if not 0.0 <= epsilon <= 1.0:
@@ -38,10 +46,19 @@ class FixturePolicy:
         self.seed = seed
         self._played: dict[str, int] = {}
 
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> FixturePolicy:
+        """From ``policy.scripted``: the fixture, its random-skill rate and the seed."""
+        s = config.scripted
+        if not s.get("ebalfred_fixture"):
+            raise ValueError(
+                "the scripted EB-ALFRED stand-in needs a fixture: policy.scripted.ebalfred_fixture "
+                "(set by the EB-ALFRED jobs with ebalfred.controller: fake)"
+            )
+        return cls(s["ebalfred_fixture"], epsilon=s.get("ebalfred_epsilon", 0.2), seed=s.get("seed", 0))
+
     def act(self, inputs: Any) -> list[Any]:
         import random
-
-        from memprism_ray.policy.parsing import failed_output, to_output
 
         outputs = []
         for inp in inputs:
@@ -60,5 +77,5 @@ class FixturePolicy:
                 action = rng.choice(list(inp.admissible))
             if k < len(plan) and action == plan[k]:
                 self._played[key] = k + 1
-            outputs.append(to_output(inp, f"<action>{action}</action>"))
+            outputs.append(self.contract.to_output(inp, f"<action>{action}</action>"))
         return outputs

@@ -22,8 +22,7 @@ from PIL import Image
 
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput, PolicyOutput
 from memprism_ray.policy.config import HFConfig
-from memprism_ray.policy.parsing import to_output
-from memprism_ray.policy.prompts import build_messages
+from memprism_ray.policy.contract import TaskContract
 
 IMAGE_PAD = "<|image_pad|>"
 
@@ -47,15 +46,17 @@ def _resolve_dtype(dtype: str, device: str) -> Any:
 
 
 class HFPolicy:
-    """Batched task policy on a transformers image-text-to-text model."""
+    """Batched task policy on a transformers image-text-to-text model, prompted and parsed by
+    ``contract`` (the benchmark's)."""
 
     name = "hf"
 
-    def __init__(self, config: HFConfig) -> None:
+    def __init__(self, config: HFConfig, contract: TaskContract) -> None:
         import torch
         import transformers
 
         self.config = config
+        self.contract = contract
         path = Path(config.model_path)
         if not path.is_dir():
             raise ValueError(f"hf.model_path {str(path)!r} is not a local model directory")
@@ -132,7 +133,7 @@ class HFPolicy:
         texts: list[str] = []
         images: list[Image.Image] = []
         for inp in inputs:
-            messages, ims = build_messages(inp)
+            messages, ims = self.contract.build_messages(inp)
             texts.append(self._prompt(messages))
             images.extend(ims)
         enc = self._encode(texts, images)
@@ -164,7 +165,7 @@ class HFPolicy:
             ids = input_ids[row][mask[row].bool()]
             visual = int(sum(int((ids == v).sum()) for v in self.visual_ids)) if self.visual_ids else None
             results.append(
-                to_output(
+                self.contract.to_output(
                     inp,
                     text,
                     prompt_tokens=int(mask[row].sum()),

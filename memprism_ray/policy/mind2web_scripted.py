@@ -25,16 +25,15 @@ counterfactual view teacher.
 
 from __future__ import annotations
 
-import hashlib
-import math
-import random
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from memprism_ray.formats.mind2web_snapshot import Element, describe, parse_snapshot
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
-from memprism_ray.policy.parsing import encode_mind2web_action, failed_output, to_output
+from memprism_ray.policy.config import PolicyConfig
+from memprism_ray.policy.mind2web import MIND2WEB, encode_mind2web_action
+from memprism_ray.policy.stand_in import seeded_rng, tempered_distribution
 
 _WORD = re.compile(r"[a-z0-9]+")
 _PHRASE = re.compile(r"\b([A-Z][a-zA-Z0-9]*(?:\s+[A-Z][a-zA-Z0-9]*)*)")
@@ -102,23 +101,11 @@ def score_actions(goal: str, observation: str, memory: Sequence[str]) -> dict[st
     return scores
 
 
-def tempered_distribution(scores: Mapping[str, float], temperature: float) -> dict[str, float]:
-    """``softmax(score / temperature)`` over the actions in sorted order (the scripted
-    stand-ins' sampling distribution); at temperature 0, uniform over the best-scored."""
-    items = sorted(scores.items())
-    top = max(s for _, s in items)
-    if temperature == 0:
-        best = [a for a, s in items if s == top]
-        return {a: 1.0 / len(best) for a in best}
-    weights = [math.exp((s - top) / temperature) for _, s in items]
-    total = sum(weights)
-    return {a: w / total for (a, _), w in zip(items, weights, strict=True)}
-
-
 class Mind2WebScriptedPolicy:
     """See the module docstring."""
 
     name = "scripted-mind2web"
+    contract = MIND2WEB
     needs_view_text = True
     #: It never reads pixels: D1 labelling lays its pages out without painting them.
     needs_view_image = False
@@ -128,6 +115,11 @@ class Mind2WebScriptedPolicy:
             raise ValueError(f"scripted policy temperature must be >= 0, got {temperature}")
         self.temperature = float(temperature)
         self.seed = int(seed)
+
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> Mind2WebScriptedPolicy:
+        """From ``policy.scripted``: its temperature and seed."""
+        return cls(**{k: v for k, v in config.scripted.items() if k in ("temperature", "seed")})
 
     @staticmethod
     def memory_texts(inp: PolicyInput) -> list[str]:
@@ -146,14 +138,11 @@ class Mind2WebScriptedPolicy:
 
     def act_one(self, inp: PolicyInput) -> PolicyOutput:
         start = time.perf_counter()
-        if inp.benchmark != "mind2web":
-            return failed_output(f"the scripted Mind2Web policy plays Mind2Web only, not {inp.benchmark}")
         dist = self.input_distribution(inp)
         if not dist:
             text = "<reasoning>the snapshot shows no element</reasoning>\n<action>{}</action>"
-            return to_output(inp, text, latency_s=time.perf_counter() - start)
-        digest = hashlib.blake2b(f"{self.seed}|{inp.meta.get('episode_id', '')}|{inp.step}".encode(), digest_size=8)
-        rng = random.Random(int.from_bytes(digest.digest(), "little"))
+            return self.contract.to_output(inp, text, latency_s=time.perf_counter() - start)
+        rng = seeded_rng(self.seed, str(inp.meta.get("episode_id", "")), inp.step)
         actions = list(dist)
         if self.temperature == 0:
             action = actions[0]
@@ -161,7 +150,7 @@ class Mind2WebScriptedPolicy:
             action = rng.choices(actions, weights=[dist[a] for a in actions])[0]
         reason = f"best-matching element for the task (p={dist[action]:.2f})"
         text = f"<reasoning>{reason}</reasoning>\n<action>{action}</action>"
-        return to_output(inp, text, latency_s=time.perf_counter() - start)
+        return self.contract.to_output(inp, text, latency_s=time.perf_counter() - start)
 
     def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
         return [self.act_one(inp) for inp in inputs]

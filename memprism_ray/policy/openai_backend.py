@@ -33,8 +33,8 @@ from memprism_ray.llm_client import (
 )
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput, PolicyOutput
 from memprism_ray.policy.config import OpenAIConfig
-from memprism_ray.policy.parsing import failed_output, to_output
-from memprism_ray.policy.prompts import build_messages
+from memprism_ray.policy.contract import TaskContract
+from memprism_ray.policy.parsing import failed_output
 from memprism_ray.policy.tokens import count_visual_tokens
 
 
@@ -45,9 +45,9 @@ def image_part(image: Image.Image, compress_level: int = 1) -> dict[str, Any]:
     return png_part(buf.getvalue())
 
 
-def build_openai_payload(inp: PolicyInput, config: OpenAIConfig) -> dict[str, Any]:
-    """The ``/chat/completions`` request body of one decision."""
-    messages, images = build_messages(inp)
+def build_openai_payload(inp: PolicyInput, config: OpenAIConfig, contract: TaskContract) -> dict[str, Any]:
+    """The ``/chat/completions`` request body of one decision, prompted by ``contract``."""
+    messages, images = contract.build_messages(inp)
     it = iter(images)
     for message in messages:
         message["content"] = [
@@ -68,7 +68,8 @@ def build_openai_payload(inp: PolicyInput, config: OpenAIConfig) -> dict[str, An
 
 
 class OpenAIChatPolicy(Closing):
-    """Batched task policy over HTTP. Call :meth:`close` (or use ``with``) to free the client.
+    """Batched task policy over HTTP, prompted and parsed by ``contract`` (the benchmark's). Call
+    :meth:`close` (or use ``with``) to free the client.
 
     ``transport`` goes to ``httpx.Client`` (tests); ``sleep`` waits between retries."""
 
@@ -77,11 +78,13 @@ class OpenAIChatPolicy(Closing):
     def __init__(
         self,
         config: OpenAIConfig,
+        contract: TaskContract,
         *,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.config = config
+        self.contract = contract
         self.client = ChatClient(config, transport=transport, sleep=sleep)
         self.counters = self.client.counters
 
@@ -97,13 +100,13 @@ class OpenAIChatPolicy(Closing):
         )
         t0 = time.perf_counter()
         try:
-            reply = self.client.chat(**build_openai_payload(inp, self.config))
+            reply = self.client.chat(**build_openai_payload(inp, self.config, self.contract))
         except (LLMRefused, LLMReplyError) as exc:
             return failed_output(str(exc), visual_tokens=visual, latency_s=time.perf_counter() - t0)
         except LLMUnavailable as exc:
             raise PolicyBackendError(str(exc)) from None
         prompt, completion = reply.usage or (None, None)
-        return to_output(
+        return self.contract.to_output(
             inp,
             reply.text,
             prompt_tokens=prompt,

@@ -1,18 +1,7 @@
 """Action parsing and validation (paper appendix E.4 action contracts, E.5 "Parsing and
-validation").
-
-* ALFWorld: the text inside ``<action></action>``, matched to the current admissible set:
-  exact, then case- and whitespace-normalised; anything else is invalid.
-* EB-ALFRED: matched in order by exact string, case-insensitive string and normalised
-  whitespace; any ``put down ...`` form becomes ``put down the object in hand`` when that
-  skill is available.
-* Mind2Web: exactly one tagged JSON action; ``op`` in CLICK/TYPE/SELECT (any case: the
-  paper scores "the normalized operation"), ``ref`` present in the current snapshot, a string
-  ``value`` required for TYPE and SELECT (the empty string included: a recorded human TYPE can
-  have an empty value, and the recorded action must be expressible); a CLICK's value is
-  dropped from the canonical action. JSON is parsed as data (``json.loads``), never evaluated.
-  :func:`parse_mind2web_written` also returns the op and value as written, which Mind2Web's
-  own metric reads (docs/mind2web.md "Edge cases").
+validation"): what every benchmark's parser shares. Each benchmark's own rules are its task
+contract's (:meth:`~memprism_ray.policy.contract.TaskContract.parse`: ALFWorld, EB-ALFRED and
+Mind2Web in ``policy/alfworld.py``, ``policy/ebalfred.py``, ``policy/mind2web.py``).
 
 Every output needs exactly one ``<action>`` tag pair. Tags inside a closed ``<think>``
 block are ignored, because models often restate the output format while reasoning. The
@@ -22,22 +11,14 @@ Parsers never raise on model output; they return a :class:`ParseResult` with a r
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from memprism_ray.policy.base import PolicyInput, PolicyOutput
-from memprism_ray.policy.prompts import snapshot_refs
+from memprism_ray.policy.base import PolicyOutput
 
 #: Longest action text considered (ALFWorld / EB-ALFRED commands are short).
 MAX_ACTION_CHARS = 1_000
-#: Longest Mind2Web JSON payload considered.
-MAX_JSON_CHARS = 20_000
-
-MIND2WEB_OPS: tuple[str, ...] = ("CLICK", "TYPE", "SELECT")
-EBALFRED_PUT_DOWN = "put down the object in hand"
 
 _TAG = re.compile(r"<\s*(/?)\s*(think|action)\s*>", re.IGNORECASE)
 
@@ -54,7 +35,7 @@ class ParseResult:
         return self.action is not None
 
 
-def _invalid(reason: str) -> ParseResult:
+def invalid(reason: str) -> ParseResult:
     return ParseResult(action=None, error=reason)
 
 
@@ -114,7 +95,8 @@ def normalize_ws(text: str) -> str:
     return " ".join(text.split())
 
 
-def _short(text: str, limit: int = 80) -> str:
+def short(text: str, limit: int = 80) -> str:
+    """``text`` as an error message quotes it (clipped)."""
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
@@ -123,7 +105,7 @@ def _unique(candidates: list[str], what: str, content: str) -> ParseResult | Non
     if len(uniq) == 1:
         return ParseResult(action=uniq[0])
     if len(uniq) > 1:
-        return _invalid(f"action {_short(content)} matches several {what}: {uniq[:3]}")
+        return invalid(f"action {short(content)} matches several {what}: {uniq[:3]}")
     return None
 
 
@@ -140,14 +122,14 @@ def _action_text(text: str) -> tuple[str | None, str | None]:
     return stripped, None
 
 
-def _match(
+def match_action(
     text: str, options: tuple[str, ...] | list[str], what: str, *folds: Callable[[str], str]
 ) -> ParseResult | str:
     """The tagged action matched to ``options``: exactly, then under each fold in turn (a
     fold matching several options is invalid); the unmatched action text otherwise."""
     action, err = _action_text(text)
     if err is not None:
-        return _invalid(err)
+        return invalid(err)
     assert action is not None
     if action in options:
         return ParseResult(action=action)
@@ -159,152 +141,9 @@ def _match(
     return action
 
 
-def _normalized(text: str) -> str:
+def normalized(text: str) -> str:
+    """Whitespace collapsed and case folded: the looser match of the closed action sets."""
     return normalize_ws(text).casefold()
-
-
-def parse_alfworld(text: str, admissible: tuple[str, ...] | list[str]) -> ParseResult:
-    """ALFWorld: the tagged action must be one of ``admissible`` (exact, then normalised)."""
-    got = _match(text, admissible, "admissible actions", _normalized)
-    if isinstance(got, ParseResult):
-        return got
-    return _invalid(f"action {_short(got)} is not in the admissible set ({len(admissible)} actions)")
-
-
-def parse_ebalfred(text: str, skills: tuple[str, ...] | list[str]) -> ParseResult:
-    """EB-ALFRED: exact, case-insensitive, normalised whitespace; ``put down ...`` canonicalised."""
-    got = _match(text, skills, "skills", str.casefold, _normalized)
-    if isinstance(got, ParseResult):
-        return got
-    if _normalized(got).startswith("put down") and EBALFRED_PUT_DOWN in skills:
-        return ParseResult(action=EBALFRED_PUT_DOWN)
-    return _invalid(f"action {_short(got)} is not one of the {len(skills)} available skills")
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"JSON constant {name} is not allowed")
-
-
-def _pairs_no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"duplicate JSON key {k!r}")
-        out[k] = v
-    return out
-
-
-def encode_mind2web_action(op: str, ref: str, value: str | None) -> str:
-    """The canonical one-line JSON form of a Mind2Web action."""
-    return json.dumps({"op": op, "ref": ref, "value": value}, ensure_ascii=False, separators=(",", ":"))
-
-
-def decode_mind2web_action(action: str) -> dict[str, Any]:
-    """The ``{"op", "ref", "value"}`` mapping of a canonical action string."""
-    data = json.loads(action)
-    if not isinstance(data, dict) or set(data) != {"op", "ref", "value"}:
-        raise ValueError(f"not a canonical Mind2Web action: {_short(action)}")
-    return data
-
-
-@dataclass(frozen=True)
-class Mind2WebParse:
-    """A Mind2Web parse: the validated canonical action (``result``) and the op and value as
-    the model wrote them (``None`` where absent or not a string). Mind2Web's metric.py reads
-    the output as written (a CLICK's value included, the op case-sensitively), the paper's rule
-    the normalised action, so the replay env needs both (envs/mind2web/env.py)."""
-
-    result: ParseResult
-    written_op: str | None = None
-    written_value: str | None = None
-
-
-def parse_mind2web_written(text: str, refs: tuple[str, ...] | list[str] | set[str]) -> Mind2WebParse:
-    """:func:`parse_mind2web` plus the op and value as written (see :class:`Mind2WebParse`)."""
-    content, err = extract_action_tag(text)
-    if err is not None:
-        return Mind2WebParse(_invalid(err))
-    assert content is not None
-    first, last = content.find("{"), content.rfind("}")
-    if first < 0 or last < first:
-        return Mind2WebParse(_invalid("no JSON object inside <action>"))
-    payload = content[first : last + 1]
-    if len(payload) > MAX_JSON_CHARS:
-        return Mind2WebParse(_invalid(f"JSON action too long ({len(payload)} chars > {MAX_JSON_CHARS})"))
-    try:
-        data = json.loads(payload, parse_constant=_no_constants, object_pairs_hook=_pairs_no_duplicates)
-    except (ValueError, RecursionError) as exc:
-        return Mind2WebParse(_invalid(f"invalid JSON action: {str(exc)[:120]}"))
-    if not isinstance(data, dict):
-        return Mind2WebParse(_invalid(f"JSON action must be an object, got {type(data).__name__}"))
-    op, value = data.get("op"), data.get("value")
-    written = {
-        "written_op": op if isinstance(op, str) else None,
-        "written_value": value if isinstance(value, str) else None,
-    }
-    if not isinstance(op, str):
-        return Mind2WebParse(_invalid("JSON action needs a string 'op'"), **written)
-    # Appendix E.5: "scores the normalized operation": "click" is CLICK.
-    op_norm = op.strip().upper()
-    if op_norm not in MIND2WEB_OPS:
-        return Mind2WebParse(_invalid(f"unknown op {_short(op)}; allowed: {', '.join(MIND2WEB_OPS)}"), **written)
-    ref = data.get("ref")
-    if not isinstance(ref, str) or not ref.strip():
-        return Mind2WebParse(_invalid("JSON action needs a non-empty string 'ref'"), **written)
-    ref = ref.strip()
-    if ref not in refs:
-        return Mind2WebParse(_invalid(f"ref {_short(ref)} is not in the current snapshot"), **written)
-    if op_norm == "CLICK":
-        value = None  # the contract's CLICK has no value (appendix E.3: "value":null)
-    else:
-        # Appendix E.4: "TYPE and SELECT also require value": a string, which may be empty
-        # (Mind2Web records TYPE steps with an empty value; their human action must be valid).
-        if not isinstance(value, str):
-            return Mind2WebParse(_invalid(f"{op_norm} needs a string 'value'"), **written)
-        if len(value) > MAX_ACTION_CHARS:
-            return Mind2WebParse(_invalid(f"value too long ({len(value)} chars > {MAX_ACTION_CHARS})"), **written)
-    return Mind2WebParse(ParseResult(action=encode_mind2web_action(op_norm, ref, value)), **written)
-
-
-def parse_mind2web(text: str, refs: tuple[str, ...] | list[str] | set[str]) -> ParseResult:
-    """Mind2Web: exactly one tagged JSON action with a known op (any case) and a ref of the
-    snapshot; TYPE and SELECT need a string value (possibly empty).
-
-    Extra JSON fields are ignored and dropped from the canonical action; a CLICK's value is
-    always ``null``.
-    """
-    return parse_mind2web_written(text, refs).result
-
-
-def mind2web_refs(inp: PolicyInput) -> tuple[str, ...]:
-    """The refs a Mind2Web action may use: ``admissible`` if given, else the snapshot's markers."""
-    return inp.admissible if inp.admissible else snapshot_refs(inp.observation)
-
-
-def parse_action(inp: PolicyInput, text: str) -> ParseResult:
-    """Parse ``text`` under the action contract of ``inp.benchmark``."""
-    if inp.benchmark == "alfworld":
-        return parse_alfworld(text, inp.admissible)
-    if inp.benchmark == "ebalfred":
-        return parse_ebalfred(text, inp.admissible)
-    return parse_mind2web(text, set(mind2web_refs(inp)))
-
-
-def to_output(
-    inp: PolicyInput,
-    text: str,
-    *,
-    prompt_tokens: int | None = None,
-    completion_tokens: int | None = None,
-    visual_tokens: int | None = None,
-    latency_s: float = 0.0,
-) -> PolicyOutput:
-    """A :class:`PolicyOutput` for model ``text``: parsed, validated, never raising."""
-    text = text if isinstance(text, str) else ""
-    result = parse_action(inp, text)
-    return PolicyOutput(
-        text, result.action, result.valid, result.error, prompt_tokens, completion_tokens, visual_tokens, latency_s
-    )
 
 
 def failed_output(error: str, *, visual_tokens: int | None = None, latency_s: float = 0.0) -> PolicyOutput:

@@ -1,5 +1,6 @@
-"""The scripted task policy: a CPU stand-in for the frozen VLM (docs/architecture.md "The scripted
-policy"; paper eq. task-policy ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``).
+"""The scripted ALFWorld task policy: a CPU stand-in for the frozen VLM (docs/architecture.md "The
+scripted policy"; paper eq. task-policy ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``), the stand-in
+of ALFWorld's task contract (:mod:`memprism_ray.policy.alfworld`).
 
 It exists so that the whole system, learning included, runs and is tested on a CPU, and so
 that a view choice has consequences there. Each call is stateless and sees exactly what a
@@ -28,17 +29,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-import random
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from memprism_ray.policy.alfworld import ALFWORLD
 from memprism_ray.policy.alfworld_reader import EpisodeFacts, instance_type, read_facts
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.policy.config import PolicyConfig
-from memprism_ray.policy.parsing import failed_output, to_output
+from memprism_ray.policy.stand_in import seeded_rng, tempered_distribution
 
 # Goal templates of alfworld/gen/goal_library.py, most specific first.
 _GOALS: tuple[tuple[str, str], ...] = (
@@ -285,34 +285,21 @@ class ScriptedPolicy:
     """
 
     name = "scripted"
+    contract = ALFWORLD
     needs_view_text = True
     #: It never reads pixels: D1 labelling lays its pages out without painting them.
     needs_view_image = False
 
-    def __init__(
-        self, temperature: float = 1.0, seed: int = 0, ebalfred_fixture: str = "", ebalfred_epsilon: float = 0.2
-    ) -> None:
+    def __init__(self, temperature: float = 1.0, seed: int = 0) -> None:
         if temperature < 0:
             raise ValueError(f"scripted policy temperature must be >= 0, got {temperature}")
         self.temperature = float(temperature)
         self.seed = int(seed)
-        # EB-ALFRED's fixture stand-in (policy/ebalfred_fixture.py): the fixture folder and its
-        # random-skill rate, set in policy.scripted by the EB-ALFRED benchmark.
-        self.ebalfred_fixture = str(ebalfred_fixture)
-        self.ebalfred_epsilon = float(ebalfred_epsilon)
 
     @classmethod
     def from_config(cls, config: PolicyConfig) -> ScriptedPolicy:
-        return cls(**config.scripted)  # keys checked by PolicyConfig (ScriptedSettings)
-
-    def _mind2web(self) -> Any:
-        from memprism_ray.policy.mind2web_scripted import Mind2WebScriptedPolicy
-
-        return Mind2WebScriptedPolicy(self.temperature, self.seed)
-
-    def _rng(self, episode_id: str, step: int) -> random.Random:
-        digest = hashlib.blake2b(f"{self.seed}|{episode_id}|{step}".encode(), digest_size=8).digest()
-        return random.Random(int.from_bytes(digest, "little"))
+        """From ``policy.scripted`` (keys checked by PolicyConfig): its temperature and seed."""
+        return cls(**{k: v for k, v in config.scripted.items() if k in ("temperature", "seed")})
 
     def action_distribution(
         self,
@@ -325,14 +312,10 @@ class ScriptedPolicy:
         samples from; one-hot on the best-scored actions at temperature 0)."""
         if not admissible:
             return {"look": 1.0}
-        from memprism_ray.policy.mind2web_scripted import tempered_distribution
-
         return tempered_distribution(decide(goal, observation, admissible, memory_texts).scores, self.temperature)
 
     def input_distribution(self, inp: PolicyInput) -> dict[str, float]:
         """:meth:`action_distribution` for one prompt."""
-        if inp.benchmark == "mind2web":
-            return self._mind2web().input_distribution(inp)
         return self.action_distribution(inp.goal, inp.observation, inp.admissible, self.memory_texts(inp))
 
     def choose(
@@ -354,22 +337,8 @@ class ScriptedPolicy:
         if self.temperature == 0:
             return next(a for a, s in items if s == top), decision.reason
         weights = [math.exp((s - top) / self.temperature) for _, s in items]
-        action = self._rng(episode_id, step).choices([a for a, _ in items], weights=weights)[0]
+        action = seeded_rng(self.seed, episode_id, step).choices([a for a, _ in items], weights=weights)[0]
         return action, decision.reason
-
-    def _ebalfred(self) -> Any:
-        """The EB-ALFRED CPU stand-in: :class:`~memprism_ray.policy.ebalfred_fixture.FixturePolicy`
-        on the fixture the environment replays (``policy.scripted.ebalfred_fixture``; docs/ebalfred.md)."""
-        if getattr(self, "_ebalfred_policy", None) is None:
-            from memprism_ray.policy.ebalfred_fixture import FixturePolicy
-
-            if not self.ebalfred_fixture:
-                raise ValueError(
-                    "the scripted EB-ALFRED stand-in needs a fixture: policy.scripted.ebalfred_fixture "
-                    "(set by the EB-ALFRED jobs with ebalfred.controller: fake)"
-                )
-            self._ebalfred_policy = FixturePolicy(self.ebalfred_fixture, epsilon=self.ebalfred_epsilon, seed=self.seed)
-        return self._ebalfred_policy
 
     @staticmethod
     def memory_texts(inp: PolicyInput) -> list[str]:
@@ -385,19 +354,6 @@ class ScriptedPolicy:
         outputs = []
         for inp in inputs:
             start = time.perf_counter()
-            if inp.benchmark == "ebalfred":  # the EB-ALFRED stand-in plays the recorded fixture
-                try:
-                    outputs.extend(self._ebalfred().act([inp]))
-                except (ValueError, OSError) as exc:
-                    outputs.append(failed_output(str(exc)))
-                continue
-            if inp.benchmark == "mind2web":  # the Mind2Web stand-in, same temperature and seed
-                outputs.append(self._mind2web().act_one(inp))
-                continue
-            if inp.benchmark != "alfworld":
-                error = f"the scripted policy plays ALFWorld, EB-ALFRED and Mind2Web only, not {inp.benchmark}"
-                outputs.append(failed_output(error))
-                continue
             episode_id = str(inp.meta.get("episode_id", ""))
             action, reason = self.choose(
                 inp.goal,
@@ -408,5 +364,5 @@ class ScriptedPolicy:
                 step=inp.step,
             )
             text = f"<think>{reason}</think>\n<action>{action}</action>"
-            outputs.append(to_output(inp, text, completion_tokens=None, latency_s=time.perf_counter() - start))
+            outputs.append(self.contract.to_output(inp, text, latency_s=time.perf_counter() - start))
         return outputs

@@ -49,7 +49,8 @@ from typing import Any
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput, PolicyOutput
 from memprism_ray.policy.chat_format import format_qwen_chat
 from memprism_ray.policy.config import PROMPT_LAYOUTS, VLLMConfig
-from memprism_ray.policy.parsing import failed_output, to_output
+from memprism_ray.policy.contract import TaskContract
+from memprism_ray.policy.parsing import failed_output
 from memprism_ray.policy.tokens import count_visual_tokens
 from memprism_ray.policy.vllm_backend import ChatFormatter, build_vllm_request, engine_kwargs, sampling_kwargs
 
@@ -122,7 +123,8 @@ def is_rejection(exc: BaseException) -> bool:
 
 
 class AsyncVLLMPolicy:
-    """One decision = one engine request; many decisions in flight at once.
+    """One decision = one engine request; many decisions in flight at once, prompted and parsed
+    by ``contract`` (the benchmark's).
 
     ``engine`` (anything with vLLM's async ``generate(prompt, sampling_params, request_id)``
     contract) and ``sampling_factory`` (keyword arguments -> sampling params) can be
@@ -133,9 +135,16 @@ class AsyncVLLMPolicy:
     name = "vllm"
 
     def __init__(
-        self, config: VLLMConfig, *, engine: Any = None, sampling_factory: Any = None, prompt_layout: str = "paper"
+        self,
+        config: VLLMConfig,
+        contract: TaskContract,
+        *,
+        engine: Any = None,
+        sampling_factory: Any = None,
+        prompt_layout: str = "paper",
     ) -> None:
         self.config = config
+        self.contract = contract
         if engine is None:
             engine = build_async_engine(config)
             sampling_factory = sampling_factory or make_sampling_params
@@ -267,6 +276,7 @@ class AsyncVLLMPolicy:
         build = functools.partial(
             build_vllm_request,
             inp,
+            self.contract,
             limit_images=self.config.limit_mm_per_prompt,
             format_chat=fmt,
             layout=self.prompt_layout,
@@ -291,7 +301,7 @@ class AsyncVLLMPolicy:
             self.counters["engine_errors"] += 1
             raise PolicyBackendError(f"vLLM engine failed: {type(exc).__name__}: {exc}") from exc
         completion = out.outputs[0]
-        return to_output(
+        return self.contract.to_output(
             inp,
             completion.text,
             prompt_tokens=len(out.prompt_token_ids) if out.prompt_token_ids is not None else None,

@@ -20,7 +20,7 @@ from typing import Any
 from memprism_ray.policy.base import PolicyInput
 from memprism_ray.policy.chat_format import format_qwen_chat
 from memprism_ray.policy.config import VLLMConfig
-from memprism_ray.policy.prompts import build_messages
+from memprism_ray.policy.contract import TaskContract
 
 ChatFormatter = Callable[[list[dict[str, Any]]], str]
 
@@ -85,14 +85,15 @@ def scheduler_summary(config: VLLMConfig) -> str:
 
 def build_vllm_request(
     inp: PolicyInput,
+    contract: TaskContract,
     *,
     limit_images: int,
     format_chat: ChatFormatter = format_qwen_chat,
     layout: str = "paper",
 ) -> dict[str, Any]:
     """The ``LLM.generate`` input of one decision: ``{"prompt", "multi_modal_data"?}``;
-    ``layout`` is ``policy.prompt_layout`` (:func:`~memprism_ray.policy.prompts.prompt_parts`)."""
-    messages, images = build_messages(inp, layout)
+    ``contract``: the benchmark's prompt; ``layout`` is ``policy.prompt_layout``."""
+    messages, images = contract.build_messages(inp, layout)
     if len(images) > limit_images:
         raise ValueError(f"prompt has {len(images)} images but the engine allows {limit_images} (limit_mm_per_prompt)")
     request: dict[str, Any] = {"prompt": format_chat(messages)}

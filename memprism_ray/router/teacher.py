@@ -6,8 +6,11 @@ here return a :class:`TeacherLabel`: ``distribution`` (float32 [144], sums to 1,
 by eq. A.1) and ``stats`` (what happened while labelling).
 
 LLMViewTeacher
-    The paper's teacher. The Generic and Mind2Web view-teacher prompts of appendix E.2 are
-    stored verbatim in ``router/prompts/`` and filled by a single regex pass over the known
+    The paper's teacher. The view-teacher prompts of appendix E.2 are stored verbatim in
+    ``router/prompts/``: the Generic one here (:data:`GENERIC_PROMPT`), a benchmark's own with
+    its teacher (Mind2Web's: a subclass in ``benchmark/mind2web.py`` with its prompt and its
+    prompt inputs, :meth:`memprism_ray.benchmark.Benchmark.llm_teacher`). A prompt is filled by
+    a single regex pass over the known
     placeholders only (the prompts contain literal JSON braces, so ``str.format`` is never
     used); every input value is inserted as JSON, ``top_k`` as a bare integer. The prompt
     goes to any OpenAI-compatible ``/chat/completions`` endpoint through the shared
@@ -84,33 +87,26 @@ from memprism_ray.view_space import ALL_ACTIONS, FACTORS, NUM_ACTIONS, ViewActio
 log = logging.getLogger(__name__)
 
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
-PROMPT_FILES: dict[str, str] = {
-    "generic": "view_teacher_generic.txt",
-    "mind2web": "view_teacher_mind2web.txt",
-}
-#: Placeholders each prompt must be given (``top_k`` comes from the config).
-PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
-    "generic": (
-        "observation",
-        "goal",
-        "event_stream",
-        "reference_next_action",
-        "target_vlm_spec",
-        "view_action_space",
-        "top_k",
-    ),
-    "mind2web": (
-        "goal",
-        "current_summary",
-        "prior_summary_events",
-        "summary_diffs",
-        "reference_next_action",
-        "observation_stats",
-        "target_vlm_spec",
-        "view_action_space",
-        "top_k",
-    ),
-}
+
+
+@dataclass(frozen=True)
+class TeacherPrompt:
+    """One view-teacher prompt of appendix E.2: ``name`` (each label's ``stats["prompt"]``),
+    its verbatim file and the placeholders it must be given (``top_k`` comes from the config)."""
+
+    name: str
+    path: Path
+    fields: tuple[str, ...]
+
+    def load(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+
+GENERIC_PROMPT = TeacherPrompt(
+    "generic",
+    PROMPT_DIR / "view_teacher_generic.txt",
+    ("observation", "goal", "event_stream", "reference_next_action", "target_vlm_spec", "view_action_space", "top_k"),
+)
 
 DEFAULT_TARGET_VLM_SPEC: dict[str, Any] = {
     "model": "Qwen2.5-VL-7B-Instruct",
@@ -159,13 +155,6 @@ def _normalised(weights: np.ndarray) -> np.ndarray:
 
 
 # --- prompts -------------------------------------------------------------------------------
-def load_prompt(name: str) -> str:
-    """The verbatim view-teacher prompt ``generic`` or ``mind2web`` (appendix E.2)."""
-    if name not in PROMPT_FILES:
-        raise ValueError(f"unknown view-teacher prompt {name!r}; valid: {', '.join(PROMPT_FILES)}")
-    return (PROMPT_DIR / PROMPT_FILES[name]).read_text(encoding="utf-8")
-
-
 def view_action_space_description() -> dict[str, list[str]]:
     """The ``view_action_space`` input: the canonical option names of each factor."""
     return {f: list(factor_options(f)) for f in FACTORS}
@@ -348,7 +337,6 @@ class LLMTeacherConfig(EndpointConfig):
 
     model: str = field(default="", metadata={"help": "served model name sent in each request (required)"})
     backoff_s: float = field(default=1.0, metadata={"help": "first retry delay in seconds, doubled each retry"})
-    prompt: str = field(default="generic", metadata={"help": "view-teacher prompt: generic or mind2web"})
     top_k: int = field(default=5, metadata={"help": "soft labels requested and kept"})
     temperature: float = field(default=0.0, metadata={"help": "teacher sampling temperature"})
     max_tokens: int = field(default=1024, metadata={"help": "completion token limit"})
@@ -358,8 +346,6 @@ class LLMTeacherConfig(EndpointConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.prompt not in PROMPT_FILES:
-            raise ValueError(f"LLMTeacherConfig.prompt must be one of {', '.join(PROMPT_FILES)}, got {self.prompt!r}")
         if not 1 <= self.top_k <= NUM_ACTIONS:
             raise ValueError(f"LLMTeacherConfig.top_k must be in [1, {NUM_ACTIONS}], got {self.top_k}")
         if self.temperature < 0 or self.max_tokens < 1:
@@ -367,7 +353,9 @@ class LLMTeacherConfig(EndpointConfig):
 
 
 class LLMViewTeacher(Closing):
-    """The appendix-E.2 view teacher over an OpenAI-compatible endpoint (see module docstring).
+    """The appendix-E.2 view teacher over an OpenAI-compatible endpoint (see module docstring),
+    with the Generic prompt; a benchmark's own teacher sets :attr:`prompt` and
+    :meth:`state_inputs`.
 
     ``transport`` is passed to ``httpx.Client`` (tests use ``httpx.MockTransport``).
     ``complete_fn`` (prompt -> reply text) replaces the HTTP endpoint, e.g. the Ray policy
@@ -375,12 +363,14 @@ class LLMViewTeacher(Closing):
     ``counters`` (:class:`~memprism_ray.llm_client.LLMCounters`) counts the calls either way.
     """
 
+    prompt: ClassVar[TeacherPrompt] = GENERIC_PROMPT
+
     def __init__(
         self, config: LLMTeacherConfig, *, transport: Any = None, complete_fn: Callable[[str], str] | None = None
     ) -> None:
         self.config = config
-        self.template = load_prompt(config.prompt)
-        self.fields = PROMPT_FIELDS[config.prompt]
+        self.template = self.prompt.load()
+        self.fields = self.prompt.fields
         self.counters = LLMCounters()
         self._client = ChatClient(config, counters=self.counters, transport=transport)
         self._complete_fn = complete_fn
@@ -400,7 +390,7 @@ class LLMViewTeacher(Closing):
         unknown = sorted(set(values) - wanted)
         if missing or unknown:
             raise ValueError(
-                f"{self.config.prompt} view-teacher prompt inputs: missing {missing or 'none'}, "
+                f"{self.prompt.name} view-teacher prompt inputs: missing {missing or 'none'}, "
                 f"unknown {unknown or 'none'}; expected {sorted(wanted)}"
             )
         try:
@@ -456,7 +446,7 @@ class LLMViewTeacher(Closing):
         """Build the prompt from ``inputs``, query the endpoint and parse the soft labels."""
         reply = self.complete(self.build_prompt(inputs))
         label = parse_teacher_response(reply, top_k=self.config.top_k)
-        label.stats["prompt"] = self.config.prompt
+        label.stats["prompt"] = self.prompt.name
         return label
 
 

@@ -210,16 +210,17 @@ def final_evaluation(
 # ---------------------------------------------------------------------------------- job entry points
 def grpo_job(benchmark: str, description: str, argv: Sequence[str] | None = None) -> int:
     """``jobs/grpo_<benchmark>.py``: parse ``--config FILE [--resume ...] [--section.key V]``, then :func:`fit`."""
-    _, cfg = parse_job_args(description, argv, job=f"grpo_{benchmark}")
-    return fit(cfg, get_benchmark(benchmark), argv)
+    bench = get_benchmark(benchmark)
+    _, cfg = parse_job_args(description, argv, job=bench.job_spec("grpo"))
+    return fit(cfg, bench, argv)
 
 
 def evaluate_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None) -> int:
     """``jobs/eval_<benchmark>.py``: parse ``--config FILE [--checkpoint DIR] [--out DIR]
     [--section.key V]``, then :func:`run_evaluation` into ``--out`` or ``<run>/eval``."""
-    args, cfg = parse_job_args(description, argv, job=f"eval_{benchmark_name}", evaluation=True)
-    out_dir = Path(args.out) if args.out else cfg.run.dir / "eval"
     benchmark = get_benchmark(benchmark_name)
+    args, cfg = parse_job_args(description, argv, job=benchmark.job_spec("eval"), evaluation=True)
+    out_dir = Path(args.out) if args.out else cfg.run.dir / "eval"
     return run_evaluation(cfg, benchmark, args.checkpoint, out_dir, say=_eval_say, error=_eval_error)
 
 

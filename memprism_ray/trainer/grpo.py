@@ -27,7 +27,7 @@ from memprism_ray.actors.placement import (
 )
 from memprism_ray.actors.rollout import RolloutWorker
 from memprism_ray.actors.workers import PhiWorker, ViewWorker, start_policy_replicas
-from memprism_ray.benchmark import DataTree
+from memprism_ray.benchmark import DataTree, get_benchmark
 from memprism_ray.pipeline.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration, write_files
 from memprism_ray.policy.factory import needs_view_text
 from memprism_ray.trainer.placement_record import PlacementRecord
@@ -112,7 +112,7 @@ def start_training_actors(
             )  # fmt: skip
             for i, place in enumerate(places):
                 record.actor(role, f"{cfg.run.name}-{role}-{i}", place)
-    needs_text = needs_view_text(cfg.policy)
+    needs_text = needs_view_text(cfg.policy, get_benchmark(cfg.corpus.benchmark).task_contract())
     full_ref = learner.full_weights.remote()  # resolved by each rollout worker, not fetched here
 
     def make_rollout_worker(i: int, generation: int) -> object:

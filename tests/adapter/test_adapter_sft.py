@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from memprism_ray.adapter.sft import SFTConfig, SFTDataset, SFTTrainer, cosine_factor, sft_loss, train_sft
+from memprism_ray.benchmark import sft_preset
 from memprism_ray.router.features import RouterFeatures
 from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 from memprism_ray.router.teacher import TeacherLabel
@@ -101,13 +102,13 @@ def test_presets_follow_table_a4() -> None:
         "alfred": (20, 0.0, False),
         "mind2web": (50, 0.02, True),
     }.items():
-        c = SFTConfig.preset(name)
+        c = sft_preset(name)
         assert (c.epochs, c.lambda_cost, c.bf16, c.preset_name) == (epochs, lam, bf16, name)
         assert (c.lr, c.weight_decay, c.batch_size, c.grad_norm, c.seed) == (1e-4, 0.01, 256, 1.0, 7)
         assert (c.schedule, c.min_lr_ratio) == ("cosine", 0.01)
-    assert SFTConfig.preset("alfred", epochs=2).epochs == 2
+    assert sft_preset("alfred", epochs=2).epochs == 2
     with pytest.raises(ValueError, match="unknown SFT preset"):
-        SFTConfig.preset("webarena")
+        sft_preset("webarena")
     with pytest.raises(ValueError, match="schedule"):
         SFTConfig(schedule="linear")
 

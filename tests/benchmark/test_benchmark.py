@@ -14,17 +14,18 @@ from memprism_ray.agent import EpisodeResult, EpisodeSpec
 from memprism_ray.benchmark import BENCHMARKS, BenchmarkConfigError, get_benchmark
 from memprism_ray.config import load_config
 from memprism_ray.envs.base import GameRef
-from memprism_ray.policy.base import BENCHMARKS as PROMPT_CONTRACTS
 
 
-def test_every_prompt_contract_has_a_benchmark_and_unknown_names_are_refused() -> None:
-    assert set(BENCHMARKS) == set(PROMPT_CONTRACTS)
+def test_every_benchmark_has_its_prompt_contract_and_phi_and_unknown_names_are_refused() -> None:
     for name in BENCHMARKS:
-        assert get_benchmark(name).name == name
+        benchmark = get_benchmark(name)
+        assert benchmark.name == name
+        assert benchmark.task_contract().name == name and benchmark.phi_spec().benchmark == name
     with pytest.raises(ValueError, match=r"unknown benchmark .webshop.; known benchmarks: alfworld"):
         get_benchmark("webshop")
+    # The config names a benchmark; the job or command that looks it up refuses an unknown one.
     with pytest.raises(ValueError, match="unknown benchmark 'nope'"):
-        load_config(None, ["--corpus.benchmark", "nope"])
+        get_benchmark(load_config(None, ["--corpus.benchmark", "nope"]).corpus.benchmark)
 
 
 def test_a_config_for_another_benchmark_is_refused_in_one_line() -> None:

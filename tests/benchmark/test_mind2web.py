@@ -92,7 +92,7 @@ def test_mind2web_teacher_prompt_is_filled(root: Path) -> None:
     inputs = pm.mind2web_teacher_inputs(st.history, st.observation, st.goal, st.reference_action)
     assert inputs["observation_stats"]["prior_steps"] == 2 and inputs["summary_diffs"]
     assert "feedback" not in inputs["prior_summary_events"][0]
-    teacher = pm.Mind2WebLLMTeacher(LLMTeacherConfig(model="m", prompt="mind2web"), complete_fn=lambda p: "")
+    teacher = pm.Mind2WebLLMTeacher(LLMTeacherConfig(model="m"), complete_fn=lambda p: "")
     prompt = teacher.build_prompt(teacher.state_inputs(st))
     assert st.goal in prompt and "field_value" in prompt and "{current_summary}" not in prompt
     teacher.close()

@@ -62,7 +62,7 @@ def test_walkthrough_fallback_and_empty_input(alfworld_games: dict, tmp_path: Pa
 def test_an_llm_phi_re_extracts_the_expert_streams(alfworld_games: dict, tmp_path: Path) -> None:
     """phi.kind: llm in D1: the expert plays with the rules, every stream is then re-extracted
     by the LLM Phi from its raw events (one batch per step), so D1 and rollouts share one Phi."""
-    from memprism_ray.recorder.phi.alfworld import AlfworldPhi
+    from memprism_ray.recorder.phi.alfworld import ALFWORLD_PHI, AlfworldPhi
     from memprism_ray.recorder.phi.llm import LLMPhi
 
     batches: list[int] = []
@@ -72,7 +72,8 @@ def test_an_llm_phi_re_extracts_the_expert_streams(alfworld_games: dict, tmp_pat
         return ['{"entity": "llm entity", "act_type": "other", "delta_s": []}' for _ in batch]
 
     games = alfworld_games["train"][:2]
-    path = collect_expert_trajectories(games, tmp_path, progress=False, phi=LLMPhi("alfworld", complete, AlfworldPhi()))
+    phi = LLMPhi(ALFWORLD_PHI, complete, AlfworldPhi())
+    path = collect_expert_trajectories(games, tmp_path, progress=False, phi=phi)
     table = pq.read_table(path)
     for ep in range(2):
         stream = load_expert_stream(table, ep)

@@ -17,6 +17,8 @@ from memprism_ray.envs.ebalfred.data import game_ref, list_games
 from memprism_ray.envs.ebalfred.env import EbAlfredConfig, EbAlfredEnv, make_embodiedbench_controller
 from memprism_ray.envs.ebalfred.fixture import build_fixture
 from memprism_ray.formats.ebalfred_fixture import load_transcripts
+from memprism_ray.policy.ebalfred import EBALFRED
+from memprism_ray.recorder.phi.ebalfred import EbAlfredPhi
 
 
 @pytest.fixture(scope="module")
@@ -132,12 +134,11 @@ def test_config_validation_and_env_vars(fixture_root: Path, monkeypatch: pytest.
         EbAlfredConfig(controller="fake", fixture="x", progress_coef=2.0)
     monkeypatch.setenv("MEMPRISM_EBALFRED_FIXTURE", str(fixture_root))
     from memprism_ray.benchmark import get_benchmark
-    from memprism_ray.recorder.phi.factory import make_rule_phi
 
     env = get_benchmark("ebalfred").make_env(2)
     assert env.num_slots == 2 and env.config.controller == "fake"
     assert env.reset(game_ref("visual_appearance", 0)).admissible
-    assert make_rule_phi("ebalfred").name.startswith("ebalfred")
+    assert get_benchmark("ebalfred").phi_spec().rule().name.startswith("ebalfred")
 
 
 def test_real_controller_missing_extra_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -349,15 +350,14 @@ class _TalkingPolicy:
     """A VLM that never writes an <action> tag (its output does not parse)."""
 
     name = "talking"
+    contract = EBALFRED
 
     def __init__(self) -> None:
         self.inputs: list = []
 
     def act(self, inputs):  # type: ignore[no-untyped-def]
-        from memprism_ray.policy.parsing import to_output
-
         self.inputs.extend(inputs)
-        return [to_output(inp, "I think the ladle is by the sink, so I will go there.") for inp in inputs]
+        return [self.contract.to_output(inp, "I think the ladle is by the sink, so I will go there.") for inp in inputs]
 
 
 def test_agent_episode_with_unparsed_outputs_ends_as_embodiedbench_s(fixture_root: Path) -> None:
@@ -369,11 +369,8 @@ def test_agent_episode_with_unparsed_outputs_ends_as_embodiedbench_s(fixture_roo
 
     from memprism_ray.agent import Agent, AgentConfig, EpisodeSpec, LocalServices
     from memprism_ray.baselines import make_selector
-    from memprism_ray.policy.prompts import build_prompt_text
-    from memprism_ray.recorder.phi.factory import make_rule_phi
-
     policy = _TalkingPolicy()
-    services = LocalServices(_env(fixture_root), make_rule_phi("ebalfred"), policy)
+    services = LocalServices(_env(fixture_root), EbAlfredPhi(), policy)
     config = AgentConfig(benchmark="ebalfred", short_history=2, max_steps=30, token_counter="words")
     agent = Agent(services, make_selector("no_memory"), config)
     (res,) = agent.run([EpisodeSpec("ep", game_ref("base", 1, fixture_root / "splits.json"))])
@@ -381,7 +378,7 @@ def test_agent_episode_with_unparsed_outputs_ends_as_embodiedbench_s(fixture_roo
     assert all(not r["valid"] for r in res.rows) and all(r["outcome"] == "exception" for r in res.rows)
     first = policy.inputs[0]
     assert first.meta["examples"].count("## Task Execution Example ") == 10
-    prompt = build_prompt_text(first)
+    prompt = EBALFRED.build_prompt_text(first)
     assert first.meta["examples"] in prompt
     words = re.compile(r"\w+|[^\w\s]")  # token_counter: words
     assert res.rows[0]["text_tokens"] == len(words.findall(prompt)) > len(words.findall(first.meta["examples"]))
@@ -392,28 +389,26 @@ class _ScriptedPolicy:
     """A VLM whose first ``talk`` outputs do not parse, then always ``action`` (a skill)."""
 
     name = "scripted-steps"
+    contract = EBALFRED
 
     def __init__(self, talk: int, action: str) -> None:
         self.talk, self.action, self.calls = talk, action, 0
 
     def act(self, inputs):  # type: ignore[no-untyped-def]
-        from memprism_ray.policy.parsing import to_output
-
         out = []
         for inp in inputs:
             self.calls += 1
             text = "I am not sure yet." if self.calls <= self.talk else f"<action>{self.action}</action>"
-            out.append(to_output(inp, text))
+            out.append(self.contract.to_output(inp, text))
         return out
 
 
 def _play(env: EbAlfredEnv, policy: _ScriptedPolicy, max_steps: int, root: Path):  # type: ignore[no-untyped-def]
     from memprism_ray.agent import Agent, AgentConfig, EpisodeSpec, LocalServices
     from memprism_ray.baselines import make_selector
-    from memprism_ray.recorder.phi.factory import make_rule_phi
 
     config = AgentConfig(benchmark="ebalfred", short_history=2, max_steps=max_steps, token_counter="words")
-    agent = Agent(LocalServices(env, make_rule_phi("ebalfred"), policy), make_selector("no_memory"), config)
+    agent = Agent(LocalServices(env, EbAlfredPhi(), policy), make_selector("no_memory"), config)
     (res,) = agent.run([EpisodeSpec("ep", game_ref("base", 1, root / "splits.json"))])
     return res
 

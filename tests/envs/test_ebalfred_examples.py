@@ -21,7 +21,7 @@ from memprism_ray.envs.ebalfred.examples import (
 )
 from memprism_ray.envs.ebalfred.fixture import build_fixture
 from memprism_ray.policy.base import PolicyInput
-from memprism_ray.policy.prompts import build_prompt_text, ebalfred_instruction
+from memprism_ray.policy.ebalfred import EBALFRED, ebalfred_instruction
 
 #: An example string in the shape of EmbodiedBench's ``alfred_examples.json`` (b247936): a
 #: whole plan as one JSON answer, with ids of EmbodiedBench's 162 global skills.
@@ -73,7 +73,7 @@ def test_examples_are_shown_as_the_prompt_asks() -> None:
     # The same example in a prompt whose (scene-filtered) list numbers other skills.
     skills = ("find a Sink", "find a Pan", "pick up the Pan", "put down the object in hand")
     block = format_examples([ex], 1)
-    prompt = build_prompt_text(
+    prompt = EBALFRED.build_prompt_text(
         PolicyInput(
             benchmark="ebalfred", goal="Wash a pan.", observation="o", admissible=skills, meta={"examples": block}
         )
@@ -107,7 +107,8 @@ def test_the_instruction_line_ends_with_one_period() -> None:
     Before, "... on the desk." gave "desk..". Examples' instructions get the same rule."""
     skills = ("find a Mug",)
     for goal in ("Put a mug on the desk.", "Put a mug on the desk", "Put a mug on the desk.. "):
-        text = build_prompt_text(PolicyInput(benchmark="ebalfred", goal=goal, observation="o", admissible=skills))
+        inp = PolicyInput(benchmark="ebalfred", goal=goal, observation="o", admissible=skills)
+        text = EBALFRED.build_prompt_text(inp)
         assert "## Now the human instruction is: Put a mug on the desk.\n" in text and "desk.." not in text
     assert ebalfred_instruction("Turn on the lamp...") == "Turn on the lamp"
     assert render_example(Example("Put a mug away..", "", skills)).startswith("Human instruction: Put a mug away.\n")
@@ -125,8 +126,8 @@ def _input(examples: str) -> PolicyInput:
 def test_the_examples_fill_the_prompt_slot(tmp_path: Path) -> None:
     root = build_fixture(tmp_path / "fx", episodes_per_subset=1, resolution=48)
     block = format_examples(load_examples(root / "examples", "base"), N_SHOTS)
-    with_examples = build_prompt_text(_input(block))
-    without = build_prompt_text(_input(""))
+    with_examples = EBALFRED.build_prompt_text(_input(block))
+    without = EBALFRED.build_prompt_text(_input(""))
     assert block in with_examples and "{task_execution_examples}" not in with_examples
     assert with_examples.index("## The available action id") < with_examples.index(block)
     assert with_examples.index(block) < with_examples.index("## Guidelines")

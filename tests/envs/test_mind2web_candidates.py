@@ -27,7 +27,7 @@ from memprism_ray.envs.mind2web.fixture import SCORES_FILE, build_fixture, posit
 from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
 from memprism_ray.eval.mind2web import mind2web_metrics
 from memprism_ray.formats.mind2web_snapshot import ref_of
-from memprism_ray.policy.parsing import encode_mind2web_action
+from memprism_ray.policy.mind2web import encode_mind2web_action
 
 
 @pytest.fixture(scope="module")

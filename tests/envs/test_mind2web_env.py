@@ -16,8 +16,8 @@ from memprism_ray.envs.mind2web import Mind2WebReplayEnv, list_games
 from memprism_ray.envs.mind2web.data import load_task
 from memprism_ray.envs.mind2web.fixture import build_fixture
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
-from memprism_ray.policy.parsing import encode_mind2web_action
-from memprism_ray.recorder.phi.factory import make_rule_phi
+from memprism_ray.policy.mind2web import MIND2WEB, encode_mind2web_action
+from memprism_ray.recorder.phi.mind2web import Mind2WebPhi
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def _human(game) -> list[tuple[str, str, str | None]]:
 def test_benchmark_builds_the_replay_env_and_rule_phi() -> None:
     env = get_benchmark("mind2web").make_env(3)
     assert isinstance(env, Mind2WebReplayEnv) and isinstance(env, Env) and env.num_slots == 3
-    assert make_rule_phi("mind2web").name == "mind2web-rule"
+    assert get_benchmark("mind2web").phi_spec().rule().name == "mind2web-rule"
 
 
 def test_human_actions_are_correct_and_the_episode_succeeds(game) -> None:
@@ -131,6 +131,7 @@ class _WrongPolicy:
     """Always predicts a CLICK on the first ref of the snapshot (valid, mostly wrong)."""
 
     name = "wrong"
+    contract = MIND2WEB
 
     def __init__(self) -> None:
         self.sources: list[str] = []
@@ -150,7 +151,7 @@ def test_agent_records_events_from_the_human_trajectory(game) -> None:
     from memprism_ray.baselines import make_selector
 
     policy = _WrongPolicy()
-    services = LocalServices(get_benchmark("mind2web").make_env(1), make_rule_phi("mind2web"), policy)
+    services = LocalServices(get_benchmark("mind2web").make_env(1), Mind2WebPhi(), policy)
     agent = Agent(services, make_selector("full_history"), AgentConfig(benchmark="mind2web", short_history=2))
     (res,) = agent.run([EpisodeSpec("ep", game)])
     human = [json.dumps({"op": o, "ref": r, "value": v}, separators=(",", ":")) for o, r, v in _human(game)]
@@ -259,7 +260,7 @@ def test_edge_cases_follow_the_paper_and_metric_py(game, hop, hval, fields, pape
 
     from memprism_ray.envs.mind2web.env import human_action, score_prediction
     from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
-    from memprism_ray.policy.parsing import parse_mind2web
+    from memprism_ray.policy.mind2web import parse_mind2web
 
     task = load_task(game)
     step = dataclasses.replace(task.steps[0], op=hop, value=hval)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from memprism_ray.envs.mind2web.data import Candidate, Step
 from memprism_ray.envs.mind2web.snapshot import SnapshotConfig, build_snapshot, human_refs
 from memprism_ray.formats.mind2web_snapshot import describe, parse_snapshot
-from memprism_ray.policy.prompts import snapshot_refs
+from memprism_ray.policy.mind2web import snapshot_refs
 
 HTML = (
     '<html><body><a backend_node_id="1" href="/home">Home</a>'

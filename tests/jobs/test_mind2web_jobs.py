@@ -110,12 +110,13 @@ def test_job_settings_are_checked() -> None:
 
     check_benchmark = get_benchmark("mind2web").check
     cfg = load_config("configs/mind2web_smoke.yaml")
-    check_job("grpo_mind2web", cfg)
+    check_job(get_benchmark("mind2web").job_spec("grpo"), cfg)
     check_benchmark(cfg)
     with pytest.raises(ValueError, match=r"grpo\.reward='success' is not defined for mind2web"):
         check_benchmark(load_config("configs/mind2web_smoke.yaml", ["--grpo.reward", "success"]))
+    five = load_config("configs/mind2web_smoke.yaml", ["--eval.episodes", "5"])
     with pytest.raises(ValueError, match=r"eval\.episodes=5 is not supported by the eval_mind2web job"):
-        check_job("eval_mind2web", load_config("configs/mind2web_smoke.yaml", ["--eval.episodes", "5"]))
+        check_job(get_benchmark("mind2web").job_spec("eval"), five)
     with pytest.raises(ValueError, match=r"agent\.benchmark='alfworld'"):
         check_benchmark(load_config("configs/mind2web_smoke.yaml", ["--agent.benchmark", "alfworld"]))
     paper = load_config("configs/mind2web_paper.yaml")

@@ -13,8 +13,10 @@ import pytest
 
 from memprism_ray.benchmark import get_benchmark
 from memprism_ray.config import load_config
-from memprism_ray.pipeline import jobs
 from memprism_ray.pipeline.jobs import JobSpec, check_job, parse_job_args
+
+GRPO_ALFWORLD = get_benchmark("alfworld").job_spec("grpo")
+EVAL_ALFWORLD = get_benchmark("alfworld").job_spec("eval")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,52 +30,53 @@ def no_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_job_rejects_a_setting_it_would_ignore(monkeypatch: pytest.MonkeyPatch) -> None:
     # The GRPO job labels D1 with either teacher (pipeline/llm_labels.py); a job declaring
     # only the counterfactual teacher rejects the LLM one instead of ignoring it.
-    assert jobs.JOBS["grpo_alfworld"].supports["label.teacher"] == ("counterfactual", "llm")
-    narrow = JobSpec(supports={"label.teacher": ("counterfactual",)}, runs_policy=True)
-    monkeypatch.setitem(jobs.JOBS, "grpo_alfworld", narrow)
+    assert GRPO_ALFWORLD.supports["label.teacher"] == ("counterfactual", "llm")
+    narrow = JobSpec("grpo_alfworld", supports={"label.teacher": ("counterfactual",)}, runs_policy=True)
     cfg = load_config("configs/local.yaml", ["--label.teacher", "llm"])
     with pytest.raises(ValueError) as err:
-        check_job("grpo_alfworld", cfg, environ={})
+        check_job(narrow, cfg, environ={})
     assert str(err.value) == (
         "label.teacher='llm' is not supported by the grpo_alfworld job; it supports: counterfactual"
     )
-    check_job("eval_alfworld", cfg, environ={})  # the eval job never labels views
-    check_job("grpo_alfworld", load_config("configs/local.yaml"), environ={})
+    check_job(EVAL_ALFWORLD, cfg, environ={})  # the eval job never labels views
+    check_job(narrow, load_config("configs/local.yaml"), environ={})
 
 
 def test_widening_a_jobs_declaration_is_the_one_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A benchmark's jobs' declarations are its own (``Benchmark.job_supports``): widening one is
+    the one switch, and EB-ALFRED's GRPO job labels with the LLM teacher only."""
+    from memprism_ray.benchmark.alfworld import Alfworld
+
     cfg = load_config("configs/local.yaml", ["--label.teacher", "llm"])
-    narrow = JobSpec(supports={"label.teacher": ("counterfactual",)}, runs_policy=True)
-    monkeypatch.setitem(jobs.JOBS, "grpo_alfworld", narrow)
+    monkeypatch.setattr(Alfworld, "job_supports", {"grpo": {"label.teacher": ("counterfactual",)}})
     with pytest.raises(ValueError, match="not supported"):
-        check_job("grpo_alfworld", cfg, environ={})
-    wide = JobSpec(supports={"label.teacher": ("counterfactual", "llm")}, runs_policy=True)
-    monkeypatch.setitem(jobs.JOBS, "grpo_alfworld", wide)
-    check_job("grpo_alfworld", cfg, environ={})
-    with pytest.raises(ValueError, match="unknown job 'grpo'; known jobs: grpo_alfworld, eval_alfworld"):
-        check_job("grpo", cfg, environ={})
+        check_job(get_benchmark("alfworld").job_spec("grpo"), cfg, environ={})
+    monkeypatch.setattr(Alfworld, "job_supports", {"grpo": {"label.teacher": ("counterfactual", "llm")}})
+    check_job(get_benchmark("alfworld").job_spec("grpo"), cfg, environ={})
+    eb = load_config("configs/ebalfred_smoke.yaml", ["--label.teacher", "counterfactual"])
+    with pytest.raises(ValueError, match=r"label\.teacher='counterfactual' is not supported by the grpo_ebalfred job"):
+        check_job(get_benchmark("ebalfred").job_spec("grpo"), eb, environ={})
 
 
 def test_a_vllm_policy_on_a_machine_without_vllm_fails_at_load(no_vllm: None) -> None:
     cfg = load_config("configs/alfworld_paper.yaml")
     with pytest.raises(ValueError, match=r"^policy\.backend=vllm needs vLLM, which is not importable here"):
-        check_job("grpo_alfworld", cfg, environ={})
+        check_job(GRPO_ALFWORLD, cfg, environ={})
     with pytest.raises(ValueError, match=r"^policy\.backend=vllm needs vLLM"):
-        check_job("eval_alfworld", cfg, environ={"RAY_ADDRESS": ""})
+        check_job(EVAL_ALFWORLD, cfg, environ={"RAY_ADDRESS": ""})
     # Under `ray job submit` the driver may sit on a CPU head; the GPU nodes run the policy.
-    check_job("grpo_alfworld", cfg, environ={"RAY_ADDRESS": "http://127.0.0.1:8265"})
+    check_job(GRPO_ALFWORLD, cfg, environ={"RAY_ADDRESS": "http://127.0.0.1:8265"})
     local = load_config("configs/alfworld_paper.yaml", ["--run.ray_address", "local"])
     with pytest.raises(ValueError, match="needs vLLM"):
-        check_job("grpo_alfworld", local, environ={"RAY_ADDRESS": "http://127.0.0.1:8265"})
+        check_job(GRPO_ALFWORLD, local, environ={"RAY_ADDRESS": "http://127.0.0.1:8265"})
 
 
 def test_parse_job_args_exits_2_with_the_error(
     no_vllm: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    narrow = JobSpec(supports={"label.teacher": ("counterfactual",)}, runs_policy=True)
-    monkeypatch.setitem(jobs.JOBS, "grpo_alfworld", narrow)
+    narrow = JobSpec("grpo_alfworld", supports={"label.teacher": ("counterfactual",)}, runs_policy=True)
     with pytest.raises(SystemExit) as exc:
-        parse_job_args("x", ["--config", "configs/local.yaml", "--label.teacher", "llm"], job="grpo_alfworld")
+        parse_job_args("x", ["--config", "configs/local.yaml", "--label.teacher", "llm"], job=narrow)
     assert exc.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
         "error: label.teacher='llm' is not supported by the grpo_alfworld job; it supports: counterfactual"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from memprism_ray.policy.base import HistoryRecord, PolicyInput
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.policy.factory import make_policy
+from memprism_ray.policy.mind2web import MIND2WEB, decode_mind2web_action
 from memprism_ray.policy.mind2web_scripted import Mind2WebScriptedPolicy, goal_values
-from memprism_ray.policy.parsing import decode_mind2web_action
 
 PAGE = "\n".join(
     [
@@ -62,9 +62,9 @@ def test_seeded_sampling_is_reproducible_and_can_be_wrong() -> None:
 
 
 def test_selected_through_the_scripted_backend() -> None:
-    policy = make_policy(PolicyConfig(backend="scripted", scripted={"temperature": 0.0, "seed": 0}))
+    policy = make_policy(PolicyConfig(backend="scripted", scripted={"temperature": 0.0, "seed": 0}), MIND2WEB)
     out = policy.act([_inp()])[0]
     assert out.valid and decode_mind2web_action(out.action)["ref"] == "e2"
     assert policy.input_distribution(_inp()) == Mind2WebScriptedPolicy(0.0).input_distribution(_inp())
     other = Mind2WebScriptedPolicy().act([PolicyInput("alfworld", "g", "o", ("look",))])[0]
-    assert not other.valid and "Mind2Web only" in other.error
+    assert not other.valid and "the mind2web task contract reads mind2web inputs, not alfworld" in other.error

@@ -6,9 +6,9 @@ import jinja2.sandbox
 import pytest
 from PIL import Image
 
+from memprism_ray.benchmark import get_benchmark
 from memprism_ray.policy.base import PolicyInput
 from memprism_ray.policy.chat_format import IMAGE_PLACEHOLDER, QWEN2_VL_CHAT_TEMPLATE, format_qwen_chat
-from memprism_ray.policy.prompts import build_messages
 
 
 def render_jinja(messages: list[dict]) -> str:
@@ -27,7 +27,7 @@ CASES = [
 
 @pytest.mark.parametrize("inp", CASES, ids=lambda i: f"{i.benchmark}-{i.view_mode}")
 def test_formatter_matches_the_jinja_template(inp: PolicyInput) -> None:
-    messages, images = build_messages(inp)
+    messages, images = get_benchmark(inp.benchmark).task_contract().build_messages(inp)
     text = format_qwen_chat(messages)
     assert text == render_jinja(messages)
     assert text.count(IMAGE_PLACEHOLDER) == len(images)

@@ -8,11 +8,15 @@ import types
 import pytest
 
 from memprism_ray.config_tree import from_dict, parse_overrides
-from memprism_ray.policy import factory
+from memprism_ray.policy.alfworld import ALFWORLD
 from memprism_ray.policy.base import PolicyInput, PolicyOutput, TaskPolicy
 from memprism_ray.policy.config import PolicyConfig, VLLMConfig
-from memprism_ray.policy.factory import make_policy
+from memprism_ray.policy.contract import TaskContract
+from memprism_ray.policy.factory import make_policy, needs_view_text
+from memprism_ray.policy.mind2web import MIND2WEB
+from memprism_ray.policy.mind2web_scripted import Mind2WebScriptedPolicy
 from memprism_ray.policy.openai_backend import OpenAIChatPolicy
+from memprism_ray.policy.scripted import ScriptedPolicy
 
 
 def test_openai_backend_from_a_dotted_override_tree() -> None:
@@ -20,7 +24,7 @@ def test_openai_backend_from_a_dotted_override_tree() -> None:
         ["--backend", "openai", "--openai.base_url", "http://127.0.0.1:9999/v1", "--openai.max_retries", "2"]
     )
     cfg = from_dict(PolicyConfig, data)
-    policy = make_policy(cfg)
+    policy = make_policy(cfg, ALFWORLD)
     assert isinstance(policy, OpenAIChatPolicy) and isinstance(policy, TaskPolicy)
     assert policy.client.base_url == "http://127.0.0.1:9999/v1" and policy.config.max_retries == 2
     policy.close()
@@ -47,54 +51,47 @@ class _Echo:
     def __init__(self, temperature: float = 1.0, seed: int = 0) -> None:
         self.temperature, self.seed = temperature, seed
 
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> _Echo:
+        return cls(**config.scripted)
+
     def act(self, inputs):
         return [PolicyOutput(text="", action=i.admissible[0], valid=True) for i in inputs]
 
 
+class _Contract(TaskContract):
+    """A benchmark's contract whose stand-in lives in the (fake) module ``fake_stand_in``."""
+
+    name = "alfworld"
+    stand_in = "fake_stand_in:Policy"
+
+
 def _fake_module(monkeypatch: pytest.MonkeyPatch, **attrs) -> None:
-    module = types.ModuleType(factory.SCRIPTED_MODULE)
+    module = types.ModuleType("fake_stand_in")
     for k, v in attrs.items():
         setattr(module, k, v)
-    monkeypatch.setitem(sys.modules, factory.SCRIPTED_MODULE, module)
-    monkeypatch.setattr(factory.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setitem(sys.modules, "fake_stand_in", module)
 
 
-def test_scripted_is_looked_up_by_module_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_module(monkeypatch, ScriptedPolicy=_Echo)
-    policy = make_policy(PolicyConfig(backend="scripted", scripted={"temperature": 0.5, "seed": 7}))
+def test_the_scripted_policy_is_the_contracts_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_module(monkeypatch, Policy=_Echo)
+    policy = make_policy(PolicyConfig(backend="scripted", scripted={"temperature": 0.5, "seed": 7}), _Contract())
     assert isinstance(policy, _Echo) and policy.temperature == 0.5 and policy.seed == 7
     assert policy.act([PolicyInput("alfworld", "g", "o", admissible=("look",))])[0].action == "look"
     # A misspelt key never reaches the policy: the config rejects it (issue 10).
     with pytest.raises(ValueError, match=r"unknown setting\(s\) policy\.scripted\.temprature"):
         PolicyConfig(backend="scripted", scripted={"temprature": 0.5})
-
-    class NoSeed(_Echo):
-        def __init__(self, temperature: float = 1.0) -> None:
-            super().__init__(temperature)
-
-    _fake_module(monkeypatch, ScriptedPolicy=NoSeed)
-    with pytest.raises(ValueError, match="rejected"):
-        make_policy(PolicyConfig(backend="scripted", scripted={"seed": 1}))
-
-    class WithFromConfig(_Echo):
-        @classmethod
-        def from_config(cls, config: PolicyConfig) -> WithFromConfig:
-            return cls(seed=config.scripted["seed"] + 1)
-
-    _fake_module(monkeypatch, ScriptedPolicy=WithFromConfig)
-    assert make_policy(PolicyConfig(backend="scripted", scripted={"seed": 1})).seed == 2
+    assert make_policy(PolicyConfig(backend="scripted"), ALFWORLD).__class__ is ScriptedPolicy
+    assert make_policy(PolicyConfig(backend="scripted"), MIND2WEB).__class__ is Mind2WebScriptedPolicy
+    # Whether it reads the view's text, without building it (the rollout workers are told).
+    assert needs_view_text(PolicyConfig(backend="scripted"), ALFWORLD)
+    assert not needs_view_text(PolicyConfig(backend="openai"), ALFWORLD)
 
 
 def test_scripted_errors_are_clear(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(factory.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ValueError, match=r"needs the module memprism_ray\.policy\.scripted"):
-        make_policy(PolicyConfig(backend="scripted"))
-    _fake_module(monkeypatch)
-    with pytest.raises(ValueError, match="does not define ScriptedPolicy"):
-        make_policy(PolicyConfig(backend="scripted"))
-    _fake_module(monkeypatch, ScriptedPolicy=type("NotAPolicy", (), {}))
+    _fake_module(monkeypatch, Policy=type("NotAPolicy", (), {"from_config": classmethod(lambda cls, c: cls())}))
     with pytest.raises(ValueError, match="does not implement TaskPolicy"):
-        make_policy(PolicyConfig(backend="scripted"))
+        make_policy(PolicyConfig(backend="scripted"), _Contract())
 
 
 def test_importing_the_package_stays_light() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from memprism_ray.benchmark import get_benchmark
 from memprism_ray.policy.base import PolicyInput
 from memprism_ray.policy.chat_format import QWEN2_VL_CHAT_TEMPLATE
 from memprism_ray.policy.config import HFConfig, PolicyConfig
@@ -110,14 +111,15 @@ INPUTS = [
 
 @pytest.mark.slow
 def test_tiny_vlm_plumbing(tiny_model: Path) -> None:
-    policy = make_policy(
-        PolicyConfig(
-            backend="hf", hf=HFConfig(model_path=str(tiny_model), max_tokens=6, batch_size=2, max_pixels=672 * 672)
-        )
+    config = PolicyConfig(
+        backend="hf", hf=HFConfig(model_path=str(tiny_model), max_tokens=6, batch_size=2, max_pixels=672 * 672)
     )
+    # A policy speaks its benchmark's task contract: one per benchmark of the inputs.
+    policies = {inp.benchmark: make_policy(config, get_benchmark(inp.benchmark).task_contract()) for inp in INPUTS}
+    policy = policies["mind2web"]
     assert policy.name == "hf"
-    outs = policy.act(INPUTS)
-    assert len(outs) == 3
+    outs = [policies[inp.benchmark].act([inp])[0] for inp in INPUTS]
+    assert len(policies["alfworld"].act([INPUTS[0]] * 3)) == 3  # two batches of batch_size 2
     for inp, out in zip(INPUTS, outs, strict=False):
         # Random weights: whatever it says, the parser rejects it with a reason, no crash.
         assert not out.valid and out.action is None and out.error
@@ -130,9 +132,7 @@ def test_tiny_vlm_plumbing(tiny_model: Path) -> None:
     assert outs[2].visual_tokens == 0
 
     # Prompt tokens are the real (unpadded) input ids: one per byte plus special and image tokens.
-    from memprism_ray.policy.prompts import build_messages
-
-    messages, _ = build_messages(INPUTS[2])
+    messages, _ = policy.contract.build_messages(INPUTS[2])
     text = policy.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert outs[2].prompt_tokens == len(policy.tokenizer(text)["input_ids"])
     assert outs[0].prompt_tokens > outs[0].visual_tokens
@@ -146,6 +146,6 @@ def test_bad_model_path_is_a_clear_error(tmp_path: Path) -> None:
     from memprism_ray.policy.hf_backend import HFPolicy
 
     with pytest.raises(ValueError, match="not a local model directory"):
-        HFPolicy(HFConfig(model_path=str(tmp_path / "missing")))
+        HFPolicy(HFConfig(model_path=str(tmp_path / "missing")), get_benchmark("alfworld").task_contract())
     with pytest.raises(ValueError, match="model_path"):
         PolicyConfig(backend="hf")

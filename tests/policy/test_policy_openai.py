@@ -13,8 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from PIL import Image
 
+from memprism_ray.policy.alfworld import ALFWORLD
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput
 from memprism_ray.policy.config import OpenAIConfig
+from memprism_ray.policy.ebalfred import EBALFRED
 from memprism_ray.policy.openai_backend import OpenAIChatPolicy, build_openai_payload
 
 VIEW = Image.new("RGB", (672, 448), (10, 20, 30))
@@ -96,7 +98,7 @@ def server() -> Iterator[tuple[Stub, str]]:
 
 def policy_for(url: str, **kw) -> OpenAIChatPolicy:
     cfg = OpenAIConfig(base_url=url, model="qwen-vl-test", backoff_s=0.0, max_backoff_s=0.0, timeout_s=5.0, **kw)
-    return OpenAIChatPolicy(cfg, sleep=lambda s: None)
+    return OpenAIChatPolicy(cfg, ALFWORLD, sleep=lambda s: None)
 
 
 def decode_png(url: str) -> Image.Image:
@@ -106,7 +108,7 @@ def decode_png(url: str) -> Image.Image:
 
 def test_payload_carries_images_as_png_data_urls_in_order() -> None:
     inp = PolicyInput("ebalfred", "g", "o", admissible=("find a Pan",), camera_image=CAM, view_image=VIEW)
-    payload = build_openai_payload(inp, OpenAIConfig(model="m"))
+    payload = build_openai_payload(inp, OpenAIConfig(model="m"), EBALFRED)
     parts = payload["messages"][0]["content"]
     assert [p["type"] for p in parts] == ["text", "image_url", "image_url"]
     first, second = decode_png(parts[1]["image_url"]["url"]), decode_png(parts[2]["image_url"]["url"])
@@ -148,7 +150,7 @@ def test_retries_then_succeeds(server, status: int) -> None:
     stub.fail, stub.fail_status = 2, status
     delays: list[float] = []
     cfg = OpenAIConfig(base_url=url, backoff_s=0.01, max_backoff_s=0.02, max_retries=3)
-    policy = OpenAIChatPolicy(cfg, sleep=delays.append)
+    policy = OpenAIChatPolicy(cfg, ALFWORLD, sleep=delays.append)
     out = policy.act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])[0]
     assert out.valid and out.action == "look"
     assert len(stub.requests) == 3 and policy.counters["retries"] == 2
@@ -207,6 +209,7 @@ def test_timeouts_are_retried_then_reported(server) -> None:
     stub.delay_s = 1.0
     policy = OpenAIChatPolicy(
         OpenAIConfig(base_url=url, timeout_s=0.1, max_retries=1, backoff_s=0.0, max_backoff_s=0.0),
+        ALFWORLD,
         sleep=lambda s: None,
     )
     with pytest.raises(PolicyBackendError, match="ReadTimeout"):

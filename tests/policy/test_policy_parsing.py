@@ -8,19 +8,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memprism_ray.policy import parsing
+from memprism_ray.benchmark import get_benchmark
+from memprism_ray.policy import alfworld, ebalfred, mind2web, parsing
+from memprism_ray.policy.alfworld import ALFWORLD, parse_alfworld
 from memprism_ray.policy.base import PolicyInput
-from memprism_ray.policy.parsing import (
-    EBALFRED_PUT_DOWN,
-    MIND2WEB_OPS,
-    decode_mind2web_action,
-    extract_action_tag,
-    parse_action,
-    parse_alfworld,
-    parse_ebalfred,
-    parse_mind2web,
-    to_output,
-)
+from memprism_ray.policy.ebalfred import EBALFRED_PUT_DOWN, parse_ebalfred
+from memprism_ray.policy.mind2web import MIND2WEB_OPS, decode_mind2web_action, parse_mind2web
+from memprism_ray.policy.parsing import extract_action_tag
+
+
+def parse_action(inp: PolicyInput, text: str) -> parsing.ParseResult:
+    """The parse of ``text`` under the task contract of ``inp``'s benchmark."""
+    return get_benchmark(inp.benchmark).task_contract().parse_action(inp, text)
+
 
 ADMISSIBLE = ("go to desk 1", "go to drawer 2", "take mug 1 from desk 1", "look", "inventory")
 SKILLS = ("find a Pan", "pick up the Pan", "find a CounterTop", EBALFRED_PUT_DOWN, "drop the object in hand")
@@ -44,8 +44,9 @@ def _no_eval(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("parser evaluated model output")
 
     # Module globals shadow builtins: a parser calling eval/exec/compile hits these.
-    for name in ("eval", "exec", "compile"):
-        monkeypatch.setattr(parsing, name, refuse, raising=False)
+    for module in (parsing, alfworld, ebalfred, mind2web):
+        for name in ("eval", "exec", "compile"):
+            monkeypatch.setattr(module, name, refuse, raising=False)
 
 
 # --- ALFWorld ------------------------------------------------------------------------------
@@ -258,9 +259,9 @@ def test_parse_action_dispatch_uses_snapshot_refs_when_admissible_is_empty() -> 
 
 def test_to_output_counts_invalid_outputs_without_raising() -> None:
     inp = PolicyInput("alfworld", "g", "o", admissible=ADMISSIBLE)
-    good = to_output(inp, "<action>look</action>", prompt_tokens=12, completion_tokens=4, visual_tokens=578)
+    good = ALFWORLD.to_output(inp, "<action>look</action>", prompt_tokens=12, completion_tokens=4, visual_tokens=578)
     assert good.valid and good.action == "look" and good.prompt_tokens == 12 and good.visual_tokens == 578
-    bad = to_output(inp, None)  # type: ignore[arg-type]
+    bad = ALFWORLD.to_output(inp, None)  # type: ignore[arg-type]
     assert not bad.valid and bad.text == "" and "no <action>" in bad.error
     assert extract_action_tag(b"<action>x</action>")[1] is not None  # type: ignore[arg-type]
 

@@ -5,18 +5,27 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
+from memprism_ray.benchmark import get_benchmark
 from memprism_ray.policy.base import HistoryRecord, PolicyInput
+from memprism_ray.policy.mind2web import snapshot_refs
 from memprism_ray.policy.prompts import (
     PROMPT_VERSION,
     VIEW_TEXT_BEGIN,
     VIEW_TEXT_END,
-    build_messages,
-    build_prompt_text,
     fill,
     load_template,
     placeholders,
-    snapshot_refs,
 )
+
+
+def build_messages(inp: PolicyInput, layout: str = "paper"):
+    """The chat messages of ``inp`` under its benchmark's task contract."""
+    return get_benchmark(inp.benchmark).task_contract().build_messages(inp, layout)
+
+
+def build_prompt_text(inp: PolicyInput) -> str:
+    return get_benchmark(inp.benchmark).task_contract().build_prompt_text(inp)
+
 
 VIEW = Image.new("RGB", (56, 84), "white")
 CAMERA = Image.new("RGB", (112, 56), "black")
@@ -272,3 +281,19 @@ def test_prompt_layout_leaves_the_other_benchmarks_alone_and_refuses_unknown_nam
         assert build_messages(inp, "instructions_first") == build_messages(inp)
     with pytest.raises(ValueError, match="unknown prompt layout 'sideways'"):
         build_messages(alf(view_image=VIEW), "sideways")
+
+
+# --- the task contract (policy/contract.py) -------------------------------------------------
+def test_a_contract_reads_only_its_own_benchmark_and_never_drops_a_camera_frame() -> None:
+    """A camera frame is part of EB-ALFRED's prompt only (its camera slot); a contract refuses
+    an input of another benchmark (prompt: an error; parse: an invalid output, never raising)."""
+    alfworld = get_benchmark("alfworld").task_contract()
+    with pytest.raises(ValueError, match="camera_image is not part of the alfworld prompt"):
+        build_messages(alf(camera_image=CAMERA))
+    with pytest.raises(ValueError, match="camera_image is not part of the mind2web prompt"):
+        build_messages(m2w(camera_image=CAMERA))
+    assert build_messages(eb(camera_image=CAMERA))[1] == [CAMERA]
+    with pytest.raises(ValueError, match="the alfworld task contract reads alfworld inputs, not ebalfred"):
+        alfworld.build_messages(eb())
+    out = alfworld.to_output(eb(), "<action>find a Pan</action>")
+    assert not out.valid and out.error == "the alfworld task contract reads alfworld inputs, not ebalfred"

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
+from memprism_ray.policy.alfworld import ALFWORLD
 from memprism_ray.policy.base import PolicyInput
 from memprism_ray.policy.chat_format import IMAGE_PLACEHOLDER
 from memprism_ray.policy.config import VLLMConfig
+from memprism_ray.policy.ebalfred import EBALFRED
 from memprism_ray.policy.vllm_backend import build_vllm_request, engine_kwargs, sampling_kwargs
 
 VIEW = Image.new("RGB", (672, 672), "white")
@@ -31,20 +33,20 @@ def test_engine_and_sampling_kwargs_follow_the_notes() -> None:
 
 
 def test_request_has_one_placeholder_per_image_in_prompt_order() -> None:
-    req = build_vllm_request(alf(view_image=VIEW), limit_images=2)
+    req = build_vllm_request(alf(view_image=VIEW), ALFWORLD, limit_images=2)
     assert req["prompt"].count(IMAGE_PLACEHOLDER) == 1
     assert req["multi_modal_data"] == {"image": [VIEW]}
     assert req["prompt"].index(IMAGE_PLACEHOLDER) < req["prompt"].index("You are an expert agent")
 
     eb = PolicyInput("ebalfred", "g", "o", admissible=("find a Pan",), camera_image=CAM, view_image=VIEW)
-    req = build_vllm_request(eb, limit_images=2)
+    req = build_vllm_request(eb, EBALFRED, limit_images=2)
     assert req["prompt"].count(IMAGE_PLACEHOLDER) == 2
     assert req["multi_modal_data"]["image"] == [CAM, VIEW]
 
-    text_only = build_vllm_request(alf(view_text="step 1 | look"), limit_images=2)
+    text_only = build_vllm_request(alf(view_text="step 1 | look"), ALFWORLD, limit_images=2)
     assert "multi_modal_data" not in text_only and IMAGE_PLACEHOLDER not in text_only["prompt"]
     with pytest.raises(ValueError, match="limit_mm_per_prompt"):
-        build_vllm_request(eb, limit_images=1)
+        build_vllm_request(eb, EBALFRED, limit_images=1)
 
 
 def test_gpu_requirements_pin_the_named_vllm_and_keep_the_other_runtime_pins() -> None:
@@ -136,5 +138,5 @@ def test_prompt_layout_is_a_policy_setting_for_the_vllm_backend() -> None:
         PolicyConfig(prompt_layout="sideways")
     with pytest.raises(ValueError, match=r"implemented for policy\.backend=vllm only"):
         PolicyConfig(backend="scripted", prompt_layout="instructions_first")
-    prompt = build_vllm_request(alf(view_image=VIEW), limit_images=2, layout="instructions_first")["prompt"]
+    prompt = build_vllm_request(alf(view_image=VIEW), ALFWORLD, limit_images=2, layout="instructions_first")["prompt"]
     assert prompt.index("You are an expert agent") < prompt.index(IMAGE_PLACEHOLDER)

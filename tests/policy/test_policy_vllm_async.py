@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from memprism_ray.policy.alfworld import ALFWORLD
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput
 from memprism_ray.policy.config import VLLMConfig
 from memprism_ray.policy.fake_vllm import FakeAsyncEngine
@@ -22,7 +23,7 @@ def alf(episode: str, goal: str = "put a mug in desk") -> PolicyInput:
 
 def test_async_policy_requests_from_several_callers_share_engine_steps() -> None:
     engine = FakeAsyncEngine(step_s=0.005, tokens=6)
-    policy = AsyncVLLMPolicy(VLLMConfig(), engine=engine, sampling_factory=dict)
+    policy = AsyncVLLMPolicy(VLLMConfig(), ALFWORLD, engine=engine, sampling_factory=dict)
 
     async def run() -> list[list]:
         return await asyncio.gather(*(policy.act([alf(f"c{c}-e{i}") for i in range(4)], tag=f"c{c}") for c in range(3)))
@@ -36,7 +37,7 @@ def test_async_policy_requests_from_several_callers_share_engine_steps() -> None
 
 def test_async_policy_failures_stay_per_request() -> None:
     engine = FakeAsyncEngine(step_s=0.001, tokens=4)
-    policy = AsyncVLLMPolicy(VLLMConfig(chat_template="qwen2_vl"), engine=engine, sampling_factory=dict)
+    policy = AsyncVLLMPolicy(VLLMConfig(chat_template="qwen2_vl"), ALFWORLD, engine=engine, sampling_factory=dict)
     batch = [alf("ok-0"), alf("bad", goal="FAKE_REJECT"), alf("dead", goal="FAKE_CRASH"), alf("ok-1")]
     out = asyncio.run(policy.act(batch))
     assert out[0].valid and out[3].valid
@@ -52,7 +53,7 @@ def test_async_policy_complete_formats_one_user_message() -> None:
         seen.append(prompt)
         return '{"teacher_distribution": []}'
 
-    policy = AsyncVLLMPolicy(VLLMConfig(), engine=FakeAsyncEngine(reply=reply), sampling_factory=dict)
+    policy = AsyncVLLMPolicy(VLLMConfig(), ALFWORLD, engine=FakeAsyncEngine(reply=reply), sampling_factory=dict)
     text = asyncio.run(policy.complete("label this state", max_tokens=64))
     assert text == '{"teacher_distribution": []}'
     assert "<|im_start|>user\nlabel this state<|im_end|>" in seen[0]["prompt"]
@@ -71,6 +72,7 @@ def _front_end_run(threads: int, layout: str = "paper") -> tuple[AsyncVLLMPolicy
     )
     policy = AsyncVLLMPolicy(
         VLLMConfig(chat_template="qwen2_vl", frontend_threads=threads),
+        ALFWORLD,
         engine=engine,
         sampling_factory=dict,
         prompt_layout=layout,
@@ -129,6 +131,8 @@ def test_configure_switches_layout_and_threads_on_a_running_policy() -> None:
 def test_a_call_can_ask_for_fewer_completion_tokens() -> None:
     """The bench's decode probe: ``act(..., max_tokens=n)`` overrides the config for one call."""
     engine = FakeAsyncEngine(step_s=0.001, tokens=6)
-    policy = AsyncVLLMPolicy(VLLMConfig(chat_template="qwen2_vl", max_tokens=6), engine=engine, sampling_factory=dict)
+    policy = AsyncVLLMPolicy(
+        VLLMConfig(chat_template="qwen2_vl", max_tokens=6), ALFWORLD, engine=engine, sampling_factory=dict
+    )
     assert [o.completion_tokens for o in asyncio.run(policy.act([alf("a"), alf("b")], max_tokens=2))] == [2, 2]
     assert [o.completion_tokens for o in asyncio.run(policy.act([alf("c")]))] == [6]

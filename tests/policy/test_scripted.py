@@ -14,9 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memprism_ray.policy.alfworld import parse_alfworld
 from memprism_ray.policy.base import HistoryRecord, PolicyInput
 from memprism_ray.policy.config import PolicyConfig
-from memprism_ray.policy.parsing import parse_alfworld
+from memprism_ray.policy.ebalfred import EBALFRED
+from memprism_ray.policy.factory import make_policy
 from memprism_ray.policy.scripted import Goal, ScriptedPolicy, belief, decide, parse_goal
 
 TASK_OF = {
@@ -222,7 +224,9 @@ def _blank():
 def test_other_benchmarks_and_bad_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MEMPRISM_EBALFRED_FIXTURE", raising=False)
     out = ScriptedPolicy().act([PolicyInput("ebalfred", "g", "o", ("find a mug",))])[0]
-    assert not out.valid and "policy.scripted.ebalfred_fixture" in out.error  # EB-ALFRED: the fixture stand-in only
+    assert not out.valid and "reads alfworld inputs, not ebalfred" in out.error  # the ALFWorld stand-in only
+    with pytest.raises(ValueError, match=r"policy\.scripted\.ebalfred_fixture"):  # EB-ALFRED: the fixture stand-in
+        make_policy(PolicyConfig(backend="scripted"), EBALFRED)
     with pytest.raises(ValueError, match="temperature"):
         ScriptedPolicy(temperature=-1)
     with pytest.raises(ValueError, match=r"valid keys under policy\.scripted: temperature, seed, ebalfred_fixture"):

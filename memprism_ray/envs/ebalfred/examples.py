@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memprism_ray.policy.prompts import ebalfred_instruction
+from memprism_ray.policy.ebalfred import ebalfred_instruction
 
 #: Upstream's default ``n_shots`` (``configs/eb-alf.yaml``, the evaluator's config).
 N_SHOTS = 10

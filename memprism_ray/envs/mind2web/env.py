@@ -50,13 +50,13 @@ from memprism_ray.envs.mind2web.snapshot import (
     positive_in_pool,
     ref_of,
 )
-from memprism_ray.policy.parsing import (
+from memprism_ray.policy.mind2web import (
     MIND2WEB_OPS,
     decode_mind2web_action,
     encode_mind2web_action,
-    normalize_ws,
     parse_mind2web_written,
 )
+from memprism_ray.policy.parsing import normalize_ws
 
 END_OF_TRAJECTORY = "(end of the recorded human trajectory)"
 

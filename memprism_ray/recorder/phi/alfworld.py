@@ -31,6 +31,10 @@ Besides the 0.4.2 grammar's wording the patterns accept the wording of the offic
 ALFWorld games and of the paper's prompt ("You arrive at loc 5.", "You take the X from
 the Y.", "You put the X in/on the Y."). ``evidence["feedback_kind"]`` names the pattern
 that matched; ``"unknown"`` marks feedback no pattern explains (then no delta is made up).
+
+:data:`ALFWORLD_PHI` is ALFWorld's Phi: this rule extractor, the prompt "ALFWorld Phi Event
+Extraction" and its answer schema, exactly ``entity``, ``act_type`` and ``delta_s`` with open
+keys ("Create a short new key only for a genuinely new concept").
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from dataclasses import dataclass
 
 from memprism_ray.recorder.events import RawEvent, StateDelta
 from memprism_ray.recorder.phi.base import Extraction
+from memprism_ray.recorder.phi.prompt import PhiPrompt
+from memprism_ray.recorder.phi.spec import PROMPT_META_EXCLUDE, AnswerSpec, PhiSpec, existing_keys, prompt_json
 
 #: One named instance: ALFWorld names are one lowercase token and a number ("butterknife 2").
 INST = r"[a-z][a-z0-9_\-]* \d+"
@@ -285,3 +291,24 @@ class AlfworldPhi:
 
 def _split_contents(value: str) -> list[str]:
     return [] if value.strip() in ("", "nothing") else [x.strip() for x in value.split(",") if x.strip()]
+
+
+def alfworld_inputs(
+    raw: RawEvent, known_state: Mapping[str, str], rule: Extraction
+) -> tuple[dict[str, str], list[bytes]]:
+    """ALFWorld prompt fields: the EVENT object's values as JSON (``meta`` without
+    :data:`~memprism_ray.recorder.phi.spec.PROMPT_META_EXCLUDE`), the tracked keys as a JSON list."""
+    return {
+        "existing_keys": existing_keys(known_state),
+        "observation": prompt_json(raw.o_pre),
+        "action": prompt_json(raw.action_text),
+        "result": prompt_json(raw.feedback),
+        "reward": prompt_json(raw.reward),
+        "metadata": prompt_json({k: v for k, v in raw.meta.items() if k not in PROMPT_META_EXCLUDE}),
+    }, []
+
+
+ALFWORLD_PROMPT = PhiPrompt("alfworld", ("existing_keys", "observation", "action", "result", "reward", "metadata"))
+ALFWORLD_PHI = PhiSpec(
+    "alfworld", AlfworldPhi, ALFWORLD_PROMPT, AnswerSpec(frozenset({"entity", "act_type", "delta_s"})), alfworld_inputs
+)

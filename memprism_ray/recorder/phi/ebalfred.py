@@ -24,6 +24,11 @@ held object or ``none``), ``agent.location`` (the object last found), ``<obj>.lo
 (``open``/``closed``), ``<obj>.power`` (``on``/``off``), ``<obj>.sliced`` (``true``).
 Entities are the skill's object in lowercase (``cabinet_2`` for EmbodiedBench's numbered
 instances).
+
+:data:`EBALFRED_PHI` is EB-ALFRED's Phi: :class:`EbAlfredPhi` by rules, or with ``phi.kind:
+llm`` the LLM semantic stage (prompt "EB-ALFRED Phi Semantic Stage": exactly ``entity``,
+``act_type`` and ``delta_s``, "Do not output entities, bounding boxes, or other fields"; the
+entity lowercased) over the stage-1 rules, then grounding on the post-action frame.
 """
 
 from __future__ import annotations
@@ -40,7 +45,11 @@ from typing import Any
 
 from memprism_ray.recorder.events import RawEvent, StateDelta
 from memprism_ray.recorder.phi.base import Extraction, Phi
+from memprism_ray.recorder.phi.config import PhiConfig
+from memprism_ray.recorder.phi.llm import LLMPhi
 from memprism_ray.recorder.phi.llm_client import CompleteMany
+from memprism_ray.recorder.phi.prompt import PhiPrompt
+from memprism_ray.recorder.phi.spec import AnswerSpec, PhiSpec, existing_keys
 
 PROMPT_PATH = Path(__file__).with_name("prompts") / "ebalfred_grounding.txt"
 MAX_BOXES = 3
@@ -345,3 +354,49 @@ class EbAlfredPhi:
         """Stage 1's counters (an LLM stage: fallbacks, tokens) and the grounding outcomes by status."""
         stage1 = getattr(self.stage1, "stats", None)
         return {**(stage1() if callable(stage1) else {}), **self.grounding_counts}
+
+
+def ebalfred_inputs(
+    raw: RawEvent, known_state: Mapping[str, str], rule: Extraction
+) -> tuple[dict[str, str], list[bytes]]:
+    """EB-ALFRED stage-1 fields. Plain text (the prompt's CURRENT lines are not JSON):
+    ``o_pre`` -> before text, the action, ``feedback`` -> result text; ``meta`` keys
+    ``env_feedback`` (environment feedback text), ``last_action_success`` (the simulator's
+    flag) and ``post_frame_path`` (the post-action PNG sent as the image)."""
+    meta = raw.meta
+    success = meta.get("last_action_success")
+    flag = "unknown" if success is None else (str(int(success)) if isinstance(success, bool) else str(success))
+    images: list[bytes] = []
+    frame = meta.get("post_frame_path")
+    if frame:
+        images.append(Path(str(frame)).read_bytes())
+    return {
+        "existing_keys": existing_keys(known_state),
+        "before_text": raw.o_pre,
+        "action": raw.action_text,
+        "result_text": raw.feedback,
+        "feedback_text": str(meta.get("env_feedback", "")),
+        "success_flag": flag,
+    }, images
+
+
+def ebalfred_llm_phi(spec: PhiSpec, backend: CompleteMany, cfg: PhiConfig) -> EbAlfredPhi:
+    """Appendix D.2 "EB-ALFRED": stage 1 semantic (the LLM over the stage-1 rules), stage 2
+    grounding on the post-action frame. The policy pool completes text only, so with
+    ``phi.llm_source: pool`` the grounding stage is left out (the Phi's name says so)."""
+    stage1 = LLMPhi(spec, backend, EbAlfredRulePhi())
+    grounding = GroundingStage(backend) if cfg.llm_source == "endpoint" else None
+    return EbAlfredPhi(stage1, grounding)
+
+
+EBALFRED_SEMANTIC_PROMPT = PhiPrompt(
+    "ebalfred_semantic", ("existing_keys", "before_text", "action", "result_text", "feedback_text", "success_flag")
+)
+EBALFRED_PHI = PhiSpec(
+    "ebalfred",
+    EbAlfredPhi,
+    EBALFRED_SEMANTIC_PROMPT,
+    AnswerSpec(frozenset({"entity", "act_type", "delta_s"}), lowercase_entity=True),
+    ebalfred_inputs,
+    llm=ebalfred_llm_phi,
+)

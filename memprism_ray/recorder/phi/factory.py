@@ -1,5 +1,6 @@
 """Build the Phi a config asks for (docs/phi.md): the same choice in a PhiWorker, in a rollout
-worker that extracts locally (``rollout.phi_workers: 0``) and in an evaluation worker.
+worker that extracts locally (``rollout.phi_workers: 0``) and in an evaluation worker, for the
+benchmark whose :class:`~memprism_ray.recorder.phi.spec.PhiSpec` the caller gives.
 
 No ray here: a Ray actor calls these functions.
 """
@@ -13,53 +14,23 @@ from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.phi.base import Extraction, Phi, record_extraction
 from memprism_ray.recorder.phi.config import PhiConfig
 from memprism_ray.recorder.phi.llm_client import CompleteMany
+from memprism_ray.recorder.phi.spec import PhiSpec
 from memprism_ray.recorder.stream import EventStream
 
-#: The rule Phi of each benchmark (appendix D.2 "Benchmark-specific Phi adapters"), imported
-#: only when built.
-RULE_PHIS = {
-    "alfworld": "memprism_ray.recorder.phi.alfworld:AlfworldPhi",
-    "ebalfred": "memprism_ray.recorder.phi.ebalfred:EbAlfredPhi",
-    "mind2web": "memprism_ray.recorder.phi.mind2web:Mind2WebPhi",
-}
 
-
-def make_rule_phi(benchmark: str) -> Phi:
-    """The rule Phi of ``benchmark``."""
-    import importlib
-
-    if benchmark not in RULE_PHIS:
-        raise ValueError(f"no rule Phi for benchmark {benchmark!r}; known: {', '.join(sorted(RULE_PHIS))}")
-    module, _, cls = RULE_PHIS[benchmark].partition(":")
-    return getattr(importlib.import_module(module), cls)()
-
-
-def build_phi(benchmark: str, cfg: PhiConfig | None = None, *, complete: CompleteMany | None = None) -> Any:
-    """The rule Phi of ``benchmark`` (``phi.kind: rules``, or no config), or an
-    :class:`~memprism_ray.recorder.phi.llm.LLMPhi` over it (``phi.kind: llm``) whose backend is
-    ``complete`` when given, else the endpoint of ``cfg``."""
-    rule = make_rule_phi(benchmark)
+def build_phi(spec: PhiSpec, cfg: PhiConfig | None = None, *, complete: CompleteMany | None = None) -> Any:
+    """The benchmark's Phi (``spec``: :meth:`memprism_ray.benchmark.Benchmark.phi_spec`): its rule
+    Phi (``phi.kind: rules``, or no config), or an LLM Phi over it (``phi.kind: llm``) whose
+    backend is ``complete`` when given, else the endpoint of ``cfg``."""
     if cfg is None or cfg.kind == "rules":
-        return rule
+        return spec.rule()
     from memprism_ray.recorder.phi.llm import LLMPhi
     from memprism_ray.recorder.phi.llm_client import endpoint_complete
 
     backend = complete if complete is not None else endpoint_complete(cfg)
-    if benchmark == "ebalfred":
-        # Appendix D.2 "EB-ALFRED": stage 1 semantic (LLM over the stage-1 rules), stage 2
-        # grounding on the post-action frame. The policy pool completes text only, so with
-        # phi.llm_source: pool the grounding stage is left out (the Phi's name says so).
-        from memprism_ray.recorder.phi.ebalfred import EbAlfredPhi, EbAlfredRulePhi, GroundingStage
-
-        stage1 = LLMPhi(benchmark, backend, EbAlfredRulePhi())
-        grounding = GroundingStage(backend) if cfg.llm_source == "endpoint" else None
-        return EbAlfredPhi(stage1, grounding)
-    return LLMPhi(benchmark, backend, rule)
-
-
-def make_phi(cfg: Any, *, complete: CompleteMany | None = None) -> Any:
-    """:func:`build_phi` for an ``ExperimentConfig`` (``corpus.benchmark`` and ``phi``)."""
-    return build_phi(cfg.corpus.benchmark, getattr(cfg, "phi", None), complete=complete)
+    if spec.llm is not None:
+        return spec.llm(spec, backend, cfg)
+    return LLMPhi(spec, backend, spec.rule())
 
 
 def phi_id(cfg: Any) -> str:

@@ -6,15 +6,11 @@ For each raw event the benchmark's rule extractor runs first, then the filled pr
 a :data:`~memprism_ray.recorder.phi.llm_client.CompleteMany` backend (one batch of events is
 sent concurrently). The answer is parsed as the paper does: "Phi accepts a mapping or
 attempts to parse the substring from the first opening brace to the last closing brace in a
-text response", with ``json.loads`` (model output is data, never evaluated), then validated:
-
-* ``alfworld`` and ``ebalfred`` (stage 1): exactly the fields ``entity``, ``act_type`` and
-  ``delta_s`` (the schema of both prompts; EB-ALFRED's says "Do not output entities,
-  bounding boxes, or other fields"); keys are open ("Create a short new key only for a
-  genuinely new concept");
-* ``mind2web``: exactly the field ``delta_s``, every key one of ``page_state``,
-  ``overlay_state``, ``field_value``, ``choice_value``, ``result_state``, ``workflow_state``
-  ("Use only the allowed delta_s.key values. Never invent a new key").
+text response", with ``json.loads`` (model output is data, never evaluated), then validated
+against the benchmark's :class:`~memprism_ray.recorder.phi.spec.AnswerSpec` (in its
+:class:`~memprism_ray.recorder.phi.spec.PhiSpec`): the exact fields of the answer (ALFWorld and
+EB-ALFRED stage 1: ``entity``, ``act_type``, ``delta_s`` with open keys; Mind2Web: ``delta_s``
+with only its six keys).
 
 ``delta_s`` must be a list of objects with a string ``key`` and a string (or number)
 ``new_value``; ``old_value`` is tolerated and ignored ("Omit old_value"); a key given twice
@@ -38,51 +34,19 @@ dropped silently.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from memprism_ray.recorder.events import RawEvent, StateDelta
 from memprism_ray.recorder.phi.base import Extraction, Phi
 from memprism_ray.recorder.phi.llm_client import CompleteMany
-from memprism_ray.recorder.phi.prompt import fill_phi_prompt, load_phi_prompt
-
-#: Mind2Web's restricted semantic key set (appendix D.2 "Mind2Web"; prompt "Allowed delta_s.key values").
-MIND2WEB_KEYS: frozenset[str] = frozenset(
-    {"page_state", "overlay_state", "field_value", "choice_value", "result_state", "workflow_state"}
-)
-
-#: ``(raw event, known state, rule extraction) -> (prompt field values, PNG images)``.
-PromptInputs = Callable[[RawEvent, Mapping[str, str], Extraction], tuple[dict[str, str], list[bytes]]]
+from memprism_ray.recorder.phi.prompt import PhiPrompt
+from memprism_ray.recorder.phi.spec import AnswerSpec, PhiSpec, PromptInputs
 
 
 class PhiAnswerError(ValueError):
     """A Phi answer that cannot be used (no JSON object, malformed JSON or a schema violation)."""
-
-
-@dataclass(frozen=True)
-class AnswerSpec:
-    """What one benchmark's Phi answer may contain."""
-
-    fields: frozenset[str]
-    """the exact top-level fields of the answer"""
-    allowed_keys: frozenset[str] | None = None
-    """the only ``delta_s`` keys allowed (``None``: open key set)"""
-    entity_from_model: bool = True
-    """whether the answer's ``entity`` is the event's entity (else the rule's)"""
-    lowercase_entity: bool = False
-    """the prompt asks for a lowercase entity (EB-ALFRED): normalised, not rejected"""
-
-
-SPECS: dict[str, AnswerSpec] = {
-    "alfworld": AnswerSpec(frozenset({"entity", "act_type", "delta_s"})),
-    "ebalfred": AnswerSpec(frozenset({"entity", "act_type", "delta_s"}), lowercase_entity=True),
-    "mind2web": AnswerSpec(frozenset({"delta_s"}), allowed_keys=MIND2WEB_KEYS, entity_from_model=False),
-}
-
-#: The prompt each benchmark's LLM Phi sends (EB-ALFRED: the semantic stage 1).
-PROMPTS: dict[str, str] = {"alfworld": "alfworld", "ebalfred": "ebalfred_semantic", "mind2web": "mind2web"}
 
 
 @dataclass(frozen=True)
@@ -167,85 +131,12 @@ def parse_answer(text: str | Mapping[str, Any], spec: AnswerSpec) -> ParsedAnswe
     return ParsedAnswer(entity, act_type, tuple(deltas), old)
 
 
-# --- prompt inputs per benchmark ------------------------------------------------------------
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-#: Raw-event meta kept out of the prompt: the Router's view choice is bookkeeping of the
-#: decision, not of the environment transition, so Phi's answer stays a function of the
-#: transition (identical transitions of a GRPO group send identical prompts).
-PROMPT_META_EXCLUDE: frozenset[str] = frozenset({"view"})
-
-
-def _existing_keys(known_state: Mapping[str, str]) -> str:
-    return _json(sorted(known_state))
-
-
-def alfworld_inputs(
-    raw: RawEvent, known_state: Mapping[str, str], rule: Extraction
-) -> tuple[dict[str, str], list[bytes]]:
-    """ALFWorld prompt fields: the EVENT object's values as JSON (``meta`` without
-    :data:`PROMPT_META_EXCLUDE`), the tracked keys as a JSON list."""
-    return {
-        "existing_keys": _existing_keys(known_state),
-        "observation": _json(raw.o_pre),
-        "action": _json(raw.action_text),
-        "result": _json(raw.feedback),
-        "reward": _json(raw.reward),
-        "metadata": _json({k: v for k, v in raw.meta.items() if k not in PROMPT_META_EXCLUDE}),
-    }, []
-
-
-def ebalfred_inputs(
-    raw: RawEvent, known_state: Mapping[str, str], rule: Extraction
-) -> tuple[dict[str, str], list[bytes]]:
-    """EB-ALFRED stage-1 fields. Plain text (the prompt's CURRENT lines are not JSON):
-    ``o_pre`` -> before text, the action, ``feedback`` -> result text; ``meta`` keys
-    ``env_feedback`` (environment feedback text), ``last_action_success`` (the simulator's
-    flag) and ``post_frame_path`` (the post-action PNG sent as the image). The EB-ALFRED
-    adapter may pass its own :data:`PromptInputs` instead."""
-    meta = raw.meta
-    success = meta.get("last_action_success")
-    flag = "unknown" if success is None else (str(int(success)) if isinstance(success, bool) else str(success))
-    images: list[bytes] = []
-    frame = meta.get("post_frame_path")
-    if frame:
-        images.append(Path(str(frame)).read_bytes())
-    return {
-        "existing_keys": _existing_keys(known_state),
-        "before_text": raw.o_pre,
-        "action": raw.action_text,
-        "result_text": raw.feedback,
-        "feedback_text": str(meta.get("env_feedback", "")),
-        "success_flag": flag,
-    }, images
-
-
-def mind2web_inputs(
-    raw: RawEvent, known_state: Mapping[str, str], rule: Extraction
-) -> tuple[dict[str, str], list[bytes]]:
-    """Mind2Web fields: ``o_pre`` -> before cleaned HTML, ``feedback`` -> after cleaned HTML (both
-    as JSON strings); the action slot ``{"op": ..., "target": ..., "value": ...}`` from the
-    action mapping (``target`` falls back to ``ref``, then to the rule's entity)."""
-    act = raw.action if isinstance(raw.action, Mapping) else {"op": raw.action}
-    target = act.get("target", act.get("ref", rule.entity))
-    action = {"op": act.get("op"), "target": target, "value": act.get("value")}
-    return {"before_html": _json(raw.o_pre), "action": _json(action), "after_html": _json(raw.feedback)}, []
-
-
-INPUTS: dict[str, PromptInputs] = {
-    "alfworld": alfworld_inputs,
-    "ebalfred": ebalfred_inputs,
-    "mind2web": mind2web_inputs,
-}
-
-
 class LLMPhi:
     """Phi by the paper's prompt on a model, rules keeping the hard evidence (module docstring).
 
-    ``complete``: the batch completion backend; ``fallback``: the benchmark's rule Phi;
-    ``inputs``: prompt fields of one event (default: :data:`INPUTS` of the benchmark).
+    ``spec``: the benchmark's Phi (its prompt, answer schema and prompt inputs);
+    ``complete``: the batch completion backend; ``fallback``: the rule Phi the hard evidence
+    comes from; ``inputs``, ``prompt``: replace the spec's prompt inputs or prompt.
     ``counters``: ``events``, ``llm`` (answers used), ``fallback`` (rule extraction used),
     split into ``fallback_request`` (the request failed) and ``fallback_invalid`` (the answer
     was unusable), ``rule_error`` (the rule extractor itself raised: that event's result is
@@ -254,23 +145,21 @@ class LLMPhi:
 
     def __init__(
         self,
-        benchmark: str,
+        spec: PhiSpec,
         complete: CompleteMany,
         fallback: Phi,
         *,
         inputs: PromptInputs | None = None,
-        prompt: str | None = None,
+        prompt: PhiPrompt | None = None,
     ) -> None:
-        if benchmark not in SPECS:
-            raise ValueError(f"LLM Phi has no prompt for benchmark {benchmark!r}; valid: {', '.join(SPECS)}")
-        self.benchmark = benchmark
-        self.name = f"{benchmark}-llm"
+        self.benchmark = spec.benchmark
+        self.name = f"{spec.benchmark}-llm"
         self.complete = complete
         self.fallback = fallback
-        self.spec = SPECS[benchmark]
-        self.prompt_name = prompt or PROMPTS[benchmark]
-        self.template = load_phi_prompt(self.prompt_name)
-        self.inputs = inputs or INPUTS[benchmark]
+        self.spec: AnswerSpec = spec.answer
+        self.prompt = prompt or spec.prompt
+        self.template = self.prompt.load()
+        self.inputs = inputs or spec.inputs
         self.counters = {
             "events": 0,
             "llm": 0,
@@ -283,7 +172,7 @@ class LLMPhi:
 
     def build_prompt(self, raw: RawEvent, known_state: Mapping[str, str], rule: Extraction) -> tuple[str, list[bytes]]:
         values, images = self.inputs(raw, known_state, rule)
-        return fill_phi_prompt(self.prompt_name, values, self.template), images
+        return self.prompt.fill(values, self.template), images
 
     def extract(self, raw: RawEvent, known_state: Mapping[str, str]) -> Extraction:
         out = self.extract_many([raw], [known_state])[0]

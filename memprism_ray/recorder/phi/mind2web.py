@@ -27,6 +27,11 @@ prompt's rules, from comparing the two snapshots with the action as the causal h
 
 A valid human step with no key keeps the outcome ``state_update``; with keys the stream
 classifies the outcome against the known state as for any benchmark.
+
+:data:`MIND2WEB_PHI` is Mind2Web's Phi: this rule extractor, the prompt "Mind2Web Phi Event
+Extraction" and its answer schema, exactly the field ``delta_s`` with every key one of
+:data:`KEYS` ("Use only the allowed delta_s.key values. Never invent a new key"); the prompt
+asks for deltas only, so an LLM Phi keeps the rule's entity (the normalised action target).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from typing import Any
 from memprism_ray.formats.mind2web_snapshot import Element, describe, parse_snapshot
 from memprism_ray.recorder.events import Outcome, RawEvent, StateDelta
 from memprism_ray.recorder.phi.base import Extraction
+from memprism_ray.recorder.phi.prompt import PhiPrompt
+from memprism_ray.recorder.phi.spec import AnswerSpec, PhiSpec, prompt_json
 
 KEYS: tuple[str, ...] = ("page_state", "overlay_state", "field_value", "choice_value", "result_state", "workflow_state")
 FAILURE_PREFIX = "Action failed"
@@ -128,3 +135,33 @@ class Mind2WebPhi:
             outcome=Outcome.STATE_UPDATE if (valid_human_step and not delta) else None,
             evidence={"rule": "snapshot_diff", "op": op, "ref": ref, "target_found": target is not None},
         )
+
+
+def mind2web_inputs(
+    raw: RawEvent, known_state: Mapping[str, str], rule: Extraction
+) -> tuple[dict[str, str], list[bytes]]:
+    """Mind2Web fields: ``o_pre`` -> before cleaned HTML, ``feedback`` -> after cleaned HTML (both
+    as JSON strings); the action slot ``{"op": ..., "target": ..., "value": ...}`` from the
+    action mapping (``target`` falls back to ``ref``, then to the rule's entity)."""
+    act = raw.action if isinstance(raw.action, Mapping) else {"op": raw.action}
+    target = act.get("target", act.get("ref", rule.entity))
+    action = {"op": act.get("op"), "target": target, "value": act.get("value")}
+    return {
+        "before_html": prompt_json(raw.o_pre),
+        "action": prompt_json(action),
+        "after_html": prompt_json(raw.feedback),
+    }, []
+
+
+#: The paper's Mind2Web EVENT action slot (no ``{name}`` placeholder there).
+MIND2WEB_ACTION_SLOT = '{"op": ..., "target": ..., "value": ...}'
+MIND2WEB_PROMPT = PhiPrompt(
+    "mind2web", ("before_html", "action", "after_html"), literal_slots=(("action", MIND2WEB_ACTION_SLOT),)
+)
+MIND2WEB_PHI = PhiSpec(
+    "mind2web",
+    Mind2WebPhi,
+    MIND2WEB_PROMPT,
+    AnswerSpec(frozenset({"delta_s"}), allowed_keys=frozenset(KEYS), entity_from_model=False),
+    mind2web_inputs,
+)

@@ -239,6 +239,7 @@ def test_llm_kind_builds_both_stages_on_one_backend() -> None:
     """phi.kind: llm on EB-ALFRED: the LLM semantic stage over the stage-1 rules, and the
     grounding stage, both on the configured backend (images only to the grounding prompt)."""
     from memprism_ray.recorder.phi.config import PhiConfig
+    from memprism_ray.recorder.phi.ebalfred import EBALFRED_PHI
     from memprism_ray.recorder.phi.factory import build_phi, phi_stats
 
     calls: list[tuple[str, list[bytes]]] = []
@@ -256,7 +257,7 @@ def test_llm_kind_builds_both_stages_on_one_backend() -> None:
         return out
 
     b64 = base64.b64encode(PNG).decode()
-    phi = build_phi("ebalfred", PhiConfig(kind="llm", model="m"), complete=backend)
+    phi = build_phi(EBALFRED_PHI, PhiConfig(kind="llm", model="m"), complete=backend)
     assert "grounding" in phi.name
     (ex,) = phi.extract_many(
         [raw("pick up the Ladle", step=0, frame_step=1, frame_png_b64=b64, frame_changed=True)], [{}]
@@ -267,5 +268,5 @@ def test_llm_kind_builds_both_stages_on_one_backend() -> None:
     stats = phi_stats(phi)
     assert stats["llm"] == 1 and stats["grounding_ok"] == 1
     # the text-only pool: no grounding stage
-    pool_phi = build_phi("ebalfred", PhiConfig(kind="llm", llm_source="pool"), complete=backend)
+    pool_phi = build_phi(EBALFRED_PHI, PhiConfig(kind="llm", llm_source="pool"), complete=backend)
     assert "grounding" not in pool_phi.name

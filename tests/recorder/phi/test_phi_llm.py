@@ -13,12 +13,14 @@ from phi_stub_server import COMPLETION_TOKENS, PROMPT_TOKENS, PhiStubServer
 
 from memprism_ray.recorder import EventStream, Outcome, RawEvent, StateDelta
 from memprism_ray.recorder.phi import record_event
-from memprism_ray.recorder.phi.alfworld import AlfworldPhi
+from memprism_ray.recorder.phi.alfworld import ALFWORLD_PHI, AlfworldPhi
 from memprism_ray.recorder.phi.base import Extraction, Phi
 from memprism_ray.recorder.phi.config import PhiConfig
-from memprism_ray.recorder.phi.factory import build_phi, extract_each, make_phi, phi_id, phi_stats
-from memprism_ray.recorder.phi.llm import SPECS, LLMPhi, PhiAnswerError, parse_answer
+from memprism_ray.recorder.phi.ebalfred import EBALFRED_PHI
+from memprism_ray.recorder.phi.factory import build_phi, extract_each, phi_id, phi_stats
+from memprism_ray.recorder.phi.llm import LLMPhi, PhiAnswerError, parse_answer
 from memprism_ray.recorder.phi.llm_client import endpoint_complete
+from memprism_ray.recorder.phi.mind2web import MIND2WEB_PHI
 
 GO = RawEvent(
     "MODE=valid You are in the middle of a room.", "go to drawer 1", "You arrive at drawer 1. The drawer 1 is closed."
@@ -42,7 +44,7 @@ def server():
 
 # --- ALFWorld over the endpoint ------------------------------------------------------------
 def test_valid_answer_gives_model_entity_and_deltas_with_the_rules_act(server: PhiStubServer) -> None:
-    phi = LLMPhi("alfworld", endpoint_complete(cfg(server.base_url)), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(server.base_url)), AlfworldPhi())
     assert isinstance(phi, Phi)
     stream = EventStream()
     ev = record_event(stream, GO, phi)
@@ -57,7 +59,7 @@ def test_valid_answer_gives_model_entity_and_deltas_with_the_rules_act(server: P
 
 
 def test_json_wrapped_in_prose_and_a_fence_is_parsed(server: PhiStubServer) -> None:
-    phi = LLMPhi("alfworld", endpoint_complete(cfg(server.base_url)), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(server.base_url)), AlfworldPhi())
     ex = phi.extract(with_mode(GO, "prose"), {})
     assert ex.evidence["phi"] == "llm" and ex.delta[0] == StateDelta("location", "drawer 1")
 
@@ -73,7 +75,7 @@ def test_json_wrapped_in_prose_and_a_fence_is_parsed(server: PhiStubServer) -> N
 def test_unusable_answer_falls_back_to_the_rules_with_the_reason(
     server: PhiStubServer, mode: str, counter: str, reason: str
 ) -> None:
-    phi = LLMPhi("alfworld", endpoint_complete(cfg(server.base_url)), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(server.base_url)), AlfworldPhi())
     raw = with_mode(GO, mode)
     ex = phi.extract(raw, {})
     rule = AlfworldPhi().extract(raw, {})
@@ -85,7 +87,7 @@ def test_unusable_answer_falls_back_to_the_rules_with_the_reason(
 
 
 def test_a_500_then_ok_is_retried_and_used(server: PhiStubServer) -> None:
-    phi = LLMPhi("alfworld", endpoint_complete(cfg(server.base_url, max_retries=1)), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(server.base_url, max_retries=1)), AlfworldPhi())
     ex = phi.extract(with_mode(GO, "flaky"), {})
     assert ex.evidence["phi"] == "llm"
     assert phi.stats()["backend_retries"] == 1 and phi.stats()["backend_requests"] == 2
@@ -93,14 +95,14 @@ def test_a_500_then_ok_is_retried_and_used(server: PhiStubServer) -> None:
 
 def test_timeout_falls_back_once_the_retries_are_spent() -> None:
     with PhiStubServer(slow_s=1.5) as srv:
-        phi = LLMPhi("alfworld", endpoint_complete(cfg(srv.base_url, max_retries=0, timeout_s=0.3)), AlfworldPhi())
+        phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(srv.base_url, max_retries=0, timeout_s=0.3)), AlfworldPhi())
         ex = phi.extract(with_mode(GO, "slow"), {})
     assert "timeout after 0.3s" in ex.evidence["phi_fallback"]
     assert phi.counters["fallback_request"] == 1
 
 
 def test_explicit_failure_forces_exception_and_clears_the_models_delta(server: PhiStubServer) -> None:
-    phi = LLMPhi("alfworld", endpoint_complete(cfg(server.base_url)), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(server.base_url)), AlfworldPhi())
     raw = RawEvent("MODE=valid room", "open drawer 1", "Nothing happens.")
     stream = EventStream()
     ev = record_event(stream, raw, phi)
@@ -111,7 +113,7 @@ def test_explicit_failure_forces_exception_and_clears_the_models_delta(server: P
 
 def test_a_batch_is_sent_concurrently_and_failures_stay_per_event() -> None:
     with PhiStubServer(delay_s=0.2) as srv:
-        phi = LLMPhi("alfworld", endpoint_complete(cfg(srv.base_url, concurrency=8)), AlfworldPhi())
+        phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(srv.base_url, concurrency=8)), AlfworldPhi())
         raws = [with_mode(GO, m) for m in ("valid", "malformed", "valid", "down", "prose", "valid")]
         out = phi.extract_many(raws, [{}] * len(raws))
     assert srv.max_active >= 4  # all six were in flight together (one batch), not one at a time
@@ -145,7 +147,7 @@ class Breaks:
 def test_one_backend_call_per_batch_and_a_rule_error_is_that_events_result() -> None:
     ok = '{"entity": "x", "act_type": "other", "delta_s": []}'
     rec = Recorder([ok, ok])
-    phi = LLMPhi("alfworld", rec, Breaks())
+    phi = LLMPhi(ALFWORLD_PHI, rec, Breaks())
     raws = [RawEvent("a", "look", "f"), RawEvent("b", "boom", "f"), RawEvent("c", "look", "f")]
     out = phi.extract_many(raws, [{}, {}, {}])
     assert len(rec.calls) == 1 and len(rec.calls[0]) == 2  # the broken event sends no prompt
@@ -155,14 +157,14 @@ def test_one_backend_call_per_batch_and_a_rule_error_is_that_events_result() -> 
 
 
 def test_a_backend_that_answers_short_or_raises_fails_over_to_rules() -> None:
-    phi = LLMPhi("alfworld", Recorder([]), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, Recorder([]), AlfworldPhi())
     ex = phi.extract(GO, {})
     assert "backend answered 0 for 1" in ex.evidence["phi_fallback"]
 
     def raises(requests):
         raise ConnectionError("gone")
 
-    ex = LLMPhi("alfworld", raises, AlfworldPhi()).extract(GO, {})
+    ex = LLMPhi(ALFWORLD_PHI, raises, AlfworldPhi()).extract(GO, {})
     assert ex.evidence["phi_fallback"] == "request failed: ConnectionError: gone"
 
 
@@ -172,7 +174,7 @@ def test_old_values_are_ignored_and_exact_duplicates_are_left_to_the_stream() ->
         '{"key": "mug 1", "old_value": "held", "new_value": "inside cabinet 1"},'
         '{"key": "mug 1", "new_value": "inside cabinet 1"}]}'
     )
-    phi = LLMPhi("alfworld", Recorder([answer]), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, Recorder([answer]), AlfworldPhi())
     stream = EventStream()
     ev = record_event(stream, RawEvent("o", "move mug 1 to cabinet 1", "You move the mug 1 to the cabinet 1."), phi)
     assert ev.delta == (StateDelta("mug 1", "inside cabinet 1"),)
@@ -206,15 +208,15 @@ def test_old_values_are_ignored_and_exact_duplicates_are_left_to_the_stream() ->
 )
 def test_alfworld_answers_that_break_the_schema_are_rejected(answer: str, msg: str) -> None:
     with pytest.raises(PhiAnswerError, match=msg):
-        parse_answer(answer, SPECS["alfworld"])
+        parse_answer(answer, ALFWORLD_PHI.answer)
 
 
 def test_first_brace_to_last_brace_and_number_values() -> None:
     got = parse_answer(
-        'Answer: {"entity":"a","act_type":"go","delta_s":[{"key":"k","new_value":2}]} done', SPECS["alfworld"]
+        'Answer: {"entity":"a","act_type":"go","delta_s":[{"key":"k","new_value":2}]} done', ALFWORLD_PHI.answer
     )
     assert got.delta == (StateDelta("k", "2"),) and got.entity == "a" and got.act_type == "go"
-    assert parse_answer({"entity": "a", "act_type": "go", "delta_s": []}, SPECS["alfworld"]).delta == ()
+    assert parse_answer({"entity": "a", "act_type": "go", "delta_s": []}, ALFWORLD_PHI.answer).delta == ()
 
 
 # --- Mind2Web and EB-ALFRED with tiny local rule fallbacks ---------------------------------
@@ -245,7 +247,7 @@ def m2w_raw(mode: str, tag: str = "m") -> RawEvent:
 def test_mind2web_keeps_the_rule_entity_act_and_forced_outcome(server: PhiStubServer) -> None:
     server.answers["m"] = {"delta_s": [{"key": "field_value", "new_value": "60602"}]}
     server.answers["none"] = {"delta_s": []}
-    phi = LLMPhi("mind2web", endpoint_complete(cfg(server.base_url)), FakeMind2WebRules())
+    phi = LLMPhi(MIND2WEB_PHI, endpoint_complete(cfg(server.base_url)), FakeMind2WebRules())
     stream = EventStream()
     ev = record_event(stream, m2w_raw("valid"), phi)
     assert (ev.entity, ev.act, ev.delta) == ("input zip", "type", (StateDelta("field_value", "60602"),))
@@ -259,7 +261,7 @@ def test_mind2web_keeps_the_rule_entity_act_and_forced_outcome(server: PhiStubSe
 
 
 def test_mind2web_key_outside_the_six_is_rejected_and_falls_back(server: PhiStubServer) -> None:
-    phi = LLMPhi("mind2web", endpoint_complete(cfg(server.base_url)), FakeMind2WebRules())
+    phi = LLMPhi(MIND2WEB_PHI, endpoint_complete(cfg(server.base_url)), FakeMind2WebRules())
     ex = phi.extract(m2w_raw("badkey"), {})
     assert ex.delta == (StateDelta("page_state", "rule page"),) and ex.evidence["phi"] == "rules"
     assert (
@@ -279,10 +281,10 @@ def test_mind2web_key_outside_the_six_is_rejected_and_falls_back(server: PhiStub
 )
 def test_mind2web_spec(answer: dict) -> None:
     if answer == {"delta_s": []}:
-        assert parse_answer(answer, SPECS["mind2web"]).delta == ()
+        assert parse_answer(answer, MIND2WEB_PHI.answer).delta == ()
         return
     with pytest.raises(PhiAnswerError):
-        parse_answer(answer, SPECS["mind2web"])
+        parse_answer(answer, MIND2WEB_PHI.answer)
 
 
 class FakeEbAlfredRules:
@@ -314,7 +316,7 @@ def test_ebalfred_stage1_sends_the_post_frame_lowercases_the_entity_and_forces_f
         "act_type": "pick up",
         "delta_s": [{"key": "held_object", "new_value": "pen"}],
     }
-    phi = LLMPhi("ebalfred", endpoint_complete(cfg(server.base_url)), FakeEbAlfredRules())
+    phi = LLMPhi(EBALFRED_PHI, endpoint_complete(cfg(server.base_url)), FakeEbAlfredRules())
     ok = RawEvent(
         "MODE=valid TAG=eb Visible objects: Pen.",
         "pick up the Pen",
@@ -342,27 +344,22 @@ def test_ebalfred_rejects_extra_fields_such_as_boxes(server: PhiStubServer) -> N
         "delta_s": [],
         "entities": [{"bbox_2d": [1, 2, 3, 4]}],
     }
-    phi = LLMPhi("ebalfred", endpoint_complete(cfg(server.base_url)), FakeEbAlfredRules())
+    phi = LLMPhi(EBALFRED_PHI, endpoint_complete(cfg(server.base_url)), FakeEbAlfredRules())
     ex = phi.extract(RawEvent("MODE=valid TAG=box", "find a Pen", "Visible objects: Pen."), {})
     assert ex.evidence["phi"] == "rules" and "not allowed ['entities']" in ex.evidence["phi_fallback"]
 
 
 def test_a_missing_frame_file_falls_back_with_the_reason() -> None:
-    phi = LLMPhi("ebalfred", Recorder([]), FakeEbAlfredRules())
+    phi = LLMPhi(EBALFRED_PHI, Recorder([]), FakeEbAlfredRules())
     ex = phi.extract(RawEvent("o", "find a Pen", "r", meta={"post_frame_path": "/nonexistent/post.png"}), {})
     assert ex.evidence["phi_fallback"].startswith("prompt not built: FileNotFoundError")
 
 
-def test_unknown_benchmark_is_refused() -> None:
-    with pytest.raises(ValueError, match="no prompt for benchmark 'webshop'; valid: alfworld, ebalfred, mind2web"):
-        LLMPhi("webshop", Recorder([]), AlfworldPhi())
-
-
 # --- choosing the Phi from the config ------------------------------------------------------
 def test_build_phi_follows_the_config(server: PhiStubServer) -> None:
-    assert isinstance(build_phi("alfworld"), AlfworldPhi)
-    assert isinstance(build_phi("alfworld", PhiConfig()), AlfworldPhi)
-    llm = build_phi("alfworld", cfg(server.base_url))
+    assert isinstance(build_phi(ALFWORLD_PHI), AlfworldPhi)
+    assert isinstance(build_phi(ALFWORLD_PHI, PhiConfig()), AlfworldPhi)
+    llm = build_phi(ALFWORLD_PHI, cfg(server.base_url))
     assert isinstance(llm, LLMPhi) and isinstance(llm.fallback, AlfworldPhi)
     out = extract_each(llm, [GO, with_mode(GO, "nojson")], [{}, {}])
     assert [x.evidence["phi"] for x in out] == ["llm", "rules"]
@@ -370,14 +367,16 @@ def test_build_phi_follows_the_config(server: PhiStubServer) -> None:
     assert phi_stats(AlfworldPhi()) == {"phi": "alfworld-rule"}
 
 
-def test_make_phi_and_phi_id_read_the_experiment_config(server: PhiStubServer) -> None:
+def test_the_benchmarks_phi_and_phi_id_read_the_experiment_config(server: PhiStubServer) -> None:
+    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.config import load_config
 
     rules = load_config(None, [])
-    assert isinstance(make_phi(rules), AlfworldPhi) and phi_id(rules) == "rule:alfworld"
+    spec = get_benchmark(rules.corpus.benchmark).phi_spec()
+    assert isinstance(build_phi(spec, rules.phi), AlfworldPhi) and phi_id(rules) == "rule:alfworld"
     llm = load_config(None, ["--phi.kind", "llm", "--phi.model", "stub", "--phi.base_url", server.base_url])
-    assert isinstance(make_phi(llm), LLMPhi) and phi_id(llm) == "llm:stub+rule:alfworld"
-    injected = make_phi(llm, complete=Recorder(['{"entity":"e","act_type":"go","delta_s":[]}']))
+    assert isinstance(build_phi(spec, llm.phi), LLMPhi) and phi_id(llm) == "llm:stub+rule:alfworld"
+    injected = build_phi(spec, llm.phi, complete=Recorder(['{"entity":"e","act_type":"go","delta_s":[]}']))
     assert injected.extract(GO, {}).entity == "e"
 
 
@@ -393,7 +392,7 @@ def test_rerecord_re_extracts_kept_raw_events_a_step_of_every_stream_per_batch()
         streams.append(s)
     answer = '{"entity": "drawer", "act_type": "go", "delta_s": [{"key": "location", "new_value": "somewhere"}]}'
     rec = Recorder([answer] * 2)
-    again = rerecord(streams, LLMPhi("alfworld", rec, rule))
+    again = rerecord(streams, LLMPhi(ALFWORLD_PHI, rec, rule))
     assert [len(c) for c in rec.calls] == [2, 2, 1]  # lockstep: one batch per step
     assert [s.meta for s in again] == [{"game_id": "g1"}, {"game_id": "g2"}]
     assert [s.raws for s in again] == [s.raws for s in streams]
@@ -406,7 +405,7 @@ def test_rerecord_re_extracts_kept_raw_events_a_step_of_every_stream_per_batch()
     with pytest.raises(
         RuntimeError, match="alfworld-llm failed on episode 0 step 1: RuntimeError: rule extractor broke"
     ):
-        rerecord([_boom_stream()], LLMPhi("alfworld", rec, Breaks()))
+        rerecord([_boom_stream()], LLMPhi(ALFWORLD_PHI, rec, Breaks()))
 
 
 def _boom_stream() -> EventStream:
@@ -418,7 +417,7 @@ def _boom_stream() -> EventStream:
 def test_the_event_act_is_the_rules_even_when_the_model_names_it_otherwise() -> None:
     # the paper's own example answers act_type "pick" for a take command
     answer = '{"entity": "toiletpaper 1", "act_type": "pick", "delta_s": [{"key": "held_object", "new_value": "x"}]}'
-    phi = LLMPhi("alfworld", Recorder([answer]), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, Recorder([answer]), AlfworldPhi())
     raw = RawEvent("o", "take toiletpaper 1 from drawer 2", "You take the toiletpaper 1 from the drawer 2.")
     ex = phi.extract(raw, {})
     assert (ex.act, ex.evidence["phi_act_type"], ex.entity) == ("take", "pick", "toiletpaper 1")

@@ -9,15 +9,27 @@ from pathlib import Path
 import pytest
 
 from memprism_ray.recorder.events import RawEvent
+from memprism_ray.recorder.phi.alfworld import ALFWORLD_PROMPT, alfworld_inputs
 from memprism_ray.recorder.phi.base import Extraction
-from memprism_ray.recorder.phi.llm import alfworld_inputs, ebalfred_inputs, mind2web_inputs
-from memprism_ray.recorder.phi.prompt import (
-    MIND2WEB_ACTION_SLOT,
-    PHI_PROMPT_FIELDS,
-    fill_phi_prompt,
-    load_phi_prompt,
-    unfilled_placeholders,
-)
+from memprism_ray.recorder.phi.ebalfred import EBALFRED_SEMANTIC_PROMPT, ebalfred_inputs
+from memprism_ray.recorder.phi.mind2web import MIND2WEB_ACTION_SLOT, MIND2WEB_PROMPT, mind2web_inputs
+from memprism_ray.recorder.phi.prompt import PhiPrompt
+
+#: The paper's Phi prompts, each declared by its benchmark's Phi module.
+PROMPTS: dict[str, PhiPrompt] = {p.name: p for p in (ALFWORLD_PROMPT, EBALFRED_SEMANTIC_PROMPT, MIND2WEB_PROMPT)}
+PHI_PROMPT_FIELDS = {name: p.fields for name, p in PROMPTS.items()}
+
+
+def load_phi_prompt(name: str) -> str:
+    return PROMPTS[name].load()
+
+
+def fill_phi_prompt(name: str, values: dict[str, str]) -> str:
+    return PROMPTS[name].fill(values)
+
+
+def unfilled_placeholders(name: str, text: str) -> list[str]:
+    return PROMPTS[name].unfilled(text)
 
 PAPER = Path("/work/shared/seeds/000_e8ab49c9613c1996.txt")
 TITLES = {
@@ -141,5 +153,5 @@ def test_fill_is_one_pass_and_rejects_missing_or_unknown_fields() -> None:
         fill_phi_prompt("mind2web", {"before_html": "a", "action": "b"})
     with pytest.raises(ValueError, match=r"unknown \['goal'\]"):
         fill_phi_prompt("mind2web", {**values, "goal": "g"})
-    with pytest.raises(ValueError, match="unknown Phi prompt 'webshop'"):
-        load_phi_prompt("webshop")
+    with pytest.raises(ValueError, match="Phi prompt 'webshop' has no template file"):
+        PhiPrompt("webshop", ()).load()

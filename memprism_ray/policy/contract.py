@@ -1,0 +1,129 @@
+"""A benchmark's task contract (paper appendix E.3 task-policy prompts, E.4 action definitions,
+E.5 parsing and validation): how one benchmark's decision is put to the frozen task policy and
+how the policy's answer is read back.
+
+A :class:`TaskContract` is one benchmark's: its prompt (:meth:`TaskContract.template_parts`),
+its parser (:meth:`TaskContract.parse`) and its CPU stand-in (:attr:`TaskContract.stand_in`).
+The policy backends, the agent and D1's labelling never pick a contract by benchmark name: they
+are given one (``policy.factory.make_policy(config, contract)``), which the benchmark provides
+(:meth:`memprism_ray.benchmark.Benchmark.task_contract`). ``PolicyInput.benchmark`` stays as
+data: a contract refuses an input of another benchmark.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, ClassVar
+
+from PIL import Image
+
+from memprism_ray.policy.base import PolicyInput, PolicyOutput, TaskPolicy
+from memprism_ray.policy.config import PolicyConfig
+from memprism_ray.policy.parsing import ParseResult, invalid
+from memprism_ray.policy.prompts import Part
+
+
+class TaskContract:
+    """One benchmark's prompt, parser and stand-in. Subclasses set :attr:`name` and
+    :attr:`stand_in` and implement :meth:`template_parts` and :meth:`parse`; the rest (merging
+    parts into chat messages, the text a reader without eyes sees, the output of a model's
+    text) is shared."""
+
+    name: ClassVar[str]
+    """the benchmark whose inputs it reads (``PolicyInput.benchmark``)"""
+    stand_in: ClassVar[str]
+    """``module:Class`` of the scripted CPU stand-in (``policy.backend: scripted``), built by its
+    ``from_config(PolicyConfig)``; imported only when a scripted policy is asked for"""
+
+    # ------------------------------------------------------------------ the benchmark's part
+    def template_parts(self, inp: PolicyInput, layout: str) -> list[Part]:
+        """The prompt of ``inp`` as parts (:data:`memprism_ray.policy.prompts.Part`), before
+        adjacent text is merged. ``layout``: ``policy.prompt_layout``."""
+        raise NotImplementedError
+
+    def parse(self, inp: PolicyInput, text: str) -> ParseResult:
+        """The action of model output ``text`` under this contract; never raises on model output."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared
+    def mismatch(self, inp: PolicyInput) -> str | None:
+        """Why ``inp`` is not this contract's to read (``None`` when it is)."""
+        if inp.benchmark != self.name:
+            return f"the {self.name} task contract reads {self.name} inputs, not {inp.benchmark}"
+        return None
+
+    def prompt_parts(self, inp: PolicyInput, layout: str = "paper") -> list[Part]:
+        """The prompt of ``inp`` as ordered parts, adjacent text merged. A camera frame needs a
+        prompt with a camera slot (EB-ALFRED's): it is never dropped silently."""
+        problem = self.mismatch(inp)
+        if problem:
+            raise ValueError(problem)
+        merged: list[Part] = []
+        for part in self.template_parts(inp, layout):
+            if part[0] == "text" and merged and merged[-1][0] == "text":
+                merged[-1] = ("text", merged[-1][1] + part[1])
+            elif part[0] != "text" or part[1]:
+                merged.append(part)
+        if inp.camera_image is not None and not any(p[0] == "image" and p[2] is inp.camera_image for p in merged):
+            raise ValueError(f"camera_image is not part of the {self.name} prompt (it has no camera slot)")
+        return merged
+
+    def build_messages(self, inp: PolicyInput, layout: str = "paper") -> tuple[list[dict[str, Any]], list[Image.Image]]:
+        """Chat messages (one ``user`` turn, image parts in order) and the images they refer to.
+
+        Image parts are ``{"type": "image"}``; the i-th one refers to ``images[i]``. This is
+        what HF chat templates (one vision placeholder per image part) and vLLM expect.
+        ``layout``: ``policy.prompt_layout`` (:meth:`prompt_parts`).
+        """
+        content: list[dict[str, Any]] = []
+        images: list[Image.Image] = []
+        for part in self.prompt_parts(inp, layout):
+            if part[0] == "text":
+                content.append({"type": "text", "text": part[1]})
+            else:
+                if part[2] is None:
+                    raise ValueError(
+                        "the memory view was laid out without pixels (PolicyInput.view_unpainted); a policy that "
+                        "sends images must say needs_view_image = True so that its pages are painted"
+                    )
+                content.append({"type": "image"})
+                images.append(part[2])
+        return [{"role": "user", "content": content}], images
+
+    def build_prompt_text(self, inp: PolicyInput) -> str:
+        """The prompt as a text-only reader sees it: images appear as their marker line."""
+        return "".join(part[1] if part[0] == "text" else part[1] + "\n" for part in self.prompt_parts(inp))
+
+    def parse_action(self, inp: PolicyInput, text: str) -> ParseResult:
+        """:meth:`parse`, or an invalid result for an input of another benchmark."""
+        problem = self.mismatch(inp)
+        return invalid(problem) if problem else self.parse(inp, text)
+
+    def to_output(
+        self,
+        inp: PolicyInput,
+        text: str,
+        *,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        visual_tokens: int | None = None,
+        latency_s: float = 0.0,
+    ) -> PolicyOutput:
+        """A :class:`PolicyOutput` for model ``text``: parsed, validated, never raising."""
+        text = text if isinstance(text, str) else ""
+        result = self.parse_action(inp, text)
+        return PolicyOutput(
+            text, result.action, result.valid, result.error, prompt_tokens, completion_tokens, visual_tokens, latency_s
+        )
+
+    def stand_in_class(self) -> type:
+        """The scripted stand-in's class (:attr:`stand_in`)."""
+        module, _, cls = self.stand_in.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+    def scripted_policy(self, config: PolicyConfig) -> TaskPolicy:
+        """The scripted CPU stand-in of this benchmark, from ``policy.scripted``."""
+        policy = self.stand_in_class().from_config(config)
+        if not isinstance(policy, TaskPolicy):
+            raise ValueError(f"{self.stand_in} does not implement TaskPolicy (name, act(inputs))")
+        return policy

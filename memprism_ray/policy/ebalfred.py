@@ -1,0 +1,119 @@
+"""EB-ALFRED's task contract (paper appendix E.3 "EB-ALFRED Task Policy", E.4 action
+definitions, E.5 parsing): the verbatim system and user templates, and the parser.
+
+The prompt follows the paper's implementation note (appendix "EB-ALFRED Case Studies"): the
+shared system prefix and the decision-specific user suffix form one ``role=user`` message,
+followed by the camera image and then the compiled view; the two ``<image: ...>`` lines heading
+the system prompt name those attachments and are not sent as text.
+
+An action is matched to the scene's skills in order by exact string, case-insensitive string
+and normalised whitespace; any ``put down ...`` form becomes ``put down the object in hand``
+when that skill is available. The CPU stand-in replays the fixture
+(:class:`memprism_ray.policy.ebalfred_fixture.FixturePolicy`).
+"""
+
+from __future__ import annotations
+
+from memprism_ray.policy.base import HistoryRecord, PolicyInput
+from memprism_ray.policy.contract import TaskContract
+from memprism_ray.policy.parsing import ParseResult, invalid, match_action, normalized, short
+from memprism_ray.policy.prompts import NO_HISTORY, Part, fill, load_template, replace_once, split_and_fill
+
+EBALFRED_PUT_DOWN = "put down the object in hand"
+
+_ATTACHMENTS = (
+    "The attached images are, in order:\n"
+    "1. current synchronized simulator observation;\n"
+    "2. MemPrism optical memory view.\n\n"
+)
+_HISTORY_LINE = "The action history: Step {i}, action id {id}, {action_name}, env feedback: {feedback}"
+_RECORD = "Step {i}, action id {id}, {action_name}, env feedback: {feedback}"
+_EXAMPLES = "{task_execution_examples}\n\n"
+
+
+def format_ebalfred_history(history: tuple[HistoryRecord, ...], actions: tuple[str, ...]) -> str:
+    if not history:
+        return NO_HISTORY
+    index = {a: i for i, a in reversed(list(enumerate(actions)))}
+    lines = []
+    for r in history:
+        action_id = index.get(r.action, "unknown")
+        lines.append(fill(_RECORD, {"i": r.step + 1, "id": action_id, "action_name": r.action, "feedback": r.feedback}))
+    return "\n".join(lines)
+
+
+def ebalfred_instruction(goal: str) -> str:
+    """The instruction as the EB-ALFRED prompt's ``{instruction}.`` line takes it: without
+    its final period(s), as EmbodiedBench's planner does (``vlm_planner.py`` ``process_prompt``:
+    ``user_instruction.rstrip('.')`` before ``f'... is: {user_instruction}.'``), so a goal
+    ending "table." does not end the line "table.."."""
+    return goal.strip().rstrip(".").rstrip()
+
+
+def format_ebalfred_actions(actions: tuple[str, ...]) -> str:
+    return "\n".join(f"action id {i}: {a}" for i, a in enumerate(actions))
+
+
+def _attachment_sentence(inp: PolicyInput) -> str:
+    camera = inp.camera_image is not None
+    mode = inp.view_mode
+    if camera and mode == "image":
+        return _ATTACHMENTS
+    if camera and mode == "text":
+        return (
+            "The attached image is the current synchronized simulator observation; "
+            "the MemPrism memory view follows as text.\n\n"
+        )
+    if camera:
+        return "The attached image is the current synchronized simulator observation.\n\n"
+    if mode == "image":
+        return "The attached image is the MemPrism optical memory view.\n\n"
+    if mode == "text":
+        return "The MemPrism memory view follows as text.\n\n"
+    return ""
+
+
+def parse_ebalfred(text: str, skills: tuple[str, ...] | list[str]) -> ParseResult:
+    """EB-ALFRED: exact, case-insensitive, normalised whitespace; ``put down ...`` canonicalised."""
+    got = match_action(text, skills, "skills", str.casefold, normalized)
+    if isinstance(got, ParseResult):
+        return got
+    if normalized(got).startswith("put down") and EBALFRED_PUT_DOWN in skills:
+        return ParseResult(action=EBALFRED_PUT_DOWN)
+    return invalid(f"action {short(got)} is not one of the {len(skills)} available skills")
+
+
+class EbAlfredContract(TaskContract):
+    name = "ebalfred"
+    stand_in = "memprism_ray.policy.ebalfred_fixture:FixturePolicy"
+
+    def template_parts(self, inp: PolicyInput, layout: str) -> list[Part]:
+        """The prompt already opens with its instructions: ``layout`` changes nothing."""
+        if not inp.admissible:
+            raise ValueError("the EB-ALFRED prompt needs the scene's skill list in PolicyInput.admissible")
+        system = load_template("ebalfred_system.txt")
+        examples = str(inp.meta.get("examples", "") or "")
+        if not examples.strip():
+            system = replace_once(system, _EXAMPLES, "")
+        user = load_template("ebalfred_user.txt")
+        history = format_ebalfred_history(inp.history, inp.admissible)
+        user = replace_once(user, _HISTORY_LINE, "The action history: {action_history}")
+        user = replace_once(user, _ATTACHMENTS, _attachment_sentence(inp))
+        values = {
+            "max_id": len(inp.admissible) - 1,
+            "available_action_names": format_ebalfred_actions(inp.admissible),
+            "task_execution_examples": examples,
+            "instruction": ebalfred_instruction(inp.goal),
+            "action_history": history,
+            "observation_text": inp.observation,
+        }
+        parts = split_and_fill(system + "\n" + user, values, inp, attach=True)
+        # The dropped marker lines leave the system prefix starting with a blank line.
+        parts[0] = ("text", parts[0][1].lstrip("\n"))
+        return parts
+
+    def parse(self, inp: PolicyInput, text: str) -> ParseResult:
+        return parse_ebalfred(text, inp.admissible)
+
+
+EBALFRED = EbAlfredContract()

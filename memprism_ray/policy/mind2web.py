@@ -1,0 +1,168 @@
+"""Mind2Web's task contract (paper appendix E.3 "Mind2Web Task Policy", E.4 action definitions,
+E.5 parsing; docs/mind2web.md): the verbatim ``mind2web.txt`` prompt, and the parser: exactly one
+tagged JSON action; ``op`` in CLICK/TYPE/SELECT (any case: the paper scores "the normalized
+operation"), ``ref`` present in the current snapshot, a string ``value`` required for TYPE and
+SELECT (the empty string included: a recorded human TYPE can have an empty value, and the
+recorded action must be expressible); a CLICK's value is dropped from the canonical action.
+JSON is parsed as data (``json.loads``), never evaluated. :func:`parse_mind2web_written` also
+returns the op and value as written, which Mind2Web's own metric reads (docs/mind2web.md "Edge
+cases"). The CPU stand-in is :class:`memprism_ray.policy.mind2web_scripted.Mind2WebScriptedPolicy`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from memprism_ray.policy.base import HistoryRecord, PolicyInput
+from memprism_ray.policy.contract import TaskContract
+from memprism_ray.policy.parsing import MAX_ACTION_CHARS, ParseResult, extract_action_tag, invalid, short
+from memprism_ray.policy.prompts import NO_HISTORY, Part, load_template, split_and_fill
+
+#: Longest Mind2Web JSON payload considered.
+MAX_JSON_CHARS = 20_000
+
+MIND2WEB_OPS: tuple[str, ...] = ("CLICK", "TYPE", "SELECT")
+
+_REF = re.compile(r"\[ref=([^\]\s]+)\]")
+
+
+def snapshot_refs(observation: str) -> tuple[str, ...]:
+    """The element refs (``[ref=e12]``) of a Mind2Web snapshot, in order of appearance."""
+    return tuple(dict.fromkeys(_REF.findall(observation)))
+
+
+def format_mind2web_history(history: tuple[HistoryRecord, ...]) -> str:
+    if not history:
+        return NO_HISTORY
+    lines = []
+    for r in history:
+        line = f"[Step {r.step + 1}] Observation: {r.observation} | Expert action: {r.action}"
+        if r.feedback:
+            line += f" | Result: {r.feedback}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"JSON constant {name} is not allowed")
+
+
+def _pairs_no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate JSON key {k!r}")
+        out[k] = v
+    return out
+
+
+def encode_mind2web_action(op: str, ref: str, value: str | None) -> str:
+    """The canonical one-line JSON form of a Mind2Web action."""
+    return json.dumps({"op": op, "ref": ref, "value": value}, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_mind2web_action(action: str) -> dict[str, Any]:
+    """The ``{"op", "ref", "value"}`` mapping of a canonical action string."""
+    data = json.loads(action)
+    if not isinstance(data, dict) or set(data) != {"op", "ref", "value"}:
+        raise ValueError(f"not a canonical Mind2Web action: {short(action)}")
+    return data
+
+
+@dataclass(frozen=True)
+class Mind2WebParse:
+    """A Mind2Web parse: the validated canonical action (``result``) and the op and value as
+    the model wrote them (``None`` where absent or not a string). Mind2Web's metric.py reads
+    the output as written (a CLICK's value included, the op case-sensitively), the paper's rule
+    the normalised action, so the replay env needs both (envs/mind2web/env.py)."""
+
+    result: ParseResult
+    written_op: str | None = None
+    written_value: str | None = None
+
+
+def parse_mind2web_written(text: str, refs: tuple[str, ...] | list[str] | set[str]) -> Mind2WebParse:
+    """:func:`parse_mind2web` plus the op and value as written (see :class:`Mind2WebParse`)."""
+    content, err = extract_action_tag(text)
+    if err is not None:
+        return Mind2WebParse(invalid(err))
+    assert content is not None
+    first, last = content.find("{"), content.rfind("}")
+    if first < 0 or last < first:
+        return Mind2WebParse(invalid("no JSON object inside <action>"))
+    payload = content[first : last + 1]
+    if len(payload) > MAX_JSON_CHARS:
+        return Mind2WebParse(invalid(f"JSON action too long ({len(payload)} chars > {MAX_JSON_CHARS})"))
+    try:
+        data = json.loads(payload, parse_constant=_no_constants, object_pairs_hook=_pairs_no_duplicates)
+    except (ValueError, RecursionError) as exc:
+        return Mind2WebParse(invalid(f"invalid JSON action: {str(exc)[:120]}"))
+    if not isinstance(data, dict):
+        return Mind2WebParse(invalid(f"JSON action must be an object, got {type(data).__name__}"))
+    op, value = data.get("op"), data.get("value")
+    written = {
+        "written_op": op if isinstance(op, str) else None,
+        "written_value": value if isinstance(value, str) else None,
+    }
+    if not isinstance(op, str):
+        return Mind2WebParse(invalid("JSON action needs a string 'op'"), **written)
+    # Appendix E.5: "scores the normalized operation": "click" is CLICK.
+    op_norm = op.strip().upper()
+    if op_norm not in MIND2WEB_OPS:
+        return Mind2WebParse(invalid(f"unknown op {short(op)}; allowed: {', '.join(MIND2WEB_OPS)}"), **written)
+    ref = data.get("ref")
+    if not isinstance(ref, str) or not ref.strip():
+        return Mind2WebParse(invalid("JSON action needs a non-empty string 'ref'"), **written)
+    ref = ref.strip()
+    if ref not in refs:
+        return Mind2WebParse(invalid(f"ref {short(ref)} is not in the current snapshot"), **written)
+    if op_norm == "CLICK":
+        value = None  # the contract's CLICK has no value (appendix E.3: "value":null)
+    else:
+        # Appendix E.4: "TYPE and SELECT also require value": a string, which may be empty
+        # (Mind2Web records TYPE steps with an empty value; their human action must be valid).
+        if not isinstance(value, str):
+            return Mind2WebParse(invalid(f"{op_norm} needs a string 'value'"), **written)
+        if len(value) > MAX_ACTION_CHARS:
+            return Mind2WebParse(invalid(f"value too long ({len(value)} chars > {MAX_ACTION_CHARS})"), **written)
+    return Mind2WebParse(ParseResult(action=encode_mind2web_action(op_norm, ref, value)), **written)
+
+
+def parse_mind2web(text: str, refs: tuple[str, ...] | list[str] | set[str]) -> ParseResult:
+    """Mind2Web: exactly one tagged JSON action with a known op (any case) and a ref of the
+    snapshot; TYPE and SELECT need a string value (possibly empty).
+
+    Extra JSON fields are ignored and dropped from the canonical action; a CLICK's value is
+    always ``null``.
+    """
+    return parse_mind2web_written(text, refs).result
+
+
+def mind2web_refs(inp: PolicyInput) -> tuple[str, ...]:
+    """The refs a Mind2Web action may use: ``admissible`` if given, else the snapshot's markers."""
+    return inp.admissible if inp.admissible else snapshot_refs(inp.observation)
+
+
+class Mind2WebContract(TaskContract):
+    name = "mind2web"
+    stand_in = "memprism_ray.policy.mind2web_scripted:Mind2WebScriptedPolicy"
+
+    def template_parts(self, inp: PolicyInput, layout: str) -> list[Part]:
+        """The prompt already opens with its instructions: ``layout`` changes nothing."""
+        values = {
+            "step_idx": inp.step + 1,
+            "goal": inp.goal,
+            "html_field": inp.meta.get("html_field", "cleaned_html"),
+            "observation": inp.observation,
+            "recent_observation_and_expert_action_records": format_mind2web_history(inp.history),
+        }
+        return split_and_fill(load_template("mind2web.txt"), values, inp, attach=False)
+
+    def parse(self, inp: PolicyInput, text: str) -> ParseResult:
+        return parse_mind2web(text, set(mind2web_refs(inp)))
+
+
+MIND2WEB = Mind2WebContract()

@@ -1,0 +1,68 @@
+"""One benchmark's Phi (paper "Recorder"; appendix D.2 "Benchmark-specific Phi adapters",
+appendix E.1 Phi prompts): its rule extractor, its Phi prompt, what an answer to that prompt
+may hold and how one event fills the prompt. Each benchmark's Phi module declares its
+:class:`PhiSpec` (``recorder/phi/alfworld.py``, ``ebalfred.py``, ``mind2web.py``); the
+benchmark hands it to :func:`~memprism_ray.recorder.phi.factory.build_phi`
+(:meth:`memprism_ray.benchmark.Benchmark.phi_spec`), so no shared module picks a Phi by name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memprism_ray.recorder.events import RawEvent
+from memprism_ray.recorder.phi.base import Extraction, Phi
+from memprism_ray.recorder.phi.config import PhiConfig
+from memprism_ray.recorder.phi.llm_client import CompleteMany
+from memprism_ray.recorder.phi.prompt import PhiPrompt
+
+#: ``(raw event, known state, rule extraction) -> (prompt field values, PNG images)``.
+PromptInputs = Callable[[RawEvent, Mapping[str, str], Extraction], tuple[dict[str, str], list[bytes]]]
+
+#: Raw-event meta kept out of the prompt: the Router's view choice is bookkeeping of the
+#: decision, not of the environment transition, so Phi's answer stays a function of the
+#: transition (identical transitions of a GRPO group send identical prompts).
+PROMPT_META_EXCLUDE: frozenset[str] = frozenset({"view"})
+
+
+def prompt_json(value: Any) -> str:
+    """A prompt value as the Phi prompts' JSON slots take it (non-ASCII kept)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def existing_keys(known_state: Mapping[str, str]) -> str:
+    """The tracked state keys as a JSON list (the prompts' "existing keys" input)."""
+    return prompt_json(sorted(known_state))
+
+
+@dataclass(frozen=True)
+class AnswerSpec:
+    """What one benchmark's Phi answer may contain."""
+
+    fields: frozenset[str]
+    """the exact top-level fields of the answer"""
+    allowed_keys: frozenset[str] | None = None
+    """the only ``delta_s`` keys allowed (``None``: open key set)"""
+    entity_from_model: bool = True
+    """whether the answer's ``entity`` is the event's entity (else the rule's)"""
+    lowercase_entity: bool = False
+    """the prompt asks for a lowercase entity (EB-ALFRED): normalised, not rejected"""
+
+
+@dataclass(frozen=True)
+class PhiSpec:
+    """One benchmark's Phi: ``rule()`` builds its rule extractor (``phi.kind: rules``, and the
+    hard evidence under an LLM Phi); ``prompt``, ``answer`` and ``inputs`` make the LLM Phi of
+    ``phi.kind: llm``; ``llm`` replaces the default LLM Phi over the rule extractor
+    (``(spec, backend, phi config) -> Phi``; EB-ALFRED's adds its grounding stage)."""
+
+    benchmark: str
+    """names the extractor: ``rule:<benchmark>`` in run records, ``<benchmark>-llm``"""
+    rule: Callable[[], Phi]
+    prompt: PhiPrompt
+    answer: AnswerSpec
+    inputs: PromptInputs
+    llm: Callable[[PhiSpec, CompleteMany, PhiConfig], Phi] | None = None
