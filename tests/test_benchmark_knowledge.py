@@ -1,0 +1,114 @@
+"""Benchmark knowledge lives with its benchmark (issue 36 item 1): an ``ast`` walk of every module
+of ``memprism_ray`` outside the benchmark modules finds no table or branch keyed by a benchmark's
+name. A benchmark's modules are ``memprism_ray/benchmark/**`` and the modules and packages named
+for it (``envs/alfworld/``, ``policy/mind2web.py``, ``recorder/phi/ebalfred.py``, ...), which the
+shared code reaches only through the :class:`~memprism_ray.benchmark.Benchmark` object.
+
+Counted, in the shared modules, with a registered name as a string literal:
+
+* a dict display keyed by it (``{"alfworld": ...}``: a table);
+* a comparison with it (``x == "ebalfred"``, ``x in ("alfworld", "mind2web")``: a branch);
+* a ``match`` case on it;
+* a tuple, list or set display holding it (``("alfworld", "ebalfred")``: a table of names);
+* a call with a keyword argument named for it (``dict(alfworld=...)``).
+
+Before this issue: 24 by this count (in policy/base, policy/prompts, policy/parsing,
+policy/scripted, recorder/phi/factory, recorder/phi/llm, recorder/phi/prompt, router/teacher,
+adapter/grpo_update, adapter/sft and pipeline/jobs); the issue counted 13 by coarser units.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from memprism_ray.benchmark import BENCHMARKS
+
+PACKAGE = Path(__file__).resolve().parents[1] / "memprism_ray"
+NAMES = frozenset(BENCHMARKS)
+
+
+def is_benchmark_module(rel: Path) -> bool:
+    """``memprism_ray/benchmark/**`` or a module or package named for a benchmark."""
+    parts = rel.with_suffix("").parts
+    return parts[0] == "benchmark" or any(p.startswith(tuple(NAMES)) for p in parts)
+
+
+def _names_in(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(isinstance(e, ast.Constant) and e.value in NAMES for e in node.elts)
+    return False
+
+
+def knowledge_sites(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, what)`` of each table or branch keyed by a benchmark name in ``tree``."""
+    out: list[tuple[int, str]] = []
+    compared: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict) and any(k is not None and _names_in(k) for k in node.keys):
+            out.append((node.lineno, "dict keyed by a benchmark name"))
+        elif isinstance(node, ast.Compare) and any(_names_in(o) for o in (node.left, *node.comparators)):
+            out.append((node.lineno, "comparison with a benchmark name"))
+            compared.update(id(n) for n in ast.walk(node))
+        elif isinstance(node, ast.match_case) and any(
+            isinstance(p, ast.MatchValue) and _names_in(p.value) for p in ast.walk(node.pattern)
+        ):
+            out.append((node.pattern.lineno, "match case on a benchmark name"))
+        elif isinstance(node, ast.Call) and any(k.arg in NAMES for k in node.keywords):
+            out.append((node.lineno, "keyword named for a benchmark"))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in compared and _names_in(node):
+            out.append((node.lineno, "collection of benchmark names"))
+    return out
+
+
+def shared_knowledge() -> list[str]:
+    """Every site in the shared modules, as ``path:line: what``."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if is_benchmark_module(rel):
+            continue
+        for line, what in knowledge_sites(ast.parse(path.read_text(encoding="utf-8"))):
+            found.append(f"memprism_ray/{rel}:{line}: {what}")
+    return found
+
+
+def test_no_shared_module_holds_a_table_or_branch_keyed_by_a_benchmark_name() -> None:
+    found = shared_knowledge()
+    assert found == [], "benchmark knowledge outside the benchmark modules:\n" + "\n".join(found)
+
+
+def test_the_check_finds_each_kind_of_site() -> None:
+    """The walk itself: each kind of site counts once, a name used as data (a default, a stream's
+    meta value, a log line) does not."""
+    source = """
+TABLE = {"alfworld": 1, "mind2web": 2}
+NAMES = ("alfworld", "ebalfred")
+ONE = ["mind2web"]
+if benchmark == "ebalfred": pass
+if benchmark in ("alfworld", "mind2web"): pass
+match benchmark:
+    case "alfworld": pass
+ROWS = dict(alfworld=1)
+DEFAULT = "alfworld"
+def f(benchmark: str = "alfworld") -> None: ...
+META = {"benchmark": "alfworld"}
+print(f"rule:{DEFAULT}")
+"""
+    kinds = [what for _, what in knowledge_sites(ast.parse(source))]
+    assert sorted(kinds) == sorted(
+        [
+            "dict keyed by a benchmark name",
+            "collection of benchmark names",
+            "collection of benchmark names",
+            "comparison with a benchmark name",
+            "comparison with a benchmark name",
+            "match case on a benchmark name",
+            "keyword named for a benchmark",
+        ]
+    )
+    assert is_benchmark_module(Path("envs/alfworld/env.py")) and is_benchmark_module(Path("policy/mind2web.py"))
+    assert not is_benchmark_module(Path("policy/prompts.py"))
