@@ -563,9 +563,9 @@ def teacher_prompt_tokens() -> dict[str, float]:
     import re
 
     from memprism_ray.composer.synthetic import alfworld_like_stream
-    from memprism_ray.router.teacher import load_prompt, serialize_stream
+    from memprism_ray.router.teacher import GENERIC_PROMPT, serialize_stream
 
-    template = load_prompt("generic").replace("{top_k}", "5")
+    template = GENERIC_PROMPT.load().replace("{top_k}", "5")
     first_field = re.search(r"\{[a-z_]+\}", template)
     records = alfworld_like_stream(round(EXPERT_DECISIONS_PER_GAME), seed=3).records
     size = len(template.encode())
