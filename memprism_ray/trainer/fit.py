@@ -84,11 +84,16 @@ def fit(cfg: Any, benchmark: Benchmark, argv: Sequence[str] | None = None) -> in
     resources = init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     say(f"run directory {run_dir}; cluster {dict(resources)}")
     record = PlacementRecord(run_dir / "cluster.json")  # where each actor ran
+    return explained(lambda: _fit(cfg, benchmark, argv, run_dir, resume_from, resources, ck_extra, record), error)
+
+
+def explained(work: Any, error: Any) -> int:
+    """``work()``'s exit status; a failure the job can name in one line (data missing on a node,
+    an iteration in which nothing played, no rollout worker placeable, a bounded wait run out)
+    is that line through ``error`` and exit status 1, no traceback; anything else propagates."""
     try:
-        return _fit(cfg, benchmark, argv, run_dir, resume_from, resources, ck_extra, record)
+        return int(work())
     except Exception as exc:
-        # A cause the job can name in one line (data missing on a node, an iteration in which
-        # nothing played, no rollout worker placeable): no traceback, exit status 1.
         line = run_failure(exc)
         if line is None:
             raise
@@ -249,21 +254,18 @@ def run_evaluation(
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     from memprism_ray.actors.node_data import ship
 
-    try:
+
+    def play() -> int:
         data = ship(benchmark.data_trees(cfg), say)
         summary = evaluate(cfg, benchmark, cfg.eval.conditions, router_state, checkpoint, out_dir, log=say, data=data)
-    except Exception as exc:
-        line = run_failure(exc)
-        if line is None:
-            raise
-        error(line)
-        return 1
-    print((out_dir / benchmark.summary_file).read_text())
-    problem = benchmark.failures(summary)
-    if problem:
-        error(f"{problem}; see {out_dir / benchmark.summary_file}")
-        return 1
-    return 0
+        print((out_dir / benchmark.summary_file).read_text())
+        problem = benchmark.failures(summary)
+        if problem:
+            error(f"{problem}; see {out_dir / benchmark.summary_file}")
+            return 1
+        return 0
+
+    return explained(play, error)
 
 
 def _eval_say(msg: str) -> None:
@@ -291,16 +293,13 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
     from memprism_ray.actors.node_data import ship
 
     target = d1_dir(cfg.run.dir, cfg)  # keyed by the config sections that make D1 (as in the GRPO job)
-    try:
+
+    def build() -> int:
         data = ship(benchmark.data_trees(cfg), say)
         if train:
             say(f"D1 checkpoint: {run_d1(cfg, benchmark, target, say, data=data)}")
         else:
             say(f"done: {build_d1_data(cfg, benchmark, target, say, data=data)}")
-    except Exception as exc:
-        line = run_failure(exc)
-        if line is None:
-            raise
-        error(line)
-        return 1
-    return 0
+        return 0
+
+    return explained(build, error)

@@ -184,21 +184,7 @@ class RolloutFleet:
             for seat, place in zip(fleet.seats, places, strict=True):
                 fleet._started(seat, place)
             return fleet
-        deadline = time.monotonic() + ping_timeout_s
-        first_error: BaseException | None = None
-        while not fleet.ready():
-            starting = [s.starting for s in fleet.seats if s.starting is not None and not s.retired]
-            if not starting:
-                raise first_error or FleetError("no rollout worker started")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise FleetError(
-                    f"no rollout worker was placed within {ping_timeout_s:g}s; each asks for "
-                    f"{fleet_seat_request_text()}; the cluster has {dict(ray.cluster_resources())}: add nodes"
-                )
-            ray.wait(starting, num_returns=1, timeout=min(5.0, left))
-            for _seat, exc in fleet.poll(log=log):
-                first_error = first_error or exc
+        fleet.wait_for_one("the start of the fleet", log=log)
         fleet.settle(log=log)  # the other seats already on a node finish loading; the rest join later
         return fleet
 
@@ -293,29 +279,35 @@ class RolloutFleet:
         self._launch(seat)
         return True
 
-    def wait_for_one(self, what: str, watch: Callable[[], None] | None = None) -> None:
+    def wait_for_one(
+        self, what: str, watch: Callable[[], None] | None = None, log: Callable[[str], None] | None = say
+    ) -> None:
         """Block until some seat has a started worker (at most ``ping_timeout_s``), adopting
-        it; a ``FleetError`` when every seat is retired or none is placed in time. ``watch``
-        is called every few seconds meanwhile and may raise (the Learner lost with the node
-        the fleet was on ends the wait at once, not after the timeout)."""
+        it. When no seat is left to wait for, the first start failure is raised as it is (its
+        data missing on a node: the driver's one line), else a ``FleetError``; so is a wait that
+        runs out. ``watch`` is called every few seconds meanwhile and may raise (the Learner
+        lost with the node the fleet was on ends the wait at once, not after the timeout)."""
         deadline = time.monotonic() + self.ping_timeout_s
+        first_error: BaseException | None = None
         while not self.ready():
             if watch is not None:
                 watch()
             starting = [s.starting for s in self.seats if s.starting is not None and not s.retired]
             if not starting:
-                raise FleetError(
+                raise first_error or FleetError(
                     f"no rollout worker left for {what}: all {len(self.seats)} were retired after repeated failures "
                     f"(rollout.max_restarts={self.max_replacements}); see the [grpo] lines above"
                 )
             left = deadline - time.monotonic()
             if left <= 0:
                 raise FleetError(
-                    f"no rollout worker could be placed within {self.ping_timeout_s:g}s for {what}; the cluster has "
-                    f"{dict(ray.available_resources())} free: add nodes (or let the autoscaler)"
+                    f"no rollout worker could be placed within {self.ping_timeout_s:g}s for {what}; each asks for "
+                    f"{fleet_seat_request_text()}; the cluster has {dict(ray.available_resources())} free: add nodes "
+                    "(or let the autoscaler)"
                 )
             ray.wait(starting, num_returns=1, timeout=min(5.0, left))
-            self.poll(log=say)
+            for _seat, exc in self.poll(log=log):
+                first_error = first_error or exc
 
     def kill_all(self) -> None:
         for seat in self.seats:
