@@ -1,7 +1,7 @@
 """``jobs/eval_ebalfred.py`` and ``jobs/grpo_ebalfred.py`` on the smoke preset (fake controller
-over the fixture, scripted stand-in, local Ray on 2 CPUs). The GRPO job runs as users run it,
-in its own process; the evaluation job and the refusals run ``main`` in this process
-(tests/jobs/conftest.py), the evaluation on the session's Ray."""
+over the fixture, scripted stand-in). The jobs and the refusals run ``main`` in this process
+(tests/jobs/conftest.py) on the session's Ray; tests/cluster runs the GRPO job as users run it,
+a process of its own joining a cluster of several nodes."""
 
 from __future__ import annotations
 
@@ -90,25 +90,16 @@ def test_eval_job_reports_per_subset_sr(
     assert "already holds an evaluation" in capsys.readouterr().err
 
 
-def test_grpo_job_trains_on_progress_reward(tmp_path: Path) -> None:
-    import torch
-
-    from memprism_ray.adapter.checkpoint import save_checkpoint
-    from memprism_ray.router.model import RouterConfig, ViewPolicyModel
-
-    torch.manual_seed(0)
-    ref = save_checkpoint(tmp_path / "ref", ViewPolicyModel(RouterConfig()), stage="init")
-    r = _run(
-        "jobs/grpo_ebalfred.py",
-        tmp_path,
-        "--init_checkpoint",
-        str(ref),
-        "--grpo.iterations",
-        "1",
-        "--eval.conditions",
-        "no_memory",
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+@pytest.mark.ray
+def test_grpo_job_trains_on_progress_reward(
+    ray_session, tmp_path: Path, actors_reference_ckpt: Path, run_job_captured, clean_ebalfred_env: None
+) -> None:
+    status, out, err = run_job_captured(
+        "grpo_ebalfred.py",
+        _args(tmp_path, "--init_checkpoint", str(actors_reference_ckpt), "--grpo.iterations", "1",
+              "--eval.conditions", "no_memory"),
+    )  # fmt: skip
+    assert status == 0, out[-3000:] + err[-3000:]
     run = tmp_path / "ebalfred-smoke"
     assert (run / "checkpoints" / "iter_0001").is_dir()
     its = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
