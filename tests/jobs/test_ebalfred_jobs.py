@@ -7,23 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--ebalfred.subsets", "base,long_horizon", "--ebalfred.episodes_per_subset", "2"]
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMPRISM_EBALFRED_")}
-    env.pop("RAY_ADDRESS", None)
-    env.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
 
 
 def _args(out: Path, *extra: str) -> list[str]:
@@ -41,11 +30,6 @@ def _args(out: Path, *extra: str) -> list[str]:
         *SMALL,
         *extra,
     ]
-
-
-def _run(script: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, script, *_args(out, *extra)]
-    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=400)
 
 
 @pytest.fixture
