@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 from _results import write_result
 
-from memprism_ray.composer.synthetic import alfworld_like_stream
 from memprism_ray.pipeline.labels import LabelState, counterfactual_labels
 from memprism_ray.policy.scripted import ScriptedPolicy
 from memprism_ray.router.encoder import HashingEncoder
 from memprism_ray.router.features import FeatureExtractor
 from memprism_ray.router.teacher import decision_states
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream
 
 
 class PaintedScripted(ScriptedPolicy):

@@ -1,7 +1,7 @@
 """Does the policy pool keep the GPU busy? (issues 9 and 31; docs/gpu.md "Measured").
 
 One engine -- a :class:`~memprism_ray.actors.workers.PolicyReplica` holding one ``AsyncLLM``
-(``--engine fake``: the CPU stand-in of ``policy/fake_vllm.py``) -- is started once and timed
+(``--engine fake``: the CPU stand-in of ``testing/fake_vllm.py``) -- is started once and timed
 in stages, each printed as it ends (``[bench] ...``) so a run cut short says how far it got:
 
 * ``core``: two request patterns on the same engine, alternating, ``--reps`` repetitions
@@ -98,8 +98,8 @@ class PromptFactory:
 
     def __init__(self, bases: int = 48, seed: int = 0, events: int = 20) -> None:
         from memprism_ray.composer import compose
-        from memprism_ray.composer.synthetic import alfworld_like_stream
         from memprism_ray.render import RenderConfig, render
+        from memprism_ray.testing.synthetic_streams import alfworld_like_stream
         from memprism_ray.view_space import ALL_ACTIONS
 
         cfg = RenderConfig()
@@ -562,8 +562,8 @@ def teacher_prompt_tokens() -> dict[str, float]:
     teacher request shares, which vLLM's prefix cache computes once."""
     import re
 
-    from memprism_ray.composer.synthetic import alfworld_like_stream
     from memprism_ray.router.teacher import GENERIC_PROMPT, serialize_stream
+    from memprism_ray.testing.synthetic_streams import alfworld_like_stream
 
     template = GENERIC_PROMPT.load().replace("{top_k}", "5")
     first_field = re.search(r"\{[a-z_]+\}", template)
@@ -578,7 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from memprism_ray.actors.workers import PolicyReplica, stop_policy_replicas
     from memprism_ray.policy.config import PolicyConfig
-    from memprism_ray.policy.fake_vllm import fake_engine_factory
+    from memprism_ray.testing.fake_vllm import fake_engine_factory
 
     fake = args.engine == "fake"
     stages = [s for s in STAGES if s in args.stages.split(",")] + (["llm"] if args.llm_batch else [])
@@ -588,7 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache_root = os.environ.get("VLLM_CACHE_ROOT", "")
     cache_warm = bool(cache_root) and Path(cache_root).is_dir() and any(Path(cache_root).iterdir())
     if not fake:
-        from memprism_ray.policy.dummy_qwen import build_dummy_qwen25vl
+        from memprism_ray.testing.dummy_qwen import build_dummy_qwen25vl
 
         build_dummy_qwen25vl(args.model)
     vcfg = vllm_config(args)

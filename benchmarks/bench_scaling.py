@@ -17,7 +17,7 @@ warm, and each new worker plays one warm-up group before anything is timed (acto
 and model loading excluded, as in bench_rollout.py).
 
 The policy is a latency model of a GPU engine below saturation: the fake ``AsyncLLM`` of
-``memprism_ray/policy/fake_vllm.py`` behind the ordinary vLLM path (``policy.backend: vllm``,
+``memprism_ray/testing/fake_vllm.py`` behind the ordinary vLLM path (``policy.backend: vllm``,
 ``AsyncVLLMPolicy``, the replica's async event loop, view PNGs over the wire) with
 ``--step-ms`` per engine step and ``seq_s = 0``, so a decision of ``--tokens`` tokens takes
 ``tokens x step`` seconds (0.40 s by default; a request arriving mid-step joins the next
@@ -421,8 +421,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from memprism_ray.benchmark import get_benchmark
     from memprism_ray.envs.alfworld import list_games
     from memprism_ray.local.cluster import LocalCluster
-    from memprism_ray.policy.fake_vllm import fake_engine_factory
     from memprism_ray.router.model import ViewPolicyModel
+    from memprism_ray.testing.fake_vllm import fake_engine_factory
     from memprism_ray.trainer.rollouts import RolloutFleet, run_groups, sample_groups
 
     torch.set_num_threads(1)

@@ -2,7 +2,7 @@
 are composed where the streams live ... never by shipping a whole stream per step").
 
 An episode is an ALFWorld-like event stream growing one recorded step at a time
-(``composer.synthetic``, seeded; the recorder's real ``EventStream``), with one view per
+(``testing.synthetic_streams``, seeded; the recorder's real ``EventStream``), with one view per
 decision drawn uniformly from the 144 view actions (a Router early in GRPO samples widely;
 ``--window`` restricts the draw). At each step both payloads are serialised with Ray's own
 serializer, as ``Pool.map`` ships them:
@@ -58,8 +58,8 @@ def main() -> int:
     p.add_argument("--window", default="any", choices=("any", "all", "recent_short", "recent_long"))
     args = p.parse_args()
 
-    from memprism_ray.composer.synthetic import alfworld_like_stream
     from memprism_ray.recorder.stream import EventStream
+    from memprism_ray.testing.synthetic_streams import alfworld_like_stream
     from memprism_ray.view_space import ALL_ACTIONS
     from memprism_ray.views import DeltaTracker, ViewRequest, ViewService
 

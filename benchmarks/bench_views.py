@@ -62,11 +62,11 @@ from _results import write_result
 from PIL import Image, ImageDraw
 
 from memprism_ray.composer import compose
-from memprism_ray.composer.synthetic import alfworld_like_stream
 from memprism_ray.recorder import EventStream
 from memprism_ray.render import RenderConfig, layout
 from memprism_ray.render.font import atlas
 from memprism_ray.render.optical import paint_image
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream
 from memprism_ray.view_space import ALL_ACTIONS, GAMMAS, TAUS
 
 HISTORIES = (10, 100, 1000)
@@ -77,7 +77,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FRESH = """
 import json, sys, time
 from memprism_ray.composer import compose
-from memprism_ray.composer.synthetic import alfworld_like_stream
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream
 from memprism_ray.render import render_image
 stream = alfworld_like_stream(1000, 0)
 t0 = time.perf_counter()

@@ -16,7 +16,7 @@
 #   install  reassemble the parts from $PARTS (default /root/vp) into /tmp/site unless a warm
 #            machine has it already; stub xgrammar; one `import vllm` (stubs.py)
 #   source   unpack src.tar.gz (the committed code, whatever else the working copy holds)
-#   model    the weightless 7B-shaped Qwen2.5-VL directory (memprism_ray.policy.dummy_qwen)
+#   model    the weightless 7B-shaped Qwen2.5-VL directory (memprism_ray.testing.dummy_qwen)
 #   bench    bench_policy_pool.py --engine vllm, its --deadline-s = the budget left less
 #            TESTS_RESERVE_S (default 170) for the tests; eager engines unless GPU_BENCH_COMPILED=1
 #            (a compiled start took 150-176 s on an H100: it does not fit beside the tests);
@@ -99,7 +99,7 @@ reap_engines() {
 declare -A PLAN=(
   [install]="cat \${PARTS}/site.part* | xz -d | tar x -C /tmp/site; xgrammar stub; stubs.py (one import vllm); ~40-60 s"
   [source]="tar xzf tmp/gpu/src.tar.gz -C ${SRC}; MEMPRISM_COMMIT=\$(cat tmp/gpu/COMMIT); ~1 s"
-  [model]="python3 -m memprism_ray.policy.dummy_qwen ${MODEL}; ~5 s"
+  [model]="python3 -m memprism_ray.testing.dummy_qwen ${MODEL}; ~5 s"
   [bench]="python3 benchmarks/bench_policy_pool.py --engine vllm --model ${MODEL} --enforce-eager --compile-cache \${VLLM_CACHE_ROOT} --deadline-s <budget left - ${TESTS_RESERVE}s - 25s> --out ${OUT}/bench_policy_pool.json; stages core (3 x all_at_once + pool, 768 decisions each), decode probe, layout, rollout (sync, ready, sync2x), frontend: each only if it fits"
   [tests]="GPU_PROOF_EAGER=1 python3 -m pytest tests/gpu -q (timeout: budget left - 10 s, at most ${TESTS_TIMEOUT_S:-240} s); ~100-160 s"
 )
@@ -135,7 +135,7 @@ do_source() {
   fi
 }
 do_model() {  # from the source snapshot: the working copy's cwd would shadow it on sys.path
-  (cd "${SRC}" && python3 -m memprism_ray.policy.dummy_qwen "${MODEL}")
+  (cd "${SRC}" && python3 -m memprism_ray.testing.dummy_qwen "${MODEL}")
 }
 do_tests() {
   local left=$(( BUDGET - $(elapsed) - 10 )) cap=${TESTS_TIMEOUT_S:-240}

@@ -65,7 +65,7 @@ print(f"gpu_proof: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, v
 PYEOF
 
 echo "gpu_proof: building the weightless 7B-shaped model directory ${MODEL}"
-"${PY}" -m memprism_ray.policy.dummy_qwen "${MODEL}"
+"${PY}" -m memprism_ray.testing.dummy_qwen "${MODEL}"
 
 tests_rc=- bench_rc=- smoke_rc=-
 run_tests() {

@@ -10,10 +10,10 @@ import pytest
 from PIL import Image
 
 from memprism_ray.composer import compose
-from memprism_ray.composer.synthetic import alfworld_like_stream
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.stream import EventStream
 from memprism_ray.render import RenderConfig, qwen25vl_tokens, render_image, render_png, render_text
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream
 from memprism_ray.view_space import ALL_ACTIONS, ViewAction
 from memprism_ray.views import (
     DeltaTracker,

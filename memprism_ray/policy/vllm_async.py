@@ -129,7 +129,7 @@ class AsyncVLLMPolicy:
     ``engine`` (anything with vLLM's async ``generate(prompt, sampling_params, request_id)``
     contract) and ``sampling_factory`` (keyword arguments -> sampling params) can be
     injected: tests and ``benchmarks/bench_policy_pool.py --engine fake`` use
-    :class:`memprism_ray.policy.fake_vllm.FakeAsyncEngine`. By default both are vLLM's.
+    :class:`memprism_ray.testing.fake_vllm.FakeAsyncEngine`. By default both are vLLM's.
     """
 
     name = "vllm"

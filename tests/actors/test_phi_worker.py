@@ -67,8 +67,8 @@ def test_phi_worker_on_the_policy_pool(ray_session) -> None:
     ray = ray_session
     from memprism_ray.actors.workers import PhiWorker, PolicyReplica
     from memprism_ray.config import load_config
-    from memprism_ray.policy.fake_vllm import fake_engine_factory, fixed_reply
     from memprism_ray.recorder import RawEvent, StateDelta
+    from memprism_ray.testing.fake_vllm import fake_engine_factory, fixed_reply
 
     cfg = load_config(
         "configs/local.yaml",

@@ -76,7 +76,7 @@ def test_a_gpu_replica_on_a_cpu_cluster_is_pending_demand_never_a_cpu_fallback(
     from memprism_ray.actors import workers
     from memprism_ray.actors.placement import pending_demand, policy_replica_options, wait_placed
     from memprism_ray.actors.workers import PolicyReplica, start_policy_replicas
-    from memprism_ray.policy.fake_vllm import fake_engine_factory
+    from memprism_ray.testing.fake_vllm import fake_engine_factory
 
     # After the placement timeout start_policy_replicas asks each replica to stop its engine and
     # waits up to 10 s for the answer before ray.kill; a replica never placed cannot answer, so

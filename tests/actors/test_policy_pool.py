@@ -1,5 +1,5 @@
 """The task-policy pool on CPU: async replicas around a fake continuous-batching engine with
-vLLM's ``AsyncLLM.generate`` contract (memprism_ray/policy/fake_vllm.py), routing by group
+vLLM's ``AsyncLLM.generate`` contract (memprism_ray/testing/fake_vllm.py), routing by group
 and load, per-request failures. The same code runs on a real engine in tests/gpu/."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput
 from memprism_ray.policy.config import PolicyConfig, VLLMConfig
-from memprism_ray.policy.fake_vllm import fake_engine_factory
 from memprism_ray.policy.pool import GroupLoads, pick_least_loaded
+from memprism_ray.testing.fake_vllm import fake_engine_factory
 
 
 def alf(episode: str, goal: str = "put a mug in desk") -> PolicyInput:
@@ -216,7 +216,7 @@ def test_d1_llm_teacher_labels_expert_decisions_on_the_pool(
     from memprism_ray.config import load_config
     from memprism_ray.envs.alfworld import list_games
     from memprism_ray.envs.alfworld.expert_data import load_expert_stream
-    from memprism_ray.policy.fake_vllm import marked_reply
+    from memprism_ray.testing.fake_vllm import marked_reply
     from memprism_ray.trainer.d1 import collect_reference, d1_cost_line, label_reference
     from memprism_ray.view_space import ViewAction
 

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from memprism_ray.cli import main
-from memprism_ray.composer.synthetic import alfworld_like_stream
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ from memprism_ray.composer.structures import (
     TraceGap,
     TraceRun,
 )
-from memprism_ray.composer.synthetic import alfworld_like_stream, random_stream
 from memprism_ray.recorder import EventStream, Outcome, RawEvent
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream, random_stream
 from memprism_ray.view_space import FILTERS, TAUS, WINDOWS, ViewAction
 
 EXC, UPD, NOC = Outcome.EXCEPTION, Outcome.STATE_UPDATE, Outcome.NO_OBSERVED_CHANGE

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from memprism_ray.composer import ComposerConfig, Reason, compose, goal_terms, select, text_terms
 from memprism_ray.composer.records import EventView
-from memprism_ray.composer.synthetic import alfworld_like_stream, random_stream
 from memprism_ray.recorder import EventStream, RawEvent, StreamRecord
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream, random_stream
 from memprism_ray.view_space import ALL_ACTIONS, WINDOW_SIZES, ViewAction
 
 actions = st.sampled_from(ALL_ACTIONS)

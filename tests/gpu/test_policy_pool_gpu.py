@@ -1,5 +1,5 @@
 """The policy pool on a real vLLM engine (issue 9 item 7): a 7B-shaped Qwen2.5-VL built with
-random weights (load_format=dummy, memprism_ray/policy/dummy_qwen.py) behind one async
+random weights (load_format=dummy, memprism_ray/testing/dummy_qwen.py) behind one async
 PolicyReplica on one GPU. Skipped without CUDA and vLLM; run by scripts/gpu_proof.sh:
 
     VLLM_USE_FLASHINFER_SAMPLER=0 python -m pytest tests/gpu -q
@@ -54,7 +54,7 @@ def inputs(tag: str, n: int, **kw) -> list[PolicyInput]:
 @pytest.fixture(scope="module")
 def replica(ray_session):
     from memprism_ray.actors.workers import PolicyReplica
-    from memprism_ray.policy.dummy_qwen import build_dummy_qwen25vl
+    from memprism_ray.testing.dummy_qwen import build_dummy_qwen25vl
 
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     build_dummy_qwen25vl(MODEL_DIR)

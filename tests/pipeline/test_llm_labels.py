@@ -143,7 +143,7 @@ def test_llm_teacher_served_by_the_policy_pool(ray_session) -> None:
     from memprism_ray.actors.services import PolicyPool
     from memprism_ray.actors.workers import PolicyReplica
     from memprism_ray.policy.config import PolicyConfig, VLLMConfig
-    from memprism_ray.policy.fake_vllm import fake_engine_factory, fixed_reply
+    from memprism_ray.testing.fake_vllm import fake_engine_factory, fixed_reply
 
     factory = functools.partial(
         fake_engine_factory, reply=functools.partial(fixed_reply, teacher_json("EntityState|all|all|medium"))

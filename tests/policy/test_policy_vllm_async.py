@@ -1,5 +1,5 @@
 """The task policy on vLLM's async engine (memprism_ray/policy/vllm_async.py), on a fake
-engine with ``AsyncLLM.generate``'s contract (memprism_ray/policy/fake_vllm.py): one request
+engine with ``AsyncLLM.generate``'s contract (memprism_ray/testing/fake_vllm.py): one request
 per decision, requests of several callers in the same engine steps, failures per request."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from memprism_ray.policy.alfworld import ALFWORLD
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput
 from memprism_ray.policy.config import VLLMConfig
-from memprism_ray.policy.fake_vllm import FakeAsyncEngine
 from memprism_ray.policy.vllm_async import AsyncVLLMPolicy
+from memprism_ray.testing.fake_vllm import FakeAsyncEngine
 
 
 def alf(episode: str, goal: str = "put a mug in desk") -> PolicyInput:

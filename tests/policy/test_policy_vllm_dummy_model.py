@@ -1,5 +1,5 @@
 """The weightless Qwen2.5-VL model directory the GPU proofs load with load_format=dummy
-(memprism_ray/policy/dummy_qwen.py): 7B sizes, Qwen token ids, processor files."""
+(memprism_ray/testing/dummy_qwen.py): 7B sizes, Qwen token ids, processor files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from memprism_ray.policy.chat_format import IMAGE_PLACEHOLDER
-from memprism_ray.policy.dummy_qwen import FIRST_SPECIAL_ID, SPECIAL_TOKENS, build_config, build_dummy_qwen25vl
+from memprism_ray.testing.dummy_qwen import FIRST_SPECIAL_ID, SPECIAL_TOKENS, build_config, build_dummy_qwen25vl
 
 
 def test_config_has_the_7b_shape() -> None:

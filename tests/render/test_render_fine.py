@@ -11,10 +11,10 @@ import pytest
 
 from memprism_ray.composer import compose
 from memprism_ray.composer.structures import TemporalTrace
-from memprism_ray.composer.synthetic import alfworld_like_stream
 from memprism_ray.render import RenderConfig, layout, render
 from memprism_ray.render.config import PATCH
 from memprism_ray.render.optical import paint
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream
 from memprism_ray.view_space import ALL_ACTIONS
 
 

@@ -18,10 +18,10 @@ import pytest
 
 from memprism_ray.composer import ComposerConfig, compose
 from memprism_ray.composer.canonical import view_digest
-from memprism_ray.composer.synthetic import alfworld_like_stream, random_stream
 from memprism_ray.recorder import EventStream
 from memprism_ray.render import RenderConfig, layout
 from memprism_ray.render.optical import encode_png, paint_image
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream, random_stream
 from memprism_ray.view_space import ALL_ACTIONS
 
 FIXTURE = Path(__file__).with_name("golden_views.json")

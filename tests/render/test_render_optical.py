@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from memprism_ray.composer import compose
-from memprism_ray.composer.synthetic import alfworld_like_stream, random_stream
 from memprism_ray.recorder import EventStream, RawEvent
 from memprism_ray.render import RenderColors, RenderConfig, layout, render, render_image, render_png, render_text
 from memprism_ray.render.font import atlas
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream, random_stream
 from memprism_ray.view_space import ALL_ACTIONS, ViewAction
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ CASES = [
 SCRIPT = """
 import hashlib, json, sys
 from memprism_ray.composer import compose
-from memprism_ray.composer.synthetic import alfworld_like_stream
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream
 from memprism_ray.render import RenderConfig, render_png
 out = []
 for name, n, side in json.loads(sys.argv[1]):

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from PIL import Image, ImageDraw
 
 from memprism_ray.composer import compose
-from memprism_ray.composer.synthetic import alfworld_like_stream, random_stream
 from memprism_ray.recorder import EventStream, RawEvent
 from memprism_ray.render import Page, RenderConfig, layout, render, render_image, render_text
 from memprism_ray.render.layout import _BOX
 from memprism_ray.render.optical import paint, paint_image, palette
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream, random_stream
 from memprism_ray.view_space import ALL_ACTIONS
 
 sides = st.sampled_from([448, 672, 896])

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from memprism_ray.composer import SelectedEvent, compose
 from memprism_ray.composer.structures import TraceGap, TraceRun
-from memprism_ray.composer.synthetic import alfworld_like_stream, random_stream
 from memprism_ray.recorder import EventStream, RawEvent
 from memprism_ray.render import RenderConfig, layout, render_text
+from memprism_ray.testing.synthetic_streams import alfworld_like_stream, random_stream
 from memprism_ray.view_space import ALL_ACTIONS, ViewAction
 
 HEADER = 3

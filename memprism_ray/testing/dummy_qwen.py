@@ -17,7 +17,7 @@ Outputs of such a model are random text, so parsers mark them invalid: it measur
 and speed, not success. ``size="tiny"`` keeps every file identical but the layer sizes
 (CPU tests of the directory itself).
 
-    python -m memprism_ray.policy.dummy_qwen /tmp/memprism-dummy-qwen25vl-7b
+    python -m memprism_ray.testing.dummy_qwen /tmp/memprism-dummy-qwen25vl-7b
 """
 
 from __future__ import annotations
