@@ -5,7 +5,8 @@ name in the same directory, flushed to disk, and only then given its final name,
 leaves either the old file or the new one, never half of one. Without ``overwrite=True`` an
 existing file is an error (the rename is a hard link, which fails atomically when the name
 is taken, so two writers cannot both win). Also the file helpers every layer shares: a
-file's SHA-256, JSON parsing with a one-line error, and a bounded exclusive file lock.
+file's SHA-256, JSON parsing with a one-line error, a bounded exclusive file lock, and a
+directory's files as bytes and back (a checkpoint shipped between the Ray driver and its actors).
 """
 
 from __future__ import annotations
@@ -111,3 +112,21 @@ def file_lock(path: str | Path, timeout_s: float, *, what: str = "", hint: str =
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def read_files(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` by relative path (to ship a checkpoint across nodes)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def write_files(files: dict[str, bytes], root: Path) -> Path:
+    """Write :func:`read_files` output under ``root``; ``config.json`` last, so a crash never
+    leaves a directory that looks complete (a checkpoint is complete once its ``config.json``
+    exists: ``trainer/run_dir.latest_checkpoint``). Each file is replaced atomically (a
+    checkpoint directory is rewritten only when its iteration is played again)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name in sorted(files, key=lambda n: n == "config.json"):
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise ValueError(f"refusing to write outside {root}: {name}")
+        atomic_write_bytes(root / name, files[name], overwrite=True)
+    return root

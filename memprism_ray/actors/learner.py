@@ -99,7 +99,7 @@ class Learner:
         import tempfile
 
         from memprism_ray.adapter.checkpoint import checkpoint_sha256, save_checkpoint
-        from memprism_ray.pipeline.run_dir import read_files
+        from memprism_ray.io_atomic import read_files
 
         with tempfile.TemporaryDirectory() as tmp:
             save_checkpoint(

@@ -182,7 +182,7 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
     import ray
 
     from memprism_ray.benchmark import get_benchmark
-    from memprism_ray.pipeline.jobs import check_job
+    from memprism_ray.benchmark.job_spec import check_job
     from memprism_ray.trainer.fit import run_evaluation
 
     check_marginal_arg(args.marginal)

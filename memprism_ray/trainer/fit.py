@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.benchmark import Benchmark, BenchmarkConfigError, get_benchmark
-from memprism_ray.pipeline.jobs import parse_job_args
-from memprism_ray.pipeline.run_dir import (
+from memprism_ray.trainer.job_args import parse_job_args
+from memprism_ray.trainer.run_dir import (
     RunDirError,
     RunLogger,
     checkpoint_dir,

@@ -28,11 +28,12 @@ from memprism_ray.actors.placement import (
 from memprism_ray.actors.rollout import RolloutWorker
 from memprism_ray.actors.workers import PhiWorker, ViewWorker, start_policy_replicas
 from memprism_ray.benchmark import DataTree, get_benchmark
-from memprism_ray.pipeline.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration, write_files
+from memprism_ray.io_atomic import write_files
 from memprism_ray.policy.factory import needs_view_text
 from memprism_ray.trainer.placement_record import PlacementRecord
 from memprism_ray.trainer.rollouts import IterationFailed, RolloutFleet, iteration_stats, run_groups, sample_groups
 from memprism_ray.trainer.rollouts import say as grpo_say
+from memprism_ray.trainer.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration
 
 
 @dataclass

@@ -28,7 +28,7 @@ def test_label_views_plays_the_rollins_its_config_names(
     import pyarrow.parquet as pq
 
     from memprism_ray.config import load_config
-    from memprism_ray.pipeline.run_dir import d1_dir
+    from memprism_ray.trainer.run_dir import d1_dir
 
     overrides = memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "labels")  # 2 expert games, 1 roll-in
     assert _label_job().main(["--config", "configs/local.yaml", *overrides]) == 0

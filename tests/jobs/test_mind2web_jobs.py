@@ -105,8 +105,8 @@ def test_missing_data_path_is_one_clear_error(
 
 def test_job_settings_are_checked() -> None:
     from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.benchmark.job_spec import check_job
     from memprism_ray.config import load_config
-    from memprism_ray.pipeline.jobs import check_job
 
     check_benchmark = get_benchmark("mind2web").check
     cfg = load_config("configs/mind2web_smoke.yaml")

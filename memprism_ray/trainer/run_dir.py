@@ -31,7 +31,7 @@ from typing import Any
 
 from memprism_ray.config import check_run_name
 from memprism_ray.config_tree import to_dict
-from memprism_ray.io_atomic import atomic_write_bytes, atomic_write_text
+from memprism_ray.io_atomic import atomic_write_text
 
 CHECKPOINT_PREFIX = "iter_"
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
@@ -205,14 +205,6 @@ def set_aside_corrupt(corrupt: list[tuple[Path, str]], warn: Callable[[str], Non
     for path, error in corrupt:
         aside = _set_aside(path)
         warn(f"checkpoint {path.name} is corrupt ({error}); moved to {aside.name}, falling back to the previous one")
-
-
-def latest_valid_checkpoint(run_dir: Path, warn: Callable[[str], None] = _warn) -> Path | None:
-    """The newest checkpoint that verifies; each corrupt newer one is renamed ``*.corrupt``
-    (kept, not deleted) with a warning, so the run falls back to the previous one."""
-    found, corrupt = find_valid_checkpoint(run_dir)
-    set_aside_corrupt(corrupt, warn)
-    return found
 
 
 def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: Any, allow: bool) -> list[str]:
@@ -408,21 +400,3 @@ class RunLogger:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-
-
-def read_files(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` by relative path (to ship a checkpoint across nodes)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def write_files(files: dict[str, bytes], root: Path) -> Path:
-    """Write :func:`read_files` output under ``root``; ``config.json`` last, so a crash never
-    leaves a directory that looks complete (``latest_checkpoint`` keys on it). Each file is
-    replaced atomically (a checkpoint directory is rewritten only when its iteration is
-    played again)."""
-    root.mkdir(parents=True, exist_ok=True)
-    for name in sorted(files, key=lambda n: n == "config.json"):
-        if Path(name).is_absolute() or ".." in Path(name).parts:
-            raise ValueError(f"refusing to write outside {root}: {name}")
-        atomic_write_bytes(root / name, files[name], overwrite=True)
-    return root

@@ -12,7 +12,8 @@ import torch
 from memprism_ray.adapter.checkpoint import save_checkpoint
 from memprism_ray.adapter.grpo_update import GRPOConfig, GRPOUpdater
 from memprism_ray.config import load_config
-from memprism_ray.pipeline.run_dir import (
+from memprism_ray.router.model import RouterConfig, ViewPolicyModel
+from memprism_ray.trainer.run_dir import (
     RunDirError,
     RunLogger,
     checkpoint_dir,
@@ -23,7 +24,6 @@ from memprism_ray.pipeline.run_dir import (
     latest_checkpoint,
     prepare_run_dir,
 )
-from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 
 TINY = RouterConfig(d_model=32, n_heads=4, n_layers=1, ff_dim=64, planner_hidden=64, entity_hint_dim=8)
 

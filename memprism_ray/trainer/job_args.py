@@ -5,56 +5,12 @@ that the job can do what the config asks (the benchmark then resolves its data:
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
+from memprism_ray.benchmark.job_spec import JobSpec, check_job
 from memprism_ray.config import ExperimentConfig, load_config
 from memprism_ray.config_tree import describe
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """What one job can do, where the config tree accepts more (issue 10: a setting a job
-    would silently ignore is an error at load time). A benchmark declares its jobs'
-    (:meth:`memprism_ray.benchmark.Benchmark.job_spec`), beyond its own checks
-    (:meth:`memprism_ray.benchmark.Benchmark.check`: the benchmark keys and ``grpo.reward``)."""
-
-    name: str
-    """the job, as its refusals name it (``grpo_alfworld``)"""
-    supports: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
-    """dotted config key -> the values this job implements"""
-    runs_policy: bool = False
-    """whether the job runs the task policy (then its backend must be able to run)"""
-
-
-def _dotted(cfg: Any, key: str) -> Any:
-    for part in key.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
-
-
-def check_job(job: JobSpec, cfg: ExperimentConfig, environ: Mapping[str, str] | None = None) -> None:
-    """Raise ``ValueError`` (one line: key, value, what is allowed) when ``job`` cannot do what
-    ``cfg`` asks: a setting it does not implement, or a policy backend that cannot run here.
-
-    The backend is checked only when the job's actors run on this machine (a local Ray);
-    under ``ray job submit`` the driver may sit on a CPU head while the policy replicas run on
-    GPU nodes that have vLLM."""
-    for key, allowed in job.supports.items():
-        value = _dotted(cfg, key)
-        if value not in allowed:
-            raise ValueError(
-                f"{key}={value!r} is not supported by the {job.name} job; it supports: {', '.join(map(str, allowed))}"
-            )
-    environ = os.environ if environ is None else environ
-    joins_cluster = cfg.run.ray_address == "auto" and bool(environ.get("RAY_ADDRESS"))
-    if job.runs_policy and not joins_cluster:
-        problem = cfg.policy.unavailable_here()
-        if problem:
-            raise ValueError(problem)
 
 
 def parse_job_args(
