@@ -1,6 +1,6 @@
 """D1 labelling cost for a policy that reads only the page's text (the scripted stand-in).
 
-The counterfactual teacher (paper section 3.4, ``pipeline/labels.py``) shows the frozen policy
+The counterfactual teacher (paper section 3.4, ``adapter/d1_labels.py``) shows the frozen policy
 every one of the 144 views at each decision state. A VLM is shown the painted page; the
 scripted stand-in reads the text twin, so its pages are laid out and not painted. This
 compares, interleaved round by round so that machine load affects both alike, the seconds to
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from _results import write_result
 
-from memprism_ray.pipeline.labels import LabelState, counterfactual_labels
+from memprism_ray.adapter.d1_labels import LabelState, counterfactual_labels
 from memprism_ray.policy.scripted import ScriptedPolicy
 from memprism_ray.router.encoder import HashingEncoder
 from memprism_ray.router.features import FeatureExtractor

@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from memprism_ray.adapter.grpo_update import GRPOConfig
 from memprism_ray.adapter.sft import SFTConfig
@@ -34,6 +34,7 @@ from memprism_ray.recorder.phi.config import PhiConfig
 from memprism_ray.render.config import RenderConfig
 from memprism_ray.router.encoder import EncoderConfig
 from memprism_ray.router.model import RouterConfig
+from memprism_ray.router.teacher import CounterfactualConfig, LLMTeacherConfig
 
 _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -105,9 +106,28 @@ class CorpusSection:
 
 @dataclass
 class LabelConfig:
-    """D1 data: expert trajectories labelled by a view teacher (appendix A.3)."""
+    """D1 data: reference trajectories labelled by a view teacher (appendix A.3). Each
+    teacher's settings are the dataclass that teacher takes, as a nested section:
+    ``label.counterfactual`` and ``label.llm`` (its endpoint keys included)."""
 
-    teacher: str = field("counterfactual", help="view teacher: counterfactual (no LLM) or llm (OpenAI-compatible)")
+    #: The flat keys of the one-section label config, each refused with its new key.
+    RENAMED: ClassVar[dict[str, str]] = {
+        "samples_per_view": "counterfactual.samples_per_view",
+        "cost_temperature": "counterfactual.cost_temperature",
+        "uninformative": "counterfactual.uninformative",
+        "tie_break_temperature": "counterfactual.tie_break_temperature",
+        "page_token_temperature": "counterfactual.page_token_temperature",
+        "llm_source": "llm.source",
+        "llm_base_url": "llm.base_url",
+        "llm_model": "llm.model",
+        "llm_max_tokens": "llm.max_tokens",
+        "llm_concurrency": "llm.concurrency",
+        "top_k": "llm.top_k",
+    }
+
+    teacher: str = field(
+        "counterfactual", help="view teacher: counterfactual (label.counterfactual, no LLM) or llm (label.llm)"
+    )
     games: int = field(24, help="training games whose expert trajectories are labelled")
     rollin_games: int = field(
         0,
@@ -115,64 +135,31 @@ class LabelConfig:
         "expert's next command as each state's reference: D1 then sees the long searches that the expert's short "
         "trajectories never reach (counterfactual teacher on the scripted policy only; else D1 says it skips them)",
     )
-    samples_per_view: int = field(2, help="counterfactual teacher: policy samples per candidate view")
-    cost_temperature: float = field(
-        1.0, help="counterfactual teacher: T_c of the cost shading exp(-C/T_c) (0.1 let the cost decide every label)"
+    policy_temperature: float = field(
+        0.5, help="temperature of the scripted task policy D1 labels with and plays its roll-ins with"
     )
-    uninformative: str = field(
-        "skip",
-        help="counterfactual teacher, states where every view gives the same action: skip (counted) or tie_break "
-        "(the label is the cost tie-break over all views)",
+    workers: int = field(2, help="Ray tasks labelling in parallel")
+    counterfactual: CounterfactualConfig = field(
+        default_factory=CounterfactualConfig, help="the counterfactual teacher (label.teacher: counterfactual)"
     )
-    tie_break_temperature: float = field(
-        0.0, help="counterfactual teacher, uninformative=tie_break: T of exp(-C/T) over all views (0: cost_temperature)"
+    llm: LLMTeacherConfig = field(
+        default_factory=LLMTeacherConfig, help="the LLM view teacher and its endpoint (label.teacher: llm)"
     )
-    page_token_temperature: float = field(
-        0.0,
-        help="counterfactual teacher: shade the kept views by their page's visual tokens, exp(-tokens/T), in place "
-        "of the structural cost (0: structural cost at cost_temperature)",
-    )
-    policy_temperature: float = field(0.5, help="counterfactual teacher: scripted policy temperature")
-    llm_source: str = field("endpoint", help="llm teacher: 'endpoint' (llm_base_url) or 'pool' (the policy pool)")
-    llm_base_url: str = field("http://127.0.0.1:8000/v1", help="llm teacher: OpenAI-compatible endpoint")
-    llm_model: str = field("Qwen/Qwen2.5-72B-Instruct", help="llm teacher: model name")
-    llm_max_tokens: int = field(1024, help="llm teacher: completion token limit per decision")
-    llm_concurrency: int = field(64, help="llm teacher: requests in flight per labelling task")
-    top_k: int = field(5, help="llm teacher: soft labels requested")
-    workers: int = field(2, help="Ray actors labelling in parallel")
 
     def __post_init__(self) -> None:
         if self.teacher not in ("counterfactual", "llm"):
             raise ValueError(f"label.teacher must be 'counterfactual' or 'llm', got {self.teacher!r}")
-        if self.llm_source not in ("endpoint", "pool"):
-            raise ValueError(f"label.llm_source must be 'endpoint' or 'pool', got {self.llm_source!r}")
-        if self.llm_max_tokens < 1 or self.llm_concurrency < 1:
-            raise ValueError("label.llm_max_tokens and label.llm_concurrency must be >= 1")
         if self.rollin_games < 0:
             raise ValueError(f"label.rollin_games must be >= 0, got {self.rollin_games}")
-        if self.games < 1 or self.samples_per_view < 1 or self.workers < 1:
-            raise ValueError("label.games, label.samples_per_view and label.workers must be >= 1")
+        if self.games < 1 or self.workers < 1:
+            raise ValueError("label.games and label.workers must be >= 1")
         if not self.policy_temperature >= 0:
             raise ValueError(f"label.policy_temperature must be >= 0 (0 = greedy), got {self.policy_temperature}")
-        if not self.cost_temperature > 0:
-            raise ValueError(f"label.cost_temperature must be > 0, got {self.cost_temperature}")
-        if self.uninformative not in ("skip", "tie_break"):
-            raise ValueError(f"label.uninformative must be 'skip' or 'tie_break', got {self.uninformative!r}")
-        if not self.tie_break_temperature >= 0:
+        if self.counterfactual.page_token_temperature > 0 and self.teacher != "counterfactual":
             raise ValueError(
-                f"label.tie_break_temperature must be >= 0 (0: cost_temperature), got {self.tie_break_temperature}"
-            )
-        if not self.page_token_temperature >= 0:
-            raise ValueError(
-                f"label.page_token_temperature must be >= 0 (0: structural cost), got {self.page_token_temperature}"
-            )
-        if self.page_token_temperature > 0 and self.teacher != "counterfactual":
-            raise ValueError(
-                "label.page_token_temperature shades the counterfactual teacher's labels; "
+                "label.counterfactual.page_token_temperature shades the counterfactual teacher's labels; "
                 f"label.teacher={self.teacher!r} does not use it (set it to 0)"
             )
-        if self.top_k < 1:
-            raise ValueError(f"label.top_k must be >= 1, got {self.top_k}")
 
 
 @dataclass
@@ -349,10 +336,10 @@ class ExperimentConfig:
                 raise ValueError(
                     f"{name}=cpu contradicts rollout.learner_gpus={self.rollout.learner_gpus}: set one of them"
                 )
-        if self.label.teacher == "llm" and self.label.llm_source == "pool" and self.policy.backend != "vllm":
+        if self.label.teacher == "llm" and self.label.llm.source == "pool" and self.policy.backend != "vllm":
             raise ValueError(
-                f"label.llm_source=pool serves the teacher on the policy pool's vLLM engines, but policy.backend is "
-                f"{self.policy.backend!r}: use label.llm_source: endpoint"
+                f"label.llm.source=pool serves the teacher on the policy pool's vLLM engines, but policy.backend is "
+                f"{self.policy.backend!r}: use label.llm.source: endpoint"
             )
         if self.phi.kind == "llm" and self.phi.llm_source == "pool" and self.policy.backend != "vllm":
             raise ValueError(

@@ -3,11 +3,13 @@
 Every setting lives in a dataclass field with a one-line ``metadata={"help": ...}``; a tree
 is a dataclass whose fields may be dataclasses themselves. Presets are YAML files that set a
 subset of fields; ``--section.field VALUE`` on the command line overrides one leaf.
-Unknown keys are errors that list the valid ones, values are coerced to the field's type
-with a clear message (a YAML or command-line number given as a string becomes a number;
-``nan`` is never a valid setting), and each dataclass's ``__post_init__`` validates the
-result. A free-form ``dict`` field may name a ``schema`` dataclass: its entries are then
-coerced and validated by that dataclass's annotations and ``__post_init__`` too.
+Unknown keys are errors that list the valid ones; an old key a dataclass lists in its
+``RENAMED`` (old name -> new dotted name under it) is a one-line error naming the new key.
+Values are coerced to the field's type with a clear message (a YAML or command-line number
+given as a string becomes a number; ``nan`` is never a valid setting), and each dataclass's
+``__post_init__`` validates the result. A free-form ``dict`` field may name a ``schema``
+dataclass: its entries are then coerced and validated by that dataclass's annotations and
+``__post_init__`` too.
 """
 
 from __future__ import annotations
@@ -166,6 +168,11 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
     unknown = [k for k in data if k not in fields]
     if unknown:
         prefix = f"{_where}." if _where else ""
+        renamed = getattr(cls, "RENAMED", {})
+        if any(k in renamed for k in unknown):  # an old key: say its new name, not the whole list
+            raise ValueError(
+                "; ".join(f"{prefix}{k} was renamed {prefix}{renamed[k]}" for k in unknown if k in renamed)
+            )
         raise ValueError(
             f"unknown setting(s) {', '.join(prefix + k for k in unknown)}; "
             f"valid keys{' under ' + _where if _where else ''}: {', '.join(fields)}"

@@ -5,7 +5,7 @@ appendix E.2), the LLM Phi ("Recorder", appendix E.1) and the memory baselines' 
 included in the efficiency results").
 
 :class:`EndpointConfig` is the one config shape: every config section that talks to an
-endpoint (``policy.openai``, ``phi``, ``eval.memory``, the teacher's ``LLMTeacherConfig``)
+endpoint (``policy.openai``, ``phi``, ``eval.memory``, the view teacher's ``label.llm``)
 subclasses it, so ``base_url``, ``model``, ``api_key_env``, ``timeout_s``, ``max_retries``,
 ``backoff_s`` and ``max_backoff_s`` mean the same everywhere. :class:`ChatClient` sends each
 request over httpx with that timeout; a connection error, a timeout or HTTP 408/409/429/5xx

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pytest
 
@@ -139,3 +139,23 @@ def test_describe_lists_schema_keys() -> None:
     rows = {name: (default, help_) for name, default, help_ in describe(WithKnobs)}
     assert rows["knobs.temperature"] == ("1.0", "sampling temperature") and rows["knobs.seed"] == ("0", "seed")
     assert rows["free"] == ("{}", "no schema")
+
+
+@dataclass
+class Moved:
+    """A section whose flat keys moved into a nested one (as ``label.llm_base_url`` ->
+    ``label.llm.base_url``)."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"inner_lr": "inner.lr"}
+
+    inner: Inner = field(default_factory=Inner, help="inner block")
+
+
+def test_a_renamed_key_is_one_line_naming_the_new_key() -> None:
+    with pytest.raises(ValueError) as err:
+        from_dict(Outer, {"inner": {}, "moved": {}})  # no RENAMED: the usual list of valid keys
+    assert str(err.value).startswith("unknown setting(s) moved; valid keys:")
+    with pytest.raises(ValueError) as err:
+        from_dict(Moved, {"inner_lr": 0.1, "typo": 1}, _where="sec")
+    assert str(err.value) == "sec.inner_lr was renamed sec.inner.lr"
+    assert from_dict(Moved, {"inner": {"lr": 0.1}}).inner.lr == 0.1

@@ -1,18 +1,20 @@
 """D1's Ray tasks (paper "Adapter", decision-conditioned initialisation; appendix A.3
 "Cold-start distillation"): reference trajectories, view-teacher labels, the supervised
 Router. Thin shells: what a benchmark plays is its :class:`~memprism_ray.benchmark.Benchmark`,
-the labelling is :mod:`memprism_ray.pipeline.labels`, the orchestration is
+the labelling is :mod:`memprism_ray.adapter.d1_labels` (given the teacher's settings section,
+``label.counterfactual`` or ``label.llm``, as it is), the orchestration is
 :mod:`memprism_ray.trainer.d1`.
 
 Labelling tasks never build a model: with a vLLM (or hf) task policy they reach the policy
 pool's replicas (docs/gpu.md), which also serve the LLM view teacher (``label.teacher: llm``,
-``label.llm_source: pool``).
+``label.llm.source: pool``).
 """
 
 from __future__ import annotations
 
 import io
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +74,7 @@ def label_policy(cfg: Any, pool: list[Any] | None, key: str) -> Any:
         policy_pool = PolicyPool(pool, cfg.run.call_timeout_s, caller=key)
         return PoolPolicy(policy_pool, key, needs_view_text(cfg.policy, contract))
     if cfg.policy.backend == "scripted":
-        from memprism_ray.pipeline.labels import scripted_label_policy
+        from memprism_ray.adapter.d1_labels import scripted_label_policy
 
         return scripted_label_policy(cfg, contract)
     if cfg.policy.backend in POOL_BACKENDS:
@@ -92,49 +94,36 @@ def label_task(
     """View-teacher labels of some reference episodes: an SFT dataset as Parquet bytes and the
     teacher's counts. ``label.teacher: counterfactual`` shows the task policy each of the 144
     views; ``llm`` asks the benchmark's LLM view teacher once per decision (served by ``pool``
-    with ``label.llm_source: pool``)."""
+    with ``label.llm.source: pool``). Each teacher gets its settings section as it is."""
     set_ray_env()
     if data is not None:  # the scripted stand-in's fixture, as this node has it
         cfg = data.localize(cfg)
     import pyarrow.parquet as pq
 
+    from memprism_ray.adapter.d1_labels import counterfactual_labels, expert_states, llm_labels
     from memprism_ray.benchmark import get_benchmark
-    from memprism_ray.pipeline.labels import counterfactual_labels, expert_states, llm_teacher_config
     from memprism_ray.router.encoder import TextEncoder
     from memprism_ray.router.features import FeatureExtractor
 
     states = expert_states(pq.read_table(io.BytesIO(table_bytes)), episodes)
     extractor = FeatureExtractor(TextEncoder(cfg.encoder))
     if cfg.label.teacher == "llm":
-        from memprism_ray.pipeline.llm_labels import llm_labels
-
         complete_many = None
         if pool:
             from memprism_ray.actors.services import PolicyPool
 
-            policy_pool = PolicyPool(pool, cfg.run.call_timeout_s, caller=key)
-
-            def complete_many(prompts: list[str]) -> list[Any]:
-                return policy_pool.complete(prompts, max_tokens=cfg.label.llm_max_tokens, temperature=0.0, group=key)
-
-        with get_benchmark(cfg.corpus.benchmark).llm_teacher(llm_teacher_config(cfg)) as teacher:
-            dataset, counts = llm_labels(
-                states, extractor, teacher, complete_many=complete_many, concurrency=cfg.label.llm_concurrency
-            )
+            complete_many = partial(PolicyPool(pool, cfg.run.call_timeout_s, caller=key).complete, group=key)
+        with get_benchmark(cfg.corpus.benchmark).llm_teacher(cfg.label.llm) as teacher:
+            dataset, counts = llm_labels(states, extractor, teacher, complete_many=complete_many)
         return _parquet(dataset), counts
-    lab = cfg.label
     dataset, counts = counterfactual_labels(
         states,
         extractor,
         label_policy(cfg, pool, key),
+        cfg.label.counterfactual,
         benchmark=cfg.agent.benchmark,
         render_config=cfg.render,
         short_history=cfg.agent.short_history,
-        samples_per_view=lab.samples_per_view,
-        cost_temperature=lab.cost_temperature,
-        uninformative=lab.uninformative,
-        tie_break_temperature=lab.tie_break_temperature,
-        page_token_temperature=lab.page_token_temperature,
     )
     return _parquet(dataset), counts
 
@@ -151,7 +140,7 @@ def sft_task(dataset_bytes: bytes, cfg: Any) -> dict[str, Any]:
 
     from memprism_ray.adapter.checkpoint import checkpoint_sha256, save_checkpoint
     from memprism_ray.adapter.sft import SFTDataset, SFTTrainer
-    from memprism_ray.pipeline.run_dir import read_files
+    from memprism_ray.io_atomic import read_files
     from memprism_ray.router.model import ViewPolicyModel
 
     device = cfg.sft.device

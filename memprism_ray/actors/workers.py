@@ -235,7 +235,7 @@ class PolicyReplica:
         if self.async_policy is None:
             raise ValueError(
                 f"policy.backend={self.config.backend} cannot serve the LLM view teacher; use backend vllm, or "
-                "label.llm_source: endpoint"
+                "label.llm.source: endpoint"
             )
         if group:
             self.loads.touch(group, len(prompts))

@@ -90,7 +90,7 @@ class Alfworld(Benchmark):
 
         rollin_args: dict[str, Any] = {}
         if rollin:
-            from memprism_ray.pipeline.labels import rollin_chooser, scripted_label_policy
+            from memprism_ray.adapter.d1_labels import rollin_chooser, scripted_label_policy
 
             rollin_args = {
                 "rollin_games": list(rollin),

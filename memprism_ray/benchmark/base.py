@@ -20,7 +20,10 @@ import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # the teacher loads with the first D1 labelling task
+    from memprism_ray.router.teacher import LLMTeacherConfig, LLMViewTeacher
 
 
 class BenchmarkConfigError(ValueError):
@@ -194,7 +197,7 @@ class Benchmark:
     def job_spec(self, kind: str) -> Any:
         """What ``jobs/<kind>_<name>.py`` can do (``kind``: ``grpo`` or ``eval``), checked when
         its arguments are parsed, before Ray or D1 start."""
-        from memprism_ray.pipeline.jobs import JobSpec
+        from memprism_ray.benchmark.job_spec import JobSpec
 
         return JobSpec(f"{kind}_{self.name}", dict(self.job_supports.get(kind, {})), runs_policy=True)
 
@@ -257,11 +260,11 @@ class Benchmark:
         """Whether D1 plays ``label.rollin_games`` roll-ins (only where the benchmark has them)."""
         return False
 
-    def llm_teacher(self, teacher_cfg: Any) -> Any:
-        """The LLM view teacher of appendix E.2 for this benchmark."""
+    def llm_teacher(self, config: LLMTeacherConfig) -> LLMViewTeacher:
+        """The LLM view teacher of appendix E.2 for this benchmark, with the ``label.llm`` settings."""
         from memprism_ray.router.teacher import LLMViewTeacher
 
-        return LLMViewTeacher(teacher_cfg)
+        return LLMViewTeacher(config)
 
     # ------------------------------------------------------------------ evaluation report
     def write_condition(self, played: Played, out_dir: Path, manifest: Any, ctx: EvalRun) -> dict[str, Any]:

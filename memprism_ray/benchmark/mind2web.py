@@ -16,7 +16,7 @@ from typing import Any
 
 from memprism_ray.benchmark.base import Benchmark, DataTree, EvalPlan, EvalRun, Played, rerecord_episodes
 from memprism_ray.envs.base import GameRef, cache_base
-from memprism_ray.router.teacher import PROMPT_DIR, LLMViewTeacher, TeacherPrompt
+from memprism_ray.router.teacher import PROMPT_DIR, LLMTeacherConfig, LLMViewTeacher, TeacherPrompt
 
 
 class Mind2Web(Benchmark):
@@ -136,8 +136,8 @@ class Mind2Web(Benchmark):
         pq.write_table(episodes_to_arrow(rerecord_episodes(episodes, phi)), buf)
         return buf.getvalue()
 
-    def llm_teacher(self, teacher_cfg: Any) -> Any:
-        return Mind2WebLLMTeacher(teacher_cfg)
+    def llm_teacher(self, config: LLMTeacherConfig) -> LLMViewTeacher:
+        return Mind2WebLLMTeacher(config)
 
     # ------------------------------------------------------------------ evaluation report
     def write_condition(self, played: Played, out_dir: Path, manifest: Any, ctx: EvalRun) -> dict[str, Any]:

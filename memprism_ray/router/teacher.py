@@ -74,7 +74,7 @@ import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -330,26 +330,36 @@ def parse_teacher_response(text: str, *, top_k: int | None = None) -> TeacherLab
 # --- the LLM teacher --------------------------------------------------------------------------
 @dataclass
 class LLMTeacherConfig(EndpointConfig):
-    """How to reach the view-teacher LLM (the shared endpoint keys, memprism_ray/llm_client.py)
-    and what to ask it."""
+    """The LLM view teacher's settings, declared once: the job's ``label.llm`` section (the
+    shared endpoint keys of memprism_ray/llm_client.py, where ``source: endpoint`` sends the
+    prompts) and what to ask it (appendix E.2)."""
 
-    SECTION: ClassVar[str] = "LLMTeacherConfig"
+    SECTION: ClassVar[str] = "label.llm"
 
-    model: str = field(default="", metadata={"help": "served model name sent in each request (required)"})
+    model: str = field(default="Qwen/Qwen2.5-72B-Instruct", metadata={"help": "served model name sent in each request"})
+    timeout_s: float = field(default=300.0, metadata={"help": "per-request timeout in seconds (endpoint)"})
     backoff_s: float = field(default=1.0, metadata={"help": "first retry delay in seconds, doubled each retry"})
+    source: str = field(
+        default="endpoint",
+        metadata={"help": "'endpoint' (base_url) or 'pool' (the policy pool's vLLM engines: policy.backend vllm)"},
+    )
+    concurrency: int = field(default=64, metadata={"help": "teacher requests in flight per labelling task"})
     top_k: int = field(default=5, metadata={"help": "soft labels requested and kept"})
     temperature: float = field(default=0.0, metadata={"help": "teacher sampling temperature"})
-    max_tokens: int = field(default=1024, metadata={"help": "completion token limit"})
+    max_tokens: int = field(default=1024, metadata={"help": "completion token limit per decision"})
     target_vlm_spec: dict[str, Any] = field(
         default_factory=lambda: dict(DEFAULT_TARGET_VLM_SPEC), metadata={"help": "target_vlm_spec prompt input"}
     )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        s = self.SECTION
+        if self.source not in ("endpoint", "pool"):
+            raise ValueError(f"{s}.source must be 'endpoint' or 'pool', got {self.source!r}")
         if not 1 <= self.top_k <= NUM_ACTIONS:
-            raise ValueError(f"LLMTeacherConfig.top_k must be in [1, {NUM_ACTIONS}], got {self.top_k}")
-        if self.temperature < 0 or self.max_tokens < 1:
-            raise ValueError("LLMTeacherConfig needs temperature >= 0 and max_tokens >= 1")
+            raise ValueError(f"{s}.top_k must be in [1, {NUM_ACTIONS}], got {self.top_k}")
+        if self.temperature < 0 or self.max_tokens < 1 or self.concurrency < 1:
+            raise ValueError(f"{s} needs temperature >= 0, max_tokens >= 1 and concurrency >= 1")
 
 
 class LLMViewTeacher(Closing):
@@ -359,7 +369,7 @@ class LLMViewTeacher(Closing):
 
     ``transport`` is passed to ``httpx.Client`` (tests use ``httpx.MockTransport``).
     ``complete_fn`` (prompt -> reply text) replaces the HTTP endpoint, e.g. the Ray policy
-    pool serving the teacher on its vLLM engines (memprism_ray/pipeline/llm_labels.py).
+    pool serving the teacher on its vLLM engines (memprism_ray/adapter/d1_labels.py).
     ``counters`` (:class:`~memprism_ray.llm_client.LLMCounters`) counts the calls either way.
     """
 
@@ -382,7 +392,7 @@ class LLMViewTeacher(Closing):
         """Fill the template; every input is inserted as JSON (``top_k`` from the config)."""
         values = dict(inputs)
         if "top_k" in values:
-            raise ValueError("top_k comes from LLMTeacherConfig.top_k, do not pass it as an input")
+            raise ValueError(f"top_k comes from {self.config.SECTION}.top_k, do not pass it as an input")
         values.setdefault("target_vlm_spec", self.config.target_vlm_spec)
         values.setdefault("view_action_space", view_action_space_description())
         wanted = set(self.fields) - {"top_k"}
@@ -432,7 +442,7 @@ class LLMViewTeacher(Closing):
                 self.counters.add("failures")
                 raise TeacherRequestError(f"teacher backend failed: {type(exc).__name__}: {exc}") from exc
         if not self.config.model:
-            raise ValueError("LLMTeacherConfig.model is empty: set it to the model name the endpoint serves")
+            raise ValueError(f"{self.config.SECTION}.model is empty: set it to the model name the endpoint serves")
         messages = [{"role": "user", "content": prompt}]
         try:
             reply = self._client.chat(messages, temperature=self.config.temperature, max_tokens=self.config.max_tokens)
@@ -453,10 +463,19 @@ class LLMViewTeacher(Closing):
 # --- the counterfactual teacher ---------------------------------------------------------------
 @dataclass
 class CounterfactualConfig:
-    """Settings of :class:`CounterfactualTeacher` (rule in the module docstring)."""
+    """The counterfactual teacher's settings, declared once: the job's ``label.counterfactual``
+    section (rule in the module docstring)."""
 
-    samples_per_view: int = field(default=1, metadata={"help": "policy calls per candidate view (S) without probs"})
-    cost_temperature: float = field(default=1.0, metadata={"help": "T_c of the cost shading exp(-C/T_c)"})
+    #: The config section holding these settings (error messages name the key to change).
+    SECTION: ClassVar[str] = "label.counterfactual"
+
+    samples_per_view: int = field(
+        default=2, metadata={"help": "policy samples per candidate view (S), for a policy without exact probs"}
+    )
+    cost_temperature: float = field(
+        default=1.0,
+        metadata={"help": "T_c of the cost shading exp(-C/T_c) (0.1 let the cost decide every label)"},
+    )
     candidates: tuple[int, ...] | None = field(default=None, metadata={"help": "view indices to try; None: all 144"})
     rule: str = field(default="margin", metadata={"help": "margin, proportional or best (module docstring)"})
     margin: float = field(default=0.1, metadata={"help": "rule margin: keep views with m >= (1 - margin) max m"})
@@ -466,7 +485,10 @@ class CounterfactualConfig:
     no_match: str = field(default="cost_prior", metadata={"help": "when no view matches: cost_prior or raise"})
     uninformative: str = field(
         default="skip",
-        metadata={"help": "states where every view gives the same action: skip (a fallback D1 drops) or tie_break"},
+        metadata={
+            "help": "states where every view gives the same action: skip (a fallback D1 drops, counted) or "
+            "tie_break (the label is the cost tie-break over all views)"
+        },
     )
     tie_break_temperature: float = field(
         default=0.0, metadata={"help": "uninformative=tie_break: T of q ∝ exp(-C/T) over all views (0: T_c)"}
@@ -480,38 +502,34 @@ class CounterfactualConfig:
     )
 
     def __post_init__(self) -> None:
+        s = self.SECTION
         if not self.page_token_temperature >= 0:
             raise ValueError(
-                f"CounterfactualConfig.page_token_temperature must be >= 0 (0: structural cost), "
-                f"got {self.page_token_temperature}"
+                f"{s}.page_token_temperature must be >= 0 (0: structural cost), got {self.page_token_temperature}"
             )
         if self.samples_per_view < 1:
-            raise ValueError(f"CounterfactualConfig.samples_per_view must be >= 1, got {self.samples_per_view}")
+            raise ValueError(f"{s}.samples_per_view must be >= 1, got {self.samples_per_view}")
         if not self.cost_temperature > 0:
-            raise ValueError(f"CounterfactualConfig.cost_temperature must be > 0, got {self.cost_temperature}")
+            raise ValueError(f"{s}.cost_temperature must be > 0, got {self.cost_temperature}")
         if self.rule not in ("margin", "proportional", "best"):
-            raise ValueError(f"CounterfactualConfig.rule must be 'margin', 'proportional' or 'best', got {self.rule!r}")
+            raise ValueError(f"{s}.rule must be 'margin', 'proportional' or 'best', got {self.rule!r}")
         if not 0.0 <= self.margin < 1.0:
-            raise ValueError(f"CounterfactualConfig.margin must be in [0, 1), got {self.margin}")
+            raise ValueError(f"{s}.margin must be in [0, 1), got {self.margin}")
         if not 0.0 <= self.min_spread < 1.0:
-            raise ValueError(f"CounterfactualConfig.min_spread must be in [0, 1), got {self.min_spread}")
+            raise ValueError(f"{s}.min_spread must be in [0, 1), got {self.min_spread}")
         if self.no_match not in ("cost_prior", "raise"):
-            raise ValueError(f"CounterfactualConfig.no_match must be 'cost_prior' or 'raise', got {self.no_match!r}")
+            raise ValueError(f"{s}.no_match must be 'cost_prior' or 'raise', got {self.no_match!r}")
         if self.uninformative not in ("skip", "tie_break"):
-            raise ValueError(
-                f"CounterfactualConfig.uninformative must be 'skip' or 'tie_break', got {self.uninformative!r}"
-            )
+            raise ValueError(f"{s}.uninformative must be 'skip' or 'tie_break', got {self.uninformative!r}")
         if not self.tie_break_temperature >= 0:
-            raise ValueError(
-                f"CounterfactualConfig.tie_break_temperature must be >= 0 (0: T_c), got {self.tie_break_temperature}"
-            )
+            raise ValueError(f"{s}.tie_break_temperature must be >= 0 (0: T_c), got {self.tie_break_temperature}")
         if self.candidates is not None:
             cands = tuple(int(i) for i in self.candidates)
             if not cands:
-                raise ValueError("CounterfactualConfig.candidates must not be empty (None means all 144)")
+                raise ValueError(f"{s}.candidates must not be empty (None means all 144)")
             bad = [i for i in cands if not 0 <= i < NUM_ACTIONS]
             if bad or len(set(cands)) != len(cands):
-                raise ValueError(f"CounterfactualConfig.candidates must be distinct indices in [0, 144); bad: {bad}")
+                raise ValueError(f"{s}.candidates must be distinct indices in [0, 144); bad: {bad}")
             self.candidates = cands
 
 
@@ -559,7 +577,7 @@ class CounterfactualTeacher:
         self.config = config or CounterfactualConfig()
         if self.config.page_token_temperature > 0 and not callable(page_tokens):
             raise ValueError(
-                "CounterfactualConfig.page_token_temperature > 0 needs page_tokens(state, view) -> visual tokens"
+                f"{self.config.SECTION}.page_token_temperature > 0 needs page_tokens(state, view) -> visual tokens"
             )
         self.page_tokens = page_tokens
         self._cost = np.asarray(cost_vector(), dtype=np.float64)
@@ -636,10 +654,3 @@ class CounterfactualTeacher:
         tokens = np.array([float(self.page_tokens(state, ALL_ACTIONS[int(i)])) for i in cands])
         # Relative to the cheapest candidate: the same weights, no underflow on large pages.
         return np.exp(-(tokens - tokens.min()) / temp)
-
-
-def teacher_settings(teacher: LLMViewTeacher | CounterfactualTeacher) -> dict[str, Any]:
-    """The teacher's settings as a JSON-ready dict (for dataset metadata and run manifests)."""
-    cfg = asdict(teacher.config)
-    cfg["kind"] = "llm" if isinstance(teacher, LLMViewTeacher) else "counterfactual"
-    return cfg

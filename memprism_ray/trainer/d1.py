@@ -10,7 +10,7 @@ appendix A.3 "Cold-start distillation"; Table A.4 "D1, ALFWorld", "D1, ALFRED pa
 3. the supervised Router, ``checkpoint/``: GRPO's reference policy.
 
 Each stage is reused when its file exists; the directory is keyed by the config sections that
-produce it (``pipeline/run_dir.d1_key``). The stages run as Ray tasks
+produce it (``trainer/run_dir.d1_key``). The stages run as Ray tasks
 (:mod:`memprism_ray.actors.d1_tasks`) so the driver stays light.
 """
 
@@ -28,7 +28,8 @@ from memprism_ray.actors.node_data import NodeData
 from memprism_ray.actors.placement import learner_options
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.benchmark import Benchmark
-from memprism_ray.pipeline.run_dir import write_files
+from memprism_ray.io_atomic import write_files
+from memprism_ray.view_space import ALL_ACTIONS
 
 
 def uses_pool(cfg: Any) -> bool:
@@ -37,31 +38,36 @@ def uses_pool(cfg: Any) -> bool:
     from memprism_ray.policy.factory import POOL_BACKENDS
 
     if cfg.label.teacher == "llm":
-        return cfg.label.llm_source == "pool"
+        return cfg.label.llm.source == "pool"
     return cfg.policy.backend in POOL_BACKENDS
 
 
 def policy_calls_per_decision(cfg: Any) -> int:
-    """Policy (or teacher) calls per reference decision: 1 for the LLM teacher, 144 x S for the
-    counterfactual teacher."""
-    from memprism_ray.pipeline.llm_labels import policy_calls
+    """Policy (or teacher) calls per reference decision: 1 for the LLM teacher, candidates x S
+    (144 x S by default) for the counterfactual teacher."""
+    from memprism_ray.adapter.d1_labels import policy_calls
 
-    return policy_calls(cfg.label.teacher, 1, samples_per_view=cfg.label.samples_per_view)
+    cf = cfg.label.counterfactual
+    views = len(cf.candidates or ALL_ACTIONS)
+    return policy_calls(cfg.label.teacher, 1, samples_per_view=cf.samples_per_view, candidates=views)
 
 
 def d1_cost_line(cfg: Any, benchmark: Benchmark) -> str:
     """What D1 labelling will cost, printed before D1 starts."""
+    lab = cfg.label
     where = {
-        "endpoint": f"the endpoint {cfg.label.llm_base_url}",
+        "endpoint": f"the endpoint {lab.llm.base_url}",
         "pool": f"the policy pool ({cfg.policy.num_replicas} {cfg.policy.backend} replicas)",
-    }[cfg.label.llm_source]
-    served = where if cfg.label.teacher == "llm" else f"the task policy ({cfg.policy.backend})"
-    how = "one call per decision" if cfg.label.teacher == "llm" else f"144 views x {cfg.label.samples_per_view} samples"
+    }[lab.llm.source]
+    served = where if lab.teacher == "llm" else f"the task policy ({cfg.policy.backend})"
+    cf = lab.counterfactual
+    views = len(cf.candidates or ALL_ACTIONS)
+    how = "one call per decision" if lab.teacher == "llm" else f"{views} views x {cf.samples_per_view} samples"
     rollins = benchmark.rollins_apply(cfg)
     return (
-        f"D1: {cfg.label.teacher} view teacher on {served}: {policy_calls_per_decision(cfg)} policy call(s) per "
-        f"reference decision ({how}) over the {benchmark.reference_source} of {cfg.label.games} {benchmark.task_noun}"
-        + (f" and the task policy's roll-ins on {cfg.label.rollin_games} more" if rollins else "")
+        f"D1: {lab.teacher} view teacher on {served}: {policy_calls_per_decision(cfg)} policy call(s) per "
+        f"reference decision ({how}) over the {benchmark.reference_source} of {lab.games} {benchmark.task_noun}"
+        + (f" and the task policy's roll-ins on {lab.rollin_games} more" if rollins else "")
         + "; the exact count follows once they are played"
     )
 

@@ -40,15 +40,15 @@ def test_experiment_config_ties_learner_device_to_its_gpus() -> None:
         load_config("configs/local.yaml", ["--grpo.device", "cuda"])
     with pytest.raises(ValueError, match=r"grpo.device=cpu contradicts rollout.learner_gpus=0.1"):
         load_config("configs/local.yaml", ["--rollout.learner_gpus", "0.1"])
-    with pytest.raises(ValueError, match=r"label\.llm_source=pool serves the teacher"):
-        load_config("configs/local.yaml", ["--label.teacher", "llm", "--label.llm_source", "pool"])
+    with pytest.raises(ValueError, match=r"label\.llm\.source=pool serves the teacher"):
+        load_config("configs/local.yaml", ["--label.teacher", "llm", "--label.llm.source", "pool"])
 
 
 def test_paper_and_gpu_smoke_presets_ask_for_gpus_and_label_with_the_llm_teacher() -> None:
     from memprism_ray.actors.placement import learner_options, policy_replica_options
 
     paper = load_config("configs/alfworld_paper.yaml")
-    assert paper.label.teacher == "llm" and paper.label.llm_source == "pool"
+    assert paper.label.teacher == "llm" and paper.label.llm.source == "pool"
     assert 0 < paper.rollout.learner_gpus < 1
     assert learner_options(paper)["num_gpus"] == paper.rollout.learner_gpus
     opts = policy_replica_options(paper)
@@ -59,7 +59,7 @@ def test_paper_and_gpu_smoke_presets_ask_for_gpus_and_label_with_the_llm_teacher
     # One GPU holds the replica (most of its memory) and the learner's fraction.
     assert smoke.policy.gpus_per_replica + smoke.rollout.learner_gpus <= 1.0
     # What scripts/gpu_proof.sh passes to the job.
-    from memprism_ray.pipeline.jobs import parse_job_args
+    from memprism_ray.trainer.job_args import parse_job_args
 
     _, job = parse_job_args(
         "grpo", ["--config", "configs/gpu_smoke.yaml", "--init_checkpoint", "/tmp/ref", "--policy.vllm.model", "/m"]

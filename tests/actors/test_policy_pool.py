@@ -224,7 +224,7 @@ def test_d1_llm_teacher_labels_expert_decisions_on_the_pool(
     cfg = load_config(
         "configs/local.yaml",
         [
-            *overrides, "--label.teacher", "llm", "--label.llm_source", "pool", "--label.workers", "1",
+            *overrides, "--label.teacher", "llm", "--label.llm.source", "pool", "--label.workers", "1",
             "--label.games", "1", "--policy.backend", "vllm", "--policy.num_replicas", "1",
             "--policy.gpus_per_replica", "1", "--policy.vllm.chat_template", "qwen2_vl",
             "--phi.kind", "llm", "--phi.llm_source", "pool",

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from memprism_ray.adapter.d1_labels import counterfactual_labels, expert_states
 from memprism_ray.benchmark import get_benchmark
 from memprism_ray.benchmark import mind2web as pm
 from memprism_ray.config import load_config
 from memprism_ray.envs.mind2web import list_games
 from memprism_ray.envs.mind2web.data import Mind2WebDataError, load_task
 from memprism_ray.envs.mind2web.fixture import build_fixture
-from memprism_ray.pipeline.labels import counterfactual_labels, expert_states
 
 M2W = get_benchmark("mind2web")
 
@@ -60,6 +60,7 @@ def test_counterfactual_labels_read_mind2web_prompts(root: Path) -> None:
     from memprism_ray.policy.mind2web_scripted import Mind2WebScriptedPolicy
     from memprism_ray.router.encoder import TextEncoder
     from memprism_ray.router.features import FeatureExtractor
+    from memprism_ray.router.teacher import CounterfactualConfig
 
     states = _states(list_games("train", root)[:2])
     dataset, counts = counterfactual_labels(
@@ -72,13 +73,13 @@ def test_counterfactual_labels_read_mind2web_prompts(root: Path) -> None:
     assert counts["decisions"] == len(states)
     assert counts["labelled"] == len(dataset) and counts["labelled"] + counts["fallback_skipped"] == len(states)
     assert len(dataset) >= 1  # some decisions depend on the view: the memory shows what was typed
-    # label.uninformative reaches the Mind2Web teacher too: tie_break keeps the uninformative states.
+    # label.counterfactual.uninformative reaches the Mind2Web teacher too: tie_break keeps the uninformative states.
     _, tie = counterfactual_labels(
         states,
         FeatureExtractor(TextEncoder()),
         Mind2WebScriptedPolicy(temperature=0.5),
+        CounterfactualConfig(uninformative="tie_break"),
         short_history=0,
-        uninformative="tie_break",
         benchmark="mind2web",
     )
     assert tie["labelled"] > counts["labelled"] and tie["fallback_skipped"] < counts["fallback_skipped"]

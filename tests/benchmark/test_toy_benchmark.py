@@ -39,7 +39,7 @@ def toy_config(out_dir: Path) -> Any:
         "label.games": "2",
         "label.rollin_games": "0",
         "label.workers": "1",
-        "label.uninformative": "tie_break",
+        "label.counterfactual.uninformative": "tie_break",
         "sft.epochs": "2",
         "grpo.iterations": "1",
         "grpo.replay_first": "0",

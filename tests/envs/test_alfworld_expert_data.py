@@ -86,7 +86,7 @@ def test_an_llm_phi_re_extracts_the_expert_streams(alfworld_games: dict, tmp_pat
 def test_a_rollin_is_played_by_the_policy_and_labelled_by_the_expert(alfworld_games: dict, tmp_path: Path) -> None:
     """label.rollin_games: the task policy acts under a random view per step, the expert's
     next command is each state's reference, and the label states carry that reference."""
-    from memprism_ray.pipeline.labels import expert_states, rollin_chooser
+    from memprism_ray.adapter.d1_labels import expert_states, rollin_chooser
     from memprism_ray.policy.scripted import ScriptedPolicy
 
     expert_game, *rollin = alfworld_games["train"][:3]

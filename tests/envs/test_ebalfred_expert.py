@@ -15,7 +15,7 @@ from memprism_ray.envs.ebalfred.fixture import build_fixture
 
 
 def test_fixture_plans_become_a_d1_table(tmp_path: Path) -> None:
-    from memprism_ray.pipeline.labels import expert_states
+    from memprism_ray.adapter.d1_labels import expert_states
 
     root = build_fixture(tmp_path / "fx", episodes_per_subset=2)
     games = list_games(["base", "long_horizon"], root / "splits.json")
@@ -91,8 +91,7 @@ def test_d1_alfred_path_labels_fixture_decisions(tmp_path: Path) -> None:
     """Expert table -> LLM view-teacher labels (a scripted teacher reply per decision) -> SFT rows."""
     import numpy as np
 
-    from memprism_ray.pipeline.labels import expert_states
-    from memprism_ray.pipeline.llm_labels import llm_labels
+    from memprism_ray.adapter.d1_labels import expert_states, llm_labels
     from memprism_ray.router.encoder import HashingEncoder
     from memprism_ray.router.features import FeatureExtractor
     from memprism_ray.router.teacher import LLMTeacherConfig, LLMViewTeacher
@@ -107,7 +106,7 @@ def test_d1_alfred_path_labels_fixture_decisions(tmp_path: Path) -> None:
     reply = json.dumps({"teacher_distribution": [{"a_view": view, "score": 1.0}]})
     prompts: list[str] = []
 
-    def complete_many(batch: list[str]) -> list[str]:
+    def complete_many(batch: list[str], **decoding: object) -> list[str]:
         prompts.extend(batch)
         return [reply] * len(batch)
 

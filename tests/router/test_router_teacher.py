@@ -248,7 +248,7 @@ def test_http_gives_up_after_bounded_retries_and_on_client_errors() -> None:
     with pytest.raises(TeacherResponseError, match="not an OpenAI chat completion"):
         make_teacher(lambda r: httpx.Response(200, json={"result": GOOD})).label(generic_inputs())
     with pytest.raises(ValueError, match="model is empty"):
-        LLMViewTeacher(LLMTeacherConfig()).complete("hi")
+        LLMViewTeacher(LLMTeacherConfig(model="")).complete("hi")
 
 
 def test_config_validation() -> None:
@@ -318,7 +318,7 @@ def state_policy(state: dict, view: ViewAction) -> str:
 
 
 def test_counterfactual_exact_distribution_and_tie_break() -> None:
-    teacher = CounterfactualTeacher(state_policy, CounterfactualConfig(cost_temperature=0.2))
+    teacher = CounterfactualTeacher(state_policy, CounterfactualConfig(samples_per_view=1, cost_temperature=0.2))
     label = teacher.label({"obs": "..."}, "go to countertop 1")
     q = label.distribution
     good = [a for a in ALL_ACTIONS if a.tau == "EntityState" and a.window != "recent_short"]

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from memprism_ray.pipeline.llm_labels import label_states_llm, llm_labels, policy_calls
+from memprism_ray.adapter.d1_labels import label_states_llm, llm_labels, policy_calls
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
 from memprism_ray.router.encoder import HashingEncoder
 from memprism_ray.router.features import FeatureExtractor
@@ -108,9 +108,9 @@ def test_llm_teacher_labels_every_decision_with_one_concurrent_call_against_a_st
     states = decision_states(stream())
     server = StubServer()
     try:
-        cfg = LLMTeacherConfig(base_url=server.url, model="stub", top_k=5, timeout_s=10)
+        cfg = LLMTeacherConfig(base_url=server.url, model="stub", top_k=5, timeout_s=10, concurrency=4)
         with LLMViewTeacher(cfg) as teacher:
-            data, counts = llm_labels(states, FeatureExtractor(HashingEncoder()), teacher, concurrency=4)
+            data, counts = llm_labels(states, FeatureExtractor(HashingEncoder()), teacher)
     finally:
         server.close()
     assert counts["teacher_calls"] == len(states) == len(server.prompts) == 6  # one call per decision
@@ -127,10 +127,10 @@ def test_llm_teacher_labels_every_decision_with_one_concurrent_call_against_a_st
 
 def test_request_failures_are_counted_per_decision() -> None:
     states = decision_states(stream())[:3]
-    cfg = LLMTeacherConfig(base_url="http://127.0.0.1:9/v1", model="stub")
+    cfg = LLMTeacherConfig(base_url="http://127.0.0.1:9/v1", model="stub", concurrency=16)
     with LLMViewTeacher(cfg) as teacher:
         replies = [RuntimeError("replica died"), teacher_json("EntityState|all|all|medium"), "no json"]
-        labels, counts = label_states_llm(states, teacher, complete_many=lambda prompts: replies[: len(prompts)])
+        labels, counts = label_states_llm(states, teacher, complete_many=lambda prompts, **_: replies[: len(prompts)])
     assert counts == {"teacher_calls": 3, "request_error": 1, "response_error": 1}
     assert "replica died" in str(labels[states[0].sample_id])
     assert isinstance(labels[states[2].sample_id], TeacherResponseError)
@@ -139,7 +139,8 @@ def test_request_failures_are_counted_per_decision() -> None:
 
 @pytest.mark.ray
 def test_llm_teacher_served_by_the_policy_pool(ray_session) -> None:
-    """label.llm_source: pool — the teacher prompt runs on a replica's (fake) async engine."""
+    """label.llm.source: pool — the teacher prompt runs on a replica's (fake) async engine, with the
+    teacher's decoding settings."""
     from memprism_ray.actors.services import PolicyPool
     from memprism_ray.actors.workers import PolicyReplica
     from memprism_ray.policy.config import PolicyConfig, VLLMConfig
@@ -153,13 +154,12 @@ def test_llm_teacher_served_by_the_policy_pool(ray_session) -> None:
     try:
         pool = PolicyPool([replica], timeout_s=60, caller="d1-0")
         states = decision_states(stream())
-        with LLMViewTeacher(LLMTeacherConfig(model="policy-pool")) as teacher:
+        with LLMViewTeacher(LLMTeacherConfig(model="policy-pool", max_tokens=256, concurrency=8)) as teacher:
             data, counts = llm_labels(
                 states,
                 FeatureExtractor(HashingEncoder()),
                 teacher,
-                complete_many=lambda prompts: pool.complete(prompts, max_tokens=256, group="d1-0"),
-                concurrency=8,
+                complete_many=functools.partial(pool.complete, group="d1-0"),
             )
         stats = ray_session.get(replica.stats.remote(), timeout=30)
     finally:

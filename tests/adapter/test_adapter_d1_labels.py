@@ -1,12 +1,12 @@
-"""The D1 counterfactual labelling helpers (memprism_ray/pipeline/labels.py)."""
+"""The D1 counterfactual labelling helpers (memprism_ray/adapter/d1_labels.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from memprism_ray.adapter.d1_labels import LabelState, ViewConditionedActor, counterfactual_labels
 from memprism_ray.composer import compose
-from memprism_ray.pipeline.labels import LabelState, ViewConditionedActor, counterfactual_labels
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.policy.scripted import ScriptedPolicy
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
@@ -14,7 +14,7 @@ from memprism_ray.render import RenderConfig, render
 from memprism_ray.render.visual_tokens import qwen25vl_tokens
 from memprism_ray.router.encoder import HashingEncoder
 from memprism_ray.router.features import FeatureExtractor
-from memprism_ray.router.teacher import decision_states
+from memprism_ray.router.teacher import CounterfactualConfig, decision_states
 from memprism_ray.view_space import ALL_ACTIONS, ViewAction
 
 REF = "go to drawer 3"
@@ -71,7 +71,7 @@ def test_page_token_shading_moves_label_mass_to_smaller_pages_among_the_kept_vie
     extractor = FeatureExtractor(HashingEncoder())
     plain, counts = counterfactual_labels(states, extractor, DeskReader(), short_history=0)
     shaded, _ = counterfactual_labels(
-        states, extractor, DeskReader(), short_history=0, page_token_temperature=20.0
+        states, extractor, DeskReader(), CounterfactualConfig(page_token_temperature=20.0), short_history=0
     )
     assert counts.get("fallback_skipped", 0) == 0 and len(plain) == len(shaded) == 1
     actor = ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0)

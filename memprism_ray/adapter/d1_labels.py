@@ -1,32 +1,59 @@
-"""D1 data: view-teacher labels over expert trajectories (paper "Adapter", decision-
-conditioned initialisation, eq. view-teacher; appendix A.3 "Cold-start distillation").
+"""D1 data: view-teacher labels over reference trajectories (paper "Adapter", decision-
+conditioned initialisation, eq. view-teacher; appendix A.3 "Cold-start distillation"; appendix
+E.2 view-teacher prompts). The job's ``label`` section picks the teacher (``label.teacher``) and
+holds each teacher's settings, declared once by the dataclass that teacher takes:
+``label.counterfactual`` is :class:`~memprism_ray.router.teacher.CounterfactualConfig`,
+``label.llm`` is :class:`~memprism_ray.router.teacher.LLMTeacherConfig`; the D1 Ray tasks hand
+them here untouched.
 
 For each decision state of a reference (expert) trajectory -- observation ``o_t``, goal
 ``g``, history ``E_<t`` and reference next action ``u_t^ref`` -- a teacher returns a soft
-distribution over the 144 view actions. The default here is the counterfactual teacher
-(:class:`~memprism_ray.router.teacher.CounterfactualTeacher`): it shows the frozen task
-policy each candidate view of the same history, in the same prompt the agent would build
-(goal, observation, admissible actions, short history, the view), and puts mass on the
-views under which the policy produces ``u_t^ref`` (nearly) as often as under the best
-view, shaded mildly towards cheaper views. A policy that exposes its action distribution
-(``input_distribution``: the scripted CPU policy) gives the exact probability of
-``u_t^ref`` per view; others are sampled ``samples_per_view`` times. States under which
-every view gives the same action carry no label signal and are skipped (counted).
+distribution over the 144 view actions.
+
+Counterfactual teacher (:func:`counterfactual_labels`, no LLM):
+:class:`~memprism_ray.router.teacher.CounterfactualTeacher` shows the frozen task policy each
+candidate view of the same history, in the same prompt the agent would build (goal,
+observation, admissible actions, short history, the view), and puts mass on the views under
+which the policy produces ``u_t^ref`` (nearly) as often as under the best view, shaded mildly
+towards cheaper views. A policy that exposes its action distribution (``input_distribution``:
+the scripted CPU policy) gives the exact probability of ``u_t^ref`` per view; others are
+sampled ``samples_per_view`` times. States under which every view gives the same action carry
+no label signal and are skipped (counted).
+
+LLM view teacher (:func:`llm_labels`, one teacher call per decision against 144 x S policy
+calls): the benchmark's view-teacher prompt (the Generic one of appendix E.2 unless the
+benchmark has its own) is filled (observation, goal, the event stream so far, the reference
+next action) and sent to any OpenAI-compatible endpoint (``label.llm.source: endpoint``) or
+the Ray policy pool's vLLM engines (``label.llm.source: pool``). Requests go out concurrently
+(``label.llm.concurrency``), so a vLLM server or replica batches them. Replies are parsed and
+validated by :func:`~memprism_ray.router.teacher.parse_teacher_response` (as data, never
+evaluated); a decision whose request or reply fails is skipped and counted, never guessed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memprism_ray.llm_client import map_concurrent
 from memprism_ray.policy.base import HistoryRecord, PolicyInput, TaskPolicy
 from memprism_ray.policy.contract import TaskContract
 from memprism_ray.recorder.stream import StreamRecord
-from memprism_ray.router.teacher import DecisionState
+from memprism_ray.router.teacher import (
+    CounterfactualConfig,
+    CounterfactualTeacher,
+    DecisionState,
+    LLMViewTeacher,
+    TeacherError,
+    TeacherLabel,
+    TeacherRequestError,
+    parse_teacher_response,
+)
 from memprism_ray.view_space import ViewAction
 
 
@@ -175,43 +202,26 @@ def counterfactual_labels(
     states: Sequence[LabelState],
     extractor: Any,
     policy: TaskPolicy,
+    config: CounterfactualConfig | None = None,
     *,
     render_config: Any = None,
     short_history: int = 2,
-    samples_per_view: int = 1,
-    cost_temperature: float = 1.0,
-    candidates: Sequence[int] | None = None,
-    rule: str = "margin",
-    margin: float = 0.1,
-    min_spread: float = 0.05,
-    uninformative: str = "skip",
-    tie_break_temperature: float = 0.0,
-    page_token_temperature: float = 0.0,
     benchmark: str = "alfworld",
 ) -> tuple[Any, dict[str, int]]:
-    """Label ``states`` with the counterfactual teacher; returns ``(SFTDataset, counts)``.
+    """Label ``states`` with the counterfactual teacher of ``config`` (``label.counterfactual``;
+    ``None``: its defaults); returns ``(SFTDataset, counts)``.
 
     ``counts["fallback_skipped"]`` counts the states left out: no view led to ``u_ref``,
-    or every view led to it equally (no information about views). ``benchmark``: the prompt
-    contract the policy is shown each view in."""
+    or every view led to it equally (no information about views). ``render_config``,
+    ``short_history`` and ``benchmark`` (the prompt contract) are the agent's: the policy is
+    shown each view as it would be in play."""
     from memprism_ray.adapter.sft import label_decisions
-    from memprism_ray.router.teacher import CounterfactualConfig, CounterfactualTeacher
 
     actor = ViewConditionedActor(policy, render_config, short_history, benchmark)
     by_id = {ls.state.sample_id: ls for ls in states}
     teacher = CounterfactualTeacher(
         lambda st, view: actor(by_id[st.sample_id], view),
-        CounterfactualConfig(
-            samples_per_view=samples_per_view,
-            cost_temperature=cost_temperature,
-            candidates=tuple(candidates) if candidates is not None else None,
-            rule=rule,
-            margin=margin,
-            min_spread=min_spread,
-            uninformative=uninformative,
-            tie_break_temperature=tie_break_temperature,
-            page_token_temperature=page_token_temperature,
-        ),
+        config,
         probs=(lambda st, view: actor.distribution(by_id[st.sample_id], view)) if actor.exact else None,
         page_tokens=lambda st, view: actor.page_tokens(by_id[st.sample_id], view),
     )
@@ -233,16 +243,92 @@ def scripted_label_policy(cfg: Any, contract: TaskContract) -> TaskPolicy:
     return make_policy(PolicyConfig(backend="scripted", scripted=scripted), contract)
 
 
-def llm_teacher_config(cfg: Any) -> Any:
-    """The LLM view teacher's settings (appendix E.2) from the ``label`` section: the endpoint,
-    or the policy pool (``label.llm_source: pool``)."""
-    from memprism_ray.router.teacher import LLMTeacherConfig
+# --- the LLM view teacher ----------------------------------------------------------------------
+#: ``complete_many(prompts, max_tokens=, temperature=) -> one reply (str) or exception per
+#: prompt``: a batch of teacher requests on a backend other than the teacher's endpoint (the
+#: policy pool's ``complete``), sent with the teacher's decoding settings.
+CompleteMany = Callable[..., list[Any]]
 
-    lab = cfg.label
-    return LLMTeacherConfig(
-        base_url=lab.llm_base_url,
-        model=lab.llm_model if lab.llm_source == "endpoint" else (lab.llm_model or "policy-pool"),
-        top_k=lab.top_k,
-        max_tokens=lab.llm_max_tokens,
-        timeout_s=cfg.run.call_timeout_s,
+
+def policy_calls(teacher: str, decisions: int, *, samples_per_view: int = 1, candidates: int = 144) -> int:
+    """Policy (or teacher-LLM) calls a D1 labelling run makes for ``decisions`` states."""
+    if teacher == "llm":
+        return decisions
+    if teacher == "counterfactual":
+        return decisions * candidates * samples_per_view
+    raise ValueError(f"unknown view teacher {teacher!r}; valid: counterfactual, llm")
+
+
+def threaded_complete(teacher: LLMViewTeacher) -> Callable[[list[str]], list[Any]]:
+    """Concurrent HTTP requests through the teacher's client (memprism_ray/llm_client.py),
+    ``label.llm.concurrency`` at a time."""
+
+    def one(p: str) -> Any:
+        try:
+            return teacher.complete(p)
+        except TeacherError as exc:
+            return exc
+
+    return lambda prompts: map_concurrent(one, prompts, teacher.config.concurrency)
+
+
+def label_states_llm(
+    states: Sequence[Any], teacher: LLMViewTeacher, *, complete_many: CompleteMany | None = None
+) -> tuple[dict[str, TeacherLabel | TeacherError], dict[str, int]]:
+    """Teacher labels of ``states`` (``DecisionState``), keyed by ``sample_id``: a
+    :class:`TeacherLabel`, or the :class:`TeacherError` that made it fail. Prompts go out in
+    chunks of ``teacher.config.concurrency``, to the teacher's endpoint or to ``complete_many``."""
+    cfg = teacher.config
+    send = (
+        threaded_complete(teacher)
+        if complete_many is None
+        else functools.partial(complete_many, max_tokens=cfg.max_tokens, temperature=cfg.temperature)
     )
+    out: dict[str, TeacherLabel | TeacherError] = {}
+    counts = {"teacher_calls": 0, "request_error": 0, "response_error": 0}
+    step = cfg.concurrency
+    for start in range(0, len(states), step):
+        chunk = states[start : start + step]
+        prompts = [teacher.build_prompt(teacher.state_inputs(st)) for st in chunk]
+        counts["teacher_calls"] += len(prompts)
+        replies = send(prompts)
+        if len(replies) != len(prompts):
+            raise RuntimeError(f"teacher backend answered {len(replies)} replies for {len(prompts)} prompts")
+        for st, reply in zip(chunk, replies, strict=True):
+            if isinstance(reply, BaseException):
+                counts["request_error"] += 1
+                out[st.sample_id] = (
+                    reply
+                    if isinstance(reply, TeacherError)
+                    else TeacherRequestError(f"teacher request failed: {type(reply).__name__}: {reply}")
+                )
+                continue
+            try:
+                label = parse_teacher_response(reply, top_k=cfg.top_k)
+            except TeacherError as exc:
+                counts["response_error"] += 1
+                out[st.sample_id] = exc
+                continue
+            label.stats["prompt"] = teacher.prompt.name
+            out[st.sample_id] = label
+    return out, counts
+
+
+def llm_labels(
+    states: Sequence[Any], extractor: Any, teacher: LLMViewTeacher, *, complete_many: CompleteMany | None = None
+) -> tuple[Any, dict[str, int]]:
+    """Label ``states`` (``LabelState`` or ``DecisionState``) with the LLM view teacher;
+    returns ``(SFTDataset, counts)`` like :func:`counterfactual_labels`."""
+    from memprism_ray.adapter.sft import label_decisions
+
+    decision_states = [getattr(s, "state", s) for s in states]
+    labels, counts = label_states_llm(decision_states, teacher, complete_many=complete_many)
+
+    def lookup(st: Any) -> TeacherLabel:
+        got = labels[st.sample_id]
+        if isinstance(got, TeacherError):
+            raise got
+        return got
+
+    dataset, d_counts = label_decisions(decision_states, extractor, lookup)
+    return dataset, {**d_counts, **counts}
