@@ -27,7 +27,6 @@ LAYERS = (
     ("adapter",),
     ("eval",),
     ("config",),
-    ("pipeline",),
     ("benchmark",),
     ("actors",),
     ("trainer",),
