@@ -29,7 +29,7 @@ def no_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_job_rejects_a_setting_it_would_ignore(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The GRPO job labels D1 with either teacher (pipeline/llm_labels.py); a job declaring
+    # The GRPO job labels D1 with either teacher (adapter/d1_labels.py); a job declaring
     # only the counterfactual teacher rejects the LLM one instead of ignoring it.
     assert GRPO_ALFWORLD.supports["label.teacher"] == ("counterfactual", "llm")
     narrow = JobSpec("grpo_alfworld", supports={"label.teacher": ("counterfactual",)}, runs_policy=True)
