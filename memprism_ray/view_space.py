@@ -185,7 +185,7 @@ _COST_MAX = (len(WINDOWS) - 1) * 6 + 1 * 3 + (len(GAMMAS) - 1)
 
 def cost(action: ViewAction) -> float:
     """Decision-free tie-break order in [0, 1] (the view-teacher prompt's Phase 2). The
-    paper's structural cost is per decision: see :func:`decision_cost`.
+    paper's structural cost is per decision: see :func:`decision_cost_vector`.
 
     The view-teacher prompt (appendix E.2) breaks ties by *shorter window < longer window*,
     then *more selective filter < all*, then *coarse < medium < fine*, and never by
@@ -207,7 +207,7 @@ def cost_vector() -> list[float]:
     return [cost(a) for a in ALL_ACTIONS]
 
 
-#: Events at which the range term of :func:`decision_cost` saturates: the paper's
+#: Events at which the range term of :func:`decision_cost_vector` saturates: the paper's
 #: horizons are at most 50 steps (ALFWorld's step limit).
 COST_HORIZON = 50
 _OUTCOMES: tuple[str, ...] = tuple(f for f in FILTERS if f != "all")
@@ -234,10 +234,11 @@ def _scope_sizes(outcomes: Any) -> dict[tuple[str, str], int]:
     return sizes
 
 
-def decision_cost(action: ViewAction, outcomes: Any, horizon: int = COST_HORIZON) -> float:
-    """Structural cost ``C^_t(a)`` in [0, 1] of a view action at one decision (paper
-    "Adapter", eq. sft-loss: "The cost term discourages large ranges or fine views when they
-    are not needed"; appendix A.3). ``outcomes`` are the outcome names of ``E_<t``::
+def decision_cost_vector(outcomes: Any, horizon: int = COST_HORIZON) -> list[float]:
+    """Structural cost ``C^_t(a)`` in [0, 1] of every view action at one decision, in index
+    order (length 144; the history is read once) (paper "Adapter", eq. sft-loss: "The cost
+    term discourages large ranges or fine views when they are not needed"; appendix A.3).
+    ``outcomes`` are the outcome names of ``E_<t``::
 
         C^_t(a) = 1/2 * min(1, |sigma_{w,c}(E_<t)| / horizon) + 1/2 * i_gamma / 2
 
@@ -245,13 +246,8 @@ def decision_cost(action: ViewAction, outcomes: Any, horizon: int = COST_HORIZON
     only once the history outgrows the shorter one, and a selective filter costs less than
     ``all`` by exactly the events it leaves out; ``tau`` does not change the cost.
     """
-    return decision_cost_vector(outcomes, horizon)[action.index]
-
-
-def decision_cost_vector(outcomes: Any, horizon: int = COST_HORIZON) -> list[float]:
-    """:func:`decision_cost` of every action in index order (length 144); the history is read once."""
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ValueError(f"decision_cost horizon must be an int >= 1, got {horizon!r}")
+        raise ValueError(f"decision_cost_vector horizon must be an int >= 1, got {horizon!r}")
     sizes = _scope_sizes(outcomes)
     return [0.5 * min(1.0, sizes[(a.window, a.filter)] / horizon) + 0.25 * GAMMAS.index(a.gamma) for a in ALL_ACTIONS]
 

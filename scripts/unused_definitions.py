@@ -9,8 +9,8 @@ is not reported.
 By name, not by type: a name used anywhere counts as used (a false "used" is possible, a
 false "unused" is what this lists). What is not a use: a docstring or a comment naming it, a
 package ``__init__`` re-exporting it (its import and ``__all__``), and its own definition.
-Names reached by protocol rather than by name are kept (:data:`PROTOCOL`: methods Python or a
-framework calls), as are dunder names and the drills of :data:`DRILLS`. Prints
+The allow-lists are explicit and short: overrides a library calls (:data:`PROTOCOL`), the
+drills of :data:`DRILLS`, the entry points of :data:`API`; dunder names are kept too. Prints
 ``path:line kind name (where used)`` per finding and exits 1 when there is any.
 
     python scripts/unused_definitions.py
@@ -29,15 +29,15 @@ PRODUCT = [ROOT / "memprism_ray", ROOT / "jobs", ROOT / "scripts", ROOT / "bench
 TESTS = ROOT / "tests"
 #: Test doubles shared with the benchmarks: a definition there that only tests use is in its place.
 TESTING = ROOT / "memprism_ray" / "testing"
-#: Names reached by protocol, not by a reference in code (methods Python or a framework calls).
-PROTOCOL = {
-    "main", "setup", "forward", "step", "reset", "close", "act", "extract", "render", "load",
-    "to_dict", "from_dict", "post_init", "handle_starttag", "handle_endtag", "handle_data", "get_task_policy",
-}  # fmt: skip
-#: Fault-injection hooks on live actors, called by the fault tests and the drills of
-#: docs/cluster.md "When a node dies or joins" (a product actor's method: a test double cannot
-#: stand in for the actor whose death is being drilled).
+#: Overrides a library calls, never named in our code: torch's ``nn.Module.forward``, ALFWorld's
+#: ``HandCodedTWAgent.get_task_policy``, ``html.parser.HTMLParser``'s handlers.
+PROTOCOL = {"forward", "get_task_policy", "handle_starttag", "handle_endtag", "handle_data"}
+#: Fault-injection hooks on live actors, the drills of docs/cluster.md "When a node dies or joins"
+#: (a product actor's method: a test double cannot stand in for the actor whose death is drilled).
 DRILLS = {"inject_crash", "inject_fault"}
+#: Entry points for code outside the repository: a benchmark kept outside the package registers
+#: itself (docs/architecture.md "Benchmarks"; the toy benchmark of tests/benchmark does).
+API = {"register_benchmark"}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: A string that names code: ``name``, ``a.b.c``, ``module:Class`` (prose has spaces).
 _REFERENCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:]*$")
@@ -69,16 +69,19 @@ def _uses(path: Path) -> Counter[str]:
     if path.suffix != ".py":
         return Counter(_IDENT.findall(text))
     init = path.name == "__init__.py"
+    tree = ast.parse(text)
+    docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
     words: Counter[str] = Counter()
-    for node in ast.walk(ast.parse(text)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):  # an assignment is no use
             words[node.id] += 1
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             words[node.attr] += 1
         elif isinstance(node, ast.alias) and not init:
             words.update(node.name.split("."))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _REFERENCE.match(node.value):
-            words.update(_IDENT.findall(node.value))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            if _REFERENCE.match(node.value):
+                words.update(_IDENT.findall(node.value))
         elif init and isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
             words.subtract(_IDENT.findall(ast.unparse(node.value)))  # re-exported, not used
     return +words
@@ -93,18 +96,18 @@ def _files(roots: list[Path], suffixes: tuple[str, ...]) -> list[Path]:
 
 def findings() -> list[str]:
     """``path:line kind name (where used)`` of every definition the product does not use."""
-    uses: dict[Path, Counter[str]] = {f: _uses(f) for f in _files(PRODUCT, (".py", ".yaml", ".txt", ".j2", ".sh"))}
     users: dict[str, set[Path]] = defaultdict(set)
-    for f, words in uses.items():
-        for w in words:
-            users[w].add(f)
+    for f in _files(PRODUCT, (".py", ".yaml", ".txt", ".j2", ".sh")):
+        if f != Path(__file__).resolve():  # this script's allow-lists name what they keep
+            for w in _uses(f):
+                users[w].add(f)
     tested: set[str] = set()
     for f in _files([TESTS], (".py",)):
         tested |= set(_uses(f))
     out = []
     for path in _files([ROOT / "memprism_ray"], (".py",)):
         for name, line, kind in _definitions(ast.parse(path.read_text())):
-            if name.startswith("__") or name in PROTOCOL or name in DRILLS:
+            if name.startswith("__") or name in PROTOCOL | DRILLS | API:
                 continue
             if users[name]:
                 continue

@@ -12,7 +12,7 @@ from PIL import Image
 from memprism_ray.composer import compose
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.stream import EventStream
-from memprism_ray.render import RenderConfig, qwen25vl_tokens, render_image, render_png, render_text
+from memprism_ray.render import RenderConfig, encode_png, qwen25vl_tokens, render_image, render_text
 from memprism_ray.testing.synthetic_streams import alfworld_like_stream
 from memprism_ray.view_space import ALL_ACTIONS, ViewAction
 from memprism_ray.views import (
@@ -76,12 +76,12 @@ def test_text_only_and_image_only_requests() -> None:
     assert svc.stats()["misses"] == 2  # medium is part of the address
 
 
-def test_encode_png_ships_bytes_identical_to_render_png() -> None:
+def test_encode_png_ships_bytes_identical_to_a_direct_render() -> None:
     stream = alfworld_like_stream(20, 2, goal=GOAL)
     cfg = RenderConfig(max_side=448)
     rv = ViewService(cfg, encode_png=True).render_one(ViewRequest(stream, ACTION, GOAL))
     assert rv.image is None and rv.png is not None
-    assert rv.png == render_png(compose(stream, ACTION, GOAL), cfg)
+    assert rv.png == encode_png(render_image(compose(stream, ACTION, GOAL), cfg), cfg)
     im = rv.pil()
     assert im.mode == "RGB" and im.size == (rv.width, rv.height) and max(im.size) <= 448
 

@@ -83,10 +83,6 @@ def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[st
     return ray.cluster_resources()
 
 
-def cluster_gpus() -> float:
-    return float(ray.cluster_resources().get("GPU", 0.0))
-
-
 def learner_options(cfg: Any) -> dict[str, Any]:
     """Ray options of the Learner (and the D1 SFT task): ``rollout.learner_gpus`` of a GPU
     (a fraction: the Router has 12.7M parameters and shares a GPU) or CPUs only."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -320,12 +320,6 @@ class GRPOBatch:
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
-
-    @classmethod
-    def concat(cls, batches: Sequence[GRPOBatch]) -> GRPOBatch:
-        if not batches:
-            raise ValueError("GRPOBatch.concat needs at least one batch")
-        return cls(**{f.name: torch.cat([getattr(b, f.name) for b in batches]) for f in fields(cls)})
 
     def trajectories(self) -> dict[str, Tensor]:
         """One entry per trajectory id: ``traj_id``, ``group_id``, ``return``, ``failed``, ``inverse``.

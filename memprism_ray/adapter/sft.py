@@ -179,11 +179,6 @@ class SFTDataset:
         cost = matrix_column(table, "cost", NUM_ACTIONS) if "cost" in table.column_names else None
         return cls(**arrays, sample_ids=ids, meta=meta, cost=cost)
 
-    def write_parquet(self, path: str | Path) -> None:
-        import pyarrow.parquet as pq
-
-        pq.write_table(self.to_arrow(), str(path))
-
     @classmethod
     def read_parquet(cls, path: str | Path) -> SFTDataset:
         try:

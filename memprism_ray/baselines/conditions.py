@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from memprism_ray.baselines.base import FULL_HISTORY, DecisionContext, ViewDecision, ViewSelector
-from memprism_ray.view_space import ALL_ACTIONS, FACTORS, NUM_ACTIONS, TAUS, ViewAction
+from memprism_ray.view_space import ALL_ACTIONS, FACTORS, NUM_ACTIONS, ViewAction
 
 #: The fixed scope of the paper's four fixed relation views.
 FIXED_WINDOW, FIXED_FILTER, FIXED_GAMMA = "recent_long", "all", "medium"
@@ -277,8 +277,3 @@ def check_condition_names(conditions: Sequence[str], key: str) -> None:
         if condition in seen:
             raise ValueError(f"{key}: condition {condition!r} is listed twice")
         seen.add(condition)
-
-
-def fixed_view_conditions() -> list[str]:
-    """The four fixed relation views in E.4 order."""
-    return [f"fixed:{tau}" for tau in TAUS]

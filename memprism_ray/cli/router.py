@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
     init.set_defaults(func=_init)
 
     sft = sub.add_parser("sft", help="D1: train on a labelled Parquet dataset (KL to the teacher + cost)")
-    sft.add_argument("dataset", help="Parquet file written by SFTDataset.write_parquet")
+    sft.add_argument("dataset", help="Parquet file of an SFTDataset (D1 writes <run>/d1/<key>/labels.parquet)")
     sft.add_argument("out", help="output checkpoint directory (saved after every epoch; resumable)")
     sft.add_argument("--preset", default="alfworld", help="Table A.4 D1 row: alfworld, alfred or mind2web")
     sft.add_argument("--init", dest="init_ckpt", help="start from this checkpoint instead of a fresh model")

@@ -1,5 +1,5 @@
 """``memprism view``: compose one view of a recorded event stream and render it (paper
-"Composer", "Render"; the CLI face of ``compose`` + ``render_png`` / ``render_text``).
+"Composer", "Render"; the CLI face of ``compose`` + ``render_image`` / ``render_text``).
 
     memprism view EVENTS.jsonl --tau EntityState --window all --filter state_update \\
         --gamma medium --out view.png

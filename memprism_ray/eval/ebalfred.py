@@ -10,9 +10,7 @@ episodes per subset it equals the pooled SR); the pooled count is reported besid
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from memprism_ray.envs.ebalfred.data import SUBSETS, parse_game_id
@@ -99,16 +97,6 @@ def report_markdown(report: Mapping[str, Any], title: str = "EB-ALFRED") -> str:
             + ", ".join(report["failed_episodes"][:20])
         )
     return "\n".join(lines) + "\n"
-
-
-def write_report(report: Mapping[str, Any], out_dir: str | Path, title: str = "EB-ALFRED") -> Path:
-    """``report.json`` and ``summary.md`` under ``out_dir``; returns the markdown path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    md = out / "summary.md"
-    md.write_text(f"# {title}\n\n" + report_markdown(report, title))
-    return md
 
 
 def episode_rows(results: Sequence[Any]) -> list[dict[str, Any]]:

@@ -197,10 +197,6 @@ class LocalCluster:
         """The GCS address a driver joins (``RAY_ADDRESS``)."""
         return f"127.0.0.1:{self.port}"
 
-    @property
-    def dashboard_address(self) -> str:
-        return f"http://127.0.0.1:{self.dashboard_port}"
-
     def add_node(
         self,
         num_cpus: float,

@@ -12,7 +12,6 @@ process on the machine). See docs/embedded-default.md.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -282,22 +281,3 @@ def submit_and_wait(
     if echo and len(logs) > shown:
         sys.stdout.write(logs[shown:])
     return str(status.value if hasattr(status, "value") else status), logs
-
-
-def scrape_metrics(port: int, prefix: str = "ray_memprism_") -> dict[str, float]:
-    """Metric samples named ``prefix*`` on the node's Prometheus endpoint (sum over tags)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            try:
-                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-            except ValueError:
-                continue
-    return out
-
-
-def dump(obj: object) -> str:
-    return json.dumps(obj, indent=2, default=str)

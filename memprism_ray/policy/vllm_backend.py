@@ -69,20 +69,6 @@ def sampling_kwargs(config: VLLMConfig) -> dict[str, Any]:
     return kw
 
 
-def scheduler_summary(config: VLLMConfig) -> str:
-    """The engine settings a throughput reader asks about first, as one log line's tail."""
-
-    def knob(value: int) -> str:
-        return f"{value:,}" if value else "vLLM's default"
-
-    return (
-        f"max_num_batched_tokens {knob(config.max_num_batched_tokens)}, max_num_seqs {knob(config.max_num_seqs)}, "
-        f"prefix caching {'on' if config.enable_prefix_caching else 'off'}, "
-        f"{'eager' if config.enforce_eager else 'torch.compile + CUDA graphs'}, "
-        f"frontend threads {config.frontend_threads}"
-    )
-
-
 def build_vllm_request(
     inp: PolicyInput,
     contract: TaskContract,

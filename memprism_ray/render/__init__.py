@@ -1,13 +1,13 @@
 """Render: optical working memory (paper "Render: Optical Working Memory", appendix D.3).
 
-``render_image`` / ``render_png`` draw a compiled view with the fixed visual grammar;
+``render_image`` draws a compiled view with the fixed visual grammar (``encode_png``: its PNG bytes);
 ``render_text`` prints the same entries as text; ``visual_tokens`` counts what an image
 costs a VLM. Importing this package loads no font: atlases are built on first use.
 """
 
 from memprism_ray.render.config import RenderColors, RenderConfig
 from memprism_ray.render.layout import Page, layout
-from memprism_ray.render.optical import encode_png, render, render_image, render_png
+from memprism_ray.render.optical import encode_png, render, render_image
 from memprism_ray.render.text import render_text
 from memprism_ray.render.visual_tokens import qwen25vl_tokens
 
@@ -20,6 +20,5 @@ __all__ = [
     "qwen25vl_tokens",
     "render",
     "render_image",
-    "render_png",
     "render_text",
 ]

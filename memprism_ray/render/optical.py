@@ -199,12 +199,6 @@ def encode_png(image: Image.Image, config: RenderConfig | None = None) -> bytes:
     return buf.getvalue()
 
 
-def render_png(view: View, config: RenderConfig | None = None) -> bytes:
-    """The optical view as PNG bytes (byte-identical for the same view and config)."""
-    config = config or RenderConfig()
-    return encode_png(render_image(view, config), config)
-
-
 def render(view: View, config: RenderConfig | None = None, *, paint: bool = True) -> Rendered:
     """Image and text from one layout (what the agent loop needs at each decision).
 

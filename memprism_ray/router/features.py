@@ -196,7 +196,9 @@ class EventWindowSummarizer:
         out[: len(freqs)] = freqs
 
         exc, upd, noc = _outcome_flags(recs)
-        out[W_EXCEPTION_RATIO : W_NO_CHANGE_RATIO + 1] = [sum(exc) / n, sum(upd) / n, sum(noc) / n]
+        out[W_EXCEPTION_RATIO] = sum(exc) / n
+        out[W_STATE_UPDATE_RATIO] = sum(upd) / n
+        out[W_NO_CHANGE_RATIO] = sum(noc) / n
 
         entities = [r.event.entity.strip() for r in recs]
         named = [e for e in entities if e]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -81,7 +82,7 @@ def test_counterfactual_labels_train_the_router(tmp_path: Path) -> None:
     assert "t1#3" not in data.sample_ids and data.meta["t"] == 1
     good = [a.index for a in map(ViewAction.from_index, range(144)) if a.tau == "EntityState" and a.window == "all"]
     np.testing.assert_allclose(data.q[:, good].sum(1), 1.0, rtol=1e-5)
-    data.write_parquet(tmp_path / "d1.parquet")
+    pq.write_table(data.to_arrow(), tmp_path / "d1.parquet")
     data = SFTDataset.read_parquet(tmp_path / "d1.parquet")
 
     torch.manual_seed(0)
@@ -122,7 +123,7 @@ def test_d1_data_records_each_decisions_own_structural_cost(tmp_path: Path) -> N
     first, last = data.cost[by_id[states[1].sample_id]], data.cost[by_id[states[-1].sample_id]]
     assert first[short] == first[full]
     assert last[full] > last[short]
-    data.write_parquet(tmp_path / "d1.parquet")
+    pq.write_table(data.to_arrow(), tmp_path / "d1.parquet")
     back = SFTDataset.read_parquet(tmp_path / "d1.parquet")
     np.testing.assert_array_equal(back.cost, data.cost)
     np.testing.assert_array_equal(back.subset([2, 0]).cost, data.cost[[2, 0]])

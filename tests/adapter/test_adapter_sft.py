@@ -116,9 +116,9 @@ def test_presets_follow_table_a4() -> None:
 def test_dataset_parquet_roundtrip_and_validation(tmp_path: Path) -> None:
     data = synthetic(n=5)
     path = tmp_path / "d1.parquet"
-    data.write_parquet(path)
     import pyarrow.parquet as pq
 
+    pq.write_table(data.to_arrow(), path)  # as D1 writes labels.parquet
     schema = pq.read_schema(path)
     import pyarrow as pa
 

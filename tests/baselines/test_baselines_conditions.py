@@ -24,7 +24,7 @@ from memprism_ray.baselines import (
     ViewDecision,
     make_selector,
 )
-from memprism_ray.baselines.conditions import factor_mask, fixed_view_conditions, load_marginal
+from memprism_ray.baselines.conditions import factor_mask, load_marginal
 from memprism_ray.router.features import RouterFeatures
 from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 from memprism_ray.view_space import ALL_ACTIONS, FACTORS, NUM_ACTIONS, TAUS, ViewAction
@@ -122,10 +122,6 @@ def test_a_fixed_view_can_name_its_whole_scope() -> None:
         make_selector("fixed:EntityState/all/coarse")
     with pytest.raises(ValueError, match="window"):
         make_selector("fixed:EntityState/forever/all/coarse")
-
-
-def test_fixed_view_conditions_are_the_four_types_in_order() -> None:
-    assert fixed_view_conditions() == [f"fixed:{t}" for t in TAUS]
 
 
 # --------------------------------------------------------------------------- frequency-matched random

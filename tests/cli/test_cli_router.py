@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from memprism_ray.adapter.sft import SFTDataset
@@ -51,9 +52,8 @@ def test_sft_trains_saves_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixt
     q = rng.random((n, 144))
     q /= q.sum(1, keepdims=True)
     data_path = tmp_path / "d1.parquet"
-    SFTDataset(
-        rng.normal(size=(n, 384)), rng.normal(size=(n, 384)), rng.random((n, 128)), rng.random((n, 8)), q
-    ).write_parquet(data_path)
+    data = SFTDataset(rng.normal(size=(n, 384)), rng.normal(size=(n, 384)), rng.random((n, 128)), rng.random((n, 8)), q)
+    pq.write_table(data.to_arrow(), data_path)  # as D1 writes labels.parquet
     out = tmp_path / "run"
     args = ["router", "sft", str(data_path), str(out), "--preset", "alfred", "--batch-size", "6"]
     assert main([*args, "--epochs", "1"]) == 0

@@ -39,13 +39,27 @@ def _listening_addresses(pid_group: int) -> set[str]:
     return addrs
 
 
+def scrape_metrics(port: int, prefix: str = "ray_memprism_") -> dict[str, float]:
+    """Metric samples named ``prefix*`` on the node's Prometheus endpoint (sum over tags)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            try:
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                continue
+    return out
+
+
 def test_ray_job_submit_runs_the_grpo_job(
     memprism_tiny_corpus: Path, actors_reference_ckpt: Path, memprism_tiny_overrides, tmp_path: Path
 ) -> None:
     from memprism_ray.local.head import (
         auth_headers,
         new_auth_token,
-        scrape_metrics,
         start_head,
         submit_and_wait,
     )

@@ -41,12 +41,12 @@ def test_the_memo_rederives_when_a_fact_its_query_reads_changes(loaded: Any) -> 
     stock = engine._ORIGINALS["derive"]
     grammar = loaded._logic.grammar
     template, context = _goto_context(loaded)
-    assert engine.engine_caches_installed() and textgen.ContextSensitiveGrammar.derive is not stock
+    assert engine._ORIGINALS and textgen.ContextSensitiveGrammar.derive is not stock
     first = grammar.derive(template, context)
     assert first == stock(grammar, template, context) and first.startswith("go to ")
-    hits = engine.engine_cache_stats()["command_hits"]
+    hits = dict(engine._STATS)["command_hits"]
     assert grammar.derive(template, context) == first
-    assert engine.engine_cache_stats()["command_hits"] == hits + 1
+    assert dict(engine._STATS)["command_hits"] == hits + 1
 
     # The query reads receptacleatlocation: without that fact the stock derivation lists nothing.
     state = context["state"]
@@ -121,7 +121,7 @@ def test_translations_on_disk_are_read_by_a_fresh_cache_and_a_damaged_one_is_rep
     def fresh() -> dict[str, int]:  # what another process starts with: the files only
         engine.uninstall_engine_caches()
         engine.install_engine_caches(sas_dir=sas_dir)
-        return engine.engine_cache_stats()
+        return dict(engine._STATS)
 
     try:
         s0 = fresh()
@@ -130,14 +130,14 @@ def test_translations_on_disk_are_read_by_a_fresh_cache_and_a_damaged_one_is_rep
         files = sorted(sas_dir.iterdir())
         assert len(files) == 2 * len(games) and s1["translate_misses"] - s0["translate_misses"] == 2 * len(games)
         assert [_transcript(g) for g in games] == translated
-        s2 = engine.engine_cache_stats()
+        s2 = dict(engine._STATS)
         assert s2["translate_misses"] == s1["translate_misses"]
         assert s2["translate_disk_hits"] - s1["translate_disk_hits"] == 2 * len(games)
 
         files[0].write_text(files[0].read_text()[:1000])  # a torn file
         s3 = fresh()
         assert [_transcript(g) for g in games] == translated
-        s4 = engine.engine_cache_stats()
+        s4 = dict(engine._STATS)
         assert (
             s4["translate_disk_errors"] - s3["translate_disk_errors"],
             s4["translate_misses"] - s3["translate_misses"],

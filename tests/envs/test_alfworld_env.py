@@ -94,7 +94,7 @@ def test_slots_are_independent(alfworld_games: dict) -> None:
             if i < len(a1) and i + 1 < len(solo1):
                 tr = env.step(a1[i], slot=1)
                 assert (tr.feedback, tr.admissible, tr.won) == solo1[i + 1]
-        assert env.game_in(1) == g1
+        assert env._slots[1].game == g1
 
 
 def test_engine_caches_keep_transcripts_identical_to_stock(alfworld_games: dict) -> None:
@@ -106,13 +106,13 @@ def test_engine_caches_keep_transcripts_identical_to_stock(alfworld_games: dict)
         fast_runs = [_play(fast, g, s) for g, s in zip(games, scripts, strict=False)]
     engine.uninstall_engine_caches()
     try:
-        assert not engine.engine_caches_installed()
+        assert not engine._ORIGINALS
         with AlfworldEnv(1, fast=False) as stock:
             stock_runs = [_play(stock, g, s) for g, s in zip(games, scripts, strict=False)]
     finally:
         engine.install_engine_caches()
     assert fast_runs == stock_runs
-    stats = engine.engine_cache_stats()
+    stats = dict(engine._STATS)
     assert stats["parse_hits"] > stats["parse_misses"] and stats["translate_hits"] > 0
     assert stats["command_hits"] > 0  # the command memo answered some of these steps
 
@@ -120,7 +120,8 @@ def test_engine_caches_keep_transcripts_identical_to_stock(alfworld_games: dict)
 def test_live_feedback_is_parsed_and_known_to_the_phi_fixture(alfworld_env: AlfworldEnv, alfworld_games: dict) -> None:
     from memprism_ray.recorder import EventStream, RawEvent
     from memprism_ray.recorder.phi import record_event
-    from memprism_ray.recorder.phi.alfworld import AlfworldPhi, feedback_template
+    from memprism_ray.recorder.phi.alfworld import AlfworldPhi
+    from tests.recorder.phi.make_alfworld_transcript import feedback_template
 
     known = set(json.loads(TRANSCRIPT.read_text())["templates"])
     phi, rng = AlfworldPhi(), random.Random(3)

@@ -1,4 +1,4 @@
-"""EB-ALFRED subsets, game references and ALFRED training annotations."""
+"""EB-ALFRED subsets, game references and expert plans from ALFRED training annotations."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ import pytest
 
 from memprism_ray.envs.ebalfred import skills as sk
 from memprism_ray.envs.ebalfred.data import (
-    ALFRED_DOWNLOAD,
     SPLITS_ENV,
     SUBSETS,
     game_ref,
-    iter_alfred_annotations,
     list_games,
     load_splits,
     parse_game_id,
@@ -64,15 +62,6 @@ def test_missing_or_bad_splits_give_clear_errors(tmp_path: Path, monkeypatch: py
     bad.write_text(json.dumps({s: [{"task": "t"}] for s in SUBSETS}))
     with pytest.raises(ValueError, match="instruction"):
         load_splits(bad)
-
-
-def _traj(plan: list[tuple[str, list[str]]]) -> dict:
-    return {
-        "task_type": "pick_clean_then_place_in_recep",
-        "scene": {"scene_num": 4},
-        "turk_annotations": {"anns": [{"task_desc": "Rinse a ladle."}, {"task_desc": "Wash the ladle."}]},
-        "plan": {"high_pddl": [{"discrete_action": {"action": a, "args": args}} for a, args in plan]},
-    }
 
 
 def _plan(*steps: tuple[str, list[str]]) -> list[dict]:
@@ -213,22 +202,3 @@ def test_real_alfred_plans_become_playable_skill_sequences() -> None:
         "find a Pan", "put down the object in hand", "find a Knife", "pick up the Knife", "find a Apple",
         "slice the Apple", "find a CounterTop", "put down the object in hand",
     ]  # fmt: skip
-
-
-def test_alfred_annotations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("MEMPRISM_ALFRED_DATA", raising=False)
-    with pytest.raises(FileNotFoundError, match=r"json_2\.1\.0") as err:
-        list(iter_alfred_annotations(tmp_path))
-    assert ALFRED_DOWNLOAD in str(err.value)
-    trial = tmp_path / "train" / "pick_clean_then_place_in_recep-Ladle-None-DiningTable-4" / "trial_T1"
-    trial.mkdir(parents=True)
-    (trial / "traj_data.json").write_text(json.dumps(_traj([("GotoLocation", ["ladle"]), ("PickupObject", ["ladle"])])))
-    (trajs,) = list(iter_alfred_annotations(tmp_path))
-    assert trajs.task_id.endswith("-4/trial_T1") and trajs.scene == 4
-    assert trajs.instructions == ("Rinse a ladle.", "Wash the ladle.")
-    assert trajs.expert == ("find a Ladle", "pick up the Ladle")
-    broken = trial.parent / "trial_T2"
-    broken.mkdir()
-    (broken / "traj_data.json").write_text("{}")
-    with pytest.raises(ValueError, match="trial_T2"):
-        list(iter_alfred_annotations(tmp_path))

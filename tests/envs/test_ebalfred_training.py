@@ -13,8 +13,8 @@ import pytest
 from memprism_ray.envs.ebalfred.data import TRAIN_SUBSET, game_ref, list_games
 from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE, build_fixture
 from memprism_ray.envs.ebalfred.training import (
-    alfred_train_entries,
     main,
+    read_alfred_split,
     shared_trajectories,
     trajectories,
     write_training_list,
@@ -46,13 +46,18 @@ def alfred(tmp_path: Path) -> Path:
 
 
 def test_one_entry_per_annotation_of_every_training_trajectory(alfred: Path) -> None:
-    entries = alfred_train_entries(alfred)
+    entries, _ = read_alfred_split(alfred)
     assert [(e["task"].split("/")[1], e["repeat_idx"]) for e in entries] == [
         ("trial_T2", 0), ("trial_T1", 0), ("trial_T1", 1), ("trial_T3", 0),
     ]  # fmt: skip
     assert entries[2]["instruction"] == "Mug to desk."
     with pytest.raises(FileNotFoundError, match=r"json_2\.1\.0\.7z"):
-        alfred_train_entries(alfred.parent / "nothing")
+        read_alfred_split(alfred.parent / "nothing")
+    broken = alfred / "train" / "pick_and_place_simple-Mug-None-Desk-301" / "trial_T9"
+    broken.mkdir()
+    (broken / "traj_data.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"trial_T9/traj_data\.json: no turk_annotations"):
+        read_alfred_split(alfred)
 
 
 def test_the_list_and_the_files_embodiedbench_reads(alfred: Path, tmp_path: Path) -> None:
@@ -103,7 +108,7 @@ def test_trajectories_no_skill_can_play_are_left_out_and_counted(
     assert "1 trajectories left out" in capsys.readouterr().out
     _traj(alfred, "train", "pick_and_place_simple-Mug-None-Desk-9/trial_T6", ["x"], (("GotoLocation", "dsek"),))
     with pytest.raises(ValueError, match=r"trial_T6/traj_data\.json: 'dsek' in GotoLocation is not an ALFRED object"):
-        alfred_train_entries(alfred)
+        read_alfred_split(alfred)
 
 
 def test_trajectory_overlap_is_seen_through_other_game_ids(tmp_path: Path) -> None:

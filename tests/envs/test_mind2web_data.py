@@ -9,8 +9,13 @@ from pathlib import Path
 import pytest
 
 from memprism_ray.envs.mind2web import data
-from memprism_ray.envs.mind2web.data import Mind2WebDataError, list_games, load_split, load_task, resolve_data_root
+from memprism_ray.envs.mind2web.data import Mind2WebDataError, Task, list_games, load_task, resolve_data_root
 from memprism_ray.envs.mind2web.fixture import SPLIT_SITES, build_fixture
+
+
+def load_split(split: str, root: Path | None = None) -> list[Task]:
+    """Every task of ``split`` as the env reads them: the games, then each game's task."""
+    return [load_task(g) for g in list_games(split, root)]
 
 
 @pytest.fixture(scope="module")

@@ -119,15 +119,6 @@ def test_the_async_engine_is_built_with_the_config_scheduler(monkeypatch: pytest
     assert seen["args"]["model"] == "/m" and seen["args"]["enable_prefix_caching"] is True
 
 
-def test_scheduler_summary_names_what_runs() -> None:
-    from memprism_ray.policy.vllm_backend import scheduler_summary
-
-    line = scheduler_summary(VLLMConfig(frontend_threads=4, enforce_eager=True))
-    assert line.startswith("max_num_batched_tokens 16,384, max_num_seqs 1,024, prefix caching on, eager")
-    assert "frontend threads 4" in line
-    assert "vLLM's default" in scheduler_summary(VLLMConfig(max_num_seqs=0))
-
-
 def test_prompt_layout_is_a_policy_setting_for_the_vllm_backend() -> None:
     from memprism_ray.policy.config import PolicyConfig
 

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from canonical_view import view_digest
 
 from memprism_ray.composer import ComposerConfig, compose
-from memprism_ray.composer.canonical import view_digest
 from memprism_ray.recorder import EventStream
 from memprism_ray.render import RenderConfig, layout
 from memprism_ray.render.optical import encode_png, paint_image

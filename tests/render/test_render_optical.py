@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from memprism_ray.composer import compose
+from memprism_ray.composer import View, compose
 from memprism_ray.recorder import EventStream, RawEvent
-from memprism_ray.render import RenderColors, RenderConfig, layout, render, render_image, render_png, render_text
+from memprism_ray.render import RenderColors, RenderConfig, encode_png, layout, render, render_image, render_text
 from memprism_ray.render.font import atlas
 from memprism_ray.testing.synthetic_streams import alfworld_like_stream, random_stream
 from memprism_ray.view_space import ALL_ACTIONS, ViewAction
@@ -36,13 +36,20 @@ SCRIPT = """
 import hashlib, json, sys
 from memprism_ray.composer import compose
 from memprism_ray.testing.synthetic_streams import alfworld_like_stream
-from memprism_ray.render import RenderConfig, render_png
+from memprism_ray.render import RenderConfig, encode_png, render_image
 out = []
 for name, n, side in json.loads(sys.argv[1]):
-    png = render_png(compose(alfworld_like_stream(n, 7), name), RenderConfig(max_side=side))
+    cfg = RenderConfig(max_side=side)
+    png = encode_png(render_image(compose(alfworld_like_stream(n, 7), name), cfg), cfg)
     out.append(hashlib.sha256(png).hexdigest())
 print(json.dumps(out))
 """
+
+
+def render_png(view: View, config: RenderConfig | None = None) -> bytes:
+    """The optical view as PNG bytes, as a policy receives it (``views.ViewService``)."""
+    config = config or RenderConfig()
+    return encode_png(render_image(view, config), config)
 
 
 def rgb(img: Image.Image) -> np.ndarray:

@@ -501,19 +501,6 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
-def verify_corpus(root: Path) -> list[str]:
-    """Files whose SHA-256 differs from the manifest (empty list: the corpus is intact)."""
-    manifest = read_manifest(root)
-    if manifest is None:
-        raise ValueError(f"{root}: no corpus manifest.json (not built, or the build did not finish)")
-    bad = []
-    for rel, digest in manifest["files"].items():
-        p = Path(root) / rel
-        if not p.is_file() or sha256_file(p) != digest:
-            bad.append(rel)
-    return bad
-
-
 def default_cache_dir(
     seed: int = DEFAULT_SEED,
     train: int = DEFAULT_TRAIN_GAMES,

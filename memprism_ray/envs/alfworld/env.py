@@ -169,11 +169,6 @@ class AlfworldEnv:
             meta=meta,
         )
 
-    def game_in(self, slot: int = 0) -> GameRef | None:
-        """The game last reset in ``slot``."""
-        s = self._slots[slot] if 0 <= slot < len(self._slots) else None
-        return s.game if s else None
-
     def close(self) -> None:
         """Drop the engines. Their copies of fast-downward's library stay mapped until the
         process ends: unloading one (``dlclose``) makes the next load crash."""

@@ -22,8 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -296,50 +295,6 @@ def skills_from_trajectory(data: Mapping[str, Any]) -> list[str]:
     return skills_from_high_pddl(plan["high_pddl"], plan.get("low_actions") or ())
 
 
-@dataclass(frozen=True)
-class AlfredTrajectory:
-    """One ALFRED training trajectory as the ALFRED path's D1/GRPO data sees it."""
-
-    task_id: str
-    """``<task>/<trial>`` relative to the split folder"""
-    task_type: str
-    scene: int
-    instructions: tuple[str, ...]
-    """the annotators' task descriptions (one per annotation)"""
-    expert: tuple[str, ...]
-    """the expert plan as EB-ALFRED skills"""
-
-
 def default_alfred_root() -> Path | None:
     env = os.environ.get(ALFRED_ENV, "")
     return Path(env) if env else None
-
-
-def iter_alfred_annotations(root: str | Path | None = None, split: str = "train") -> Iterator[AlfredTrajectory]:
-    """The ALFRED trajectories of ``split`` (``root`` is the unpacked ``json_2.1.0`` folder).
-
-    A missing folder is one clear error naming the download; an unreadable file, or a plan
-    naming an object no EB-ALFRED skill has, is an error naming the file (never skipped
-    silently)."""
-    base = Path(root) if root else default_alfred_root()
-    if base is None or not (base / split).is_dir():
-        where = f" (looked at {base / split})" if base is not None else ""
-        raise FileNotFoundError(
-            f"ALFRED {split} annotations not found{where}: download {ALFRED_DOWNLOAD}, unpack it and "
-            f"set ${ALFRED_ENV} (or pass root=) to the json_2.1.0 folder"
-        )
-    for path in sorted((base / split).glob("*/*/traj_data.json")):
-        try:
-            data = json.loads(path.read_text())
-            anns = data.get("turk_annotations", {}).get("anns", [])
-            yield AlfredTrajectory(
-                task_id=f"{path.parent.parent.name}/{path.parent.name}",
-                task_type=str(data.get("task_type", path.parent.parent.name.split("-")[0])),
-                scene=int(data["scene"]["scene_num"]),
-                instructions=tuple(str(a["task_desc"]) for a in anns if "task_desc" in a),
-                expert=tuple(skills_from_trajectory(data)),
-            )
-        except AlfredNameError as exc:
-            raise AlfredNameError(f"{path}: {exc}", exc.name, exc.known) from None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: not an ALFRED trajectory file ({type(exc).__name__}: {exc})") from None

@@ -157,26 +157,6 @@ def global_skills() -> list[str]:
     return skills
 
 
-def instance_names(objects: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """``generate_additional_action_space``'s ``name_to_id_dict``: for every receptacle or
-    pickable type with two or more instances, ``Type`` -> first id and ``Type_<k>`` -> the
-    k-th id (metadata order)."""
-    recep: dict[str, list[str]] = {}
-    pick: dict[str, list[str]] = {}
-    for obj in objects:
-        if obj.get("receptacle"):
-            recep.setdefault(str(obj["objectType"]), []).append(str(obj["objectId"]))
-        elif obj.get("pickupable"):
-            pick.setdefault(str(obj["objectType"]), []).append(str(obj["objectId"]))
-    names: dict[str, str] = {}
-    for table in (recep, pick):
-        for kind, ids in table.items():
-            if len(ids) >= 2:
-                names[kind] = ids[0]
-                names.update({f"{kind}_{i + 1}": oid for i, oid in enumerate(ids) if i > 0})
-    return names
-
-
 def scene_extra_skills(objects: Iterable[Mapping[str, Any]]) -> list[str]:
     """The per-scene skills ``generate_additional_action_space`` appends after the 162."""
     recep: dict[str, int] = {}

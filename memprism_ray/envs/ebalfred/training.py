@@ -53,12 +53,6 @@ from memprism_ray.envs.ebalfred.skills import AlfredNameError
 from memprism_ray.io_atomic import atomic_write_text
 
 
-def alfred_train_entries(root: str | Path, split: str = "train") -> list[dict[str, Any]]:
-    """One list entry per annotation of every playable ALFRED ``split`` trajectory under
-    ``root`` (the unpacked ``json_2.1.0``), in path order (:func:`read_alfred_split`)."""
-    return read_alfred_split(root, split)[0]
-
-
 def read_alfred_split(root: str | Path, split: str = "train") -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The list entries of ``split`` and the trajectories left out as unplayable
     (``task -> reason``): those whose expert plan needs an ALFRED object EB-ALFRED's skills do

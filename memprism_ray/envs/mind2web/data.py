@@ -242,11 +242,6 @@ def load_task(game: GameRef) -> Task:
     return tasks[game.game_id]
 
 
-def load_split(split: str, root: str | Path | None = None) -> list[Task]:
-    """Every task of ``split``, in file then file order."""
-    return [t for f in split_files(split, root) for t in load_file(f, split).values()]
-
-
 def list_games(split: str, root: str | Path | None = None) -> list[GameRef]:
     """One :class:`GameRef` per task of ``split``, in file then file order."""
     out = []

@@ -155,22 +155,6 @@ def _receptacle_view(text: str) -> tuple[str, re.Match[str]] | None:
     return None
 
 
-_TEMPLATE_ITEM = re.compile(rf"\b(?:a|an|some) {INST}")
-_TEMPLATE_ITEMS = re.compile(r"\{item\}(?:, (?:and )?\{item\})*")
-_TEMPLATE_NAMES = re.compile(r"\{x\}(?:, (?:and )?\{x\})+")
-
-
-def feedback_template(feedback: str) -> str:
-    """Feedback with names abstracted: instances -> ``{x}``, article lists -> ``{items}``,
-    bare name lists -> ``{xs}``, location numbers -> ``loc {n}``."""
-    t = feedback.strip()
-    t = re.sub(r"\bloc \d+\b", "loc {n}", t)
-    t = _TEMPLATE_ITEM.sub("{item}", t)
-    t = _TEMPLATE_ITEMS.sub("{items}", t)
-    t = _NAME.sub("{x}", t)
-    return _TEMPLATE_NAMES.sub("{xs}", t)
-
-
 # --- the extractor -------------------------------------------------------------------------
 
 

@@ -71,11 +71,3 @@ class PhiPrompt:
             slots[literal] = k
         pattern = re.compile("|".join(re.escape(s) for s in sorted(slots, key=len, reverse=True)))
         return pattern.sub(lambda m: values[slots[m.group(0)]], text)
-
-    def slot(self, field: str) -> str:
-        """The text standing for ``field`` in the template (its placeholder or literal slot)."""
-        return dict(self.literal_slots).get(field, f"{{{field}}}")
-
-    def unfilled(self, text: str) -> list[str]:
-        """Fields of this prompt whose slot is still present in ``text`` (a check for tests and callers)."""
-        return sorted(f for f in self.fields if self.slot(f) in text or f"{{{f}}}" in text)

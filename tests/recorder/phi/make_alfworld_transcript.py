@@ -4,8 +4,8 @@ Builds a small generated corpus in a temporary folder, then plays at least 200 e
 the real TextWorld engine: per game one handcoded-expert episode, expert episodes with 25%
 and 50% random commands, and random episodes (admissible commands, plus a few
 non-admissible ones and ``help``). Every feedback is reduced to its template
-(:func:`memprism_ray.recorder.phi.alfworld.feedback_template`); the file keeps each distinct
-template with its count and up to three real (command, feedback) examples.
+(:func:`feedback_template`, which the Phi tests import from here); the file keeps each
+distinct template with its count and up to three real (command, feedback) examples.
 
 Generating takes a few minutes on 2 cores, which is why the tests read the file instead:
 
@@ -18,16 +18,34 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from memprism_ray.recorder.phi.alfworld import INST
 
 OUT = Path(__file__).with_name("data") / "alfworld_transcript.json"
 SEED = 5
 EPISODE_MIX = (0.0, 0.25, 0.25, 0.5, 0.5, 1.0, 1.0, 1.0, 1.0)  # random-command rate per episode of a game
 JUNK = ("jump", "take unicorn 1 from sofa 1", "dance", "go to moon 1")
 MAX_STEPS = 40
+_NAME = re.compile(INST)
+_TEMPLATE_ITEM = re.compile(rf"\b(?:a|an|some) {INST}")
+_TEMPLATE_ITEMS = re.compile(r"\{item\}(?:, (?:and )?\{item\})*")
+_TEMPLATE_NAMES = re.compile(r"\{x\}(?:, (?:and )?\{x\})+")
+
+
+def feedback_template(feedback: str) -> str:
+    """Feedback with names abstracted: instances -> ``{x}``, article lists -> ``{items}``,
+    bare name lists -> ``{xs}``, location numbers -> ``loc {n}``."""
+    t = feedback.strip()
+    t = re.sub(r"\bloc \d+\b", "loc {n}", t)
+    t = _TEMPLATE_ITEM.sub("{item}", t)
+    t = _TEMPLATE_ITEMS.sub("{items}", t)
+    t = _NAME.sub("{x}", t)
+    return _TEMPLATE_NAMES.sub("{xs}", t)
 
 
 def main() -> None:
@@ -36,7 +54,6 @@ def main() -> None:
     from memprism_ray.envs.alfworld.corpus import CorpusConfig, build_corpus
     from memprism_ray.envs.alfworld.data import SPLITS, list_games
     from memprism_ray.envs.alfworld.env import AlfworldEnv
-    from memprism_ray.recorder.phi.alfworld import feedback_template
 
     rng = random.Random(SEED)
     templates: dict[str, dict] = {}

@@ -12,13 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
+from make_alfworld_transcript import feedback_template
 
 from memprism_ray.recorder import EventStream, Outcome, RawEvent, StateDelta
 from memprism_ray.recorder.phi import Phi, record_event
 from memprism_ray.recorder.phi.alfworld import (
     AlfworldPhi,
     classify_feedback,
-    feedback_template,
     list_items,
     parse_command,
 )

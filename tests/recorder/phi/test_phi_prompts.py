@@ -29,7 +29,10 @@ def fill_phi_prompt(name: str, values: dict[str, str]) -> str:
 
 
 def unfilled_placeholders(name: str, text: str) -> list[str]:
-    return PROMPTS[name].unfilled(text)
+    """Fields of the prompt whose slot (its placeholder or literal slot) is still in ``text``."""
+    prompt = PROMPTS[name]
+    slots = dict(prompt.literal_slots)
+    return sorted(f for f in prompt.fields if slots.get(f, f"{{{f}}}") in text or f"{{{f}}}" in text)
 
 PAPER = Path("/work/shared/seeds/000_e8ab49c9613c1996.txt")
 TITLES = {

@@ -1,5 +1,6 @@
 """A process-independent form of a composed :class:`View` (sets sorted, enums by value) and
-its digest, for pinning outputs across versions (``tests/render/golden_views.json``)."""
+its digest, for pinning the Composer's outputs across versions (``golden_views.json``, read by
+``test_render_golden.py``)."""
 
 from __future__ import annotations
 
