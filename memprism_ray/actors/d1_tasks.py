@@ -16,12 +16,15 @@ import io
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from memprism_ray.actors.node_data import NodeData
 from memprism_ray.actors.placement import set_ray_env
+
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
 
 
 def _parquet(dataset: Any) -> bytes:
@@ -35,7 +38,7 @@ def _parquet(dataset: Any) -> bytes:
 
 @ray.remote(num_cpus=1, max_retries=1)
 def reference_task(
-    cfg: Any,
+    cfg: ExperimentConfig,
     games: list[dict[str, str]],
     rollin: list[dict[str, str]],
     pool: list[Any] | None = None,
@@ -60,7 +63,7 @@ def reference_task(
     return get_benchmark(cfg.corpus.benchmark).reference_table(cfg, refs, [GameRef.from_dict(g) for g in rollin], phi)
 
 
-def label_policy(cfg: Any, pool: list[Any] | None, key: str) -> Any:
+def label_policy(cfg: ExperimentConfig, pool: list[Any] | None, key: str) -> Any:
     """The task policy a labelling task shows the views to: the pool's replicas when given,
     the scripted stand-in at the labelling temperature, or an HTTP client (openai backend), all
     speaking the benchmark's task contract."""
@@ -86,7 +89,7 @@ def label_policy(cfg: Any, pool: list[Any] | None, key: str) -> Any:
 def label_task(
     table_bytes: bytes,
     episodes: list[int],
-    cfg: Any,
+    cfg: ExperimentConfig,
     pool: list[Any] | None = None,
     key: str = "",
     data: NodeData | None = None,
@@ -129,7 +132,7 @@ def label_task(
 
 
 @ray.remote(max_retries=0)
-def sft_task(dataset_bytes: bytes, cfg: Any) -> dict[str, Any]:
+def sft_task(dataset_bytes: bytes, cfg: ExperimentConfig) -> dict[str, Any]:
     """Train the Router on the labels (D1); returns statistics and the checkpoint files."""
     set_ray_env()
     import tempfile

@@ -7,12 +7,15 @@ decides through the policy pool's replicas (docs/gpu.md): it never builds a mode
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from memprism_ray.actors.node_data import NodeData, node_label, node_place
 from memprism_ray.actors.placement import set_ray_env
+
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
 
 
 @ray.remote(max_restarts=2, max_task_retries=1)
@@ -21,7 +24,7 @@ class EvalWorker:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: ExperimentConfig,
         slots: int,
         router_state: dict[str, Any] | None,
         pool: list[Any] | None = None,
@@ -42,7 +45,7 @@ class EvalWorker:
             self.setup_error = exc
 
     def _setup(
-        self, cfg: Any, slots: int, router_state: dict[str, Any] | None, pool: list[Any] | None, key: str
+        self, cfg: ExperimentConfig, slots: int, router_state: dict[str, Any] | None, pool: list[Any] | None, key: str
     ) -> None:
         import numpy as np
         import torch

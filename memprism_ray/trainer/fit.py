@@ -23,7 +23,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memprism_ray.benchmark import Benchmark, BenchmarkConfigError, get_benchmark
 from memprism_ray.trainer.job_args import parse_job_args
@@ -38,6 +38,9 @@ from memprism_ray.trainer.run_dir import (
     prepare_run_dir,
 )
 
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
+
 
 def say(msg: str) -> None:
     print(f"[grpo] {msg}", flush=True)
@@ -47,7 +50,7 @@ def error(msg: str) -> None:
     print(f"[grpo] error: {msg}", file=sys.stderr, flush=True)
 
 
-def prepare_benchmark(cfg: Any, benchmark: Benchmark, log: Any = say, *, trains: bool = True) -> Any:
+def prepare_benchmark(cfg: ExperimentConfig, benchmark: Benchmark, log: Any = say, *, trains: bool = True) -> Any:
     """The config with the benchmark's data resolved, refused (``BenchmarkConfigError``, one
     line) when it does not name this benchmark or, for a job that trains (``trains``), when its
     evaluation episodes are training tasks. A standalone evaluation job has no training tasks
@@ -59,7 +62,7 @@ def prepare_benchmark(cfg: Any, benchmark: Benchmark, log: Any = say, *, trains:
     return cfg
 
 
-def fit(cfg: Any, benchmark: Benchmark, argv: Sequence[str] | None = None) -> int:
+def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None = None) -> int:
     """D1, GRPO and the final evaluation of ``cfg`` on ``benchmark``; the exit status.
     ``argv``: the job's arguments, for the ``--resume auto`` command printed on a failure."""
 
@@ -116,7 +119,7 @@ def run_failure(exc: BaseException) -> str | None:
 
 
 def _fit(
-    cfg: Any,
+    cfg: ExperimentConfig,
     benchmark: Benchmark,
     argv: Sequence[str] | None,
     run_dir: Path,
@@ -177,7 +180,7 @@ def _without_resume(args: list[str]) -> list[str]:
 
 
 def final_evaluation(
-    cfg: Any,
+    cfg: ExperimentConfig,
     benchmark: Benchmark,
     final: dict[str, Any],
     run_dir: Path,
@@ -230,7 +233,7 @@ def evaluate_job(benchmark_name: str, description: str, argv: Sequence[str] | No
 
 
 def run_evaluation(
-    cfg: Any, benchmark: Benchmark, checkpoint: str, out_dir: Path, *, say: Any = print, error: Any = print
+    cfg: ExperimentConfig, benchmark: Benchmark, checkpoint: str, out_dir: Path, *, say: Any = print, error: Any = print
 ) -> int:
     """A standalone evaluation (``jobs/eval_<benchmark>.py``, ``memprism eval``; paper appendix C):
     ``eval.conditions`` (a Router checkpoint given by ``checkpoint``) on the benchmark's plan, on a

@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from tqdm import tqdm
@@ -35,6 +35,9 @@ from memprism_ray.trainer.rollouts import IterationFailed, RolloutFleet, iterati
 from memprism_ray.trainer.rollouts import say as grpo_say
 from memprism_ray.trainer.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration
 
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
+
 
 @dataclass
 class TrainingActors:
@@ -49,7 +52,7 @@ class TrainingActors:
 
 
 def start_training_actors(
-    cfg: Any,
+    cfg: ExperimentConfig,
     reference: Path,
     resume_from: Path | None,
     resources: dict[str, Any],
@@ -145,7 +148,7 @@ def start_training_actors(
 
 
 def run_grpo_iterations(
-    cfg: Any,
+    cfg: ExperimentConfig,
     actors: TrainingActors,
     games: list[Any],
     logger: RunLogger,
@@ -250,7 +253,7 @@ def fleet_changes(fleet: RolloutFleet, rollout: Any, iteration: int, before: int
             fleet.record.event("shrank", iteration=iteration, size=end, seats=seats, lost=rollout.workers_lost)
 
 
-def stop_training_actors(cfg: Any, actors: TrainingActors) -> dict[str, Any]:
+def stop_training_actors(cfg: ExperimentConfig, actors: TrainingActors) -> dict[str, Any]:
     """The trained Router's full weights; the fleet, the Phi/View pools and the learner are
     killed to free their CPUs for the evaluation actors. The policy replicas stay up (one
     engine start, 60-75 s on an H100, saved): the caller kills them after the evaluation."""
@@ -285,7 +288,7 @@ def training_plot(run_dir: Path, say: Any = print, label: str = "success", repla
     return plot_training_success(its, run_dir / "eval" / "training_success.png", replay_first)
 
 
-def final_eval_dir(run_dir: Path, cfg: Any, say: Any = print, label: str = "success") -> Path | None:
+def final_eval_dir(run_dir: Path, cfg: ExperimentConfig, say: Any = print, label: str = "success") -> Path | None:
     """``run_dir/eval`` for the final evaluation, with the training plot written first; ``None``
     when a resumed run that had finished already holds its evaluation (reports are never
     replaced). The summary and the plot read ``cfg.grpo.replayed_iterations``, the same

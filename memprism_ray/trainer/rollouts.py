@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
@@ -30,6 +30,9 @@ from tqdm import tqdm
 from memprism_ray.actors import waits
 from memprism_ray.actors.node_data import NodeDataError, node_label
 from memprism_ray.actors.rollout import GroupSpec, GroupSummary
+
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
 
 #: Seconds between progress ticks while an iteration's groups play.
 TICK_S = 15.0
@@ -45,12 +48,12 @@ def say(msg: str) -> None:
     sys.stdout.flush()
 
 
-def _draw_games(games: list, cfg: Any, iteration: int) -> tuple[list, random.Random]:
+def _draw_games(games: list, cfg: ExperimentConfig, iteration: int) -> tuple[list, random.Random]:
     rng = random.Random(f"{cfg.run.seed}:{iteration}")
     return rng.sample(games, k=min(cfg.grpo.groups_per_iteration, len(games))), rng
 
 
-def sample_groups(games: list, cfg: Any, iteration: int) -> list[GroupSpec]:
+def sample_groups(games: list, cfg: ExperimentConfig, iteration: int) -> list[GroupSpec]:
     """Explicit task ids for one iteration (0-based), a function of (seed, iteration) only, so
     a resumed run samples exactly what an uninterrupted one would. With ``grpo.replay_first``
     N, iteration ``iterations - N + k`` plays the tasks of iteration ``k`` with its own
@@ -365,7 +368,7 @@ def run_groups(
     specs: list[GroupSpec],
     weights_ref: Any,
     version: int,
-    cfg: Any,
+    cfg: ExperimentConfig,
     tick: Callable[[int, int], None] | None = None,
     watch: Callable[[], None] | None = None,
 ) -> RolloutResult:

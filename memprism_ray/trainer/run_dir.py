@@ -27,11 +27,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memprism_ray.config import check_run_name
 from memprism_ray.config_tree import to_dict
 from memprism_ray.io_atomic import atomic_write_text
+
+if TYPE_CHECKING:
+    from memprism_ray.config import ExperimentConfig
 
 CHECKPOINT_PREFIX = "iter_"
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
@@ -74,7 +77,7 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def resume_relevant_config(config: Any) -> dict[str, Any]:
+def resume_relevant_config(config: ExperimentConfig) -> dict[str, Any]:
     """The dotted settings a checkpoint's config hash covers (:data:`RESUME_FREE_KEYS` left out)."""
     flat = _flat(to_dict(config))
     return {
@@ -88,17 +91,17 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def config_hash(config: Any) -> str:
+def config_hash(config: ExperimentConfig) -> str:
     """SHA-256 of the settings that decide what a run computes."""
     return _digest(resume_relevant_config(config))
 
 
-def checkpoint_extra(config: Any) -> dict[str, Any]:
+def checkpoint_extra(config: ExperimentConfig) -> dict[str, Any]:
     """What every D2 checkpoint records about its config (``save_checkpoint(extra=...)``)."""
     return {"config_sha256": config_hash(config), "config": resume_relevant_config(config)}
 
 
-def d1_key(config: Any) -> str:
+def d1_key(config: ExperimentConfig) -> str:
     """12 hex digits of the hash of the sections that produce the D1 artifacts (and the run seed)."""
     tree = to_dict(config)
     parts = {s: tree.get(s) for s in D1_SECTIONS}
@@ -116,7 +119,7 @@ def d1_key(config: Any) -> str:
     return _digest(parts)[:12]
 
 
-def d1_dir(run_dir: Path, config: Any) -> Path:
+def d1_dir(run_dir: Path, config: ExperimentConfig) -> Path:
     """``run_dir/d1/<key>``: D1 artifacts made with another config are never reused."""
     root = Path(run_dir) / "d1" / d1_key(config)
     root.mkdir(parents=True, exist_ok=True)
@@ -207,7 +210,7 @@ def set_aside_corrupt(corrupt: list[tuple[Path, str]], warn: Callable[[str], Non
         warn(f"checkpoint {path.name} is corrupt ({error}); moved to {aside.name}, falling back to the previous one")
 
 
-def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: Any, allow: bool) -> list[str]:
+def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: ExperimentConfig, allow: bool) -> list[str]:
     """Differences between the checkpoint's config and ``config`` (dotted keys); raises unless
     they are none or ``allow``."""
     extra = meta.get("extra") or {}
@@ -239,7 +242,9 @@ def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: Any, all
     return changed
 
 
-def prepare_run_dir(run_dir: Path, resume: str, config: Any, *, warn: Callable[[str], None] = _warn) -> Path | None:
+def prepare_run_dir(
+    run_dir: Path, resume: str, config: ExperimentConfig, *, warn: Callable[[str], None] = _warn
+) -> Path | None:
     """Create ``run_dir`` (fresh) or find the checkpoint to resume from.
 
     ``resume=""`` refuses a run directory that already exists and is not empty (nothing is
@@ -322,7 +327,7 @@ def prepare_run_dir(run_dir: Path, resume: str, config: Any, *, warn: Callable[[
     return found
 
 
-def write_config(run_dir: Path, config: Any) -> Path:
+def write_config(run_dir: Path, config: ExperimentConfig) -> Path:
     """``run_dir/config.yaml``, atomically; a different earlier one is kept as ``config.N.yaml``."""
     import yaml
 
