@@ -31,9 +31,8 @@ from collections.abc import Sequence
 
 from memprism_ray.formats.mind2web_snapshot import Element, describe, parse_snapshot
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
-from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.policy.mind2web import MIND2WEB, encode_mind2web_action
-from memprism_ray.policy.stand_in import seeded_rng, tempered_distribution
+from memprism_ray.policy.stand_in import TemperedStandIn, seeded_rng, tempered_distribution, view_texts
 
 _WORD = re.compile(r"[a-z0-9]+")
 _PHRASE = re.compile(r"\b([A-Z][a-zA-Z0-9]*(?:\s+[A-Z][a-zA-Z0-9]*)*)")
@@ -101,35 +100,16 @@ def score_actions(goal: str, observation: str, memory: Sequence[str]) -> dict[st
     return scores
 
 
-class Mind2WebScriptedPolicy:
+class Mind2WebScriptedPolicy(TemperedStandIn):
     """See the module docstring."""
 
     name = "scripted-mind2web"
     contract = MIND2WEB
-    needs_view_text = True
-    #: It never reads pixels: D1 labelling lays its pages out without painting them.
-    needs_view_image = False
-
-    def __init__(self, temperature: float = 1.0, seed: int = 0) -> None:
-        if temperature < 0:
-            raise ValueError(f"scripted policy temperature must be >= 0, got {temperature}")
-        self.temperature = float(temperature)
-        self.seed = int(seed)
-
-    @classmethod
-    def from_config(cls, config: PolicyConfig) -> Mind2WebScriptedPolicy:
-        """From ``policy.scripted``: its temperature and seed."""
-        return cls(**{k: v for k, v in config.scripted.items() if k in ("temperature", "seed")})
 
     @staticmethod
     def memory_texts(inp: PolicyInput) -> list[str]:
         """The view (text form) and the short history, oldest first."""
-        texts = []
-        view = inp.view_text if inp.view_text is not None else inp.meta.get("view_text")
-        if inp.view_mode != "none" and view:
-            texts.append(str(view))
-        texts.extend(rec.action for rec in inp.history)
-        return texts
+        return view_texts(inp) + [rec.action for rec in inp.history]
 
     def input_distribution(self, inp: PolicyInput) -> dict[str, float]:
         """The probability of each candidate action for one prompt (exact, for the teacher)."""

@@ -37,8 +37,7 @@ from dataclasses import dataclass
 from memprism_ray.policy.alfworld import ALFWORLD
 from memprism_ray.policy.alfworld_reader import EpisodeFacts, instance_type, read_facts
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
-from memprism_ray.policy.config import PolicyConfig
-from memprism_ray.policy.stand_in import seeded_rng, tempered_distribution
+from memprism_ray.policy.stand_in import TemperedStandIn, seeded_rng, tempered_distribution, view_texts
 
 # Goal templates of alfworld/gen/goal_library.py, most specific first.
 _GOALS: tuple[tuple[str, str], ...] = (
@@ -274,7 +273,7 @@ def belief(target: str, place: str) -> float:
     return int.from_bytes(digest, "little") / 2**64
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(TemperedStandIn):
     """Stateless ALFWorld policy reading only prompt content (see module docstring).
 
     It reads the view as text. In text-view conditions that is ``PolicyInput.view_text``;
@@ -286,20 +285,6 @@ class ScriptedPolicy:
 
     name = "scripted"
     contract = ALFWORLD
-    needs_view_text = True
-    #: It never reads pixels: D1 labelling lays its pages out without painting them.
-    needs_view_image = False
-
-    def __init__(self, temperature: float = 1.0, seed: int = 0) -> None:
-        if temperature < 0:
-            raise ValueError(f"scripted policy temperature must be >= 0, got {temperature}")
-        self.temperature = float(temperature)
-        self.seed = int(seed)
-
-    @classmethod
-    def from_config(cls, config: PolicyConfig) -> ScriptedPolicy:
-        """From ``policy.scripted`` (keys checked by PolicyConfig): its temperature and seed."""
-        return cls(**{k: v for k, v in config.scripted.items() if k in ("temperature", "seed")})
 
     def action_distribution(
         self,
@@ -343,12 +328,7 @@ class ScriptedPolicy:
     @staticmethod
     def memory_texts(inp: PolicyInput) -> list[str]:
         """The prompt's memory: the view (text form) and the short history, oldest first."""
-        texts = []
-        view = inp.view_text if inp.view_text is not None else inp.meta.get("view_text")
-        if inp.view_mode != "none" and view:
-            texts.append(str(view))
-        texts.extend(f"{rec.action}\n{rec.feedback}" for rec in inp.history)
-        return texts
+        return view_texts(inp) + [f"{rec.action}\n{rec.feedback}" for rec in inp.history]
 
     def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
         outputs = []

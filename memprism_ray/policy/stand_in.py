@@ -3,7 +3,8 @@ policy"; paper eq. task-policy): sampling from a softmax over scored actions wit
 seeded by ``(seed, episode id, step)``, so draws are reproducible, no state is kept between
 calls, and the trajectories of a GRPO group differ. Each benchmark's stand-in is its own
 (``ScriptedPolicy`` for ALFWorld, ``Mind2WebScriptedPolicy``, the EB-ALFRED ``FixturePolicy``),
-reached through its task contract."""
+reached through its task contract; the two that sample at a temperature share
+:class:`TemperedStandIn`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ import hashlib
 import math
 import random
 from collections.abc import Mapping
+from typing import TypeVar
+
+from memprism_ray.policy.base import PolicyInput
+from memprism_ray.policy.config import PolicyConfig
+
+_StandIn = TypeVar("_StandIn", bound="TemperedStandIn")
 
 
 def seeded_rng(seed: int, episode_id: str, step: int) -> random.Random:
@@ -30,3 +37,33 @@ def tempered_distribution(scores: Mapping[str, float], temperature: float) -> di
     weights = [math.exp((s - top) / temperature) for _, s in items]
     total = sum(weights)
     return {a: w / total for (a, _), w in zip(items, weights, strict=True)}
+
+
+def view_texts(inp: PolicyInput) -> list[str]:
+    """The view a stand-in reads, in text form, as the first of the prompt's memory texts (none
+    where the condition shows no view): ``PolicyInput.view_text``, or in optical conditions the
+    text rendering of the same view the agent passes in ``meta["view_text"]`` (a reader with
+    perfect OCR)."""
+    view = inp.view_text if inp.view_text is not None else inp.meta.get("view_text")
+    return [str(view)] if inp.view_mode != "none" and view else []
+
+
+class TemperedStandIn:
+    """What the stand-ins that sample at a temperature share: ``policy.scripted``'s temperature
+    and seed, and the view read as text (:func:`view_texts`), never as pixels. A subclass names
+    its contract and scores its benchmark's actions."""
+
+    needs_view_text = True
+    #: It never reads pixels: D1 labelling lays its pages out without painting them.
+    needs_view_image = False
+
+    def __init__(self, temperature: float = 1.0, seed: int = 0) -> None:
+        if temperature < 0:
+            raise ValueError(f"scripted policy temperature must be >= 0, got {temperature}")
+        self.temperature = float(temperature)
+        self.seed = int(seed)
+
+    @classmethod
+    def from_config(cls: type[_StandIn], config: PolicyConfig) -> _StandIn:
+        """From ``policy.scripted`` (keys checked by PolicyConfig): its temperature and seed."""
+        return cls(**{k: v for k, v in config.scripted.items() if k in ("temperature", "seed")})
