@@ -5,8 +5,9 @@ name in the same directory, flushed to disk, and only then given its final name,
 leaves either the old file or the new one, never half of one. Without ``overwrite=True`` an
 existing file is an error (the rename is a hard link, which fails atomically when the name
 is taken, so two writers cannot both win). Also the file helpers every layer shares: a
-file's SHA-256, JSON parsing with a one-line error, a bounded exclusive file lock, and a
-directory's files as bytes and back (a checkpoint shipped between the Ray driver and its actors).
+file's SHA-256, JSON parsing with a one-line error (a document, or JSON lines), a bounded
+exclusive file lock, and a directory's files as bytes and back (a checkpoint shipped between
+the Ray driver and its actors).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,22 @@ def loads_json(text: str, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} is not valid JSON: {exc}") from None
+
+
+def json_lines(
+    lines: Iterable[str], not_json: Callable[[int, str, json.JSONDecodeError], Exception]
+) -> Iterator[tuple[int, str, Any]]:
+    """``(line number, line, value)`` of each non-blank line of ``lines`` (a JSONL file, or a
+    block of JSON lines in a text), numbered from 1 with blank lines counted; a line that is
+    not JSON raises ``not_json(line number, line, error)``: each reader says where, in its terms."""
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise not_json(n, line, exc) from None
+        yield n, line, value
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memprism_ray.io_atomic import json_lines
 from memprism_ray.recorder.events import Event, Outcome, RawEvent, StateDelta
 from memprism_ray.recorder.validate import ValidationReport, changed_flags, classify_outcome, validate_deltas
 
@@ -185,13 +186,9 @@ class EventStream:
         path = Path(path)
         stream: EventStream | None = None
         with path.open("r", encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            for lineno, _, obj in json_lines(
+                fh, lambda n, _, exc: ValueError(f"{path}:{n}: not valid JSON ({exc.msg})")
+            ):
                 if stream is None:
                     if isinstance(obj, dict) and obj.get("format") == FORMAT_NAME:
                         if obj.get("version") != FORMAT_VERSION:

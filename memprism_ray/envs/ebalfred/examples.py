@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memprism_ray.io_atomic import json_lines
 from memprism_ray.policy.ebalfred import ebalfred_instruction
 
 #: Upstream's default ``n_shots`` (``configs/eb-alf.yaml``, the evaluator's config).
@@ -74,13 +75,10 @@ def parse_example(text: str) -> Example:
             f"'executable_plan': [...]}}'): {text[:80]!r}"
         )
     actions = []
-    for line in m["steps"].splitlines():
-        if not line.strip():
-            continue
-        try:
-            step = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"executable_plan step {line[:80]!r} is not JSON ({exc})") from None
+    for _, line, step in json_lines(
+        m["steps"].splitlines(),
+        lambda _, line, exc: ValueError(f"executable_plan step {line[:80]!r} is not JSON ({exc})"),
+    ):
         name = step.get("action_name") if isinstance(step, dict) else None
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"executable_plan step {line[:80]!r} has no action_name")

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.envs.mind2web.data import Mind2WebDataError
+from memprism_ray.io_atomic import json_lines
 
 #: MindAct's cut: metric.py's ``top_k=50`` (the Mind2Web paper's "top-50 candidates").
 TOP_K = 50
@@ -135,13 +136,7 @@ def _read_json(path: Path, top_k: int) -> Iterator[_Row]:
 def _read_jsonl(path: Path, top_k: int) -> Iterator[_Row]:
     try:
         with path.open(encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise Mind2WebDataError(f"{path}:{n}: not JSON: {exc}") from None
+            for n, _, row in json_lines(fh, lambda n, _, exc: Mind2WebDataError(f"{path}:{n}: not JSON: {exc}")):
                 if not isinstance(row, Mapping):
                     raise Mind2WebDataError(f"{path}:{n}: expected an object with 'sample_id' and 'ranks'")
                 yield from _step_ranks(row.get("sample_id"), row.get("ranks"), f"{path}:{n}")
