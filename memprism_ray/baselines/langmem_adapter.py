@@ -23,16 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memprism_ray.baselines.local import MINILM_DIMS, langchain_embeddings, relay_for
-from memprism_ray.baselines.memory import (
-    MemoryBaselineConfig,
-    MemoryCounters,
-    MemoryView,
-    as_view,
-    retrieval_query,
-    serialize_transition,
-)
-from memprism_ray.policy.base import HistoryRecord
+from memprism_ray.baselines.local import MINILM_DIMS, RelayedMemory, langchain_embeddings
+from memprism_ray.baselines.memory import MemoryBaselineConfig
 
 #: ``create_memory_store_manager(query_limit=5)``: the release's default.
 DEFAULT_LIMIT = 5
@@ -48,7 +40,7 @@ def _content(value: Any) -> str:
     return str(getattr(value, "content", value))
 
 
-class LangMemMemory:
+class LangMemMemory(RelayedMemory):
     """One episode's LangMem store manager."""
 
     def __init__(self, config: MemoryBaselineConfig) -> None:
@@ -56,14 +48,11 @@ class LangMemMemory:
         from langgraph.store.memory import InMemoryStore
         from langmem import create_memory_store_manager
 
-        self.counters = MemoryCounters()
-        self.limit = config.top_k or DEFAULT_LIMIT
-        self._relay = relay_for(config)
-        self._key, base_url = self._relay.register(self.counters)
+        super().__init__(config, DEFAULT_LIMIT)
         # The relay retries (eval.memory); the SDK's own retries would repeat its attempts.
         model = ChatOpenAI(
             model=config.model,
-            base_url=base_url,
+            base_url=self.base_url,
             api_key=config.library_key(),
             timeout=config.budget_s(),
             max_retries=0,
@@ -73,12 +62,8 @@ class LangMemMemory:
             model, namespace=NAMESPACE, store=self.store, query_limit=DEFAULT_LIMIT
         )
 
-    def write(self, record: HistoryRecord, goal: str) -> None:
-        self.manager.invoke({"messages": [{"role": "user", "content": serialize_transition(record)}]})
+    def add(self, transition: str) -> None:
+        self.manager.invoke({"messages": [{"role": "user", "content": transition}]})
 
-    def retrieve(self, goal: str, observation: str, history: tuple[HistoryRecord, ...]) -> MemoryView:
-        hits = self.manager.search(query=retrieval_query(goal, observation), limit=self.limit)
-        return as_view([_content(h.value) for h in hits])
-
-    def close(self) -> None:
-        self._relay.unregister(self._key)
+    def search(self, query: str) -> list[str]:
+        return [_content(h.value) for h in self.manager.search(query=query, limit=self.top_k)]

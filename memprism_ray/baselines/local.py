@@ -1,7 +1,8 @@
 """The local parts every external memory baseline shares (paper appendix "External
 baselines": "All auxiliary model calls and their token or API costs are included in the
 efficiency results"; docs/baselines.md "Local parts only"): the usage relay to the LLM
-endpoint and the offline MiniLM embedder.
+endpoint, the offline MiniLM embedder, and :class:`RelayedMemory`, the episode memory each
+adapter fills in with its library's write and search.
 
 :class:`UsageRelay`: the three libraries use three client stacks (mem0's and A-Mem's
 ``openai.OpenAI``, LangMem's ``langchain_openai.ChatOpenAI``), so each memory is given, as
@@ -23,8 +24,16 @@ from dataclasses import fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from memprism_ray.baselines.memory import MemoryBaselineConfig, MemoryCounters
+from memprism_ray.baselines.memory import (
+    MemoryBaselineConfig,
+    MemoryCounters,
+    MemoryView,
+    as_view,
+    retrieval_query,
+    serialize_transition,
+)
 from memprism_ray.llm_client import ChatClient, EndpointConfig, LLMUnavailable
+from memprism_ray.policy.base import HistoryRecord
 
 MINILM_DIMS = 384
 
@@ -130,6 +139,40 @@ def relay_for(config: MemoryBaselineConfig) -> UsageRelay:
         if key not in _RELAYS:
             _RELAYS[key] = UsageRelay(config)
         return _RELAYS[key]
+
+
+class RelayedMemory:
+    """One episode's memory in an external library, as every adapter runs it (paper appendix
+    "External baselines": "Each memory adapter receives the same serialized sequence of
+    completed environment transitions, and retrieved content is placed in the same memory slot
+    of the task-policy prompt"): its :class:`MemoryCounters`, its path on the process's relay
+    (``base_url``: where the adapter points the library's LLM client), the common transition
+    text it writes, the common query it searches with, and the view block of what it finds.
+    A subclass builds its library after this ``__init__`` and implements :meth:`add` and
+    :meth:`search`; ``top_k``: ``eval.memory.top_k``, else the release's default."""
+
+    def __init__(self, config: MemoryBaselineConfig, default_top_k: int) -> None:
+        self.counters = MemoryCounters()
+        self.top_k = config.top_k or default_top_k
+        self._relay = relay_for(config)
+        self._key, self.base_url = self._relay.register(self.counters)
+
+    def add(self, transition: str) -> None:
+        """Write one serialized transition with the library's own write path."""
+        raise NotImplementedError
+
+    def search(self, query: str) -> list[str]:
+        """The library's retrieval for ``query``: one text per hit, best first."""
+        raise NotImplementedError
+
+    def write(self, record: HistoryRecord, goal: str) -> None:
+        self.add(serialize_transition(record))
+
+    def retrieve(self, goal: str, observation: str, history: tuple[HistoryRecord, ...]) -> MemoryView:
+        return as_view(self.search(retrieval_query(goal, observation)))
+
+    def close(self) -> None:
+        self._relay.unregister(self._key)
 
 
 # --------------------------------------------------------------------------- embeddings

@@ -24,16 +24,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from memprism_ray.baselines.local import MINILM_DIMS, langchain_embeddings, relay_for
-from memprism_ray.baselines.memory import (
-    MemoryBaselineConfig,
-    MemoryCounters,
-    MemoryView,
-    as_view,
-    retrieval_query,
-    serialize_transition,
-)
-from memprism_ray.policy.base import HistoryRecord
+from memprism_ray.baselines.local import MINILM_DIMS, RelayedMemory, langchain_embeddings
+from memprism_ray.baselines.memory import MemoryBaselineConfig
 
 #: README "Basic Usage": ``memory.search(query=message, user_id=user_id, limit=3)``.
 DEFAULT_LIMIT = 3
@@ -64,30 +56,27 @@ def mem0_config(llm_base_url: str, config: MemoryBaselineConfig, embeddings: Any
     return out
 
 
-class Mem0Memory:
+class Mem0Memory(RelayedMemory):
     """One episode's Mem0 (``graph=True``: Mem0^g)."""
 
     def __init__(self, config: MemoryBaselineConfig, *, graph: bool) -> None:
         os.environ.setdefault("MEM0_TELEMETRY", "False")  # read at import: no network calls
         from mem0 import Memory
 
-        self.counters = MemoryCounters()
+        super().__init__(config, DEFAULT_LIMIT)
         self.graph = graph
-        self.limit = config.top_k or DEFAULT_LIMIT
-        self._relay = relay_for(config)
-        self._key, base_url = self._relay.register(self.counters)
-        self.memory = Memory.from_config(mem0_config(base_url, config, langchain_embeddings(self.counters), graph))
+        self.memory = Memory.from_config(mem0_config(self.base_url, config, langchain_embeddings(self.counters), graph))
 
-    def write(self, record: HistoryRecord, goal: str) -> None:
-        self.memory.add([{"role": "user", "content": serialize_transition(record)}], user_id=USER_ID)
+    def add(self, transition: str) -> None:
+        self.memory.add([{"role": "user", "content": transition}], user_id=USER_ID)
 
-    def retrieve(self, goal: str, observation: str, history: tuple[HistoryRecord, ...]) -> MemoryView:
-        found = self.memory.search(query=retrieval_query(goal, observation), user_id=USER_ID, limit=self.limit)
+    def search(self, query: str) -> list[str]:
+        found = self.memory.search(query=query, user_id=USER_ID, limit=self.top_k)
         lines = [str(m.get("memory", "")) for m in found.get("results", [])]
         for rel in found.get("relations", []) or []:
             lines.append(f"{rel.get('source')} -- {rel.get('relationship')} -- {rel.get('destination')}")
-        return as_view(lines)
+        return lines
 
     def close(self) -> None:
-        self._relay.unregister(self._key)
+        super().close()
         self.memory.close()
