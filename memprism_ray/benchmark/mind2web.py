@@ -144,14 +144,14 @@ class Mind2Web(Benchmark):
 
     # ------------------------------------------------------------------ evaluation report
     def write_condition(self, played: Played, out_dir: Path, manifest: Any, ctx: EvalRun) -> dict[str, Any]:
+        """The shared condition report, then the Mind2Web metrics beside it."""
         from memprism_ray.eval import mind2web as m2w
 
-        return m2w.write_condition(
-            played.condition, played.results, played.rows, out_dir, manifest,
-            expected_steps=ctx.plan.expected_steps, tokenizer=ctx.tokenizer,
-            max_steps=ctx.cfg.agent.max_steps, artifacts=ctx.cfg.eval.artifacts,
-            candidate_pool=candidate_pool(ctx.cfg),
-            in_pool=plan_positives_in_pool(ctx.plan.specs, self.env_options(ctx.cfg)),
+        pool, in_pool = candidate_pool(ctx.cfg), plan_positives_in_pool(ctx.plan.specs, self.env_options(ctx.cfg))
+        rep = super().write_condition(played, out_dir, manifest, ctx)
+        return m2w.write_condition_metrics(
+            rep, played.results, played.rows, out_dir,
+            expected_steps=ctx.plan.expected_steps, candidate_pool=pool, in_pool=in_pool,
         )  # fmt: skip
 
     def condition_line(self, rep: Mapping[str, Any]) -> str:

@@ -32,7 +32,7 @@ project's pool the figures are not comparable with published ones.
 The same denominators as above: a step a failed episode did not play scores 0 on all.
 
 The generic per-condition report of :mod:`memprism_ray.eval.report` (efficiency, view
-marginal, failures) is written too; :func:`write_condition` adds these metrics
+marginal, failures) is written too; :func:`write_condition_metrics` adds these metrics
 (``<condition>/mind2web.{json,md}``) and :func:`write_summary` writes ``mind2web.md`` /
 ``mind2web.json`` for all conditions.
 """
@@ -163,27 +163,22 @@ def mind2web_metrics(
     return out
 
 
-def write_condition(
-    condition: str,
+def write_condition_metrics(
+    rep: dict[str, Any],
     results: Sequence[Any],
     rows: Sequence[dict[str, Any]],
     out_dir: Path,
-    manifest: Any,
     *,
     expected_steps: Mapping[str, int],
-    tokenizer: str,
-    max_steps: int,
-    artifacts: int,
     candidate_pool: Mapping[str, Any],
     in_pool: Mapping[str, Sequence[bool]] | None = None,
 ) -> dict[str, Any]:
-    """The generic condition report (:func:`memprism_ray.eval.report.write_condition`) plus
-    the Mind2Web metrics: returned under ``report["mind2web"]`` (the pool under
-    ``report["mind2web_pool"]``) and written beside it as ``mind2web.json`` / ``mind2web.md``
-    (reports are write-once). ``candidate_pool``: what the reports call the pool played on."""
-    rep = rpt.write_condition(
-        condition, results, rows, out_dir, manifest, tokenizer=tokenizer, max_steps=max_steps, artifacts=artifacts
-    )
+    """The Mind2Web metrics of one condition added to its generic report ``rep``
+    (:func:`memprism_ray.eval.report.write_condition`, written in ``out_dir``): returned under
+    ``rep["mind2web"]`` (the pool under ``rep["mind2web_pool"]``) and written beside it as
+    ``mind2web.json`` / ``mind2web.md`` (reports are write-once). ``candidate_pool``: what the
+    reports call the pool played on."""
+    condition = rep["condition"]
     episodes = [r.summary() for r in results]
     rep["mind2web"] = mind2web_metrics(episodes, rows, expected_steps, in_pool)
     rep["mind2web_pool"] = candidate_pool
