@@ -185,44 +185,6 @@ def write_labels(parts: list[bytes], path: Path, log: Any = print, hint: str = "
     return path
 
 
-def build_d1_data(
-    cfg: ExperimentConfig,
-    benchmark: Benchmark,
-    d1_dir: Path,
-    log: Any = print,
-    pool: list[Any] | None = None,
-    data: NodeData | None = None,
-) -> Path:
-    """The D1 data under ``d1_dir`` (reusing finished stages): the reference trajectories of the
-    first ``label.games`` of the benchmark's D1 tasks, the roll-ins on the next
-    ``label.rollin_games`` (where the benchmark has them), and the view teacher's labels of
-    every decision. Returns ``labels.parquet``'s path. The GRPO job and ``jobs/label_views.py``
-    both build it here, so a D1 directory holds the same data whichever wrote it."""
-    d1_dir.mkdir(parents=True, exist_ok=True)
-    # With the LLM Phi on the pool, the replicas started for it also serve the labelling.
-    needed = cfg.phi.kind == "llm" and cfg.phi.llm_source == "pool"
-    needed = needed and not (d1_dir / "expert_trajectories.parquet").exists()
-    phi_pool, started = replicas_for(cfg, pool, needed, log, "the D1 LLM Phi", data)
-    try:
-        games = benchmark.d1_games(cfg)
-        n = cfg.label.games
-        rollin = games[n : n + cfg.label.rollin_games]
-        if rollin and not benchmark.rollins_apply(cfg):
-            # Roll-ins exist only for the scripted policy under the counterfactual teacher: say so.
-            log(
-                f"D1: label.rollin_games={cfg.label.rollin_games} skipped: roll-ins need the counterfactual teacher "
-                f"on the scripted policy of a benchmark that has them (this run: {benchmark.name}, "
-                f"{cfg.label.teacher} teacher, {cfg.policy.backend} policy)"
-            )
-            rollin = []
-        elif len(rollin) < cfg.label.rollin_games:
-            log(f"D1: only {len(rollin)} training games left for label.rollin_games={cfg.label.rollin_games}")
-        expert = collect_reference(cfg, benchmark, games[:n], rollin, d1_dir, log, phi_pool, data)
-        return label_reference(cfg, expert, d1_dir, log, pool or phi_pool, data)
-    finally:
-        stop_policy_replicas(started)
-
-
 def train_d1(cfg: ExperimentConfig, labels_path: Path, ckpt: Path, log: Any = print) -> Path:
     """Supervised Router training on the labels; the checkpoint is written at ``ckpt``."""
     log(f"D1: supervised Router training ({cfg.sft.epochs} epochs)")
@@ -245,14 +207,42 @@ def run_d1(
     benchmark: Benchmark,
     d1_dir: Path,
     log: Any = print,
-    pool: list[Any] | None = None,
     data: NodeData | None = None,
+    *,
+    train: bool = True,
 ) -> Path:
-    """The D1 reference policy under ``d1_dir`` (reusing finished stages); its checkpoint dir.
-    ``data``: what the D1 tasks read, shipped or checked on their nodes."""
+    """D1 under ``d1_dir`` (reusing finished stages): the reference trajectories of the first
+    ``label.games`` of the benchmark's D1 tasks, the roll-ins on the next ``label.rollin_games``
+    (where the benchmark has them), the view teacher's labels of every decision and, with
+    ``train``, the supervised Router. Returns its checkpoint dir (GRPO's reference policy), or
+    without ``train`` ``labels.parquet``'s path. The GRPO job and the D1 jobs all build it here,
+    so a D1 directory holds the same data whichever wrote it. ``data``: what the D1 tasks read,
+    shipped or checked on their nodes."""
     d1_dir.mkdir(parents=True, exist_ok=True)
     ckpt = d1_dir / "checkpoint"
-    if (ckpt / "config.json").exists():
+    if train and (ckpt / "config.json").exists():
         log(f"D1: reusing {ckpt}")
         return ckpt
-    return train_d1(cfg, build_d1_data(cfg, benchmark, d1_dir, log, pool, data), ckpt, log)
+    # With the LLM Phi on the pool, the replicas started for it also serve the labelling.
+    needed = cfg.phi.kind == "llm" and cfg.phi.llm_source == "pool"
+    needed = needed and not (d1_dir / "expert_trajectories.parquet").exists()
+    phi_pool, started = replicas_for(cfg, None, needed, log, "the D1 LLM Phi", data)
+    try:
+        games = benchmark.d1_games(cfg)
+        n = cfg.label.games
+        rollin = games[n : n + cfg.label.rollin_games]
+        if rollin and not benchmark.rollins_apply(cfg):
+            # Roll-ins exist only for the scripted policy under the counterfactual teacher: say so.
+            log(
+                f"D1: label.rollin_games={cfg.label.rollin_games} skipped: roll-ins need the counterfactual teacher "
+                f"on the scripted policy of a benchmark that has them (this run: {benchmark.name}, "
+                f"{cfg.label.teacher} teacher, {cfg.policy.backend} policy)"
+            )
+            rollin = []
+        elif len(rollin) < cfg.label.rollin_games:
+            log(f"D1: only {len(rollin)} training games left for label.rollin_games={cfg.label.rollin_games}")
+        expert = collect_reference(cfg, benchmark, games[:n], rollin, d1_dir, log, phi_pool, data)
+        labels = label_reference(cfg, expert, d1_dir, log, phi_pool, data)
+    finally:
+        stop_policy_replicas(started)
+    return train_d1(cfg, labels, ckpt, log) if train else labels

@@ -283,7 +283,7 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
     """``jobs/label_views.py`` (``train=False``: the D1 data only) and ``jobs/sft_alfworld.py``
     (the D1 checkpoint), under ``<run>/d1/<key>/`` as the GRPO job builds them."""
     from memprism_ray.actors.placement import init_ray
-    from memprism_ray.trainer.d1 import build_d1_data, run_d1
+    from memprism_ray.trainer.d1 import run_d1
 
     _, cfg = parse_job_args(description, argv)
     benchmark = get_benchmark(benchmark_name)
@@ -299,10 +299,8 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
 
     def build() -> int:
         data = ship(benchmark.data_trees(cfg), say)
-        if train:
-            say(f"D1 checkpoint: {run_d1(cfg, benchmark, target, say, data=data)}")
-        else:
-            say(f"done: {build_d1_data(cfg, benchmark, target, say, data=data)}")
+        path = run_d1(cfg, benchmark, target, say, data=data, train=train)
+        say(f"D1 checkpoint: {path}" if train else f"done: {path}")
         return 0
 
     return explained(build, error)
