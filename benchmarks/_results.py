@@ -26,6 +26,7 @@ import os
 import platform
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -139,3 +140,18 @@ def write_result(
     text = json.dumps(doc, indent=1) + "\n"
     atomic_write_text(path, text, overwrite=True)
     return path
+
+
+def summarize(values: Sequence[float]) -> dict[str, Any]:
+    """Median and range of a benchmark's repetitions (rounded for the record): how every
+    benchmark that repeats a measurement reports it."""
+    if not values:
+        raise ValueError("no repetitions to summarize")
+    med = statistics.median(values)
+    return {
+        "reps": [round(v, 3) for v in values],
+        "median": round(med, 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        "range_frac": round((max(values) - min(values)) / med, 3) if med else None,
+    }

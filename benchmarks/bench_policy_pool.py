@@ -64,7 +64,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
 
 import ray  # noqa: E402
-from _results import write_result  # noqa: E402
+from _results import summarize, write_result  # noqa: E402
 
 from memprism_ray.policy.base import HistoryRecord, PolicyInput  # noqa: E402
 
@@ -172,20 +172,6 @@ def makespan(delays: Sequence[float], parallel: int) -> float:
 
 
 # --- statistics, limits, projection -------------------------------------------------------------
-def summarize(values: Sequence[float]) -> dict[str, Any]:
-    """Median and range of repetitions (rounded for the record)."""
-    if not values:
-        raise ValueError("no repetitions to summarize")
-    med = statistics.median(values)
-    return {
-        "reps": [round(v, 3) for v in values],
-        "median": round(med, 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
-        "range_frac": round((max(values) - min(values)) / med, 3) if med else None,
-    }
-
-
 def compute_limit_tokens_per_s(params: float, peak_tflops: float) -> float:
     """Dense bf16 forward tokens/s of a ``params``-parameter model (2 FLOPs a parameter)."""
     return peak_tflops * 1e12 / (2.0 * params)

@@ -103,7 +103,7 @@ for _k, _v in {
 }.items():
     os.environ.setdefault(_k, _v)
 
-from _results import RESULTS_DIR, write_result  # noqa: E402
+from _results import RESULTS_DIR, summarize, write_result  # noqa: E402
 
 #: The paper's GRPO run (configs/alfworld_paper.yaml; Table A.4).
 PAPER = {"groups": 8, "group_size": 16, "steps": 50, "iterations": 100}
@@ -134,20 +134,6 @@ ROLES = ("rollout_worker", "env_worker", "policy_replica", "ray_system", "driver
 
 
 # ----------------------------------------------------------------------------- pure parts
-def summarize(values: Sequence[float]) -> dict[str, Any]:
-    """Median and range of repetitions (rounded for the record)."""
-    if not values:
-        raise ValueError("no repetitions to summarize")
-    med = statistics.median(values)
-    return {
-        "reps": [round(v, 3) for v in values],
-        "median": round(med, 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
-        "range_frac": round((max(values) - min(values)) / med, 3) if med else None,
-    }
-
-
 def scaling_ratios(medians: Mapping[int, float]) -> dict[str, float]:
     """Each N's median decisions/s over the N=1 median (``{"2": 1.9, ...}``; N=1 itself left out)."""
     if 1 not in medians or medians[1] <= 0:
