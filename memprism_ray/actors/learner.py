@@ -75,7 +75,7 @@ class Learner:
     def iteration(self) -> int:
         return int(self.updater.iteration)
 
-    def place(self) -> dict[str, Any]:
+    def placed(self) -> dict[str, Any]:
         """Where the Learner runs (node id and address, pid)."""
         from memprism_ray.actors.node_data import node_place
 

@@ -8,11 +8,13 @@ of them. :func:`ship` turns the benchmark's :class:`~memprism_ray.benchmark.Data
 the checkpoints the Learner loads) into one :class:`NodeData` that every data-reading actor gets
 with its constructor:
 
-- a tree the job owns is archived once by the driver (content digest over every file, a
-  gzip'd tar in the object store: the default embedded corpus is 10 MB in 435 files, 1.5 MB
-  shipped, 0.1 s to pack); an actor whose node sees the driver's path with the same digest
-  (one machine, shared storage) reads it there, any other node unpacks it once into its
-  content-addressed cache ``$MEMPRISM_CACHE/node-data/<digest>/`` under a file lock;
+- a tree the job owns is identified by the driver (a digest over every file, or over the files
+  ``DataTree.files`` names: the D1 reference's weights and config, not its optimizer state); an
+  actor whose node sees the driver's path with the same digest (one machine, shared storage)
+  reads it there, so nothing is packed at all; any other node asks a zero-CPU task on the
+  driver's node for an uncompressed tar of it (made only then: gzip saved 7 % on a D1
+  checkpoint's weights for 3.3 s of packing) and unpacks it once into its content-addressed
+  cache ``$MEMPRISM_CACHE/node-data/<digest>/`` under a file lock, checking the digest;
 - a tree the user gave (``corpus.data_root``, the Mind2Web release, EB-ALFRED's episode lists)
   is checked where the actor starts: missing, the actor refuses in one line naming the node,
   the path and the fix (:class:`NodeDataError`).
@@ -46,7 +48,7 @@ from memprism_ray.io_atomic import file_lock
 
 #: Longest wait for another process of this node unpacking the same tree.
 UNPACK_LOCK_TIMEOUT_S = 600.0
-#: Longest wait for a shipped archive to arrive from the driver's object store.
+#: Longest wait for a tree packed on the driver's node to arrive.
 FETCH_TIMEOUT_S = 600.0
 _DONE = ".memprism-complete"
 
@@ -56,7 +58,8 @@ class NodeDataError(RuntimeError):
 
 
 def node_place() -> dict[str, Any]:
-    """Where the calling process runs: Ray node id and address, host name, process id."""
+    """Where the calling process runs: Ray node id and address, host name, process id, and in an
+    actor its dashboard name."""
     import socket
 
     ctx = ray.get_runtime_context()
@@ -65,6 +68,7 @@ def node_place() -> dict[str, Any]:
         "node_ip": ray.util.get_node_ip_address(),
         "hostname": socket.gethostname(),
         "pid": os.getpid(),
+        "actor": ctx.get_actor_name() if ctx.get_actor_id() else None,
     }
 
 
@@ -75,32 +79,43 @@ def node_label(place: dict[str, Any] | None = None) -> str:
     return f"node {place['node_ip']} ({str(place['node_id'])[:8]})"
 
 
-def tree_digest(path: str | Path) -> str:
-    """SHA-256 over a file, or over a folder's files (relative path and content digest of
-    each, in sorted order): the identity a node's copy is checked against."""
+def _files(root: Path, files: Sequence[str] = ()) -> list[Path]:
+    """The files of a tree in a fixed order: ``root`` itself when it is a file, else its files
+    (or those of ``files``, relative names), sorted by relative path."""
+    if root.is_file():
+        return [root]
+    if files:
+        return [root / f for f in sorted(files)]
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def tree_digest(path: str | Path, files: Sequence[str] = ()) -> str:
+    """SHA-256 over a file, or over a folder's files (``files``: only those; relative path and
+    content digest of each, in sorted order): the identity a node's copy is checked against."""
     root = Path(path)
     h = hashlib.sha256()
     if root.is_file():
         h.update(b"file\0" + hashlib.sha256(root.read_bytes()).digest())
         return h.hexdigest()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(p.relative_to(root).as_posix().encode() + b"\0")
-            h.update(hashlib.sha256(p.read_bytes()).digest())
+    for p in _files(root, files):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()
 
 
 @dataclass(frozen=True)
 class ShippedTree:
-    """One tree the driver shipped: its path on the driver, digest and archive (object ref)."""
+    """One tree the job owns: its path on the driver, its digest and where it can be packed."""
 
     path: str
     what: str
     digest: str
     size: int
-    """bytes of the compressed archive"""
-    archive: Any
-    """``ObjectRef`` of the archive's bytes (fetched only by a node without a copy)"""
+    """bytes of its files"""
+    files: tuple[str, ...]
+    """only these files of the folder (empty: all)"""
+    source_node: str
+    """Ray node id of the driver, whose disk holds ``path``"""
 
 
 @dataclass(frozen=True)
@@ -110,9 +125,6 @@ class NodeData:
 
     shipped: tuple[ShippedTree, ...] = ()
     checked: tuple[DataTree, ...] = ()
-
-    def __add__(self, other: NodeData) -> NodeData:
-        return NodeData(self.shipped + other.shipped, self.checked + other.checked)
 
     def localize(self, obj: Any) -> Any:
         """``obj`` with every path under a shipped tree pointing at this node's copy (unpacked
@@ -138,10 +150,11 @@ class NodeData:
 
 
 def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) -> NodeData:
-    """The driver's side: archive every owned tree into the object store, keep the user's to
-    be checked. Call after ``ray.init``; keep the result alive while actors may start (its
-    object refs pin the archives)."""
+    """The driver's side: identify every owned tree (its digest; nothing is packed until a node
+    asks), keep the user's to be checked. Call after ``ray.init``, on the node whose disk holds
+    the trees."""
     shipped, checked = [], []
+    node = ray.get_runtime_context().get_node_id()
     for tree in trees:
         if not tree.owned:
             checked.append(tree)
@@ -149,20 +162,30 @@ def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) ->
         path = Path(tree.path)
         if not path.exists():
             raise FileNotFoundError(f"{tree.what} {path} does not exist on the driver")
-        blob = _pack(path)
-        shipped.append(ShippedTree(tree.path, tree.what, tree_digest(path), len(blob), ray.put(blob)))
+        size = sum(f.stat().st_size for f in _files(path, tree.files))
+        shipped.append(ShippedTree(tree.path, tree.what, tree_digest(path, tree.files), size, tree.files, node))
     data = NodeData(tuple(shipped), tuple(checked))
     for line in data.describe() if log else ():
         log(line)
     return data
 
 
-def _pack(path: Path) -> bytes:
+def _pack(path: Path, files: Sequence[str] = ()) -> bytes:
+    """An uncompressed tar of the tree (or of ``files`` of it), named by its last component."""
     buf = io.BytesIO()
-    # compresslevel 1: 7x smaller than the plain tar for the corpus's JSON and PDDL, in 0.1 s
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tf:
-        tf.add(path, arcname=path.name)
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        if path.is_file() or not files:
+            tf.add(path, arcname=path.name)
+        else:
+            for f in _files(path, files):
+                tf.add(f, arcname=f"{path.name}/{f.relative_to(path).as_posix()}")
     return buf.getvalue()
+
+
+@ray.remote(num_cpus=0, max_retries=1)
+def _pack_task(path: str, files: tuple[str, ...]) -> bytes:
+    """Runs on the driver's node (node affinity): the tree as a node without it needs it."""
+    return _pack(Path(path), files)
 
 
 #: digest -> this process's local copy (a process unpacks or checks a tree once).
@@ -189,10 +212,15 @@ def _checker(tree: DataTree) -> Callable[[], str]:
     return check
 
 
+def _same_here(tree: ShippedTree) -> bool:
+    """Whether this node sees the driver's tree, with the same content, at the driver's path."""
+    return os.path.exists(tree.path) and tree_digest(tree.path, tree.files) == tree.digest
+
+
 def _local_copy(tree: ShippedTree) -> Path:
     """The driver's path when this node sees the same content there, else this node's
     unpacked copy under ``$MEMPRISM_CACHE/node-data/<digest>/``."""
-    if os.path.exists(tree.path) and tree_digest(tree.path) == tree.digest:
+    if _same_here(tree):
         return Path(tree.path)
     home = cache_base() / "node-data" / tree.digest[:32]
     target = home / Path(tree.path).name
@@ -202,7 +230,11 @@ def _local_copy(tree: ShippedTree) -> Path:
         if (home / _DONE).exists():
             return target
         try:
-            blob = ray.get(tree.archive, timeout=FETCH_TIMEOUT_S)
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            on_driver = NodeAffinitySchedulingStrategy(node_id=tree.source_node, soft=False)
+            ref = _pack_task.options(scheduling_strategy=on_driver).remote(tree.path, tree.files)
+            blob = ray.get(ref, timeout=FETCH_TIMEOUT_S)
         except Exception as exc:
             raise NodeDataError(
                 f"{tree.what} could not be fetched from the driver to {node_label()} ({type(exc).__name__}: "
@@ -210,9 +242,9 @@ def _local_copy(tree: ShippedTree) -> Path:
             ) from None
         tmp = home.with_name(f"{home.name}.tmp-{uuid.uuid4().hex[:8]}")
         try:
-            with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tf:
+            with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as tf:
                 tf.extractall(tmp, filter="data")  # no absolute paths, links out or devices
-            got = tree_digest(tmp / Path(tree.path).name)
+            got = tree_digest(tmp / Path(tree.path).name, tree.files)
             if got != tree.digest:
                 raise NodeDataError(
                     f"{tree.what}: the copy unpacked on {node_label()} has sha256 {got[:12]}, the driver's "

@@ -89,6 +89,12 @@ class PhiWorker:
     def __repr__(self) -> str:
         return f"phi-worker {getattr(self, 'key', '?')}"
 
+    def placed(self) -> dict[str, Any]:
+        """Where this worker runs (``cluster.json``)."""
+        from memprism_ray.actors.node_data import node_place
+
+        return node_place()
+
     def extract(self, raws: Sequence[RawEvent], states: Sequence[dict[str, str]]) -> list[Extraction | BaseException]:
         from memprism_ray.recorder.phi.factory import extract_each
 
@@ -115,6 +121,12 @@ class ViewWorker:
     def __repr__(self) -> str:
         service = getattr(self, "service", None)
         return f"view-worker: {len(service.replicas) if service else 0} streams held"
+
+    def placed(self) -> dict[str, Any]:
+        """Where this worker runs (``cluster.json``)."""
+        from memprism_ray.actors.node_data import node_place
+
+        return node_place()
 
     def render_deltas(self, requests: Sequence[DeltaViewRequest]) -> list[RenderedView | BaseException]:
         return self.service.render_deltas(requests)
@@ -276,6 +288,12 @@ class PolicyReplica:
             return False
         await asyncio.to_thread(stop)
         return True
+
+    async def placed(self) -> dict[str, Any]:
+        """Where this replica runs (``cluster.json``)."""
+        from memprism_ray.actors.node_data import node_place
+
+        return node_place()
 
     async def load(self) -> int:
         """Requests per step of this replica's live groups (what routing balances)."""

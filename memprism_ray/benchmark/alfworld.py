@@ -50,8 +50,8 @@ class Alfworld(Benchmark):
         return dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=root))
 
     def data_trees(self, cfg: ExperimentConfig) -> list[DataTree]:
-        """The embedded corpus is the job's (10 MB for the default 144 games, 1.5 MB shipped
-        compressed); an ALFWorld tree the user names is checked on each node."""
+        """The embedded corpus is the job's (10 MB for the default 144 games, shipped to a node
+        that lacks it); an ALFWorld tree the user names is checked on each node."""
         root = cfg.corpus.data_root
         if root == str(_embedded_root(cfg)):
             return [DataTree(root, "the embedded ALFWorld corpus", owned=True)]

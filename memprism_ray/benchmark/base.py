@@ -65,6 +65,8 @@ class DataTree:
     owned: bool
     fix: str = ""
     """for user data: how to put it on every node"""
+    files: tuple[str, ...] = ()
+    """of a folder the job owns, only these files (relative names) are shipped; empty: all"""
 
 
 @dataclass

@@ -215,8 +215,8 @@ def evaluate(
         stop_policy_replicas(started)
         raise
     if record is not None:
-        for name, place in zip(names, places, strict=True):
-            record.actor("eval-worker", name, place)
+        for place in places:
+            record.actor("eval-worker", place)
     ctx = EvalRun(plan, cfg, out_dir, TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy)).name)
     reports: list[dict[str, Any]] = []
     played: list[Played] = []

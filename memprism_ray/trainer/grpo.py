@@ -68,7 +68,7 @@ def start_training_actors(
     ``data`` is what the actors read (:mod:`memprism_ray.actors.node_data`): the benchmark's
     trees; the checkpoints the Learner loads are shipped here, so a Learner on a node without
     the run directory finds them. ``record`` is told where each actor started."""
-    from memprism_ray.actors.node_data import node_place, ship
+    from memprism_ray.actors.node_data import ship
 
     for line in placement_summary(
         {
@@ -79,7 +79,10 @@ def start_training_actors(
     ):
         say(line)
     data = data or NodeData()
-    checkpoints = [DataTree(str(reference), "the D1 checkpoint", owned=True)]
+    # The reference is only read for its weights (load_model): its optimizer state stays behind.
+    from memprism_ray.adapter.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+
+    checkpoints = [DataTree(str(reference), "the D1 checkpoint", owned=True, files=(CONFIG_FILE, WEIGHTS_FILE))]
     if resume_from is not None:
         checkpoints.append(DataTree(str(resume_from), "the checkpoint GRPO resumes from", owned=True))
     learner_data = ship(checkpoints)
@@ -89,8 +92,7 @@ def start_training_actors(
     )
     start = wait_placed([learner.iteration.remote()], "learner", learner_options(cfg), cfg.run.call_timeout_s * 4)[0]
     if record is not None:
-        place = waits.get(learner.place.remote(), cfg.run.call_timeout_s, "the learner's node")
-        record.actor("learner", learner_name, place)
+        record.actor("learner", waits.get(learner.placed.remote(), cfg.run.call_timeout_s, "the learner's node"))
     if resume_from is not None:
         say(f"resumed from {resume_from} (iteration {checkpoint_iteration(resume_from)})")
     ro = cfg.rollout
@@ -111,11 +113,11 @@ def start_training_actors(
     if record is not None:
         for role, pool in (("policy-replica", replicas), ("phi-worker", phi_pool), ("view-worker", view_pool)):
             places = waits.get(
-                [a.__ray_call__.remote(lambda self: node_place()) for a in pool], cfg.run.call_timeout_s * 4,
+                [a.placed.remote() for a in pool], cfg.run.call_timeout_s * 4,
                 f"start of the {role}s",
             )  # fmt: skip
-            for i, place in enumerate(places):
-                record.actor(role, f"{cfg.run.name}-{role}-{i}", place)
+            for place in places:
+                record.actor(role, place)
     needs_text = needs_view_text(cfg.policy, get_benchmark(cfg.corpus.benchmark).task_contract())
     full_ref = learner.full_weights.remote()  # resolved by each rollout worker, not fetched here
 
@@ -137,7 +139,6 @@ def start_training_actors(
         ping_timeout_s=cfg.run.call_timeout_s * 4,
         elastic=ro.elastic,
         record=record,
-        names=lambda i: f"{cfg.run.name}-rollout-worker-{i}",
         log=say,
     )
     where = f"{len(replicas)} policy replicas" if replicas else "the policy inside each rollout worker"

@@ -37,11 +37,12 @@ class PlacementRecord:
                 entry["gone"] = {"time": time.time(), "why": "its driver ended"}
         self.events.append({"event": "driver", "time": time.time()})
 
-    def actor(self, role: str, name: str, place: dict[str, Any]) -> None:
-        """``name`` (its dashboard name) started as ``role`` at ``place`` (``node_place()``)."""
+    def actor(self, role: str, place: dict[str, Any]) -> None:
+        """An actor started as ``role`` at ``place`` (its ``node_place()``, which holds its
+        dashboard name)."""
         self.actors.append(
-            {"role": role, "name": name, **{k: place[k] for k in ("node_id", "node_ip", "pid") if k in place},
-             "started": time.time(), "gone": None}
+            {"role": role, "name": place.get("actor") or role,
+             **{k: place[k] for k in ("node_id", "node_ip", "pid") if k in place}, "started": time.time(), "gone": None}
         )  # fmt: skip
         self.write()
 

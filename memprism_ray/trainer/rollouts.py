@@ -110,8 +110,9 @@ class RolloutFleet:
     iteration goes on with the other workers (its group re-run there), and when none is left
     the fleet waits at most ``ping_timeout_s`` for one. ``max_replacements``: replacements of
     one seat before it is retired; with ``elastic`` (``rollout.num_workers: auto``) a worker
-    lost with its node does not count, since its seat is not at fault: it waits for a node
-    (a smaller fleet meanwhile) and joins again when one has room (the fleet grows back)."""
+    that died (with its node, most often) does not count, since its seat is not at fault: it
+    waits for a node (a smaller fleet meanwhile) and joins again when one has room (the fleet
+    grows back)."""
 
     def __init__(
         self,
@@ -122,7 +123,6 @@ class RolloutFleet:
         ping_timeout_s: float = 300.0,
         elastic: bool = False,
         record: Any = None,
-        names: Callable[[int], str] | None = None,
     ) -> None:
         """``workers``: already started workers (tests, benchmarks); :meth:`start` starts them."""
         self.seats = [Seat(i, worker=w, place={}) for i, w in enumerate(workers or [])]
@@ -131,7 +131,6 @@ class RolloutFleet:
         self.ping_timeout_s = ping_timeout_s
         self.elastic = elastic
         self.record = record
-        self.names = names or (lambda i: f"rollout-worker-{i}")
 
     # ------------------------------------------------------------------ views kept for callers
     @property
@@ -168,7 +167,6 @@ class RolloutFleet:
         ping_timeout_s: float,
         elastic: bool = False,
         record: Any = None,
-        names: Callable[[int], str] | None = None,
         log: Callable[[str], None] | None = None,
     ) -> RolloutFleet:
         """Start ``n`` workers. A fixed fleet waits (bounded) until each answers; an elastic one
@@ -177,7 +175,7 @@ class RolloutFleet:
         fleet retires that seat and goes on unless none started."""
         fleet = cls(
             None, make_worker, max_replacements=max_replacements, ping_timeout_s=ping_timeout_s,
-            elastic=elastic, record=record, names=names,
+            elastic=elastic, record=record,
         )  # fmt: skip
         fleet.seats = [Seat(i) for i in range(n)]
         for seat in fleet.seats:
@@ -220,8 +218,8 @@ class RolloutFleet:
         seat.starting = None
         seat.place = dict(place)
         if self.record is not None:
-            seat.name = self.names(seat.index) + (f".{seat.generation}" if seat.generation else "")
-            self.record.actor("rollout-worker", seat.name, place)
+            seat.name = place.get("actor") or ""
+            self.record.actor("rollout-worker", place)
 
     def poll(self, log: Callable[[str], None] | None = None) -> list[tuple[Seat, BaseException]]:
         """Adopt the seats whose worker started since the last look (without waiting); a seat
@@ -305,7 +303,7 @@ class RolloutFleet:
             if left <= 0:
                 raise FleetError(
                     f"no rollout worker could be placed within {self.ping_timeout_s:g}s for {what}; each asks for "
-                    f"{fleet_seat_request_text()}; the cluster has {dict(ray.available_resources())} free: add nodes "
+                    f"{SEAT_REQUEST}; the cluster has {dict(ray.available_resources())} free: add nodes "
                     "(or let the autoscaler)"
                 )
             ray.wait(starting, num_returns=1, timeout=min(5.0, left))
@@ -318,8 +316,8 @@ class RolloutFleet:
                 ray.kill(seat.worker)
 
 
-def fleet_seat_request_text() -> str:
-    return "its seat's CPUs (rollout.rollout_cpus + env_workers_per_rollout x env_cpus)"
+#: What one rollout seat asks Ray for, in the refusal when none can be placed.
+SEAT_REQUEST = "its seat's CPUs (rollout.rollout_cpus + env_workers_per_rollout x env_cpus)"
 
 
 def one_line(exc: BaseException) -> str:

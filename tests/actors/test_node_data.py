@@ -7,7 +7,6 @@ changing the driver's copy after shipping."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import pytest
@@ -78,7 +77,7 @@ def test_a_node_without_the_drivers_copy_unpacks_the_shipped_tree(
     # Same machine: the driver's path holds the same content, so it is read in place.
     assert data.localize({"root": str(root)}) == {"root": str(root)}
     monkeypatch.setattr(nd, "_LOCAL", {})
-    shutil.rmtree(root)  # as on a node with its own disk
+    monkeypatch.setattr(nd, "_same_here", lambda tree: False)  # as on a node with its own disk
     cfg = _Cfg(_Corpus(str(root)), {}, (str(root / "json" / "game-1" / "game.tw-pddl"),))
     local = data.localize(cfg)
     copy_root = Path(local.corpus.data_root)
@@ -91,7 +90,27 @@ def test_a_node_without_the_drivers_copy_unpacks_the_shipped_tree(
     assert data.localize(cfg) == local
 
 
-def test_a_driver_path_with_other_content_is_not_used(
+def test_only_the_named_files_of_a_folder_are_shipped(
+    ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The D1 reference goes without its optimizer state: a folder shipped with ``files`` is
+    identified and unpacked by those files only."""
+    import memprism_ray.actors.node_data as nd
+
+    monkeypatch.setenv("MEMPRISM_CACHE", str(tmp_path / "node-cache"))
+    monkeypatch.setattr(nd, "_LOCAL", {})
+    monkeypatch.setattr(nd, "_same_here", lambda tree: False)
+    root = _tree(tmp_path / "ckpt")
+    (root / "state.pt").write_bytes(b"x" * 1000)
+    (data,) = ship([DataTree(str(root), "the D1 checkpoint", owned=True, files=("logic.pddl",))]).shipped
+    assert data.size == len("(define)") and data.digest == tree_digest(root, ("logic.pddl",))
+    local = Path(NodeData((data,)).localize(str(root)))
+    assert sorted(p.name for p in local.iterdir()) == ["logic.pddl"]
+    (root / "state.pt").write_bytes(b"y")  # what is not shipped does not change the identity
+    assert tree_digest(root, ("logic.pddl",)) == data.digest
+
+
+def test_a_tree_that_changed_after_it_was_shipped_is_refused_not_used(
     ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import memprism_ray.actors.node_data as nd
@@ -100,25 +119,9 @@ def test_a_driver_path_with_other_content_is_not_used(
     monkeypatch.setattr(nd, "_LOCAL", {})
     root = _tree(tmp_path / "corpus")
     data = ship([DataTree(str(root), "the test corpus", owned=True)])
-    (root / "logic.pddl").write_text("(stale)")  # this node's folder at that path is another build
-    local = Path(data.localize(str(root)))
-    assert local != root and (local / "logic.pddl").read_text() == "(define)"
-
-
-def test_a_corrupt_archive_is_refused_not_used(ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import memprism_ray.actors.node_data as nd
-
-    monkeypatch.setenv("MEMPRISM_CACHE", str(tmp_path / "node-cache"))
-    monkeypatch.setattr(nd, "_LOCAL", {})
-    root = _tree(tmp_path / "corpus")
-    data = ship([DataTree(str(root), "the test corpus", owned=True)])
-    tampered = _tree(tmp_path / "x" / "corpus")
-    (tampered / "logic.pddl").write_text("(define tampered)")
-    other = ship([DataTree(str(tampered), "x", owned=True)])
-    shutil.rmtree(root)
-    forged = NodeData((dataclasses.replace(data.shipped[0], archive=other.shipped[0].archive),))
+    (root / "logic.pddl").write_text("(define changed)")  # the driver's tree is not what the job identified
     with pytest.raises(NodeDataError, match=r"the test corpus: the copy unpacked on node .* has sha256"):
-        forged.localize(str(root))
+        data.localize(str(root))
     assert not list((tmp_path / "node-cache" / "node-data").glob("*/corpus"))  # nothing left to be used
 
 

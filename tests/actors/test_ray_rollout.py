@@ -30,7 +30,8 @@ def system(ray_session, actors_tiny_cfg, actors_reference_ckpt: Path):
     full_ref = learner.full_weights.remote()  # the learner's ref, resolved by the worker (as the job does)
     worker = RolloutWorker.options(num_cpus=0.1).remote(cfg, 0, full_ref, phi, views, replicas, True, "testrun")
     ray.get(worker.ping.remote(), timeout=300)
-    yield {"cfg": cfg, "learner": learner, "worker": worker, "views": views, "full_ref": full_ref}
+    yield {"cfg": cfg, "learner": learner, "worker": worker, "views": views, "full_ref": full_ref,
+           "every": [learner, worker, *phi, *views, *replicas]}  # fmt: skip
     for a in [learner, worker, *phi, *views, *replicas]:
         ray.kill(a)
 
@@ -227,3 +228,14 @@ def test_failed_trajectories_are_excluded_without_rerun(system) -> None:
     ids = steps.column("episode_id").to_pylist()
     rows_failed = [f for eid, f in zip(ids, batch.failed.tolist(), strict=True) if eid in failed_ids]
     assert rows_failed and all(rows_failed)
+
+
+def test_every_actor_says_where_it_runs(system) -> None:
+    """cluster.json's source (issue 34): each kind of actor the job starts answers ``placed()``
+    with its node and its dashboard name, the async policy replica included."""
+    import ray
+
+    places = ray.get([a.placed.remote() for a in system["every"]], timeout=120)
+    node = ray.get_runtime_context().get_node_id()
+    assert all(p["node_id"] == node and p["pid"] > 0 for p in places)
+    assert len({p["pid"] for p in places}) == len(places)  # one process each
