@@ -257,7 +257,6 @@ def run_evaluation(
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     from memprism_ray.actors.node_data import ship
 
-
     def play() -> int:
         data = ship(benchmark.data_trees(cfg), say)
         summary = evaluate(cfg, benchmark, cfg.eval.conditions, router_state, checkpoint, out_dir, log=say, data=data)
