@@ -160,6 +160,16 @@ def test_replica_failures_stay_per_request_and_ray_services_routes_through_the_p
     assert isinstance(out[2], PolicyBackendError)
 
 
+def _wait_dead(ray, handle, within_s: float = 30.0) -> None:
+    """Fails unless the replica stops answering within ``within_s``: ``ray.kill`` is
+    asynchronous, so a call sent right after it may still be answered (CI saw one)."""
+    deadline = time.monotonic() + within_s
+    with pytest.raises(ray.exceptions.RayActorError):
+        while time.monotonic() < deadline:
+            ray.get(handle.engine_record.remote(), timeout=within_s)
+            time.sleep(0.2)
+
+
 @pytest.mark.ray
 def test_a_dead_replica_fails_only_its_groups(ray_session) -> None:
     from memprism_ray.actors.services import PolicyPool
@@ -173,6 +183,7 @@ def test_a_dead_replica_fails_only_its_groups(ray_session) -> None:
     assert all(o.valid for o in pool.act([alf("y")], group="gb"))
     dead = pool._group_replica["ga"]
     ray.kill([a, b][dead])
+    _wait_dead(ray, [a, b][dead])
     out_a = pool.act([alf("x")], group="ga")
     out_b = pool.act([alf("y")], group="gb")
     assert isinstance(out_a[0], BaseException) and out_b[0].valid
@@ -197,13 +208,7 @@ def test_stop_policy_replicas_stops_each_engine_before_the_kill(ray_session) -> 
     ray.kill(dead)
     # The dead replica cannot stop an engine and is not counted; both end up killed.
     assert stop_policy_replicas([live, dead], timeout_s=30) == 1
-    # ray.kill is asynchronous: a call sent right after it may still be answered (CI saw
-    # one), so the replica has to stop answering within a bound rather than at once.
-    deadline = time.monotonic() + 30
-    with pytest.raises(ray.exceptions.RayActorError):
-        while time.monotonic() < deadline:
-            ray.get(live.load.remote(), timeout=30)
-            time.sleep(0.2)
+    _wait_dead(ray, live)
 
 
 @pytest.mark.ray
