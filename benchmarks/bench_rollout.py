@@ -62,7 +62,7 @@ def main() -> int:
     from memprism_ray.config import load_config
     from memprism_ray.envs.alfworld import AlfworldEnv, list_games
     from memprism_ray.envs.base import GameRef
-    from memprism_ray.policy.factory import make_policy
+    from memprism_ray.policy.factory import make_policy, needs_view_text
     from memprism_ray.recorder.phi.alfworld import AlfworldPhi
     from memprism_ray.router.encoder import TextEncoder
     from memprism_ray.router.features import FeatureExtractor
@@ -95,7 +95,9 @@ def main() -> int:
 
     # In-process.
     env = AlfworldEnv(num_slots=g)
-    policy = make_policy(cfg.policy, get_benchmark("alfworld").task_contract())
+    contract = get_benchmark("alfworld").task_contract()
+    policy = make_policy(cfg.policy, contract)
+    needs_text = needs_view_text(cfg.policy, contract)
     services = LocalServices(env, AlfworldPhi(), policy, ViewService(cfg.render))
     features = FeatureExtractor(TextEncoder(cfg.encoder))
 
@@ -121,7 +123,7 @@ def main() -> int:
     views = [ViewWorker.options(num_cpus=ro.helper_cpus).remote(cfg.render, ro.view_cache_size)] if pools else []
     replicas = [PolicyReplica.options(num_cpus=ro.policy_cpus).remote(cfg.policy)] if pools else []
     workers = [
-        RolloutWorker.options(num_cpus=ro.rollout_cpus).remote(cfg, i, full, phi, views, replicas, True, "bench")
+        RolloutWorker.options(num_cpus=ro.rollout_cpus).remote(cfg, i, full, phi, views, replicas, needs_text, "bench")
         for i in range(2)
     ]
     ray.get([w.ping.remote() for w in workers], timeout=600)

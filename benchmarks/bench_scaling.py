@@ -407,6 +407,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from memprism_ray.benchmark import get_benchmark
     from memprism_ray.envs.alfworld import list_games
     from memprism_ray.local.cluster import LocalCluster
+    from memprism_ray.policy.factory import needs_view_text
     from memprism_ray.router.model import ViewPolicyModel
     from memprism_ray.testing.fake_vllm import fake_engine_factory
     from memprism_ray.trainer.rollouts import RolloutFleet, run_groups, sample_groups
@@ -420,7 +421,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(0)
     model = ViewPolicyModel(cfg.router).eval()
     state = state_to_numpy(model.state_dict())
-    weights_bytes = sum(int(p.numel() * p.element_size()) for p in model.parameters() if p.requires_grad)
+    # The per-iteration broadcast is the planner alone (Learner.planner_weights: D2 trains only it); a
+    # fresh model has every parameter trainable, so requires_grad would count the encoder too (4x).
+    weights_bytes = sum(int(p.numel() * p.element_size()) for p in model.parameter_groups()["planner"])
     # Repetition k plays iteration k + 1's draw; iteration 0's groups warm new workers up.
     specs_of = [sample_groups(games, cfg, it) for it in range(args.repeats + 1)]
     if any(len(s) < g_max for s in specs_of):
@@ -429,9 +432,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         fake_engine_factory, step_s=args.step_ms / 1000.0, seq_s=0.0, tokens=args.tokens, max_batch=4096
     )
     seat = cfg.rollout.seat_cpus()
+    needs_text = needs_view_text(cfg.policy, get_benchmark("alfworld").task_contract())
     tmp = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
-    cache = {"MEMPRISM_CACHE": os.environ["MEMPRISM_CACHE"]} if os.environ.get("MEMPRISM_CACHE") else {}
-    cluster = LocalCluster(tmp / "ray", head_cpus=0, env=cache)
+    cluster = LocalCluster(tmp / "ray", head_cpus=0)  # nodes inherit this environment (MEMPRISM_CACHE too)
     t_start = time.perf_counter()
     out: dict[str, Any] = {"per_n": {}, "tables": {}, "engine": {}}
     seen_steps = 0
@@ -451,7 +454,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 sessions.add(node.process.pid)
             new = [
                 RolloutWorker.options(num_cpus=seat, scheduling_strategy="SPREAD").remote(
-                    cfg, i, full, [], [], [replica], False, "scaling"
+                    cfg, i, full, [], [], [replica], needs_text, "scaling"
                 )
                 for i in range(len(workers), n)
             ]
