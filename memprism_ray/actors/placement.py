@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from memprism_ray.benchmark.job_spec import joins_cluster
+
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig
 
@@ -47,7 +49,7 @@ def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[st
     set_ray_env()
     if ray.is_initialized():
         return ray.cluster_resources()
-    local = not (address == "auto" and os.environ.get("RAY_ADDRESS"))
+    local = not joins_cluster(address)
     if local:
         # Ray picks the node address (and so where GCS, raylet and agents listen: `*` and the
         # machine's interface address) from ray_constants.ENABLE_RAY_CLUSTER, read from

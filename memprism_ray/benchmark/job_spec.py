@@ -27,13 +27,20 @@ class JobSpec:
     """whether the job runs the task policy (then its backend must be able to run)"""
 
 
+def joins_cluster(address: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a job with ``run.ray_address`` ``address`` joins a running cluster (``"auto"``
+    under ``ray job submit``, which sets ``RAY_ADDRESS``) rather than starting a local Ray on
+    this machine: then its actors may run on other nodes (docs/gpu.md "Placement")."""
+    return address == "auto" and bool(environ.get("RAY_ADDRESS"))
+
+
 def _dotted(cfg: ExperimentConfig, key: str) -> Any:
     for part in key.split("."):
         cfg = getattr(cfg, part)
     return cfg
 
 
-def check_job(job: JobSpec, cfg: ExperimentConfig, environ: Mapping[str, str] | None = None) -> None:
+def check_job(job: JobSpec, cfg: ExperimentConfig, environ: Mapping[str, str] = os.environ) -> None:
     """Raise ``ValueError`` (one line: key, value, what is allowed) when ``job`` cannot do what
     ``cfg`` asks: a setting it does not implement, or a policy backend that cannot run here.
 
@@ -46,9 +53,7 @@ def check_job(job: JobSpec, cfg: ExperimentConfig, environ: Mapping[str, str] | 
             raise ValueError(
                 f"{key}={value!r} is not supported by the {job.name} job; it supports: {', '.join(map(str, allowed))}"
             )
-    environ = os.environ if environ is None else environ
-    joins_cluster = cfg.run.ray_address == "auto" and bool(environ.get("RAY_ADDRESS"))
-    if job.runs_policy and not joins_cluster:
+    if job.runs_policy and not joins_cluster(cfg.run.ray_address, environ):
         problem = cfg.policy.unavailable_here()
         if problem:
             raise ValueError(problem)

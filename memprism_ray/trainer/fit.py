@@ -17,7 +17,6 @@ one line naming the last checkpoint and the command that continues.
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memprism_ray.benchmark import Benchmark, BenchmarkConfigError, get_benchmark
+from memprism_ray.benchmark.job_spec import joins_cluster
 from memprism_ray.trainer.job_args import parse_job_args
 from memprism_ray.trainer.run_dir import (
     RunDirError,
@@ -248,7 +248,7 @@ def run_evaluation(
         check_fresh_output(out_dir)  # before any work: reports are never silently replaced
         given_marginal(cfg)  # eval.marginal loads and is a 144-way marginal
         router_state = router_state_for(cfg, checkpoint)
-        if not (cfg.run.ray_address == "auto" and os.environ.get("RAY_ADDRESS")):  # the workers run here
+        if not joins_cluster(cfg.run.ray_address):  # the workers run here
             check_memory_conditions(cfg, cfg.eval.conditions)
         cfg = prepare_benchmark(cfg, benchmark, say, trains=False)
     except (BenchmarkConfigError, FileExistsError, ValueError, FileNotFoundError) as exc:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memprism_ray.benchmark import get_benchmark
-from memprism_ray.benchmark.job_spec import JobSpec, check_job
+from memprism_ray.benchmark.job_spec import JobSpec, check_job, joins_cluster
 from memprism_ray.config import load_config
 from memprism_ray.trainer.job_args import parse_job_args
 
@@ -70,6 +70,14 @@ def test_a_vllm_policy_on_a_machine_without_vllm_fails_at_load(no_vllm: None) ->
     local = load_config("configs/alfworld_paper.yaml", ["--run.ray_address", "local"])
     with pytest.raises(ValueError, match="needs vLLM"):
         check_job(GRPO_ALFWORLD, local, environ={"RAY_ADDRESS": "http://127.0.0.1:8265"})
+
+
+def test_joins_cluster_only_for_auto_under_ray_job_submit() -> None:
+    """The one rule init_ray, check_job and run_evaluation share: ``auto`` with ``RAY_ADDRESS`` set."""
+    assert joins_cluster("auto", {"RAY_ADDRESS": "http://127.0.0.1:8265"})
+    assert not joins_cluster("auto", {"RAY_ADDRESS": ""})
+    assert not joins_cluster("auto", {})
+    assert not joins_cluster("local", {"RAY_ADDRESS": "http://127.0.0.1:8265"})
 
 
 def test_parse_job_args_exits_2_with_the_error(
