@@ -5,7 +5,7 @@ name in the same directory, flushed to disk, and only then given its final name,
 leaves either the old file or the new one, never half of one. Without ``overwrite=True`` an
 existing file is an error (the rename is a hard link, which fails atomically when the name
 is taken, so two writers cannot both win). Also the file helpers every layer shares: a
-file's SHA-256, JSON parsing with a one-line error (a document, or JSON lines), a bounded
+file's or a folder's SHA-256, JSON parsing with a one-line error (a document, or JSON lines), a bounded
 exclusive file lock, and a directory's files as bytes and back (a checkpoint shipped between
 the Ray driver and its actors).
 """
@@ -19,7 +19,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,31 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     with Path(path).open("rb") as fh:
         while block := fh.read(chunk):
             h.update(block)
+    return h.hexdigest()
+
+
+def tree_files(root: str | Path, files: Sequence[str] = ()) -> list[Path]:
+    """The files of a tree in a fixed order: ``root`` itself when it is a file, else its files
+    (or only ``files``, names relative to ``root``), sorted by relative path."""
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    if files:
+        return sorted(root / f for f in files)
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def sha256_path(path: str | Path, files: Sequence[str] = ()) -> str:
+    """Hex SHA-256 of a file (:func:`sha256_file`), or of a folder's files (``files``: only
+    those): each one's relative path and :func:`sha256_file`, in :func:`tree_files` order, so
+    renaming a file changes it and moving the folder does not. What run manifests record for a
+    checkpoint folder, and what a node's copy of shipped data is checked against."""
+    root = Path(path)
+    if root.is_file():
+        return sha256_file(root)
+    h = hashlib.sha256()
+    for p in tree_files(root, files):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + sha256_file(p).encode() + b"\n")
     return h.hexdigest()
 
 

@@ -8,13 +8,13 @@ of them. :func:`ship` turns the benchmark's :class:`~memprism_ray.benchmark.Data
 the checkpoints the Learner loads) into one :class:`NodeData` that every data-reading actor gets
 with its constructor:
 
-- a tree the job owns is identified by the driver (a digest over every file, or over the files
-  ``DataTree.files`` names: the D1 reference's weights and config, not its optimizer state); an
-  actor whose node sees the driver's path with the same digest (one machine, shared storage)
-  reads it there, so nothing is packed at all; any other node asks a zero-CPU task on the
-  driver's node for an uncompressed tar of it (made only then: gzip saved 7 % on a D1
-  checkpoint's weights for 3.3 s of packing) and unpacks it once into its content-addressed
-  cache ``$MEMPRISM_CACHE/node-data/<digest>/`` under a file lock, checking the digest;
+- a tree the job owns is identified by the driver (:func:`~memprism_ray.io_atomic.sha256_path`
+  over every file, or over the files ``DataTree.files`` names: the D1 reference's weights and
+  config, not its optimizer state); an actor whose node sees the driver's path with the same
+  digest (one machine, shared storage) reads it there, so nothing is packed at all; any other
+  node asks a zero-CPU task on the driver's node for an uncompressed tar of it (made only then:
+  gzip saved 7 % on a D1 checkpoint's weights for 3.3 s of packing) and unpacks it once into its
+  content-addressed cache ``$MEMPRISM_CACHE/node-data/<digest>/`` under a file lock, checking the digest;
 - a tree the user gave (``corpus.data_root``, the Mind2Web release, EB-ALFRED's episode lists)
   is checked where the actor starts: missing, the actor refuses in one line naming the node,
   the path and the fix (:class:`NodeDataError`).
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import io
 import os
 import shutil
@@ -44,7 +43,7 @@ import ray
 
 from memprism_ray.benchmark import DataTree
 from memprism_ray.envs.base import cache_base
-from memprism_ray.io_atomic import file_lock
+from memprism_ray.io_atomic import file_lock, sha256_path, tree_files
 
 #: Longest wait for another process of this node unpacking the same tree.
 UNPACK_LOCK_TIMEOUT_S = 600.0
@@ -77,30 +76,6 @@ def node_label(place: dict[str, Any] | None = None) -> str:
     nodes of one machine share an address."""
     place = place or node_place()
     return f"node {place['node_ip']} ({str(place['node_id'])[:8]})"
-
-
-def _files(root: Path, files: Sequence[str] = ()) -> list[Path]:
-    """The files of a tree in a fixed order: ``root`` itself when it is a file, else its files
-    (or those of ``files``, relative names), sorted by relative path."""
-    if root.is_file():
-        return [root]
-    if files:
-        return [root / f for f in sorted(files)]
-    return sorted(p for p in root.rglob("*") if p.is_file())
-
-
-def tree_digest(path: str | Path, files: Sequence[str] = ()) -> str:
-    """SHA-256 over a file, or over a folder's files (``files``: only those; relative path and
-    content digest of each, in sorted order): the identity a node's copy is checked against."""
-    root = Path(path)
-    h = hashlib.sha256()
-    if root.is_file():
-        h.update(b"file\0" + hashlib.sha256(root.read_bytes()).digest())
-        return h.hexdigest()
-    for p in _files(root, files):
-        h.update(p.relative_to(root).as_posix().encode() + b"\0")
-        h.update(hashlib.sha256(p.read_bytes()).digest())
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -162,8 +137,8 @@ def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) ->
         path = Path(tree.path)
         if not path.exists():
             raise FileNotFoundError(f"{tree.what} {path} does not exist on the driver")
-        size = sum(f.stat().st_size for f in _files(path, tree.files))
-        shipped.append(ShippedTree(tree.path, tree.what, tree_digest(path, tree.files), size, tree.files, node))
+        size = sum(f.stat().st_size for f in tree_files(path, tree.files))
+        shipped.append(ShippedTree(tree.path, tree.what, sha256_path(path, tree.files), size, tree.files, node))
     data = NodeData(tuple(shipped), tuple(checked))
     for line in data.describe() if log else ():
         log(line)
@@ -177,7 +152,7 @@ def _pack(path: Path, files: Sequence[str] = ()) -> bytes:
         if path.is_file() or not files:
             tf.add(path, arcname=path.name)
         else:
-            for f in _files(path, files):
+            for f in tree_files(path, files):
                 tf.add(f, arcname=f"{path.name}/{f.relative_to(path).as_posix()}")
     return buf.getvalue()
 
@@ -214,7 +189,7 @@ def _checker(tree: DataTree) -> Callable[[], str]:
 
 def _same_here(tree: ShippedTree) -> bool:
     """Whether this node sees the driver's tree, with the same content, at the driver's path."""
-    return os.path.exists(tree.path) and tree_digest(tree.path, tree.files) == tree.digest
+    return os.path.exists(tree.path) and sha256_path(tree.path, tree.files) == tree.digest
 
 
 def _local_copy(tree: ShippedTree) -> Path:
@@ -244,7 +219,7 @@ def _local_copy(tree: ShippedTree) -> Path:
         try:
             with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as tf:
                 tf.extractall(tmp, filter="data")  # no absolute paths, links out or devices
-            got = tree_digest(tmp / Path(tree.path).name, tree.files)
+            got = sha256_path(tmp / Path(tree.path).name, tree.files)
             if got != tree.digest:
                 raise NodeDataError(
                     f"{tree.what}: the copy unpacked on {node_label()} has sha256 {got[:12]}, the driver's "

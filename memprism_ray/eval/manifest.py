@@ -10,7 +10,6 @@ bound by id and hash, never by local path alone. Outside a git checkout the revi
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import re
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.eval.episodes import EpisodeList, parse_episode_id
-from memprism_ray.io_atomic import atomic_write_text, loads_json, sha256_file
+from memprism_ray.io_atomic import atomic_write_text, loads_json, sha256_path, tree_files
 
 SCHEMA = "memprism-run-manifest/1"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -46,20 +45,15 @@ def git_revision(path: str | Path = ".") -> tuple[str, bool | None]:
     return rev, bool(status.strip())
 
 
-def sha256_path(path: str | Path) -> str:
-    """SHA-256 of a checkpoint file, or of a directory (sorted relative paths + file hashes)."""
+def checkpoint_digest(path: str | Path) -> str:
+    """SHA-256 of a checkpoint file, or of a directory (:func:`~memprism_ray.io_atomic.sha256_path`:
+    sorted relative paths + file hashes); a missing or empty checkpoint is refused."""
     path = Path(path)
-    if path.is_file():
-        return sha256_file(path)
-    if not path.is_dir():
+    if not (path.is_file() or path.is_dir()):
         raise ValueError(f"checkpoint {path} does not exist")
-    files = sorted(p for p in path.rglob("*") if p.is_file())
-    if not files:
+    if path.is_dir() and not tree_files(path):
         raise ValueError(f"checkpoint directory {path} holds no files")
-    h = hashlib.sha256()
-    for p in files:
-        h.update(p.relative_to(path).as_posix().encode() + b"\0" + sha256_file(p).encode() + b"\n")
-    return h.hexdigest()
+    return sha256_path(path)
 
 
 def _utc_now() -> str:
@@ -135,7 +129,7 @@ class RunManifest:
         """A manifest for a run now: git state read, ``checkpoints`` (paths) hashed."""
         hashes = dict(checkpoint_sha256 or {})
         for name, path in (checkpoints or {}).items():
-            hashes[name] = sha256_path(path)
+            hashes[name] = checkpoint_digest(path)
         rev, dirty = git_revision(repo_dir if repo_dir is not None else Path(__file__).resolve().parent)
         return cls(
             split=episodes.split,

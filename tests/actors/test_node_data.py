@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.actors.node_data import NodeData, NodeDataError, _rebase, ship, tree_digest
+from memprism_ray.actors.node_data import NodeData, NodeDataError, _rebase, ship
 from memprism_ray.benchmark import DataTree
+from memprism_ray.io_atomic import sha256_path
 
 pytestmark = [pytest.mark.ray]
 
@@ -40,12 +41,12 @@ class _Cfg:
 def test_tree_digest_follows_content_and_names(tmp_path: Path) -> None:
     a = _tree(tmp_path / "a")
     b = _tree(tmp_path / "b")
-    assert tree_digest(a) == tree_digest(b)  # where it lies does not matter
+    assert sha256_path(a) == sha256_path(b)  # where it lies does not matter
     (b / "logic.pddl").write_text("(define x)")
-    assert tree_digest(a) != tree_digest(b)
+    assert sha256_path(a) != sha256_path(b)
     (b / "logic.pddl").write_text("(define)")
     (b / "logic.pddl").rename(b / "logic2.pddl")
-    assert tree_digest(a) != tree_digest(b)
+    assert sha256_path(a) != sha256_path(b)
 
 
 def test_rebase_rewrites_every_path_under_a_root_and_nothing_else() -> None:
@@ -73,7 +74,7 @@ def test_a_node_without_the_drivers_copy_unpacks_the_shipped_tree(
     monkeypatch.setattr(nd, "_LOCAL", {})
     root = _tree(tmp_path / "driver" / "corpus")
     data = ship([DataTree(str(root), "the test corpus", owned=True)])
-    digest = tree_digest(root)
+    digest = sha256_path(root)
     # Same machine: the driver's path holds the same content, so it is read in place.
     assert data.localize({"root": str(root)}) == {"root": str(root)}
     monkeypatch.setattr(nd, "_LOCAL", {})
@@ -82,7 +83,7 @@ def test_a_node_without_the_drivers_copy_unpacks_the_shipped_tree(
     local = data.localize(cfg)
     copy_root = Path(local.corpus.data_root)
     assert copy_root.parent.parent == tmp_path / "node-cache" / "node-data"
-    assert copy_root.name == "corpus" and tree_digest(copy_root) == digest
+    assert copy_root.name == "corpus" and sha256_path(copy_root) == digest
     assert Path(local.paths[0]).read_text() == '{"pddl": 1}'
     # A second process of that node finds the finished copy without fetching again.
     monkeypatch.setattr(nd, "_LOCAL", {})
@@ -103,11 +104,11 @@ def test_only_the_named_files_of_a_folder_are_shipped(
     root = _tree(tmp_path / "ckpt")
     (root / "state.pt").write_bytes(b"x" * 1000)
     (data,) = ship([DataTree(str(root), "the D1 checkpoint", owned=True, files=("logic.pddl",))]).shipped
-    assert data.size == len("(define)") and data.digest == tree_digest(root, ("logic.pddl",))
+    assert data.size == len("(define)") and data.digest == sha256_path(root, ("logic.pddl",))
     local = Path(NodeData((data,)).localize(str(root)))
     assert sorted(p.name for p in local.iterdir()) == ["logic.pddl"]
     (root / "state.pt").write_bytes(b"y")  # what is not shipped does not change the identity
-    assert tree_digest(root, ("logic.pddl",)) == data.digest
+    assert sha256_path(root, ("logic.pddl",)) == data.digest
 
 
 def test_a_tree_that_changed_after_it_was_shipped_is_refused_not_used(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memprism_ray.eval.episodes import build_episode_list
-from memprism_ray.eval.manifest import RunManifest, git_revision, sha256_path
+from memprism_ray.eval.manifest import RunManifest, checkpoint_digest, git_revision
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.policy.prompts import PROMPT_VERSION
 
@@ -85,15 +85,32 @@ def test_directory_checkpoints_hash_names_and_contents(tmp_path: Path) -> None:
     (d / "sub").mkdir(parents=True)
     (d / "a.bin").write_bytes(b"a")
     (d / "sub" / "b.bin").write_bytes(b"b")
-    first = sha256_path(d)
-    assert first == sha256_path(d) and len(first) == 64
+    first = checkpoint_digest(d)
+    assert first == checkpoint_digest(d) and len(first) == 64
     (d / "sub" / "b.bin").write_bytes(b"c")
-    assert sha256_path(d) != first
+    assert checkpoint_digest(d) != first
     (d / "sub" / "b.bin").write_bytes(b"b")
     (d / "sub" / "b.bin").rename(d / "sub" / "renamed.bin")
-    assert sha256_path(d) != first
+    assert checkpoint_digest(d) != first
     with pytest.raises(ValueError, match="does not exist"):
-        sha256_path(tmp_path / "missing")
+        checkpoint_digest(tmp_path / "missing")
+
+
+def test_a_directory_checkpoints_recorded_digest_is_fixed(tmp_path: Path) -> None:
+    """Manifests already written name checkpoints by this digest: it never changes for the same
+    files (pinned: sorted relative paths, ``a/b/z`` before ``a-c.bin`` as path parts sort)."""
+    d = tmp_path / "ckpt"
+    (d / "sub").mkdir(parents=True)
+    (d / "a" / "b").mkdir(parents=True)
+    (d / "a.bin").write_bytes(b"a")
+    (d / "sub" / "b.bin").write_bytes(b"b")
+    (d / "a-c.bin").write_bytes(b"x")
+    (d / "a" / "b" / "z").write_bytes(b"z")
+    assert checkpoint_digest(d) == "74de605d1994a5cf1839cb0fb59f4d37c9543d405e67a457a3b1f14045586dd1"
+    assert checkpoint_digest(d / "a.bin") == hashlib.sha256(b"a").hexdigest()  # a file: its own SHA-256
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no files"):
+        checkpoint_digest(tmp_path / "empty")
 
 
 def test_bad_manifests_are_rejected(tmp_path: Path) -> None:
