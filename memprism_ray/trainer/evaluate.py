@@ -24,7 +24,7 @@ import ray
 from tqdm import tqdm
 
 from memprism_ray.actors import waits
-from memprism_ray.actors.evaluation import EvalWorker
+from memprism_ray.actors.evaluation import EvalWorker, eval_token_counter
 from memprism_ray.actors.node_data import NodeData
 from memprism_ray.actors.placement import actor_name
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
@@ -181,11 +181,9 @@ def evaluate(
     ``freq_random`` samples from the view marginal ``eval.marginal`` names, else from the one
     measured in this run's ``memprism`` condition (so list ``memprism`` first), as the paper's
     Frequency-Matched Random does."""
-    from memprism_ray.agent import TokenCounter
     from memprism_ray.eval.artifacts import safe_name
     from memprism_ray.eval.report import check_fresh_output
     from memprism_ray.policy.factory import POOL_BACKENDS
-    from memprism_ray.policy.tokens import task_model_of
 
     check_fresh_output(out_dir)  # before any work: reports are never silently replaced
     given = given_marginal(cfg)
@@ -217,7 +215,7 @@ def evaluate(
     if record is not None:
         for place in places:
             record.actor("eval-worker", place)
-    ctx = EvalRun(plan, cfg, out_dir, TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy)).name)
+    ctx = EvalRun(plan, cfg, out_dir, eval_token_counter(cfg).name)
     reports: list[dict[str, Any]] = []
     played: list[Played] = []
     marginal = given
