@@ -20,20 +20,17 @@ Every node runs in a process group of its own and is stopped by it, never with `
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shlex
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memprism_ray.local.head import free_port, head_env
+from memprism_ray.local.head import free_port, head_env, kill_group, ray_bin, stop_group
 
 
 def can_isolate_disks() -> str:
@@ -46,11 +43,6 @@ def can_isolate_disks() -> str:
     if probe.returncode != 0:
         return f"unshare -m with a tmpfs mount failed here: {probe.stderr.decode(errors='replace').strip()[:200]}"
     return ""
-
-
-def _ray_bin() -> str:
-    ray = Path(sys.executable).parent / "ray"
-    return str(ray) if ray.exists() else "ray"
 
 
 def _cluster_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -77,19 +69,11 @@ class LocalNode:
     def kill(self) -> None:
         """SIGKILL the whole group: the raylet and every worker of the node die at once, as when
         a machine is lost or a preemptible node is taken back."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=30)
+        kill_group(self.process)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM to ``ray start`` (it stops its own processes), then :meth:`kill` as a sweep."""
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=timeout)
-        self.kill()
+        """:func:`~memprism_ray.local.head.stop_group`: SIGTERM to ``ray start``, then a SIGKILL sweep."""
+        stop_group(self.process, timeout)
 
 
 def _start(cmd: list[str], log_path: Path, env: dict[str, str], what: str, timeout_s: float) -> subprocess.Popen:
@@ -106,8 +90,7 @@ def _start(cmd: list[str], log_path: Path, env: dict[str, str], what: str, timeo
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited while starting; see {log_path}:\n{text[-1500:]}")
         time.sleep(0.3)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    kill_group(proc)
     raise TimeoutError(f"{what} did not start within {timeout_s:.0f}s; see {log_path}")
 
 
@@ -139,7 +122,7 @@ class LocalCluster:
         self.timeout_s = timeout_s
         self.nodes: list[LocalNode] = []
         cmd = [
-            _ray_bin(), "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={head_cpus:g}",
+            ray_bin(), "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={head_cpus:g}",
             "--node-ip-address=127.0.0.1", f"--temp-dir={self.ray_dir}", "--disable-usage-stats",
             f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
             f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
@@ -210,7 +193,7 @@ class LocalCluster:
 
         k = len(self.nodes)
         ray_cmd = [
-            _ray_bin(), "start", "--block", f"--address={self.address}", f"--num-cpus={num_cpus:g}",
+            ray_bin(), "start", "--block", f"--address={self.address}", f"--num-cpus={num_cpus:g}",
             "--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--dashboard-agent-listen-port={free_port()}",
             f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
         ]  # fmt: skip

@@ -54,6 +54,38 @@ def write_token_file(path: Path, token: str) -> Path:
     return path
 
 
+def ray_bin() -> str:
+    """The ``ray`` CLI of this Python's environment (a venv need not be on PATH), else ``ray``."""
+    ray = Path(sys.executable).parent / "ray"
+    return str(ray) if ray.exists() else "ray"
+
+
+def kill_group(proc: subprocess.Popen, wait_s: float = 30.0) -> None:
+    """SIGKILL the process group ``proc`` leads (``start_new_session=True``) and reap ``proc``,
+    waiting at most ``wait_s`` seconds: Ray's children may outlive ``ray start`` itself."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=wait_s)
+
+
+def stop_group(proc: subprocess.Popen, timeout_s: float) -> None:
+    """Stop a ``ray start --block`` process group: SIGTERM to ``ray start`` (it drains and stops
+    its own processes), at most ``timeout_s`` seconds for it to exit, then :func:`kill_group`
+    as a sweep (a ``ray start`` that already exited, crashed say, gets only the sweep, which its
+    surviving children still need).
+
+    Only ``ray start`` gets the SIGTERM: with the whole group signalled at once it waited out
+    the full 30 s timeout on every run, against about 3 s when it shuts its children down
+    itself (measured with Ray 2.60 on 2 cores)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=timeout_s)
+    kill_group(proc, timeout_s)
+
+
 def auth_headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
@@ -101,25 +133,8 @@ class LocalHead:
         return self.process.poll() is None
 
     def stop(self, timeout: float = 60.0) -> None:
-        """Stop the head: SIGTERM to ``ray start`` (it drains and stops its own processes),
-        SIGKILL to the whole group after ``timeout`` seconds (Ray drains for up to 30 s), then a
-        SIGKILL sweep of the group.
-
-        Only ``ray start`` gets the SIGTERM: with the whole group signalled at once it waited
-        out the full 30 s timeout on every run, against about 3 s when it shuts its children
-        down itself (measured with Ray 2.60 on 2 cores). A ``ray start`` that already exited
-        (crashed) gets only the sweep, which its surviving children still need."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=timeout)
-        # Ray's children may outlive the head process itself: sweep the group.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        """Stop the head (:func:`stop_group`; Ray drains for up to 30 s, so ``timeout`` is longer)."""
+        stop_group(self.process, timeout)
 
 
 def start_head(
@@ -144,9 +159,8 @@ def start_head(
         auth_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
     dash = free_port(dashboard_port)
     met = free_port(metrics_port)
-    ray_bin = Path(sys.executable).parent / "ray"
     cmd = [
-        str(ray_bin) if ray_bin.exists() else "ray",
+        ray_bin(),
         "start",
         "--head",
         "--block",

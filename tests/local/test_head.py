@@ -6,6 +6,7 @@ the cluster) is checked by tests/e2e/test_job_submit.py, which submits the GRPO 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import tempfile
@@ -100,3 +101,30 @@ def test_stop_sweeps_the_children_of_a_crashed_head() -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process groups from /proc")
+def test_stop_group_terms_the_leader_then_sweeps_its_group() -> None:
+    """What LocalHead.stop and LocalNode.stop share: the leader gets SIGTERM and ``timeout_s``;
+    a child that outlives it, or a leader that ignores SIGTERM, is SIGKILLed with the group."""
+    import subprocess
+    import time
+
+    from memprism_ray.local.head import stop_group
+
+    # The leader exits on SIGTERM; its background child (like Ray's GCS) lives on.
+    leader = subprocess.Popen(["sh", "-c", "sleep 300 & wait"], start_new_session=True)
+    stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 300 & wait"], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        assert len(_live_members(leader.pid)) == 2
+        stop_group(leader, 10.0)
+        assert leader.returncode == -signal.SIGTERM and _live_members(leader.pid) == []
+        t0 = time.monotonic()
+        stop_group(stubborn, 1.0)
+        assert stubborn.returncode == -signal.SIGKILL and _live_members(stubborn.pid) == []
+        assert time.monotonic() - t0 < 10
+    finally:
+        for proc in (leader, stubborn):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
