@@ -120,6 +120,11 @@ class Benchmark:
     """config keys that choose the training tasks (named when train and eval overlap)"""
     eval_keys: ClassVar[tuple[str, ...]]
     """config keys that choose the evaluation episodes"""
+    d1_keys: ClassVar[tuple[str, ...]] = ()
+    """dotted config keys outside the shared D1 sections (``trainer.run_dir.D1_SECTIONS``) that
+    change D1's data (its tasks, reference trajectories or labels): the D1 directory is keyed by
+    them too, and by no other key of the benchmark's section, so an evaluation setting never
+    reruns D1"""
     reference_source: ClassVar[str] = "expert trajectories"
     """what D1's reference trajectories are (printed before D1)"""
     task_noun: ClassVar[str] = "games"

@@ -31,6 +31,22 @@ class EbAlfred(Benchmark):
     env_factory = "memprism_ray.envs.ebalfred:EbAlfredEnv"
     train_keys = ("ebalfred.train_splits", "ebalfred.train_subsets")
     eval_keys = ("ebalfred.splits", "ebalfred.subsets")
+    # D1 plays the training episodes' expert plans through the env: the episodes (the fixture
+    # or the training list), the env's prompt and frames, the scripted stand-in, and the reward
+    # the reference streams record (success + coef x progress).
+    d1_keys = (
+        "ebalfred.controller",
+        "ebalfred.fixture",
+        "ebalfred.fixture_episodes",
+        "ebalfred.train_subsets",
+        "ebalfred.train_splits",
+        "ebalfred.skills",
+        "ebalfred.n_shots",
+        "ebalfred.examples",
+        "ebalfred.resolution",
+        "ebalfred.policy_epsilon",
+        "grpo.progress_reward_coef",
+    )
     reference_source = "expert plans"
     task_noun = "episodes"
     contract = "memprism_ray.policy.ebalfred:EBALFRED"

@@ -27,6 +27,14 @@ class Mind2Web(Benchmark):
     env_factory = "memprism_ray.envs.mind2web.env:Mind2WebReplayEnv"
     train_keys = ("mind2web.train_tasks",)
     eval_keys = ("mind2web.eval_splits",)
+    # D1 replays every training task (not only mind2web.train_tasks) on the candidate pool,
+    # from the release or the fixture these keys name.
+    d1_keys = (
+        "mind2web.fixture",
+        "mind2web.fixture_tasks_per_site",
+        "mind2web.candidate_scores",
+        "mind2web.candidate_top_k",
+    )
     reference_source = "human trajectories"
     task_noun = "tasks"
     success_label = "exact success"

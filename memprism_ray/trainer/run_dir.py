@@ -8,7 +8,7 @@ Layout::
                            iteration move to metrics.superseded.jsonl (no step appears twice)
       tb/                  TensorBoard event files
       d1/<key>/            expert data, teacher labels, the D1 checkpoint (reference policy),
-                           keyed by the config sections that produce them (see :func:`d1_key`)
+                           keyed by the config sections that produce them (see :func:`d1_dir`)
       checkpoints/iter_0003/   resumable D2 checkpoints (each records the hash of its config)
       eval/                final evaluation reports
 
@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memprism_ray.benchmark import get_benchmark
 from memprism_ray.config import check_run_name
 from memprism_ray.config_tree import to_dict
 from memprism_ray.io_atomic import atomic_write_text
@@ -101,33 +102,42 @@ def checkpoint_extra(config: ExperimentConfig) -> dict[str, Any]:
     return {"config_sha256": config_hash(config), "config": resume_relevant_config(config)}
 
 
-def d1_key(config: ExperimentConfig) -> str:
-    """12 hex digits of the hash of the sections that produce the D1 artifacts (and the run seed)."""
+def _dotted(tree: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        tree = tree[part]
+    return tree
+
+
+def _d1_parts(config: ExperimentConfig) -> dict[str, Any]:
+    """What the D1 artifacts are made from: the :data:`D1_SECTIONS`, ``run.seed``, the
+    benchmark's :attr:`~memprism_ray.benchmark.Benchmark.d1_keys` and an LLM Phi's section."""
     tree = to_dict(config)
     parts = {s: tree.get(s) for s in D1_SECTIONS}
     parts["run.seed"] = tree.get("run", {}).get("seed")
-    own = (tree.get("corpus") or {}).get("benchmark")
-    if own in tree:
-        # The benchmark's own section (mind2web: its candidate pool; ebalfred: its episodes and
-        # skills) makes the D1 data too; ALFWorld has none, so its keys are unchanged.
-        parts[own] = tree[own]
+    # Only the benchmark settings that make its D1 data (Mind2Web: its candidate pool), never
+    # its evaluation settings. ALFWorld declares none, so its keys are those of runs made
+    # before the benchmarks had sections.
+    for key in get_benchmark(config.corpus.benchmark).d1_keys:
+        parts[key] = _dotted(tree, key)
     phi = tree.get("phi") or {}
     if phi.get("kind", "rules") != "rules":
         # D1's expert streams are re-extracted by an LLM Phi; the rule Phi keeps the keys of
         # runs made before the `phi` section existed.
         parts["phi"] = phi
-    return _digest(parts)[:12]
+    return parts
 
 
 def d1_dir(run_dir: Path, config: ExperimentConfig) -> Path:
-    """``run_dir/d1/<key>``: D1 artifacts made with another config are never reused."""
-    root = Path(run_dir) / "d1" / d1_key(config)
+    """``run_dir/d1/<key>``, ``<key>`` 12 hex digits of the hash of what produces the D1
+    artifacts (:func:`_d1_parts`): D1 artifacts made with another config are never reused.
+    ``key.json`` records the key and what it hashes."""
+    parts = _d1_parts(config)
+    key = _digest(parts)[:12]
+    root = Path(run_dir) / "d1" / key
     root.mkdir(parents=True, exist_ok=True)
     about = root / "key.json"
     if not about.exists():
-        tree = to_dict(config)
-        info = {"key": d1_key(config), "sections": {s: tree.get(s) for s in D1_SECTIONS}}
-        info["run.seed"] = tree.get("run", {}).get("seed")
+        info = {"key": key, **parts}
         atomic_write_text(about, json.dumps(info, indent=2, sort_keys=True, default=str) + "\n", overwrite=True)
     return root
 

@@ -20,7 +20,6 @@ from memprism_ray.trainer.run_dir import (
     checkpoint_extra,
     config_hash,
     d1_dir,
-    d1_key,
     latest_checkpoint,
     prepare_run_dir,
 )
@@ -30,6 +29,11 @@ TINY = RouterConfig(d_model=32, n_heads=4, n_layers=1, ff_dim=64, planner_hidden
 
 def cfg(tmp: Path, *extra: str):
     return load_config("configs/local.yaml", ["--run.out_dir", str(tmp), "--run.name", "r", *extra])
+
+
+def d1_key(config) -> str:
+    """The D1 key of ``config``: the name of its D1 directory."""
+    return d1_dir(config.run.dir, config).name
 
 
 def save_d2(path: Path, config, iteration: int) -> Path:
@@ -165,7 +169,9 @@ def test_d1_artifacts_are_keyed_by_the_sections_that_make_them(tmp_path: Path) -
         assert d1_key(cfg(tmp_path, *override)) != d1_key(c), override
     a, b = d1_dir(c.run.dir, c), d1_dir(c.run.dir, cfg(tmp_path, "--label.games", "3"))
     assert a != b and a.parent == b.parent == c.run.dir / "d1"
-    assert json.loads((a / "key.json").read_text())["sections"]["label"]["games"] == c.label.games
+    about = json.loads((a / "key.json").read_text())
+    assert about["key"] == a.name == d1_key(c) and about["label"]["games"] == c.label.games
+    assert about["run.seed"] == c.run.seed
 
 
 def test_settings_added_later_at_their_defaults_do_not_block_resume(tmp_path: Path) -> None:
@@ -203,3 +209,53 @@ def test_d1_key_follows_the_benchmarks_own_section(tmp_path: Path) -> None:
 
     assert d1_key(m2w()) == d1_key(m2w())
     assert d1_key(m2w("--mind2web.candidate_scores", "candidate_scores.jsonl")) != d1_key(m2w())
+
+
+# Per benchmark: settings of its own section that only shape the evaluation (or where it runs),
+# and settings that make its D1 data (Benchmark.d1_keys).
+D1_KEYED = {
+    "configs/ebalfred_smoke.yaml": (
+        [
+            ("--ebalfred.eval_workers", "3"),
+            ("--ebalfred.eval_slots", "2"),
+            ("--ebalfred.episodes_per_subset", "5"),
+            ("--ebalfred.subsets", "base,common_sense"),
+            ("--ebalfred.splits", "/elsewhere/splits.json"),
+            ("--ebalfred.x_display", "7"),
+            ("--ebalfred.local_build", "/opt/thor"),
+            ("--ebalfred.frame_dir", "/tmp/frames"),
+        ],
+        [
+            ("--ebalfred.fixture_episodes", "4"),
+            ("--ebalfred.train_splits", "/elsewhere/train.json"),
+            ("--ebalfred.skills", "full"),
+            ("--ebalfred.n_shots", "3"),
+            ("--ebalfred.resolution", "64"),
+            ("--grpo.progress_reward_coef", "0.1"),
+        ],
+    ),
+    "configs/mind2web_smoke.yaml": (
+        [("--mind2web.eval_tasks", "1"), ("--mind2web.eval_splits", "test_task"), ("--mind2web.train_tasks", "3")],
+        [
+            ("--mind2web.candidate_scores", "candidate_scores.jsonl"),
+            ("--mind2web.candidate_top_k", "7"),
+            ("--mind2web.fixture_tasks_per_site", "3"),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("config", sorted(D1_KEYED))
+def test_d1_key_covers_only_the_benchmark_settings_that_make_d1(tmp_path: Path, config: str) -> None:
+    """Review of issue 35: the benchmark's evaluation settings (and where its simulator runs)
+    never rerun D1; its d1_keys do."""
+
+    def load(*extra: str):
+        return load_config(config, ["--run.out_dir", str(tmp_path), *extra])
+
+    base = d1_key(load())
+    eval_only, d1 = D1_KEYED[config]
+    for override in eval_only:
+        assert d1_key(load(*override)) == base, override
+    for override in d1:
+        assert d1_key(load(*override)) != base, override
