@@ -126,13 +126,17 @@ class NodeData:
 
 def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) -> NodeData:
     """The driver's side: identify every owned tree (its digest; nothing is packed until a node
-    asks), keep the user's to be checked. Call after ``ray.init``, on the node whose disk holds
-    the trees."""
+    asks), keep the user's to be checked. A user tree that lies inside another tree of ``trees``
+    is not kept on its own: it travels with a shipped one (:meth:`NodeData.localize` matches the
+    longest root first, so its own check would shadow the shipped copy) or is checked with the
+    user tree around it. Call after ``ray.init``, on the node whose disk holds the trees."""
+    trees = list(trees)
     shipped, checked = [], []
     node = ray.get_runtime_context().get_node_id()
     for tree in trees:
         if not tree.owned:
-            checked.append(tree)
+            if not _inside_another(tree, trees):
+                checked.append(tree)
             continue
         path = Path(tree.path)
         if not path.exists():
@@ -143,6 +147,17 @@ def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) ->
     for line in data.describe() if log else ():
         log(line)
     return data
+
+
+def _inside_another(tree: DataTree, trees: Sequence[DataTree]) -> bool:
+    """Whether the user tree ``tree`` lies under the path of an owned tree of ``trees`` (or is
+    it), or strictly under another user tree's path (resolved paths: a symlinked cache too)."""
+    path = Path(tree.path).resolve()
+    for other in trees:
+        root = Path(other.path).resolve()
+        if other is not tree and path.is_relative_to(root) and (other.owned or path != root):
+            return True
+    return False
 
 
 def _pack(path: Path, files: Sequence[str] = ()) -> bytes:

@@ -82,8 +82,9 @@ class EbAlfred(Benchmark):
 
     def data_trees(self, cfg: ExperimentConfig) -> list[DataTree]:
         """The fixture (``controller: fake``) is the job's; episode lists the user names are
-        checked on each node. With AI2-THOR the simulator and EmbodiedBench's ALFRED files are
-        each node's installation (clusters/node_setup.sh)."""
+        checked on each node (one inside the fixture goes with it: node_data.ship). With
+        AI2-THOR the simulator and EmbodiedBench's ALFRED files are each node's installation
+        (clusters/node_setup.sh)."""
         eb = cfg.ebalfred
         trees = []
         if eb.controller == "fake":
@@ -91,7 +92,7 @@ class EbAlfred(Benchmark):
         fix = "mount it at this path on every node (shared storage), or copy it there on each node"
         for key in ("splits", "train_splits"):
             path = getattr(eb, key)
-            if path and not (eb.controller == "fake" and Path(path).resolve().is_relative_to(Path(eb.fixture))):
+            if path:
                 trees.append(DataTree(path, f"ebalfred.{key}", owned=False, fix=fix))
         return trees
 

@@ -87,8 +87,8 @@ class Mind2Web(Benchmark):
         return {"candidate_scores": path, "candidate_top_k": m.candidate_top_k}
 
     def data_trees(self, cfg: ExperimentConfig) -> list[DataTree]:
-        """The generated fixture is the job's; the release, and a candidate-score file kept
-        outside it, are checked on each node."""
+        """The generated fixture is the job's; the release and a candidate-score file are
+        checked on each node (a score file inside the data root goes with it: node_data.ship)."""
         root = cfg.corpus.data_root
         fix = "mount it at this path on every node (shared storage), or copy it there (docs/mind2web.md)"
         if cfg.mind2web.fixture:
@@ -96,7 +96,7 @@ class Mind2Web(Benchmark):
         else:
             trees = [DataTree(root, "the Mind2Web release (corpus.data_root)", owned=False, fix=fix)]
         scores = cfg.mind2web.candidate_scores
-        if scores and not Path(scores).resolve().is_relative_to(Path(root).resolve()):
+        if scores:
             trees.append(DataTree(scores, "mind2web.candidate_scores", owned=False, fix=fix))
         return trees
 

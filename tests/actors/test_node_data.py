@@ -136,3 +136,25 @@ def test_user_data_missing_on_a_node_is_one_line_with_node_path_and_fix(ray_sess
     assert line.endswith(": mount it")
     (tmp_path / "alfworld").mkdir()
     assert data.localize({"data_root": str(tmp_path / "alfworld")}) == {"data_root": str(tmp_path / "alfworld")}
+
+
+def test_a_user_tree_inside_another_tree_goes_with_it(ray_session, tmp_path: Path) -> None:
+    """A user path inside a shipped tree (EB-ALFRED's episode list in its fixture) is not checked
+    on its own, which would shadow the shipped copy (the longest root wins); one inside a user
+    tree (a Mind2Web score file in the release) is checked with it; one elsewhere is kept."""
+    fixture = _tree(tmp_path / "fixture")
+    release = tmp_path / "release"
+    (release / "scores").mkdir(parents=True)
+    outside = tmp_path / "splits.json"
+    data = ship(
+        [
+            DataTree(str(fixture), "the fixture", owned=True),
+            DataTree(str(fixture / "logic.pddl"), "ebalfred.splits", owned=False),
+            DataTree(str(release), "the release", owned=False),
+            DataTree(str(release / "scores" / "s.pkl"), "mind2web.candidate_scores", owned=False),
+            DataTree(str(release), "the release again", owned=False),
+            DataTree(str(outside), "ebalfred.train_splits", owned=False),
+        ]
+    )
+    assert [t.what for t in data.shipped] == ["the fixture"]
+    assert [t.what for t in data.checked] == ["the release", "the release again", "ebalfred.train_splits"]
