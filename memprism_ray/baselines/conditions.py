@@ -152,20 +152,39 @@ class RouterSelector:
 def load_marginal(source: str | Path | Sequence[float]) -> np.ndarray:
     """A 144-way marginal from a list, a JSON file holding a list or ``{"view_marginal": [...]}``,
     an evaluation ``report.json`` (``view_selection.view_marginal``) or the condition directory
-    holding it."""
-    if not isinstance(source, (str, Path)):
-        return np.asarray(source, dtype=np.float64)
-    path = Path(source)
-    if path.is_dir():
-        path = path / "report.json"
-    if not path.exists():
-        raise ValueError(f"frequency-matched marginal: {path} does not exist (give a report.json or a JSON list)")
-    data = json.loads(path.read_text())
-    if isinstance(data, dict):
-        data = data.get("view_selection", data) if "view_marginal" not in data else data
-        if not isinstance(data, dict) or "view_marginal" not in data:
-            raise ValueError(f"{path} has no 'view_marginal' entry (run `memprism eval --condition memprism` first)")
-        data = data["view_marginal"]
+    holding it. Anything but a flat list of :data:`NUM_ACTIONS` numbers is a one-line
+    ``ValueError`` naming the source and the problem (numpy would raise a ``TypeError`` for a
+    list of objects, and a short list would only fail where freq_random is played)."""
+    where = "frequency-matched marginal"
+    data: Any = source
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if path.is_dir():
+            path = path / "report.json"
+        if not path.exists():
+            raise ValueError(f"{where}: {path} does not exist (give a report.json or a JSON list)")
+        where = str(path)
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{where}: not valid JSON ({exc})") from None
+        if isinstance(data, dict):
+            data = data.get("view_selection", data) if "view_marginal" not in data else data
+            if not isinstance(data, dict) or "view_marginal" not in data:
+                raise ValueError(
+                    f"{path} has no 'view_marginal' entry (run `memprism eval --condition memprism` first)"
+                )
+            data = data["view_marginal"]
+    numbers = isinstance(data, (list, tuple, np.ndarray)) and all(
+        isinstance(x, (int, float, np.number)) and not isinstance(x, bool) for x in data
+    )
+    if not numbers:
+        shown = json.dumps(data.tolist() if isinstance(data, np.ndarray) else data, default=repr)[:60]
+        raise ValueError(f"{where}: the view marginal must be a flat JSON list of numbers, got {shown}")
+    if len(data) != NUM_ACTIONS:
+        raise ValueError(
+            f"{where}: the view marginal needs {NUM_ACTIONS} probabilities (one per view), got {len(data)}"
+        )
     return np.asarray(data, dtype=np.float64)
 
 

@@ -105,30 +105,6 @@ def register(sub: Any) -> None:
     c.set_defaults(func=_compare)
 
 
-def check_marginal_arg(value: str | None) -> None:
-    """A ``--marginal`` JSON must hold a flat list of numbers (directly, as ``view_marginal`` or
-    under ``view_selection``); anything nested would otherwise fail inside numpy with a
-    traceback. Missing files and wrong lengths are reported by the loader."""
-    if not value or value == "auto":
-        return
-    path = Path(value)
-    path = path / "report.json" if path.is_dir() else path
-    if not path.is_file():
-        return
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CliError(f"--marginal {value}: not valid JSON ({exc})") from None
-    if isinstance(data, dict):
-        inner = data.get("view_selection")
-        data = data.get("view_marginal", inner.get("view_marginal") if isinstance(inner, dict) else None)
-        if data is None:
-            return
-    if not isinstance(data, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in data):
-        shown = json.dumps(data)[:60]
-        raise CliError(f"--marginal {value}: the view marginal must be a flat JSON list of numbers, got {shown}")
-
-
 def _set(data: dict[str, Any], key: str, value: Any) -> None:
     node = data
     *parents, leaf = key.split(".")
@@ -185,7 +161,6 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
     from memprism_ray.benchmark.job_spec import check_job
     from memprism_ray.trainer.fit import run_evaluation
 
-    check_marginal_arg(args.marginal)
     args.condition = [c.strip() for c in args.condition.split(",") if c.strip()]
     cfg = eval_config(args, overrides)
     benchmark = get_benchmark(cfg.corpus.benchmark)

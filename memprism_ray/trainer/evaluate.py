@@ -68,12 +68,18 @@ def router_state_for(cfg: ExperimentConfig, checkpoint: str) -> dict[str, Any] |
 def given_marginal(cfg: ExperimentConfig) -> list[float] | None:
     """The view marginal ``eval.marginal`` names (a report.json, an evaluation directory or a
     JSON list), loaded and checked; ``None`` when freq_random samples this run's memprism
-    marginal instead. A missing or malformed source is a one-line ``ValueError``."""
+    marginal instead. A missing or malformed source is a one-line ``ValueError``, here and not
+    in every freq_random episode: it is checked by the constructor each worker builds from it."""
     if not cfg.eval.marginal:
         return None
-    from memprism_ray.baselines.conditions import load_marginal
+    from memprism_ray.baselines.conditions import FrequencyMatchedRandom, load_marginal
 
-    return [float(x) for x in load_marginal(cfg.eval.marginal)]
+    marginal = load_marginal(cfg.eval.marginal)
+    try:
+        FrequencyMatchedRandom(marginal)
+    except ValueError as exc:
+        raise ValueError(f"eval.marginal {cfg.eval.marginal}: {exc}") from None
+    return [float(x) for x in marginal]
 
 
 def check_memory_conditions(cfg: ExperimentConfig, conditions: tuple[str, ...]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,19 @@ def test_load_marginal_sources(tmp_path: Path) -> None:
         load_marginal(tmp_path / "bad.json")
     with pytest.raises(ValueError, match="does not exist"):
         load_marginal(tmp_path / "missing")
+    for name, content, problem in [
+        ("short.json", "[0.5, 0.5]", "needs 144 probabilities"),
+        ("nested.json", json.dumps([[0.1] * NUM_ACTIONS]), "flat JSON list of numbers"),
+        ("objects.json", json.dumps({"view_marginal": [{"a": 1}] * NUM_ACTIONS}), "flat JSON list of numbers"),
+        ("text.json", "not json", "not valid JSON"),
+    ]:
+        (tmp_path / name).write_text(content)
+        with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / name))}: .*{problem}"):
+            load_marginal(tmp_path / name)
+    with pytest.raises(ValueError, match="needs 144 probabilities"):
+        load_marginal(np.ones((2, NUM_ACTIONS // 2)).tolist()[0])
+    with pytest.raises(ValueError, match="flat JSON list of numbers"):
+        load_marginal(np.ones((2, NUM_ACTIONS)))
 
 
 def test_freq_random_condition_reads_an_evaluation_report(tmp_path: Path) -> None:

@@ -175,6 +175,19 @@ def test_nested_marginal_json_is_a_one_line_error(tmp_path: Path, content: objec
     assert err.count("\n") == 1 and "flat JSON list of numbers" in err
 
 
+def test_a_short_marginal_is_a_one_line_error_before_any_worker(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A flat list of the wrong length used to pass the start and fail every freq_random episode."""
+    import memprism_ray.actors.placement as placement
+
+    monkeypatch.setattr(placement, "init_ray", lambda *a, **k: pytest.fail("Ray started before the refusal"))
+    path = tmp_path / "marginal.json"
+    path.write_text(json.dumps([0.5, 0.5]))
+    args = ["eval", "--condition", "freq_random", "--marginal", str(path), "--out", str(tmp_path / "o")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: the view marginal needs 144 probabilities (one per view), got 2" in err
+
+
 def test_eval_plays_every_benchmark(
     ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

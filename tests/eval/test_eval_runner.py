@@ -166,6 +166,29 @@ def test_bad_conditions_fail_before_any_work(conditions, kw, message, tmp_path: 
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [([0.5, 0.5], "needs 144 probabilities (one per view), got 2"),
+     ([[0.1] * 144], "must be a flat JSON list of numbers"),
+     ({"view_marginal": [{"a": 1}] * 144}, "must be a flat JSON list of numbers"),
+     ([-1.0] * 144, "must be finite, non-negative and not all zero")],
+)  # fmt: skip
+def test_a_bad_marginal_fails_before_any_worker(content, message, tmp_path: Path, monkeypatch) -> None:
+    """eval.marginal is checked as each worker's freq_random selector checks it, once, before Ray
+    starts: it used to pass the start when short (then every freq_random episode failed) or
+    escape as a TypeError when it held objects."""
+    import memprism_ray.actors.placement as placement
+    from memprism_ray.trainer.fit import run_evaluation
+
+    monkeypatch.setattr(placement, "init_ray", lambda *a, **k: pytest.fail("Ray started before the refusal"))
+    path = tmp_path / "marginal.json"
+    path.write_text(json.dumps(content))
+    errors: list[str] = []
+    cfg = _cfg(tmp_path / "no-corpus", ("freq_random",), marginal=str(path))
+    assert run_evaluation(cfg, ALFWORLD, "", tmp_path / "never", error=errors.append) == 2
+    assert len(errors) == 1 and str(path) in errors[0] and message in errors[0] and "\n" not in errors[0]
+
+
 def test_eval_config_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="at least one condition"):
         FinalEvalConfig(conditions=())
