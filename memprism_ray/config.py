@@ -209,12 +209,11 @@ class RolloutConfig:
         return self.rollout_cpus + self.env_workers_per_rollout * self.env_cpus
 
     def __post_init__(self) -> None:
-        if self.num_workers != "auto" and (isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int)):
-            raise ValueError(f"rollout.num_workers must be an int >= 1 or auto, got {self.num_workers!r}")
-        if self.num_workers != "auto" and self.num_workers < 1:
-            raise ValueError("rollout.num_workers, env_slots_per_worker and env_workers_per_rollout must be >= 1")
+        workers = self.num_workers
+        if not self.elastic and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"rollout.num_workers must be an int >= 1 or auto, got {workers!r}")
         if self.env_slots_per_worker < 1 or self.env_workers_per_rollout < 1:
-            raise ValueError("rollout.num_workers, env_slots_per_worker and env_workers_per_rollout must be >= 1")
+            raise ValueError("rollout.env_slots_per_worker and env_workers_per_rollout must be >= 1")
         if self.env_workers_per_rollout > self.env_slots_per_worker:
             raise ValueError("rollout.env_workers_per_rollout cannot exceed rollout.env_slots_per_worker")
         if min(self.env_cpus, self.rollout_cpus, self.policy_cpus, self.helper_cpus) < 0:

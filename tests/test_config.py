@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from memprism_ray.benchmark import get_benchmark
-from memprism_ray.config import load_config
+from memprism_ray.config import RolloutConfig, load_config
 from memprism_ray.config_tree import describe
 from memprism_ray.policy.factory import make_policy
 
@@ -62,6 +62,8 @@ PRESET = "configs/local.yaml"
      (["--rollout.group_timeout_s", "inf"],
       "rollout.group_timeout_s must be a positive finite number of seconds, got inf"),
      (["--rollout.learner_threads", "-2"], "rollout.learner_threads must be an int >= 0, got -2"),
+     (["--rollout.num_workers", "0"], "rollout.num_workers must be an int >= 1 or auto, got 0"),
+     (["--rollout.env_slots_per_worker", "0"], "rollout.env_slots_per_worker and env_workers_per_rollout must be >= 1"),
      (["--run.call_timeout_s", "nan"], "run.call_timeout_s: expected a number, got 'nan'"),
      (["--run.ray_address", "10.0.0.1:6379"], "run.ray_address must be 'auto'"),
      (["--grpo.lr", "fast"], "grpo.lr: expected a number, got 'fast'")],
@@ -71,6 +73,14 @@ def test_bad_settings_are_rejected_when_the_config_is_read(overrides: list[str],
         load_config(PRESET, overrides)
     text = str(err.value)
     assert text.startswith(message) and "\n" not in text
+
+
+@pytest.mark.parametrize("workers", [True, "many", 1.5, 0])
+def test_rollout_num_workers_is_an_int_of_at_least_one_or_auto(workers: object) -> None:
+    """What a YAML file or a caller can give that the command line's parser never sees."""
+    with pytest.raises(ValueError, match=r"^rollout\.num_workers must be an int >= 1 or auto, got "):
+        RolloutConfig(num_workers=workers)  # type: ignore[arg-type]
+    assert RolloutConfig(num_workers="auto").elastic and not RolloutConfig(num_workers=1).elastic
 
 
 def test_numbers_given_as_strings_reach_the_policy_as_numbers() -> None:
