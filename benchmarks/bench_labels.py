@@ -55,7 +55,7 @@ def states(n: int, events: int) -> list[LabelState]:
 def label(policy: Any, sts: list[LabelState]) -> tuple[float, Any]:
     extractor = FeatureExtractor(HashingEncoder())
     t0 = time.perf_counter()
-    dataset, _ = counterfactual_labels(sts, extractor, policy, short_history=0)
+    dataset, _ = counterfactual_labels(sts, extractor, policy, short_history=0, benchmark="alfworld")
     return time.perf_counter() - t0, dataset
 
 

@@ -90,15 +90,16 @@ def expert_states(table: Any, episodes: Sequence[int] | None = None) -> list[Lab
 
 
 def rollin_chooser(
-    policy: TaskPolicy, render_config: Any = None, seed: int = 0, short_history: int = 0
+    policy: TaskPolicy, render_config: Any = None, seed: int = 0, short_history: int = 0, *, benchmark: str
 ) -> Callable[..., str]:
     """``choose(stream, observation, goal, admissible, step)`` for a D1 roll-in
     (``label.rollin_games``): the task policy acts on a view drawn uniformly from the 144 at
     every step, seeded by ``(seed, game, step)``, so the roll-ins reach states with every
-    kind of memory, the forgetful ones included."""
+    kind of memory, the forgetful ones included. ``benchmark``: whose task contract reads the
+    inputs (``PolicyInput.benchmark``)."""
     from memprism_ray.view_space import ALL_ACTIONS
 
-    actor = ViewConditionedActor(policy, render_config, short_history=short_history)
+    actor = ViewConditionedActor(policy, render_config, short_history, benchmark=benchmark)
 
     def choose(stream: Any, observation: str, goal: str, admissible: tuple[str, ...], step: int) -> str:
         game = str(stream.meta.get("game_id", ""))
@@ -123,11 +124,12 @@ class ViewConditionedActor:
 
     Views are composed and rendered as the agent would (text form for text readers such
     as the scripted policy; the image too for VLMs). Each call uses a fresh episode id so a
-    sampling policy draws independent samples.
+    sampling policy draws independent samples. ``benchmark``: whose task contract reads the
+    inputs (``PolicyInput.benchmark``); no default, so no caller shows a policy ALFWorld's.
     """
 
     def __init__(
-        self, policy: TaskPolicy, render_config: Any = None, short_history: int = 2, benchmark: str = "alfworld"
+        self, policy: TaskPolicy, render_config: Any = None, short_history: int = 2, *, benchmark: str
     ) -> None:
         from memprism_ray.render import RenderConfig
 
@@ -206,7 +208,7 @@ def counterfactual_labels(
     *,
     render_config: Any = None,
     short_history: int = 2,
-    benchmark: str = "alfworld",
+    benchmark: str,
 ) -> tuple[Any, dict[str, int]]:
     """Label ``states`` with the counterfactual teacher of ``config`` (``label.counterfactual``;
     ``None``: its defaults); returns ``(SFTDataset, counts)``.
@@ -217,7 +219,7 @@ def counterfactual_labels(
     shown each view as it would be in play."""
     from memprism_ray.adapter.sft import label_decisions
 
-    actor = ViewConditionedActor(policy, render_config, short_history, benchmark)
+    actor = ViewConditionedActor(policy, render_config, short_history, benchmark=benchmark)
     by_id = {ls.state.sample_id: ls for ls in states}
     teacher = CounterfactualTeacher(
         lambda st, view: actor(by_id[st.sample_id], view),

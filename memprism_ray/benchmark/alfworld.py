@@ -102,6 +102,7 @@ class Alfworld(Benchmark):
                     cfg.render,
                     seed=cfg.run.seed,
                     short_history=cfg.agent.short_history,
+                    benchmark=self.name,
                 ),
                 "rollin_steps": cfg.agent.max_steps,
             }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memprism_ray.adapter.d1_labels import LabelState, ViewConditionedActor, counterfactual_labels
+from memprism_ray.adapter.d1_labels import LabelState, ViewConditionedActor, counterfactual_labels, rollin_chooser
 from memprism_ray.composer import compose
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.policy.scripted import ScriptedPolicy
@@ -57,7 +57,7 @@ def label_states() -> list[LabelState]:
 
 def test_page_tokens_are_the_rendered_page_as_reports_count_it() -> None:
     states = label_states()
-    actor = ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0)
+    actor = ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0, benchmark="alfworld")
     for view in (ALL_ACTIONS[0], ViewAction("EntityState", "all", "all", "fine")):
         rendered = render(compose(states[0].state.history, view, states[0].state.goal), RenderConfig())
         expected = qwen25vl_tokens(rendered.width, rendered.height)
@@ -69,12 +69,17 @@ def test_page_tokens_are_the_rendered_page_as_reports_count_it() -> None:
 def test_page_token_shading_moves_label_mass_to_smaller_pages_among_the_kept_views() -> None:
     states = label_states()
     extractor = FeatureExtractor(HashingEncoder())
-    plain, counts = counterfactual_labels(states, extractor, DeskReader(), short_history=0)
+    plain, counts = counterfactual_labels(states, extractor, DeskReader(), short_history=0, benchmark="alfworld")
     shaded, _ = counterfactual_labels(
-        states, extractor, DeskReader(), CounterfactualConfig(page_token_temperature=20.0), short_history=0
+        states,
+        extractor,
+        DeskReader(),
+        CounterfactualConfig(page_token_temperature=20.0),
+        short_history=0,
+        benchmark="alfworld",
     )
     assert counts.get("fallback_skipped", 0) == 0 and len(plain) == len(shaded) == 1
-    actor = ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0)
+    actor = ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0, benchmark="alfworld")
     tokens = np.array([actor.page_tokens(states[0], v) for v in ALL_ACTIONS], dtype=np.float64)
     q0, q1 = np.asarray(plain.q[0]), np.asarray(shaded.q[0])
     # Phase 1 is unchanged: the same views are kept (those that show desk 1) ...
@@ -96,8 +101,8 @@ def test_a_policy_that_reads_no_pixels_gets_the_same_pages_and_labels_unpainted(
 
     states = label_states()
     extractor = FeatureExtractor(HashingEncoder())
-    painted, _ = counterfactual_labels(states, extractor, DeskReader(), short_history=0)
-    painted_actor = ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0)
+    painted, _ = counterfactual_labels(states, extractor, DeskReader(), short_history=0, benchmark="alfworld")
+    painted_actor = ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0, benchmark="alfworld")
     painted_pages = [painted_actor._render(states[0], v) for v in ALL_ACTIONS]
     assert all(p.image is not None for p in painted_pages)
 
@@ -105,8 +110,8 @@ def test_a_policy_that_reads_no_pixels_gets_the_same_pages_and_labels_unpainted(
         raise AssertionError("a pixel-blind policy's page was painted")
 
     monkeypatch.setattr(optical, "paint", no_paint)
-    blind, _ = counterfactual_labels(states, extractor, BlindDeskReader(), short_history=0)
-    actor = ViewConditionedActor(BlindDeskReader(), RenderConfig(), short_history=0)
+    blind, _ = counterfactual_labels(states, extractor, BlindDeskReader(), short_history=0, benchmark="alfworld")
+    actor = ViewConditionedActor(BlindDeskReader(), RenderConfig(), short_history=0, benchmark="alfworld")
     for view, p in zip(ALL_ACTIONS, painted_pages, strict=True):
         page = actor._render(states[0], view)
         assert page.image is None
@@ -117,8 +122,12 @@ def test_a_policy_that_reads_no_pixels_gets_the_same_pages_and_labels_unpainted(
     painted_scripted = type("PaintedScripted", (ScriptedPolicy,), {"needs_view_image": True})
     assert ScriptedPolicy.needs_view_image is False and painted_scripted.needs_view_image is True
     monkeypatch.undo()
-    blind_actor = ViewConditionedActor(ScriptedPolicy(temperature=0.5), RenderConfig(), short_history=0)
-    painted_actor = ViewConditionedActor(painted_scripted(temperature=0.5), RenderConfig(), short_history=0)
+    blind_actor = ViewConditionedActor(
+        ScriptedPolicy(temperature=0.5), RenderConfig(), short_history=0, benchmark="alfworld"
+    )
+    painted_actor = ViewConditionedActor(
+        painted_scripted(temperature=0.5), RenderConfig(), short_history=0, benchmark="alfworld"
+    )
     places = (*(f"go to shelf {i}" for i in range(1, 13)), "go to desk 1", REF, "go to drawer 1")
     search = LabelState(states[0].state, places)
     dists = [blind_actor.distribution(search, v) for v in ALL_ACTIONS]
@@ -126,4 +135,42 @@ def test_a_policy_that_reads_no_pixels_gets_the_same_pages_and_labels_unpainted(
     assert len({tuple(sorted(d.items())) for d in dists}) > 1  # the page matters to it here
     monkeypatch.setattr(optical, "paint", no_paint)
     with pytest.raises(AssertionError, match="painted"):  # the guard is live
-        ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0)._render(states[0], ALL_ACTIONS[0])
+        ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0, benchmark="alfworld")._render(
+            states[0], ALL_ACTIONS[0]
+        )
+
+
+class Recorder(DeskReader):
+    """DeskReader that records the benchmark of every input it is shown."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def input_distribution(self, inp: PolicyInput) -> dict[str, float]:
+        self.seen.append(inp.benchmark)
+        return super().input_distribution(inp)
+
+    def act(self, inputs: list[PolicyInput]) -> list[PolicyOutput]:
+        self.seen.extend(inp.benchmark for inp in inputs)
+        return [PolicyOutput(REF, REF, True) for _ in inputs]
+
+
+def test_every_d1_caller_names_the_benchmark_its_policy_reads() -> None:
+    """Review of issue 36: the labels and the roll-ins had "alfworld" as a default benchmark, so
+    a caller that named none showed any benchmark's policy ALFWorld inputs; now none has a
+    default, and the one named reaches every policy input."""
+    states = label_states()
+    extractor = FeatureExtractor(HashingEncoder())
+    with pytest.raises(TypeError, match="benchmark"):
+        ViewConditionedActor(DeskReader(), RenderConfig(), short_history=0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="benchmark"):
+        counterfactual_labels(states, extractor, DeskReader(), short_history=0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="benchmark"):
+        rollin_chooser(DeskReader())  # type: ignore[call-arg]
+    labelled = Recorder()
+    counterfactual_labels(states, extractor, labelled, short_history=0, benchmark="toy")
+    assert len(labelled.seen) == len(ALL_ACTIONS) and set(labelled.seen) == {"toy"}
+    rolled = Recorder()
+    choose = rollin_chooser(rolled, benchmark="toy")
+    st = states[0].state
+    assert choose(search_stream(), st.observation, st.goal, (REF, "look"), 0) == REF and rolled.seen == ["toy"]

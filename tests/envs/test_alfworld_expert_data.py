@@ -90,7 +90,7 @@ def test_a_rollin_is_played_by_the_policy_and_labelled_by_the_expert(alfworld_ga
     from memprism_ray.policy.scripted import ScriptedPolicy
 
     expert_game, *rollin = alfworld_games["train"][:3]
-    choose = rollin_chooser(ScriptedPolicy(temperature=0.5, seed=0), seed=0)
+    choose = rollin_chooser(ScriptedPolicy(temperature=0.5, seed=0), seed=0, benchmark="alfworld")
     path = collect_expert_trajectories(
         [expert_game], tmp_path, progress=False, rollin_games=rollin, choose=choose, rollin_steps=12
     )
