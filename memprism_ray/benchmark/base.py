@@ -207,7 +207,7 @@ class Benchmark:
         its arguments are parsed, before Ray or D1 start."""
         from memprism_ray.benchmark.job_spec import JobSpec
 
-        return JobSpec(f"{kind}_{self.name}", dict(self.job_supports.get(kind, {})), runs_policy=True)
+        return JobSpec(f"{kind}_{self.name}", dict(self.job_supports.get(kind, {})))
 
     def sft_preset(self, **overrides: Any) -> Any:
         """Table A.4's D1 settings of this benchmark's row (:class:`~memprism_ray.adapter.sft.SFTConfig`)."""

@@ -23,8 +23,6 @@ class JobSpec:
     """the job, as its refusals name it (``grpo_alfworld``)"""
     supports: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     """dotted config key -> the values this job implements"""
-    runs_policy: bool = False
-    """whether the job runs the task policy (then its backend must be able to run)"""
 
 
 def joins_cluster(address: str, environ: Mapping[str, str] = os.environ) -> bool:
@@ -53,7 +51,8 @@ def check_job(job: JobSpec, cfg: ExperimentConfig, environ: Mapping[str, str] = 
             raise ValueError(
                 f"{key}={value!r} is not supported by the {job.name} job; it supports: {', '.join(map(str, allowed))}"
             )
-    if job.runs_policy and not joins_cluster(cfg.run.ray_address, environ):
+    # Every job runs the task policy (D1 labels, rollouts, the evaluation), so its backend must run.
+    if not joins_cluster(cfg.run.ray_address, environ):
         problem = cfg.policy.unavailable_here()
         if problem:
             raise ValueError(problem)

@@ -32,7 +32,7 @@ def test_a_job_rejects_a_setting_it_would_ignore(monkeypatch: pytest.MonkeyPatch
     # The GRPO job labels D1 with either teacher (adapter/d1_labels.py); a job declaring
     # only the counterfactual teacher rejects the LLM one instead of ignoring it.
     assert GRPO_ALFWORLD.supports["label.teacher"] == ("counterfactual", "llm")
-    narrow = JobSpec("grpo_alfworld", supports={"label.teacher": ("counterfactual",)}, runs_policy=True)
+    narrow = JobSpec("grpo_alfworld", supports={"label.teacher": ("counterfactual",)})
     cfg = load_config("configs/local.yaml", ["--label.teacher", "llm"])
     with pytest.raises(ValueError) as err:
         check_job(narrow, cfg, environ={})
@@ -83,7 +83,7 @@ def test_joins_cluster_only_for_auto_under_ray_job_submit() -> None:
 def test_parse_job_args_exits_2_with_the_error(
     no_vllm: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    narrow = JobSpec("grpo_alfworld", supports={"label.teacher": ("counterfactual",)}, runs_policy=True)
+    narrow = JobSpec("grpo_alfworld", supports={"label.teacher": ("counterfactual",)})
     with pytest.raises(SystemExit) as exc:
         parse_job_args("x", ["--config", "configs/local.yaml", "--label.teacher", "llm"], job=narrow)
     assert exc.value.code == 2
