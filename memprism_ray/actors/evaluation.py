@@ -110,9 +110,9 @@ class EvalWorker:
             raise self.setup_error
         return dict(self.place)
 
-    def play(self, condition: str, specs: list[dict[str, Any]], marginal: list[float] | None) -> dict[str, Any]:
+    def play(self, condition: str, specs: list[dict[str, Any]], marginal: list[float] | None) -> list[Any]:
         """Play ``specs`` (one wave: at most ``slots`` episodes) under ``condition``: one result per
-        spec, in order, and the step rows. The selector is greedy (the Router's argmax) and
+        spec, in order, each with its step rows. The selector is greedy (the Router's argmax) and
         ``freq_random`` samples ``marginal``. A wave whose loop raises fails each of its episodes
         with the error; the run goes on."""
         if self.setup_error is not None:
@@ -143,4 +143,4 @@ class EvalWorker:
         except Exception as exc:  # a crash of the loop itself: its episodes fail, the run goes on
             results = [EpisodeResult(e, status="failed", error=f"crashed: {type(exc).__name__}: {exc}") for e in eps]
         self.doing = f"idle after {condition}"
-        return {"results": results, "rows": [{**row, "condition": condition} for r in results for row in r.rows]}
+        return results

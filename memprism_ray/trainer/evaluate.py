@@ -110,7 +110,8 @@ def play_condition(
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Play ``condition`` on every episode of ``plan``: each worker takes every n-th episode and
     plays its share in waves of ``plan.slots`` (one call per wave, so progress is seen as waves
-    finish). Returns one result per planned episode and the step rows, both in plan order. A wave
+    finish). Returns one result per planned episode and the step rows (each with its condition),
+    both in plan order. A wave
     whose worker dies or times out (``timeout_s`` per wave of the longest share) fails with the
     reason; a broken game's episodes fail without being played; nothing planned is dropped from
     the denominators. ``on_results(results)`` is called as each wave's results arrive, and
@@ -133,7 +134,6 @@ def play_condition(
     }
     if on_results and by_id:
         on_results(list(by_id.values()))
-    rows: list[dict[str, Any]] = []
     waves = max(1, -(-len(specs[0::n]) // plan.slots)) if specs else 1
     deadline = time.monotonic() + timeout_s * waves
     pending = list(calls)
@@ -152,16 +152,14 @@ def play_condition(
                 part = ray.get(ref, timeout=max(0.001, deadline - time.monotonic()))
             except Exception as exc:  # a lost or hung worker: its wave fails, with the reason
                 error = f"crashed: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
-                part = {"results": [_failed(by_spec[x["episode_id"]], error) for x in wave], "rows": []}
-            by_id.update({r.spec.episode_id: r for r in part["results"]})
-            rows.extend(part["rows"])
+                part = [_failed(by_spec[x["episode_id"]], error) for x in wave]
+            by_id.update({r.spec.episode_id: r for r in part})
             if on_results:
-                on_results(part["results"])
+                on_results(part)
     lost = "lost: no result came back for this episode"
+    results = [by_id.get(s.episode_id) or _failed(s, lost) for s in plan.specs]
     # The step rows in plan order (each episode's in step order), whichever wave came back first.
-    order = {s.episode_id: i for i, s in enumerate(plan.specs)}
-    rows.sort(key=lambda row: order[row["episode_id"]])
-    return [by_id.get(s.episode_id) or _failed(s, lost) for s in plan.specs], rows
+    return results, [{**row, "condition": condition} for r in results for row in r.rows]
 
 
 def evaluate(

@@ -43,11 +43,11 @@ def test_a_pool_worker_counts_tokens_with_the_drivers_counter(
     worker = EvalWorker.options(num_cpus=0.1).remote(cfg, 1, None, [replica], "t0")
     try:
         ray_session.get(worker.start.remote(), timeout=120)
-        part = ray_session.get(worker.play.remote("no_memory", [spec], None), timeout=120)
+        results = ray_session.get(worker.play.remote("no_memory", [spec], None), timeout=120)
         counter = ray_session.get(worker.__ray_call__.remote(lambda self: self.tokens.name), timeout=60)
     finally:
         ray_session.kill(worker)
         ray_session.kill(replica)
-    [result] = part["results"]
+    [result] = results
     assert result.status != "failed", result.error
     assert counter == eval_token_counter(cfg).name == f"{model} tokenizer (task model)"
