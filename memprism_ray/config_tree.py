@@ -254,14 +254,23 @@ def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
                 raise ValueError(f"override {arg} has no value")
             value = args[i + 1]
             i += 2
-        node = out
-        parts = key.replace("-", "_").split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"override {arg} conflicts with an earlier one")
-        node[parts[-1]] = value
+        try:
+            set_path(out, key.replace("-", "_"), value)
+        except ValueError:
+            raise ValueError(f"override {arg} conflicts with an earlier one") from None
     return out
+
+
+def set_path(data: dict[str, Any], key: str, value: Any) -> None:
+    """``data[a][b][c] = value`` for the dotted ``key`` ``"a.b.c"``, making the sections on the
+    way; a ``ValueError`` when one of them already holds a value."""
+    node = data
+    *sections, leaf = key.split(".")
+    for section in sections:
+        node = node.setdefault(section, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"{key}: {section} holds a value, not a section")
+    node[leaf] = value
 
 
 def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 
 import pytest
 
-from memprism_ray.config_tree import describe, field, from_dict, load_yaml, parse_overrides, to_dict
+from memprism_ray.config_tree import describe, field, from_dict, load_yaml, parse_overrides, set_path, to_dict
 
 
 @dataclass
@@ -84,6 +84,17 @@ def test_override_syntax_errors() -> None:
         parse_overrides(["lr", "1"])
     with pytest.raises(ValueError, match="has no value"):
         parse_overrides(["--inner.lr"])
+    with pytest.raises(ValueError, match=r"^override --inner\.lr\.x conflicts with an earlier one$"):
+        parse_overrides(["--inner.lr", "1", "--inner.lr.x", "2"])
+
+
+def test_set_path_makes_sections_and_refuses_a_value_on_the_way() -> None:
+    data: dict[str, Any] = {"inner": {"lr": 1}}
+    set_path(data, "inner.steps", 3)
+    set_path(data, "policy.scripted.seed", 7)
+    assert data == {"inner": {"lr": 1, "steps": 3}, "policy": {"scripted": {"seed": 7}}}
+    with pytest.raises(ValueError, match=r"^inner\.lr\.x: lr holds a value"):
+        set_path(data, "inner.lr.x", 2)
 
 
 def test_yaml_presets_inherit_from_base(tmp_path: Path) -> None:

@@ -105,37 +105,29 @@ def register(sub: Any) -> None:
     c.set_defaults(func=_compare)
 
 
-def _set(data: dict[str, Any], key: str, value: Any) -> None:
-    node = data
-    *parents, leaf = key.split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[leaf] = value
-
-
 def eval_config(args: argparse.Namespace, overrides: list[str]) -> Any:
     """The :class:`~memprism_ray.config.ExperimentConfig` of the command: ``--config`` (else
     :data:`DEFAULTS`), then the options given, then the ``--section.key`` overrides. ``--seed``
     also seeds the scripted policy; ``--policy-temperature`` sets the chosen backend's temperature."""
     from memprism_ray.config import ExperimentConfig
-    from memprism_ray.config_tree import from_dict, load_yaml, merge, parse_overrides
+    from memprism_ray.config_tree import from_dict, load_yaml, merge, parse_overrides, set_path
 
     data = load_yaml(args.config) if args.config else copy.deepcopy(DEFAULTS)
     given: dict[str, Any] = {}
     for option, keys in OPTION_KEYS.items():
         value = getattr(args, option)
         for key in keys if value is not None else ():
-            _set(given, key, value)
+            set_path(given, key, value)
     if args.marginal is not None:
-        _set(given, "eval.marginal", "" if args.marginal == "auto" else args.marginal)
+        set_path(given, "eval.marginal", "" if args.marginal == "auto" else args.marginal)
     data = merge(data, given)
     backend = data.get("policy", {}).get("backend", "scripted")
     if backend == "scripted" and not args.config:
-        _set(data, "policy.scripted.temperature", 0.3)
+        set_path(data, "policy.scripted.temperature", 0.3)
     if backend == "scripted" and (args.seed is not None or not args.config):
-        _set(data, "policy.scripted.seed", data["run"]["seed"])
+        set_path(data, "policy.scripted.seed", data["run"]["seed"])
     if args.policy_temperature is not None:
-        _set(data, f"policy.{backend}.temperature", args.policy_temperature)
+        set_path(data, f"policy.{backend}.temperature", args.policy_temperature)
     return from_dict(ExperimentConfig, merge(data, parse_overrides(overrides)))
 
 
@@ -146,11 +138,9 @@ class _HelpConfig(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
-        from memprism_ray.config import ExperimentConfig
-        from memprism_ray.config_tree import describe
+        from memprism_ray.trainer.job_args import print_config_help
 
-        for name, default, help_ in describe(ExperimentConfig):
-            print(f"--{name:<40} {default:<28} {help_}")
+        print_config_help()
         parser.exit()
 
 
@@ -159,7 +149,7 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
 
     from memprism_ray.benchmark import get_benchmark
     from memprism_ray.benchmark.job_spec import check_job
-    from memprism_ray.trainer.fit import run_evaluation
+    from memprism_ray.trainer.fit import _eval_say, run_evaluation
 
     args.condition = [c.strip() for c in args.condition.split(",") if c.strip()]
     cfg = eval_config(args, overrides)
@@ -167,14 +157,10 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
     check_job(benchmark.job_spec("eval"), cfg)  # what the job refuses (and the policy backend can run here)
     started = not ray.is_initialized()
     try:
-        return run_evaluation(cfg, benchmark, args.checkpoint, Path(args.out), say=_say, error=_error)
+        return run_evaluation(cfg, benchmark, args.checkpoint, Path(args.out), say=_eval_say, error=_error)
     finally:
         if started and ray.is_initialized():  # a Ray this command started ends with it
             ray.shutdown()
-
-
-def _say(msg: str) -> None:
-    print(f"[eval] {msg}", flush=True)
 
 
 def _error(msg: str) -> None:

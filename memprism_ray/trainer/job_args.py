@@ -33,8 +33,7 @@ def parse_job_args(
         parser.add_argument("--out", default="", help="report directory ('' : <run dir>/eval)")
     args, rest = parser.parse_known_args(argv)
     if args.help_config:
-        for name, default, help_ in describe(ExperimentConfig):
-            print(f"--{name:<40} {default:<28} {help_}")
+        print_config_help()
         sys.exit(0)
     overrides = list(rest)
     if args.resume is not None:
@@ -46,3 +45,10 @@ def parse_job_args(
     except ValueError as exc:
         parser.error(str(exc))
     return args, cfg
+
+
+def print_config_help() -> None:
+    """``--help-config`` of the jobs and ``memprism eval``: every setting of the config tree, its
+    default and help."""
+    for name, default, help_ in describe(ExperimentConfig):
+        print(f"--{name:<40} {default:<28} {help_}")
