@@ -321,7 +321,6 @@ def mind2web_teacher_inputs(
 #: The Mind2Web view-teacher prompt of appendix E.2 ("Mind2Web View Teacher").
 MIND2WEB_TEACHER_PROMPT = TeacherPrompt(
     "mind2web",
-    PROMPT_DIR / "view_teacher_mind2web.txt",
     (
         "goal",
         "current_summary",
@@ -333,6 +332,7 @@ MIND2WEB_TEACHER_PROMPT = TeacherPrompt(
         "view_action_space",
         "top_k",
     ),
+    path=PROMPT_DIR / "view_teacher_mind2web.txt",
 )
 
 

@@ -72,7 +72,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +81,7 @@ import numpy as np
 
 from memprism_ray.llm_client import ChatClient, Closing, EndpointConfig, LLMCounters, LLMError, LLMReplyError
 from memprism_ray.recorder import EventStream, StreamRecord
+from memprism_ray.recorder.phi.prompt import VerbatimPrompt
 from memprism_ray.view_space import ALL_ACTIONS, FACTORS, NUM_ACTIONS, ViewAction, cost_vector, factor_options
 
 log = logging.getLogger(__name__)
@@ -89,23 +89,19 @@ log = logging.getLogger(__name__)
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
 
 
-@dataclass(frozen=True)
-class TeacherPrompt:
+class TeacherPrompt(VerbatimPrompt):
     """One view-teacher prompt of appendix E.2: ``name`` (each label's ``stats["prompt"]``),
-    its verbatim file and the placeholders it must be given (``top_k`` comes from the config)."""
+    the placeholders it must be given (``top_k`` comes from the config) and its verbatim file
+    (loaded, checked and filled as every verbatim prompt is)."""
 
-    name: str
-    path: Path
-    fields: tuple[str, ...]
-
-    def load(self) -> str:
-        return self.path.read_text(encoding="utf-8")
+    what: ClassVar[str] = "view-teacher prompt"
+    prompt_dir: ClassVar[Path] = PROMPT_DIR
 
 
 GENERIC_PROMPT = TeacherPrompt(
     "generic",
-    PROMPT_DIR / "view_teacher_generic.txt",
     ("observation", "goal", "event_stream", "reference_next_action", "target_vlm_spec", "view_action_space", "top_k"),
+    path=PROMPT_DIR / "view_teacher_generic.txt",
 )
 
 DEFAULT_TARGET_VLM_SPEC: dict[str, Any] = {
@@ -158,18 +154,6 @@ def _normalised(weights: np.ndarray) -> np.ndarray:
 def view_action_space_description() -> dict[str, list[str]]:
     """The ``view_action_space`` input: the canonical option names of each factor."""
     return {f: list(factor_options(f)) for f in FACTORS}
-
-
-def fill_prompt(template: str, values: Mapping[str, str]) -> str:
-    """Replace ``{name}`` for the names in ``values`` in one pass; other braces stay literal.
-
-    Inserted text is never scanned again, so a value that itself contains ``{goal}`` is
-    left as it is.
-    """
-    if not values:
-        return template
-    pattern = re.compile("\\{(" + "|".join(re.escape(k) for k in values) + ")\\}")
-    return pattern.sub(lambda m: values[m.group(1)], template)
 
 
 def serialize_stream(stream: EventStream | Sequence[StreamRecord]) -> list[dict[str, Any]]:
@@ -380,7 +364,6 @@ class LLMViewTeacher(Closing):
     ) -> None:
         self.config = config
         self.template = self.prompt.load()
-        self.fields = self.prompt.fields
         self.counters = LLMCounters()
         self._client = ChatClient(config, counters=self.counters, transport=transport)
         self._complete_fn = complete_fn
@@ -389,26 +372,19 @@ class LLMViewTeacher(Closing):
         self._client.close()
 
     def build_prompt(self, inputs: Mapping[str, Any]) -> str:
-        """Fill the template; every input is inserted as JSON (``top_k`` from the config)."""
+        """Fill the template in one pass (:meth:`TeacherPrompt.fill`, which refuses a missing or
+        unknown input); every input is inserted as JSON (``top_k`` from the config)."""
         values = dict(inputs)
         if "top_k" in values:
             raise ValueError(f"top_k comes from {self.config.SECTION}.top_k, do not pass it as an input")
         values.setdefault("target_vlm_spec", self.config.target_vlm_spec)
         values.setdefault("view_action_space", view_action_space_description())
-        wanted = set(self.fields) - {"top_k"}
-        missing = sorted(wanted - set(values))
-        unknown = sorted(set(values) - wanted)
-        if missing or unknown:
-            raise ValueError(
-                f"{self.prompt.name} view-teacher prompt inputs: missing {missing or 'none'}, "
-                f"unknown {unknown or 'none'}; expected {sorted(wanted)}"
-            )
         try:
             filled = {k: json.dumps(v, ensure_ascii=False) for k, v in values.items()}
         except (TypeError, ValueError) as exc:
             raise ValueError(f"view-teacher prompt inputs must be JSON-serialisable: {exc}") from None
         filled["top_k"] = str(int(self.config.top_k))
-        return fill_prompt(self.template, filled)
+        return self.prompt.fill(filled, self.template)
 
     def state_inputs(self, state: DecisionState) -> dict[str, Any]:
         """Generic-prompt inputs of a :class:`DecisionState`."""

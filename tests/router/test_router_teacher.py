@@ -21,9 +21,9 @@ from memprism_ray.router.teacher import (
     CounterfactualTeacher,
     LLMTeacherConfig,
     LLMViewTeacher,
+    TeacherPrompt,
     TeacherRequestError,
     TeacherResponseError,
-    fill_prompt,
     parse_teacher_response,
 )
 from memprism_ray.view_space import ALL_ACTIONS, ViewAction, cost
@@ -79,7 +79,7 @@ def test_build_prompt_fills_placeholders_as_json_only() -> None:
         teacher.build_prompt({**teacher.generic_inputs(s, "o", "g", "x"), "html": "<p>"})
     with pytest.raises(ValueError, match="top_k comes from"):
         teacher.build_prompt({**teacher.generic_inputs(s, "o", "g", "x"), "top_k": 9})
-    assert fill_prompt("{a} {b} {{c}}", {"a": "{b}"}) == "{b} {b} {{c}}"
+    assert TeacherPrompt("t", ("a",), text="{a} {b} {{c}}").fill({"a": "{b}"}) == "{b} {b} {{c}}"
 
 
 # --- parsing ---------------------------------------------------------------------------------

@@ -13,6 +13,10 @@ exact ``{name}`` placeholders the paper's text uses are replaced, in one pass (i
 is not scanned again). A prompt may have a literal slot standing for a field where the paper
 wrote no placeholder (Mind2Web's action slot ``{"op": ..., "target": ..., "value": ...}``,
 filled under the name ``action``).
+
+:class:`VerbatimPrompt` is the kind itself (load, the exact-field check, the one-pass fill);
+the view-teacher prompts of appendix E.2 are one too
+(:class:`~memprism_ray.router.teacher.TeacherPrompt`), recorder being below router.
 """
 
 from __future__ import annotations
@@ -21,35 +25,40 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
 
 
 @dataclass(frozen=True)
-class PhiPrompt:
-    """One Phi prompt: ``name``, the placeholders it contains exactly as spelled in the paper
-    (``fields``), and literal slots that stand for a named field (``(field, text in the
-    template)`` pairs)."""
+class VerbatimPrompt:
+    """One prompt kept verbatim: ``name``, the placeholders it contains exactly as spelled in
+    the paper (``fields``), and literal slots that stand for a named field (``(field, text in
+    the template)`` pairs). Subclasses name the kind (:attr:`what`, in errors) and where a
+    template without a ``path`` lives (:attr:`prompt_dir`)."""
 
     name: str
     fields: tuple[str, ...]
     literal_slots: tuple[tuple[str, str], ...] = ()
     path: Path | None = None
-    """the template file (``None``: ``prompts/<name>.txt``)"""
+    """the template file (``None``: ``<prompt_dir>/<name>.txt``)"""
     text: str | None = None
     """the template itself, for a prompt kept in its benchmark's module (then no file is read)"""
+    what: ClassVar[str] = "prompt"
+    prompt_dir: ClassVar[Path] = PROMPT_DIR
 
     def load(self) -> str:
         """The verbatim prompt text."""
         if self.text is not None:
             return self.text
-        path = self.path or PROMPT_DIR / f"{self.name}.txt"
+        path = self.path or self.prompt_dir / f"{self.name}.txt"
         if not path.is_file():
-            raise ValueError(f"Phi prompt {self.name!r} has no template file {path}")
+            raise ValueError(f"{self.what} {self.name!r} has no template file {path}")
         return path.read_text(encoding="utf-8")
 
     def fill(self, values: Mapping[str, str], template: str | None = None) -> str:
-        """Fill every placeholder with ``values`` (already-rendered text).
+        """Fill every placeholder with ``values`` (already-rendered text) in ``template``
+        (``None``: :meth:`load`).
 
         ``values`` must name exactly the prompt's fields; a missing or unknown one is an error,
         so a prompt is never sent with a placeholder left in it.
@@ -58,12 +67,12 @@ class PhiPrompt:
         unknown = sorted(set(values) - set(self.fields))
         if missing or unknown:
             raise ValueError(
-                f"Phi prompt {self.name!r} inputs: missing {missing or 'none'}, unknown {unknown or 'none'}; "
+                f"{self.what} {self.name!r} inputs: missing {missing or 'none'}, unknown {unknown or 'none'}; "
                 f"expected {list(self.fields)}"
             )
         for k, v in values.items():
             if not isinstance(v, str):
-                raise ValueError(f"Phi prompt {self.name!r} input {k!r} must be text, got {type(v).__name__}")
+                raise ValueError(f"{self.what} {self.name!r} input {k!r} must be text, got {type(v).__name__}")
         text = self.load() if template is None else template
         slots = {f"{{{k}}}": k for k in self.fields}
         for k, literal in self.literal_slots:
@@ -71,3 +80,9 @@ class PhiPrompt:
             slots[literal] = k
         pattern = re.compile("|".join(re.escape(s) for s in sorted(slots, key=len, reverse=True)))
         return pattern.sub(lambda m: values[slots[m.group(0)]], text)
+
+
+class PhiPrompt(VerbatimPrompt):
+    """One Phi prompt of appendix E.1 (by default ``prompts/<name>.txt`` beside this module)."""
+
+    what: ClassVar[str] = "Phi prompt"
