@@ -216,6 +216,11 @@ def evaluate(
         for place in places:
             record.actor("eval-worker", place)
     ctx = EvalRun(plan, cfg, out_dir, eval_token_counter(cfg).name)
+    router_sha256 = ""
+    if needs_router and checkpoint:  # hashed once: every Router condition's manifest records it
+        from memprism_ray.adapter.checkpoint import checkpoint_sha256
+
+        router_sha256 = checkpoint_sha256(checkpoint)
     reports: list[dict[str, Any]] = []
     played: list[Played] = []
     marginal = given
@@ -243,7 +248,7 @@ def evaluate(
                     bar.refresh,
                 )
             safe = safe_name(condition)
-            manifest = condition_manifest(cfg, benchmark, plan, condition, checkpoint, out_dir / safe)
+            manifest = condition_manifest(cfg, benchmark, plan, condition, router_sha256, out_dir / safe)
             played.append(Played(condition, results, rows))
             rep = benchmark.write_condition(played[-1], out_dir / safe, manifest, ctx)
             if condition == "memprism" and given is None:
@@ -258,12 +263,13 @@ def evaluate(
 
 
 def condition_manifest(
-    cfg: ExperimentConfig, benchmark: Benchmark, plan: EvalPlan, condition: str, checkpoint: str, out_dir: Path
+    cfg: ExperimentConfig, benchmark: Benchmark, plan: EvalPlan, condition: str, router_sha256: str, out_dir: Path
 ) -> Any:
     """The run manifest of one condition (appendix C: what a run was, exactly enough to rerun and
     audit it): the ordered episodes, the models (task policy, Phi, and for a Router condition
-    its encoder and the verified SHA-256 of the checkpoint's weights), prompt version, decoding,
-    the whole config and, for a memory baseline, what the appendix asks its record to hold."""
+    its encoder and ``router_sha256``, the verified SHA-256 of the checkpoint's weights, '' when
+    there is no checkpoint), prompt version, decoding, the whole config and, for a memory
+    baseline, what the appendix asks its record to hold."""
     from memprism_ray.config_tree import to_dict
     from memprism_ray.eval.manifest import RunManifest
     from memprism_ray.policy.prompts import PROMPT_VERSION
@@ -272,10 +278,8 @@ def condition_manifest(
     model_ids = {"task_policy": policy_id(cfg.policy), "phi": phi_id(cfg)}
     hashes: dict[str, str] = {}
     if "router" in condition_needs(condition):
-        from memprism_ray.adapter.checkpoint import checkpoint_sha256
-
         model_ids["router_encoder"] = cfg.encoder.model_name_or_path or MINILM_ID
-        hashes = {"router": checkpoint_sha256(checkpoint)} if checkpoint else {}
+        hashes = {"router": router_sha256} if router_sha256 else {}
     return RunManifest.create(
         episodes=plan.episodes,
         condition=condition,
@@ -290,14 +294,14 @@ def condition_manifest(
 
 
 def policy_id(policy: PolicyConfig) -> str:
-    """How the manifests name the task policy: backend and model (or the stand-in's settings)."""
-    if policy.backend == "vllm":
-        return f"vllm:{policy.vllm.model}"
-    if policy.backend == "openai":
-        return f"openai:{policy.openai.model}@{policy.openai.base_url}"
-    if policy.backend == "hf":
-        return f"hf:{policy.hf.model_path}"
-    return f"scripted:{policy.scripted}"
+    """How the manifests name the task policy: backend and model (an endpoint's also its URL; the
+    scripted stand-in, which has no model, its settings)."""
+    from memprism_ray.policy.tokens import task_model_of
+
+    if policy.backend == "scripted":
+        return f"scripted:{policy.scripted}"
+    model = f"{policy.backend}:{task_model_of(policy) or ''}"
+    return f"{model}@{policy.openai.base_url}" if policy.backend == "openai" else model
 
 
 def memory_manifest(condition: str, memory: MemoryBaselineConfig) -> dict[str, Any]:
