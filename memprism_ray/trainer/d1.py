@@ -10,7 +10,7 @@ appendix A.3 "Cold-start distillation"; Table A.4 "D1, ALFWorld", "D1, ALFRED pa
 3. the supervised Router, ``checkpoint/``: GRPO's reference policy.
 
 Each stage is reused when its file exists; the directory is keyed by the config sections that
-produce it (``trainer/run_dir.d1_key``). The stages run as Ray tasks
+produce it (``trainer/run_dir.d1_dir``). The stages run as Ray tasks
 (:mod:`memprism_ray.actors.d1_tasks`) so the driver stays light.
 """
 
