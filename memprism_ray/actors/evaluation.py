@@ -13,22 +13,10 @@ import ray
 
 from memprism_ray.actors.node_data import NodeData, node_label, node_place
 from memprism_ray.actors.placement import set_ray_env
+from memprism_ray.actors.services import task_token_counter
 
 if TYPE_CHECKING:
-    from memprism_ray.agent import TokenCounter
     from memprism_ray.config import ExperimentConfig
-
-
-def eval_token_counter(cfg: ExperimentConfig) -> TokenCounter:
-    """The prompt-text token counter of an evaluation: ``agent.token_counter`` with the configured
-    task model's tokenizer. The workers count with it and the driver labels the reports with its
-    name (paper appendix C.1: token counts are comparable only within one tokenizer). It is read
-    from the config, not the worker's policy: a worker deciding through the pool holds a
-    ``PoolPolicy``, which names no model."""
-    from memprism_ray.agent import TokenCounter
-    from memprism_ray.policy.tokens import task_model_of
-
-    return TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy))
 
 
 @ray.remote(max_restarts=2, max_task_retries=1)
@@ -86,7 +74,7 @@ class EvalWorker:
             raise ValueError(f"policy.backend={cfg.policy.backend}: evaluation runs on the policy pool, none was given")
         else:
             self.policy = make_policy(cfg.policy, self.contract)  # scripted stand-in or an HTTP client: no model here
-        self.tokens = eval_token_counter(cfg)  # once: a tokenizer load per wave is wasted
+        self.tokens = task_token_counter(cfg)  # once: a tokenizer load per wave is wasted
         self.router = None
         self.features = None
         if router_state is not None:

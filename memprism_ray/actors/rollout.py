@@ -26,7 +26,7 @@ import ray
 
 from memprism_ray.actors.node_data import NodeData, node_label, node_place
 from memprism_ray.actors.placement import set_ray_env
-from memprism_ray.actors.services import PolicyPool, Pool, RayServices, RemoteViews
+from memprism_ray.actors.services import PolicyPool, Pool, RayServices, RemoteViews, task_token_counter
 from memprism_ray.actors.workers import EnvWorker
 from memprism_ray.benchmark import get_benchmark
 
@@ -216,6 +216,7 @@ class RolloutWorker:
         self.model.eval()
         self.weights_version = 0
         self.features = FeatureExtractor(TextEncoder(cfg.encoder))
+        self.tokens = task_token_counter(cfg)  # once: not a tokenizer load per group
 
     def __repr__(self) -> str:
         index, generation = getattr(self, "index", "?"), getattr(self, "generation", 0)
@@ -320,6 +321,7 @@ class RolloutWorker:
             cfg.agent,
             features=self.features,
             record_features=True,
+            token_counter=self.tokens,
             step_meta={"weights_version": version, "group_id": spec.group_id, "iteration": spec.iteration},
             contract=self.benchmark.task_contract(),
         )

@@ -23,6 +23,8 @@ from memprism_ray.recorder.phi.base import Extraction
 from memprism_ray.views import RenderedView, ViewRequest
 
 if TYPE_CHECKING:
+    from memprism_ray.agent import TokenCounter
+    from memprism_ray.config import ExperimentConfig
     from memprism_ray.recorder.phi.config import PhiConfig
 
 
@@ -206,6 +208,19 @@ class PolicyPool:
         h = self.handles[self.assign(group, len(prompts))]
         call = h.complete.remote(list(prompts), max_tokens, temperature, group)
         return gather([(call, len(prompts))], self.timeout_s)
+
+
+def task_token_counter(cfg: ExperimentConfig) -> TokenCounter:
+    """The prompt-text token counter of a job's decision loops: ``agent.token_counter`` with the
+    configured task model's tokenizer, built once per worker. Rollout and evaluation workers
+    count with it and the driver labels reports with its name (paper appendix C.1: token counts
+    are comparable only within one tokenizer). It is read from the config, not the worker's
+    policy: a worker deciding through the pool holds a ``PoolPolicy`` or a :class:`PolicyPool`,
+    which name no model (the Agent's own default would fall back to MiniLM, or refuse ``task``)."""
+    from memprism_ray.agent import TokenCounter
+    from memprism_ray.policy.tokens import task_model_of
+
+    return TokenCounter(cfg.agent.token_counter, model=task_model_of(cfg.policy))
 
 
 class PoolPolicy:

@@ -24,9 +24,10 @@ import ray
 from tqdm import tqdm
 
 from memprism_ray.actors import waits
-from memprism_ray.actors.evaluation import EvalWorker, eval_token_counter
+from memprism_ray.actors.evaluation import EvalWorker
 from memprism_ray.actors.node_data import NodeData
 from memprism_ray.actors.placement import actor_name
+from memprism_ray.actors.services import task_token_counter
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.agent import EpisodeResult, EpisodeSpec
 from memprism_ray.baselines.conditions import condition_needs
@@ -215,7 +216,7 @@ def evaluate(
     if record is not None:
         for place in places:
             record.actor("eval-worker", place)
-    ctx = EvalRun(plan, cfg, out_dir, eval_token_counter(cfg).name)
+    ctx = EvalRun(plan, cfg, out_dir, task_token_counter(cfg).name)
     router_sha256 = ""
     if needs_router and checkpoint:  # hashed once: every Router condition's manifest records it
         from memprism_ray.adapter.checkpoint import checkpoint_sha256
