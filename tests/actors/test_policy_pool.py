@@ -206,6 +206,7 @@ def test_stop_policy_replicas_stops_each_engine_before_the_kill(ray_session) -> 
     assert ray.get(live.shutdown.remote(), timeout=60) is True
     assert ray.get(live.engine_record.remote(), timeout=60)["stopped"] is True
     ray.kill(dead)
+    _wait_dead(ray, dead)  # else its shutdown call may still be answered, and counted
     # The dead replica cannot stop an engine and is not counted; both end up killed.
     assert stop_policy_replicas([live, dead], timeout_s=30) == 1
     _wait_dead(ray, live)
