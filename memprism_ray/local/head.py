@@ -60,13 +60,42 @@ def ray_bin() -> str:
     return str(ray) if ray.exists() else "ray"
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs. Zombies do not count: an orphan's zombie
+    waits on whatever reaps for PID 1, which in a container may be nobody. Without ``/proc``
+    (not Linux) a signal-0 probe, which counts zombies too."""
+    proc_root = Path("/proc")
+    if not (proc_root / "self" / "stat").exists():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for stat_file in proc_root.glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):  # the process exited while we read
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
 def kill_group(proc: subprocess.Popen, wait_s: float = 30.0) -> None:
-    """SIGKILL the process group ``proc`` leads (``start_new_session=True``) and reap ``proc``,
-    waiting at most ``wait_s`` seconds: Ray's children may outlive ``ray start`` itself."""
+    """SIGKILL the process group ``proc`` leads (``start_new_session=True``), reap ``proc`` and
+    wait, at most ``wait_s`` seconds, until no process of the group runs: Ray's children may
+    outlive ``ray start`` itself, and SIGKILL is delivered asynchronously, so a caller that
+    starts a node on the same ports or directories right after must not find one still dying
+    (CI caught a killed child still listed as running the moment ``killpg`` returned)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=wait_s)
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def stop_group(proc: subprocess.Popen, timeout_s: float) -> None:

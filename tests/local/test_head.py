@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -78,10 +79,17 @@ def _live_members(pgid: int) -> list[int]:
     return live
 
 
+def _wait_for_members(pgid: int, count: int) -> None:
+    """Until ``sh`` has forked its ``sleep`` (at most 10 s: a loaded CI machine is slow to)."""
+    deadline = time.monotonic() + 10
+    while len(_live_members(pgid)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_live_members(pgid)) == count
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process groups from /proc")
 def test_stop_sweeps_the_children_of_a_crashed_head() -> None:
     import os
-    import time
 
     from memprism_ray.local.head import start_head
 
@@ -93,10 +101,7 @@ def test_stop_sweeps_the_children_of_a_crashed_head() -> None:
         head.process.wait(timeout=10)
         assert _live_members(pgid), "expected Ray's processes to outlive a killed ray start"
         head.stop()
-        deadline = time.monotonic() + 10
-        while _live_members(pgid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert _live_members(pgid) == []
+        assert _live_members(pgid) == []  # stop returns only once the group is gone
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
@@ -108,7 +113,6 @@ def test_stop_group_terms_the_leader_then_sweeps_its_group() -> None:
     """What LocalHead.stop and LocalNode.stop share: the leader gets SIGTERM and ``timeout_s``;
     a child that outlives it, or a leader that ignores SIGTERM, is SIGKILLed with the group."""
     import subprocess
-    import time
 
     from memprism_ray.local.head import stop_group
 
@@ -116,8 +120,8 @@ def test_stop_group_terms_the_leader_then_sweeps_its_group() -> None:
     leader = subprocess.Popen(["sh", "-c", "sleep 300 & wait"], start_new_session=True)
     stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 300 & wait"], start_new_session=True)
     try:
-        time.sleep(0.5)
-        assert len(_live_members(leader.pid)) == 2
+        _wait_for_members(leader.pid, 2)
+        _wait_for_members(stubborn.pid, 2)
         stop_group(leader, 10.0)
         assert leader.returncode == -signal.SIGTERM and _live_members(leader.pid) == []
         t0 = time.monotonic()
@@ -128,3 +132,35 @@ def test_stop_group_terms_the_leader_then_sweeps_its_group() -> None:
         for proc in (leader, stubborn):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process groups from /proc")
+def test_kill_group_returns_only_once_every_member_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL reaches a group's members asynchronously (CI saw a killed child still running
+    the moment ``killpg`` returned). Here the leader dies at once and its child 0.5 s later:
+    :func:`kill_group` must not return in between."""
+    import subprocess
+    import threading
+
+    from memprism_ray.local import head as local_head
+
+    real_killpg = os.killpg
+    timers: list[threading.Timer] = []
+
+    def late_killpg(pgid: int, sig: int) -> None:
+        os.kill(pgid, sig)  # the leader now, the rest of the group later
+        timer = threading.Timer(0.5, real_killpg, (pgid, sig))
+        timers.append(timer)
+        timer.start()
+
+    leader = subprocess.Popen(["sh", "-c", "sleep 300 & wait"], start_new_session=True)
+    try:
+        _wait_for_members(leader.pid, 2)
+        monkeypatch.setattr(local_head.os, "killpg", late_killpg)
+        local_head.kill_group(leader, 10.0)
+        assert leader.returncode == -signal.SIGKILL and _live_members(leader.pid) == []
+    finally:
+        for timer in timers:
+            timer.join()
+        with contextlib.suppress(ProcessLookupError):
+            real_killpg(leader.pid, signal.SIGKILL)
