@@ -3,19 +3,11 @@ eq. event-select, and appendix D.3)::
 
     E^_t = Merge( sigma_{w,c}(E_<t), TaskRelevant(E_<t, g), RecentContext(E_<t, tau) )
 
-* ``sigma_{w,c}`` (**scope**): the most recent 6 / 10 / all events, then the outcome filter.
-* ``TaskRelevant`` (**goal_restore**): events outside the scope whose normalised terms
-  (``composer.terms``) match a goal term, restored from where
-  :attr:`ComposerConfig.goal_restore` says: ``"history"`` (default) the whole stream, as the
-  D.3 equation reads ("scope is a principal selection rule rather than an irreversible
-  deletion"); ``"window"`` only the events the outcome filter removed inside the window;
-  ``"off"`` none (an ablation).
-* ``RecentContext`` (**recent_context**): for DependencyChain the latest event (the anchor)
-  and the one before it always come from the unfiltered stream.
-
-Merge keeps time order and never duplicates an event. Each selected event records *why* it
-is in (the first term that holds) and whether it matches the goal, so Render can highlight
-goal-relevant evidence. The stream is only read.
+``TaskRelevant`` restores goal-matching events from where :attr:`ComposerConfig.goal_restore`
+says: ``"history"`` (default: "scope is a principal selection rule rather than an irreversible
+deletion", D.3), ``"window"`` or ``"off"`` (an ablation). ``RecentContext``: for DependencyChain
+the anchor and the event before it come from the unfiltered stream. Merge keeps time order and
+records why each event is in and whether it matches the goal.
 """
 
 from __future__ import annotations

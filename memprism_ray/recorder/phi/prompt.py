@@ -1,22 +1,11 @@
 """The paper's Phi prompts, verbatim (appendix E.1 "Phi event-extraction prompts"), and
 their placeholder filling.
 
-A :class:`PhiPrompt` is one prompt: its file (by default ``prompts/<name>.txt``, the text
-between ``\\begin{PromptText}`` and ``\\end{PromptText}`` of the paper, unchanged, line breaks
-included) and the placeholders it takes. Each benchmark's Phi module declares its own (ALFWorld
-"ALFWorld Phi Event Extraction", EB-ALFRED "EB-ALFRED Phi Semantic Stage", Mind2Web "Mind2Web
-Phi Event Extraction") and reaches the LLM Phi through its
-:class:`~memprism_ray.recorder.phi.spec.PhiSpec`.
-
-The templates are full of literal JSON braces, so they are never ``str.format``-ed: only the
-exact ``{name}`` placeholders the paper's text uses are replaced, in one pass (inserted text
-is not scanned again). A prompt may have a literal slot standing for a field where the paper
-wrote no placeholder (Mind2Web's action slot ``{"op": ..., "target": ..., "value": ...}``,
-filled under the name ``action``).
-
-:class:`VerbatimPrompt` is the kind itself (load, the exact-field check, the one-pass fill);
-the view-teacher prompts of appendix E.2 are one too
-(:class:`~memprism_ray.router.teacher.TeacherPrompt`), recorder being below router.
+A prompt file is the text between ``\\begin{PromptText}`` and ``\\end{PromptText}`` of the paper,
+unchanged. The templates are full of literal JSON braces, so they are never ``str.format``-ed:
+only the exact ``{name}`` placeholders are replaced, in one pass (Mind2Web's literal action slot
+``{"op": ..., "target": ..., "value": ...}`` is filled as ``action``). The view-teacher prompts of
+appendix E.2 are :class:`VerbatimPrompt` too (recorder being below router).
 """
 
 from __future__ import annotations
