@@ -1,9 +1,5 @@
 """Typed relational structures ``S_t = C_{tau,gamma}(E^_t)`` (paper "Composer", the four
-relation paragraphs, appendix D.3, and the view teacher's "View-specific gamma behavior").
-
-Every structure is a frozen dataclass of tuples, so a view is immutable, hashable (a cache
-key) and carries no text layout: Render decides how it looks. ``entry_count`` is the
-number of displayed entries, the quantity granularity controls (fine >= medium >= coarse).
+relation paragraphs, appendix D.3): frozen dataclasses of tuples, hashable, with no text layout.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The append-only event stream ``E_{<=t} = E_{<t} (+) e~_t`` (paper eq. event-append,
 appendix D.1 and D.5).
 
-Each record keeps the raw event beside the structured one. The stream tracks the latest
-observed value of every state key and, per accepted delta, whether it changed that value
-(views may hide unchanged repeats; the stream never drops them). Relational structures
-and rendered views are never written here.
-
-Persistence is lossless both ways: JSONL (one header line, then one record per line) and
-Arrow/Parquet (one row per record, stream metadata in the schema metadata). Loading
-re-appends every record, so a file that breaks an invariant is rejected with the line or
-row that broke it.
+Each record keeps the raw event beside the structured one and, per accepted delta, whether it
+changed the tracked value (views may hide unchanged repeats; the stream never drops them).
+Persistence is lossless: JSONL or Arrow/Parquet; loading re-appends every record, so a file
+that breaks an invariant is rejected with the line or row that broke it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,17 @@
 """Layout of a compiled view: the fixed visual grammar and the row budget (paper "Render:
 Optical Working Memory", appendix D.3 "rendering invariants"; ``V_t = R_{tau,gamma}(S_t)``).
 
-Grammar: a header bar names the view, the goal (goal terms in the accent colour) and the
-counts; ActionEffect groups are separate cards (the (action type, entity) pair, attempt
-count and outcome histogram, then one aligned row per shown attempt), DependencyChain links
-sit under their anchor card with a connector up to it, EntityState is a table of entity
-rows and state-key columns holding value chains; every event row has the same columns
-(step | action | outcome | state changes); arrows show change (``key -> value``, ``a -> b ->
-c``); failed rows are red, goal-relevant evidence yellow with an accent bar in the margin.
-Fine shows every accepted delta (unchanged repeats as ``key = value``); medium and coarse
-only deltas that changed the tracked state (D.1: "individual view extractors may suppress
-unchanged values").
+Grammar: a header bar (view, goal with its terms in the accent colour, counts); ActionEffect
+groups as cards, DependencyChain links under their anchor card, EntityState as a table of value
+chains; every event row has the columns step | action | outcome | state changes; arrows show
+change; failed rows are red, goal evidence yellow with an accent bar. Fine shows every accepted
+delta (unchanged repeats as ``key = value``); medium and coarse only changes (D.1: "individual
+view extractors may suppress unchanged values").
 
-Row budget: a page is ``max_side`` wide and as tall as its content (rounded up to a multiple
-of 28, at most ``max_side``). Entries that do not fit are dropped farthest from the decision
-first (the oldest for time-ordered views, the lowest-priority links for DependencyChain) and
-counted on a ``... N earlier <unit> omitted`` marker; the text renderer prints exactly the
-kept entries and the same marker, so the optical and the text view carry the same
-information. A ``fine`` view first shrinks its rows (``RenderConfig.fine_fit``,
-``min_font_size``) until every selected item fits.
+Row budget: a page is ``max_side`` wide and as tall as its content (a multiple of 28, at most
+``max_side``); entries that do not fit are dropped farthest from the decision first and counted
+on a ``... N earlier <unit> omitted`` marker, in the image and its text twin alike. A ``fine``
+view first shrinks its rows (``RenderConfig.fine_fit``) until every selected item fits.
 
 No caches: memoising laid-out blocks, text wraps and per-page facts bought 1.01-1.09x of a
 whole decision's compose + render at the paper's horizons (``benchmarks/bench_views.py

@@ -1,10 +1,6 @@
 """Router: decision-conditioned view routing (paper: "Router"; appendix A.2, D.4).
 
-``features`` (window summary, global statistics, :class:`RouterFeatures`), ``encoder``
-(frozen MiniLM), ``model`` (:class:`ViewPolicyModel`), ``sampling`` (the one view sampler:
-greedy, tempered and top-p choices and their log-probs, :class:`RouterSampler`) and
-``teacher`` (view teachers for D1). Torch-backed names are imported on first use so that
-``memprism_ray.router.features`` stays light.
+Torch-backed names are imported on first use so that ``memprism_ray.router.features`` stays light.
 """
 
 from __future__ import annotations

@@ -11,13 +11,8 @@ marginals are derived from these joint logits rather than trained by separate he
 D.4: "A 64-dimensional entity-hint head is retained for compatibility with the older
 rendering interface but is frozen by the current D1/D2 objective."
 
-Parameter groups: ``encoder`` (projections, [CLS], Transformer, z-MLP and its LayerNorm)
-is trained by D1 only; ``planner`` (the three residual blocks, the final LayerNorm and the
-144-way joint head) is trained by D1 and D2. The entity-hint head belongs to neither and
-never requires a gradient.
-
-A residual block is ``x + W2 Dropout(GELU(W1 LN(x)))`` (pre-norm, hidden 1024), so the
-planner's dropout is active in "Planner train mode" (Table A.4, GRPO rows).
+``encoder`` parameters are trained by D1 only, ``planner`` (residual blocks, final LayerNorm,
+joint head) by D1 and D2; the planner's dropout is active in "Planner train mode" (Table A.4).
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The one Router view sampler (paper: "Router", eqs. view-policy and greedy-view; "Adapter",
-eq. ratio; Table A.4: rollout temperature, Mind2Web top-p 0.85), behind the rollout and
-evaluation selectors (:class:`memprism_ray.baselines.conditions.RouterSelector`).
+eq. ratio; Table A.4: rollout temperature, Mind2Web top-p 0.85).
 
-Over the 144 joint view logits ``l_t``: the argmax at evaluation; in a GRPO rollout a draw
-from ``softmax(l_t / T)`` within the top-``p`` nucleus, with one seeded ``torch.Generator``.
-The recorded log-prob is always :func:`view_log_probs` at the chosen view, under the full
-tempered distribution, never the truncated one: the same function gives the learner's ratio
-(:func:`memprism_ray.adapter.grpo_update.grpo_loss`), so at the rollout weights every ratio is
-exactly 1; the nucleus changes only which views can be drawn.
+The argmax at evaluation; in a GRPO rollout a draw from ``softmax(l_t / T)`` within the
+top-``p`` nucleus (one seeded ``torch.Generator``). The recorded log-prob is :func:`view_log_probs`
+under the full tempered distribution, never the truncated one, the same function as the
+learner's ratio, so at the rollout weights every ratio is exactly 1.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Build the Phi a config asks for (docs/phi.md): the same choice in a PhiWorker, in a rollout
-worker that extracts locally (``rollout.phi_workers: 0``) and in an evaluation worker, for the
-benchmark whose :class:`~memprism_ray.recorder.phi.spec.PhiSpec` the caller gives.
-
-No ray here: a Ray actor calls these functions.
+"""Build the Phi a config asks for (docs/phi.md), the same way in every worker, for the benchmark
+whose :class:`~memprism_ray.recorder.phi.spec.PhiSpec` the caller gives.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """One benchmark's Phi (paper "Recorder"; appendix D.2 "Benchmark-specific Phi adapters",
-appendix E.1 Phi prompts): its rule extractor, its Phi prompt, what an answer to that prompt
-may hold and how one event fills the prompt. Each benchmark's Phi module declares its
-:class:`PhiSpec` (``recorder/phi/alfworld.py``, ``ebalfred.py``, ``mind2web.py``); the
-benchmark hands it to :func:`~memprism_ray.recorder.phi.factory.build_phi`
-(:meth:`memprism_ray.benchmark.Benchmark.phi_spec`), so no shared module picks a Phi by name.
+appendix E.1 Phi prompts): its rule extractor, Phi prompt, answer schema and prompt inputs,
+handed by the benchmark to :func:`~memprism_ray.recorder.phi.factory.build_phi`.
 """
 
 from __future__ import annotations
