@@ -67,10 +67,7 @@ class SelectedEvent:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """``E^_t``: the merged selection in time order, with its bookkeeping.
-
-    ``n_scope`` counts the events of ``sigma_{w,c}``; ``recent_ts`` holds the ``t`` of the
-    stream's last two events (the DependencyChain anchor and its previous event)."""
+    """``E^_t``: the merged selection in time order; ``recent_ts``: the stream's last two ``t``."""
 
     action: ViewAction
     goal: str
@@ -125,13 +122,9 @@ def select(
     goal: str,
     config: ComposerConfig | None = None,
 ) -> Selection:
-    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (D.3): one pass
-    over the events that can be selected (the whole stream for ``window=all``; O(N), the
-    paper's "Computational and storage complexity").
-
-    No index and no cache: at the paper's horizons (<= 50 events) an incremental per-stream
-    index bought 0.97-1.08x of a whole decision's compose + render
-    (measured before the removal: ``benchmarks/bench_views.py`` docstring)."""
+    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (D.3), one pass. No index
+    and no cache: at <= 50 events an incremental per-stream index bought 0.97-1.08x of a whole
+    decision's compose + render (``benchmarks/bench_views.py`` docstring)."""
     cfg = config or DEFAULT_CONFIG
     act = as_action(action)
     if not isinstance(goal, str):

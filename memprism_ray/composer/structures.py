@@ -64,10 +64,7 @@ class TemporalTrace:
 # --- ActionEffect --------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class EffectGroup:
-    """Repeated attempts of one (action type, entity) pair aligned with their outcomes.
-
-    ``attempts`` are the shown attempts and ``numbers`` their 1-based attempt numbers in
-    the group (parallel tuples: fine views at long histories show many attempts)."""
+    """Repeated attempts of one (action type, entity) pair; ``numbers``: the shown attempts' 1-based numbers."""
 
     act: str
     entity: str
@@ -163,10 +160,8 @@ class ChainLink:
 
 @dataclass(frozen=True, slots=True)
 class DependencyChain:
-    """Anchor (the latest event) and linked earlier events in priority order: immediate
-    previous, then same-entity/shared key-prefix events, then nearest earlier context.
-    ``cap`` is 6/8/10 chain events (anchor included) for coarse/medium/fine; ``candidates``
-    how many selected events competed for the places after anchor and previous."""
+    """Anchor (the latest event) and linked earlier events in priority order; ``candidates``: how many
+    selected events competed for the places after anchor and previous."""
 
     links: tuple[ChainLink, ...]
     cap: int

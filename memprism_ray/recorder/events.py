@@ -66,11 +66,7 @@ def _check_json(name: str, value: Any) -> None:
 
 @dataclass(frozen=True, slots=True)
 class RawEvent:
-    """``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)``.
-
-    ``action`` is the executed command as text (ALFWorld, EB-ALFRED) or a mapping such as
-    ``{"op": "CLICK", "ref": "e12"}`` (Mind2Web). ``meta`` must be JSON-serialisable.
-    """
+    """``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)``; ``action`` is text or a mapping (Mind2Web)."""
 
     o_pre: str
     action: str | Mapping[str, Any]

@@ -41,13 +41,8 @@ def _canonical_json(value: Any) -> bytes:
 
 
 class EventStream:
-    """Append-only sequence of :class:`StreamRecord` with the latest value per state key.
-
-    ``meta`` holds stream-level facts (goal, task id, benchmark); it is persisted with the
-    stream. ``content_digest`` is a hash chain over the records (without bookkeeping meta),
-    so two streams with the same events have the same digest (the content address of
-    ``views.ViewService``'s cache).
-    """
+    """Append-only sequence of :class:`StreamRecord` with the latest value per state key;
+    ``meta`` (goal, task id, benchmark) is persisted with the stream."""
 
     def __init__(self, meta: Mapping[str, Any] | None = None) -> None:
         meta = dict(meta or {})
@@ -95,9 +90,8 @@ class EventStream:
 
     @property
     def content_digest(self) -> str:
-        """Hash chain over the records only, without stream meta or raw-event meta (episode
-        bookkeeping): two trajectories with the same events have the same content digest,
-        so a view of one is a view of the other."""
+        """Hash chain over the records without stream or raw-event meta: two trajectories with the
+        same events share it, so a view of one is a view of the other (``views.ViewService``'s cache)."""
         return self._content
 
     @property
@@ -107,11 +101,8 @@ class EventStream:
 
     # --- writing --------------------------------------------------------------------
     def append(self, raw: RawEvent, event: Event) -> Event:
-        """Validate ``event``'s deltas (D.1), append it with ``raw`` and return the stored event.
-
-        ``event.t`` must equal :attr:`next_t`. Nothing is modified when the input is
-        rejected, so a bad call never loses what was recorded before.
-        """
+        """Validate ``event``'s deltas (D.1), append it with ``raw`` and return the stored event;
+        a rejected input modifies nothing."""
         if not isinstance(raw, RawEvent):
             raise ValueError(f"append expects a RawEvent, got {type(raw).__name__}")
         if not isinstance(event, Event):
@@ -145,12 +136,8 @@ class EventStream:
         outcome: Outcome | str | None = None,
         evidence: Mapping[str, Any] | None = None,
     ) -> Event:
-        """Build the next event from extractor fields and append it.
-
-        When ``outcome`` is not given it is classified against the tracked state after
-        validation: ``exception`` if ``failed``, ``state_update`` if an accepted delta
-        changes a known value, else ``no_observed_change``.
-        """
+        """Build the next event from extractor fields and append it (``outcome`` None: classified
+        against the tracked state after validation)."""
         accepted, _ = validate_deltas(
             d if isinstance(d, StateDelta) else StateDelta(str(d[0]), str(d[1])) for d in delta
         )

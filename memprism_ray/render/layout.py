@@ -695,14 +695,9 @@ def _chain_stats(c: StateChain, gamma: str) -> tuple[int, int]:
 
 
 def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[int, list[tuple[str, int, int]], int]:
-    """Entity column width, kept attribute columns ``(attribute, col, width)`` and the
-    column of the catch-all ``other`` column (``-1``: none).
-
-    Attributes are ordered by how many entities have them. Each column first gets its
-    minimum (its title, or its longest single value plus the chain arrow, at most 20 and
-    at least 8); attributes that do not fit at their minimum share one ``other`` column.
-    The remaining width goes to the columns in proportion to how much chain text they
-    hold, so long chains (locations) get the room and short states stay narrow."""
+    """Entity column width, kept attribute columns ``(attribute, col, width)`` and the column of the
+    catch-all ``other`` column (``-1``: none). Spare width goes in proportion to chain text, so long
+    chains (locations) get the room and short states stay narrow."""
     count: dict[str, int] = {}
     longest: dict[str, int] = {}
     demand: dict[str, int] = {}
@@ -835,15 +830,9 @@ def _marker(text: str) -> Block:
 
 
 def layout(view: View, config: RenderConfig | None = None) -> Page:
-    """Lay ``view`` out under ``config``'s row budget (see the module docstring).
-
-    A ``fine`` view keeps every selected item (the view teacher's "fine: preserve all
-    selected events/items", appendix E.2): when the page cannot hold them at
-    ``config.font_size`` and ``config.fine_fit == "shrink"``, the rows shrink (smaller font
-    sizes down to ``config.min_font_size``) and the largest size that shows everything is
-    used. If even the smallest cannot, the smallest size is used and what is left out is
-    counted on the page (``⋯ N earlier entries omitted``, ``⋯ k more changes``), in the
-    image and in the text twin alike."""
+    """Lay ``view`` out under ``config``'s row budget (module docstring). A ``fine`` view ("fine:
+    preserve all selected events/items", appendix E.2) takes the largest font size that shows
+    everything, else the smallest, which shows the most."""
     config = config or RenderConfig()
     page = _layout_at(view, config)
     if page.complete or view.action.gamma != "fine" or config.fine_fit != "shrink":

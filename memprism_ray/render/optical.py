@@ -171,11 +171,7 @@ class Rendered:
 
 
 def paint_image(page: Page, config: RenderConfig) -> Image.Image:
-    """A laid-out page as a PIL image (palette or RGB per ``config.image_mode``).
-
-    The palette image maps the painted array without a copy (as ``Image.fromarray`` does:
-    Pillow marks it read-only and copies before any in-place edit); each call paints a
-    fresh array, so nothing else refers to it."""
+    """A laid-out page as a PIL image; the palette image maps the freshly painted array without a copy."""
     canvas = paint(page, config)
     img = Image.frombuffer("P", (canvas.shape[1], canvas.shape[0]), canvas, "raw", "P", 0, 1)
     img.putpalette(palette(config.colors))
@@ -196,12 +192,8 @@ def encode_png(image: Image.Image, config: RenderConfig | None = None) -> bytes:
 
 
 def render(view: View, config: RenderConfig | None = None, *, paint: bool = True) -> Rendered:
-    """Image and text from one layout (what the agent loop needs at each decision).
-
-    ``paint=False`` skips the pixels (``image`` is ``None``); text, size and counts are those of
-    the same layout. For a reader of the text twin only: D1 labelling shows the scripted
-    stand-in 144 pages per decision, and painting was 46% of that time (cProfile of 7,200
-    views; ``benchmarks/bench_labels.py``)."""
+    """Image and text from one layout. ``paint=False`` skips the pixels for a reader of the text only:
+    painting was 46% of D1 labelling's time (cProfile of 7,200 views; ``benchmarks/bench_labels.py``)."""
     config = config or RenderConfig()
     page = layout(view, config)
     text = "\n".join(page.lines)

@@ -225,11 +225,7 @@ def _check_inputs(config: RouterConfig, obs: Tensor, goal: Tensor, window: Tenso
 
 
 def factor_marginals(logits: Tensor) -> dict[str, Tensor]:
-    """Per-factor probabilities derived from the joint logits [B, 144].
-
-    Returns ``tau`` [B, 4], ``window`` [B, 3], ``filter`` [B, 4], ``gamma`` [B, 3] and the
-    joint ``window_filter`` [B, 12] (index ``i_w * 4 + i_c``), each summing to 1.
-    """
+    """Per-factor probabilities from the joint logits [B, 144], and ``window_filter`` [B, 12]."""
     if logits.shape[-1] != NUM_ACTIONS:
         raise ValueError(f"factor_marginals expects [..., {NUM_ACTIONS}] logits, got {tuple(logits.shape)}")
     lead = logits.shape[:-1]

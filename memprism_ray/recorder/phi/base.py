@@ -17,12 +17,7 @@ from memprism_ray.recorder.stream import EventStream
 
 @dataclass(frozen=True, slots=True)
 class Extraction:
-    """What an extractor read off one raw event.
-
-    ``failed``: the environment reported failure (outcome ``exception``).
-    ``outcome``: force an outcome (e.g. Mind2Web keeps ``state_update`` for a valid human
-    step with no extracted key); ``None`` lets the stream classify it.
-    """
+    """What an extractor read off one raw event; ``outcome`` forces one (``None``: the stream classifies)."""
 
     entity: str
     act: str

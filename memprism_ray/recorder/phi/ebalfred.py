@@ -356,9 +356,8 @@ def ebalfred_inputs(
 
 
 def ebalfred_llm_phi(spec: PhiSpec, backend: CompleteMany, cfg: PhiConfig) -> EbAlfredPhi:
-    """Appendix D.2 "EB-ALFRED": stage 1 semantic (the LLM over the stage-1 rules), stage 2
-    grounding on the post-action frame. The policy pool completes text only, so with
-    ``phi.llm_source: pool`` the grounding stage is left out (the Phi's name says so)."""
+    """Appendix D.2 "EB-ALFRED": the LLM semantic stage, then grounding (left out with
+    ``phi.llm_source: pool``: the pool completes text only)."""
     stage1 = LLMPhi(spec, backend, EbAlfredRulePhi())
     grounding = GroundingStage(backend) if cfg.llm_source == "endpoint" else None
     return EbAlfredPhi(stage1, grounding)

@@ -56,10 +56,7 @@ def endpoint_complete(cfg: PhiConfig, *, transport: Any = None) -> PhiEndpoint:
 
 class PoolComplete:
     """:data:`CompleteMany` over a text-only batch completion ``complete_texts(prompts) ->
-    [text or exception]`` (e.g. ``lambda ps: pool.complete(ps, max_tokens=..., group=...)``).
-
-    A request carrying images gets a ``ValueError`` as its answer (the pool serves text
-    only) and is counted as a failure; the others go out in one call (``requests``)."""
+    [text or exception]``; a request carrying images gets a ``ValueError`` as its answer."""
 
     def __init__(self, complete_texts: Callable[[list[str]], Sequence[Any]]) -> None:
         self.complete_texts = complete_texts

@@ -120,9 +120,7 @@ class Mind2WebPhi:
 def mind2web_inputs(
     raw: RawEvent, known_state: Mapping[str, str], rule: Extraction
 ) -> tuple[dict[str, str], list[bytes]]:
-    """Mind2Web fields: ``o_pre`` -> before cleaned HTML, ``feedback`` -> after cleaned HTML (both
-    as JSON strings); the action slot ``{"op": ..., "target": ..., "value": ...}`` from the
-    action mapping (``target`` falls back to ``ref``, then to the rule's entity)."""
+    """Mind2Web fields: the before / after cleaned HTML and the action slot (as JSON)."""
     act = raw.action if isinstance(raw.action, Mapping) else {"op": raw.action}
     target = act.get("target", act.get("ref", rule.entity))
     action = {"op": act.get("op"), "target": target, "value": act.get("value")}

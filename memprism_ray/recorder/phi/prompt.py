@@ -21,10 +21,8 @@ PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
 
 @dataclass(frozen=True)
 class VerbatimPrompt:
-    """One prompt kept verbatim: ``name``, the placeholders it contains exactly as spelled in
-    the paper (``fields``), and literal slots that stand for a named field (``(field, text in
-    the template)`` pairs). Subclasses name the kind (:attr:`what`, in errors) and where a
-    template without a ``path`` lives (:attr:`prompt_dir`)."""
+    """One prompt kept verbatim: its placeholders as spelled in the paper (``fields``) and literal
+    slots standing for a field (``(field, text in the template)`` pairs)."""
 
     name: str
     fields: tuple[str, ...]
@@ -46,12 +44,8 @@ class VerbatimPrompt:
         return path.read_text(encoding="utf-8")
 
     def fill(self, values: Mapping[str, str], template: str | None = None) -> str:
-        """Fill every placeholder with ``values`` (already-rendered text) in ``template``
-        (``None``: :meth:`load`).
-
-        ``values`` must name exactly the prompt's fields; a missing or unknown one is an error,
-        so a prompt is never sent with a placeholder left in it.
-        """
+        """Fill every placeholder with ``values`` (exactly the prompt's fields) in ``template``
+        (``None``: :meth:`load`)."""
         missing = sorted(set(self.fields) - set(values))
         unknown = sorted(set(values) - set(self.fields))
         if missing or unknown:

@@ -51,10 +51,8 @@ class AnswerSpec:
 
 @dataclass(frozen=True)
 class PhiSpec:
-    """One benchmark's Phi: ``rule()`` builds its rule extractor (``phi.kind: rules``, and the
-    hard evidence under an LLM Phi); ``prompt``, ``answer`` and ``inputs`` make the LLM Phi of
-    ``phi.kind: llm``; ``llm`` replaces the default LLM Phi over the rule extractor
-    (``(spec, backend, phi config) -> Phi``; EB-ALFRED's adds its grounding stage)."""
+    """One benchmark's Phi: ``rule()`` builds its rule extractor; ``prompt``, ``answer`` and ``inputs``
+    make its LLM Phi, which ``llm`` replaces when given (EB-ALFRED's adds grounding)."""
 
     benchmark: str
     """names the extractor: ``rule:<benchmark>`` in run records, ``<benchmark>-llm``"""
