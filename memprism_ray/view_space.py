@@ -138,11 +138,6 @@ class ViewAction:
         return f"{self.tau}/{self.window}/{self.filter}/{self.gamma}"
 
     @property
-    def window_size(self) -> int | None:
-        """Number of most recent events in scope (``None``: the whole history)."""
-        return WINDOW_SIZES[self.window]
-
-    @property
     def cost(self) -> float:
         """Structural cost, see :func:`cost`."""
         return cost(self)

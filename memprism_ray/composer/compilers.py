@@ -66,7 +66,6 @@ def _check_gamma(gamma: str) -> None:
         raise ValueError(f"unknown gamma {gamma!r}; valid gamma names: coarse, medium, fine")
 
 
-# --- TemporalTrace -------------------------------------------------------------------
 def _run(items: tuple[SelectedEvent, ...], i: int, j: int) -> TraceRun:
     return TraceRun(
         first=items[i],
@@ -137,7 +136,6 @@ def _coarse_run(items: tuple[SelectedEvent, ...], i: int, j: int, *, is_last: bo
     return out
 
 
-# --- ActionEffect --------------------------------------------------------------------
 def _shown_attempts(its: list[SelectedEvent], gamma: str) -> list[int]:
     n = len(its)
     if gamma == "fine":
@@ -191,7 +189,6 @@ def compile_effect(selection: Selection, gamma: str) -> ActionEffect:
     return ActionEffect(tuple(out))
 
 
-# --- EntityState ---------------------------------------------------------------------
 def _state_values(ev: EventView, goal: frozenset[str]) -> tuple[StateValue, ...]:
     """The event's deltas as StateValues for this goal."""
     return tuple(
@@ -250,7 +247,6 @@ def _chain(key: str, attribute: str, updates: list[StateValue], gamma: str) -> S
     return StateChain(key, attribute, tuple(distinct[k] for k in keep), len(updates), len(distinct) - len(keep))
 
 
-# --- DependencyChain -----------------------------------------------------------------
 def compile_dependency(selection: Selection, gamma: str) -> DependencyChain:
     _check_gamma(gamma)
     cap = DEPENDENCY_CAPS[gamma]

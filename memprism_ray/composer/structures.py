@@ -23,7 +23,6 @@ def histogram(items: tuple[SelectedEvent, ...] | list[SelectedEvent]) -> Histogr
     return tuple((o, counts[o]) for o in OUTCOME_ORDER)
 
 
-# --- TemporalTrace -------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class TraceRun:
     """A run of consecutive selected events with the same outcome, shown as one entry:
@@ -61,7 +60,6 @@ class TemporalTrace:
         return len(self.entries)
 
 
-# --- ActionEffect --------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class EffectGroup:
     """Repeated attempts of one (action type, entity) pair; ``numbers``: the shown attempts' 1-based numbers."""
@@ -92,7 +90,6 @@ class ActionEffect:
         return sum(len(g.attempts) for g in self.groups)
 
 
-# --- EntityState ---------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class StateValue:
     """An accepted new value with its source step, action type and change flag."""
@@ -138,7 +135,6 @@ class EntityState:
         return sum(len(c.values) for r in self.rows for c in r.chains)
 
 
-# --- DependencyChain -----------------------------------------------------------------
 class LinkKind(TextEnum):
     """Why an event is linked to the anchor, in priority order."""
 

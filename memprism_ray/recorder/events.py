@@ -47,7 +47,8 @@ AGENT_ENTITY = "agent"
 
 
 def split_key(key: str) -> tuple[str, str]:
-    """Split a state key into ``(entity, attribute)``; see the module docstring."""
+    """Split a state key into ``(entity, attribute)``: a bare agent key of the paper's Phi prompt
+    (``location``, ``held_object``) belongs to ``agent``, any other bare key sets its entity's ``state``."""
     if "." in key:
         entity, attribute = key.rsplit(".", 1)
         if entity and attribute:

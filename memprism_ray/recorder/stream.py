@@ -18,7 +18,7 @@ from typing import Any
 
 from memprism_ray.io_atomic import json_lines
 from memprism_ray.recorder.events import Event, Outcome, RawEvent, StateDelta
-from memprism_ray.recorder.validate import ValidationReport, changed_flags, classify_outcome, validate_deltas
+from memprism_ray.recorder.validate import changed_flags, classify_outcome, validate_deltas
 
 FORMAT_NAME = "memprism-events"
 FORMAT_VERSION = 1
@@ -56,7 +56,6 @@ class EventStream:
         self._dropped = {"empty_key": 0, "unknown_value": 0, "duplicate": 0}
         self._content = hashlib.sha256(b"memprism-view-content").hexdigest()
 
-    # --- reading --------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._records)
 
@@ -99,7 +98,6 @@ class EventStream:
         """Deltas removed by validation since the stream began, by reason."""
         return dict(self._dropped)
 
-    # --- writing --------------------------------------------------------------------
     def append(self, raw: RawEvent, event: Event) -> Event:
         """Validate ``event``'s deltas (D.1), append it with ``raw`` and return the stored event;
         a rejected input modifies nothing."""
@@ -121,7 +119,8 @@ class EventStream:
         self._records.append(record)
         for d in accepted:
             self._state[d.key] = d.new_value
-        self._count(report)
+        for reason in self._dropped:
+            self._dropped[reason] += getattr(report, reason)
         self._content = hashlib.sha256(self._content.encode() + content_line).hexdigest()
         return event
 
@@ -146,12 +145,6 @@ class EventStream:
         event = Event(self.next_t, entity, act, Outcome.parse(outcome), tuple(delta), evidence or {})
         return self.append(raw, event)
 
-    def _count(self, report: ValidationReport) -> None:
-        self._dropped["empty_key"] += report.empty_key
-        self._dropped["unknown_value"] += report.unknown_value
-        self._dropped["duplicate"] += report.duplicate
-
-    # --- JSONL ----------------------------------------------------------------------
     def _header(self) -> dict[str, Any]:
         return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "meta": self.meta}
 
@@ -191,7 +184,6 @@ class EventStream:
             raise ValueError("record must be an object with 'raw' and 'event'")
         self.append(RawEvent.from_dict(obj["raw"]), Event.from_dict(obj["event"]))
 
-    # --- Arrow / Parquet --------------------------------------------------------------
     def to_arrow(self) -> Any:
         """One row per record; ``meta`` in the schema metadata. Returns a ``pyarrow.Table``."""
         import pyarrow as pa
@@ -274,7 +266,6 @@ class EventStream:
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
 
-    # --- helpers ------------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | Path) -> EventStream:
         """Load JSONL (``.jsonl``/``.json``) or Parquet (``.parquet``/``.pq``) by suffix."""

@@ -64,12 +64,7 @@ def changed_flags(deltas: Iterable[StateDelta], known: Mapping[str, str]) -> tup
     return tuple(flags)
 
 
-def classify_outcome(
-    deltas: Iterable[StateDelta],
-    known: Mapping[str, str],
-    *,
-    failed: bool,
-) -> Outcome:
+def classify_outcome(deltas: Iterable[StateDelta], known: Mapping[str, str], *, failed: bool) -> Outcome:
     """``exception`` on explicit failure; ``state_update`` when some accepted delta changes
     known state; otherwise ``no_observed_change``."""
     if failed:

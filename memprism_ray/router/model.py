@@ -125,7 +125,6 @@ class ViewPolicyModel(nn.Module):
         super().__init__()
         self.config = config = config or RouterConfig()
         d = config.d_model
-        # --- encoder ---
         self.proj_obs = nn.Linear(config.obs_dim, d)
         self.proj_goal = nn.Linear(config.goal_dim, d)
         self.proj_window = nn.Linear(config.window_dim, d)
@@ -146,17 +145,14 @@ class ViewPolicyModel(nn.Module):
         self.transformer = nn.TransformerEncoder(layer, num_layers=config.n_layers, enable_nested_tensor=False)
         self.z_mlp = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d))
         self.z_norm = nn.LayerNorm(d)
-        # --- planner ---
         self.planner = nn.ModuleList(
             [ResidualBlock(d, config.planner_hidden, config.dropout) for _ in range(config.planner_blocks)]
         )
         self.planner_norm = nn.LayerNorm(d)
         self.joint_head = nn.Linear(d, config.num_actions)
-        # --- frozen compatibility head ---
         self.entity_hint_head = nn.Linear(d, config.entity_hint_dim)
         self.entity_hint_head.requires_grad_(False)
 
-    # --- parameter groups ------------------------------------------------------------
     def encoder_modules(self) -> list[nn.Module]:
         projections = [self.proj_obs, self.proj_goal, self.proj_window, self.proj_stats]
         return [*projections, self.transformer, self.z_mlp, self.z_norm]
@@ -188,7 +184,6 @@ class ViewPolicyModel(nn.Module):
             m.train(planner_train)
         return self
 
-    # --- forward -----------------------------------------------------------------------
     def encode(self, obs: Tensor, goal: Tensor, window: Tensor, stats: Tensor) -> Tensor:
         """``z_t`` [B, d_model] from the four feature tensors ([B, D] each)."""
         tokens = torch.stack(

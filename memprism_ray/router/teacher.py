@@ -105,10 +105,6 @@ class TeacherLabel:
             raise ValueError(f"TeacherLabel.distribution must sum to 1, sums to {float(q.sum()):.6f}")
         self.distribution = q
 
-    def top(self, k: int = 5) -> list[tuple[ViewAction, float]]:
-        order = np.argsort(-self.distribution, kind="stable")[:k]
-        return [(ALL_ACTIONS[i], float(self.distribution[i])) for i in order if self.distribution[i] > 0]
-
 
 def _normalised(weights: np.ndarray) -> np.ndarray:
     total = math.fsum(float(w) for w in weights)

@@ -29,7 +29,6 @@ INST = r"[a-z][a-z0-9_\-]* \d+"
 _I = rf"(?:{INST})"
 EMPTY_HAND = "nothing"
 
-# --- commands ------------------------------------------------------------------------------
 _COMMANDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("go", re.compile(r"go to (?P<target>.+)")),
     ("open", re.compile(r"open (?P<target>.+)")),
@@ -68,7 +67,6 @@ def parse_command(action: str) -> Command:
     return Command("other")
 
 
-# --- feedback ------------------------------------------------------------------------------
 _RECEPTACLE_VIEW = (
     ("receptacle_open", re.compile(rf"The (?P<r>{_I}) is open\. In it, you see (?P<items>.*?)\.")),
     ("receptacle_closed", re.compile(rf"The (?P<r>{_I}) is closed\.")),
@@ -129,9 +127,6 @@ def _receptacle_view(text: str) -> tuple[str, re.Match[str]] | None:
         if m:
             return kind, m
     return None
-
-
-# --- the extractor -------------------------------------------------------------------------
 
 
 class AlfworldPhi:

@@ -136,9 +136,6 @@ def _deltas(act: str, entity: str, held: str | None, state: Mapping[str, str]) -
     return d
 
 
-# --- stage 2: grounding ------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Frame:
     """The post-action frame of one event and what says whether it is synchronized."""

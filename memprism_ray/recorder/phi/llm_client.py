@@ -49,9 +49,7 @@ class PhiEndpoint(Closing):
         return self.client.chat(messages, temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens).text
 
 
-def endpoint_complete(cfg: PhiConfig, *, transport: Any = None) -> PhiEndpoint:
-    """A :data:`CompleteMany` over the OpenAI-compatible endpoint ``cfg.base_url`` (``cfg.model``)."""
-    return PhiEndpoint(cfg, transport=transport)
+endpoint_complete = PhiEndpoint  # the name its callers use
 
 
 class PoolComplete:
@@ -92,6 +90,4 @@ class PoolComplete:
         return out
 
 
-def pool_complete(complete_texts: Callable[[list[str]], Sequence[Any]]) -> PoolComplete:
-    """A text-only :data:`CompleteMany` over the policy pool's batch ``complete`` (see :class:`PoolComplete`)."""
-    return PoolComplete(complete_texts)
+pool_complete = PoolComplete  # the name its callers use
