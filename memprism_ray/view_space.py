@@ -137,11 +137,6 @@ class ViewAction:
         """Compact ``tau/window/filter/gamma`` name, used in logs and file names."""
         return f"{self.tau}/{self.window}/{self.filter}/{self.gamma}"
 
-    @property
-    def cost(self) -> float:
-        """Structural cost, see :func:`cost`."""
-        return cost(self)
-
     def __str__(self) -> str:
         return self.name
 

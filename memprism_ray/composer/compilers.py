@@ -66,16 +66,6 @@ def _check_gamma(gamma: str) -> None:
         raise ValueError(f"unknown gamma {gamma!r}; valid gamma names: coarse, medium, fine")
 
 
-def _run(items: tuple[SelectedEvent, ...], i: int, j: int) -> TraceRun:
-    return TraceRun(
-        first=items[i],
-        last=items[j - 1],
-        count=j - i,
-        outcome=items[i].event.outcome,
-        goal_match=any(items[k].goal_match for k in range(i, j)),
-    )
-
-
 def compile_temporal(selection: Selection, gamma: str) -> TemporalTrace:
     _check_gamma(gamma)
     items = selection.items
@@ -96,7 +86,7 @@ def compile_temporal(selection: Selection, gamma: str) -> TemporalTrace:
         if j - i == 1:
             out.append(items[i])
         elif outcome is _NOC:
-            out.append(_run(items, i, j))
+            out.append(TraceRun(items[i], items[j - 1], j - i, outcome, any(it.goal_match for it in items[i:j])))
         else:
             out.extend(_coarse_run(items, i, j, is_last=j == n))
         i = j

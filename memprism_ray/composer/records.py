@@ -54,11 +54,8 @@ def _reading(
     changed = flags if len(flags) == len(delta) else (True,) * len(delta)
     deltas = []
     term_texts = [entity, action_text]
-    # DependencyChain links events that share an entity or a state-key prefix, the agent's
-    # own keys (agent.location, agent.holding) included: the paper links "events that share
-    # entities, state keys, or nearby time steps" ("Composer", DependencyChain) and its view
-    # teacher lists "same-entity or shared state/delta-key-prefix events" (appendix E.2); no
-    # entity is exempt.
+    # Link entities: every entity and key prefix, the agent's included ("events that share
+    # entities, state keys, or nearby time steps", "Composer"; appendix E.2).
     links = set()
     if entity:
         links.add(entity)

@@ -213,15 +213,8 @@ def parse_teacher_response(text: str, *, top_k: int | None = None) -> TeacherLab
     items = next((payload[k] for k in _LIST_KEYS if k in payload), None)
     if not isinstance(items, list):
         raise TeacherResponseError("teacher reply has no 'teacher_distribution' list")
-    stats: dict[str, Any] = {
-        "items": len(items),
-        "accepted": 0,
-        "malformed_item": 0,
-        "unknown_name": 0,
-        "bad_score": 0,
-        "duplicate": 0,
-        "over_top_k": 0,
-    }
+    reasons = ("malformed_item", "unknown_name", "bad_score", "duplicate", "over_top_k")
+    stats: dict[str, Any] = {"items": len(items), "accepted": 0, **dict.fromkeys(reasons, 0)}
     scores: dict[int, float] = {}
     for item in items:
         view = _item_view(item) if isinstance(item, dict) else None

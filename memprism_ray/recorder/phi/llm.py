@@ -135,15 +135,8 @@ class LLMPhi:
         self.prompt = prompt or spec.prompt
         self.template = self.prompt.load()
         self.inputs = inputs or spec.inputs
-        self.counters = {
-            "events": 0,
-            "llm": 0,
-            "fallback": 0,
-            "fallback_request": 0,
-            "fallback_invalid": 0,
-            "rule_error": 0,
-            "ignored_old_values": 0,
-        }
+        counted = ("events", "llm", "fallback", "fallback_request", "fallback_invalid", "rule_error")
+        self.counters = dict.fromkeys((*counted, "ignored_old_values"), 0)
 
     def build_prompt(self, raw: RawEvent, known_state: Mapping[str, str], rule: Extraction) -> tuple[str, list[bytes]]:
         values, images = self.inputs(raw, known_state, rule)

@@ -27,10 +27,8 @@ class VerbatimPrompt:
     name: str
     fields: tuple[str, ...]
     literal_slots: tuple[tuple[str, str], ...] = ()
-    path: Path | None = None
-    """the template file (``None``: ``<prompt_dir>/<name>.txt``)"""
-    text: str | None = None
-    """the template itself, for a prompt kept in its benchmark's module (then no file is read)"""
+    path: Path | None = None  # the template file (None: ``<prompt_dir>/<name>.txt``)
+    text: str | None = None  # the template itself, for a prompt kept in its benchmark's module
     what: ClassVar[str] = "prompt"
     prompt_dir: ClassVar[Path] = PROMPT_DIR
 

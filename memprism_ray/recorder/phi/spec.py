@@ -39,14 +39,10 @@ def existing_keys(known_state: Mapping[str, str]) -> str:
 class AnswerSpec:
     """What one benchmark's Phi answer may contain."""
 
-    fields: frozenset[str]
-    """the exact top-level fields of the answer"""
-    allowed_keys: frozenset[str] | None = None
-    """the only ``delta_s`` keys allowed (``None``: open key set)"""
-    entity_from_model: bool = True
-    """whether the answer's ``entity`` is the event's entity (else the rule's)"""
-    lowercase_entity: bool = False
-    """the prompt asks for a lowercase entity (EB-ALFRED): normalised, not rejected"""
+    fields: frozenset[str]  # the exact top-level fields of the answer
+    allowed_keys: frozenset[str] | None = None  # the only ``delta_s`` keys allowed (None: open)
+    entity_from_model: bool = True  # whether the answer's entity is the event's (else the rule's)
+    lowercase_entity: bool = False  # EB-ALFRED asks for a lowercase entity: normalised, not rejected
 
 
 @dataclass(frozen=True)
@@ -54,8 +50,7 @@ class PhiSpec:
     """One benchmark's Phi: ``rule()`` builds its rule extractor; ``prompt``, ``answer`` and ``inputs``
     make its LLM Phi, which ``llm`` replaces when given (EB-ALFRED's adds grounding)."""
 
-    benchmark: str
-    """names the extractor: ``rule:<benchmark>`` in run records, ``<benchmark>-llm``"""
+    benchmark: str  # names the extractor: ``rule:<benchmark>`` in run records, ``<benchmark>-llm``
     rule: Callable[[], Phi]
     prompt: PhiPrompt
     answer: AnswerSpec
