@@ -1,19 +1,8 @@
 """The joint view-action space (paper: "Router", Table "Four factors of the joint view
 action", and appendix E.4 "View and environment action definitions").
 
-A view action is ``a = (tau, window, filter, gamma)``:
-
-* ``tau``    relation type: TemporalTrace, ActionEffect, EntityState, DependencyChain
-* ``window`` temporal range: recent_short (last 6 events), recent_long (last 10), all
-* ``filter`` outcome filter: all, exception, state_update, no_observed_change
-* ``gamma``  granularity: coarse, medium, fine
-
-The implementation enumerates view type, time window, outcome filter and granularity in
-that order, and the 4 x 3 x 4 x 3 = 144 actions use the stable zero-based index of
-eq. (A.1)::
-
-    i(a) = ((i_tau * 3 + i_w) * 4 + i_c) * 3 + i_gamma
-
+A view action is ``a = (tau, window, filter, gamma)``; the 4 x 3 x 4 x 3 = 144 actions use the
+stable zero-based index of eq. (A.1), ``i(a) = ((i_tau * 3 + i_w) * 4 + i_c) * 3 + i_gamma``.
 Legacy names (``timeline``, ``action_outcome``, ``state_table``, ``causal_chain``) are
 accepted when reading only and always serialise back to the canonical names.
 """
@@ -45,20 +34,11 @@ TAU_ALIASES: dict[str, str] = {
 
 NUM_ACTIONS: int = len(TAUS) * len(WINDOWS) * len(FILTERS) * len(GAMMAS)
 
-_FACTORS: dict[str, tuple[str, ...]] = {
-    "tau": TAUS,
-    "window": WINDOWS,
-    "filter": FILTERS,
-    "gamma": GAMMAS,
-}
+_FACTORS: dict[str, tuple[str, ...]] = {"tau": TAUS, "window": WINDOWS, "filter": FILTERS, "gamma": GAMMAS}
 
 
 def _canonical(factor: str, value: Any) -> str:
-    """Return the canonical spelling of ``value`` for ``factor`` or raise ``ValueError``.
-
-    Canonical names match exactly or case-insensitively; for ``tau`` the legacy aliases
-    are accepted too. The error lists every valid name so a typo is easy to fix.
-    """
+    """The canonical spelling of ``value`` (any case; for ``tau`` the legacy aliases too)."""
     valid = _FACTORS[factor]
     if not isinstance(value, str):
         raise ValueError(
@@ -79,11 +59,7 @@ def _canonical(factor: str, value: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ViewAction:
-    """One of the 144 joint view actions ``(tau, window, filter, gamma)``.
-
-    Construction accepts canonical names in any case and the legacy ``tau`` aliases; the
-    stored fields are always canonical.
-    """
+    """One of the 144 joint view actions ``(tau, window, filter, gamma)``; the fields are always canonical."""
 
     tau: str
     window: str
@@ -94,7 +70,6 @@ class ViewAction:
         for factor in _FACTORS:
             object.__setattr__(self, factor, _canonical(factor, getattr(self, factor)))
 
-    # --- index (eq. A.1) -------------------------------------------------------------
     @property
     def index(self) -> int:
         """Stable zero-based index ``((i_tau*3 + i_w)*4 + i_c)*3 + i_gamma``."""
@@ -116,7 +91,6 @@ class ViewAction:
         i_tau, i_w = divmod(rest, len(WINDOWS))
         return cls(TAUS[i_tau], WINDOWS[i_w], FILTERS[i_c], GAMMAS[i_g])
 
-    # --- serialisation (canonical names only) ----------------------------------------
     def to_dict(self) -> dict[str, str]:
         """The serialised action object of appendix E.4."""
         return {"tau": self.tau, "window": self.window, "filter": self.filter, "gamma": self.gamma}
@@ -163,16 +137,6 @@ class ViewAction:
         """Compact ``tau/window/filter/gamma`` name, used in logs and file names."""
         return f"{self.tau}/{self.window}/{self.filter}/{self.gamma}"
 
-    @property
-    def window_size(self) -> int | None:
-        """Number of most recent events in scope (``None``: the whole history)."""
-        return WINDOW_SIZES[self.window]
-
-    @property
-    def cost(self) -> float:
-        """Structural cost, see :func:`cost`."""
-        return cost(self)
-
     def __str__(self) -> str:
         return self.name
 
@@ -184,20 +148,9 @@ _COST_MAX = (len(WINDOWS) - 1) * 6 + 1 * 3 + (len(GAMMAS) - 1)
 
 
 def cost(action: ViewAction) -> float:
-    """Decision-free tie-break order in [0, 1] (the view-teacher prompt's Phase 2). The
-    paper's structural cost is per decision: see :func:`decision_cost_vector`.
-
-    The view-teacher prompt (appendix E.2) breaks ties by *shorter window < longer window*,
-    then *more selective filter < all*, then *coarse < medium < fine*, and never by
-    relation type. The cost encodes exactly that order lexicographically::
-
-        code = 6 * i_window + 3 * [filter == "all"] + i_gamma      (0 .. 17)
-        C(a) = code / 17
-
-    so any longer window costs more than any filter/granularity change, ``all`` costs more
-    than a selective filter at equal window, and granularity breaks the remaining ties.
-    ``tau`` does not change the cost.
-    """
+    """Decision-free tie-break order in [0, 1] (the view-teacher prompt's Phase 2, appendix E.2:
+    shorter window, then a selective filter before ``all``, then coarse < medium < fine; never
+    tau). The paper's per-decision structural cost is :func:`decision_cost_vector`."""
     code = 6 * WINDOWS.index(action.window) + 3 * int(action.filter == "all") + GAMMAS.index(action.gamma)
     return code / _COST_MAX
 
@@ -236,16 +189,8 @@ def _scope_sizes(outcomes: Any) -> dict[tuple[str, str], int]:
 
 def decision_cost_vector(outcomes: Any, horizon: int = COST_HORIZON) -> list[float]:
     """Structural cost ``C^_t(a)`` in [0, 1] of every view action at one decision, in index
-    order (length 144; the history is read once) (paper "Adapter", eq. sft-loss: "The cost
-    term discourages large ranges or fine views when they are not needed"; appendix A.3).
-    ``outcomes`` are the outcome names of ``E_<t``::
-
-        C^_t(a) = 1/2 * min(1, |sigma_{w,c}(E_<t)| / horizon) + 1/2 * i_gamma / 2
-
-    The range term counts the events the scope covers now, so a longer window costs more
-    only once the history outgrows the shorter one, and a selective filter costs less than
-    ``all`` by exactly the events it leaves out; ``tau`` does not change the cost.
-    """
+    order (paper "Adapter", eq. sft-loss; appendix A.3), from the outcome names of ``E_<t``:
+    ``C^_t(a) = 1/2 * min(1, |sigma_{w,c}(E_<t)| / horizon) + 1/2 * i_gamma / 2``."""
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
         raise ValueError(f"decision_cost_vector horizon must be an int >= 1, got {horizon!r}")
     sizes = _scope_sizes(outcomes)

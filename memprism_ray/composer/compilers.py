@@ -1,40 +1,29 @@
 """The four relation compilers ``C_{tau,gamma}`` (paper "Composer: Relational View
 Construction", appendix D.3, and the view teacher's "View-specific gamma behavior").
 
-Granularity rules implemented here (``selection`` is the merged, time-ordered ``E^_t``):
+Granularity rules (``selection`` is the merged, time-ordered ``E^_t``):
 
 TemporalTrace
-    fine: every selected event. medium: every state_update and exception event; each run
-    of >= 2 consecutive no_observed_change events becomes one representative
-    :class:`TraceRun` (first, latest, count). coarse: the selection is cut into maximal
-    runs of equal outcome; a no_observed_change run is one :class:`TraceRun`; in other runs
-    the first event (the very first event or an outcome transition), the latest event of
-    the view, each exception with an action not yet failed in that run and each
-    goal-matching state_update are kept, and every stretch of >= 2 other events becomes one
-    :class:`TraceGap` with its count (repeated-run counts).
+    fine: every selected event. medium: runs of >= 2 no_observed_change events become one
+    :class:`TraceRun`. coarse: maximal runs of equal outcome; a no_observed_change run is one
+    :class:`TraceRun`; elsewhere the first and latest events, new exceptions and goal-matching
+    state_updates are kept, and each stretch of >= 2 other events becomes a :class:`TraceGap`.
 ActionEffect
-    groups by (action type, entity) with attempt count and outcome histogram. coarse
-    shows the first and latest attempt and the first state_update and first exception
-    attempt; medium adds every outcome-transition attempt and the 2 most recent attempts;
-    fine shows every attempt.
+    groups by (action type, entity) with attempt count and outcome histogram; coarse shows the
+    first, latest, first state_update and first exception attempts, medium adds outcome
+    transitions and the 2 most recent, fine every attempt.
 EntityState
-    accepted new values grouped by entity and state key into ordered chains (never an
-    inferred old value). fine: every update with source step and action type (unchanged
-    repeats included, flagged); medium: every distinct value change (consecutive repeats
-    collapsed); coarse: initial -> latest plus the key intermediate values, defined as the
-    (at most 2 most recent) intermediate values that match the goal; the number of skipped
-    changes is kept in ``elided``.
+    accepted new values (never an inferred old value) in chains per entity and key; fine: every
+    update, unchanged repeats flagged; medium: distinct changes; coarse: initial -> latest plus
+    at most 2 goal-matching intermediates, the skipped count in ``elided``.
 DependencyChain
-    anchor = latest event, then the immediately previous event, then selected events that
-    share an entity or a delta-key prefix (``recorder.split_key`` entity part, ``agent``
-    included: "events that share entities, state keys, or nearby time steps", paper
-    "Composer"; "same-entity or shared state/delta-key-prefix events", appendix E.2) with
-    the anchor, most recent first, then the nearest earlier context; at most 6 / 8 / 10
-    chain events (anchor included) for coarse / medium / fine.
+    anchor = latest event, then the previous one, then events sharing an entity or delta-key
+    prefix with it ("events that share entities, state keys, or nearby time steps", paper
+    "Composer"; appendix E.2), most recent first, then earlier context; at most 6 / 8 / 10
+    events for coarse / medium / fine.
 
-By construction the displayed entries are nested (coarse within medium within fine) for
-ActionEffect, EntityState and DependencyChain, and TemporalTrace entry counts are monotone.
-Every compiler is a single pass over the selection (O(N)).
+Coarse entries are nested within medium within fine (TemporalTrace: counts are monotone);
+every compiler is one pass over the selection (O(N)).
 """
 
 from __future__ import annotations
@@ -77,17 +66,6 @@ def _check_gamma(gamma: str) -> None:
         raise ValueError(f"unknown gamma {gamma!r}; valid gamma names: coarse, medium, fine")
 
 
-# --- TemporalTrace -------------------------------------------------------------------
-def _run(items: tuple[SelectedEvent, ...], i: int, j: int) -> TraceRun:
-    return TraceRun(
-        first=items[i],
-        last=items[j - 1],
-        count=j - i,
-        outcome=items[i].event.outcome,
-        goal_match=any(items[k].goal_match for k in range(i, j)),
-    )
-
-
 def compile_temporal(selection: Selection, gamma: str) -> TemporalTrace:
     _check_gamma(gamma)
     items = selection.items
@@ -108,7 +86,7 @@ def compile_temporal(selection: Selection, gamma: str) -> TemporalTrace:
         if j - i == 1:
             out.append(items[i])
         elif outcome is _NOC:
-            out.append(_run(items, i, j))
+            out.append(TraceRun(items[i], items[j - 1], j - i, outcome, any(it.goal_match for it in items[i:j])))
         else:
             out.extend(_coarse_run(items, i, j, is_last=j == n))
         i = j
@@ -148,7 +126,6 @@ def _coarse_run(items: tuple[SelectedEvent, ...], i: int, j: int, *, is_last: bo
     return out
 
 
-# --- ActionEffect --------------------------------------------------------------------
 def _shown_attempts(its: list[SelectedEvent], gamma: str) -> list[int]:
     n = len(its)
     if gamma == "fine":
@@ -202,7 +179,6 @@ def compile_effect(selection: Selection, gamma: str) -> ActionEffect:
     return ActionEffect(tuple(out))
 
 
-# --- EntityState ---------------------------------------------------------------------
 def _state_values(ev: EventView, goal: frozenset[str]) -> tuple[StateValue, ...]:
     """The event's deltas as StateValues for this goal."""
     return tuple(
@@ -261,7 +237,6 @@ def _chain(key: str, attribute: str, updates: list[StateValue], gamma: str) -> S
     return StateChain(key, attribute, tuple(distinct[k] for k in keep), len(updates), len(distinct) - len(keep))
 
 
-# --- DependencyChain -----------------------------------------------------------------
 def compile_dependency(selection: Selection, gamma: str) -> DependencyChain:
     _check_gamma(gamma)
     cap = DEPENDENCY_CAPS[gamma]

@@ -1,10 +1,6 @@
 """``compose(E_<t, a, g) = C_{tau,gamma}(Select(E_<t, w, c, g))`` (paper "Composer", eqs.
-event-select and compose).
-
-The stream is only read: granularity changes what a view shows, never what is stored, and
-the view is never written back (appendix D.3). ``select`` is one pass over the events that
-can be selected and each compiler one pass over the selection (O(N), appendix
-"Computational and storage complexity"); nothing is cached between decisions.
+event-select and compose): the stream is only read and the view never written back (appendix
+D.3); O(N) (appendix "Computational and storage complexity"), nothing cached between decisions.
 """
 
 from __future__ import annotations

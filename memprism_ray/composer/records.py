@@ -1,12 +1,5 @@
-"""What the Composer reads off one recorded step (paper "Composer", appendix D.1 and D.3).
-
-An :class:`EventView` is an immutable, display-ready reading of one
-:class:`~memprism_ray.recorder.StreamRecord`: the structured event, the executed action as
-text, each accepted delta with its entity/attribute split (``recorder.split_key``) and
-whether it changed the tracked state, the event's normalised terms (for goal matching)
-and its link entities (for DependencyChain).
-
-Readings are cached by content (see ``_reading``), not by record identity.
+"""What the Composer reads off one recorded step (paper "Composer", appendix D.1 and D.3):
+an immutable, display-ready :class:`EventView`, cached by content (``_reading``), not by identity.
 """
 
 from __future__ import annotations
@@ -61,11 +54,8 @@ def _reading(
     changed = flags if len(flags) == len(delta) else (True,) * len(delta)
     deltas = []
     term_texts = [entity, action_text]
-    # DependencyChain links events that share an entity or a state-key prefix, the agent's
-    # own keys (agent.location, agent.holding) included: the paper links "events that share
-    # entities, state keys, or nearby time steps" ("Composer", DependencyChain) and its view
-    # teacher lists "same-entity or shared state/delta-key-prefix events" (appendix E.2); no
-    # entity is exempt.
+    # Link entities: every entity and key prefix, the agent's included ("events that share
+    # entities, state keys, or nearby time steps", "Composer"; appendix E.2).
     links = set()
     if entity:
         links.add(entity)

@@ -3,19 +3,11 @@ eq. event-select, and appendix D.3)::
 
     E^_t = Merge( sigma_{w,c}(E_<t), TaskRelevant(E_<t, g), RecentContext(E_<t, tau) )
 
-* ``sigma_{w,c}`` (**scope**): the most recent 6 / 10 / all events, then the outcome filter.
-* ``TaskRelevant`` (**goal_restore**): events outside the scope whose normalised terms
-  (``composer.terms``) match a goal term, restored from where
-  :attr:`ComposerConfig.goal_restore` says: ``"history"`` (default) the whole stream, as the
-  D.3 equation reads ("scope is a principal selection rule rather than an irreversible
-  deletion"); ``"window"`` only the events the outcome filter removed inside the window;
-  ``"off"`` none (an ablation).
-* ``RecentContext`` (**recent_context**): for DependencyChain the latest event (the anchor)
-  and the one before it always come from the unfiltered stream.
-
-Merge keeps time order and never duplicates an event. Each selected event records *why* it
-is in (the first term that holds) and whether it matches the goal, so Render can highlight
-goal-relevant evidence. The stream is only read.
+``TaskRelevant`` restores goal-matching events from where :attr:`ComposerConfig.goal_restore`
+says: ``"history"`` (default: "scope is a principal selection rule rather than an irreversible
+deletion", D.3), ``"window"`` or ``"off"`` (an ablation). ``RecentContext``: for DependencyChain
+the anchor and the event before it come from the unfiltered stream. Merge keeps time order and
+records why each event is in and whether it matches the goal.
 """
 
 from __future__ import annotations
@@ -75,10 +67,7 @@ class SelectedEvent:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """``E^_t``: the merged selection in time order, with its bookkeeping.
-
-    ``n_scope`` counts the events of ``sigma_{w,c}``; ``recent_ts`` holds the ``t`` of the
-    stream's last two events (the DependencyChain anchor and its previous event)."""
+    """``E^_t``: the merged selection in time order; ``recent_ts``: the stream's last two ``t``."""
 
     action: ViewAction
     goal: str
@@ -133,13 +122,9 @@ def select(
     goal: str,
     config: ComposerConfig | None = None,
 ) -> Selection:
-    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (D.3): one pass
-    over the events that can be selected (the whole stream for ``window=all``; O(N), the
-    paper's "Computational and storage complexity").
-
-    No index and no cache: at the paper's horizons (<= 50 events) an incremental per-stream
-    index bought 0.97-1.08x of a whole decision's compose + render
-    (measured before the removal: ``benchmarks/bench_views.py`` docstring)."""
+    """``Merge(sigma_{w,c}(E), TaskRelevant(E, g), RecentContext(E, tau))`` (D.3), one pass. No index
+    and no cache: at <= 50 events an incremental per-stream index bought 0.97-1.08x of a whole
+    decision's compose + render (``benchmarks/bench_views.py`` docstring)."""
     cfg = config or DEFAULT_CONFIG
     act = as_action(action)
     if not isinstance(goal, str):

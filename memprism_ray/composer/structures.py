@@ -1,9 +1,5 @@
 """Typed relational structures ``S_t = C_{tau,gamma}(E^_t)`` (paper "Composer", the four
-relation paragraphs, appendix D.3, and the view teacher's "View-specific gamma behavior").
-
-Every structure is a frozen dataclass of tuples, so a view is immutable, hashable (a cache
-key) and carries no text layout: Render decides how it looks. ``entry_count`` is the
-number of displayed entries, the quantity granularity controls (fine >= medium >= coarse).
+relation paragraphs, appendix D.3): frozen dataclasses of tuples, hashable, with no text layout.
 """
 
 from __future__ import annotations
@@ -27,7 +23,6 @@ def histogram(items: tuple[SelectedEvent, ...] | list[SelectedEvent]) -> Histogr
     return tuple((o, counts[o]) for o in OUTCOME_ORDER)
 
 
-# --- TemporalTrace -------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class TraceRun:
     """A run of consecutive selected events with the same outcome, shown as one entry:
@@ -65,13 +60,9 @@ class TemporalTrace:
         return len(self.entries)
 
 
-# --- ActionEffect --------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class EffectGroup:
-    """Repeated attempts of one (action type, entity) pair aligned with their outcomes.
-
-    ``attempts`` are the shown attempts and ``numbers`` their 1-based attempt numbers in
-    the group (parallel tuples: fine views at long histories show many attempts)."""
+    """Repeated attempts of one (action type, entity) pair; ``numbers``: the shown attempts' 1-based numbers."""
 
     act: str
     entity: str
@@ -99,7 +90,6 @@ class ActionEffect:
         return sum(len(g.attempts) for g in self.groups)
 
 
-# --- EntityState ---------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class StateValue:
     """An accepted new value with its source step, action type and change flag."""
@@ -145,7 +135,6 @@ class EntityState:
         return sum(len(c.values) for r in self.rows for c in r.chains)
 
 
-# --- DependencyChain -----------------------------------------------------------------
 class LinkKind(TextEnum):
     """Why an event is linked to the anchor, in priority order."""
 
@@ -167,10 +156,8 @@ class ChainLink:
 
 @dataclass(frozen=True, slots=True)
 class DependencyChain:
-    """Anchor (the latest event) and linked earlier events in priority order: immediate
-    previous, then same-entity/shared key-prefix events, then nearest earlier context.
-    ``cap`` is 6/8/10 chain events (anchor included) for coarse/medium/fine; ``candidates``
-    how many selected events competed for the places after anchor and previous."""
+    """Anchor (the latest event) and linked earlier events in priority order; ``candidates``: how many
+    selected events competed for the places after anchor and previous."""
 
     links: tuple[ChainLink, ...]
     cap: int

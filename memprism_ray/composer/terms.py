@@ -1,13 +1,8 @@
 """Normalised terms for goal matching (paper appendix D.3: Composer "restores events whose
 normalized terms directly match the task goal").
 
-Tokens are the lower-cased runs of letters and digits; instance numbers are dropped (``mug 1``
-and ``mug 2`` both give ``mug``); plurals are folded (a small irregular table, then ``-ies
--> -y``, ``-es`` dropped after ``ss/x/zz/ch/sh/o``, else a final ``-s`` unless the word ends
-in ``ss``, ``us`` or ``is``), the same way for goals and event text, so even an imperfect stem
-matches itself. Goal terms also drop stopwords and generic verbs (``put, take, find, go``,
-...) but keep task-state words (``clean, hot, cool, sliced``). An event matches the goal when
-the terms of its entity, action, delta keys and values share one with the goal terms.
+Goals and event text are folded the same way (instance numbers dropped, plurals folded), so
+even an imperfect stem matches itself; goal terms also drop stopwords and generic verbs.
 
 Nothing here is cached: an lru cache on ``text_terms`` bought 1.09-1.16x of a whole
 decision's compose + render at 10-50 events (``benchmarks/bench_views.py`` docstring).

@@ -1,18 +1,9 @@
 """Raw and structured events (paper: "Recorder: Persistent Event Memory", appendix D.1).
 
-A raw event ``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)`` keeps what actually happened: the
-observation before the action, the executed action, the feedback, the reward or step label
-and task/environment metadata. Raw events are never replaced by model summaries.
-
-The structured event ``e~_t = (t, e^ent, e^act, e^out, Delta s_t, xi_t)`` holds the main
-entity, normalised action type, outcome type, a sparse set of observed new values
-``Delta s_t = {(k_j, v_j^new)}`` and optional evidence ``xi_t`` (tags, images, boxes).
-
-State keys follow one convention so every compiler can find the entity a key belongs to:
-``"<entity>.<attribute>"`` (``"mug 1.location"``, ``"agent.holding"``). A key without a
-dot is read with :func:`split_key`: the agent keys of the paper's Phi prompt
-(``location``, ``held_object``) belong to ``agent``; any other bare key names an entity
-whose ``state`` attribute it sets (``"drawer 1" -> "closed"``).
+A raw event ``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)`` is never replaced by model summaries; the
+structured event ``e~_t = (t, e^ent, e^act, e^out, Delta s_t, xi_t)`` holds the main entity,
+action type, outcome, the observed new values ``Delta s_t = {(k_j, v_j^new)}`` and evidence.
+State keys are ``"<entity>.<attribute>"``; a bare key is read by :func:`split_key`.
 """
 
 from __future__ import annotations
@@ -56,7 +47,8 @@ AGENT_ENTITY = "agent"
 
 
 def split_key(key: str) -> tuple[str, str]:
-    """Split a state key into ``(entity, attribute)``; see the module docstring."""
+    """Split a state key into ``(entity, attribute)``: a bare agent key of the paper's Phi prompt
+    (``location``, ``held_object``) belongs to ``agent``, any other bare key sets its entity's ``state``."""
     if "." in key:
         entity, attribute = key.rsplit(".", 1)
         if entity and attribute:
@@ -75,11 +67,7 @@ def _check_json(name: str, value: Any) -> None:
 
 @dataclass(frozen=True, slots=True)
 class RawEvent:
-    """``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)``.
-
-    ``action`` is the executed command as text (ALFWorld, EB-ALFRED) or a mapping such as
-    ``{"op": "CLICK", "ref": "e12"}`` (Mind2Web). ``meta`` must be JSON-serialisable.
-    """
+    """``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)``; ``action`` is text or a mapping (Mind2Web)."""
 
     o_pre: str
     action: str | Mapping[str, Any]

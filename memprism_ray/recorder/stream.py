@@ -1,15 +1,10 @@
 """The append-only event stream ``E_{<=t} = E_{<t} (+) e~_t`` (paper eq. event-append,
 appendix D.1 and D.5).
 
-Each record keeps the raw event beside the structured one. The stream tracks the latest
-observed value of every state key and, per accepted delta, whether it changed that value
-(views may hide unchanged repeats; the stream never drops them). Relational structures
-and rendered views are never written here.
-
-Persistence is lossless both ways: JSONL (one header line, then one record per line) and
-Arrow/Parquet (one row per record, stream metadata in the schema metadata). Loading
-re-appends every record, so a file that breaks an invariant is rejected with the line or
-row that broke it.
+Each record keeps the raw event beside the structured one and, per accepted delta, whether it
+changed the tracked value (views may hide unchanged repeats; the stream never drops them).
+Persistence is lossless: JSONL or Arrow/Parquet; loading re-appends every record, so a file
+that breaks an invariant is rejected with the line or row that broke it.
 """
 
 from __future__ import annotations
@@ -23,7 +18,7 @@ from typing import Any
 
 from memprism_ray.io_atomic import json_lines
 from memprism_ray.recorder.events import Event, Outcome, RawEvent, StateDelta
-from memprism_ray.recorder.validate import ValidationReport, changed_flags, classify_outcome, validate_deltas
+from memprism_ray.recorder.validate import changed_flags, classify_outcome, validate_deltas
 
 FORMAT_NAME = "memprism-events"
 FORMAT_VERSION = 1
@@ -46,13 +41,8 @@ def _canonical_json(value: Any) -> bytes:
 
 
 class EventStream:
-    """Append-only sequence of :class:`StreamRecord` with the latest value per state key.
-
-    ``meta`` holds stream-level facts (goal, task id, benchmark); it is persisted with the
-    stream. ``content_digest`` is a hash chain over the records (without bookkeeping meta),
-    so two streams with the same events have the same digest (the content address of
-    ``views.ViewService``'s cache).
-    """
+    """Append-only sequence of :class:`StreamRecord` with the latest value per state key;
+    ``meta`` (goal, task id, benchmark) is persisted with the stream."""
 
     def __init__(self, meta: Mapping[str, Any] | None = None) -> None:
         meta = dict(meta or {})
@@ -66,7 +56,6 @@ class EventStream:
         self._dropped = {"empty_key": 0, "unknown_value": 0, "duplicate": 0}
         self._content = hashlib.sha256(b"memprism-view-content").hexdigest()
 
-    # --- reading --------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._records)
 
@@ -100,9 +89,8 @@ class EventStream:
 
     @property
     def content_digest(self) -> str:
-        """Hash chain over the records only, without stream meta or raw-event meta (episode
-        bookkeeping): two trajectories with the same events have the same content digest,
-        so a view of one is a view of the other."""
+        """Hash chain over the records without stream or raw-event meta: two trajectories with the
+        same events share it, so a view of one is a view of the other (``views.ViewService``'s cache)."""
         return self._content
 
     @property
@@ -110,13 +98,9 @@ class EventStream:
         """Deltas removed by validation since the stream began, by reason."""
         return dict(self._dropped)
 
-    # --- writing --------------------------------------------------------------------
     def append(self, raw: RawEvent, event: Event) -> Event:
-        """Validate ``event``'s deltas (D.1), append it with ``raw`` and return the stored event.
-
-        ``event.t`` must equal :attr:`next_t`. Nothing is modified when the input is
-        rejected, so a bad call never loses what was recorded before.
-        """
+        """Validate ``event``'s deltas (D.1), append it with ``raw`` and return the stored event;
+        a rejected input modifies nothing."""
         if not isinstance(raw, RawEvent):
             raise ValueError(f"append expects a RawEvent, got {type(raw).__name__}")
         if not isinstance(event, Event):
@@ -135,7 +119,8 @@ class EventStream:
         self._records.append(record)
         for d in accepted:
             self._state[d.key] = d.new_value
-        self._count(report)
+        for reason in self._dropped:
+            self._dropped[reason] += getattr(report, reason)
         self._content = hashlib.sha256(self._content.encode() + content_line).hexdigest()
         return event
 
@@ -150,12 +135,8 @@ class EventStream:
         outcome: Outcome | str | None = None,
         evidence: Mapping[str, Any] | None = None,
     ) -> Event:
-        """Build the next event from extractor fields and append it.
-
-        When ``outcome`` is not given it is classified against the tracked state after
-        validation: ``exception`` if ``failed``, ``state_update`` if an accepted delta
-        changes a known value, else ``no_observed_change``.
-        """
+        """Build the next event from extractor fields and append it (``outcome`` None: classified
+        against the tracked state after validation)."""
         accepted, _ = validate_deltas(
             d if isinstance(d, StateDelta) else StateDelta(str(d[0]), str(d[1])) for d in delta
         )
@@ -164,12 +145,6 @@ class EventStream:
         event = Event(self.next_t, entity, act, Outcome.parse(outcome), tuple(delta), evidence or {})
         return self.append(raw, event)
 
-    def _count(self, report: ValidationReport) -> None:
-        self._dropped["empty_key"] += report.empty_key
-        self._dropped["unknown_value"] += report.unknown_value
-        self._dropped["duplicate"] += report.duplicate
-
-    # --- JSONL ----------------------------------------------------------------------
     def _header(self) -> dict[str, Any]:
         return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "meta": self.meta}
 
@@ -209,7 +184,6 @@ class EventStream:
             raise ValueError("record must be an object with 'raw' and 'event'")
         self.append(RawEvent.from_dict(obj["raw"]), Event.from_dict(obj["event"]))
 
-    # --- Arrow / Parquet --------------------------------------------------------------
     def to_arrow(self) -> Any:
         """One row per record; ``meta`` in the schema metadata. Returns a ``pyarrow.Table``."""
         import pyarrow as pa
@@ -292,7 +266,6 @@ class EventStream:
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
 
-    # --- helpers ------------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | Path) -> EventStream:
         """Load JSONL (``.jsonl``/``.json``) or Parquet (``.parquet``/``.pq``) by suffix."""

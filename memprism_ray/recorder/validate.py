@@ -32,12 +32,8 @@ class ValidationReport:
 
 
 def validate_deltas(deltas: Iterable[StateDelta]) -> tuple[tuple[StateDelta, ...], ValidationReport]:
-    """Apply the D.1 rules to one extractor response; order of the survivors is kept.
-
-    Keys and values are whitespace-stripped; a delta whose key is empty, whose value is
-    unknown, or that repeats an earlier ``(key, new_value)`` pair of the same response is
-    dropped. Deltas that repeat a value already recorded in *earlier* events are kept.
-    """
+    """Apply the D.1 rules to one extractor response; order of the survivors is kept. Deltas that
+    repeat a value recorded by *earlier* events are kept."""
     accepted: list[StateDelta] = []
     seen: set[tuple[str, str]] = set()
     empty = unknown = dup = 0
@@ -59,11 +55,7 @@ def validate_deltas(deltas: Iterable[StateDelta]) -> tuple[tuple[StateDelta, ...
 
 
 def changed_flags(deltas: Iterable[StateDelta], known: Mapping[str, str]) -> tuple[bool, ...]:
-    """For each delta, whether it changes the latest known value of its key.
-
-    Deltas are applied in order, so a key set twice in one response compares against the
-    value the first occurrence just wrote.
-    """
+    """For each delta, whether it changes the latest known value of its key (applied in order)."""
     state = dict(known)
     flags = []
     for d in deltas:
@@ -72,12 +64,7 @@ def changed_flags(deltas: Iterable[StateDelta], known: Mapping[str, str]) -> tup
     return tuple(flags)
 
 
-def classify_outcome(
-    deltas: Iterable[StateDelta],
-    known: Mapping[str, str],
-    *,
-    failed: bool,
-) -> Outcome:
+def classify_outcome(deltas: Iterable[StateDelta], known: Mapping[str, str], *, failed: bool) -> Outcome:
     """``exception`` on explicit failure; ``state_update`` when some accepted delta changes
     known state; otherwise ``no_observed_change``."""
     if failed:

@@ -1,27 +1,14 @@
 """The whole history drawn flat as one image: the AgentOCR (w/o RL) optical-history baseline
 (paper appendix "Optical baseline scope" and "ALFWorld comparison with AgentOCR (w/o RL)").
 
-AgentOCR's ALFWorld runs (``train_alfworld.sh`` / ``examples/grpo_trainer/run_alfworld.sh``
-of github.com/langfengQ/AgentOCR: ``env.history_length=50``, ``ocr.font_size=10``,
-``ocr.max_width=392``; the remaining ``ocr`` keys at their ``ppo_trainer.yaml`` defaults,
-``padding: 5``, ``min_width/min_height: 28``, ``max_height: 4096``, white background, black
-text; ``HIGHLIGHT_CONFIGS='[Observation]:0,0,255;[Action]:255,0,0'``) render the memory
-``SimpleMemory.fetch`` formats, one line per step::
-
-    [Observation]: <observation before the action, newlines as spaces> [Action]: <action>
-
-Each line is a segment (``split_into_segments``) rendered on its own at a fixed width of
-392 px with no padding (``find_fast_dimensions`` with ``use_precise=False``: wrap at
-``int(392 / average character width)`` characters; a line shorter than that is kept
-verbatim, a longer one is re-wrapped word by word and over-long words are cut), the segments
-are stacked, and a 5 px white border is added last. Line height is ``int(1.2 x`` the ink
-height of AgentOCR's sample string``)``. Without history the image is a blank 28x28 with
-the border. No compression factor is applied (1.0: the "w/o RL" setting).
-
-This module re-implements that layout (no code is copied) with the same font AgentOCR
-picks first, DejaVu Sans Mono, taken from matplotlib's bundled copy and loaded with
-``ImageFont.Layout.BASIC`` so no host shaping library is involved: the same history and
-config give the same bytes on every machine with the pinned Pillow.
+AgentOCR's ALFWorld runs (github.com/langfengQ/AgentOCR ``run_alfworld.sh``:
+``env.history_length=50``, ``ocr.font_size=10``, ``ocr.max_width=392``, the other ``ocr`` keys at
+their ``ppo_trainer.yaml`` defaults, ``HIGHLIGHT_CONFIGS='[Observation]:0,0,255;[Action]:255,0,0'``)
+render one line per step, ``[Observation]: <o_pre> [Action]: <action>``, each wrapped at
+``int(392 / average character width)`` characters, stacked, with a 5 px border; no compression
+(the "w/o RL" setting). This re-implements that layout (no code copied) with DejaVu Sans Mono
+from matplotlib, loaded with ``ImageFont.Layout.BASIC``: the same bytes on every machine with
+the pinned Pillow.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Monospace glyph atlas for the optical renderer (paper "Render": a fixed, deterministic
 visual grammar).
 
-Text is drawn from an atlas of DejaVu Sans Mono glyphs (shipped in matplotlib's
-``mpl-data/fonts/ttf``, loaded with ``ImageFont.Layout.BASIC`` so no host shaping library is
-involved). Each glyph is rasterised once into a fixed ``cell_w x cell_h`` cell and stored
-as 8 coverage levels (0..7); a text span becomes a strip assembled with numpy fancy
-indexing (no per-text cache: it bought nothing, ``benchmarks/bench_views.py`` docstring).
-Pixels depend only on the pinned Pillow/FreeType and the font file, never on draw order.
-Characters the font lacks are drawn as ``?``; control characters as spaces.
+DejaVu Sans Mono (matplotlib's copy, ``ImageFont.Layout.BASIC``: no host shaping library), each
+glyph rasterised once into a cell as 8 coverage levels; pixels depend only on the pinned
+Pillow/FreeType and the font file. No per-text cache: it bought nothing
+(``benchmarks/bench_views.py`` docstring).
 """
 
 from __future__ import annotations

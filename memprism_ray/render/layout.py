@@ -1,24 +1,17 @@
 """Layout of a compiled view: the fixed visual grammar and the row budget (paper "Render:
 Optical Working Memory", appendix D.3 "rendering invariants"; ``V_t = R_{tau,gamma}(S_t)``).
 
-Grammar: a header bar names the view, the goal (goal terms in the accent colour) and the
-counts; ActionEffect groups are separate cards (the (action type, entity) pair, attempt
-count and outcome histogram, then one aligned row per shown attempt), DependencyChain links
-sit under their anchor card with a connector up to it, EntityState is a table of entity
-rows and state-key columns holding value chains; every event row has the same columns
-(step | action | outcome | state changes); arrows show change (``key -> value``, ``a -> b ->
-c``); failed rows are red, goal-relevant evidence yellow with an accent bar in the margin.
-Fine shows every accepted delta (unchanged repeats as ``key = value``); medium and coarse
-only deltas that changed the tracked state (D.1: "individual view extractors may suppress
-unchanged values").
+Grammar: a header bar (view, goal with its terms in the accent colour, counts); ActionEffect
+groups as cards, DependencyChain links under their anchor card, EntityState as a table of value
+chains; every event row has the columns step | action | outcome | state changes; arrows show
+change; failed rows are red, goal evidence yellow with an accent bar. Fine shows every accepted
+delta (unchanged repeats as ``key = value``); medium and coarse only changes (D.1: "individual
+view extractors may suppress unchanged values").
 
-Row budget: a page is ``max_side`` wide and as tall as its content (rounded up to a multiple
-of 28, at most ``max_side``). Entries that do not fit are dropped farthest from the decision
-first (the oldest for time-ordered views, the lowest-priority links for DependencyChain) and
-counted on a ``... N earlier <unit> omitted`` marker; the text renderer prints exactly the
-kept entries and the same marker, so the optical and the text view carry the same
-information. A ``fine`` view first shrinks its rows (``RenderConfig.fine_fit``,
-``min_font_size``) until every selected item fits.
+Row budget: a page is ``max_side`` wide and as tall as its content (a multiple of 28, at most
+``max_side``); entries that do not fit are dropped farthest from the decision first and counted
+on a ``... N earlier <unit> omitted`` marker, in the image and its text twin alike. A ``fine``
+view first shrinks its rows (``RenderConfig.fine_fit``) until every selected item fits.
 
 No caches: memoising laid-out blocks, text wraps and per-page facts bought 1.01-1.09x of a
 whole decision's compose + render at the paper's horizons (``benchmarks/bench_views.py
@@ -36,7 +29,6 @@ from memprism_ray.composer.select import SelectedEvent
 from memprism_ray.composer.structures import (
     ActionEffect,
     DependencyChain,
-    EffectGroup,
     EntityRow,
     EntityState,
     LinkKind,
@@ -273,10 +265,6 @@ def flow(items: list[list[Seg]], sep: Seg | None, width: int, cont: Seg | None =
 Cell = tuple[int, list[list[Seg]]]  # (column, lines of segments)
 
 
-def text_cell(col: int, text: str, width: int, fg: str = "text", bold: bool = False) -> Cell:
-    return col, [[(line, fg, bold)] for line in wrap(text, width)]
-
-
 def grid(cells: list[Cell], bg: str | None = None, bar: str | None = None) -> list[Row]:
     """Rows holding cells side by side; the entry is as tall as its tallest cell."""
     height = max((len(lines) for _, lines in cells), default=1) or 1
@@ -311,10 +299,6 @@ def delta_items(item: SelectedEvent, gamma: str) -> list[tuple[str, str, bool]]:
     return [(d.key, d.value, True) for d in ev.deltas if d.changed]
 
 
-def delta_text(key: str, value: str, changed: bool) -> str:
-    return f"{key} -> {value}" if changed else f"{key} = {value}"
-
-
 def event_line(item: SelectedEvent, gamma: str, shown: int | None = None) -> str:
     """``step 7 | take mug 1 from countertop 2 | state_update | agent.holding -> mug 1``;
     ``shown`` limits the state changes to the ones the image shows (with a count)."""
@@ -322,7 +306,7 @@ def event_line(item: SelectedEvent, gamma: str, shown: int | None = None) -> str
     line = f"step {ev.t} | {ev.action} | {ev.outcome.value}"
     deltas = delta_items(item, gamma)
     kept = deltas if shown is None else deltas[:shown]
-    parts = [delta_text(k, clean(v), c) for k, v, c in kept]
+    parts = [f"{k} -> {clean(v)}" if c else f"{k} = {clean(v)}" for k, v, c in kept]
     if len(kept) < len(deltas):
         parts.append(f"(+{len(deltas) - len(kept)} more changes)")
     if parts:
@@ -426,14 +410,6 @@ def event_entry(
 _WORD = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]+")
 
 
-def _goal_segments(goal: str, terms: frozenset[str]) -> list[Seg]:
-    segs: list[Seg] = [("goal: ", "dim", False)]
-    for tok in _WORD.findall(clean(goal)):
-        hit = tok[0].isalnum() and not tok.isdigit() and fold(tok.lower()) in terms
-        segs.append((tok, "accent" if hit else "text", hit))
-    return segs
-
-
 def header_block(view: View, geo: Geometry, counts: list[str]) -> Block:
     """Title (tau, window, filter, gamma), goal (at most 2 rows, goal terms highlighted)
     and counts; rows wrap at narrow widths."""
@@ -443,7 +419,12 @@ def header_block(view: View, geo: Geometry, counts: list[str]) -> Block:
     title += [
         [(f"{k}={v}", "text", False)] for k, v in (("window", a.window), ("filter", a.filter), ("gamma", a.gamma))
     ]
-    goal_lines = flow([[s] for s in _goal_segments(view.goal, frozenset(view.goal_terms))], None, cols - 1)
+    terms = frozenset(view.goal_terms)
+    goal: list[list[Seg]] = [[("goal: ", "dim", False)]]
+    for tok in _WORD.findall(clean(view.goal)):
+        hit = tok[0].isalnum() and not tok.isdigit() and fold(tok.lower()) in terms
+        goal.append([(tok, "accent" if hit else "text", hit)])
+    goal_lines = flow(goal, None, cols - 1)
     if len(goal_lines) > 2:
         goal_lines = [goal_lines[0], [*goal_lines[1], ("…", "dim", False)]]
     lines = flow(title, ("  ", "text", False), cols) + goal_lines
@@ -518,25 +499,12 @@ def _temporal(view: View, body: TemporalTrace, geo: Geometry, budget_rows: int) 
     return len(entries), build, None
 
 
-def _histogram_segs(group: EffectGroup) -> list[Seg]:
-    segs: list[Seg] = []
-    for o, c in group.histogram:
-        label, fg = OUTCOME_LABEL[o]
-        segs.append((f"  {label} {c}", fg if c else "dim", bool(c)))
-    return segs
-
-
-def _longest_shown(g: EffectGroup, k: int) -> int:
-    """``_longest_action`` of the group's last ``k`` shown attempts (``-1``: none)."""
-    return max((len(it.event.action) for it in g.attempts[-k:]), default=-1)
-
-
 def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> Layout:
     groups = body.groups
     gamma = view.action.gamma
     cols = geo.content_cols("card")
     shown = groups[-budget_rows:]
-    longest = max((_longest_shown(g, budget_rows) for g in shown), default=-1)
+    longest = max((len(it.event.action) for g in shown for it in g.attempts[-budget_rows:]), default=-1)
     num_w = max((len(f"#{g.count}") for g in shown), default=2)
     ec = event_columns(cols, num_w, max(_step_w(view), 3), 8 if longest < 0 else longest)
 
@@ -548,7 +516,8 @@ def _effect(view: View, body: ActionEffect, geo: Geometry, budget_rows: int) -> 
         bar = "accent" if g.goal_match else None
         head: list[Seg] = [(f"{g.act} {g.entity}".strip() or "(no entity)", "text", True)]
         head.append((f"   {g.count} attempt{'s' if g.count != 1 else ''}", "dim", False))
-        head.extend(_histogram_segs(g))
+        for o, c in g.histogram:
+            head.append((f"  {OUTCOME_LABEL[o][0]} {c}", OUTCOME_LABEL[o][1] if c else "dim", bool(c)))
         head_rows = grid([(0, flow([[s] for s in head], None, cols))], "goal_bg" if g.goal_match else None, bar)
         hist = ", ".join(f"{o.value} {c}" for o, c in g.histogram)
         head_line = f"{g.act} {g.entity} | attempts {g.count} | {hist}" + (" [goal]" if g.goal_match else "")
@@ -702,14 +671,9 @@ def _chain_stats(c: StateChain, gamma: str) -> tuple[int, int]:
 
 
 def _table_columns(rows: tuple[EntityRow, ...], cols: int, gamma: str) -> tuple[int, list[tuple[str, int, int]], int]:
-    """Entity column width, kept attribute columns ``(attribute, col, width)`` and the
-    column of the catch-all ``other`` column (``-1``: none).
-
-    Attributes are ordered by how many entities have them. Each column first gets its
-    minimum (its title, or its longest single value plus the chain arrow, at most 20 and
-    at least 8); attributes that do not fit at their minimum share one ``other`` column.
-    The remaining width goes to the columns in proportion to how much chain text they
-    hold, so long chains (locations) get the room and short states stay narrow."""
+    """Entity column width, kept attribute columns ``(attribute, col, width)`` and the column of the
+    catch-all ``other`` column (``-1``: none). Spare width goes in proportion to chain text, so long
+    chains (locations) get the room and short states stay narrow."""
     count: dict[str, int] = {}
     longest: dict[str, int] = {}
     demand: dict[str, int] = {}
@@ -776,7 +740,8 @@ def _state(view: View, body: EntityState, geo: Geometry, budget_rows: int) -> La
 
     def build(i: int) -> Block:
         r = rows[i]
-        cells: list[Cell] = [text_cell(0, r.entity, ew, "accent" if r.goal_match else "text", True)]
+        fg = "accent" if r.goal_match else "text"
+        cells: list[Cell] = [(0, [[(line, fg, True)] for line in wrap(r.entity, ew)])]
         extra: list[list[Seg]] = []
         texts = []
         hidden = 0
@@ -842,15 +807,9 @@ def _marker(text: str) -> Block:
 
 
 def layout(view: View, config: RenderConfig | None = None) -> Page:
-    """Lay ``view`` out under ``config``'s row budget (see the module docstring).
-
-    A ``fine`` view keeps every selected item (the view teacher's "fine: preserve all
-    selected events/items", appendix E.2): when the page cannot hold them at
-    ``config.font_size`` and ``config.fine_fit == "shrink"``, the rows shrink (smaller font
-    sizes down to ``config.min_font_size``) and the largest size that shows everything is
-    used. If even the smallest cannot, the smallest size is used and what is left out is
-    counted on the page (``⋯ N earlier entries omitted``, ``⋯ k more changes``), in the
-    image and in the text twin alike."""
+    """Lay ``view`` out under ``config``'s row budget (module docstring). A ``fine`` view ("fine:
+    preserve all selected events/items", appendix E.2) takes the largest font size that shows
+    everything, else the smallest, which shows the most."""
     config = config or RenderConfig()
     page = _layout_at(view, config)
     if page.complete or view.action.gamma != "fine" or config.fine_fit != "shrink":

@@ -2,14 +2,10 @@
 Memory"; appendix D.3: "The same event stream, action, goal, and renderer configuration
 produce the same image").
 
-A laid-out page (``render.layout``) is painted into a palette-index canvas with numpy: the
-palette holds 32 (foreground, background) styles x 8 coverage levels, so a text span is
-one array assignment (glyph levels + style base) and a fill is one slice assignment. The
-result is a ``P`` image with exact colours (1 byte per pixel: PNG encoding is ~6x faster
-than RGB and files are small); ``RenderConfig.image_mode="RGB"`` returns a converted copy.
-No step depends on process state, so bytes are identical in any process. ``paint`` draws
-every row on a fresh canvas (O(P) in what the page shows): row-strip caches, frame templates
-and canvas pools bought nothing at the paper's horizons (``benchmarks/bench_views.py``).
+A page is painted into a palette-index canvas (32 styles x 8 coverage levels): a ``P`` image
+with exact colours (PNG encoding ~6x faster than RGB). Every row is drawn on a fresh canvas:
+row-strip caches, frame templates and canvas pools bought nothing at the paper's horizons
+(``benchmarks/bench_views.py``).
 """
 
 from __future__ import annotations
@@ -36,15 +32,10 @@ STYLE_PAIRS: tuple[tuple[str, str], ...] = (
 )
 assert len(STYLE_PAIRS) * LEVELS <= 256
 STYLE_BASE: dict[tuple[str, str], int] = {pair: i * LEVELS for i, pair in enumerate(STYLE_PAIRS)}
-_SOLID: dict[str, int] = {}
+_SOLID: dict[str, int] = {}  # palette index of a plain colour role
 for (_fg, _bg), _base in STYLE_BASE.items():
     _SOLID.setdefault(_bg, _base)  # level 0: the background colour
     _SOLID.setdefault(_fg, _base + LEVELS - 1)  # top level: the foreground colour
-
-
-def solid(role: str) -> int:
-    """Palette index of a plain colour role."""
-    return _SOLID[role]
 
 
 _ROLES: tuple[str, ...] = tuple(sorted({role for pair in STYLE_PAIRS for role in pair}))
@@ -68,7 +59,7 @@ def row_strip(row: Row, bg: str, size: int) -> np.ndarray:
     """Palette indices of one text row (its spans over its background)."""
     regular, bold = atlas(size), atlas(size, True)
     end = max((sp.col + len(sp.text) for sp in row.spans), default=0)
-    strip = np.full((regular.cell_h, end * regular.cell_w), solid(bg), np.uint8)
+    strip = np.full((regular.cell_h, end * regular.cell_w), _SOLID[bg], np.uint8)
     for sp in row.spans:
         glyphs = (bold if sp.bold else regular).strip(sp.text)
         x = sp.col * regular.cell_w
@@ -91,9 +82,9 @@ def _draw_rows(canvas: np.ndarray, block: Block, y: int, page: Page, config: Ren
             return
         ry1 = min(height, ry + geo.row_h)
         if row.bg:
-            canvas[ry:ry1, x0:x1] = solid(row.bg)
+            canvas[ry:ry1, x0:x1] = _SOLID[row.bg]
         if row.bar:
-            canvas[ry:ry1, max(0, geo.margin - 5) : geo.margin - 2] = solid(row.bar)
+            canvas[ry:ry1, max(0, geo.margin - 5) : geo.margin - 2] = _SOLID[row.bar]
         if not row.spans:
             continue
         strip = row_strip(row, row.bg or block.bg, page.geometry.font_size)  # a fine page may have shrunk
@@ -106,9 +97,9 @@ def paint(page: Page, config: RenderConfig) -> np.ndarray:
     """Palette indices ``(height, width)`` of a laid-out page, every row drawn directly."""
     geo = page.geometry
     h, w = page.height, geo.width
-    canvas = np.full((h, w), solid("background"), np.uint8)
-    canvas[: page.header_h, :] = solid("header_bg")
-    canvas[page.header_h - 2 : page.header_h, :] = solid("arrow")
+    canvas = np.full((h, w), _SOLID["background"], np.uint8)
+    canvas[: page.header_h, :] = _SOLID["header_bg"]
+    canvas[page.header_h - 2 : page.header_h, :] = _SOLID["arrow"]
     _draw_rows(canvas, page.header, 0, page, config)
     y = page.header_h + 4
     anchor_bottom = -1
@@ -122,19 +113,19 @@ def paint(page: Page, config: RenderConfig) -> np.ndarray:
         x0, x1 = geo.margin, w - geo.margin
         border = _BOX[block.kind][0]
         if block.kind in ("card", "anchor"):
-            canvas[y:y1, x0:x1] = solid("arrow" if block.kind == "anchor" else "rule")
-            canvas[y + border : max(y + border, y1 - border), x0 + border : x1 - border] = solid(block.bg)
+            canvas[y:y1, x0:x1] = _SOLID["arrow" if block.kind == "anchor" else "rule"]
+            canvas[y + border : max(y + border, y1 - border), x0 + border : x1 - border] = _SOLID[block.bg]
             if block.kind == "anchor":
                 anchor_bottom = y1
         elif block.kind == "table_head":
-            canvas[y:y1, x0:x1] = solid("header_bg")
+            canvas[y:y1, x0:x1] = _SOLID["header_bg"]
         if block.kind in ("table_head", "table_row"):
             x_text = geo.content_x(block.kind)
             for col in block.col_rules:
                 xr = x_text + col * geo.cell_w + geo.cell_w // 2
-                canvas[y:y1, xr : xr + 1] = solid("rule")
+                canvas[y:y1, xr : xr + 1] = _SOLID["rule"]
             if block.kind == "table_row" and y + bh - 1 < h:
-                canvas[y + bh - 1, x0:x1] = solid("rule")
+                canvas[y + bh - 1, x0:x1] = _SOLID["rule"]
         _draw_rows(canvas, block, y, page, config)
         if block.kind == "link":
             link_mids.append(y + _BOX["link"][3] + geo.row_h // 2)
@@ -147,7 +138,7 @@ def paint(page: Page, config: RenderConfig) -> np.ndarray:
 def _connectors(canvas: np.ndarray, page: Page, top: int, mids: list[int]) -> None:
     """Dependency arrows: a trunk from each linked event up to the anchor card."""
     geo = page.geometry
-    color = solid("arrow")
+    color = _SOLID["arrow"]
     x = geo.margin + geo.cell_w
     x_end = geo.content_x("link") - 4
     bottom = min(canvas.shape[0] - 1, max(mids))
@@ -175,11 +166,7 @@ class Rendered:
 
 
 def paint_image(page: Page, config: RenderConfig) -> Image.Image:
-    """A laid-out page as a PIL image (palette or RGB per ``config.image_mode``).
-
-    The palette image maps the painted array without a copy (as ``Image.fromarray`` does:
-    Pillow marks it read-only and copies before any in-place edit); each call paints a
-    fresh array, so nothing else refers to it."""
+    """A laid-out page as a PIL image; the palette image maps the freshly painted array without a copy."""
     canvas = paint(page, config)
     img = Image.frombuffer("P", (canvas.shape[1], canvas.shape[0]), canvas, "raw", "P", 0, 1)
     img.putpalette(palette(config.colors))
@@ -200,12 +187,8 @@ def encode_png(image: Image.Image, config: RenderConfig | None = None) -> bytes:
 
 
 def render(view: View, config: RenderConfig | None = None, *, paint: bool = True) -> Rendered:
-    """Image and text from one layout (what the agent loop needs at each decision).
-
-    ``paint=False`` skips the pixels (``image`` is ``None``); text, size and counts are those of
-    the same layout. For a reader of the text twin only: D1 labelling shows the scripted
-    stand-in 144 pages per decision, and painting was 46% of that time (cProfile of 7,200
-    views; ``benchmarks/bench_labels.py``)."""
+    """Image and text from one layout. ``paint=False`` skips the pixels for a reader of the text only:
+    painting was 46% of D1 labelling's time (cProfile of 7,200 views; ``benchmarks/bench_labels.py``)."""
     config = config or RenderConfig()
     page = layout(view, config)
     text = "\n".join(page.lines)

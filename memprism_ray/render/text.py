@@ -1,10 +1,5 @@
-"""The text renderer: the paper's "Dynamic Text" condition and what a text-only policy reads.
-
-It prints the same laid-out page as the optical renderer (``render.layout``): the same
-header facts, the same kept entries under the same row budget and the same omission
-marker, one entry per line, with entity names, actions, outcomes and state changes verbatim
-(``step 7 | take mug 1 from countertop 2 | state_update | agent.holding -> mug 1``).
-Goal-relevant entries end in ``[goal]``.
+"""The text renderer: the paper's "Dynamic Text" condition and what a text-only policy reads:
+the optical renderer's laid-out page (the same kept entries and omission marker), one entry per line.
 """
 
 from __future__ import annotations

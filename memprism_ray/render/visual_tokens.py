@@ -1,17 +1,11 @@
 """Visual-token accounting for rendered views (paper appendix "Common controlled protocol":
 efficiency records "rendered pixels, visual tokens, prompt tokens" as separate fields).
 
-* **Qwen2.5-VL**: ``smart_resize`` (factor 28 = 14 px patches x 2x2 merge; Python ``round``,
-  half to even, so 686 -> 672; then scaled down to ``max_pixels`` with floor or up to
-  ``min_pixels`` with ceil), one token per 28x28 block, plus 2 for ``<|vision_start|>`` and
-  ``<|vision_end|>``: 672x672 -> 576 + 2 = 578. Defaults are the 7B-Instruct processor's
-  ``min_pixels=3136``, ``max_pixels=12845056``.
-* **Qwen3-VL**: the same rule with factor 32 and ``min_pixels=65536``,
-  ``max_pixels=16777216``, plus 2 markers: 672x672 -> 441 + 2 = 443.
-* **MiniCPM-V 2.6**: 64 query tokens plus 2 markers = 66 for the overview; above one
-  448x448 area also a ``gx x gy`` grid of slices (at most 9; the grid whose aspect is closest
-  in log-space, among 1 less, equal to and 1 more than ``ceil(area / 448^2)`` slices), each
-  66, plus ``gy - 1`` newlines: ``66 + 66*gx*gy + gy - 1``; 672x672 -> 2x2 -> 331.
+* **Qwen2.5-VL**: ``smart_resize`` (factor 28; Python ``round``, half to even, so 686 -> 672), one
+  token per 28x28 block plus 2 vision markers: 672x672 -> 576 + 2 = 578 (7B-Instruct's defaults).
+* **Qwen3-VL**: the same rule with factor 32: 672x672 -> 441 + 2 = 443.
+* **MiniCPM-V 2.6**: 66 for the overview, above one 448x448 area also a ``gx x gy`` grid of
+  slices of 66 plus ``gy - 1`` newlines: 672x672 -> 2x2 -> 331.
 """
 
 from __future__ import annotations

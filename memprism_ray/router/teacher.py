@@ -1,70 +1,37 @@
 """View teachers for D1 (paper: "Adapter", eq. view-teacher; appendix A.3, D.4, E.2).
 
-A view teacher maps a decision state and its reference next action ``u_t^ref`` to a soft
-distribution ``q_T(a | o_t, g, E_<t, u_t^ref)`` over the 144 view actions. Both teachers
-here return a :class:`TeacherLabel`: ``distribution`` (float32 [144], sums to 1, indexed
-by eq. A.1) and ``stats`` (what happened while labelling).
+A view teacher maps a decision state and its reference next action ``u_t^ref`` to a
+:class:`TeacherLabel`: ``q_T(a | o_t, g, E_<t, u_t^ref)`` as float32 [144] (eq. A.1 order) and ``stats``.
 
 LLMViewTeacher
-    The paper's teacher. The view-teacher prompts of appendix E.2 are stored verbatim in
-    ``router/prompts/``: the Generic one here (:data:`GENERIC_PROMPT`), a benchmark's own with
-    its teacher (Mind2Web's: a subclass in ``benchmark/mind2web.py`` with its prompt and its
-    prompt inputs, :meth:`memprism_ray.benchmark.Benchmark.llm_teacher`). A prompt is filled by
-    a single regex pass over the known
-    placeholders only (the prompts contain literal JSON braces, so ``str.format`` is never
-    used); every input value is inserted as JSON, ``top_k`` as a bare integer. The prompt
-    goes to any OpenAI-compatible ``/chat/completions`` endpoint through the shared
-    :class:`~memprism_ray.llm_client.ChatClient` (timeout, bounded retries honouring
-    ``Retry-After``; other 4xx fail at once). The reply is parsed as data (never evaluated): the
-    substring from the first ``{`` to the last ``}`` is read as JSON, the
-    ``teacher_distribution`` items are validated and counted in ``stats``: items that are
-    not objects or lack a view (``malformed_item``), unknown view names (``unknown_name``;
-    the legacy tau aliases and any letter case are accepted), scores that are not finite
-    non-negative numbers (``bad_score``), repeats of one view (``duplicate``, scores
-    summed) and items beyond ``top_k`` (``over_top_k``, lowest scores dropped). Survivors
-    are renormalised to sum to 1; a reply with no surviving positive score raises
+    The paper's teacher: an appendix-E.2 prompt (verbatim in ``router/prompts/``; a benchmark may
+    bring its own, :meth:`memprism_ray.benchmark.Benchmark.llm_teacher`), filled with JSON values
+    (the prompts hold literal braces, so never ``str.format``) and sent through the shared
+    :class:`~memprism_ray.llm_client.ChatClient`. The reply is parsed as data, never evaluated;
+    rejected items are counted in ``stats`` (``malformed_item``, ``unknown_name``, ``bad_score``,
+    ``duplicate`` (summed), ``over_top_k``); a reply with no positive score raises
     :class:`TeacherResponseError`.
 
 CounterfactualTeacher
-    Needs no external LLM. For a decision state and its reference action it asks the
-    frozen task policy, reading each candidate view (all 144 by default), what it would do.
-    The match rate ``m(a)`` is the probability that the policy produces ``u_ref`` under
-    view ``a``: read exactly from the policy's action distribution when a ``probs``
-    callable is given (the scripted CPU policy exposes its softmax), else estimated from
-    ``S = samples_per_view`` calls of ``act`` (actions compared after whitespace and case
-    normalisation). With the structural cost ``C(a)`` of :func:`memprism_ray.view_space.cost`:
+    Needs no external LLM: ``m(a)``, the probability that the frozen task policy produces
+    ``u_ref`` under view ``a`` (exact from ``probs``, else from ``samples_per_view`` calls of
+    ``act``), and the structural cost ``C(a)`` (:func:`memprism_ray.view_space.cost`) give
 
         rule "margin" (default):  q(a) ∝ [m(a) >= (1 - margin) max_b m(b)] * m(a) * exp(-C(a) / T_c)
         rule "proportional":      q(a) ∝ m(a) * exp(-C(a) / T_c)
         rule "best":              q(a) ∝ [m(a) = max_b m(b)] * exp(-C(a) / T_c)
 
-    over the candidates, 0 elsewhere. The prompt's two phases: Phase 1 (discrimination)
-    keeps the views that lead the policy to ``u_ref`` nearly as reliably as the best one
-    (the margin is relative: while exploring, ``m`` is about 1 / #unvisited places and a
-    view showing more of the places already visited raises it from 0.10 to 0.125),
-    Phase 2 (cost tie-break) shades mass among them towards cheaper views. ``T_c`` sets how
-    strong that shading is: with ``C`` in [0, 1], ``T_c = 0.1`` weighs the cheapest view
-    e^10 times the dearest, so the cost, not the evidence, decides every label (what
-    collapsed the Router to one cheap view); ``T_c >= 1`` keeps it a small regulariser,
-    as the paper's D1 loss does with ``lambda_C = 0.02``. With ``page_token_temperature = T > 0``
-    Phase 2 shades by the visual tokens of each candidate's page at this state,
-    ``exp(-tokens/T)`` (``page_tokens(state, view)``), in place of ``exp(-C/T_c)``: unlike the
-    structural cost it also ranks tau, which the prompt's tie-break never does, so it is an
-    option; on the embedded default it bought tokens with the Router's situation-dependence
-    (docs/embedded-default-results.md, "Phase 2 by the page's visual tokens").
-
-    A state where every candidate gives nearly the same ``m`` (spread ``max m - min m``
-    below ``min_spread``) carries no information about views: the policy's action does not
-    depend on what it is shown. Its label would be the cost prior alone, so by default it
-    is marked ``stats["uninformative"]`` and ``stats["fallback"]`` (D1 skips fallback
-    labels and counts them). With ``uninformative="tie_break"`` every candidate is equally
-    discriminative, so Phase 2 decides alone: the label is ``q ∝ exp(-C/T)`` over all of
-    them (``T = tie_break_temperature``, or ``T_c`` when that is 0), kept, still marked uninformative.
-    On the embedded default it trades SR for tokens like a sharper ``T_c`` does
-    (docs/embedded-default-results.md, "Uninformative states"). If no candidate ever
-    matches (``m = 0`` everywhere), with ``no_match="cost_prior"`` the label is
-    ``q ∝ exp(-C/T_c)`` over the candidates and ``stats["fallback"]`` is True; with
-    ``no_match="raise"`` a :class:`TeacherResponseError` is raised.
+    over the candidates (the prompt's Phase 1 discrimination, Phase 2 cost tie-break). The margin
+    is relative: while exploring, ``m`` is about 1 / #unvisited places. ``T_c = 0.1`` weighs the
+    cheapest view e^10 times the dearest, so the cost decided every label and collapsed the
+    Router to one cheap view; ``T_c >= 1`` keeps it a small regulariser (the paper's
+    ``lambda_C = 0.02``). ``page_token_temperature = T > 0`` shades by each page's visual tokens,
+    ``exp(-tokens/T)``, instead (docs/embedded-default-results.md, "Phase 2 by the page's visual
+    tokens"). A state whose ``max m - min m`` is below ``min_spread`` is ``uninformative``: by
+    default a ``fallback`` label D1 skips, with ``uninformative="tie_break"`` the label
+    ``q ∝ exp(-C/T)`` over all candidates (docs/embedded-default-results.md, "Uninformative
+    states"). With no match anywhere, ``no_match="cost_prior"`` gives ``q ∝ exp(-C/T_c)`` (a
+    fallback) and ``no_match="raise"`` a :class:`TeacherResponseError`.
 """
 
 from __future__ import annotations
@@ -90,9 +57,7 @@ PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
 
 
 class TeacherPrompt(VerbatimPrompt):
-    """One view-teacher prompt of appendix E.2: ``name`` (each label's ``stats["prompt"]``),
-    the placeholders it must be given (``top_k`` comes from the config) and its verbatim file
-    (loaded, checked and filled as every verbatim prompt is)."""
+    """One view-teacher prompt of appendix E.2 (``name`` is each label's ``stats["prompt"]``)."""
 
     what: ClassVar[str] = "view-teacher prompt"
     prompt_dir: ClassVar[Path] = PROMPT_DIR
@@ -140,10 +105,6 @@ class TeacherLabel:
             raise ValueError(f"TeacherLabel.distribution must sum to 1, sums to {float(q.sum()):.6f}")
         self.distribution = q
 
-    def top(self, k: int = 5) -> list[tuple[ViewAction, float]]:
-        order = np.argsort(-self.distribution, kind="stable")[:k]
-        return [(ALL_ACTIONS[i], float(self.distribution[i])) for i in order if self.distribution[i] > 0]
-
 
 def _normalised(weights: np.ndarray) -> np.ndarray:
     total = math.fsum(float(w) for w in weights)
@@ -178,11 +139,8 @@ def serialize_stream(stream: EventStream | Sequence[StreamRecord]) -> list[dict[
 # --- decision states -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class DecisionState:
-    """One offline decision of a reference trajectory: ``(o_t, g, E_<t, u_t^ref)`` (eq. view-teacher).
-
-    ``history`` holds the records before step ``step`` (1-based), ``observation`` the
-    observation before the reference action (the raw event's ``o_pre``).
-    """
+    """One offline decision of a reference trajectory: ``(o_t, g, E_<t, u_t^ref)`` (eq. view-teacher);
+    ``history`` holds the records before ``step`` (1-based)."""
 
     history: tuple[StreamRecord, ...]
     observation: str
@@ -197,10 +155,7 @@ class DecisionState:
 
 
 def decision_states(stream: EventStream, goal: str | None = None, task_id: str | None = None) -> list[DecisionState]:
-    """Every decision of a recorded reference trajectory, in order.
-
-    The goal and task id default to ``stream.meta["goal"]`` and ``stream.meta["task_id"]``.
-    """
+    """Every decision of a recorded reference trajectory, in order (goal and task id default to ``stream.meta``'s)."""
     goal = goal if goal is not None else stream.meta.get("goal")
     if not isinstance(goal, str) or not goal:
         raise ValueError("decision_states needs the task goal: pass goal= or set stream.meta['goal']")
@@ -258,15 +213,8 @@ def parse_teacher_response(text: str, *, top_k: int | None = None) -> TeacherLab
     items = next((payload[k] for k in _LIST_KEYS if k in payload), None)
     if not isinstance(items, list):
         raise TeacherResponseError("teacher reply has no 'teacher_distribution' list")
-    stats: dict[str, Any] = {
-        "items": len(items),
-        "accepted": 0,
-        "malformed_item": 0,
-        "unknown_name": 0,
-        "bad_score": 0,
-        "duplicate": 0,
-        "over_top_k": 0,
-    }
+    reasons = ("malformed_item", "unknown_name", "bad_score", "duplicate", "over_top_k")
+    stats: dict[str, Any] = {"items": len(items), "accepted": 0, **dict.fromkeys(reasons, 0)}
     scores: dict[int, float] = {}
     for item in items:
         view = _item_view(item) if isinstance(item, dict) else None
@@ -314,9 +262,7 @@ def parse_teacher_response(text: str, *, top_k: int | None = None) -> TeacherLab
 # --- the LLM teacher --------------------------------------------------------------------------
 @dataclass
 class LLMTeacherConfig(EndpointConfig):
-    """The LLM view teacher's settings, declared once: the job's ``label.llm`` section (the
-    shared endpoint keys of memprism_ray/llm_client.py, where ``source: endpoint`` sends the
-    prompts) and what to ask it (appendix E.2)."""
+    """The LLM view teacher's settings, declared once: the job's ``label.llm`` section (appendix E.2)."""
 
     SECTION: ClassVar[str] = "label.llm"
 
@@ -347,15 +293,9 @@ class LLMTeacherConfig(EndpointConfig):
 
 
 class LLMViewTeacher(Closing):
-    """The appendix-E.2 view teacher over an OpenAI-compatible endpoint (see module docstring),
-    with the Generic prompt; a benchmark's own teacher sets :attr:`prompt` and
-    :meth:`state_inputs`.
-
-    ``transport`` is passed to ``httpx.Client`` (tests use ``httpx.MockTransport``).
-    ``complete_fn`` (prompt -> reply text) replaces the HTTP endpoint, e.g. the Ray policy
-    pool serving the teacher on its vLLM engines (memprism_ray/adapter/d1_labels.py).
-    ``counters`` (:class:`~memprism_ray.llm_client.LLMCounters`) counts the calls either way.
-    """
+    """The appendix-E.2 view teacher (module docstring); a benchmark's own sets :attr:`prompt` and
+    :meth:`state_inputs`. ``complete_fn`` (prompt -> reply) replaces the HTTP endpoint, e.g. the
+    policy pool's vLLM engines (memprism_ray/adapter/d1_labels.py)."""
 
     prompt: ClassVar[TeacherPrompt] = GENERIC_PROMPT
 
@@ -372,8 +312,7 @@ class LLMViewTeacher(Closing):
         self._client.close()
 
     def build_prompt(self, inputs: Mapping[str, Any]) -> str:
-        """Fill the template in one pass (:meth:`TeacherPrompt.fill`, which refuses a missing or
-        unknown input); every input is inserted as JSON (``top_k`` from the config)."""
+        """Fill the template; every input is inserted as JSON (``top_k`` from the config)."""
         values = dict(inputs)
         if "top_k" in values:
             raise ValueError(f"top_k comes from {self.config.SECTION}.top_k, do not pass it as an input")
@@ -442,7 +381,6 @@ class CounterfactualConfig:
     """The counterfactual teacher's settings, declared once: the job's ``label.counterfactual``
     section (rule in the module docstring)."""
 
-    #: The config section holding these settings (error messages name the key to change).
     SECTION: ClassVar[str] = "label.counterfactual"
 
     samples_per_view: int = field(
@@ -528,11 +466,7 @@ def normalize_action(action: str | Mapping[str, Any]) -> str:
 
 
 class CounterfactualTeacher:
-    """Labels a decision by replaying the frozen policy under each candidate view.
-
-    ``act(state, view) -> action`` samples the policy; ``probs(state, view) -> {action:
-    probability}``, when given, is used instead to read ``m(a)`` exactly.
-    """
+    """Labels a decision by replaying the frozen policy (``act``, or exact ``probs``) under each candidate view."""
 
     def __init__(
         self,

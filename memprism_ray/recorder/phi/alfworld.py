@@ -1,40 +1,16 @@
 """Rule Phi for ALFWorld (paper appendix D.2 "ALFWorld", prompt E.1 "ALFWorld Phi Event
-Extraction").
+Extraction"): "Rules provide hard evidence for the normalized action and explicit failure
+language, while Phi extracts the primary entity and sparse semantic state updates."
 
-"The adapter receives the pre-action textual observation, the selected admissible
-command, and the environment feedback. Rules provide hard evidence for the normalized
-action and explicit failure language, while Phi extracts the primary entity and sparse
-semantic state updates."
-
-This extractor is the rule half done completely: ALFWorld's feedback is generated from a
-fixed grammar (``alfred.twl2``), so every sentence it can emit has a pattern here. The
-normalised act type comes from the command's verb (``go``, ``open``, ``close``, ``take``,
-``put`` for move/put, ``heat``, ``cool``, ``clean``, ``slice``, ``use``, ``examine``,
-``look``, ``inventory``, ``help``; anything else is ``other``). "Nothing happens." is the
-engine's failure language: the event is an ``exception`` with no deltas. Whether an
-accepted event is a ``state_update`` or ``no_observed_change`` is left to the stream, which
-compares the deltas with the latest known values.
-
-State keys follow ``"<entity>.<attribute>"``:
-
-* ``agent.location`` -> the receptacle the agent went to (or faces),
-* ``agent.holding`` -> the held object, ``"nothing"`` when the hands are empty,
-* ``<receptacle>.open`` -> ``"open"`` / ``"closed"``,
-* ``<receptacle>.contents`` -> what was seen in or on it (``"apple 1, mug 2"`` or
-  ``"nothing"``), and per object ``<object>.location`` -> that receptacle, so a view can
-  show where things were seen; a taken object's location is ``"agent"``,
-* ``<object>.clean`` / ``.hot`` / ``.cool`` / ``.sliced`` -> ``"true"`` (heating clears a
-  known ``cool``, cooling a known ``hot``, as the PDDL domain does),
-* ``<lamp>.on`` -> ``"true"`` / ``"false"``.
-
-Besides the 0.4.2 grammar's wording the patterns accept the wording of the official
-ALFWorld games and of the paper's prompt ("You arrive at loc 5.", "You take the X from
-the Y.", "You put the X in/on the Y."). ``evidence["feedback_kind"]`` names the pattern
-that matched; ``"unknown"`` marks feedback no pattern explains (then no delta is made up).
-
-:data:`ALFWORLD_PHI` is ALFWorld's Phi: this rule extractor, the prompt "ALFWorld Phi Event
-Extraction" and its answer schema, exactly ``entity``, ``act_type`` and ``delta_s`` with open
-keys ("Create a short new key only for a genuinely new concept").
+ALFWorld's feedback comes from a fixed grammar (``alfred.twl2``), so every sentence it can emit
+has a pattern here, as do the official games' and the paper prompt's wordings ("You arrive at
+loc 5."). "Nothing happens." is the failure language: an ``exception`` with no deltas;
+``state_update`` vs ``no_observed_change`` is the stream's call. State keys: ``agent.location``,
+``agent.holding`` (``"nothing"``: empty hands), ``<receptacle>.open``, ``<receptacle>.contents``
+and per object ``<object>.location`` (``"agent"`` once taken), ``<object>.clean`` / ``.hot`` /
+``.cool`` / ``.sliced`` (heating clears a known ``cool`` and vice versa, as the PDDL domain does),
+``<lamp>.on``. ``evidence["feedback_kind"]`` names the matched pattern; ``"unknown"`` feedback
+makes up no delta.
 """
 
 from __future__ import annotations
@@ -53,7 +29,6 @@ INST = r"[a-z][a-z0-9_\-]* \d+"
 _I = rf"(?:{INST})"
 EMPTY_HAND = "nothing"
 
-# --- commands ------------------------------------------------------------------------------
 _COMMANDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("go", re.compile(r"go to (?P<target>.+)")),
     ("open", re.compile(r"open (?P<target>.+)")),
@@ -92,7 +67,6 @@ def parse_command(action: str) -> Command:
     return Command("other")
 
 
-# --- feedback ------------------------------------------------------------------------------
 _RECEPTACLE_VIEW = (
     ("receptacle_open", re.compile(rf"The (?P<r>{_I}) is open\. In it, you see (?P<items>.*?)\.")),
     ("receptacle_closed", re.compile(rf"The (?P<r>{_I}) is closed\.")),
@@ -153,9 +127,6 @@ def _receptacle_view(text: str) -> tuple[str, re.Match[str]] | None:
         if m:
             return kind, m
     return None
-
-
-# --- the extractor -------------------------------------------------------------------------
 
 
 class AlfworldPhi:

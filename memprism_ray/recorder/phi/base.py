@@ -1,10 +1,8 @@
 """The event extractor interface Phi (paper: "Recorder"; appendix D.1-D.2).
 
 "An event extractor Phi, together with rule-based checks, maps the raw event to" the
-structured event. An extractor returns the fields it can read off one raw event; the
-:class:`~memprism_ray.recorder.stream.EventStream` then validates the deltas, assigns ``t``
-and, unless the extractor forces it, classifies the outcome against the tracked state.
-Extractors never see or produce old values.
+structured event; the :class:`~memprism_ray.recorder.stream.EventStream` validates the deltas,
+assigns ``t`` and classifies the outcome. Extractors never see or produce old values.
 """
 
 from __future__ import annotations
@@ -19,12 +17,7 @@ from memprism_ray.recorder.stream import EventStream
 
 @dataclass(frozen=True, slots=True)
 class Extraction:
-    """What an extractor read off one raw event.
-
-    ``failed``: the environment reported failure (outcome ``exception``).
-    ``outcome``: force an outcome (e.g. Mind2Web keeps ``state_update`` for a valid human
-    step with no extracted key); ``None`` lets the stream classify it.
-    """
+    """What an extractor read off one raw event; ``outcome`` forces one (``None``: the stream classifies)."""
 
     entity: str
     act: str

@@ -1,12 +1,6 @@
 """Which Phi the actors build (paper "Recorder"; appendix D.2 "Benchmark-specific Phi adapters";
-docs/phi.md).
-
-``phi.kind: rules`` (the default) runs the benchmark's rule extractor only, on CPU.
-``phi.kind: llm`` runs :class:`~memprism_ray.recorder.phi.llm.LLMPhi`: the paper's Phi prompt
-sent to an OpenAI-compatible endpoint, with the rule extractor kept for the hard evidence
-and as the fallback for every answer that cannot be used. The endpoint keys (``base_url``,
-``model``, ``api_key_env``, ``timeout_s``, ``max_retries``, ``backoff_s``, ``max_backoff_s``)
-are the shared :class:`~memprism_ray.llm_client.EndpointConfig`.
+docs/phi.md): ``rules`` (the default, CPU) or ``llm`` (:class:`~memprism_ray.recorder.phi.llm.LLMPhi`,
+the rules kept for the hard evidence and as the fallback).
 """
 
 from __future__ import annotations

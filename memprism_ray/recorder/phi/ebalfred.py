@@ -1,34 +1,19 @@
 """Phi for EB-ALFRED in two stages (paper appendix D.2 "Benchmark-specific Phi adapters",
 EB-ALFRED paragraph; prompts "EB-ALFRED Phi Semantic Stage" and "... Grounding Stage").
 
-"The adapter records action metadata and a synchronized post-action camera frame ...
-Stage 1 extracts the primary entity, normalized action, and sparse state updates. If the
-simulator explicitly reports failure, the outcome is forced to exception and the state
-delta is cleared. Stage 2 uses the post-action image to localize at most three validated,
-visible candidate entities. Invalid or missing boxes remove only visual evidence; they
-cannot alter Stage 1 semantics. A stale-frame flag prevents unsynchronized pixels from
-being treated as grounded evidence."
+"Stage 1 extracts the primary entity, normalized action, and sparse state updates. If the
+simulator explicitly reports failure, the outcome is forced to exception and the state delta is
+cleared. Stage 2 uses the post-action image to localize at most three validated, visible
+candidate entities. Invalid or missing boxes remove only visual evidence; they cannot alter
+Stage 1 semantics. A stale-frame flag prevents unsynchronized pixels from being treated as
+grounded evidence."
 
-* :class:`EbAlfredRulePhi` is stage 1 by rules, a plain :class:`~.base.Phi`: EB-ALFRED's
-  actions come from a fixed skill grammar (``find a X``, ``pick up the X``, ``put down the
-  object in hand``, ``drop the object in hand``, ``open/close the X``, ``turn on/off the
-  X``, ``slice the X``) and its feedback is either "Last action executed successfully." or
-  "Last action is invalid. <reason>". It is also the fallback of the LLM stage-1 Phi.
-* :class:`GroundingStage` is stage 2: one vision-model call per event through
-  :data:`CompleteMany`, answers parsed as JSON data only and validated box by box.
-* :class:`EbAlfredPhi` composes both; stage 2 only adds ``evidence["grounding"]``.
-
-State keys (``"<entity>.<attribute>"``, recorder/events.py): ``agent.held_object`` (the
-held object or ``none``), ``agent.location`` (the object last found), ``<obj>.location``
-(``held``, the receptacle it was put on, ``floor`` when dropped), ``<obj>.open``
-(``open``/``closed``), ``<obj>.power`` (``on``/``off``), ``<obj>.sliced`` (``true``).
-Entities are the skill's object in lowercase (``cabinet_2`` for EmbodiedBench's numbered
-instances).
-
-:data:`EBALFRED_PHI` is EB-ALFRED's Phi: :class:`EbAlfredPhi` by rules, or with ``phi.kind:
-llm`` the LLM semantic stage (prompt "EB-ALFRED Phi Semantic Stage": exactly ``entity``,
-``act_type`` and ``delta_s``, "Do not output entities, bounding boxes, or other fields"; the
-entity lowercased) over the stage-1 rules, then grounding on the post-action frame.
+:class:`EbAlfredRulePhi` is stage 1 by rules over EB-ALFRED's fixed skill grammar and its
+"Last action executed successfully." / "Last action is invalid. <reason>" feedback (also the
+LLM stage 1's fallback); :class:`GroundingStage` is stage 2; :class:`EbAlfredPhi` composes them.
+State keys: ``agent.held_object``, ``agent.location`` (the object last found),
+``<obj>.location`` (``held``, its receptacle, ``floor``), ``<obj>.open``, ``<obj>.power``,
+``<obj>.sliced``; entities are the skill's object in lowercase.
 """
 
 from __future__ import annotations
@@ -151,18 +136,13 @@ def _deltas(act: str, entity: str, held: str | None, state: Mapping[str, str]) -
     return d
 
 
-# --- stage 2: grounding ------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Frame:
     """The post-action frame of one event and what says whether it is synchronized."""
 
     png: bytes | None
-    step: int | None = None
-    """the env step the frame was taken after (``None``: unknown)"""
-    changed: bool | None = None
-    """whether the frame differs from the previous one (``None``: unknown)"""
+    step: int | None = None  # the env step it was taken after (None: unknown)
+    changed: bool | None = None  # whether it differs from the previous frame (None: unknown)
 
 
 def candidates_of(ex: Extraction) -> list[str]:
@@ -224,12 +204,8 @@ def _box_problem(item: Any, candidates: Sequence[str], accepted: Sequence[Mappin
 
 @dataclass
 class GroundingStage:
-    """Stage 2: at most three validated boxes on the post-action frame per event.
-
-    ``complete_many`` is the vision model (batched). A stale frame (taken at another step
-    than the event's, or identical to the previous frame) or a missing one is flagged and
-    never sent to the model; a model error, an unparsable answer or an invalid box removes
-    only visual evidence, and each is counted in the evidence."""
+    """Stage 2: at most three validated boxes on the post-action frame per event. A stale frame
+    (another step's, or identical to the previous one) or a missing one is never sent to the model."""
 
     complete_many: CompleteMany
     prompt: str = field(default_factory=lambda: PROMPT_PATH.read_text())
@@ -281,10 +257,8 @@ class GroundingStage:
 
 
 def frame_from_meta(raw: RawEvent) -> Frame:
-    """The post-action frame an event's metadata points at: ``frame_path`` (a PNG the env
-    wrote, docs/ebalfred.md) or ``frame_png_b64``, with ``frame_step`` / ``frame_changed``.
-
-    An unreadable or non-PNG frame counts as missing (stage 2 then records ``no_frame``)."""
+    """The post-action frame an event's metadata points at (``frame_path`` or ``frame_png_b64``,
+    docs/ebalfred.md); an unreadable or non-PNG frame counts as missing."""
     meta = raw.meta
     png: bytes | None = None
     if meta.get("frame_path"):
@@ -359,10 +333,8 @@ class EbAlfredPhi:
 def ebalfred_inputs(
     raw: RawEvent, known_state: Mapping[str, str], rule: Extraction
 ) -> tuple[dict[str, str], list[bytes]]:
-    """EB-ALFRED stage-1 fields. Plain text (the prompt's CURRENT lines are not JSON):
-    ``o_pre`` -> before text, the action, ``feedback`` -> result text; ``meta`` keys
-    ``env_feedback`` (environment feedback text), ``last_action_success`` (the simulator's
-    flag) and ``post_frame_path`` (the post-action PNG sent as the image)."""
+    """EB-ALFRED stage-1 fields, plain text (the prompt's CURRENT lines are not JSON); the
+    ``post_frame_path`` PNG is sent as the image."""
     meta = raw.meta
     success = meta.get("last_action_success")
     flag = "unknown" if success is None else (str(int(success)) if isinstance(success, bool) else str(success))
@@ -381,9 +353,8 @@ def ebalfred_inputs(
 
 
 def ebalfred_llm_phi(spec: PhiSpec, backend: CompleteMany, cfg: PhiConfig) -> EbAlfredPhi:
-    """Appendix D.2 "EB-ALFRED": stage 1 semantic (the LLM over the stage-1 rules), stage 2
-    grounding on the post-action frame. The policy pool completes text only, so with
-    ``phi.llm_source: pool`` the grounding stage is left out (the Phi's name says so)."""
+    """Appendix D.2 "EB-ALFRED": the LLM semantic stage, then grounding (left out with
+    ``phi.llm_source: pool``: the pool completes text only)."""
     stage1 = LLMPhi(spec, backend, EbAlfredRulePhi())
     grounding = GroundingStage(backend) if cfg.llm_source == "endpoint" else None
     return EbAlfredPhi(stage1, grounding)

@@ -1,8 +1,5 @@
-"""Build the Phi a config asks for (docs/phi.md): the same choice in a PhiWorker, in a rollout
-worker that extracts locally (``rollout.phi_workers: 0``) and in an evaluation worker, for the
-benchmark whose :class:`~memprism_ray.recorder.phi.spec.PhiSpec` the caller gives.
-
-No ray here: a Ray actor calls these functions.
+"""Build the Phi a config asks for (docs/phi.md), the same way in every worker, for the benchmark
+whose :class:`~memprism_ray.recorder.phi.spec.PhiSpec` the caller gives.
 """
 
 from __future__ import annotations
@@ -72,10 +69,8 @@ def phi_stats(phi: Any) -> dict[str, Any]:
 def record_lockstep(
     episodes: Sequence[Sequence[RawEvent]], phi: Phi, metas: Sequence[Mapping[str, Any]] | None = None
 ) -> list[EventStream]:
-    """Record each episode's raw events into a fresh stream with ``phi``; step ``t`` of every
-    episode is extracted as one batch (:func:`extract_each`), so an LLM Phi has the whole step in
-    flight at once while each stream still sees its own latest state. A failed extraction raises
-    (naming the episode and step): nothing is recorded half-way silently."""
+    """Record each episode's raw events into a fresh stream with ``phi``, step ``t`` of every episode
+    as one batch (an LLM Phi has the whole step in flight); a failed extraction raises."""
     metas = metas if metas is not None else [{} for _ in episodes]
     if len(metas) != len(episodes):
         raise ValueError(f"record_lockstep got {len(episodes)} episodes and {len(metas)} stream metas")
@@ -93,7 +88,5 @@ def record_lockstep(
 
 def rerecord(streams: Sequence[EventStream], phi: Phi) -> list[EventStream]:
     """The same trajectories re-extracted by ``phi`` from their kept raw events (appendix D.1:
-    "Raw events are never replaced by model summaries"), stream metadata kept; e.g. expert
-    streams recorded by the rule Phi, re-recorded by an LLM Phi so D1 data and rollouts share
-    one Phi."""
+    "Raw events are never replaced by model summaries"), so D1 data and rollouts share one Phi."""
     return record_lockstep([s.raws for s in streams], phi, [s.meta for s in streams])

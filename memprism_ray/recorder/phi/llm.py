@@ -2,33 +2,16 @@
 (paper "Recorder"; appendix D.2 "Benchmark-specific Phi adapters"; appendix E.1 Phi prompts;
 appendix E "Parsing and validation").
 
-For each raw event the benchmark's rule extractor runs first, then the filled prompt goes to
-a :data:`~memprism_ray.recorder.phi.llm_client.CompleteMany` backend (one batch of events is
-sent concurrently). The answer is parsed as the paper does: "Phi accepts a mapping or
-attempts to parse the substring from the first opening brace to the last closing brace in a
-text response", with ``json.loads`` (model output is data, never evaluated), then validated
-against the benchmark's :class:`~memprism_ray.recorder.phi.spec.AnswerSpec` (in its
-:class:`~memprism_ray.recorder.phi.spec.PhiSpec`): the exact fields of the answer (ALFWorld and
-EB-ALFRED stage 1: ``entity``, ``act_type``, ``delta_s`` with open keys; Mind2Web: ``delta_s``
-with only its six keys).
-
-``delta_s`` must be a list of objects with a string ``key`` and a string (or number)
-``new_value``; ``old_value`` is tolerated and ignored ("Omit old_value"); a key given twice
-with different values breaks "A key may occur at most once" and rejects the answer. Empty
-keys, unknown values and exact duplicates are left to the stream's validation (appendix
-D.1), which drops and counts them.
-
-Rules keep the hard evidence ("Rules provide hard evidence for the normalized action and
-explicit failure language, while Phi extracts the primary entity and sparse semantic state
-updates"): the event's ``act`` and ``failed`` come from the rule extraction, and so does a
-forced outcome; "If the simulator explicitly reports failure, the outcome is forced to
-exception and the state delta is cleared". ALFWorld and EB-ALFRED take the entity from the
-model; Mind2Web's prompt asks for deltas only, so the entity is the rule's (the normalised
-action target). The model's ``act_type`` is kept as ``evidence["phi_act_type"]``.
-
-A failed request or an unusable answer yields the rule extraction itself with
-``evidence["phi_fallback"]`` = the reason, counted in :attr:`LLMPhi.counters`: nothing is
-dropped silently.
+The benchmark's rule extractor runs first; the prompts of a batch go to a
+:data:`~memprism_ray.recorder.phi.llm_client.CompleteMany` backend at once. An answer is the
+substring from the first ``{`` to the last ``}`` read by ``json.loads`` (data, never evaluated),
+validated against the benchmark's :class:`~memprism_ray.recorder.phi.spec.AnswerSpec`;
+``old_value`` is ignored ("Omit old_value"), a key given twice with different values rejects
+the answer ("A key may occur at most once"), the rest is left to the stream's validation (D.1).
+The rules keep ``act``, ``failed`` and a forced outcome ("If the simulator explicitly reports
+failure, the outcome is forced to exception and the state delta is cleared"); the entity is the
+model's where the spec says so. A failed request or unusable answer yields the rule extraction
+with ``evidence["phi_fallback"]`` = the reason, counted: nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -132,16 +115,8 @@ def parse_answer(text: str | Mapping[str, Any], spec: AnswerSpec) -> ParsedAnswe
 
 
 class LLMPhi:
-    """Phi by the paper's prompt on a model, rules keeping the hard evidence (module docstring).
-
-    ``spec``: the benchmark's Phi (its prompt, answer schema and prompt inputs);
-    ``complete``: the batch completion backend; ``fallback``: the rule Phi the hard evidence
-    comes from; ``inputs``, ``prompt``: replace the spec's prompt inputs or prompt.
-    ``counters``: ``events``, ``llm`` (answers used), ``fallback`` (rule extraction used),
-    split into ``fallback_request`` (the request failed) and ``fallback_invalid`` (the answer
-    was unusable), ``rule_error`` (the rule extractor itself raised: that event's result is
-    the exception), ``ignored_old_values``.
-    """
+    """Phi by the paper's prompt on a model, rules (``fallback``) keeping the hard evidence
+    (module docstring); ``inputs``, ``prompt`` replace the spec's."""
 
     def __init__(
         self,
@@ -160,15 +135,8 @@ class LLMPhi:
         self.prompt = prompt or spec.prompt
         self.template = self.prompt.load()
         self.inputs = inputs or spec.inputs
-        self.counters = {
-            "events": 0,
-            "llm": 0,
-            "fallback": 0,
-            "fallback_request": 0,
-            "fallback_invalid": 0,
-            "rule_error": 0,
-            "ignored_old_values": 0,
-        }
+        counted = ("events", "llm", "fallback", "fallback_request", "fallback_invalid", "rule_error")
+        self.counters = dict.fromkeys((*counted, "ignored_old_values"), 0)
 
     def build_prompt(self, raw: RawEvent, known_state: Mapping[str, str], rule: Extraction) -> tuple[str, list[bytes]]:
         values, images = self.inputs(raw, known_state, rule)

@@ -1,23 +1,11 @@
 """Completion backends of the LLM Phi (paper "Recorder"; appendix E.1 Phi prompts).
 
-Everything that asks a model for a Phi answer codes against one interface::
-
-    CompleteMany = Callable[[Sequence[tuple[str, Sequence[bytes]]]], list[str | BaseException]]
-
-"complete a batch of (prompt text, PNG images) into answer texts; an exception in place of
-each answer that failed". A failed request is a value, never a raised exception, so one bad
-event does not cost the batch its other answers.
-
-* :func:`endpoint_complete`: any OpenAI-compatible ``/chat/completions`` endpoint through the
-  shared :class:`~memprism_ray.llm_client.ChatClient` (timeout, bounded retries honouring
-  ``Retry-After``), images as base64 PNG ``image_url`` parts, at most ``phi.concurrency``
-  requests in flight.
-* :func:`pool_complete`: a text-only batch completion such as the Ray policy pool's
-  ``PolicyPool.complete`` (passed in as a plain callable: this module does not import ray);
-  a request with images is answered with an error saying so.
-
-Both count their calls in one :class:`~memprism_ray.llm_client.LLMCounters` (``counters``),
-the same as every endpoint user.
+Everything that asks a model for a Phi answer codes against :data:`CompleteMany`: a batch of
+(prompt text, PNG images) to answer texts, an exception in place of each failed answer (a value,
+never raised, so one bad event does not cost the batch its other answers).
+:func:`endpoint_complete` sends them to an OpenAI-compatible endpoint through the shared
+:class:`~memprism_ray.llm_client.ChatClient`; :func:`pool_complete` to a text-only batch completion
+such as the Ray policy pool's (a plain callable: this module does not import ray).
 """
 
 from __future__ import annotations
@@ -61,17 +49,12 @@ class PhiEndpoint(Closing):
         return self.client.chat(messages, temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens).text
 
 
-def endpoint_complete(cfg: PhiConfig, *, transport: Any = None) -> PhiEndpoint:
-    """A :data:`CompleteMany` over the OpenAI-compatible endpoint ``cfg.base_url`` (``cfg.model``)."""
-    return PhiEndpoint(cfg, transport=transport)
+endpoint_complete = PhiEndpoint  # the name its callers use
 
 
 class PoolComplete:
     """:data:`CompleteMany` over a text-only batch completion ``complete_texts(prompts) ->
-    [text or exception]`` (e.g. ``lambda ps: pool.complete(ps, max_tokens=..., group=...)``).
-
-    A request carrying images gets a ``ValueError`` as its answer (the pool serves text
-    only) and is counted as a failure; the others go out in one call (``requests``)."""
+    [text or exception]``; a request carrying images gets a ``ValueError`` as its answer."""
 
     def __init__(self, complete_texts: Callable[[list[str]], Sequence[Any]]) -> None:
         self.complete_texts = complete_texts
@@ -107,6 +90,4 @@ class PoolComplete:
         return out
 
 
-def pool_complete(complete_texts: Callable[[list[str]], Sequence[Any]]) -> PoolComplete:
-    """A text-only :data:`CompleteMany` over the policy pool's batch ``complete`` (see :class:`PoolComplete`)."""
-    return PoolComplete(complete_texts)
+pool_complete = PoolComplete  # the name its callers use

@@ -6,32 +6,12 @@ only page_state, overlay_state, field_value, choice_value, result_state, or
 workflow_state. Because replay follows a valid human trajectory, an event may remain a
 state_update even when no member of this restricted semantic key set is extracted."
 
-The raw event's action is the recorded human action (canonical JSON ``{"op", "ref",
-"value"}``), ``o_pre`` the page snapshot before it and ``feedback`` the snapshot after it
-(:mod:`memprism_ray.formats.mind2web_snapshot`). Hard evidence: ``act`` is the lower-cased
-operation (``click``, ``type``, ``select``), ``entity`` the target element as the snapshot
-names it (``input 'From'``), an explicit failure is feedback that starts with
-``Action failed`` (the replay itself never fails a human step). Keys, following the
-prompt's rules, from comparing the two snapshots with the action as the causal hint:
-
-* TYPE -> ``field_value`` = the typed value; SELECT -> ``choice_value`` = the option;
-  a CLICK on a checkbox, radio, option or suggestion -> ``choice_value`` = its label;
-* ``overlay_state``: a dialog / menu / listbox / dropdown element appeared (``open: <label>``)
-  or disappeared (``closed``);
-* ``page_state``: most elements of the page changed (navigation): the new page's first
-  element labels;
-* ``result_state``: the number of result-like elements (list items, rows, options, cards,
-  links to items) changed: ``<n> results``;
-* ``workflow_state``: a CLICK on a submit / search / continue / checkout / book / next
-  control: its label.
-
-A valid human step with no key keeps the outcome ``state_update``; with keys the stream
-classifies the outcome against the known state as for any benchmark.
-
-:data:`MIND2WEB_PHI` is Mind2Web's Phi: this rule extractor, the prompt "Mind2Web Phi Event
-Extraction" and its answer schema, exactly the field ``delta_s`` with every key one of
-:data:`KEYS` ("Use only the allowed delta_s.key values. Never invent a new key"); the prompt
-asks for deltas only, so an LLM Phi keeps the rule's entity (the normalised action target).
+The raw action is the recorded human action (``{"op", "ref", "value"}``), ``o_pre`` / ``feedback``
+the page snapshots before / after it (:mod:`memprism_ray.formats.mind2web_snapshot`). ``act`` is
+the lower-cased operation, ``entity`` the target element as the snapshot names it, and feedback
+starting with ``Action failed`` is a failure. The keys come from comparing the two snapshots with
+the action as the causal hint (:meth:`Mind2WebPhi.extract`); an LLM Phi keeps the rule's entity (the
+prompt asks for deltas only).
 """
 
 from __future__ import annotations
@@ -140,9 +120,7 @@ class Mind2WebPhi:
 def mind2web_inputs(
     raw: RawEvent, known_state: Mapping[str, str], rule: Extraction
 ) -> tuple[dict[str, str], list[bytes]]:
-    """Mind2Web fields: ``o_pre`` -> before cleaned HTML, ``feedback`` -> after cleaned HTML (both
-    as JSON strings); the action slot ``{"op": ..., "target": ..., "value": ...}`` from the
-    action mapping (``target`` falls back to ``ref``, then to the rule's entity)."""
+    """Mind2Web fields: the before / after cleaned HTML and the action slot (as JSON)."""
     act = raw.action if isinstance(raw.action, Mapping) else {"op": raw.action}
     target = act.get("target", act.get("ref", rule.entity))
     action = {"op": act.get("op"), "target": target, "value": act.get("value")}

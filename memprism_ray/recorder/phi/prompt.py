@@ -1,22 +1,11 @@
 """The paper's Phi prompts, verbatim (appendix E.1 "Phi event-extraction prompts"), and
 their placeholder filling.
 
-A :class:`PhiPrompt` is one prompt: its file (by default ``prompts/<name>.txt``, the text
-between ``\\begin{PromptText}`` and ``\\end{PromptText}`` of the paper, unchanged, line breaks
-included) and the placeholders it takes. Each benchmark's Phi module declares its own (ALFWorld
-"ALFWorld Phi Event Extraction", EB-ALFRED "EB-ALFRED Phi Semantic Stage", Mind2Web "Mind2Web
-Phi Event Extraction") and reaches the LLM Phi through its
-:class:`~memprism_ray.recorder.phi.spec.PhiSpec`.
-
-The templates are full of literal JSON braces, so they are never ``str.format``-ed: only the
-exact ``{name}`` placeholders the paper's text uses are replaced, in one pass (inserted text
-is not scanned again). A prompt may have a literal slot standing for a field where the paper
-wrote no placeholder (Mind2Web's action slot ``{"op": ..., "target": ..., "value": ...}``,
-filled under the name ``action``).
-
-:class:`VerbatimPrompt` is the kind itself (load, the exact-field check, the one-pass fill);
-the view-teacher prompts of appendix E.2 are one too
-(:class:`~memprism_ray.router.teacher.TeacherPrompt`), recorder being below router.
+A prompt file is the text between ``\\begin{PromptText}`` and ``\\end{PromptText}`` of the paper,
+unchanged. The templates are full of literal JSON braces, so they are never ``str.format``-ed:
+only the exact ``{name}`` placeholders are replaced, in one pass (Mind2Web's literal action slot
+``{"op": ..., "target": ..., "value": ...}`` is filled as ``action``). The view-teacher prompts of
+appendix E.2 are :class:`VerbatimPrompt` too (recorder being below router).
 """
 
 from __future__ import annotations
@@ -32,18 +21,14 @@ PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
 
 @dataclass(frozen=True)
 class VerbatimPrompt:
-    """One prompt kept verbatim: ``name``, the placeholders it contains exactly as spelled in
-    the paper (``fields``), and literal slots that stand for a named field (``(field, text in
-    the template)`` pairs). Subclasses name the kind (:attr:`what`, in errors) and where a
-    template without a ``path`` lives (:attr:`prompt_dir`)."""
+    """One prompt kept verbatim: its placeholders as spelled in the paper (``fields``) and literal
+    slots standing for a field (``(field, text in the template)`` pairs)."""
 
     name: str
     fields: tuple[str, ...]
     literal_slots: tuple[tuple[str, str], ...] = ()
-    path: Path | None = None
-    """the template file (``None``: ``<prompt_dir>/<name>.txt``)"""
-    text: str | None = None
-    """the template itself, for a prompt kept in its benchmark's module (then no file is read)"""
+    path: Path | None = None  # the template file (None: ``<prompt_dir>/<name>.txt``)
+    text: str | None = None  # the template itself, for a prompt kept in its benchmark's module
     what: ClassVar[str] = "prompt"
     prompt_dir: ClassVar[Path] = PROMPT_DIR
 
@@ -57,12 +42,8 @@ class VerbatimPrompt:
         return path.read_text(encoding="utf-8")
 
     def fill(self, values: Mapping[str, str], template: str | None = None) -> str:
-        """Fill every placeholder with ``values`` (already-rendered text) in ``template``
-        (``None``: :meth:`load`).
-
-        ``values`` must name exactly the prompt's fields; a missing or unknown one is an error,
-        so a prompt is never sent with a placeholder left in it.
-        """
+        """Fill every placeholder with ``values`` (exactly the prompt's fields) in ``template``
+        (``None``: :meth:`load`)."""
         missing = sorted(set(self.fields) - set(values))
         unknown = sorted(set(values) - set(self.fields))
         if missing or unknown:

@@ -1,9 +1,6 @@
 """One benchmark's Phi (paper "Recorder"; appendix D.2 "Benchmark-specific Phi adapters",
-appendix E.1 Phi prompts): its rule extractor, its Phi prompt, what an answer to that prompt
-may hold and how one event fills the prompt. Each benchmark's Phi module declares its
-:class:`PhiSpec` (``recorder/phi/alfworld.py``, ``ebalfred.py``, ``mind2web.py``); the
-benchmark hands it to :func:`~memprism_ray.recorder.phi.factory.build_phi`
-(:meth:`memprism_ray.benchmark.Benchmark.phi_spec`), so no shared module picks a Phi by name.
+appendix E.1 Phi prompts): its rule extractor, Phi prompt, answer schema and prompt inputs,
+handed by the benchmark to :func:`~memprism_ray.recorder.phi.factory.build_phi`.
 """
 
 from __future__ import annotations
@@ -42,25 +39,18 @@ def existing_keys(known_state: Mapping[str, str]) -> str:
 class AnswerSpec:
     """What one benchmark's Phi answer may contain."""
 
-    fields: frozenset[str]
-    """the exact top-level fields of the answer"""
-    allowed_keys: frozenset[str] | None = None
-    """the only ``delta_s`` keys allowed (``None``: open key set)"""
-    entity_from_model: bool = True
-    """whether the answer's ``entity`` is the event's entity (else the rule's)"""
-    lowercase_entity: bool = False
-    """the prompt asks for a lowercase entity (EB-ALFRED): normalised, not rejected"""
+    fields: frozenset[str]  # the exact top-level fields of the answer
+    allowed_keys: frozenset[str] | None = None  # the only ``delta_s`` keys allowed (None: open)
+    entity_from_model: bool = True  # whether the answer's entity is the event's (else the rule's)
+    lowercase_entity: bool = False  # EB-ALFRED asks for a lowercase entity: normalised, not rejected
 
 
 @dataclass(frozen=True)
 class PhiSpec:
-    """One benchmark's Phi: ``rule()`` builds its rule extractor (``phi.kind: rules``, and the
-    hard evidence under an LLM Phi); ``prompt``, ``answer`` and ``inputs`` make the LLM Phi of
-    ``phi.kind: llm``; ``llm`` replaces the default LLM Phi over the rule extractor
-    (``(spec, backend, phi config) -> Phi``; EB-ALFRED's adds its grounding stage)."""
+    """One benchmark's Phi: ``rule()`` builds its rule extractor; ``prompt``, ``answer`` and ``inputs``
+    make its LLM Phi, which ``llm`` replaces when given (EB-ALFRED's adds grounding)."""
 
-    benchmark: str
-    """names the extractor: ``rule:<benchmark>`` in run records, ``<benchmark>-llm``"""
+    benchmark: str  # names the extractor: ``rule:<benchmark>`` in run records, ``<benchmark>-llm``
     rule: Callable[[], Phi]
     prompt: PhiPrompt
     answer: AnswerSpec
