@@ -1,21 +1,13 @@
 """One client for every OpenAI-compatible chat endpoint the system talks to: the task policy
-behind ``vllm serve`` (paper "Experiment Setup"), the LLM view teacher of D1 ("Adapter",
-appendix E.2), the LLM Phi ("Recorder", appendix E.1) and the memory baselines' LLM calls
-(appendix "External baselines": "All auxiliary model calls and their token or API costs are
-included in the efficiency results").
+behind ``vllm serve`` (paper "Experiment Setup"), the LLM view teacher of D1 (appendix E.2), the
+LLM Phi (appendix E.1) and the memory baselines' LLM calls (appendix "External baselines": "All
+auxiliary model calls and their token or API costs are included in the efficiency results").
 
-:class:`EndpointConfig` is the one config shape: every config section that talks to an
-endpoint (``policy.openai``, ``phi``, ``eval.memory``, the view teacher's ``label.llm``)
-subclasses it, so ``base_url``, ``model``, ``api_key_env``, ``timeout_s``, ``max_retries``,
-``backoff_s`` and ``max_backoff_s`` mean the same everywhere. :class:`ChatClient` sends each
-request over httpx with that timeout; a connection error, a timeout or HTTP 408/409/429/5xx
-is retried after ``backoff_s * 2**k`` seconds, or after the server's ``Retry-After`` when
-it asks for longer, never more than ``max_backoff_s``; any other 4xx is final at once.
-Every attempt, retry, failure and the tokens of every reply's ``usage`` go into one
-:class:`LLMCounters`, which each user exposes as its ``counters``.
-
-The bottom layer: no ray, nothing of the project imported.
-"""
+Every endpoint config section subclasses :class:`EndpointConfig`. :class:`ChatClient` retries a
+connection error, a timeout or HTTP 408/409/429/5xx after ``backoff_s * 2**k`` seconds (or the
+server's longer ``Retry-After``, capped by ``max_backoff_s``); any other 4xx is final. Attempts,
+retries, failures and tokens go into one :class:`LLMCounters`. The bottom layer: no ray, nothing
+of the project imported."""
 
 from __future__ import annotations
 

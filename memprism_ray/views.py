@@ -2,12 +2,9 @@
 (paper "Composer" and "Render"; appendix D.3: "The same event stream, action, goal, and
 renderer configuration produce the same image").
 
-A view is addressed by ``sha256(content digest, action index, goal, medium, render
-settings)``, without bookkeeping metadata, so identical views of a GRPO group are drawn once.
-A ``ViewWorker`` keeps a replica of each stream and receives only the appended records
-(``benchmarks/bench_view_bytes.py``); an out-of-step replica answers :class:`StreamOutOfSync`
-and the sender resends the whole stream once.
-"""
+Identical views of a GRPO group are drawn once. A ``ViewWorker`` keeps a replica of each stream
+and receives only the appended records (``benchmarks/bench_view_bytes.py``); an out-of-step
+replica answers :class:`StreamOutOfSync` and the sender resends the whole stream once."""
 
 from __future__ import annotations
 

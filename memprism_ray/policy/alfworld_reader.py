@@ -1,26 +1,12 @@
 """What a reader can learn about an ALFWorld episode from text it is shown.
 
-The scripted CPU stand-in for the frozen VLM (docs/architecture.md "The scripted policy") is stateless:
-at each call it sees only what a task-policy prompt holds (paper eq. task-policy: current
-input X_t, goal g, short history H_short and the view V_t, here in text form). This module
-turns that text into facts with plain regular expressions over ALFWorld's own language
-(the feedback templates of ``alfred.twl2``, the command grammar, and the state keys the
-rule Phi writes, ``"<entity>.<attribute> -> value"``):
-
-* where each object instance was last seen,
-* which receptacles were visited, opened, found closed,
-* which objects were cleaned / heated / cooled,
-* which objects were put where.
-
-Facts are read in text order and later mentions win, which is right for time-ordered text
-(history, TemporalTrace) and harmless for grouped views, whose chains also run oldest to
-newest. A value chain (``agent.location: dresser 1 -> desk 1 -> bed 1``, EntityState) is
-read as a VLM reads it: every place in it was visited, the last value is the current one;
-a receptacle whose contents are listed was looked into. Nothing here reads the
-environment's internal state, and nothing here knows which view produced the text: the
-reader gets only the lines the page shows (the render's text twin, same row cap), so rows
-the page cut or never drew cannot be read.
-"""
+The scripted stand-in (docs/architecture.md "The scripted policy") is stateless: it sees only what
+a task-policy prompt holds (paper eq. task-policy). This module turns that text into facts with
+regular expressions over ALFWorld's own language (``alfred.twl2`` feedback, the command grammar,
+the rule Phi's ``"<entity>.<attribute> -> value"`` keys): where objects were seen, which
+receptacles were visited, opened or found closed, what was cleaned/heated/cooled, what was put
+where. Facts are read in text order, later mentions winning; a value chain is read as a VLM reads
+it (every place visited, the last one current). Only the lines the page shows can be read."""
 
 from __future__ import annotations
 

@@ -2,13 +2,8 @@
 policy, greedy decoding at evaluation; appendix C: decoding settings go into the run
 manifest; notes: 672x672 pixel cap per image).
 
-One :class:`PolicyConfig` selects a backend by name and holds each backend's settings;
-``make_policy`` (``memprism_ray.policy.factory``) builds the policy from it. The
-``num_replicas`` / ``gpus_per_replica`` / ``resources`` keys are read by the Ray policy pool
-(docs/gpu.md): a replica with ``gpus_per_replica > 0`` always asks Ray for its GPUs, whatever
-nodes have joined yet, so the autoscaler or KubeRay provisions them; a CPU pool is said in
-the config (``gpus_per_replica: 0``, refused for vLLM), never a silent fallback.
-"""
+A replica with ``gpus_per_replica > 0`` always asks Ray for its GPUs, whatever nodes have joined,
+so the autoscaler provisions them; a CPU pool is said in the config, never a silent fallback."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
 """A benchmark's task contract (paper appendix E.3 task-policy prompts, E.4 action definitions,
 E.5 parsing and validation): how one benchmark's decision is put to the frozen task policy and
-how the policy's answer is read back.
-
-A :class:`TaskContract` is one benchmark's: its prompt (:meth:`TaskContract.template_parts`),
-its parser (:meth:`TaskContract.parse`) and its CPU stand-in (:attr:`TaskContract.stand_in`).
-The policy backends, the agent and D1's labelling never pick a contract by benchmark name: they
-are given one (``policy.factory.make_policy(config, contract)``), which the benchmark provides
-(:meth:`memprism_ray.benchmark.Benchmark.task_contract`). ``PolicyInput.benchmark`` stays as
-data: a contract refuses an input of another benchmark.
-"""
+how the policy's answer is read back. Backends, the agent and D1 never pick a contract by
+benchmark name: the benchmark provides it (:meth:`memprism_ray.benchmark.Benchmark.task_contract`)."""
 
 from __future__ import annotations
 

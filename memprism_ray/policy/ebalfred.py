@@ -1,16 +1,10 @@
 """EB-ALFRED's task contract (paper appendix E.3 "EB-ALFRED Task Policy", E.4 action
 definitions, E.5 parsing): the verbatim system and user templates, and the parser.
 
-The prompt follows the paper's implementation note (appendix "EB-ALFRED Case Studies"): the
-shared system prefix and the decision-specific user suffix form one ``role=user`` message,
-followed by the camera image and then the compiled view; the two ``<image: ...>`` lines heading
-the system prompt name those attachments and are not sent as text.
-
-An action is matched to the scene's skills in order by exact string, case-insensitive string
-and normalised whitespace; any ``put down ...`` form becomes ``put down the object in hand``
-when that skill is available. The CPU stand-in replays the fixture
-(:class:`memprism_ray.policy.ebalfred_fixture.FixturePolicy`).
-"""
+As the paper's implementation note has it (appendix "EB-ALFRED Case Studies"), the system prefix
+and the user suffix form one ``role=user`` message, followed by the camera image and then the
+view. An action is matched to the scene's skills by exact, case-insensitive and
+whitespace-normalised string; any ``put down ...`` becomes ``put down the object in hand``."""
 
 from __future__ import annotations
 

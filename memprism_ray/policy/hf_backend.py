@@ -1,15 +1,9 @@
 """transformers task policy from a local checkpoint, on CPU or GPU (paper "Experiment Setup":
 frozen Qwen2.5-VL-style VLM, greedy decoding; appendix E.3 prompts).
 
-Loads ``AutoModelForImageTextToText`` and ``AutoProcessor`` from a local directory only
-(``local_files_only``; model code from the checkpoint only with ``trust_remote_code``).
-When ``AutoProcessor`` cannot be built (transformers 5.x's Qwen2-VL processor needs
-torchvision for its video half, absent on CPU installs), Qwen2-VL-style checkpoints fall
-back to the tokenizer plus the PIL image processor, expanding each
-``<|image_pad|>`` to ``grid_t*grid_h*grid_w / merge_size**2`` tokens exactly as the
-processor does. Token accounting reads the actual input ids: prompt tokens are the
-non-padding ids, visual tokens the image-pad ids plus the vision start/end markers.
-"""
+When ``AutoProcessor`` cannot be built (transformers 5.x's Qwen2-VL processor needs torchvision,
+absent on CPU installs), Qwen2-VL-style checkpoints fall back to the tokenizer plus the image
+processor, expanding each ``<|image_pad|>`` as the processor does. Token counts read the input ids."""
 
 from __future__ import annotations
 

@@ -2,15 +2,9 @@
 "Experiment Setup": frozen Qwen2.5-VL-7B-Instruct; appendix E.3 prompts; notes: server
 ``--limit-mm-per-prompt`` / ``--mm-processor-kwargs`` and base64 ``image_url`` parts).
 
-Images travel as base64 PNG ``data:`` URLs inside ``image_url`` parts, in prompt order.
-Requests of one batch run concurrently (bounded) through the shared
-:class:`~memprism_ray.llm_client.ChatClient` (timeout, retries honouring ``Retry-After``,
-one :class:`~memprism_ray.llm_client.LLMCounters` as ``counters``). A request the server
-refuses with a 4xx that is not retried (e.g. a prompt longer than the context), or answers
-with something that is not a chat completion, becomes an invalid output; an endpoint that
-stays unavailable after the retries raises :class:`PolicyBackendError`. Token counts come
-from the response's ``usage``; visual tokens from the counting rule of the served model family.
-"""
+A batch's requests run concurrently through :class:`~memprism_ray.llm_client.ChatClient`. A
+refused request or a reply that is no chat completion becomes an invalid output; an endpoint
+unavailable after the retries raises :class:`PolicyBackendError`."""
 
 from __future__ import annotations
 

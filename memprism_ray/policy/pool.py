@@ -1,20 +1,10 @@
 """Load bookkeeping of the task-policy pool (docs/gpu.md "Routing"): which replica serves a
-group of decisions. Pure Python, no Ray: the replica actor holds a :class:`GroupLoads`,
-callers use :func:`pick_least_loaded`.
+group of decisions. Pure Python, no Ray.
 
-A *group* is the set of trajectories one caller plays step-synchronously (a GRPO group of
-G trajectories of one task, an evaluation worker's slots, a D1 labelling task). All of a
-group's requests go to one replica, so the prompts that share a prefix or an image hit that
-replica's prefix and encoder caches. Groups are balanced by load: a replica's load is the
-number of requests its live groups send per decision step (their sizes), so a new group
-goes where the fewest requests are outstanding.
-
-Assignment is optimistic and race-free without a central dispatcher: a caller reads every
-replica's load, picks the least loaded and *claims* it with the load it saw; the replica
-grants the claim only if its load has not grown since (another caller got there first),
-otherwise the caller reads again. A group that sends nothing for ``ttl_s`` (its caller
-died) stops counting.
-"""
+All of a group's requests (a GRPO group, an evaluation worker's slots, a D1 labelling task) go to
+one replica, so shared prefixes and images hit its caches; a new group goes to the replica with
+the fewest outstanding requests. A caller claims a replica with the load it saw, and the claim is
+refused if the load has grown since (no central dispatcher). A group silent for ``ttl_s`` stops counting."""
 
 from __future__ import annotations
 

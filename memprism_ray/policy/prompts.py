@@ -1,23 +1,11 @@
 """Task-policy prompts (paper appendix E.3 "Task-policy prompts", versioned): what every
-benchmark's prompt shares. Each benchmark's own prompt is its task contract's
-(:class:`~memprism_ray.policy.contract.TaskContract`; ALFWorld, EB-ALFRED and Mind2Web:
-``policy/alfworld.py``, ``policy/ebalfred.py``, ``policy/mind2web.py``).
+benchmark's prompt shares; each benchmark's own prompt is its task contract's.
 
-The paper's prompts are stored verbatim in ``templates/<PROMPT_VERSION>/*.txt``. Any change
-to a template *or* to the formatting rules of a contract (history records, action lists,
-view conditions) must bump :data:`PROMPT_VERSION`, which every run manifest records.
-
-Placeholders are filled in one pass that replaces only the template's own ``{name}``
-fields, so goals, observations and the Mind2Web prompt's literal JSON braces never get
-interpreted. Image slots are located on the raw template before any text is filled in,
-so an observation that contains ``<image>`` cannot create a slot.
-
-View conditions (``PolicyInput.view_mode``):
-
-* ``image``: the optical view goes where the template's view-image line is;
-* ``text``: that line becomes a clearly delimited text block holding ``view_text``;
-* ``none`` (No Memory): the line and the sentence describing the view are dropped.
-"""
+The paper's prompts are stored verbatim in ``templates/<PROMPT_VERSION>/*.txt``; any change to a
+template or to a contract's formatting rules must bump :data:`PROMPT_VERSION` (recorded in every
+run manifest). Fields are filled in one pass and image slots found on the raw template, so goals,
+observations and literal JSON braces are never interpreted. The view slot holds the optical view
+(``image``), a delimited text block (``text``) or nothing (``none``, No Memory)."""
 
 from __future__ import annotations
 

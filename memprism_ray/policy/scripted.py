@@ -2,28 +2,12 @@
 scripted policy"; paper eq. task-policy ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``), the stand-in
 of ALFWorld's task contract (:mod:`memprism_ray.policy.alfworld`).
 
-It exists so that the whole system, learning included, runs and is tested on a CPU, and so
-that a view choice has consequences there. Each call is stateless and sees exactly what a
-VLM prompt would hold: the goal, the current observation, the admissible actions, the short
-text history and the view *in text form*. From the goal it knows ALFWorld's task recipes
-(find -> take -> clean/heat/cool/use lamp -> go to target -> put); everything about the
-episode so far it learns from the text it is shown (:mod:`alfworld_reader`): where objects
-were seen, what it already cleaned or heated, where it has been, what it placed. If the
-chosen view does not show that evidence, it explores, revisits and repeats work, and the
-step limit makes that costly.
-
-It scores candidate admissible actions and samples among them with a softmax at
-``temperature`` from a generator seeded by ``(seed, episode id, step)``: reproducible, no
-state kept between calls, and different trajectories of one GRPO group differ.
-:meth:`ScriptedPolicy.action_distribution` returns that softmax itself, so the
-counterfactual view teacher can read the exact probability of the reference action under
-a view instead of estimating it from samples.
-
-It has no prior on where objects are: ALFRED's placement table (``VAL_RECEPTACLE_OBJECTS``)
-is what the game generator places objects by, so a policy using it would find objects
-without memory. Unvisited places are equally likely; a view that shows where the agent
-has been, what it saw there and what it already did is what shortens the search.
-"""
+Stateless: it sees only what a VLM prompt would hold (the view in text form), knows ALFWorld's
+task recipes from the goal, and learns the episode so far from the text it is shown
+(:mod:`alfworld_reader`); a view that lacks the evidence makes it explore and repeat work. It
+samples from a softmax over scored admissible actions, seeded by ``(seed, episode id, step)``
+(:meth:`ScriptedPolicy.action_distribution` is that softmax, read by the counterfactual view
+teacher). It has no prior from ALFRED's placement table, which would find objects without memory."""
 
 from __future__ import annotations
 
@@ -261,27 +245,17 @@ def belief(target: str, place: str) -> float:
     """Where the stand-in believes a ``target`` lies, in [0, 1): a fixed hash of the target
     type and the place, the same in every episode.
 
-    It stands for a VLM's commonsense prior: confident, consistent across episodes and
-    blind to the episode at hand. It is deliberately *not* ALFRED's placement table, which
-    the game generator places objects by (a policy reading that table would find objects
-    without any memory); a hash is uncorrelated with where things are. Its consequence is
-    the VLM's looping failure: a favoured place the page does not show as visited looks
-    unvisited and is searched again, so remembering every place searched, not only the
-    recent ones, is what lets the search move on (docs/architecture.md "The scripted
-    policy")."""
+    It stands for a VLM's commonsense prior, deliberately uncorrelated with where things are (not
+    ALFRED's placement table). Its consequence is the VLM's looping failure: a favoured place the page
+    does not show as visited is searched again (docs/architecture.md "The scripted policy")."""
     digest = hashlib.blake2b(f"{instance_type(target)}|{place}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") / 2**64
 
 
 class ScriptedPolicy(TemperedStandIn):
-    """Stateless ALFWorld policy reading only prompt content (see module docstring).
-
-    It reads the view as text. In text-view conditions that is ``PolicyInput.view_text``;
-    in optical conditions it cannot read pixels, so the agent also passes the text
-    rendering of the same view structure (same entries, same cap) in
-    ``meta["view_text"]``; it stands for a reader with perfect OCR. This is why
-    :attr:`needs_view_text` is true.
-    """
+    """Stateless ALFWorld policy reading only prompt content (see module docstring). In optical
+    conditions it reads ``meta["view_text"]``, the text rendering of the same view (a reader with
+    perfect OCR): hence :attr:`needs_view_text`."""
 
     name = "scripted"
     contract = ALFWORLD

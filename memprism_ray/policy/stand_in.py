@@ -1,10 +1,6 @@
 """What the scripted CPU stand-ins of the frozen VLM share (docs/architecture.md "The scripted
-policy"; paper eq. task-policy): sampling from a softmax over scored actions with a generator
-seeded by ``(seed, episode id, step)``, so draws are reproducible, no state is kept between
-calls, and the trajectories of a GRPO group differ. Each benchmark's stand-in is its own
-(``ScriptedPolicy`` for ALFWorld, ``Mind2WebScriptedPolicy``, the EB-ALFRED ``FixturePolicy``),
-reached through its task contract; the two that sample at a temperature share
-:class:`TemperedStandIn`."""
+policy"; paper eq. task-policy): a softmax over scored actions sampled with a generator seeded by
+``(seed, episode id, step)``, so draws are reproducible and a GRPO group's trajectories differ."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """Token accounting for task-policy inputs (paper appendix C.1 efficiency metrics: "mean and
 maximum prompt tokens per decision, visual tokens attributable to memory").
 
-Prompt text tokens (:class:`PromptTokenCounter`) are counted with the task model's own
-tokenizer when a task model is configured and its tokenizer is available offline
-(``transformers.AutoTokenizer``, ``local_files_only``); otherwise with the all-MiniLM-L6-v2
-WordPiece tokenizer shipped offline, and the counter's name says it is a fallback and why
-(the scripted CPU policy has no tokenizer). Token counts are comparable only within one
-tokenizer (the paper's figure note: "Token counts are comparable only within a model").
-
-The visual counting rules live in :mod:`memprism_ray.render.visual_tokens`; this module
-applies them to a prompt's images.
-"""
+Prompt text tokens are counted with the task model's tokenizer when it is available offline,
+else with the shipped all-MiniLM-L6-v2 WordPiece tokenizer, named as a fallback (counts are
+"comparable only within a model"). The visual rules live in :mod:`memprism_ray.render.visual_tokens`."""
 
 from __future__ import annotations
 

@@ -2,23 +2,12 @@
 (tests/gpu/, benchmarks/bench_policy_pool.py, configs/gpu_smoke.yaml; docs/gpu.md).
 
 vLLM builds random weights from a config (``load_format="dummy"``), so a directory with the
-paper's task policy's *shape* -- Qwen2.5-VL-7B-Instruct (paper "Experiment Setup") -- is
-enough to measure plumbing and speed where no checkpoint can be downloaded. It holds:
+*shape* of Qwen2.5-VL-7B-Instruct (paper "Experiment Setup": :data:`SIZES`), a byte-level BPE
+tokenizer with Qwen's special token ids and a ``Qwen2_5_VLProcessor`` measures plumbing and speed
+where no checkpoint can be downloaded (its outputs are random text). ``size="tiny"`` changes only
+the layer sizes.
 
-* ``config.json``: a ``Qwen2_5_VLConfig`` with the 7B sizes (text: hidden 3584, 28 layers,
-  28 heads, 4 KV heads, FF 18944, vocab 152064, mrope sections [16, 24, 24]; vision: depth
-  32, hidden 1280, FF 3420, 16 heads, out 3584, full-attention blocks [7, 15, 23, 31]);
-* a byte-level BPE tokenizer: the 256 byte symbols, filler tokens up to id 151642 (pairs and
-  triples of byte symbols, so any id decodes), then the 14 Qwen special tokens
-  ``<|endoftext|>`` = 151643 ... ``<|image_pad|>`` = 151655, ``<|video_pad|>`` = 151656;
-* a ``Qwen2_5_VLProcessor`` (image processor, video processor, the Qwen2-VL chat template).
-
-Outputs of such a model are random text, so parsers mark them invalid: it measures plumbing
-and speed, not success. ``size="tiny"`` keeps every file identical but the layer sizes
-(CPU tests of the directory itself).
-
-    python -m memprism_ray.testing.dummy_qwen /tmp/memprism-dummy-qwen25vl-7b
-"""
+    python -m memprism_ray.testing.dummy_qwen /tmp/memprism-dummy-qwen25vl-7b"""
 
 from __future__ import annotations
 

@@ -1,25 +1,12 @@
 """A CPU stand-in for ``vllm.v1.engine.async_llm.AsyncLLM``: the same ``generate(prompt,
-sampling_params, request_id)`` async-generator contract, continuous batching simulated
-with a step clock. It lets the policy pool's routing, concurrency and failure handling be
-tested without a GPU (tests/actors/test_policy_pool.py) and ``benchmarks/
-bench_policy_pool.py --engine fake`` exercise the same code path the GPU run takes.
+sampling_params, request_id)`` async-generator contract, continuous batching simulated with a
+step clock (tests/actors/test_policy_pool.py, ``benchmarks/bench_policy_pool.py --engine fake``).
 
-Model: a step costs ``step_s + seq_s * running`` seconds and gives every running request
-one token; a request finishes after ``tokens`` steps (fewer when its sampling params, a
-dict, ask for a smaller ``max_tokens``: the bench's decode probe). Requests arriving while a step runs
-join the next step (continuous batching), up to ``max_batch`` running at once. The engine
-records, per step, which caller tags ran together (``request_id``'s third dash-separated
-field, as :class:`~memprism_ray.policy.vllm_async.AsyncVLLMPolicy` writes it), so a test can
-prove that requests from several callers share engine steps.
-
-Prompts carrying ``FAKE_REJECT`` are refused like vLLM refuses a bad request (``ValueError``
-at submission); ``FAKE_CRASH`` fails the request mid-generation (an engine-side error).
-
-Like vLLM 0.24's ``AsyncLLM``, ``generate`` first runs ``input_processor.process_inputs``
-synchronously on the caller's event loop (``preprocess_s`` seconds of it, blocking, as the
-image processor does); and :func:`fake_engine_factory` keeps the engine keywords the replica's
-config asks for (``engine_kwargs``), so CPU tests check what a real engine would be given.
-"""
+A step costs ``step_s + seq_s * running`` seconds and gives every running request one token; a
+request finishes after ``tokens`` steps (or its params' smaller ``max_tokens``). Arrivals join
+the next step, up to ``max_batch``; ``steps`` records which caller tags ran together. Prompts
+with ``FAKE_REJECT`` are refused at submission (``ValueError``), ``FAKE_CRASH`` fails mid-way.
+Like vLLM 0.24, ``generate`` first runs ``input_processor.process_inputs`` synchronously."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """Seeded ALFWorld-like event streams for tests and benchmarks (no environment needed).
 
-A tiny household simulator: receptacles (some openable), objects with locations, an agent
-that goes, opens, takes, puts, cleans/heats/cools, examines and sometimes issues an
-inadmissible command ("Nothing happens.", an exception) or repeats itself. Each step is
-recorded with ``EventStream.record`` and the delta keys an ALFWorld rule extractor emits
-(``agent.location``, ``agent.holding``, ``<object>.location``, ``<receptacle>.state``,
-``<receptacle>.contents``, ``<object>.state``), so outcomes are classified by the real
-Recorder. Same ``(n_events, seed)``, same stream.
-"""
+A tiny household simulator whose steps are recorded with the delta keys an ALFWorld rule
+extractor emits, so outcomes are classified by the real Recorder. Same ``(n_events, seed)``,
+same stream."""
 
 from __future__ import annotations
 
