@@ -335,8 +335,7 @@ class Agent:
 
     # ---- the decision step ------------------------------------------------------------
     def _decide(self, active: list[_Live]) -> None:
-        """One decision step of every episode in ``active`` (appendix D.3); each stage runs on the
-        episodes no earlier stage has failed."""
+        """One decision step of every episode in ``active`` (appendix D.3)."""
         clock = _Clock(len(active))
         for lv in active:
             lv.turn = _Turn()
@@ -607,8 +606,7 @@ class Agent:
         self._settle("memory", want, got, "memory_view")
 
     def _memory_write(self, recorded: list[_Live], memory_ms: float) -> None:
-        """The memory's part of each step row and kept view, and the completed step written to
-        it (not after an episode's last step: nothing reads it)."""
+        """The memory's part of each step row and kept view; the completed step written to it."""
         from memprism_ray.baselines.memory import ROW_KEYS
 
         stepped = [lv for lv in recorded if lv.turn.memory_view is not None]
@@ -699,8 +697,7 @@ def _png_of_image(im: Any) -> bytes | None:
 
 
 def rows_to_arrow(rows: Sequence[dict[str, Any]]) -> Any:
-    """Step rows as a ``pyarrow.Table`` (schema: :mod:`memprism_ray.adapter.tables`); feature
-    vectors as fixed-size float32 lists."""
+    """Step rows as a ``pyarrow.Table`` (schema: :mod:`memprism_ray.adapter.tables`)."""
     import pyarrow as pa
 
     if not rows:

@@ -41,9 +41,8 @@ def _field(default: Any, help: str) -> Any:
 
 @dataclass
 class EndpointConfig:
-    """Where an OpenAI-compatible endpoint is and how hard to try it. A subclass names its
-    config section in ``SECTION`` (error messages name the key to change) and may change
-    the defaults."""
+    """Where an OpenAI-compatible endpoint is and how hard to try it; a subclass names its config
+    section in ``SECTION`` (for error messages)."""
 
     SECTION: ClassVar[str] = "endpoint"
     #: False where an empty ``base_url`` means "not configured" (checked by the user).
@@ -81,11 +80,8 @@ class EndpointConfig:
 
 
 class LLMCounters(Mapping[str, int]):
-    """What one user's calls cost, cumulative and thread-safe: ``requests`` (HTTP attempts,
-    retries included), ``retries``, ``failures`` (calls that ended in an error),
-    ``prompt_tokens`` and ``completion_tokens`` (from each reply's ``usage``) and
-    ``no_usage`` (replies without one: tokens unknown, counted, never guessed). A read-only
-    mapping, so it reads and compares like a dict."""
+    """What one user's calls cost, cumulative and thread-safe (``no_usage``: replies without a
+    ``usage``, whose tokens are never guessed); a read-only mapping."""
 
     KEYS = ("requests", "retries", "failures", "prompt_tokens", "completion_tokens", "no_usage")
 
@@ -143,8 +139,7 @@ class LLMReplyError(LLMError):
 
 @dataclass(frozen=True)
 class ChatReply:
-    """The assistant message of a chat completion: its text ('' for a tool-call-only
-    message), its ``tool_calls`` and the reply's ``(prompt, completion)`` tokens."""
+    """The assistant message of a chat completion: text, ``tool_calls`` and usage."""
 
     text: str
     tool_calls: tuple[dict[str, Any], ...] = ()
@@ -164,8 +159,7 @@ def usage_of(body: Any) -> tuple[int, int] | None:
 
 
 def parse_chat(body: Any) -> ChatReply:
-    """The :class:`ChatReply` of a ``/chat/completions`` body (content parts are joined);
-    raises ``KeyError``/``IndexError``/``TypeError`` when it is not one."""
+    """The :class:`ChatReply` of a ``/chat/completions`` body; raises when it is not one."""
     message = body["choices"][0]["message"]
     content = message.get("content")
     tool_calls = tuple(message.get("tool_calls") or ())
@@ -231,10 +225,8 @@ class Closing:
 
 
 class ChatClient(Closing):
-    """Requests to one endpoint with the retries of :class:`EndpointConfig` (module docstring).
-
-    ``counters``: shared with the caller when given; ``transport`` goes to ``httpx.Client``
-    (tests may pass ``httpx.MockTransport``); ``sleep`` waits between attempts."""
+    """Requests to one endpoint with the retries of :class:`EndpointConfig`; ``counters`` may be
+    shared, ``transport`` goes to ``httpx.Client`` (tests)."""
 
     def __init__(
         self,
@@ -265,10 +257,8 @@ class ChatClient(Closing):
         return min(max(wait, asked) if asked is not None else wait, self.config.max_backoff_s)
 
     def send(self, method: str, path: str, **request: Any) -> httpx.Response:
-        """``method`` ``base_url/path`` with the retries; ``request`` goes to ``httpx.Client.request``
-        (``json``, ``content``, ``headers``). Returns the last response whatever its status (a
-        final status >= 400 counts as a failure); raises :class:`LLMUnavailable` when the last
-        attempt got no response at all."""
+        """``method`` ``base_url/path`` with the retries: the last response whatever its status;
+        :class:`LLMUnavailable` when the last attempt got no response."""
         httpx = self._httpx
         url = f"{self.base_url}/{path.lstrip('/')}"
         attempts = self.config.max_retries + 1
@@ -296,8 +286,7 @@ class ChatClient(Closing):
         return response
 
     def chat(self, messages: list[dict[str, Any]], **body: Any) -> ChatReply:
-        """One ``/chat/completions`` call for ``config.model``; ``body`` adds any other request
-        field (``temperature``, ``max_tokens``, ``seed``, ``tools``, ``tool_choice``, ...)."""
+        """One ``/chat/completions`` call for ``config.model``; ``body`` adds any other request field."""
         request = {"model": self.config.model, "messages": messages, **body}
         response = self.send("POST", "chat/completions", json=request)
         where, status = f"{self.base_url}/chat/completions", response.status_code

@@ -40,8 +40,7 @@ class ViewRequest:
 
 @dataclass(frozen=True)
 class DeltaViewRequest:
-    """A :class:`ViewRequest` for a worker holding a replica of the stream: the records
-    ``stream[base:]`` (and the ``meta`` when ``base == 0``)."""
+    """A :class:`ViewRequest` as the records ``stream[base:]`` (and ``meta`` when ``base == 0``)."""
 
     stream_id: str
     base: int
@@ -290,8 +289,7 @@ class ViewService:
 
 
 def each_request(fn: Any, items: Sequence[Any]) -> list[Any]:
-    """``fn`` over a batch; an exception becomes that request's result (one bad request
-    fails one episode, not the batch)."""
+    """``fn`` over a batch; an exception becomes that request's result (it fails one episode)."""
     out: list[Any] = []
     for item in items:
         try:

@@ -90,13 +90,8 @@ class PolicyInput:
 
 @dataclass(frozen=True)
 class PolicyOutput:
-    """One decision's result.
-
-    ``action`` is the parsed, validated environment action (``None`` when invalid, with the
-    reason in ``error``). Token counts are ``None`` when the backend cannot know them.
-    ``latency_s`` is the wall time the decision waited for the backend (for a batched
-    engine call: the whole batch's time).
-    """
+    """One decision's result: ``action`` is ``None`` when invalid (reason in ``error``); token
+    counts are ``None`` when unknown; ``latency_s`` is the wait for the backend (a batch's time)."""
 
     text: str
     action: str | None
@@ -120,10 +115,7 @@ class PolicyOutput:
 
 @runtime_checkable
 class TaskPolicy(Protocol):
-    """A frozen task policy: one call decides one action for each input of a batch.
-
-    ``act`` returns exactly one :class:`PolicyOutput` per input, in input order.
-    """
+    """A frozen task policy: ``act`` returns one :class:`PolicyOutput` per input, in order."""
 
     name: str
 

@@ -17,10 +17,8 @@ from memprism_ray.policy.prompts import Part
 
 
 class TaskContract:
-    """One benchmark's prompt, parser and stand-in. Subclasses set :attr:`name` and
-    :attr:`stand_in` and implement :meth:`template_parts` and :meth:`parse`; the rest (merging
-    parts into chat messages, the text a reader without eyes sees, the output of a model's
-    text) is shared."""
+    """One benchmark's prompt, parser and stand-in: subclasses set :attr:`name` and :attr:`stand_in`
+    and implement :meth:`template_parts` and :meth:`parse`."""
 
     name: ClassVar[str]
     """the benchmark whose inputs it reads (``PolicyInput.benchmark``)"""
@@ -30,8 +28,7 @@ class TaskContract:
 
     # ------------------------------------------------------------------ the benchmark's part
     def template_parts(self, inp: PolicyInput, layout: str) -> list[Part]:
-        """The prompt of ``inp`` as parts (:data:`memprism_ray.policy.prompts.Part`), before
-        adjacent text is merged. ``layout``: ``policy.prompt_layout``."""
+        """The prompt of ``inp`` as parts, before adjacent text is merged."""
         raise NotImplementedError
 
     def parse(self, inp: PolicyInput, text: str) -> ParseResult:
@@ -46,8 +43,7 @@ class TaskContract:
         return None
 
     def prompt_parts(self, inp: PolicyInput, layout: str = "paper") -> list[Part]:
-        """The prompt of ``inp`` as ordered parts, adjacent text merged. A camera frame needs a
-        prompt with a camera slot (EB-ALFRED's): it is never dropped silently."""
+        """The prompt of ``inp`` as ordered parts; a camera frame without a camera slot is an error."""
         problem = self.mismatch(inp)
         if problem:
             raise ValueError(problem)
@@ -62,12 +58,8 @@ class TaskContract:
         return merged
 
     def build_messages(self, inp: PolicyInput, layout: str = "paper") -> tuple[list[dict[str, Any]], list[Image.Image]]:
-        """Chat messages (one ``user`` turn, image parts in order) and the images they refer to.
-
-        Image parts are ``{"type": "image"}``; the i-th one refers to ``images[i]``. This is
-        what HF chat templates (one vision placeholder per image part) and vLLM expect.
-        ``layout``: ``policy.prompt_layout`` (:meth:`prompt_parts`).
-        """
+        """Chat messages (one ``user`` turn; the i-th ``{"type": "image"}`` part refers to
+        ``images[i]``, as HF chat templates and vLLM expect) and the images."""
         content: list[dict[str, Any]] = []
         images: list[Image.Image] = []
         for part in self.prompt_parts(inp, layout):

@@ -37,10 +37,9 @@ def format_ebalfred_history(history: tuple[HistoryRecord, ...], actions: tuple[s
 
 
 def ebalfred_instruction(goal: str) -> str:
-    """The instruction as the EB-ALFRED prompt's ``{instruction}.`` line takes it: without
-    its final period(s), as EmbodiedBench's planner does (``vlm_planner.py`` ``process_prompt``:
-    ``user_instruction.rstrip('.')`` before ``f'... is: {user_instruction}.'``), so a goal
-    ending "table." does not end the line "table.."."""
+    """The instruction without its final period(s), as EmbodiedBench's planner does
+    (``vlm_planner.py``: ``user_instruction.rstrip('.')``), so a goal ending "table." does not end
+    the prompt's ``{instruction}.`` line with "table.."."""
     return goal.strip().rstrip(".").rstrip()
 
 

@@ -32,8 +32,7 @@ def make_policy(config: PolicyConfig, contract: TaskContract) -> TaskPolicy:
 
 
 def needs_view_text(config: PolicyConfig, contract: TaskContract) -> bool:
-    """Whether the configured policy reads the view as text even in optical conditions
-    (the scripted stand-ins cannot read pixels), without building the policy."""
+    """Whether the configured policy reads the view as text even in optical conditions."""
     if config.backend != "scripted":
         return False
     return bool(getattr(contract.stand_in_class(), "needs_view_text", False))

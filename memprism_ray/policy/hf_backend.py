@@ -40,8 +40,7 @@ def _resolve_dtype(dtype: str, device: str) -> Any:
 
 
 class HFPolicy:
-    """Batched task policy on a transformers image-text-to-text model, prompted and parsed by
-    ``contract`` (the benchmark's)."""
+    """Batched task policy on a transformers image-text-to-text model, speaking ``contract``."""
 
     name = "hf"
 

@@ -69,10 +69,8 @@ def decode_mind2web_action(action: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Mind2WebParse:
-    """A Mind2Web parse: the validated canonical action (``result``) and the op and value as
-    the model wrote them (``None`` where absent or not a string). Mind2Web's metric.py reads
-    the output as written (a CLICK's value included, the op case-sensitively), the paper's rule
-    the normalised action, so the replay env needs both (envs/mind2web/env.py)."""
+    """A Mind2Web parse: the canonical action (``result``) and the op and value as written, which
+    Mind2Web's metric.py reads while the paper's rule reads the normalised action (envs/mind2web/env.py)."""
 
     result: ParseResult
     written_op: str | None = None

@@ -29,8 +29,7 @@ def _words(text: str) -> set[str]:
 
 
 def goal_values(goal: str) -> list[str]:
-    """Capitalised phrases of the task sentence after its first word, in order (the values
-    a form may need: cities, product and film names)."""
+    """Capitalised phrases of the task sentence after its first word: the values a form may need."""
     _, _, rest = goal.strip().partition(" ")
     return [m.group(1) for m in _PHRASE.finditer(rest)]
 

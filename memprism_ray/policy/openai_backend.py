@@ -62,10 +62,8 @@ def build_openai_payload(inp: PolicyInput, config: OpenAIConfig, contract: TaskC
 
 
 class OpenAIChatPolicy(Closing):
-    """Batched task policy over HTTP, prompted and parsed by ``contract`` (the benchmark's). Call
-    :meth:`close` (or use ``with``) to free the client.
-
-    ``transport`` goes to ``httpx.Client`` (tests); ``sleep`` waits between retries."""
+    """Batched task policy over HTTP, prompted and parsed by ``contract``; :meth:`close` frees
+    the client. ``transport`` goes to ``httpx.Client`` (tests)."""
 
     name = "openai"
 

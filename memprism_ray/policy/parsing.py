@@ -34,10 +34,7 @@ def invalid(reason: str) -> ParseResult:
 
 
 def extract_action_tag(text: str) -> tuple[str | None, str | None]:
-    """The content of the single ``<action>...</action>`` pair of ``text``, or an error.
-
-    Returns ``(content, None)`` or ``(None, reason)``.
-    """
+    """``(content, None)`` of the single ``<action>...</action>`` pair of ``text``, or ``(None, reason)``."""
     if not isinstance(text, str):
         return None, f"model output is {type(text).__name__}, not text"
     tokens = [(m.group(2).lower(), m.group(1) == "/", m.start(), m.end()) for m in _TAG.finditer(text)]

@@ -37,9 +37,8 @@ class GroupLoads:
         return {k: n for k, (n, _) in self._groups.items()}
 
     def claim(self, key: str, size: int, seen_load: int | None = None) -> tuple[bool, int]:
-        """Register group ``key`` of ``size`` requests, unless the load is now above
-        ``seen_load`` (what the caller read when it chose this replica). Returns
-        ``(granted, load)``: the load after the claim, or the current load if refused."""
+        """Register group ``key`` of ``size`` requests unless the load grew above ``seen_load``;
+        returns ``(granted, load)``."""
         if size < 1:
             raise ValueError(f"a group has at least one request, got size {size}")
         current = self.load()
@@ -52,8 +51,7 @@ class GroupLoads:
         return True, current + size
 
     def touch(self, key: str, size: int) -> None:
-        """A request of group ``key`` arrived: keep it alive (re-register it after a replica
-        restart, which forgot it)."""
+        """A request of group ``key`` arrived: keep it alive (re-registered after a replica restart)."""
         old = self._groups.get(key, (0, 0.0))[0]
         self._groups[key] = (max(old, size), self.clock())
 

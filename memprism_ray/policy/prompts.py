@@ -53,11 +53,8 @@ def placeholders(template: str) -> set[str]:
 
 
 def fill(template: str, values: dict[str, Any]) -> str:
-    """Replace every ``{name}`` field of ``template`` in a single pass.
-
-    Values are inserted as text and never rescanned, so a value containing ``{goal}`` or
-    braces stays literal. A field without a value is an error naming it.
-    """
+    """Replace every ``{name}`` field of ``template`` in one pass (values are never rescanned);
+    a field without a value is an error."""
     missing = sorted(placeholders(template) - values.keys())
     if missing:
         raise ValueError(f"prompt template fields without a value: {', '.join(missing)}")
@@ -76,11 +73,8 @@ def _view_block(view_text: str) -> str:
 
 
 def split_and_fill(template: str, values: dict[str, Any], inp: PolicyInput, attach: bool) -> list[Part]:
-    """Split ``template`` at its image lines, fill the text between, and resolve each slot.
-
-    With ``attach`` the marker lines are dropped and the slots are appended at the end
-    (EB-ALFRED's attachment order); otherwise each slot sits where its line is.
-    """
+    """Split ``template`` at its image lines, fill the text between, and resolve each slot
+    (with ``attach``: appended at the end, EB-ALFRED's order)."""
     parts: list[Part] = []
     slots: list[str] = []
     chunk: list[str] = []

@@ -98,8 +98,7 @@ def decide(
     admissible: Sequence[str],
     memory_texts: Sequence[str],
 ) -> ScriptedDecision:
-    """Score admissible actions from the goal, the memory texts (view, history) and the
-    current observation. Pure function: the same inputs give the same scores."""
+    """Score admissible actions from the goal, the memory texts and the observation (a pure function)."""
     goal = parse_goal(goal_text)
     facts = read_facts(*memory_texts, observation)
     adm = _parse_admissible(admissible)
@@ -267,8 +266,7 @@ class ScriptedPolicy(TemperedStandIn):
         admissible: Sequence[str],
         memory_texts: Sequence[str],
     ) -> dict[str, float]:
-        """The policy's probability of each admissible action (the softmax :meth:`choose`
-        samples from; one-hot on the best-scored actions at temperature 0)."""
+        """The softmax :meth:`choose` samples from (one-hot on the best at temperature 0)."""
         if not admissible:
             return {"look": 1.0}
         return tempered_distribution(decide(goal, observation, admissible, memory_texts).scores, self.temperature)

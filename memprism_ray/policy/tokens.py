@@ -21,8 +21,7 @@ MINILM_NAME = "all-MiniLM-L6-v2 WordPiece (bert-base-uncased vocab)"
 
 
 def task_model_of(policy: Any) -> str | None:
-    """The task model id of a policy object or a ``PolicyConfig`` (None for the scripted
-    policy, which has no model)."""
+    """The task model id of a policy object or a ``PolicyConfig`` (None for the scripted policy)."""
     if policy is None:
         return None
     backend = getattr(policy, "backend", None)

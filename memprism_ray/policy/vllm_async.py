@@ -218,8 +218,7 @@ class AsyncVLLMPolicy:
         return f"{self._prefix}-{next(self._ids)}{'-' + tag if tag else ''}"
 
     async def _generate(self, prompt: Any, params: Any, request_id: str) -> Any:
-        """The final ``RequestOutput`` of one request; a vLLM rejection is raised as it is, any
-        other failure as :class:`PolicyBackendError`."""
+        """The final ``RequestOutput``; a rejection is raised as is, any other failure as PolicyBackendError."""
         self.in_flight += 1
         self.counters["requests"] += 1
         try:

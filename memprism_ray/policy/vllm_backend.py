@@ -66,8 +66,7 @@ def build_vllm_request(
     format_chat: ChatFormatter = format_qwen_chat,
     layout: str = "paper",
 ) -> dict[str, Any]:
-    """The ``LLM.generate`` input of one decision: ``{"prompt", "multi_modal_data"?}``;
-    ``contract``: the benchmark's prompt; ``layout`` is ``policy.prompt_layout``."""
+    """The ``LLM.generate`` input of one decision: ``{"prompt", "multi_modal_data"?}``."""
     messages, images = contract.build_messages(inp, layout)
     if len(images) > limit_images:
         raise ValueError(f"prompt has {len(images)} images but the engine allows {limit_images} (limit_mm_per_prompt)")

@@ -184,11 +184,8 @@ PROCESSOR_SETTINGS: dict[str, Any] = {
 
 
 def build_dummy_qwen25vl(out_dir: str | Path, size: str = "7b") -> Path:
-    """Write the model directory (idempotent: an existing complete directory is kept).
-
-    The processor files are written as JSON rather than by instantiating
-    ``Qwen2_5_VLProcessor``, which needs torchvision (present beside vLLM, absent on CPU
-    CI); ``AutoProcessor.from_pretrained`` reads them back on the GPU node."""
+    """Write the model directory (idempotent). The processor files are written as JSON, since
+    ``Qwen2_5_VLProcessor`` needs torchvision (absent on CPU CI)."""
     out = Path(out_dir)
     marker = out / "memprism_dummy.json"
     if marker.exists() and json.loads(marker.read_text()).get("size") == size:

@@ -24,8 +24,7 @@ _ACTIONS = re.compile(r"\[\s*'([^']+)'")
 
 
 def first_admissible(prompt: dict[str, Any]) -> str:
-    """Default reply: ``<action>`` + the first quoted admissible action in the prompt
-    (``look`` when none), so parsed outputs are valid."""
+    """Default reply: ``<action>`` + the first quoted admissible action in the prompt (else ``look``)."""
     m = _ACTIONS.search(prompt.get("prompt", ""))
     return f"<action>{m.group(1) if m else 'look'}</action>"
 
@@ -156,9 +155,8 @@ class FakeAsyncEngine:
 
 
 def fake_engine_factory(config: Any = None, **overrides: Any) -> FakeAsyncEngine:
-    """Picklable engine factory for ``PolicyReplica(engine_factory=...)``: the engine keeps
-    the keywords ``config`` (a ``VLLMConfig``) would build a vLLM engine with, and runs at most
-    ``max_num_seqs`` sequences a step like vLLM's scheduler (unless ``max_batch`` is given)."""
+    """Picklable engine factory for ``PolicyReplica(engine_factory=...)``: keeps the engine keywords
+    of ``config`` and, like vLLM's scheduler, runs at most ``max_num_seqs`` sequences a step."""
     if config is not None:
         kwargs = engine_kwargs(config)
         overrides.setdefault("engine_kwargs", kwargs)
@@ -175,6 +173,5 @@ def marked_reply(replies: tuple[tuple[str, str], ...], default: str, prompt: dic
 
 
 def fixed_reply(text: str, prompt: dict[str, Any]) -> str:
-    """``functools.partial(fixed_reply, text)``: a picklable reply that is always ``text``
-    (e.g. a teacher JSON for the D1 LLM-teacher path on the pool)."""
+    """``functools.partial(fixed_reply, text)``: a picklable reply that is always ``text``."""
     return text

@@ -159,9 +159,8 @@ def alfworld_like_stream(n_events: int, seed: int = 0, goal: str | None = None) 
 
 
 def random_stream(n_events: int, seed: int = 0, goal: str = "put a clean mug in cabinet") -> EventStream:
-    """A deterministic stream over a tiny vocabulary, for property tests: few entities and
-    keys (so links, repeated attempts and repeated values are common), every outcome,
-    forced outcomes, empty deltas, unchanged repeats and agent-only deltas."""
+    """A deterministic stream over a tiny vocabulary for property tests: links, repeats, every
+    outcome, forced outcomes and empty deltas are common."""
     if n_events < 0:
         raise ValueError(f"n_events must be >= 0, got {n_events}")
     rng = random.Random(seed)
