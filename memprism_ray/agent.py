@@ -310,9 +310,10 @@ class Agent:
         slots = list(range(len(specs))) if slots is None else list(slots)
         if len(slots) != len(specs):
             raise ValueError(f"run needs one slot per episode, got {len(slots)} slots for {len(specs)} episodes")
+        keep = self.keep_views_for
         lives = [
-            _Live(EpisodeResult(spec), slot, keep_views=self._keeps_views(spec))
-            for spec, slot in zip(specs, slots, strict=True)
+            _Live(EpisodeResult(s), slot, keep_views=self.config.keep_views and (keep is None or s.episode_id in keep))
+            for s, slot in zip(specs, slots, strict=True)
         ]
         try:
             self._reset(lives)
@@ -327,11 +328,6 @@ class Agent:
             for r in results:
                 on_episode(r)
         return results
-
-    def _keeps_views(self, spec: EpisodeSpec) -> bool:
-        if not self.config.keep_views:
-            return False
-        return self.keep_views_for is None or spec.episode_id in self.keep_views_for
 
     # ---- the decision step ------------------------------------------------------------
     def _decide(self, active: list[_Live]) -> None:

@@ -213,8 +213,7 @@ class ViewService:
 
     def key(self, req: ViewRequest) -> str:
         parts = [content_digest(req.stream), str(req.action.index), req.goal, str(req.want_image), str(req.want_text)]
-        parts.append(str(req.paint))
-        parts.append(self._settings)
+        parts += [str(req.paint), self._settings]
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
     def render(self, requests: Sequence[ViewRequest]) -> list[RenderedView]:

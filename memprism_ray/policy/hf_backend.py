@@ -91,9 +91,6 @@ class HFPolicy:
         self._calls = 0
         self._torch = torch
 
-    def _prompt(self, messages: list[dict[str, Any]]) -> str:
-        return self._template_owner.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
     def _encode(self, texts: list[str], images: list[Image.Image]) -> dict[str, Any]:
         if self.processor is not None:
             return dict(self.processor(text=texts, images=images or None, padding=True, return_tensors="pt"))
@@ -114,12 +111,6 @@ class HFPolicy:
         enc.update(extra)
         return enc
 
-    def _completion_length(self, ids: list[int]) -> int:
-        for k, tok in enumerate(ids):
-            if tok in self.eos_ids:
-                return k + 1
-        return len(ids)
-
     def _batch(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
         torch = self._torch
         t0 = time.perf_counter()
@@ -127,7 +118,7 @@ class HFPolicy:
         images: list[Image.Image] = []
         for inp in inputs:
             messages, ims = self.contract.build_messages(inp)
-            texts.append(self._prompt(messages))
+            texts.append(self._template_owner.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
             images.extend(ims)
         enc = self._encode(texts, images)
         enc = {k: (v.to(self.device) if hasattr(v, "to") else v) for k, v in enc.items()}
@@ -153,7 +144,7 @@ class HFPolicy:
         results = []
         for row, inp in enumerate(inputs):
             gen = out[row, width:].tolist()
-            n = self._completion_length(gen)
+            n = next((k + 1 for k, tok in enumerate(gen) if tok in self.eos_ids), len(gen))  # up to the first EOS
             text = self.tokenizer.decode(gen[:n], skip_special_tokens=True)
             ids = input_ids[row][mask[row].bool()]
             visual = int(sum(int((ids == v).sum()) for v in self.visual_ids)) if self.visual_ids else None

@@ -29,7 +29,7 @@ from memprism_ray.policy.base import PolicyBackendError, PolicyInput, PolicyOutp
 from memprism_ray.policy.config import OpenAIConfig
 from memprism_ray.policy.contract import TaskContract
 from memprism_ray.policy.parsing import failed_output
-from memprism_ray.policy.tokens import count_visual_tokens
+from memprism_ray.policy.tokens import config_visual_tokens
 
 
 def image_part(image: Image.Image, compress_level: int = 1) -> dict[str, Any]:
@@ -84,12 +84,7 @@ class OpenAIChatPolicy(Closing):
         self.client.close()
 
     def _one(self, inp: PolicyInput) -> PolicyOutput:
-        visual = count_visual_tokens(
-            inp.images(),
-            self.config.visual_token_family,
-            min_pixels=self.config.min_pixels,
-            max_pixels=self.config.max_pixels,
-        )
+        visual = config_visual_tokens(inp.images(), self.config)
         t0 = time.perf_counter()
         try:
             reply = self.client.chat(**build_openai_payload(inp, self.config, self.contract))

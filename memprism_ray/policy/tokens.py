@@ -110,3 +110,10 @@ def count_visual_tokens(
     if family.startswith("qwen"):
         kwargs = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v is not None}
     return sum(int(counters[family](im.width, im.height, **kwargs)) for im in images)
+
+
+def config_visual_tokens(images: Sequence[Image.Image], config: Any) -> int | None:
+    """:func:`count_visual_tokens` under a backend config's ``visual_token_family`` and pixel bounds."""
+    return count_visual_tokens(
+        images, config.visual_token_family, min_pixels=config.min_pixels, max_pixels=config.max_pixels
+    )

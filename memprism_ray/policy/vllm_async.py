@@ -33,7 +33,7 @@ from memprism_ray.policy.chat_format import format_qwen_chat
 from memprism_ray.policy.config import PROMPT_LAYOUTS, VLLMConfig
 from memprism_ray.policy.contract import TaskContract
 from memprism_ray.policy.parsing import failed_output
-from memprism_ray.policy.tokens import count_visual_tokens
+from memprism_ray.policy.tokens import config_visual_tokens
 from memprism_ray.policy.vllm_backend import ChatFormatter, build_vllm_request, engine_kwargs, sampling_kwargs
 
 #: Exception class names vLLM uses for a bad request (v0.24: ``VLLMValidationError``,
@@ -238,12 +238,7 @@ class AsyncVLLMPolicy:
     async def act_one(self, inp: PolicyInput, tag: str = "", max_tokens: int | None = None) -> PolicyOutput:
         """One decision. Raises :class:`PolicyBackendError` only when the engine fails."""
         t0 = time.perf_counter()
-        visual = count_visual_tokens(
-            inp.images(),
-            self.config.visual_token_family,
-            min_pixels=self.config.min_pixels,
-            max_pixels=self.config.max_pixels,
-        )
+        visual = config_visual_tokens(inp.images(), self.config)
         fmt = await self._formatter()
         build = functools.partial(
             build_vllm_request,
