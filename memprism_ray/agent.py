@@ -2,18 +2,11 @@
 environment update"; docs/architecture.md "Decision step").
 
 Each decision step runs its stages (``_router``, ``_compose_render``, ``_memory_retrieve``,
-``_policy``, ``_env_step``, ``_phi``, ``_record``) once over a batch of running episodes, through
-:class:`AgentServices` (:class:`LocalServices` in-process, actor-backed in the Ray rollout
-worker), and gives one step row per episode (:func:`rows_to_arrow`). A service that raises, or
-returns more or fewer results than requests, fails only the episodes it touched, so none waits
-for ever; an invalid policy output is no failure: its text goes to the environment.
-Memory-interface conditions (baselines/memory.py) fill the prompt's view slot from their
-per-episode memory instead of a MemPrism view.
-
-Under teacher-forced replay (Mind2Web) the environment scores the predicted action and
-advances with the recorded human action (``Transition.meta["recorded_action"]``), from which
-the raw event and the short history are built; the step row keeps the predicted ``action``.
-"""
+``_policy``, ``_env_step``, ``_phi``, ``_record``) once over a batch of running episodes through
+:class:`AgentServices` (in-process or actor-backed), one step row per episode. A failing service
+fails only the episodes it touched; an invalid policy output is no failure. Under teacher-forced
+replay (Mind2Web) the env advances with the recorded human action
+(``Transition.meta["recorded_action"]``), from which the event and the history are built."""
 
 from __future__ import annotations
 

@@ -1,13 +1,11 @@
 """One client for every OpenAI-compatible chat endpoint the system talks to: the task policy
-behind ``vllm serve`` (paper "Experiment Setup"), the LLM view teacher of D1 (appendix E.2), the
-LLM Phi (appendix E.1) and the memory baselines' LLM calls (appendix "External baselines": "All
-auxiliary model calls and their token or API costs are included in the efficiency results").
+(paper "Experiment Setup"), the LLM view teacher of D1 (appendix E.2), the LLM Phi (appendix
+E.1) and the memory baselines (appendix "External baselines": "All auxiliary model calls and
+their token or API costs are included in the efficiency results").
 
-Every endpoint config section subclasses :class:`EndpointConfig`. :class:`ChatClient` retries a
-connection error, a timeout or HTTP 408/409/429/5xx after ``backoff_s * 2**k`` seconds (or the
-server's longer ``Retry-After``, capped by ``max_backoff_s``); any other 4xx is final. Attempts,
-retries, failures and tokens go into one :class:`LLMCounters`. The bottom layer: no ray, nothing
-of the project imported."""
+Retries back off exponentially (or as ``Retry-After`` asks, capped by ``max_backoff_s``) after a
+connection error, a timeout or HTTP 408/409/429/5xx; another 4xx is final. Costs go into one
+:class:`LLMCounters`. The bottom layer: no ray, nothing of the project imported."""
 
 from __future__ import annotations
 

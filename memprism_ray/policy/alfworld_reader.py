@@ -1,12 +1,9 @@
 """What a reader can learn about an ALFWorld episode from text it is shown.
 
-The scripted stand-in (docs/architecture.md "The scripted policy") is stateless: it sees only what
-a task-policy prompt holds (paper eq. task-policy). This module turns that text into facts with
-regular expressions over ALFWorld's own language (``alfred.twl2`` feedback, the command grammar,
-the rule Phi's ``"<entity>.<attribute> -> value"`` keys): where objects were seen, which
-receptacles were visited, opened or found closed, what was cleaned/heated/cooled, what was put
-where. Facts are read in text order, later mentions winning; a value chain is read as a VLM reads
-it (every place visited, the last one current). Only the lines the page shows can be read."""
+The scripted stand-in (docs/architecture.md "The scripted policy") sees only what a prompt holds
+(paper eq. task-policy); this module reads that text with regular expressions over ALFWorld's own
+language and the rule Phi's ``"<entity>.<attribute> -> value"`` keys, in text order (later mentions
+win). A value chain is read as a VLM reads it: every place visited, the last one current."""
 
 from __future__ import annotations
 
@@ -43,13 +40,9 @@ _ELIDED = re.compile(r"\(\d+ more\)")
 
 _TREAT_STATE = {"clean": "clean", "heat": "hot", "cool": "cool"}
 _STATE_WORDS = {
-    "clean": "clean",
-    "cleaned": "clean",
-    "hot": "hot",
-    "heated": "hot",
-    "cool": "cool",
-    "cold": "cool",
-    "cooled": "cool",
+    **dict.fromkeys(("clean", "cleaned"), "clean"),
+    **dict.fromkeys(("hot", "heated"), "hot"),
+    **dict.fromkeys(("cool", "cold", "cooled"), "cool"),
 }
 _EMPTY_HAND = {"nothing", "none", "(none)", "empty", "-"}
 
@@ -99,20 +92,9 @@ class EpisodeFacts:
     def read(self, text: str) -> EpisodeFacts:
         """Update the facts from ``text`` (feedback, history, a rendered view)."""
         events: list[tuple[int, str, re.Match[str]]] = []
-        patterns = {
-            "see": _SEE_LIST,
-            "arrive": _ARRIVE,
-            "opened": _OPENED,
-            "closed_seen": _CLOSED_SEEN,
-            "close": _CLOSE,
-            "pick": _PICK,
-            "move": _MOVE,
-            "treat": _TREAT,
-            "turn_on": _TURN_ON,
-            "cmd_go": _CMD_GO,
-            "cmd_treat": _CMD_TREAT,
-            "delta": _DELTA,
-        }
+        patterns = {"see": _SEE_LIST, "arrive": _ARRIVE, "opened": _OPENED, "closed_seen": _CLOSED_SEEN}
+        patterns |= {"close": _CLOSE, "pick": _PICK, "move": _MOVE, "treat": _TREAT, "turn_on": _TURN_ON}
+        patterns |= {"cmd_go": _CMD_GO, "cmd_treat": _CMD_TREAT, "delta": _DELTA}
         for kind, pattern in patterns.items():
             events.extend((m.start(), kind, m) for m in pattern.finditer(text))
         events.sort(key=lambda e: e[0])

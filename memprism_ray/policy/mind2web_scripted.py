@@ -1,11 +1,9 @@
 """The scripted Mind2Web task policy: a CPU stand-in for the frozen VLM under teacher-forced
 replay (docs/mind2web.md; paper eq. task-policy ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``).
 
-Stateless, it reads only what a prompt holds and answers in the paper's format. Every snapshot
-element is a candidate (inputs typed into, selects set, the rest clicked), scored by the words
-it shares with the task sentence; the memory view lowers what it shows as done and picks the
-next value to type, so without one it retypes the first value. It samples from a softmax seeded
-by ``(seed, episode id, step)``; :meth:`Mind2WebScriptedPolicy.action_distribution` is that softmax."""
+Every snapshot element is a candidate, scored by the words it shares with the task; the memory
+view lowers what it shows as done and picks the next value to type, so without one it retypes the
+first value. It samples from a seeded softmax (:meth:`Mind2WebScriptedPolicy.input_distribution`)."""
 
 from __future__ import annotations
 
@@ -114,6 +112,3 @@ class Mind2WebScriptedPolicy(TemperedStandIn):
         reason = f"best-matching element for the task (p={dist[action]:.2f})"
         text = f"<reasoning>{reason}</reasoning>\n<action>{action}</action>"
         return self.contract.to_output(inp, text, latency_s=time.perf_counter() - start)
-
-    def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
-        return [self.act_one(inp) for inp in inputs]

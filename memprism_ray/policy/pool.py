@@ -1,10 +1,7 @@
 """Load bookkeeping of the task-policy pool (docs/gpu.md "Routing"): which replica serves a
-group of decisions. Pure Python, no Ray.
-
-All of a group's requests (a GRPO group, an evaluation worker's slots, a D1 labelling task) go to
-one replica, so shared prefixes and images hit its caches; a new group goes to the replica with
-the fewest outstanding requests. A caller claims a replica with the load it saw, and the claim is
-refused if the load has grown since (no central dispatcher). A group silent for ``ttl_s`` stops counting."""
+group of decisions. Pure Python, no Ray. A group's requests go to one replica (shared prefixes hit
+its caches); a new group claims the least loaded replica with the load it saw, refused if that grew
+since. A group silent for ``ttl_s`` stops counting."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Task-policy prompts (paper appendix E.3 "Task-policy prompts", versioned): what every
-benchmark's prompt shares; each benchmark's own prompt is its task contract's.
-
-The paper's prompts are stored verbatim in ``templates/<PROMPT_VERSION>/*.txt``; any change to a
-template or to a contract's formatting rules must bump :data:`PROMPT_VERSION` (recorded in every
-run manifest). Fields are filled in one pass and image slots found on the raw template, so goals,
-observations and literal JSON braces are never interpreted. The view slot holds the optical view
-(``image``), a delimited text block (``text``) or nothing (``none``, No Memory)."""
+benchmark's prompt shares. The prompts are stored verbatim in ``templates/<PROMPT_VERSION>/``;
+a change to a template or a contract's formatting must bump :data:`PROMPT_VERSION`. Fields are
+filled in one pass and image slots found on the raw template, so no input text is interpreted."""
 
 from __future__ import annotations
 

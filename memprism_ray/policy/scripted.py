@@ -1,13 +1,10 @@
 """The scripted ALFWorld task policy: a CPU stand-in for the frozen VLM (docs/architecture.md "The
-scripted policy"; paper eq. task-policy ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``), the stand-in
-of ALFWorld's task contract (:mod:`memprism_ray.policy.alfworld`).
+scripted policy"; paper eq. task-policy ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``).
 
-Stateless: it sees only what a VLM prompt would hold (the view in text form), knows ALFWorld's
-task recipes from the goal, and learns the episode so far from the text it is shown
-(:mod:`alfworld_reader`); a view that lacks the evidence makes it explore and repeat work. It
-samples from a softmax over scored admissible actions, seeded by ``(seed, episode id, step)``
-(:meth:`ScriptedPolicy.action_distribution` is that softmax, read by the counterfactual view
-teacher). It has no prior from ALFRED's placement table, which would find objects without memory."""
+Stateless, it knows ALFWorld's task recipes from the goal and learns the episode so far only from
+the text it is shown (:mod:`alfworld_reader`), so a view lacking the evidence makes it explore and
+repeat work. It samples from a seeded softmax over scored admissible actions
+(:meth:`ScriptedPolicy.action_distribution`), with no prior from ALFRED's placement table."""
 
 from __future__ import annotations
 
@@ -302,19 +299,11 @@ class ScriptedPolicy(TemperedStandIn):
         """The prompt's memory: the view (text form) and the short history, oldest first."""
         return view_texts(inp) + [f"{rec.action}\n{rec.feedback}" for rec in inp.history]
 
-    def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
-        outputs = []
-        for inp in inputs:
-            start = time.perf_counter()
-            episode_id = str(inp.meta.get("episode_id", ""))
-            action, reason = self.choose(
-                inp.goal,
-                inp.observation,
-                inp.admissible,
-                self.memory_texts(inp),
-                episode_id=episode_id,
-                step=inp.step,
-            )
-            text = f"<think>{reason}</think>\n<action>{action}</action>"
-            outputs.append(self.contract.to_output(inp, text, latency_s=time.perf_counter() - start))
-        return outputs
+    def act_one(self, inp: PolicyInput) -> PolicyOutput:
+        start = time.perf_counter()
+        episode_id = str(inp.meta.get("episode_id", ""))
+        action, reason = self.choose(
+            inp.goal, inp.observation, inp.admissible, self.memory_texts(inp), episode_id=episode_id, step=inp.step
+        )
+        text = f"<think>{reason}</think>\n<action>{action}</action>"
+        return self.contract.to_output(inp, text, latency_s=time.perf_counter() - start)

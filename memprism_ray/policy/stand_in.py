@@ -7,10 +7,10 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from memprism_ray.policy.base import PolicyInput
+from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.policy.config import PolicyConfig
 
 _StandIn = TypeVar("_StandIn", bound="TemperedStandIn")
@@ -58,3 +58,9 @@ class TemperedStandIn:
     def from_config(cls: type[_StandIn], config: PolicyConfig) -> _StandIn:
         """From ``policy.scripted`` (keys checked by PolicyConfig): its temperature and seed."""
         return cls(**{k: v for k, v in config.scripted.items() if k in ("temperature", "seed")})
+
+    def act_one(self, inp: PolicyInput) -> PolicyOutput:
+        raise NotImplementedError
+
+    def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
+        return [self.act_one(inp) for inp in inputs]

@@ -2,19 +2,13 @@
 "Experiment Setup": frozen Qwen2.5-VL-7B-Instruct, greedy decoding; appendix E.3 prompts;
 docs/gpu.md "Why AsyncLLM in a Ray actor").
 
-``vllm.LLM.generate`` blocks until its whole batch is done, so a replica fed by many rollout
-workers would run their small batches one after another: on one H100 with a 7B-shaped
+``vllm.LLM.generate`` blocks until its whole batch is done: on one H100 with a 7B-shaped
 Qwen2.5-VL, calls of 4 in sequence reach 11.7 decisions/s against 28.5 for one batch of 256
-(shared/gpu/README.md). ``AsyncLLM`` batches every request in flight at each engine step, so
-requests from every caller of a replica share the engine's steps. Requests are built as the
-offline engine's (:func:`build_vllm_request`, :func:`engine_kwargs`).
-
-The front end (view-PNG decoding, chat templating, and vLLM's input processing, which
-``AsyncLLM`` 0.24 runs synchronously inside ``generate``) shares one event loop with every
-caller; each stage is timed (:attr:`AsyncVLLMPolicy.frontend`), and ``vllm.frontend_threads``
-moves the first two to a thread pool. A request vLLM rejects becomes an invalid
-:class:`PolicyOutput`; an engine failure a :class:`PolicyBackendError` for that request only.
-"""
+(shared/gpu/README.md). ``AsyncLLM`` batches every request in flight at each engine step, so all
+callers of a replica share its steps. The front end (PNG decoding, chat templating, vLLM's input
+processing) shares the event loop and is timed (:attr:`AsyncVLLMPolicy.frontend`);
+``vllm.frontend_threads`` moves the first two to threads. A rejected request becomes an invalid
+output, an engine failure a :class:`PolicyBackendError` for that request only."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """A CPU stand-in for ``vllm.v1.engine.async_llm.AsyncLLM``: the same ``generate(prompt,
-sampling_params, request_id)`` async-generator contract, continuous batching simulated with a
-step clock (tests/actors/test_policy_pool.py, ``benchmarks/bench_policy_pool.py --engine fake``).
-
-A step costs ``step_s + seq_s * running`` seconds and gives every running request one token; a
-request finishes after ``tokens`` steps (or its params' smaller ``max_tokens``). Arrivals join
-the next step, up to ``max_batch``; ``steps`` records which caller tags ran together. Prompts
-with ``FAKE_REJECT`` are refused at submission (``ValueError``), ``FAKE_CRASH`` fails mid-way.
-Like vLLM 0.24, ``generate`` first runs ``input_processor.process_inputs`` synchronously."""
+sampling_params, request_id)`` contract, continuous batching simulated with a step clock
+(tests/actors/test_policy_pool.py, ``benchmarks/bench_policy_pool.py --engine fake``). A step
+costs ``step_s + seq_s * running`` seconds and gives each running request a token. ``FAKE_REJECT``
+prompts are refused (``ValueError``), ``FAKE_CRASH`` ones fail mid-way."""
 
 from __future__ import annotations
 
