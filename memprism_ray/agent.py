@@ -122,8 +122,6 @@ class LocalServices:
         return each_request(self.view_service.render_one, requests)
 
     def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput | BaseException]:
-        if not inputs:
-            return []
         try:
             return list(self.policy.act(inputs))
         except Exception as exc:
@@ -578,10 +576,9 @@ class Agent:
         lv.prompt_meta.update((k, tr.meta.get(k)) for k in STEP_PROMPT_KEYS)
         if tr.won:
             res.won = True
-        # max_steps counts the env's steps, not decisions: EB-ALFRED's 30 are simulator steps and
-        # an output that is no skill takes none (EmbodiedBench's evaluator). Decisions that take
-        # no step are capped at max_steps too, so no env can keep an episode going for ever
-        # (EB-ALFRED's own 10-invalid limit ends it first).
+        # max_steps counts the env's steps, not decisions (EB-ALFRED's 30 are simulator steps; a non-skill
+        # output takes none, as in EmbodiedBench's evaluator). Decisions that take no step are capped at
+        # max_steps too, so no env keeps an episode going for ever (EB-ALFRED's 10-invalid limit ends it first).
         limit = self.config.max_steps
         if tr.done or tr.won or res.env_steps >= limit or res.steps - res.env_steps >= limit:
             lv.done = True
@@ -622,13 +619,11 @@ class Agent:
 #: Transition meta keys of a teacher-forced replay step copied into its row (Mind2Web's metrics).
 REPLAY_SCORE_KEYS = ("element_correct", "op_f1")
 
-#: Observation meta keys passed into the prompt's meta when set: Mind2Web's snapshot source
-#: (replaced by every transition: :data:`STEP_PROMPT_KEYS`) and EB-ALFRED's examples (at reset).
+#: Observation meta keys passed into the prompt's meta when set (:data:`STEP_PROMPT_KEYS`: renewed each step).
 PROMPT_META_KEYS = ("html_field", "examples")
 STEP_PROMPT_KEYS = ("html_field",)
 
-#: Transition meta keys the raw event keeps: the synchronized frame's audit facts and the
-#: simulator's success flag, which EB-ALFRED's Phi reads (paper D.2, EB-ALFRED adapter).
+#: Transition meta keys the raw event keeps: EB-ALFRED's frame facts and success flag (paper D.2).
 FRAME_META_KEYS = ("frame_step", "frame_sha1", "frame_changed", "frame_path", "last_action_success", "progress")
 
 

@@ -212,8 +212,7 @@ class PolicyConfig:
             try:
                 resources[str(k)] = float(v)  # CLI overrides arrive as strings
             except (TypeError, ValueError):
-                bad[k] = v
-                continue
+                resources[str(k)] = float("nan")
             if not resources[str(k)] > 0:
                 bad[k] = v
         self.resources = resources

@@ -23,10 +23,8 @@ class TaskContract:
     name: ClassVar[str]
     """the benchmark whose inputs it reads (``PolicyInput.benchmark``)"""
     stand_in: ClassVar[str]
-    """``module:Class`` of the scripted CPU stand-in (``policy.backend: scripted``), built by its
-    ``from_config(PolicyConfig)``; imported only when a scripted policy is asked for"""
+    """``module:Class`` of the scripted CPU stand-in, built by its ``from_config(PolicyConfig)``"""
 
-    # ------------------------------------------------------------------ the benchmark's part
     def template_parts(self, inp: PolicyInput, layout: str) -> list[Part]:
         """The prompt of ``inp`` as parts, before adjacent text is merged."""
         raise NotImplementedError
@@ -35,7 +33,6 @@ class TaskContract:
         """The action of model output ``text`` under this contract; never raises on model output."""
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ shared
     def mismatch(self, inp: PolicyInput) -> str | None:
         """Why ``inp`` is not this contract's to read (``None`` when it is)."""
         if inp.benchmark != self.name:

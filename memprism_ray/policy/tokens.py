@@ -14,8 +14,7 @@ from PIL import Image
 
 from memprism_ray.render import visual_tokens
 
-#: Prompt text counters: auto (task tokenizer, else MiniLM fallback), task (task tokenizer or
-#: an error), minilm, words.
+#: Prompt text counters: auto (task tokenizer, else MiniLM), task (or an error), minilm, words.
 TEXT_COUNTERS: tuple[str, ...] = ("auto", "task", "minilm", "words")
 MINILM_NAME = "all-MiniLM-L6-v2 WordPiece (bert-base-uncased vocab)"
 

@@ -30,11 +30,9 @@ from memprism_ray.policy.parsing import failed_output
 from memprism_ray.policy.tokens import config_visual_tokens
 from memprism_ray.policy.vllm_backend import ChatFormatter, build_vllm_request, engine_kwargs, sampling_kwargs
 
-#: Exception class names vLLM uses for a bad request (v0.24: ``VLLMValidationError``,
-#: a ``VLLMClientError``); older releases raise ``ValueError``.
+#: vLLM 0.24's exception class names for a bad request; older releases raise ``ValueError``.
 REJECTED = ("VLLMValidationError", "VLLMClientError")
-#: The timed front-end stages (:attr:`AsyncVLLMPolicy.frontend`): view-PNG decoding (the
-#: replica's), chat templating and vLLM's input processing.
+#: The timed front-end stages (:attr:`AsyncVLLMPolicy.frontend`).
 FRONTEND_STAGES = ("decode", "template", "mm_preprocess")
 
 

@@ -135,10 +135,8 @@ class FakeAsyncEngine:
         loop = asyncio.get_running_loop()
         limit = sampling_params.get("max_tokens") if isinstance(sampling_params, dict) else None
         tokens = min(self.tokens, limit) if limit else self.tokens
-        item = _Running(
-            request_id, parts[2] if len(parts) > 2 else "", prompt, tokens, loop.create_future(), total=tokens
-        )
-        item.crash = "FAKE_CRASH" in text
+        tag = parts[2] if len(parts) > 2 else ""
+        item = _Running(request_id, tag, prompt, tokens, loop.create_future(), "FAKE_CRASH" in text, tokens)
         self.submitted += 1
         self._queue.append(item)
         if self._task is None:
