@@ -248,12 +248,6 @@ class ChatClient(Closing):
     def close(self) -> None:
         self._http.close()
 
-    def delay(self, retry: int, response: httpx.Response | None) -> float:
-        """Seconds before retry ``retry`` (0-based) after ``response`` (``None``: no response)."""
-        wait = self.config.backoff_s * 2**retry
-        asked = retry_after_s(response)
-        return min(max(wait, asked) if asked is not None else wait, self.config.max_backoff_s)
-
     def send(self, method: str, path: str, **request: Any) -> httpx.Response:
         """``method`` ``base_url/path`` with the retries: the last response whatever its status;
         :class:`LLMUnavailable` when the last attempt got no response."""
@@ -265,7 +259,8 @@ class ChatClient(Closing):
         for attempt in range(attempts):
             if attempt:
                 self.counters.add("retries")
-                self._sleep(self.delay(attempt - 1, response))
+                wait, asked = self.config.backoff_s * 2 ** (attempt - 1), retry_after_s(response)
+                self._sleep(min(max(wait, asked) if asked is not None else wait, self.config.max_backoff_s))
             self.counters.add("requests")
             try:
                 response = self._http.request(method, url, **request)
