@@ -64,10 +64,6 @@ def replace_once(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-def _view_block(view_text: str) -> str:
-    return f"{VIEW_TEXT_BEGIN}\n{view_text}\n{VIEW_TEXT_END}"
-
-
 def split_and_fill(template: str, values: dict[str, Any], inp: PolicyInput, attach: bool) -> list[Part]:
     """Split ``template`` at its image lines, fill the text between, and resolve each slot
     (with ``attach``: appended at the end, EB-ALFRED's order)."""
@@ -109,5 +105,5 @@ def _resolve_slot(marker: str, inp: PolicyInput, trailing_newline: bool = True) 
         # An unpainted page keeps its marker, so a text-only reader's prompt is unchanged.
         return [("image", marker, inp.view_image)]
     if inp.view_text is not None:
-        return [("text", _view_block(inp.view_text) + nl)]
+        return [("text", f"{VIEW_TEXT_BEGIN}\n{inp.view_text}\n{VIEW_TEXT_END}{nl}")]
     return []
