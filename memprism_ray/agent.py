@@ -1,38 +1,12 @@
 """The decision loop, in-process (paper appendix D.3, "Decision-time compilation and
 environment update"; docs/architecture.md "Decision step").
 
-Each decision step runs these stages, each a method of :class:`Agent`, once over a batch of
-running episodes (one GRPO group, or a wave of evaluation episodes: one encoder call, one
-policy call, one env call per step)::
-
-    _router           features z_t (MiniLM(obs), MiniLM(goal), window summary of the last 8
-                      events, 8 global statistics of the last 64), only if the selector
-                      needs them or GRPO records them; view action (Router or a baseline)
-    _compose_render   view V_t: Composer.select + compile, Render (optical and/or text)
-    _memory_retrieve  memory-interface conditions only (below)
-    _policy           action u_t = TaskPolicy(obs, goal, short text history, V_t)
-    _env_step         feedback = env.step(u_t)
-    _phi, _record     e~_t = Phi(raw event) -> EventStream.append, step row; the view is discarded
-
-Memory-interface conditions (external baselines, AgentOCR; baselines/memory.py) show no
-MemPrism view: what their per-episode memory retrieves fills the prompt's view slot, and the
-memory is written the completed step after the decision (``_memory_write``).
-
-The stages are reached through :class:`AgentServices`: :class:`LocalServices` calls objects
-in this process, the Ray rollout worker supplies actor-backed services, so the loop exists
-once. Each step gives one row per episode (:func:`rows_to_arrow`): Router features, view
-index and log-prob, action, outcome, prompt and visual tokens, pixels, each stage's latency.
-A service that raises, or returns more or fewer results than requests, fails only the
-episodes it touched (``failed``, with the error), so none waits for ever; an invalid policy
-output is no failure: its text goes to the environment, which answers ("Nothing happens.").
-Episodes on disk: :mod:`memprism_ray.eval.artifacts`.
-
-Under teacher-forced replay (Mind2Web) the environment scores the predicted action and
-advances with the recorded human action, which it returns as ``Transition.meta
-["recorded_action"]``: the raw event and the short history are built from that action
-(events come from the human trajectory); the step row keeps the predicted ``action`` and
-adds ``recorded_action`` and ``correct``.
-"""
+Each decision step runs its stages (``_router``, ``_compose_render``, ``_memory_retrieve``,
+``_policy``, ``_env_step``, ``_phi``, ``_record``) once over a batch of running episodes through
+:class:`AgentServices` (in-process or actor-backed), one step row per episode. A failing service
+fails only the episodes it touched; an invalid policy output is no failure. Under teacher-forced
+replay (Mind2Web) the env advances with the recorded human action
+(``Transition.meta["recorded_action"]``), from which the event and the history are built."""
 
 from __future__ import annotations
 
@@ -55,7 +29,7 @@ from memprism_ray.recorder.events import Event, RawEvent
 from memprism_ray.recorder.phi.base import Extraction, Phi, record_extraction
 from memprism_ray.recorder.stream import EventStream
 from memprism_ray.router.features import FEATURE_DIMS
-from memprism_ray.views import RenderedView, ViewRequest, ViewService
+from memprism_ray.views import RenderedView, ViewRequest, ViewService, each_request
 
 # --------------------------------------------------------------------------- settings
 
@@ -82,8 +56,7 @@ class AgentConfig:
             raise ValueError(f"agent.token_counter must be one of {TEXT_COUNTERS}, got {self.token_counter!r}")
 
 
-#: Counts prompt text tokens with a named tokenizer (appendix C.1 efficiency metrics); backends
-#: that report their own prompt token counts (vLLM, OpenAI-compatible servers) are recorded beside it.
+#: Counts prompt text tokens (appendix C.1 efficiency metrics).
 TokenCounter = PromptTokenCounter
 
 
@@ -91,8 +64,7 @@ TokenCounter = PromptTokenCounter
 
 
 class AgentServices(Protocol):
-    """The stages the loop calls, batched. Each returns one result per request, in order;
-    a result may be an exception, which fails only that request's episode."""
+    """The stages the loop calls, batched: one result per request, in order (an exception fails its episode)."""
 
     def reset(self, requests: Sequence[tuple[int, GameRef]]) -> list[Observation | BaseException]: ...
 
@@ -112,11 +84,8 @@ class ResultCountError(RuntimeError):
 
 
 def paired_results(stage: str, call: Callable[[], Sequence[Any]], expected: int) -> list[Any]:
-    """One result per request from a batched stage call, whatever the stage does.
-
-    A stage that raises, or returns more or fewer results than ``expected``, gives every
-    request the error as its result: the results cannot be paired with the requests, and
-    an unpaired request would leave its episode waiting for ever (issue 10 item 1)."""
+    """One result per request from a batched stage call; a stage that raises or miscounts gives
+    every request the error (an unpaired request would wait for ever: issue 10 item 1)."""
     if expected == 0:
         return []
     try:
@@ -127,18 +96,6 @@ def paired_results(stage: str, call: Callable[[], Sequence[Any]], expected: int)
         err = ResultCountError(f"{stage} returned {len(results)} result(s) for {expected} request(s)")
         return [err] * expected
     return results
-
-
-def each_request(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-    """``fn`` over a batch; an exception becomes that request's result (one bad request
-    fails one episode, not the batch)."""
-    out: list[Any] = []
-    for item in items:
-        try:
-            out.append(fn(item))
-        except Exception as exc:  # an infrastructure failure of one request
-            out.append(exc)
-    return out
 
 
 class LocalServices:
@@ -165,8 +122,6 @@ class LocalServices:
         return each_request(self.view_service.render_one, requests)
 
     def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput | BaseException]:
-        if not inputs:
-            return []
         try:
             return list(self.policy.act(inputs))
         except Exception as exc:
@@ -194,8 +149,7 @@ class EpisodeResult:
     steps: int = 0
     """decisions taken"""
     env_steps: int = 0
-    """decisions that took a step of the env's budget (``agent.max_steps``; EB-ALFRED's
-    invalid outputs take none, envs.base.STEP_TAKEN): what the step-limit curve counts"""
+    """decisions that took a step of the env's budget (EB-ALFRED's invalid outputs take none)"""
     status: str = "ok"
     error: str | None = None
     goal: str = ""
@@ -224,8 +178,7 @@ class EpisodeResult:
 
 @dataclass
 class _Turn:
-    """One decision of one episode, filled in stage by stage; after a stage fails the
-    episode, the later fields stay empty."""
+    """One decision of one episode, filled in stage by stage."""
 
     decision: ViewDecision | None = None
     features: dict[str, np.ndarray] = field(default_factory=dict)  # the step row's feat_* columns
@@ -241,8 +194,7 @@ class _Turn:
 
 @dataclass
 class _Live:
-    """An episode being played: its result so far, what its next decision sees, and the
-    decision in flight (``turn``)."""
+    """An episode being played: its result so far, what its next decision sees, its ``turn``."""
 
     result: EpisodeResult
     slot: int
@@ -263,8 +215,7 @@ def _running(lives: Sequence[_Live]) -> list[_Live]:
 
 
 class _Clock:
-    """Wall time of each stage of one decision step, charged ``1/n`` to each of the step's
-    ``n`` episodes (the step row's ``*_ms`` columns)."""
+    """Wall time of each stage of one decision step, ``1/n`` to each of its ``n`` episodes."""
 
     def __init__(self, n: int) -> None:
         self.n, self.start = max(n, 1), time.perf_counter()
@@ -278,16 +229,14 @@ class _Clock:
 
 
 def _fallback_action(text: str) -> str:
-    """What goes to the environment when the policy output is invalid: the tagged text if
-    any, else the first line, bounded. The engine answers it ("Nothing happens.")."""
+    """What goes to the environment for an invalid policy output: the tagged text, else the first line."""
     content, _ = extract_action_tag(text)
     candidate = content if content else (text.strip().splitlines() or [""])[0]
     return candidate.strip()[:200] or "look"
 
 
 def _recorded(tr: Transition) -> str | None:
-    """The recorded action of a teacher-forced replay step (Mind2Web: the human action the
-    environment advanced with, paper appendix D.3), or ``None`` for an executed action."""
+    """The recorded human action of a teacher-forced replay step (Mind2Web), else ``None``."""
     recorded = tr.meta.get("recorded_action")
     return recorded if isinstance(recorded, str) and recorded else None
 
@@ -295,17 +244,9 @@ def _recorded(tr: Transition) -> str | None:
 class Agent:
     """Plays episodes step-synchronously through :class:`AgentServices`.
 
-    ``features`` (a :class:`~memprism_ray.router.features.FeatureExtractor`) is needed when
-    the selector uses Router features or when ``record_features`` is on (GRPO rollouts
-    store the features of each decision for the learner).
-
-    ``config.keep_views`` keeps every episode's views (PNG and text per step), or only those
-    of the episode ids in ``keep_views_for`` when given (an evaluation writes the viewer of a
-    few episodes). A page is painted only when the policy reads pixels (``needs_view_image``,
-    default: the policy's attribute, else true) or its episode keeps its views; otherwise it is
-    laid out, so its size and visual tokens are the same. ``contract``: the benchmark's task
-    contract (default: the policy's), whose prompt text each step row counts.
-    """
+    ``features`` is needed when the selector reads Router features or ``record_features`` is on
+    (GRPO). ``config.keep_views`` keeps views, only for ``keep_views_for`` when given. A page is
+    painted only for a pixel reader (``needs_view_image``) or a kept view, else only laid out."""
 
     def __init__(
         self,
@@ -338,7 +279,6 @@ class Agent:
         )
         self.keep_views_for = None if keep_views_for is None else frozenset(keep_views_for)
         self.tokens = token_counter or TokenCounter(self.config.token_counter, model=task_model_of(policy))
-        # The benchmark's task contract: the prompt whose text tokens each step row counts.
         self.contract = contract if contract is not None else getattr(policy, "contract", None)
         if self.contract is None:
             raise ValueError("the agent needs the benchmark's task contract: contract=... or services.policy.contract")
@@ -348,7 +288,6 @@ class Agent:
                 "task contract"
             )
         self.step_meta = dict(step_meta or {})
-        # Memory-interface conditions (external baselines, agentocr) keep one memory per episode.
         self.new_memory = getattr(selector, "new_memory", None)
 
     # ---- public ---------------------------------------------------------------------
@@ -362,9 +301,10 @@ class Agent:
         slots = list(range(len(specs))) if slots is None else list(slots)
         if len(slots) != len(specs):
             raise ValueError(f"run needs one slot per episode, got {len(slots)} slots for {len(specs)} episodes")
+        keep = self.keep_views_for
         lives = [
-            _Live(EpisodeResult(spec), slot, keep_views=self._keeps_views(spec))
-            for spec, slot in zip(specs, slots, strict=True)
+            _Live(EpisodeResult(s), slot, keep_views=self.config.keep_views and (keep is None or s.episode_id in keep))
+            for s, slot in zip(specs, slots, strict=True)
         ]
         try:
             self._reset(lives)
@@ -380,16 +320,9 @@ class Agent:
                 on_episode(r)
         return results
 
-    def _keeps_views(self, spec: EpisodeSpec) -> bool:
-        if not self.config.keep_views:
-            return False
-        return self.keep_views_for is None or spec.episode_id in self.keep_views_for
-
     # ---- the decision step ------------------------------------------------------------
     def _decide(self, active: list[_Live]) -> None:
-        """One decision step of every episode in ``active`` (appendix D.3; docs/architecture.md
-        "Decision step"). Each stage runs once over the batch, on the episodes that no earlier
-        stage has failed."""
+        """One decision step of every episode in ``active`` (appendix D.3)."""
         clock = _Clock(len(active))
         for lv in active:
             lv.turn = _Turn()
@@ -412,8 +345,7 @@ class Agent:
         live.result.error = f"{stage}: {type(exc).__name__}: {exc}"
 
     def _settle(self, stage: str, lives: Sequence[_Live], results: Sequence[Any], slot: str) -> None:
-        """Each episode's result of a batched stage into its turn's ``slot``; an exception
-        fails that episode instead."""
+        """Each episode's result into its turn's ``slot``; an exception fails the episode."""
         for lv, got in zip(lives, results, strict=True):
             if isinstance(got, BaseException):
                 self._fail(lv, stage, got)
@@ -421,7 +353,6 @@ class Agent:
                 setattr(lv.turn, slot, got)
 
     def _reset(self, lives: list[_Live]) -> None:
-        """Start every episode: its first observation and goal, and an empty event stream."""
         requests = [(lv.slot, lv.result.spec.game) for lv in lives]
         obs = paired_results("env reset", lambda: self.services.reset(requests), len(requests))
         for lv, ob in zip(lives, obs, strict=True):
@@ -448,9 +379,7 @@ class Agent:
                     self._fail(lv, "memory", exc)
 
     def _router(self, live: list[_Live], clock: _Clock) -> None:
-        """Router (paper "Router"; appendix A.2): the decision features z_t, computed only when
-        the selector reads them or GRPO records them (a feature failure fails the batch),
-        then one view action per decision from the selector (the Router or a baseline)."""
+        """Router (paper "Router"; appendix A.2): features z_t when needed, then one view action each."""
         feats = None
         with clock.stage("features"):
             if self.features is not None and (self.selector.uses_features or self.record_features):
@@ -485,10 +414,7 @@ class Agent:
         return feats
 
     def _compose_render(self, live: list[_Live]) -> None:
-        """Composer and Render (paper "Composer", "Render"; appendix D.3): the chosen view,
-        compiled from the events recorded so far (E_<t) and rendered as an image and/or text,
-        for the decisions that show one. A page is painted only for a pixel reader or an
-        episode whose views are kept."""
+        """Composer and Render (paper "Composer", "Render"; appendix D.3): the chosen view of E_<t."""
         showing = [lv for lv in live if lv.turn.decision.action is not None]
         requests = []
         for lv in showing:
@@ -502,8 +428,7 @@ class Agent:
         self._settle("view", showing, views, "view")
 
     def _policy(self, live: list[_Live]) -> None:
-        """Task policy (paper "Experiment Setup"; appendix D.3): u_t from the observation, the
-        goal, the short text history and the view V_t in the prompt's view slot."""
+        """Task policy (paper "Experiment Setup"; appendix D.3): u_t from X_t, g, H_short and V_t."""
         for lv in live:
             lv.turn.inp = self._policy_input(lv)
         inputs = [lv.turn.inp for lv in live]
@@ -541,8 +466,7 @@ class Agent:
         )
 
     def _env_step(self, live: list[_Live]) -> None:
-        """Environment update (appendix D.3): u_t to the environment, or for an invalid policy
-        output its text, which the engine answers as it does."""
+        """Environment update (appendix D.3): u_t, or an invalid output's text, to the environment."""
         for lv in live:
             out = lv.turn.out
             lv.turn.action = out.action if (out.valid and out.action is not None) else _fallback_action(out.text)
@@ -551,9 +475,7 @@ class Agent:
         self._settle("env", live, transitions, "tr")
 
     def _phi(self, live: list[_Live]) -> None:
-        """Recorder, extraction (paper "Recorder"; appendix D.1-D.2): each transition as a raw
-        event, read by Phi against its episode's tracked state. Under teacher-forced replay
-        the event is the recorded human step; the prediction stays in its meta."""
+        """Recorder, extraction (paper "Recorder"; appendix D.1-D.2): each transition read by Phi."""
         for lv in live:
             t = lv.turn
             meta = {
@@ -571,8 +493,7 @@ class Agent:
         self._settle("phi", live, extractions, "extraction")
 
     def _record(self, live: list[_Live], clock: _Clock) -> list[_Live]:
-        """Recorder, append (appendix D.3): e~_t joins the episode's stream (the view never
-        does), the step row and the kept view are written, and the episode moves on."""
+        """Recorder, append (appendix D.3): e~_t joins the stream (the view never does)."""
         for lv in live:
             event = record_extraction(lv.result.stream, lv.turn.raw, lv.turn.extraction)
             lv.result.rows.append(self._step_row(lv, event, clock))
@@ -646,7 +567,6 @@ class Agent:
         }
 
     def _advance(self, lv: _Live) -> None:
-        """The completed step into the short history; the feedback becomes the observation."""
         res, tr = lv.result, lv.turn.tr
         lv.history.append(HistoryRecord(res.steps, lv.obs, _recorded(tr) or lv.turn.action, tr.feedback))
         res.steps += 1
@@ -656,31 +576,23 @@ class Agent:
         lv.prompt_meta.update((k, tr.meta.get(k)) for k in STEP_PROMPT_KEYS)
         if tr.won:
             res.won = True
-        # max_steps counts the env's steps, not decisions: EB-ALFRED's 30 are simulator steps and
-        # an output that is no skill takes none (EmbodiedBench's evaluator). Decisions that take
-        # no step are capped at max_steps too, so no env can keep an episode going for ever
-        # (EB-ALFRED's own 10-invalid limit ends it first).
+        # max_steps counts the env's steps, not decisions (EB-ALFRED's 30 are simulator steps; a non-skill
+        # output takes none, as in EmbodiedBench's evaluator). Decisions that take no step are capped at
+        # max_steps too, so no env keeps an episode going for ever (EB-ALFRED's 10-invalid limit ends it first).
         limit = self.config.max_steps
         if tr.done or tr.won or res.env_steps >= limit or res.steps - res.env_steps >= limit:
             lv.done = True
 
-    # ---- memory-interface conditions (baselines/memory.py) ------------------------
-    # Paper appendix "External baselines": each memory receives the same serialized completed
-    # transitions; what it retrieves goes into the prompt's view slot; its auxiliary calls are
-    # counted in the step rows. Each episode's memory is opened at reset and closed by run.
+    # ---- memory-interface conditions (baselines/memory.py; paper appendix "External baselines")
     def _memory_retrieve(self, live: list[_Live]) -> None:
-        """Each memory's view for this decision; a memory that raises fails its episode.
-        Memories of a batch are queried concurrently: an external baseline's calls are I/O
-        bound, one thread per episode (16 episodes, 0.2 s per LLM call, sequential vs threaded:
+        """Each memory's view for this decision, one thread per episode (I/O bound:
         ``benchmarks/results/bench_memory_threads.json``)."""
         want = [lv for lv in live if lv.memory is not None]
         got = _map_threads(lambda lv: lv.memory.retrieve(lv.result.goal, lv.obs, tuple(lv.history)), want)
         self._settle("memory", want, got, "memory_view")
 
     def _memory_write(self, recorded: list[_Live], memory_ms: float) -> None:
-        """The memory's part of each step row and kept view (what it put in the view slot, its
-        time, the counter increments of this decision's retrieve and write), and the step
-        just completed written to it (not after an episode's last step: nothing reads it)."""
+        """The memory's part of each step row and kept view; the completed step written to it."""
         from memprism_ray.baselines.memory import ROW_KEYS
 
         stepped = [lv for lv in recorded if lv.turn.memory_view is not None]
@@ -704,19 +616,14 @@ class Agent:
             lv.memory_counts = now
 
 
-#: Transition meta keys of a teacher-forced replay step copied into its row: Mind2Web's
-#: element correctness and operation F1 as its metric.py scores them (envs/mind2web/env.py).
+#: Transition meta keys of a teacher-forced replay step copied into its row (Mind2Web's metrics).
 REPLAY_SCORE_KEYS = ("element_correct", "op_f1")
 
-#: Observation meta keys the agent passes into the prompt's meta (policy/prompts.py), in this
-#: order, when set: Mind2Web's current snapshot source (``html_field``, replaced by every
-#: transition: :data:`STEP_PROMPT_KEYS`) and EB-ALFRED's in-context example block
-#: (``examples``, sent once at reset: envs/ebalfred/examples.py).
+#: Observation meta keys passed into the prompt's meta when set (:data:`STEP_PROMPT_KEYS`: renewed each step).
 PROMPT_META_KEYS = ("html_field", "examples")
 STEP_PROMPT_KEYS = ("html_field",)
 
-#: Transition meta keys the raw event keeps: the synchronized frame's audit facts and the
-#: simulator's success flag, which EB-ALFRED's Phi reads (paper D.2, EB-ALFRED adapter).
+#: Transition meta keys the raw event keeps: EB-ALFRED's frame facts and success flag (paper D.2).
 FRAME_META_KEYS = ("frame_step", "frame_sha1", "frame_changed", "frame_path", "last_action_success", "progress")
 
 
@@ -741,8 +648,7 @@ def _camera_tokens(inp: PolicyInput) -> int:
 
 
 def _map_threads(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-    """``fn`` over ``items``, one thread each when there are several; an exception becomes
-    that item's result."""
+    """``fn`` over ``items``, one thread each; an exception becomes that item's result."""
     if len(items) <= 1:
         return each_request(fn, items)
     from concurrent.futures import ThreadPoolExecutor
@@ -752,8 +658,7 @@ def _map_threads(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
 
 
 def close_memory(memory: Any) -> None:
-    """Release an episode memory. A failing close loses nothing recorded (the episode's
-    results are complete), so it is reported as a warning, not as an episode failure."""
+    """Release an episode memory; a failing close loses nothing recorded, so it only warns."""
     try:
         memory.close()
     except Exception as exc:
@@ -776,9 +681,7 @@ def _png_of_image(im: Any) -> bytes | None:
 
 
 def rows_to_arrow(rows: Sequence[dict[str, Any]]) -> Any:
-    """Step rows as a ``pyarrow.Table``: the step table, the rollout's wire format to the
-    learner and the evaluation's ``steps.parquet`` (its schema: :mod:`memprism_ray.adapter.tables`);
-    feature vectors as fixed-size float32 lists."""
+    """Step rows as a ``pyarrow.Table`` (schema: :mod:`memprism_ray.adapter.tables`)."""
     import pyarrow as pa
 
     if not rows:

@@ -1,21 +1,11 @@
 """One client for every OpenAI-compatible chat endpoint the system talks to: the task policy
-behind ``vllm serve`` (paper "Experiment Setup"), the LLM view teacher of D1 ("Adapter",
-appendix E.2), the LLM Phi ("Recorder", appendix E.1) and the memory baselines' LLM calls
-(appendix "External baselines": "All auxiliary model calls and their token or API costs are
-included in the efficiency results").
+(paper "Experiment Setup"), the LLM view teacher of D1 (appendix E.2), the LLM Phi (appendix
+E.1) and the memory baselines (appendix "External baselines": "All auxiliary model calls and
+their token or API costs are included in the efficiency results").
 
-:class:`EndpointConfig` is the one config shape: every config section that talks to an
-endpoint (``policy.openai``, ``phi``, ``eval.memory``, the view teacher's ``label.llm``)
-subclasses it, so ``base_url``, ``model``, ``api_key_env``, ``timeout_s``, ``max_retries``,
-``backoff_s`` and ``max_backoff_s`` mean the same everywhere. :class:`ChatClient` sends each
-request over httpx with that timeout; a connection error, a timeout or HTTP 408/409/429/5xx
-is retried after ``backoff_s * 2**k`` seconds, or after the server's ``Retry-After`` when
-it asks for longer, never more than ``max_backoff_s``; any other 4xx is final at once.
-Every attempt, retry, failure and the tokens of every reply's ``usage`` go into one
-:class:`LLMCounters`, which each user exposes as its ``counters``.
-
-The bottom layer: no ray, nothing of the project imported.
-"""
+Retries back off exponentially (or as ``Retry-After`` asks, capped by ``max_backoff_s``) after a
+connection error, a timeout or HTTP 408/409/429/5xx; another 4xx is final. Costs go into one
+:class:`LLMCounters`. The bottom layer: no ray, nothing of the project imported."""
 
 from __future__ import annotations
 
@@ -49,9 +39,8 @@ def _field(default: Any, help: str) -> Any:
 
 @dataclass
 class EndpointConfig:
-    """Where an OpenAI-compatible endpoint is and how hard to try it. A subclass names its
-    config section in ``SECTION`` (error messages name the key to change) and may change
-    the defaults."""
+    """Where an OpenAI-compatible endpoint is and how hard to try it; a subclass names its config
+    section in ``SECTION`` (for error messages)."""
 
     SECTION: ClassVar[str] = "endpoint"
     #: False where an empty ``base_url`` means "not configured" (checked by the user).
@@ -89,11 +78,8 @@ class EndpointConfig:
 
 
 class LLMCounters(Mapping[str, int]):
-    """What one user's calls cost, cumulative and thread-safe: ``requests`` (HTTP attempts,
-    retries included), ``retries``, ``failures`` (calls that ended in an error),
-    ``prompt_tokens`` and ``completion_tokens`` (from each reply's ``usage``) and
-    ``no_usage`` (replies without one: tokens unknown, counted, never guessed). A read-only
-    mapping, so it reads and compares like a dict."""
+    """What one user's calls cost, cumulative and thread-safe (``no_usage``: replies without a
+    ``usage``, whose tokens are never guessed); a read-only mapping."""
 
     KEYS = ("requests", "retries", "failures", "prompt_tokens", "completion_tokens", "no_usage")
 
@@ -151,8 +137,7 @@ class LLMReplyError(LLMError):
 
 @dataclass(frozen=True)
 class ChatReply:
-    """The assistant message of a chat completion: its text ('' for a tool-call-only
-    message), its ``tool_calls`` and the reply's ``(prompt, completion)`` tokens."""
+    """The assistant message of a chat completion: text, ``tool_calls`` and usage."""
 
     text: str
     tool_calls: tuple[dict[str, Any], ...] = ()
@@ -172,8 +157,7 @@ def usage_of(body: Any) -> tuple[int, int] | None:
 
 
 def parse_chat(body: Any) -> ChatReply:
-    """The :class:`ChatReply` of a ``/chat/completions`` body (content parts are joined);
-    raises ``KeyError``/``IndexError``/``TypeError`` when it is not one."""
+    """The :class:`ChatReply` of a ``/chat/completions`` body; raises when it is not one."""
     message = body["choices"][0]["message"]
     content = message.get("content")
     tool_calls = tuple(message.get("tool_calls") or ())
@@ -239,10 +223,8 @@ class Closing:
 
 
 class ChatClient(Closing):
-    """Requests to one endpoint with the retries of :class:`EndpointConfig` (module docstring).
-
-    ``counters``: shared with the caller when given; ``transport`` goes to ``httpx.Client``
-    (tests may pass ``httpx.MockTransport``); ``sleep`` waits between attempts."""
+    """Requests to one endpoint with the retries of :class:`EndpointConfig`; ``counters`` may be
+    shared, ``transport`` goes to ``httpx.Client`` (tests)."""
 
     def __init__(
         self,
@@ -266,17 +248,9 @@ class ChatClient(Closing):
     def close(self) -> None:
         self._http.close()
 
-    def delay(self, retry: int, response: httpx.Response | None) -> float:
-        """Seconds before retry ``retry`` (0-based) after ``response`` (``None``: no response)."""
-        wait = self.config.backoff_s * 2**retry
-        asked = retry_after_s(response)
-        return min(max(wait, asked) if asked is not None else wait, self.config.max_backoff_s)
-
     def send(self, method: str, path: str, **request: Any) -> httpx.Response:
-        """``method`` ``base_url/path`` with the retries; ``request`` goes to ``httpx.Client.request``
-        (``json``, ``content``, ``headers``). Returns the last response whatever its status (a
-        final status >= 400 counts as a failure); raises :class:`LLMUnavailable` when the last
-        attempt got no response at all."""
+        """``method`` ``base_url/path`` with the retries: the last response whatever its status;
+        :class:`LLMUnavailable` when the last attempt got no response."""
         httpx = self._httpx
         url = f"{self.base_url}/{path.lstrip('/')}"
         attempts = self.config.max_retries + 1
@@ -285,7 +259,8 @@ class ChatClient(Closing):
         for attempt in range(attempts):
             if attempt:
                 self.counters.add("retries")
-                self._sleep(self.delay(attempt - 1, response))
+                wait, asked = self.config.backoff_s * 2 ** (attempt - 1), retry_after_s(response)
+                self._sleep(min(max(wait, asked) if asked is not None else wait, self.config.max_backoff_s))
             self.counters.add("requests")
             try:
                 response = self._http.request(method, url, **request)
@@ -304,8 +279,7 @@ class ChatClient(Closing):
         return response
 
     def chat(self, messages: list[dict[str, Any]], **body: Any) -> ChatReply:
-        """One ``/chat/completions`` call for ``config.model``; ``body`` adds any other request
-        field (``temperature``, ``max_tokens``, ``seed``, ``tools``, ``tool_choice``, ...)."""
+        """One ``/chat/completions`` call for ``config.model``; ``body`` adds any other request field."""
         request = {"model": self.config.model, "messages": messages, **body}
         response = self.send("POST", "chat/completions", json=request)
         where, status = f"{self.base_url}/chat/completions", response.status_code

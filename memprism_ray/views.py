@@ -2,17 +2,9 @@
 (paper "Composer" and "Render"; appendix D.3: "The same event stream, action, goal, and
 renderer configuration produce the same image").
 
-A view is addressed by ``sha256(content digest, action index, goal, medium, render
-settings)``. The content digest covers every record's raw and structured event but no
-bookkeeping metadata (episode id, step, game id), which no view shows: identical views
-requested by several trajectories of a GRPO group are drawn once.
-
-A ``ViewWorker`` keeps a replica of each episode's stream (:class:`StreamReplicas`) and
-receives only the records appended since it last saw the stream (:class:`DeltaViewRequest`,
-built by :class:`DeltaTracker`), so the bytes per episode grow linearly with its length
-(``benchmarks/bench_view_bytes.py``). A replica that is missing or out of step answers
-:class:`StreamOutOfSync` and the sender resends the whole stream once.
-"""
+Identical views of a GRPO group are drawn once. A ``ViewWorker`` keeps a replica of each stream
+and receives only the appended records (``benchmarks/bench_view_bytes.py``); an out-of-step
+replica answers :class:`StreamOutOfSync` and the sender resends the whole stream once."""
 
 from __future__ import annotations
 
@@ -35,10 +27,8 @@ from memprism_ray.view_space import ViewAction
 
 @dataclass(frozen=True)
 class ViewRequest:
-    """One view to build. ``want_image``/``want_text`` choose the renderers to run;
-    ``paint=False`` with ``want_image`` lays the page out (its size, hence its visual tokens)
-    without painting its pixels: for a policy that reads no pixels when no trajectory viewer
-    keeps the page."""
+    """One view to build. ``paint=False`` with ``want_image`` lays the page out (its size, hence
+    its visual tokens) without painting its pixels."""
 
     stream: EventStream
     action: ViewAction
@@ -50,9 +40,7 @@ class ViewRequest:
 
 @dataclass(frozen=True)
 class DeltaViewRequest:
-    """A :class:`ViewRequest` for a worker holding a replica of the stream: the records
-    ``stream[base:]`` appended since the replica was last brought up to date (the stream's
-    ``meta`` too when ``base == 0``, i.e. a new or resent stream)."""
+    """A :class:`ViewRequest` as the records ``stream[base:]`` (and ``meta`` when ``base == 0``)."""
 
     stream_id: str
     base: int
@@ -78,8 +66,7 @@ MAX_REPLICAS = 256
 
 
 class StreamReplicas:
-    """Receiver side: replicas of remote streams, rebuilt by appending the sent records
-    (``EventStream.append`` re-validates, so a replica equals its source, digests included)."""
+    """Receiver side: replicas of remote streams, rebuilt by appending the sent records."""
 
     def __init__(self, max_streams: int = MAX_REPLICAS) -> None:
         self.max_streams = max_streams
@@ -108,11 +95,9 @@ class StreamReplicas:
 
 
 class DeltaTracker:
-    """Sender side (where the streams live): which worker holds a replica of each stream and
-    up to which record. A stream is pinned to one of ``num_workers`` workers on first sight
-    (round robin from ``offset``). Streams compare by content, so they are tracked by
-    identity through a weak reference (checked on every lookup, so a recycled ``id`` never
-    aliases), and an ended episode's stream is forgotten with it."""
+    """Sender side: which worker holds a replica of each stream and up to which record; a stream
+    is pinned round robin on first sight. Streams compare by content, so they are tracked by
+    identity through a weak reference (checked on lookup: a recycled ``id`` never aliases)."""
 
     def __init__(self, num_workers: int, offset: int = 0) -> None:
         if num_workers < 1:
@@ -160,10 +145,8 @@ class DeltaTracker:
 
 @dataclass(frozen=True)
 class RenderedView:
-    """A rendered view. ``png`` is set when the image is wanted and ``encode_png`` is on
-    (actors ship bytes, not PIL objects); ``image`` is the in-process PIL image. A page laid
-    out but not painted (``ViewRequest.paint``) has neither; its size and visual tokens are
-    the painted page's."""
+    """A rendered view: ``png`` when ``encode_png`` is on (actors ship bytes), else ``image``;
+    an unpainted page has neither."""
 
     action: ViewAction
     text: str | None
@@ -199,8 +182,7 @@ def _settings_digest(config: Any) -> str:
 
 
 def content_digest(stream: EventStream) -> str:
-    """Digest of what a view of ``stream`` can depend on: each record's raw and structured
-    event, in order, without episode bookkeeping metadata (kept by the stream, O(1))."""
+    """Digest of what a view of ``stream`` can depend on (no bookkeeping metadata)."""
     return stream.content_digest
 
 
@@ -231,8 +213,7 @@ class ViewService:
 
     def key(self, req: ViewRequest) -> str:
         parts = [content_digest(req.stream), str(req.action.index), req.goal, str(req.want_image), str(req.want_text)]
-        parts.append(str(req.paint))
-        parts.append(self._settings)
+        parts += [str(req.paint), self._settings]
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
     def render(self, requests: Sequence[ViewRequest]) -> list[RenderedView]:
@@ -240,7 +221,7 @@ class ViewService:
 
     def render_each(self, requests: Sequence[ViewRequest]) -> list[RenderedView | BaseException]:
         """:meth:`render_one` per request; a failure becomes that request's result."""
-        return _each(self.render_one, requests)
+        return each_request(self.render_one, requests)
 
     def render_one(self, req: ViewRequest) -> RenderedView:
         from memprism_ray.composer import compose
@@ -287,13 +268,12 @@ class ViewService:
         return out
 
     def render_delta(self, req: DeltaViewRequest) -> RenderedView:
-        """Bring the stream's replica up to date with ``req``'s records, then as :meth:`render_one`
-        (raises :class:`StreamOutOfSync` when the replica is not at ``req.base``)."""
+        """Bring the stream's replica up to date with ``req``'s records, then :meth:`render_one`."""
         stream = self.replicas.apply(req)
         return self.render_one(ViewRequest(stream, req.action, req.goal, req.want_image, req.want_text, req.paint))
 
     def render_deltas(self, requests: Sequence[DeltaViewRequest]) -> list[RenderedView | BaseException]:
-        return _each(self.render_delta, requests)
+        return each_request(self.render_delta, requests)
 
     def _lookup(self, key: str) -> RenderedView | None:
         hit = self._cache.get(key)
@@ -307,9 +287,8 @@ class ViewService:
         return {"hits": self.hits, "misses": self.misses, "size": len(self._cache)}
 
 
-def _each(fn: Any, items: Sequence[Any]) -> list[Any]:
-    """``fn`` over a batch; an exception becomes that item's result (one bad view fails one
-    episode, not the batch; ``agent.each_request``, which imports this module)."""
+def each_request(fn: Any, items: Sequence[Any]) -> list[Any]:
+    """``fn`` over a batch; an exception becomes that request's result (it fails one episode)."""
     out: list[Any] = []
     for item in items:
         try:

@@ -1,9 +1,6 @@
 """ALFWorld's task contract (paper appendix E.3 "ALFWorld Task Policy", E.4 action definitions,
-E.5 parsing): the verbatim ``alfworld.txt`` prompt with its view conditions and the
-``policy.prompt_layout`` reordering, and the parser: the text inside ``<action></action>``
-matched to the current admissible set, exactly, then case- and whitespace-normalised;
-anything else is invalid. The CPU stand-in is :class:`memprism_ray.policy.scripted.ScriptedPolicy`.
-"""
+E.5 parsing): the verbatim ``alfworld.txt`` prompt, and the parser: the tagged action matched to
+the admissible set, exactly, then case- and whitespace-normalised."""
 
 from __future__ import annotations
 
@@ -42,15 +39,10 @@ def format_admissible(admissible: tuple[str, ...]) -> str:
 
 
 def _instructions_first(template: str, view_sentence: str) -> str:
-    """The template's own text in another order: role and closing instructions first, then the
-    goal and the decision's history, observation and actions, then the view and the sentence
-    describing it (``view_sentence``, already chosen for the view condition; ``""`` without a
-    view).
-
-    Beyond the paper (issue 31): the paper's prompt opens with the view image, so no two
-    requests share a prefix beyond the chat header and vLLM's prefix cache cannot reuse the
-    instructions' KV cache; here every request starts with the same instruction text and a
-    GRPO group's requests also share the goal line. Not a single word is added or dropped."""
+    """The template's own text in another order: instructions first, then the goal and the
+    decision's text, then the view and ``view_sentence`` (``""`` without a view). Beyond the paper
+    (issue 31): the paper's prompt opens with the view image, so vLLM's prefix cache cannot reuse the
+    instructions; here every request shares them. Not a word is added or dropped."""
     view_line, _, rest = template.partition("\n")
     if view_line not in IMAGE_MARKERS or not rest.startswith(_ROLE):
         raise ValueError(f"prompt template {PROMPT_VERSION} alfworld.txt does not open with the view line and the role")

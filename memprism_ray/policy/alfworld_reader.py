@@ -1,26 +1,9 @@
 """What a reader can learn about an ALFWorld episode from text it is shown.
 
-The scripted CPU stand-in for the frozen VLM (docs/architecture.md "The scripted policy") is stateless:
-at each call it sees only what a task-policy prompt holds (paper eq. task-policy: current
-input X_t, goal g, short history H_short and the view V_t, here in text form). This module
-turns that text into facts with plain regular expressions over ALFWorld's own language
-(the feedback templates of ``alfred.twl2``, the command grammar, and the state keys the
-rule Phi writes, ``"<entity>.<attribute> -> value"``):
-
-* where each object instance was last seen,
-* which receptacles were visited, opened, found closed,
-* which objects were cleaned / heated / cooled,
-* which objects were put where.
-
-Facts are read in text order and later mentions win, which is right for time-ordered text
-(history, TemporalTrace) and harmless for grouped views, whose chains also run oldest to
-newest. A value chain (``agent.location: dresser 1 -> desk 1 -> bed 1``, EntityState) is
-read as a VLM reads it: every place in it was visited, the last value is the current one;
-a receptacle whose contents are listed was looked into. Nothing here reads the
-environment's internal state, and nothing here knows which view produced the text: the
-reader gets only the lines the page shows (the render's text twin, same row cap), so rows
-the page cut or never drew cannot be read.
-"""
+The scripted stand-in (docs/architecture.md "The scripted policy") sees only what a prompt holds
+(paper eq. task-policy); this module reads that text with regular expressions over ALFWorld's own
+language and the rule Phi's ``"<entity>.<attribute> -> value"`` keys, in text order (later mentions
+win). A value chain is read as a VLM reads it: every place visited, the last one current."""
 
 from __future__ import annotations
 
@@ -57,13 +40,9 @@ _ELIDED = re.compile(r"\(\d+ more\)")
 
 _TREAT_STATE = {"clean": "clean", "heat": "hot", "cool": "cool"}
 _STATE_WORDS = {
-    "clean": "clean",
-    "cleaned": "clean",
-    "hot": "hot",
-    "heated": "hot",
-    "cool": "cool",
-    "cold": "cool",
-    "cooled": "cool",
+    **dict.fromkeys(("clean", "cleaned"), "clean"),
+    **dict.fromkeys(("hot", "heated"), "hot"),
+    **dict.fromkeys(("cool", "cold", "cooled"), "cool"),
 }
 _EMPTY_HAND = {"nothing", "none", "(none)", "empty", "-"}
 
@@ -113,20 +92,9 @@ class EpisodeFacts:
     def read(self, text: str) -> EpisodeFacts:
         """Update the facts from ``text`` (feedback, history, a rendered view)."""
         events: list[tuple[int, str, re.Match[str]]] = []
-        patterns = {
-            "see": _SEE_LIST,
-            "arrive": _ARRIVE,
-            "opened": _OPENED,
-            "closed_seen": _CLOSED_SEEN,
-            "close": _CLOSE,
-            "pick": _PICK,
-            "move": _MOVE,
-            "treat": _TREAT,
-            "turn_on": _TURN_ON,
-            "cmd_go": _CMD_GO,
-            "cmd_treat": _CMD_TREAT,
-            "delta": _DELTA,
-        }
+        patterns = {"see": _SEE_LIST, "arrive": _ARRIVE, "opened": _OPENED, "closed_seen": _CLOSED_SEEN}
+        patterns |= {"close": _CLOSE, "pick": _PICK, "move": _MOVE, "treat": _TREAT, "turn_on": _TURN_ON}
+        patterns |= {"cmd_go": _CMD_GO, "cmd_treat": _CMD_TREAT, "delta": _DELTA}
         for kind, pattern in patterns.items():
             events.extend((m.start(), kind, m) for m in pattern.finditer(text))
         events.sort(key=lambda e: e[0])

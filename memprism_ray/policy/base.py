@@ -1,16 +1,9 @@
-"""The frozen task policy's interface (paper: "Render", eq. (task-policy)).
+"""The frozen task policy's interface (paper: "Render", eq. (task-policy)): one action
+``u_t ~ pi_task(. | X_t, g, H_short, V_t)`` per input, through the batched :class:`TaskPolicy`.
 
-The task policy emits one environment action ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``
-from the current input ``X_t`` (observation, admissible actions, camera image), the goal
-``g``, the shared short text history ``H_short`` and the working-memory view ``V_t``.
-Every backend (vLLM offline engine, OpenAI-compatible HTTP endpoint, transformers, the
-scripted CPU stand-in) implements the one batched :class:`TaskPolicy` protocol below.
-
-Invalid model output never raises: the policy returns ``valid=False`` with a reason and
-the caller decides the fallback (appendix E.5). Infrastructure failures (an endpoint that
-stays unreachable after its retries) raise :class:`PolicyBackendError`, so that a caller
-can mark the trajectory failed instead of counting an invalid action.
-"""
+Invalid model output never raises: the policy returns ``valid=False`` with a reason (appendix
+E.5). Infrastructure failures raise :class:`PolicyBackendError`, so a caller marks the trajectory
+failed instead of counting an invalid action."""
 
 from __future__ import annotations
 
@@ -32,23 +25,11 @@ class PolicyBackendError(RuntimeError):
 class PolicyInput:
     """Everything one decision's prompt holds.
 
-    ``step`` is the number of environment steps already taken (0 at the first decision).
-    The working-memory view comes as ``view_image`` (optical conditions), ``view_text``
-    (text-view conditions: the view goes into the prompt as a delimited text block) or
-    neither (No Memory). ``view_unpainted`` marks an optical view whose page was laid out but
-    not painted, for a policy that reads no pixels (``needs_view_image = False``: the scripted
-    stand-ins read the page's text twin from ``meta["view_text"]``); the prompt is that of an
-    optical view all the same. ``camera_image`` is EB-ALFRED's synchronized simulator frame.
-    For Mind2Web ``admissible`` holds the element refs of the current snapshot (when
-    empty, the ``[ref=...]`` markers of ``observation`` are used). ``meta`` carries
-    benchmark extras: ``examples`` (EB-ALFRED task-execution examples),
-    ``html_field`` (Mind2Web snapshot source), and anything a caller wants echoed.
-
-    ``benchmark`` names the benchmark whose task contract
-    (:class:`~memprism_ray.policy.contract.TaskContract`) reads the input; the contract, not
-    this class, knows what a benchmark's prompt may hold (a camera frame only where the
-    prompt has a camera slot).
-    """
+    ``step``: environment steps already taken. The view comes as ``view_image`` (optical),
+    ``view_text`` (text view) or neither (No Memory); ``view_unpainted`` marks an optical page laid
+    out but not painted, for a policy that reads no pixels. ``camera_image``: EB-ALFRED's frame. For
+    Mind2Web ``admissible`` holds the snapshot's element refs. ``meta``: benchmark extras
+    (``examples``, ``html_field``). ``benchmark`` names the task contract that reads the input."""
 
     benchmark: str
     goal: str
@@ -109,13 +90,8 @@ class PolicyInput:
 
 @dataclass(frozen=True)
 class PolicyOutput:
-    """One decision's result.
-
-    ``action`` is the parsed, validated environment action (``None`` when invalid, with the
-    reason in ``error``). Token counts are ``None`` when the backend cannot know them.
-    ``latency_s`` is the wall time the decision waited for the backend (for a batched
-    engine call: the whole batch's time).
-    """
+    """One decision's result: ``action`` is ``None`` when invalid (reason in ``error``); token
+    counts are ``None`` when unknown; ``latency_s`` is the wait for the backend (a batch's time)."""
 
     text: str
     action: str | None
@@ -139,10 +115,7 @@ class PolicyOutput:
 
 @runtime_checkable
 class TaskPolicy(Protocol):
-    """A frozen task policy: one call decides one action for each input of a batch.
-
-    ``act`` returns exactly one :class:`PolicyOutput` per input, in input order.
-    """
+    """A frozen task policy: ``act`` returns one :class:`PolicyOutput` per input, in order."""
 
     name: str
 

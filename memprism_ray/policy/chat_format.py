@@ -1,10 +1,6 @@
 """Qwen2-VL / Qwen2.5-VL chat formatting (paper "Experiment Setup": the frozen task VLM is
 Qwen2.5-VL-7B-Instruct; notes: one vision placeholder per image in the chat prompt).
-
-:data:`QWEN2_VL_CHAT_TEMPLATE` is the Jinja chat template the Qwen2-VL and Qwen2.5-VL
-checkpoints ship; :func:`format_qwen_chat` renders the same text in plain Python so that
-request construction needs neither the checkpoint nor Jinja. Tests check the two agree.
-"""
+:func:`format_qwen_chat` renders :data:`QWEN2_VL_CHAT_TEMPLATE` in plain Python (tests check they agree)."""
 
 from __future__ import annotations
 

@@ -2,13 +2,8 @@
 policy, greedy decoding at evaluation; appendix C: decoding settings go into the run
 manifest; notes: 672x672 pixel cap per image).
 
-One :class:`PolicyConfig` selects a backend by name and holds each backend's settings;
-``make_policy`` (``memprism_ray.policy.factory``) builds the policy from it. The
-``num_replicas`` / ``gpus_per_replica`` / ``resources`` keys are read by the Ray policy pool
-(docs/gpu.md): a replica with ``gpus_per_replica > 0`` always asks Ray for its GPUs, whatever
-nodes have joined yet, so the autoscaler or KubeRay provisions them; a CPU pool is said in
-the config (``gpus_per_replica: 0``, refused for vLLM), never a silent fallback.
-"""
+A replica with ``gpus_per_replica > 0`` always asks Ray for its GPUs, whatever nodes have joined,
+so the autoscaler provisions them; a CPU pool is said in the config, never a silent fallback."""
 
 from __future__ import annotations
 
@@ -108,8 +103,7 @@ class VLLMConfig:
 
 @dataclass
 class OpenAIConfig(EndpointConfig):
-    """Any OpenAI-compatible chat endpoint (e.g. ``vllm serve``): the shared endpoint keys
-    (memprism_ray/llm_client.py) and the decoding of each decision."""
+    """Any OpenAI-compatible chat endpoint (e.g. ``vllm serve``) and the decoding of each decision."""
 
     SECTION: ClassVar[str] = "policy.openai"
 
@@ -164,8 +158,7 @@ class HFConfig:
 
 @dataclass
 class ScriptedSettings:
-    """The keys ``policy.scripted`` accepts: ``ScriptedPolicy``'s keyword settings (its
-    defaults apply to the keys not given)."""
+    """The keys ``policy.scripted`` accepts (``ScriptedPolicy``'s defaults apply to the others)."""
 
     temperature: float = field(1.0, help="softmax temperature over the scored actions; 0 = greedy")
     seed: int = field(0, help="sampling seed (combined with the episode id and step)")
@@ -219,8 +212,7 @@ class PolicyConfig:
             try:
                 resources[str(k)] = float(v)  # CLI overrides arrive as strings
             except (TypeError, ValueError):
-                bad[k] = v
-                continue
+                resources[str(k)] = float("nan")
             if not resources[str(k)] > 0:
                 bad[k] = v
         self.resources = resources
@@ -260,9 +252,8 @@ class PolicyConfig:
             raise ValueError("policy.backend=hf needs policy.hf.model_path (a local model directory)")
 
     def unavailable_here(self) -> str | None:
-        """Why the selected backend cannot run in this process, or ``None``: a one-line
-        error for a job to raise before any work (vLLM not importable, no local model).
-        Call it only where the policy will run (not on a CPU head of a GPU cluster)."""
+        """Why the selected backend cannot run in this process, or ``None``: a one-line error for
+        a job to raise before any work. Call it only where the policy will run."""
         if self.backend == "vllm" and importlib.util.find_spec("vllm") is None:
             return (
                 "policy.backend=vllm needs vLLM, which is not importable here: install it on a GPU machine "
@@ -276,11 +267,8 @@ class PolicyConfig:
             )
         return None
     def replica_options(self, cpus: float) -> dict[str, Any]:
-        """Ray actor options of one replica: what it asks the scheduler (and autoscaler) for.
-
-        Never depends on what has joined the cluster yet: a GPU request made before any GPU
-        node exists stays pending, which is exactly what makes the autoscaler add one.
-        """
+        """Ray actor options of one replica. Never depends on what has joined the cluster: a
+        pending GPU request is what makes the autoscaler add a GPU node."""
         opts: dict[str, Any] = {"num_cpus": cpus, "max_concurrency": self.max_concurrency}
         if self.gpus_per_replica > 0:
             opts["num_gpus"] = self.gpus_per_replica

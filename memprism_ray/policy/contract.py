@@ -1,14 +1,7 @@
 """A benchmark's task contract (paper appendix E.3 task-policy prompts, E.4 action definitions,
 E.5 parsing and validation): how one benchmark's decision is put to the frozen task policy and
-how the policy's answer is read back.
-
-A :class:`TaskContract` is one benchmark's: its prompt (:meth:`TaskContract.template_parts`),
-its parser (:meth:`TaskContract.parse`) and its CPU stand-in (:attr:`TaskContract.stand_in`).
-The policy backends, the agent and D1's labelling never pick a contract by benchmark name: they
-are given one (``policy.factory.make_policy(config, contract)``), which the benchmark provides
-(:meth:`memprism_ray.benchmark.Benchmark.task_contract`). ``PolicyInput.benchmark`` stays as
-data: a contract refuses an input of another benchmark.
-"""
+how the policy's answer is read back. Backends, the agent and D1 never pick a contract by
+benchmark name: the benchmark provides it (:meth:`memprism_ray.benchmark.Benchmark.task_contract`)."""
 
 from __future__ import annotations
 
@@ -24,28 +17,22 @@ from memprism_ray.policy.prompts import Part
 
 
 class TaskContract:
-    """One benchmark's prompt, parser and stand-in. Subclasses set :attr:`name` and
-    :attr:`stand_in` and implement :meth:`template_parts` and :meth:`parse`; the rest (merging
-    parts into chat messages, the text a reader without eyes sees, the output of a model's
-    text) is shared."""
+    """One benchmark's prompt, parser and stand-in: subclasses set :attr:`name` and :attr:`stand_in`
+    and implement :meth:`template_parts` and :meth:`parse`."""
 
     name: ClassVar[str]
     """the benchmark whose inputs it reads (``PolicyInput.benchmark``)"""
     stand_in: ClassVar[str]
-    """``module:Class`` of the scripted CPU stand-in (``policy.backend: scripted``), built by its
-    ``from_config(PolicyConfig)``; imported only when a scripted policy is asked for"""
+    """``module:Class`` of the scripted CPU stand-in, built by its ``from_config(PolicyConfig)``"""
 
-    # ------------------------------------------------------------------ the benchmark's part
     def template_parts(self, inp: PolicyInput, layout: str) -> list[Part]:
-        """The prompt of ``inp`` as parts (:data:`memprism_ray.policy.prompts.Part`), before
-        adjacent text is merged. ``layout``: ``policy.prompt_layout``."""
+        """The prompt of ``inp`` as parts, before adjacent text is merged."""
         raise NotImplementedError
 
     def parse(self, inp: PolicyInput, text: str) -> ParseResult:
         """The action of model output ``text`` under this contract; never raises on model output."""
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ shared
     def mismatch(self, inp: PolicyInput) -> str | None:
         """Why ``inp`` is not this contract's to read (``None`` when it is)."""
         if inp.benchmark != self.name:
@@ -53,8 +40,7 @@ class TaskContract:
         return None
 
     def prompt_parts(self, inp: PolicyInput, layout: str = "paper") -> list[Part]:
-        """The prompt of ``inp`` as ordered parts, adjacent text merged. A camera frame needs a
-        prompt with a camera slot (EB-ALFRED's): it is never dropped silently."""
+        """The prompt of ``inp`` as ordered parts; a camera frame without a camera slot is an error."""
         problem = self.mismatch(inp)
         if problem:
             raise ValueError(problem)
@@ -69,12 +55,8 @@ class TaskContract:
         return merged
 
     def build_messages(self, inp: PolicyInput, layout: str = "paper") -> tuple[list[dict[str, Any]], list[Image.Image]]:
-        """Chat messages (one ``user`` turn, image parts in order) and the images they refer to.
-
-        Image parts are ``{"type": "image"}``; the i-th one refers to ``images[i]``. This is
-        what HF chat templates (one vision placeholder per image part) and vLLM expect.
-        ``layout``: ``policy.prompt_layout`` (:meth:`prompt_parts`).
-        """
+        """Chat messages (one ``user`` turn; the i-th ``{"type": "image"}`` part refers to
+        ``images[i]``, as HF chat templates and vLLM expect) and the images."""
         content: list[dict[str, Any]] = []
         images: list[Image.Image] = []
         for part in self.prompt_parts(inp, layout):

@@ -1,16 +1,10 @@
 """EB-ALFRED's task contract (paper appendix E.3 "EB-ALFRED Task Policy", E.4 action
 definitions, E.5 parsing): the verbatim system and user templates, and the parser.
 
-The prompt follows the paper's implementation note (appendix "EB-ALFRED Case Studies"): the
-shared system prefix and the decision-specific user suffix form one ``role=user`` message,
-followed by the camera image and then the compiled view; the two ``<image: ...>`` lines heading
-the system prompt name those attachments and are not sent as text.
-
-An action is matched to the scene's skills in order by exact string, case-insensitive string
-and normalised whitespace; any ``put down ...`` form becomes ``put down the object in hand``
-when that skill is available. The CPU stand-in replays the fixture
-(:class:`memprism_ray.policy.ebalfred_fixture.FixturePolicy`).
-"""
+As the paper's implementation note has it (appendix "EB-ALFRED Case Studies"), the system prefix
+and the user suffix form one ``role=user`` message, followed by the camera image and then the
+view. An action is matched to the scene's skills by exact, case-insensitive and
+whitespace-normalised string; any ``put down ...`` becomes ``put down the object in hand``."""
 
 from __future__ import annotations
 
@@ -43,10 +37,9 @@ def format_ebalfred_history(history: tuple[HistoryRecord, ...], actions: tuple[s
 
 
 def ebalfred_instruction(goal: str) -> str:
-    """The instruction as the EB-ALFRED prompt's ``{instruction}.`` line takes it: without
-    its final period(s), as EmbodiedBench's planner does (``vlm_planner.py`` ``process_prompt``:
-    ``user_instruction.rstrip('.')`` before ``f'... is: {user_instruction}.'``), so a goal
-    ending "table." does not end the line "table.."."""
+    """The instruction without its final period(s), as EmbodiedBench's planner does
+    (``vlm_planner.py``: ``user_instruction.rstrip('.')``), so a goal ending "table." does not end
+    the prompt's ``{instruction}.`` line with "table.."."""
     return goal.strip().rstrip(".").rstrip()
 
 

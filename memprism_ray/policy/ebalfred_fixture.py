@@ -16,14 +16,9 @@ from memprism_ray.policy.parsing import failed_output
 
 
 class FixturePolicy:
-    """A CPU task policy for the fixture: it answers in the EB-ALFRED output format
-    (``<action>skill</action>``, parsed by the real parser) with the episode's recorded
-    expert step, and with probability ``epsilon`` a uniformly drawn skill instead.
-
-    It is a test double, not a stand-in for a VLM: it reads the plan from the fixture and
-    keeps, per episode id, how many plan steps it has played (an off-plan skill never
-    advances the fake's replay, so the two stay in step). Draws are seeded by
-    ``(seed, episode id, step)``, so runs are reproducible."""
+    """A test double for the fixture, not a stand-in for a VLM: it answers with the episode's
+    recorded expert step, or with probability ``epsilon`` a random skill (seeded by ``(seed,
+    episode id, step)``), counting per episode the plan steps played so it stays in step with the fake."""
 
     name = "fixture-expert"
     contract = EBALFRED

@@ -1,11 +1,6 @@
 """Build the configured task policy (paper "Render", eq. task-policy: one frozen policy
-``pi_task`` behind every condition; docs/architecture.md "Task policy": vllm, openai, hf, scripted).
-
-Backends are imported only when chosen, so selecting ``scripted`` never imports vLLM or
-transformers. Every backend speaks one benchmark's task contract (its prompt and parser,
-:class:`~memprism_ray.policy.contract.TaskContract`), given by the caller; the scripted CPU
-stand-in is the contract's own (:meth:`~memprism_ray.policy.contract.TaskContract.scripted_policy`).
-"""
+``pi_task`` behind every condition; docs/architecture.md "Task policy"). Backends are imported
+only when chosen, so ``scripted`` never imports vLLM or transformers."""
 
 from __future__ import annotations
 
@@ -37,8 +32,7 @@ def make_policy(config: PolicyConfig, contract: TaskContract) -> TaskPolicy:
 
 
 def needs_view_text(config: PolicyConfig, contract: TaskContract) -> bool:
-    """Whether the configured policy reads the view as text even in optical conditions
-    (the scripted stand-ins cannot read pixels), without building the policy."""
+    """Whether the configured policy reads the view as text even in optical conditions."""
     if config.backend != "scripted":
         return False
     return bool(getattr(contract.stand_in_class(), "needs_view_text", False))

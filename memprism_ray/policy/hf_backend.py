@@ -1,15 +1,9 @@
 """transformers task policy from a local checkpoint, on CPU or GPU (paper "Experiment Setup":
 frozen Qwen2.5-VL-style VLM, greedy decoding; appendix E.3 prompts).
 
-Loads ``AutoModelForImageTextToText`` and ``AutoProcessor`` from a local directory only
-(``local_files_only``; model code from the checkpoint only with ``trust_remote_code``).
-When ``AutoProcessor`` cannot be built (transformers 5.x's Qwen2-VL processor needs
-torchvision for its video half, absent on CPU installs), Qwen2-VL-style checkpoints fall
-back to the tokenizer plus the PIL image processor, expanding each
-``<|image_pad|>`` to ``grid_t*grid_h*grid_w / merge_size**2`` tokens exactly as the
-processor does. Token accounting reads the actual input ids: prompt tokens are the
-non-padding ids, visual tokens the image-pad ids plus the vision start/end markers.
-"""
+When ``AutoProcessor`` cannot be built (transformers 5.x's Qwen2-VL processor needs torchvision,
+absent on CPU installs), Qwen2-VL-style checkpoints fall back to the tokenizer plus the image
+processor, expanding each ``<|image_pad|>`` as the processor does. Token counts read the input ids."""
 
 from __future__ import annotations
 
@@ -46,8 +40,7 @@ def _resolve_dtype(dtype: str, device: str) -> Any:
 
 
 class HFPolicy:
-    """Batched task policy on a transformers image-text-to-text model, prompted and parsed by
-    ``contract`` (the benchmark's)."""
+    """Batched task policy on a transformers image-text-to-text model, speaking ``contract``."""
 
     name = "hf"
 
@@ -98,9 +91,6 @@ class HFPolicy:
         self._calls = 0
         self._torch = torch
 
-    def _prompt(self, messages: list[dict[str, Any]]) -> str:
-        return self._template_owner.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
     def _encode(self, texts: list[str], images: list[Image.Image]) -> dict[str, Any]:
         if self.processor is not None:
             return dict(self.processor(text=texts, images=images or None, padding=True, return_tensors="pt"))
@@ -121,12 +111,6 @@ class HFPolicy:
         enc.update(extra)
         return enc
 
-    def _completion_length(self, ids: list[int]) -> int:
-        for k, tok in enumerate(ids):
-            if tok in self.eos_ids:
-                return k + 1
-        return len(ids)
-
     def _batch(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
         torch = self._torch
         t0 = time.perf_counter()
@@ -134,7 +118,7 @@ class HFPolicy:
         images: list[Image.Image] = []
         for inp in inputs:
             messages, ims = self.contract.build_messages(inp)
-            texts.append(self._prompt(messages))
+            texts.append(self._template_owner.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
             images.extend(ims)
         enc = self._encode(texts, images)
         enc = {k: (v.to(self.device) if hasattr(v, "to") else v) for k, v in enc.items()}
@@ -160,7 +144,7 @@ class HFPolicy:
         results = []
         for row, inp in enumerate(inputs):
             gen = out[row, width:].tolist()
-            n = self._completion_length(gen)
+            n = next((k + 1 for k, tok in enumerate(gen) if tok in self.eos_ids), len(gen))  # up to the first EOS
             text = self.tokenizer.decode(gen[:n], skip_special_tokens=True)
             ids = input_ids[row][mask[row].bool()]
             visual = int(sum(int((ids == v).sum()) for v in self.visual_ids)) if self.visual_ids else None

@@ -1,13 +1,8 @@
 """Mind2Web's task contract (paper appendix E.3 "Mind2Web Task Policy", E.4 action definitions,
 E.5 parsing; docs/mind2web.md): the verbatim ``mind2web.txt`` prompt, and the parser: exactly one
-tagged JSON action; ``op`` in CLICK/TYPE/SELECT (any case: the paper scores "the normalized
-operation"), ``ref`` present in the current snapshot, a string ``value`` required for TYPE and
-SELECT (the empty string included: a recorded human TYPE can have an empty value, and the
-recorded action must be expressible); a CLICK's value is dropped from the canonical action.
-JSON is parsed as data (``json.loads``), never evaluated. :func:`parse_mind2web_written` also
-returns the op and value as written, which Mind2Web's own metric reads (docs/mind2web.md "Edge
-cases"). The CPU stand-in is :class:`memprism_ray.policy.mind2web_scripted.Mind2WebScriptedPolicy`.
-"""
+tagged JSON action (``json.loads``, never evaluated); ``op`` in CLICK/TYPE/SELECT in any case (the
+paper scores "the normalized operation"), ``ref`` in the snapshot, a string ``value`` for TYPE and
+SELECT (possibly empty: a recorded human TYPE can be); a CLICK's value is dropped."""
 
 from __future__ import annotations
 
@@ -74,10 +69,8 @@ def decode_mind2web_action(action: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Mind2WebParse:
-    """A Mind2Web parse: the validated canonical action (``result``) and the op and value as
-    the model wrote them (``None`` where absent or not a string). Mind2Web's metric.py reads
-    the output as written (a CLICK's value included, the op case-sensitively), the paper's rule
-    the normalised action, so the replay env needs both (envs/mind2web/env.py)."""
+    """A Mind2Web parse: the canonical action (``result``) and the op and value as written, which
+    Mind2Web's metric.py reads while the paper's rule reads the normalised action (envs/mind2web/env.py)."""
 
     result: ParseResult
     written_op: str | None = None
@@ -133,11 +126,7 @@ def parse_mind2web_written(text: str, refs: tuple[str, ...] | list[str] | set[st
 
 def parse_mind2web(text: str, refs: tuple[str, ...] | list[str] | set[str]) -> ParseResult:
     """Mind2Web: exactly one tagged JSON action with a known op (any case) and a ref of the
-    snapshot; TYPE and SELECT need a string value (possibly empty).
-
-    Extra JSON fields are ignored and dropped from the canonical action; a CLICK's value is
-    always ``null``.
-    """
+    snapshot; TYPE and SELECT need a string value. Extra fields and a CLICK's value are dropped."""
     return parse_mind2web_written(text, refs).result
 
 

@@ -1,27 +1,9 @@
 """The scripted Mind2Web task policy: a CPU stand-in for the frozen VLM under teacher-forced
 replay (docs/mind2web.md; paper eq. task-policy ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``).
 
-Like the ALFWorld stand-in (:mod:`memprism_ray.policy.scripted`) it is stateless and reads
-only what a prompt holds: the task sentence, the page snapshot (``[ref=eN]`` lines), the
-short history and the memory view in text form. It answers in the paper's format,
-``<reasoning>...</reasoning><action>{"op": ..., "ref": ..., "value": ...}</action>``.
-
-How it decides. Every element of the snapshot is a candidate action: an ``input`` or
-``textarea`` is typed into, a ``select`` is set, anything else is clicked. A candidate
-scores by the words it shares with the task sentence, plus:
-
-* typing: the value is the first capitalised phrase of the task sentence that the memory
-  does not show as typed already; a field the memory shows as filled scores lower;
-* selecting: the option sharing most words with the task sentence;
-* clicking a submit-like control scores higher once the memory shows a value typed;
-* anything the memory shows as acted on (its ref or its name) scores lower.
-
-So a view that shows what was typed and where steers it to the next field and the next
-value; without one it retypes the first value. It samples from a softmax at
-``temperature`` with a generator seeded by ``(seed, episode id, step)`` and so can be
-wrong; :meth:`Mind2WebScriptedPolicy.action_distribution` is that softmax, read by the
-counterfactual view teacher.
-"""
+Every snapshot element is a candidate, scored by the words it shares with the task; the memory
+view lowers what it shows as done and picks the next value to type, so without one it retypes the
+first value. It samples from a seeded softmax (:meth:`Mind2WebScriptedPolicy.input_distribution`)."""
 
 from __future__ import annotations
 
@@ -45,8 +27,7 @@ def _words(text: str) -> set[str]:
 
 
 def goal_values(goal: str) -> list[str]:
-    """Capitalised phrases of the task sentence after its first word, in order (the values
-    a form may need: cities, product and film names)."""
+    """Capitalised phrases of the task sentence after its first word: the values a form may need."""
     _, _, rest = goal.strip().partition(" ")
     return [m.group(1) for m in _PHRASE.finditer(rest)]
 
@@ -131,6 +112,3 @@ class Mind2WebScriptedPolicy(TemperedStandIn):
         reason = f"best-matching element for the task (p={dist[action]:.2f})"
         text = f"<reasoning>{reason}</reasoning>\n<action>{action}</action>"
         return self.contract.to_output(inp, text, latency_s=time.perf_counter() - start)
-
-    def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
-        return [self.act_one(inp) for inp in inputs]

@@ -2,15 +2,9 @@
 "Experiment Setup": frozen Qwen2.5-VL-7B-Instruct; appendix E.3 prompts; notes: server
 ``--limit-mm-per-prompt`` / ``--mm-processor-kwargs`` and base64 ``image_url`` parts).
 
-Images travel as base64 PNG ``data:`` URLs inside ``image_url`` parts, in prompt order.
-Requests of one batch run concurrently (bounded) through the shared
-:class:`~memprism_ray.llm_client.ChatClient` (timeout, retries honouring ``Retry-After``,
-one :class:`~memprism_ray.llm_client.LLMCounters` as ``counters``). A request the server
-refuses with a 4xx that is not retried (e.g. a prompt longer than the context), or answers
-with something that is not a chat completion, becomes an invalid output; an endpoint that
-stays unavailable after the retries raises :class:`PolicyBackendError`. Token counts come
-from the response's ``usage``; visual tokens from the counting rule of the served model family.
-"""
+A batch's requests run concurrently through :class:`~memprism_ray.llm_client.ChatClient`. A
+refused request or a reply that is no chat completion becomes an invalid output; an endpoint
+unavailable after the retries raises :class:`PolicyBackendError`."""
 
 from __future__ import annotations
 
@@ -35,7 +29,7 @@ from memprism_ray.policy.base import PolicyBackendError, PolicyInput, PolicyOutp
 from memprism_ray.policy.config import OpenAIConfig
 from memprism_ray.policy.contract import TaskContract
 from memprism_ray.policy.parsing import failed_output
-from memprism_ray.policy.tokens import count_visual_tokens
+from memprism_ray.policy.tokens import config_visual_tokens
 
 
 def image_part(image: Image.Image, compress_level: int = 1) -> dict[str, Any]:
@@ -68,10 +62,8 @@ def build_openai_payload(inp: PolicyInput, config: OpenAIConfig, contract: TaskC
 
 
 class OpenAIChatPolicy(Closing):
-    """Batched task policy over HTTP, prompted and parsed by ``contract`` (the benchmark's). Call
-    :meth:`close` (or use ``with``) to free the client.
-
-    ``transport`` goes to ``httpx.Client`` (tests); ``sleep`` waits between retries."""
+    """Batched task policy over HTTP, prompted and parsed by ``contract``; :meth:`close` frees
+    the client. ``transport`` goes to ``httpx.Client`` (tests)."""
 
     name = "openai"
 
@@ -92,12 +84,7 @@ class OpenAIChatPolicy(Closing):
         self.client.close()
 
     def _one(self, inp: PolicyInput) -> PolicyOutput:
-        visual = count_visual_tokens(
-            inp.images(),
-            self.config.visual_token_family,
-            min_pixels=self.config.min_pixels,
-            max_pixels=self.config.max_pixels,
-        )
+        visual = config_visual_tokens(inp.images(), self.config)
         t0 = time.perf_counter()
         try:
             reply = self.client.chat(**build_openai_payload(inp, self.config, self.contract))

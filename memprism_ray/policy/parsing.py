@@ -1,13 +1,7 @@
 """Action parsing and validation (paper appendix E.4 action contracts, E.5 "Parsing and
-validation"): what every benchmark's parser shares. Each benchmark's own rules are its task
-contract's (:meth:`~memprism_ray.policy.contract.TaskContract.parse`: ALFWorld, EB-ALFRED and
-Mind2Web in ``policy/alfworld.py``, ``policy/ebalfred.py``, ``policy/mind2web.py``).
-
-Every output needs exactly one ``<action>`` tag pair. Tags inside a closed ``<think>``
-block are ignored, because models often restate the output format while reasoning. The
-tag scanner is linear in the output length, so huge or adversarial outputs cannot stall it.
-Parsers never raise on model output; they return a :class:`ParseResult` with a reason.
-"""
+validation"): what every benchmark's parser shares. Every output needs exactly one ``<action>``
+tag pair; tags inside a closed ``<think>`` block are ignored (models restate the format while
+reasoning). The scanner is linear, and parsers never raise on model output."""
 
 from __future__ import annotations
 
@@ -40,10 +34,7 @@ def invalid(reason: str) -> ParseResult:
 
 
 def extract_action_tag(text: str) -> tuple[str | None, str | None]:
-    """The content of the single ``<action>...</action>`` pair of ``text``, or an error.
-
-    Returns ``(content, None)`` or ``(None, reason)``.
-    """
+    """``(content, None)`` of the single ``<action>...</action>`` pair of ``text``, or ``(None, reason)``."""
     if not isinstance(text, str):
         return None, f"model output is {type(text).__name__}, not text"
     tokens = [(m.group(2).lower(), m.group(1) == "/", m.start(), m.end()) for m in _TAG.finditer(text)]

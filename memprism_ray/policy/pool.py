@@ -1,20 +1,7 @@
 """Load bookkeeping of the task-policy pool (docs/gpu.md "Routing"): which replica serves a
-group of decisions. Pure Python, no Ray: the replica actor holds a :class:`GroupLoads`,
-callers use :func:`pick_least_loaded`.
-
-A *group* is the set of trajectories one caller plays step-synchronously (a GRPO group of
-G trajectories of one task, an evaluation worker's slots, a D1 labelling task). All of a
-group's requests go to one replica, so the prompts that share a prefix or an image hit that
-replica's prefix and encoder caches. Groups are balanced by load: a replica's load is the
-number of requests its live groups send per decision step (their sizes), so a new group
-goes where the fewest requests are outstanding.
-
-Assignment is optimistic and race-free without a central dispatcher: a caller reads every
-replica's load, picks the least loaded and *claims* it with the load it saw; the replica
-grants the claim only if its load has not grown since (another caller got there first),
-otherwise the caller reads again. A group that sends nothing for ``ttl_s`` (its caller
-died) stops counting.
-"""
+group of decisions. Pure Python, no Ray. A group's requests go to one replica (shared prefixes hit
+its caches); a new group claims the least loaded replica with the load it saw, refused if that grew
+since. A group silent for ``ttl_s`` stops counting."""
 
 from __future__ import annotations
 
@@ -47,9 +34,8 @@ class GroupLoads:
         return {k: n for k, (n, _) in self._groups.items()}
 
     def claim(self, key: str, size: int, seen_load: int | None = None) -> tuple[bool, int]:
-        """Register group ``key`` of ``size`` requests, unless the load is now above
-        ``seen_load`` (what the caller read when it chose this replica). Returns
-        ``(granted, load)``: the load after the claim, or the current load if refused."""
+        """Register group ``key`` of ``size`` requests unless the load grew above ``seen_load``;
+        returns ``(granted, load)``."""
         if size < 1:
             raise ValueError(f"a group has at least one request, got size {size}")
         current = self.load()
@@ -62,8 +48,7 @@ class GroupLoads:
         return True, current + size
 
     def touch(self, key: str, size: int) -> None:
-        """A request of group ``key`` arrived: keep it alive (re-register it after a replica
-        restart, which forgot it)."""
+        """A request of group ``key`` arrived: keep it alive (re-registered after a replica restart)."""
         old = self._groups.get(key, (0, 0.0))[0]
         self._groups[key] = (max(old, size), self.clock())
 

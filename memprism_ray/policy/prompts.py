@@ -1,23 +1,7 @@
 """Task-policy prompts (paper appendix E.3 "Task-policy prompts", versioned): what every
-benchmark's prompt shares. Each benchmark's own prompt is its task contract's
-(:class:`~memprism_ray.policy.contract.TaskContract`; ALFWorld, EB-ALFRED and Mind2Web:
-``policy/alfworld.py``, ``policy/ebalfred.py``, ``policy/mind2web.py``).
-
-The paper's prompts are stored verbatim in ``templates/<PROMPT_VERSION>/*.txt``. Any change
-to a template *or* to the formatting rules of a contract (history records, action lists,
-view conditions) must bump :data:`PROMPT_VERSION`, which every run manifest records.
-
-Placeholders are filled in one pass that replaces only the template's own ``{name}``
-fields, so goals, observations and the Mind2Web prompt's literal JSON braces never get
-interpreted. Image slots are located on the raw template before any text is filled in,
-so an observation that contains ``<image>`` cannot create a slot.
-
-View conditions (``PolicyInput.view_mode``):
-
-* ``image``: the optical view goes where the template's view-image line is;
-* ``text``: that line becomes a clearly delimited text block holding ``view_text``;
-* ``none`` (No Memory): the line and the sentence describing the view are dropped.
-"""
+benchmark's prompt shares. The prompts are stored verbatim in ``templates/<PROMPT_VERSION>/``;
+a change to a template or a contract's formatting must bump :data:`PROMPT_VERSION`. Fields are
+filled in one pass and image slots found on the raw template, so no input text is interpreted."""
 
 from __future__ import annotations
 
@@ -65,11 +49,8 @@ def placeholders(template: str) -> set[str]:
 
 
 def fill(template: str, values: dict[str, Any]) -> str:
-    """Replace every ``{name}`` field of ``template`` in a single pass.
-
-    Values are inserted as text and never rescanned, so a value containing ``{goal}`` or
-    braces stays literal. A field without a value is an error naming it.
-    """
+    """Replace every ``{name}`` field of ``template`` in one pass (values are never rescanned);
+    a field without a value is an error."""
     missing = sorted(placeholders(template) - values.keys())
     if missing:
         raise ValueError(f"prompt template fields without a value: {', '.join(missing)}")
@@ -83,16 +64,9 @@ def replace_once(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-def _view_block(view_text: str) -> str:
-    return f"{VIEW_TEXT_BEGIN}\n{view_text}\n{VIEW_TEXT_END}"
-
-
 def split_and_fill(template: str, values: dict[str, Any], inp: PolicyInput, attach: bool) -> list[Part]:
-    """Split ``template`` at its image lines, fill the text between, and resolve each slot.
-
-    With ``attach`` the marker lines are dropped and the slots are appended at the end
-    (EB-ALFRED's attachment order); otherwise each slot sits where its line is.
-    """
+    """Split ``template`` at its image lines, fill the text between, and resolve each slot
+    (with ``attach``: appended at the end, EB-ALFRED's order)."""
     parts: list[Part] = []
     slots: list[str] = []
     chunk: list[str] = []
@@ -131,5 +105,5 @@ def _resolve_slot(marker: str, inp: PolicyInput, trailing_newline: bool = True) 
         # An unpainted page keeps its marker, so a text-only reader's prompt is unchanged.
         return [("image", marker, inp.view_image)]
     if inp.view_text is not None:
-        return [("text", _view_block(inp.view_text) + nl)]
+        return [("text", f"{VIEW_TEXT_BEGIN}\n{inp.view_text}\n{VIEW_TEXT_END}{nl}")]
     return []

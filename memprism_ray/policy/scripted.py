@@ -1,29 +1,10 @@
 """The scripted ALFWorld task policy: a CPU stand-in for the frozen VLM (docs/architecture.md "The
-scripted policy"; paper eq. task-policy ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``), the stand-in
-of ALFWorld's task contract (:mod:`memprism_ray.policy.alfworld`).
+scripted policy"; paper eq. task-policy ``u_t ~ pi_task(. | X_t, g, H_short, V_t)``).
 
-It exists so that the whole system, learning included, runs and is tested on a CPU, and so
-that a view choice has consequences there. Each call is stateless and sees exactly what a
-VLM prompt would hold: the goal, the current observation, the admissible actions, the short
-text history and the view *in text form*. From the goal it knows ALFWorld's task recipes
-(find -> take -> clean/heat/cool/use lamp -> go to target -> put); everything about the
-episode so far it learns from the text it is shown (:mod:`alfworld_reader`): where objects
-were seen, what it already cleaned or heated, where it has been, what it placed. If the
-chosen view does not show that evidence, it explores, revisits and repeats work, and the
-step limit makes that costly.
-
-It scores candidate admissible actions and samples among them with a softmax at
-``temperature`` from a generator seeded by ``(seed, episode id, step)``: reproducible, no
-state kept between calls, and different trajectories of one GRPO group differ.
-:meth:`ScriptedPolicy.action_distribution` returns that softmax itself, so the
-counterfactual view teacher can read the exact probability of the reference action under
-a view instead of estimating it from samples.
-
-It has no prior on where objects are: ALFRED's placement table (``VAL_RECEPTACLE_OBJECTS``)
-is what the game generator places objects by, so a policy using it would find objects
-without memory. Unvisited places are equally likely; a view that shows where the agent
-has been, what it saw there and what it already did is what shortens the search.
-"""
+Stateless, it knows ALFWorld's task recipes from the goal and learns the episode so far only from
+the text it is shown (:mod:`alfworld_reader`), so a view lacking the evidence makes it explore and
+repeat work. It samples from a seeded softmax over scored admissible actions
+(:meth:`ScriptedPolicy.action_distribution`), with no prior from ALFRED's placement table."""
 
 from __future__ import annotations
 
@@ -114,8 +95,7 @@ def decide(
     admissible: Sequence[str],
     memory_texts: Sequence[str],
 ) -> ScriptedDecision:
-    """Score admissible actions from the goal, the memory texts (view, history) and the
-    current observation. Pure function: the same inputs give the same scores."""
+    """Score admissible actions from the goal, the memory texts and the observation (a pure function)."""
     goal = parse_goal(goal_text)
     facts = read_facts(*memory_texts, observation)
     adm = _parse_admissible(admissible)
@@ -261,27 +241,17 @@ def belief(target: str, place: str) -> float:
     """Where the stand-in believes a ``target`` lies, in [0, 1): a fixed hash of the target
     type and the place, the same in every episode.
 
-    It stands for a VLM's commonsense prior: confident, consistent across episodes and
-    blind to the episode at hand. It is deliberately *not* ALFRED's placement table, which
-    the game generator places objects by (a policy reading that table would find objects
-    without any memory); a hash is uncorrelated with where things are. Its consequence is
-    the VLM's looping failure: a favoured place the page does not show as visited looks
-    unvisited and is searched again, so remembering every place searched, not only the
-    recent ones, is what lets the search move on (docs/architecture.md "The scripted
-    policy")."""
+    It stands for a VLM's commonsense prior, deliberately uncorrelated with where things are (not
+    ALFRED's placement table). Its consequence is the VLM's looping failure: a favoured place the page
+    does not show as visited is searched again (docs/architecture.md "The scripted policy")."""
     digest = hashlib.blake2b(f"{instance_type(target)}|{place}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") / 2**64
 
 
 class ScriptedPolicy(TemperedStandIn):
-    """Stateless ALFWorld policy reading only prompt content (see module docstring).
-
-    It reads the view as text. In text-view conditions that is ``PolicyInput.view_text``;
-    in optical conditions it cannot read pixels, so the agent also passes the text
-    rendering of the same view structure (same entries, same cap) in
-    ``meta["view_text"]``; it stands for a reader with perfect OCR. This is why
-    :attr:`needs_view_text` is true.
-    """
+    """Stateless ALFWorld policy reading only prompt content (see module docstring). In optical
+    conditions it reads ``meta["view_text"]``, the text rendering of the same view (a reader with
+    perfect OCR): hence :attr:`needs_view_text`."""
 
     name = "scripted"
     contract = ALFWORLD
@@ -293,8 +263,7 @@ class ScriptedPolicy(TemperedStandIn):
         admissible: Sequence[str],
         memory_texts: Sequence[str],
     ) -> dict[str, float]:
-        """The policy's probability of each admissible action (the softmax :meth:`choose`
-        samples from; one-hot on the best-scored actions at temperature 0)."""
+        """The softmax :meth:`choose` samples from (one-hot on the best at temperature 0)."""
         if not admissible:
             return {"look": 1.0}
         return tempered_distribution(decide(goal, observation, admissible, memory_texts).scores, self.temperature)
@@ -330,19 +299,11 @@ class ScriptedPolicy(TemperedStandIn):
         """The prompt's memory: the view (text form) and the short history, oldest first."""
         return view_texts(inp) + [f"{rec.action}\n{rec.feedback}" for rec in inp.history]
 
-    def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
-        outputs = []
-        for inp in inputs:
-            start = time.perf_counter()
-            episode_id = str(inp.meta.get("episode_id", ""))
-            action, reason = self.choose(
-                inp.goal,
-                inp.observation,
-                inp.admissible,
-                self.memory_texts(inp),
-                episode_id=episode_id,
-                step=inp.step,
-            )
-            text = f"<think>{reason}</think>\n<action>{action}</action>"
-            outputs.append(self.contract.to_output(inp, text, latency_s=time.perf_counter() - start))
-        return outputs
+    def act_one(self, inp: PolicyInput) -> PolicyOutput:
+        start = time.perf_counter()
+        episode_id = str(inp.meta.get("episode_id", ""))
+        action, reason = self.choose(
+            inp.goal, inp.observation, inp.admissible, self.memory_texts(inp), episode_id=episode_id, step=inp.step
+        )
+        text = f"<think>{reason}</think>\n<action>{action}</action>"
+        return self.contract.to_output(inp, text, latency_s=time.perf_counter() - start)

@@ -1,20 +1,16 @@
 """What the scripted CPU stand-ins of the frozen VLM share (docs/architecture.md "The scripted
-policy"; paper eq. task-policy): sampling from a softmax over scored actions with a generator
-seeded by ``(seed, episode id, step)``, so draws are reproducible, no state is kept between
-calls, and the trajectories of a GRPO group differ. Each benchmark's stand-in is its own
-(``ScriptedPolicy`` for ALFWorld, ``Mind2WebScriptedPolicy``, the EB-ALFRED ``FixturePolicy``),
-reached through its task contract; the two that sample at a temperature share
-:class:`TemperedStandIn`."""
+policy"; paper eq. task-policy): a softmax over scored actions sampled with a generator seeded by
+``(seed, episode id, step)``, so draws are reproducible and a GRPO group's trajectories differ."""
 
 from __future__ import annotations
 
 import hashlib
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from memprism_ray.policy.base import PolicyInput
+from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.policy.config import PolicyConfig
 
 _StandIn = TypeVar("_StandIn", bound="TemperedStandIn")
@@ -27,8 +23,7 @@ def seeded_rng(seed: int, episode_id: str, step: int) -> random.Random:
 
 
 def tempered_distribution(scores: Mapping[str, float], temperature: float) -> dict[str, float]:
-    """``softmax(score / temperature)`` over the actions in sorted order (the scripted
-    stand-ins' sampling distribution); at temperature 0, uniform over the best-scored."""
+    """``softmax(score / temperature)`` in sorted action order; at temperature 0, uniform over the best."""
     items = sorted(scores.items())
     top = max(s for _, s in items)
     if temperature == 0:
@@ -40,18 +35,14 @@ def tempered_distribution(scores: Mapping[str, float], temperature: float) -> di
 
 
 def view_texts(inp: PolicyInput) -> list[str]:
-    """The view a stand-in reads, in text form, as the first of the prompt's memory texts (none
-    where the condition shows no view): ``PolicyInput.view_text``, or in optical conditions the
-    text rendering of the same view the agent passes in ``meta["view_text"]`` (a reader with
-    perfect OCR)."""
+    """The view a stand-in reads in text form: ``view_text``, or in optical conditions the text
+    rendering in ``meta["view_text"]`` (a reader with perfect OCR); none without a view."""
     view = inp.view_text if inp.view_text is not None else inp.meta.get("view_text")
     return [str(view)] if inp.view_mode != "none" and view else []
 
 
 class TemperedStandIn:
-    """What the stand-ins that sample at a temperature share: ``policy.scripted``'s temperature
-    and seed, and the view read as text (:func:`view_texts`), never as pixels. A subclass names
-    its contract and scores its benchmark's actions."""
+    """What the stand-ins that sample at a temperature share: temperature, seed and the view read as text."""
 
     needs_view_text = True
     #: It never reads pixels: D1 labelling lays its pages out without painting them.
@@ -67,3 +58,9 @@ class TemperedStandIn:
     def from_config(cls: type[_StandIn], config: PolicyConfig) -> _StandIn:
         """From ``policy.scripted`` (keys checked by PolicyConfig): its temperature and seed."""
         return cls(**{k: v for k, v in config.scripted.items() if k in ("temperature", "seed")})
+
+    def act_one(self, inp: PolicyInput) -> PolicyOutput:
+        raise NotImplementedError
+
+    def act(self, inputs: Sequence[PolicyInput]) -> list[PolicyOutput]:
+        return [self.act_one(inp) for inp in inputs]

@@ -1,16 +1,9 @@
 """Token accounting for task-policy inputs (paper appendix C.1 efficiency metrics: "mean and
 maximum prompt tokens per decision, visual tokens attributable to memory").
 
-Prompt text tokens (:class:`PromptTokenCounter`) are counted with the task model's own
-tokenizer when a task model is configured and its tokenizer is available offline
-(``transformers.AutoTokenizer``, ``local_files_only``); otherwise with the all-MiniLM-L6-v2
-WordPiece tokenizer shipped offline, and the counter's name says it is a fallback and why
-(the scripted CPU policy has no tokenizer). Token counts are comparable only within one
-tokenizer (the paper's figure note: "Token counts are comparable only within a model").
-
-The visual counting rules live in :mod:`memprism_ray.render.visual_tokens`; this module
-applies them to a prompt's images.
-"""
+Prompt text tokens are counted with the task model's tokenizer when it is available offline,
+else with the shipped all-MiniLM-L6-v2 WordPiece tokenizer, named as a fallback (counts are
+"comparable only within a model"). The visual rules live in :mod:`memprism_ray.render.visual_tokens`."""
 
 from __future__ import annotations
 
@@ -21,15 +14,13 @@ from PIL import Image
 
 from memprism_ray.render import visual_tokens
 
-#: Prompt text counters: auto (task tokenizer, else MiniLM fallback), task (task tokenizer or
-#: an error), minilm, words.
+#: Prompt text counters: auto (task tokenizer, else MiniLM), task (or an error), minilm, words.
 TEXT_COUNTERS: tuple[str, ...] = ("auto", "task", "minilm", "words")
 MINILM_NAME = "all-MiniLM-L6-v2 WordPiece (bert-base-uncased vocab)"
 
 
 def task_model_of(policy: Any) -> str | None:
-    """The task model id of a policy object or a ``PolicyConfig`` (None for the scripted
-    policy, which has no model)."""
+    """The task model id of a policy object or a ``PolicyConfig`` (None for the scripted policy)."""
     if policy is None:
         return None
     backend = getattr(policy, "backend", None)
@@ -118,3 +109,10 @@ def count_visual_tokens(
     if family.startswith("qwen"):
         kwargs = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v is not None}
     return sum(int(counters[family](im.width, im.height, **kwargs)) for im in images)
+
+
+def config_visual_tokens(images: Sequence[Image.Image], config: Any) -> int | None:
+    """:func:`count_visual_tokens` under a backend config's ``visual_token_family`` and pixel bounds."""
+    return count_visual_tokens(
+        images, config.visual_token_family, min_pixels=config.min_pixels, max_pixels=config.max_pixels
+    )

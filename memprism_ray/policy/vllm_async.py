@@ -2,37 +2,13 @@
 "Experiment Setup": frozen Qwen2.5-VL-7B-Instruct, greedy decoding; appendix E.3 prompts;
 docs/gpu.md "Why AsyncLLM in a Ray actor").
 
-``vllm.LLM.generate`` (the offline engine of :mod:`memprism_ray.policy.vllm_backend`)
-blocks until its whole batch is done, so a replica fed by many rollout workers runs their
-small batches one after another: measured on one H100 with a 7B-shaped Qwen2.5-VL, calls
-of 4 in sequence reach 11.7 decisions/s against 28.5 for one batch of 256
-(shared/gpu/README.md). ``vllm.v1.engine.async_llm.AsyncLLM`` instead takes requests at any
-time and batches everything in flight at each engine step (continuous batching). Here every
-decision is its own ``generate(prompt, sampling_params, request_id)`` request, so requests
-from every caller of a replica share the engine's steps.
-
-Why an ``AsyncLLM`` inside a Ray actor (:class:`~memprism_ray.actors.workers.PolicyReplica`)
-rather than ``vllm serve`` behind the OpenAI backend or Ray Serve: the actor is placed,
-restarted and killed by Ray like every other stage and asks Ray for its GPU (so the
-autoscaler provisions it), images arrive as PNG bytes or object references instead of
-base64 JSON over HTTP, and the one routing rule needed -- a group sticks to one replica,
-groups balanced by load -- is ours (``PolicyPool``), not a proxy layer's.
-
-Request construction is the offline backend's (:func:`build_vllm_request`), so both paths
-send byte-identical prompts, and both engines get the same keywords (:func:`engine_kwargs`:
-an explicit scheduler, issue 31).
-
-The replica's front end -- view-PNG decoding, chat templating, and vLLM's own input
-processing (prompt tokenization and the Qwen2.5-VL image processor, which ``AsyncLLM``
-0.24 runs synchronously inside ``generate``) -- shares one event loop with every caller.
-Each of the three is timed (:attr:`AsyncVLLMPolicy.frontend`), and with
-``vllm.frontend_threads > 0`` the first two run in a thread pool instead (:meth:`offload`);
-vLLM's processing stays where vLLM puts it. Failures stay per request: a request vLLM rejects (prompt too
-long, too many images: ``ValueError`` or vLLM's client errors) becomes an invalid
-:class:`PolicyOutput` with the reason; an engine failure becomes a
-:class:`PolicyBackendError` *value* for that request only, which the caller counts as a
-failed trajectory. This module imports vLLM only when it builds an engine, and never Ray.
-"""
+``vllm.LLM.generate`` blocks until its whole batch is done: on one H100 with a 7B-shaped
+Qwen2.5-VL, calls of 4 in sequence reach 11.7 decisions/s against 28.5 for one batch of 256
+(shared/gpu/README.md). ``AsyncLLM`` batches every request in flight at each engine step, so all
+callers of a replica share its steps. The front end (PNG decoding, chat templating, vLLM's input
+processing) shares the event loop and is timed (:attr:`AsyncVLLMPolicy.frontend`);
+``vllm.frontend_threads`` moves the first two to threads. A rejected request becomes an invalid
+output, an engine failure a :class:`PolicyBackendError` for that request only."""
 
 from __future__ import annotations
 
@@ -51,14 +27,12 @@ from memprism_ray.policy.chat_format import format_qwen_chat
 from memprism_ray.policy.config import PROMPT_LAYOUTS, VLLMConfig
 from memprism_ray.policy.contract import TaskContract
 from memprism_ray.policy.parsing import failed_output
-from memprism_ray.policy.tokens import count_visual_tokens
+from memprism_ray.policy.tokens import config_visual_tokens
 from memprism_ray.policy.vllm_backend import ChatFormatter, build_vllm_request, engine_kwargs, sampling_kwargs
 
-#: Exception class names vLLM uses for a bad request (v0.24: ``VLLMValidationError``,
-#: a ``VLLMClientError``); older releases raise ``ValueError``.
+#: vLLM 0.24's exception class names for a bad request; older releases raise ``ValueError``.
 REJECTED = ("VLLMValidationError", "VLLMClientError")
-#: The timed front-end stages (:attr:`AsyncVLLMPolicy.frontend`): view-PNG decoding (the
-#: replica's), chat templating and vLLM's input processing.
+#: The timed front-end stages (:attr:`AsyncVLLMPolicy.frontend`).
 FRONTEND_STAGES = ("decode", "template", "mm_preprocess")
 
 
@@ -76,9 +50,8 @@ def build_async_engine(config: VLLMConfig) -> Any:
 
 
 def engine_settings(engine: Any, config: VLLMConfig) -> dict[str, Any]:
-    """The scheduler settings ``engine`` runs with: read from a vLLM engine's own config
-    (``source: engine``: what vLLM resolved, defaults included), else the keywords it was
-    built from (``source: requested``: the fake engine)."""
+    """The scheduler settings ``engine`` runs with: what vLLM resolved (``source: engine``), else
+    the keywords it was built from (``source: requested``: the fake engine)."""
     vc = getattr(engine, "vllm_config", None)
     if vc is not None:
         sched = getattr(vc, "scheduler_config", None)
@@ -109,8 +82,7 @@ def _timed_call(fn: Callable[[], Any]) -> tuple[bool, Any, float]:
 
 
 def make_sampling_params(**kwargs: Any) -> Any:
-    """``vllm.SamplingParams`` that report only the finished completion (one output per
-    request, not one per token)."""
+    """``vllm.SamplingParams`` that report only the finished completion."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -124,13 +96,8 @@ def is_rejection(exc: BaseException) -> bool:
 
 class AsyncVLLMPolicy:
     """One decision = one engine request; many decisions in flight at once, prompted and parsed
-    by ``contract`` (the benchmark's).
-
-    ``engine`` (anything with vLLM's async ``generate(prompt, sampling_params, request_id)``
-    contract) and ``sampling_factory`` (keyword arguments -> sampling params) can be
-    injected: tests and ``benchmarks/bench_policy_pool.py --engine fake`` use
-    :class:`memprism_ray.testing.fake_vllm.FakeAsyncEngine`. By default both are vLLM's.
-    """
+    by ``contract``. ``engine`` and ``sampling_factory`` default to vLLM's (tests inject
+    :class:`memprism_ray.testing.fake_vllm.FakeAsyncEngine`)."""
 
     name = "vllm"
 
@@ -167,9 +134,7 @@ class AsyncVLLMPolicy:
         self._time_engine_inputs()
 
     def configure(self, *, prompt_layout: str | None = None, frontend_threads: int | None = None) -> dict[str, Any]:
-        """Set the prompt layout and the front-end thread count (the job sets them once from
-        the config; ``benchmarks/bench_policy_pool.py`` compares them on one engine). Requests
-        in flight finish as they started."""
+        """Set the prompt layout and the front-end thread count; requests in flight finish as they started."""
         if prompt_layout is not None:
             if prompt_layout not in PROMPT_LAYOUTS:
                 raise ValueError(f"policy.prompt_layout must be one of {PROMPT_LAYOUTS}, got {prompt_layout!r}")
@@ -190,10 +155,7 @@ class AsyncVLLMPolicy:
         self.frontend[f"{stage}_n"] += 1
 
     def _time_engine_inputs(self) -> None:
-        """Count the seconds of the engine's input processing. vLLM 0.24's ``AsyncLLM``
-        calls ``input_processor.process_inputs`` synchronously inside ``generate`` (on this
-        event loop): prompt tokenization and the image processor. The call is wrapped, not
-        changed; an engine without that attribute is left alone."""
+        """Time the engine's ``input_processor.process_inputs`` (run on this event loop by vLLM 0.24)."""
         proc = getattr(self.engine, "input_processor", None)
         inner = getattr(proc, "process_inputs", None)
         if not callable(inner):
@@ -209,9 +171,7 @@ class AsyncVLLMPolicy:
         proc.process_inputs = timed
 
     async def offload(self, stage: str, fn: Callable[[], Any]) -> Any:
-        """``fn()``, timed as front-end ``stage``: in the thread pool when
-        ``frontend_threads > 0`` (the event loop keeps serving other callers and the engine's
-        outputs meanwhile), else inline. Its exception is raised here."""
+        """``fn()``, timed as front-end ``stage``, in the thread pool when there is one."""
         if self._pool is None:
             ok, value, seconds = _timed_call(fn)
         else:
@@ -250,28 +210,27 @@ class AsyncVLLMPolicy:
         return f"{self._prefix}-{next(self._ids)}{'-' + tag if tag else ''}"
 
     async def _generate(self, prompt: Any, params: Any, request_id: str) -> Any:
-        """The final ``RequestOutput`` of one request."""
+        """The final ``RequestOutput``; a rejection is raised as is, any other failure as PolicyBackendError."""
         self.in_flight += 1
         self.counters["requests"] += 1
         try:
             final = None
             async for out in self.engine.generate(prompt, params, request_id):
                 final = out
-            if final is None:
-                raise PolicyBackendError(f"vLLM request {request_id} finished without an output")
-            return final
+        except Exception as exc:
+            if is_rejection(exc) or isinstance(exc, PolicyBackendError):
+                raise
+            raise PolicyBackendError(f"vLLM engine failed: {type(exc).__name__}: {exc}") from exc
         finally:
             self.in_flight -= 1
+        if final is None:
+            raise PolicyBackendError(f"vLLM request {request_id} finished without an output")
+        return final
 
     async def act_one(self, inp: PolicyInput, tag: str = "", max_tokens: int | None = None) -> PolicyOutput:
         """One decision. Raises :class:`PolicyBackendError` only when the engine fails."""
         t0 = time.perf_counter()
-        visual = count_visual_tokens(
-            inp.images(),
-            self.config.visual_token_family,
-            min_pixels=self.config.min_pixels,
-            max_pixels=self.config.max_pixels,
-        )
+        visual = config_visual_tokens(inp.images(), self.config)
         fmt = await self._formatter()
         build = functools.partial(
             build_vllm_request,
@@ -290,16 +249,11 @@ class AsyncVLLMPolicy:
         except PolicyBackendError:
             self.counters["engine_errors"] += 1
             raise
-        except Exception as exc:
-            if is_rejection(exc):
-                self.counters["rejected"] += 1
-                return failed_output(
-                    f"vLLM rejected the request: {str(exc)[:300]}",
-                    visual_tokens=visual,
-                    latency_s=time.perf_counter() - t0,
-                )
-            self.counters["engine_errors"] += 1
-            raise PolicyBackendError(f"vLLM engine failed: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # a rejection (_generate)
+            self.counters["rejected"] += 1
+            return failed_output(
+                f"vLLM rejected the request: {str(exc)[:300]}", visual_tokens=visual, latency_s=time.perf_counter() - t0
+            )
         completion = out.outputs[0]
         return self.contract.to_output(
             inp,
@@ -313,15 +267,13 @@ class AsyncVLLMPolicy:
     async def act(
         self, inputs: Sequence[PolicyInput], tag: str = "", max_tokens: int | None = None
     ) -> list[PolicyOutput | BaseException]:
-        """Every input as its own concurrent request; an engine failure is returned as that
-        input's value (never raised), so one bad request fails one trajectory."""
+        """Every input as its own concurrent request; an engine failure is returned as that input's value."""
         return list(
             await asyncio.gather(*(self.act_one(inp, tag, max_tokens) for inp in inputs), return_exceptions=True)
         )
 
     async def complete(self, prompt: str, *, max_tokens: int, temperature: float = 0.0, tag: str = "") -> str:
-        """The completion of one user message ``prompt`` (chat-formatted; no image): the
-        LLM view teacher of D1 served by the pool (paper appendix D.2)."""
+        """The completion of one user message ``prompt``: D1's LLM view teacher on the pool (appendix D.2)."""
         fmt = await self._formatter()
         params = self._sampling(temperature=temperature, top_p=1.0, max_tokens=max_tokens, seed=self.config.seed)
         text = fmt([{"role": "user", "content": prompt}])
@@ -329,10 +281,8 @@ class AsyncVLLMPolicy:
             out = await self._generate({"prompt": text}, params, self._request_id(tag))
         except PolicyBackendError:
             raise
-        except Exception as exc:
-            if is_rejection(exc):
-                raise ValueError(f"vLLM rejected the teacher request: {str(exc)[:300]}") from None
-            raise PolicyBackendError(f"vLLM engine failed: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # a rejection (_generate)
+            raise ValueError(f"vLLM rejected the teacher request: {str(exc)[:300]}") from None
         return out.outputs[0].text
 
     def shutdown(self) -> None:

@@ -1,16 +1,8 @@
 """vLLM request construction and engine settings (paper "Experiment Setup": frozen
 Qwen2.5-VL-7B-Instruct, greedy decoding; appendix E.3 prompts; notes: vLLM inputs and
-``max_pixels``).
-
-The task policy on vLLM is :class:`~memprism_ray.policy.vllm_async.AsyncVLLMPolicy`: one
-``AsyncLLM`` engine in each policy replica (docs/gpu.md). This module holds what it shares with
-an offline ``vllm.LLM`` (``benchmarks/bench_policy_pool.py --llm-batch``). Request construction
-is a pure function (:func:`build_vllm_request`): the chat prompt with one vision placeholder per
-image and ``multi_modal_data={"image": [PIL images]}``, the form both engines take. Both engines
-are created from :func:`engine_kwargs` (``limit_mm_per_prompt={"image": N}``,
-``mm_processor_kwargs={"max_pixels": 672*672}``; vLLM ignores a per-image ``max_pixels``, so it
-is set at start-up). vLLM is not imported here, so this module imports on machines without it.
-"""
+``max_pixels``): what the replica's ``AsyncLLM`` (:mod:`memprism_ray.policy.vllm_async`) shares
+with an offline ``vllm.LLM`` (``benchmarks/bench_policy_pool.py --llm-batch``). vLLM ignores a
+per-image ``max_pixels``, so it is set at start-up. vLLM is not imported here."""
 
 from __future__ import annotations
 
@@ -28,11 +20,8 @@ ChatFormatter = Callable[[list[dict[str, Any]]], str]
 def engine_kwargs(config: VLLMConfig) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM`` (and ``AsyncEngineArgs``) for ``config``.
 
-    The same keywords build both engines, so the replica's ``AsyncLLM`` and an offline
-    ``vllm.LLM`` run the same scheduler: ``max_num_batched_tokens`` and ``max_num_seqs`` are
-    explicit by default (:data:`~memprism_ray.policy.config.VLLM_MAX_NUM_BATCHED_TOKENS`),
-    because vLLM's own defaults differ by usage context (issue 31). Settings left at 0 / ''
-    stay vLLM's defaults (they are not passed)."""
+    ``max_num_batched_tokens`` and ``max_num_seqs`` are explicit by default, because vLLM's own
+    defaults differ by usage context (issue 31); settings left at 0 / '' stay vLLM's defaults."""
     kw: dict[str, Any] = {
         "model": config.model,
         "max_model_len": config.max_model_len,
@@ -77,8 +66,7 @@ def build_vllm_request(
     format_chat: ChatFormatter = format_qwen_chat,
     layout: str = "paper",
 ) -> dict[str, Any]:
-    """The ``LLM.generate`` input of one decision: ``{"prompt", "multi_modal_data"?}``;
-    ``contract``: the benchmark's prompt; ``layout`` is ``policy.prompt_layout``."""
+    """The ``LLM.generate`` input of one decision: ``{"prompt", "multi_modal_data"?}``."""
     messages, images = contract.build_messages(inp, layout)
     if len(images) > limit_images:
         raise ValueError(f"prompt has {len(images)} images but the engine allows {limit_images} (limit_mm_per_prompt)")

@@ -1,24 +1,11 @@
 """A Qwen2.5-VL model directory without weights, for proving the GPU path offline
 (tests/gpu/, benchmarks/bench_policy_pool.py, configs/gpu_smoke.yaml; docs/gpu.md).
 
-vLLM builds random weights from a config (``load_format="dummy"``), so a directory with the
-paper's task policy's *shape* -- Qwen2.5-VL-7B-Instruct (paper "Experiment Setup") -- is
-enough to measure plumbing and speed where no checkpoint can be downloaded. It holds:
+vLLM builds random weights from a config (``load_format="dummy"``): the *shape* of
+Qwen2.5-VL-7B-Instruct (paper "Experiment Setup"), a byte-level BPE tokenizer with Qwen's special
+ids and the processor files measure plumbing and speed where no checkpoint can be downloaded.
 
-* ``config.json``: a ``Qwen2_5_VLConfig`` with the 7B sizes (text: hidden 3584, 28 layers,
-  28 heads, 4 KV heads, FF 18944, vocab 152064, mrope sections [16, 24, 24]; vision: depth
-  32, hidden 1280, FF 3420, 16 heads, out 3584, full-attention blocks [7, 15, 23, 31]);
-* a byte-level BPE tokenizer: the 256 byte symbols, filler tokens up to id 151642 (pairs and
-  triples of byte symbols, so any id decodes), then the 14 Qwen special tokens
-  ``<|endoftext|>`` = 151643 ... ``<|image_pad|>`` = 151655, ``<|video_pad|>`` = 151656;
-* a ``Qwen2_5_VLProcessor`` (image processor, video processor, the Qwen2-VL chat template).
-
-Outputs of such a model are random text, so parsers mark them invalid: it measures plumbing
-and speed, not success. ``size="tiny"`` keeps every file identical but the layer sizes
-(CPU tests of the directory itself).
-
-    python -m memprism_ray.testing.dummy_qwen /tmp/memprism-dummy-qwen25vl-7b
-"""
+    python -m memprism_ray.testing.dummy_qwen /tmp/memprism-dummy-qwen25vl-7b"""
 
 from __future__ import annotations
 
@@ -48,40 +35,17 @@ SPECIAL_TOKENS: tuple[str, ...] = (
 )
 FIRST_SPECIAL_ID = 151643
 
+_TEXT_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size")
+_VISION_KEYS = ("depth", "hidden_size", "intermediate_size", "num_heads", "out_hidden_size", "fullatt_block_indexes")
+#: Layer sizes of Qwen2.5-VL-7B-Instruct's text and vision towers (and a tiny one for CPU tests).
 SIZES: dict[str, dict[str, Any]] = {
     "7b": {
-        "text": {
-            "hidden_size": 3584,
-            "num_hidden_layers": 28,
-            "num_attention_heads": 28,
-            "num_key_value_heads": 4,
-            "intermediate_size": 18944,
-        },
-        "vision": {
-            "depth": 32,
-            "hidden_size": 1280,
-            "intermediate_size": 3420,
-            "num_heads": 16,
-            "out_hidden_size": 3584,
-            "fullatt_block_indexes": [7, 15, 23, 31],
-        },
+        "text": dict(zip(_TEXT_KEYS, (3584, 28, 28, 4, 18944), strict=True)),
+        "vision": dict(zip(_VISION_KEYS, (32, 1280, 3420, 16, 3584, [7, 15, 23, 31]), strict=True)),
     },
     "tiny": {
-        "text": {
-            "hidden_size": 64,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "intermediate_size": 128,
-        },
-        "vision": {
-            "depth": 1,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_heads": 2,
-            "out_hidden_size": 64,
-            "fullatt_block_indexes": [0],
-        },
+        "text": dict(zip(_TEXT_KEYS, (64, 1, 4, 2, 128), strict=True)),
+        "vision": dict(zip(_VISION_KEYS, (1, 32, 64, 2, 64, [0]), strict=True)),
     },
 }
 TEXT_VOCAB = 152064
@@ -179,27 +143,15 @@ def build_config(size: str = "7b") -> Any:
 
 #: Qwen2.5-VL's image / video processor settings (its preprocessor_config.json).
 PROCESSOR_SETTINGS: dict[str, Any] = {
-    "min_pixels": 3136,
-    "max_pixels": 12845056,
-    "patch_size": 14,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "image_mean": [0.48145466, 0.4578275, 0.40821073],
-    "image_std": [0.26862954, 0.26130258, 0.27577711],
-    "do_resize": True,
-    "do_rescale": True,
-    "rescale_factor": 1 / 255,
-    "do_normalize": True,
-    "do_convert_rgb": True,
-}
+    "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "do_resize": True, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "do_convert_rgb": True,
+}  # fmt: skip
 
 
 def build_dummy_qwen25vl(out_dir: str | Path, size: str = "7b") -> Path:
-    """Write the model directory (idempotent: an existing complete directory is kept).
-
-    The processor files are written as JSON rather than by instantiating
-    ``Qwen2_5_VLProcessor``, which needs torchvision (present beside vLLM, absent on CPU
-    CI); ``AutoProcessor.from_pretrained`` reads them back on the GPU node."""
+    """Write the model directory (idempotent). The processor files are written as JSON, since
+    ``Qwen2_5_VLProcessor`` needs torchvision (absent on CPU CI)."""
     out = Path(out_dir)
     marker = out / "memprism_dummy.json"
     if marker.exists() and json.loads(marker.read_text()).get("size") == size:

@@ -1,25 +1,8 @@
 """A CPU stand-in for ``vllm.v1.engine.async_llm.AsyncLLM``: the same ``generate(prompt,
-sampling_params, request_id)`` async-generator contract, continuous batching simulated
-with a step clock. It lets the policy pool's routing, concurrency and failure handling be
-tested without a GPU (tests/actors/test_policy_pool.py) and ``benchmarks/
-bench_policy_pool.py --engine fake`` exercise the same code path the GPU run takes.
-
-Model: a step costs ``step_s + seq_s * running`` seconds and gives every running request
-one token; a request finishes after ``tokens`` steps (fewer when its sampling params, a
-dict, ask for a smaller ``max_tokens``: the bench's decode probe). Requests arriving while a step runs
-join the next step (continuous batching), up to ``max_batch`` running at once. The engine
-records, per step, which caller tags ran together (``request_id``'s third dash-separated
-field, as :class:`~memprism_ray.policy.vllm_async.AsyncVLLMPolicy` writes it), so a test can
-prove that requests from several callers share engine steps.
-
-Prompts carrying ``FAKE_REJECT`` are refused like vLLM refuses a bad request (``ValueError``
-at submission); ``FAKE_CRASH`` fails the request mid-generation (an engine-side error).
-
-Like vLLM 0.24's ``AsyncLLM``, ``generate`` first runs ``input_processor.process_inputs``
-synchronously on the caller's event loop (``preprocess_s`` seconds of it, blocking, as the
-image processor does); and :func:`fake_engine_factory` keeps the engine keywords the replica's
-config asks for (``engine_kwargs``), so CPU tests check what a real engine would be given.
-"""
+sampling_params, request_id)`` contract, continuous batching simulated with a step clock
+(tests/actors/test_policy_pool.py, ``benchmarks/bench_policy_pool.py --engine fake``). A step
+costs ``step_s + seq_s * running`` seconds and gives each running request a token. ``FAKE_REJECT``
+prompts are refused (``ValueError``), ``FAKE_CRASH`` ones fail mid-way."""
 
 from __future__ import annotations
 
@@ -37,8 +20,7 @@ _ACTIONS = re.compile(r"\[\s*'([^']+)'")
 
 
 def first_admissible(prompt: dict[str, Any]) -> str:
-    """Default reply: ``<action>`` + the first quoted admissible action in the prompt
-    (``look`` when none), so parsed outputs are valid."""
+    """Default reply: ``<action>`` + the first quoted admissible action in the prompt (else ``look``)."""
     m = _ACTIONS.search(prompt.get("prompt", ""))
     return f"<action>{m.group(1) if m else 'look'}</action>"
 
@@ -153,10 +135,8 @@ class FakeAsyncEngine:
         loop = asyncio.get_running_loop()
         limit = sampling_params.get("max_tokens") if isinstance(sampling_params, dict) else None
         tokens = min(self.tokens, limit) if limit else self.tokens
-        item = _Running(
-            request_id, parts[2] if len(parts) > 2 else "", prompt, tokens, loop.create_future(), total=tokens
-        )
-        item.crash = "FAKE_CRASH" in text
+        tag = parts[2] if len(parts) > 2 else ""
+        item = _Running(request_id, tag, prompt, tokens, loop.create_future(), "FAKE_CRASH" in text, tokens)
         self.submitted += 1
         self._queue.append(item)
         if self._task is None:
@@ -169,9 +149,8 @@ class FakeAsyncEngine:
 
 
 def fake_engine_factory(config: Any = None, **overrides: Any) -> FakeAsyncEngine:
-    """Picklable engine factory for ``PolicyReplica(engine_factory=...)``: the engine keeps
-    the keywords ``config`` (a ``VLLMConfig``) would build a vLLM engine with, and runs at most
-    ``max_num_seqs`` sequences a step like vLLM's scheduler (unless ``max_batch`` is given)."""
+    """Picklable engine factory for ``PolicyReplica(engine_factory=...)``: keeps the engine keywords
+    of ``config`` and, like vLLM's scheduler, runs at most ``max_num_seqs`` sequences a step."""
     if config is not None:
         kwargs = engine_kwargs(config)
         overrides.setdefault("engine_kwargs", kwargs)
@@ -188,6 +167,5 @@ def marked_reply(replies: tuple[tuple[str, str], ...], default: str, prompt: dic
 
 
 def fixed_reply(text: str, prompt: dict[str, Any]) -> str:
-    """``functools.partial(fixed_reply, text)``: a picklable reply that is always ``text``
-    (e.g. a teacher JSON for the D1 LLM-teacher path on the pool)."""
+    """``functools.partial(fixed_reply, text)``: a picklable reply that is always ``text``."""
     return text

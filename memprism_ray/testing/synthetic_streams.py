@@ -1,13 +1,8 @@
 """Seeded ALFWorld-like event streams for tests and benchmarks (no environment needed).
 
-A tiny household simulator: receptacles (some openable), objects with locations, an agent
-that goes, opens, takes, puts, cleans/heats/cools, examines and sometimes issues an
-inadmissible command ("Nothing happens.", an exception) or repeats itself. Each step is
-recorded with ``EventStream.record`` and the delta keys an ALFWorld rule extractor emits
-(``agent.location``, ``agent.holding``, ``<object>.location``, ``<receptacle>.state``,
-``<receptacle>.contents``, ``<object>.state``), so outcomes are classified by the real
-Recorder. Same ``(n_events, seed)``, same stream.
-"""
+A tiny household simulator whose steps are recorded with the delta keys an ALFWorld rule
+extractor emits, so outcomes are classified by the real Recorder. Same ``(n_events, seed)``,
+same stream."""
 
 from __future__ import annotations
 
@@ -164,9 +159,8 @@ def alfworld_like_stream(n_events: int, seed: int = 0, goal: str | None = None) 
 
 
 def random_stream(n_events: int, seed: int = 0, goal: str = "put a clean mug in cabinet") -> EventStream:
-    """A deterministic stream over a tiny vocabulary, for property tests: few entities and
-    keys (so links, repeated attempts and repeated values are common), every outcome,
-    forced outcomes, empty deltas, unchanged repeats and agent-only deltas."""
+    """A deterministic stream over a tiny vocabulary for property tests: links, repeats, every
+    outcome, forced outcomes and empty deltas are common."""
     if n_events < 0:
         raise ValueError(f"n_events must be >= 0, got {n_events}")
     rng = random.Random(seed)
