@@ -113,11 +113,9 @@ def factor_mask(factor: str, value: str) -> np.ndarray:
 
 
 class RouterSelector:
-    """The MemPrism Router as a view selector (paper eq. view-policy / greedy-view): argmax at
-    evaluation, samples at ``temperature`` (within the ``top_p`` nucleus) in GRPO rollouts;
-    ``mask`` restricts the choice to a subset (the constrained planners). The choice and its
-    log-prob are :class:`memprism_ray.router.sampling.RouterSampler`'s; this class only turns
-    them into :class:`ViewDecision` s."""
+    """The MemPrism Router as a view selector (paper eq. view-policy / greedy-view) over
+    :class:`memprism_ray.router.sampling.RouterSampler`: argmax at evaluation, ``temperature`` /
+    ``top_p`` samples in GRPO rollouts; ``mask``: the constrained planners' subset."""
 
     uses_features = True
 
@@ -151,10 +149,8 @@ class RouterSelector:
 
 def load_marginal(source: str | Path | Sequence[float]) -> np.ndarray:
     """A 144-way marginal from a list, a JSON file holding a list or ``{"view_marginal": [...]}``,
-    an evaluation ``report.json`` (``view_selection.view_marginal``) or the condition directory
-    holding it. Anything but a flat list of :data:`NUM_ACTIONS` numbers is a one-line
-    ``ValueError`` naming the source and the problem (numpy would raise a ``TypeError`` for a
-    list of objects, and a short list would only fail where freq_random is played)."""
+    an evaluation ``report.json`` or the condition directory holding it; anything but a flat
+    list of :data:`NUM_ACTIONS` numbers is a one-line ``ValueError`` naming the source."""
     where = "frequency-matched marginal"
     data: Any = source
     if isinstance(source, (str, Path)):
@@ -268,10 +264,9 @@ _NAME_CHECK = object()
 
 
 def condition_needs(condition: str) -> frozenset[str]:
-    """What ``condition`` needs besides the episodes: ``{"router"}`` (a Router checkpoint),
-    ``{"marginal"}`` (freq_random), ``{"memory_llm"}`` (an external memory baseline: an LLM
-    endpoint and its optional extra) or nothing. Raises ``ValueError`` listing the valid
-    conditions for an unknown or malformed name, so a run can reject it before any work."""
+    """What ``condition`` needs besides the episodes: ``{"router"}``, ``{"marginal"}``,
+    ``{"memory_llm"}`` or nothing; a ``ValueError`` listing the valid conditions for an unknown
+    or malformed name."""
     if condition.strip() in EXTERNAL_MEMORY_CONDITIONS:
         return frozenset({"memory_llm"})
     selector = make_selector(condition, router=_NAME_CHECK, marginal=np.ones(NUM_ACTIONS))
@@ -283,8 +278,7 @@ def condition_needs(condition: str) -> frozenset[str]:
 
 
 def check_condition_names(conditions: Sequence[str], key: str) -> None:
-    """Reject an empty list, an unknown or malformed name, or a name listed twice, with the
-    config ``key``, the value and the valid conditions (at config load, before any work)."""
+    """Reject an empty list, an unknown or malformed name, or a name listed twice (naming ``key``)."""
     if not conditions:
         raise ValueError(f"{key} must name at least one condition; valid conditions: {CONDITIONS_HELP}")
     seen: set[str] = set()
