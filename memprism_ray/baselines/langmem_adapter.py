@@ -42,13 +42,8 @@ class LangMemMemory(RelayedMemory):
 
         super().__init__(config, DEFAULT_LIMIT)
         # The relay retries (eval.memory); the SDK's own retries would repeat its attempts.
-        model = ChatOpenAI(
-            model=config.model,
-            base_url=self.base_url,
-            api_key=config.library_key(),
-            timeout=config.budget_s(),
-            max_retries=0,
-        )
+        key, timeout = config.library_key(), config.budget_s()
+        model = ChatOpenAI(model=config.model, base_url=self.base_url, api_key=key, timeout=timeout, max_retries=0)
         self.store = InMemoryStore(index={"dims": MINILM_DIMS, "embed": langchain_embeddings(self.counters)})
         self.manager = create_memory_store_manager(
             model, namespace=NAMESPACE, store=self.store, query_limit=DEFAULT_LIMIT
