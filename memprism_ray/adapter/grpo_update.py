@@ -439,9 +439,7 @@ class GRPOUpdater(TrainerState):
                 w = len(idx) / (n * cfg.update_epochs)
                 for key, value in {**parts, "loss": loss.detach(), "grad_norm": grad_norm}.items():
                     totals[key] += float(value) * w
-        stats.update(totals)
-        stats["num_minibatches"] = float(minibatches)
-        stats["lr"] = float(self.scheduler.get_last_lr()[0])
+        stats.update(totals, num_minibatches=float(minibatches), lr=float(self.scheduler.get_last_lr()[0]))
         if not all(math.isfinite(v) for v in stats.values()):
             raise FloatingPointError(f"GRPO iteration {self.iteration} produced non-finite statistics: {stats}")
         keys = ("loss", "kl", "entropy", "clip_frac", "zero_std_group_frac")

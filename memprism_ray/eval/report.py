@@ -104,12 +104,9 @@ def condition_report(
     prompt = [float(r["prompt_tokens"]) for r in rows]
     visual = [float(r["visual_tokens"]) for r in rows]
     shown = [r for r in rows if r.get("view_medium") == "optical"]
-    render = [float(r["compose_ms"]) + float(r["render_ms"]) for r in rows if r.get("view_index", -1) >= 0]
-    render_fresh = [
-        float(r["compose_ms"]) + float(r["render_ms"])
-        for r in rows
-        if r.get("view_index", -1) >= 0 and not r.get("view_cached")
-    ]
+    viewed = [r for r in rows if r.get("view_index", -1) >= 0]
+    render = [float(r["compose_ms"]) + float(r["render_ms"]) for r in viewed]
+    render_fresh = [float(r["compose_ms"]) + float(r["render_ms"]) for r in viewed if not r.get("view_cached")]
     policy = [float(r["policy_latency_ms"]) for r in rows]
     invalid = sum(1 for r in rows if not r["valid"])
 
