@@ -3,12 +3,10 @@ A.4 "Hardware, software, and checkpoints": "Epoch and GRPO checkpoints store the
 encoder, Planner, optimizer state, stage, epoch or iteration, metrics, and configuration;
 exported reference or final weight-only checkpoints may omit optimizer state by design").
 
-A checkpoint is a directory: ``model.safetensors``, ``config.json`` (format tag, RouterConfig,
-stage, metrics, training config and the weights' SHA-256, checked on load) and, to resume,
-``state.pt`` (trainer and RNG states, read with ``torch.load(weights_only=True)``: no pickled
-code runs). Files are renamed into place: an interrupted save leaves the previous checkpoint,
-or a mismatch the hash check reports. For bit-identical resumption build the model, then the
-trainer, then call :func:`resume_trainer`, which restores the RNG states last.
+A checkpoint is a directory: ``model.safetensors``, ``config.json`` (RouterConfig, stage,
+metrics, training config, the weights' SHA-256) and, to resume, ``state.pt`` (trainer and RNG
+states, read with ``weights_only=True``), each renamed into place. For bit-identical resumption
+build the model, then the trainer, then call :func:`resume_trainer` (RNG states restored last).
 """
 
 from __future__ import annotations

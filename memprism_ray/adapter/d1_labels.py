@@ -202,11 +202,7 @@ def counterfactual_labels(
         probs=(lambda st, view: actor.distribution(by_id[st.sample_id], view)) if actor.exact else None,
         page_tokens=lambda st, view: actor.page_tokens(by_id[st.sample_id], view),
     )
-    return label_decisions(
-        [ls.state for ls in states],
-        extractor,
-        lambda st: teacher.label(st, st.reference_action),
-    )
+    return label_decisions([ls.state for ls in states], extractor, lambda st: teacher.label(st, st.reference_action))
 
 
 def scripted_label_policy(cfg: Any, contract: TaskContract) -> TaskPolicy:
@@ -234,18 +230,6 @@ def policy_calls(teacher: str, decisions: int, *, samples_per_view: int = 1, can
     raise ValueError(f"unknown view teacher {teacher!r}; valid: counterfactual, llm")
 
 
-def threaded_complete(teacher: LLMViewTeacher) -> Callable[[list[str]], list[Any]]:
-    """Concurrent requests through the teacher's client, ``label.llm.concurrency`` at a time."""
-
-    def one(p: str) -> Any:
-        try:
-            return teacher.complete(p)
-        except TeacherError as exc:
-            return exc
-
-    return lambda prompts: map_concurrent(one, prompts, teacher.config.concurrency)
-
-
 def label_states_llm(
     states: Sequence[Any], teacher: LLMViewTeacher, *, complete_many: CompleteMany | None = None
 ) -> tuple[dict[str, TeacherLabel | TeacherError], dict[str, int]]:
@@ -253,8 +237,15 @@ def label_states_llm(
     :class:`TeacherError` that made it fail), sent in chunks of ``concurrency`` to the teacher's
     endpoint or to ``complete_many``."""
     cfg = teacher.config
-    send = (
-        threaded_complete(teacher)
+
+    def one(p: str) -> Any:  # a request through the teacher's own client
+        try:
+            return teacher.complete(p)
+        except TeacherError as exc:
+            return exc
+
+    send: Callable[[list[str]], list[Any]] = (
+        (lambda prompts: map_concurrent(one, prompts, cfg.concurrency))
         if complete_many is None
         else functools.partial(complete_many, max_tokens=cfg.max_tokens, temperature=cfg.temperature)
     )

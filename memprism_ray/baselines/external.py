@@ -8,12 +8,8 @@ included in the efficiency results"). docs/baselines.md records versions, stores
 * ``mem0``       mem0ai 1.0.11 ``Memory``: LLM fact extraction + memory update, top-k search
 * ``mem0_graph`` the same release with its graph memory on an embedded Kuzu database
 * ``amem``       A-Mem as ``a-mem`` 0.2.6 on PyPI (module ``agentic_memory``, a fork of the
-                 A-mem-sys repository the paper cites; docs/baselines.md lists how they
-                 differ): notes with LLM attributes, links and memory evolution,
-                 ``search_agentic`` retrieval; its ``openai`` backend calls ``openai.OpenAI``
-                 (litellm, which the package imports, serves its other backends only)
-* ``langmem``    LangMem 0.0.30 ``create_memory_store_manager`` over a LangGraph
-                 ``InMemoryStore``, searched with the goal and current observation
+                 A-mem-sys repository the paper cites): notes, links, memory evolution
+* ``langmem``    LangMem 0.0.30 ``create_memory_store_manager`` over a LangGraph ``InMemoryStore``
 
 Local parts (``baselines/local.py``): every LLM call goes to ``eval.memory.base_url`` through
 an in-process usage relay that charges each response's ``usage`` to the episode's memory;

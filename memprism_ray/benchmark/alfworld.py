@@ -53,15 +53,11 @@ class Alfworld(Benchmark):
         root = cfg.corpus.data_root
         if root == str(_embedded_root(cfg)):
             return [DataTree(root, "the embedded ALFWorld corpus", owned=True)]
-        return [
-            DataTree(
-                root,
-                "corpus.data_root",
-                owned=False,
-                fix="mount it at this path on every node (shared storage), or run alfworld-download (or the same "
-                "`memprism games build` command) there",
-            )
-        ]
+        fix = (
+            "mount it at this path on every node (shared storage), or run alfworld-download (or the same "
+            "`memprism games build` command) there"
+        )
+        return [DataTree(root, "corpus.data_root", owned=False, fix=fix)]
 
     def train_games(self, cfg: ExperimentConfig) -> list[Any]:
         from memprism_ray.envs.alfworld import list_games

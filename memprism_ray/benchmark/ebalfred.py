@@ -66,8 +66,7 @@ class EbAlfred(Benchmark):
         cfg = dataclasses.replace(cfg, ebalfred=dataclasses.replace(eb, fixture=str(root)))
         if cfg.policy.backend != "scripted":
             return cfg
-        scripted = {**cfg.policy.scripted, "ebalfred_fixture": str(root)}
-        scripted["ebalfred_epsilon"] = eb.policy_epsilon
+        scripted = {**cfg.policy.scripted, "ebalfred_fixture": str(root), "ebalfred_epsilon": eb.policy_epsilon}
         log(f"the fixture stand-in plays {root} with a random skill at rate {eb.policy_epsilon}")
         return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, scripted=scripted))
 

@@ -157,15 +157,11 @@ def write_condition_metrics(
     ``mind2web.json`` / ``mind2web.md``."""
     condition = rep["condition"]
     episodes = [r.summary() for r in results]
-    rep["mind2web"] = mind2web_metrics(episodes, rows, expected_steps, in_pool)
+    rep["mind2web"] = metrics = mind2web_metrics(episodes, rows, expected_steps, in_pool)
     rep["mind2web_pool"] = candidate_pool
-    rpt.write_json(
-        out_dir / "mind2web.json", {"condition": condition, "candidate_pool": candidate_pool, **rep["mind2web"]}
-    )
-    atomic_write_text(
-        out_dir / "mind2web.md",
-        f"# Mind2Web: {condition}\n\n" + metrics_markdown(rep["mind2web"], candidate_pool) + "\n",
-    )
+    rpt.write_json(out_dir / "mind2web.json", {"condition": condition, "candidate_pool": candidate_pool, **metrics})
+    md = metrics_markdown(metrics, candidate_pool)
+    atomic_write_text(out_dir / "mind2web.md", f"# Mind2Web: {condition}\n\n{md}\n")
     return rep
 
 
