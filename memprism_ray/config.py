@@ -1,15 +1,8 @@
-"""The one config tree of a memprism-ray job (docs/architecture.md "Configuration": "One config tree, typed, each
-field with a one-line doc; presets are YAML").
-
-Each section is the dataclass of the component it configures (``grpo`` is the adapter's
-``GRPOConfig``, ``policy`` the task policy's ``PolicyConfig``, ...); this module adds the
-sections that belong to the jobs themselves (run directory, corpus, view labelling, rollout
-placement, final evaluation) and loads presets::
+"""The one config tree of a memprism-ray job (docs/architecture.md "Configuration"). Each section
+is the dataclass of the component it configures (``grpo`` is the adapter's ``GRPOConfig``, ...);
+this module adds the jobs' own sections and loads presets::
 
     cfg = load_config("configs/local.yaml", ["--grpo.lr", "1e-6"])
-
-``memprism_ray.config_tree.describe(ExperimentConfig)`` lists every key with its default
-and help text (``python jobs/grpo_alfworld.py --help-config``).
 """
 
 from __future__ import annotations
@@ -99,16 +92,13 @@ class CorpusSection:
         if self.train_games < 1 or self.eval_games < 0:
             raise ValueError("corpus.train_games must be >= 1 and corpus.eval_games >= 0")
         check_split(self.train_split, "corpus.train_split")
-        # The benchmark itself is checked by name where a job or command looks it up
-        # (memprism_ray.benchmark.get_benchmark, above this layer): an unknown name is refused
-        # there, in one line naming the known ones, before any work.
+        # The benchmark's name is checked where it is looked up (get_benchmark, above this layer).
 
 
 @dataclass
 class LabelConfig:
-    """D1 data: reference trajectories labelled by a view teacher (appendix A.3). Each
-    teacher's settings are the dataclass that teacher takes, as a nested section:
-    ``label.counterfactual`` and ``label.llm`` (its endpoint keys included)."""
+    """D1 data: reference trajectories labelled by a view teacher (appendix A.3); each teacher's
+    settings are the dataclass it takes (``label.counterfactual``, ``label.llm``)."""
 
     #: The flat keys of the one-section label config, each refused with its new key.
     RENAMED: ClassVar[dict[str, str]] = {
@@ -204,8 +194,7 @@ class RolloutConfig:
         return self.num_workers == "auto"
 
     def seat_cpus(self) -> float:
-        """CPUs one rollout worker reserves: its own and its EnvWorkers', which run on its node
-        inside this reservation (a seat is placed whole)."""
+        """CPUs one rollout worker reserves: its own and its EnvWorkers' (a seat is placed whole)."""
         return self.rollout_cpus + self.env_workers_per_rollout * self.env_cpus
 
     def __post_init__(self) -> None:

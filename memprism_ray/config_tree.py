@@ -1,15 +1,11 @@
 """Typed configuration trees: dataclasses <-> YAML, plus dotted command-line overrides.
 
-Every setting lives in a dataclass field with a one-line ``metadata={"help": ...}``; a tree
-is a dataclass whose fields may be dataclasses themselves. Presets are YAML files that set a
-subset of fields; ``--section.field VALUE`` on the command line overrides one leaf.
-Unknown keys are errors that list the valid ones; an old key a dataclass lists in its
-``RENAMED`` (old name -> new dotted name under it) is a one-line error naming the new key.
-Values are coerced to the field's type with a clear message (a YAML or command-line number
-given as a string becomes a number; ``nan`` is never a valid setting), and each dataclass's
-``__post_init__`` validates the result. A free-form ``dict`` field may name a ``schema``
-dataclass: its entries are then coerced and validated by that dataclass's annotations and
-``__post_init__`` too.
+Every setting is a dataclass field with a one-line help; presets are YAML files that set a
+subset of fields, and ``--section.field VALUE`` overrides one leaf. Unknown keys are errors
+that list the valid ones; an old key a dataclass lists in its ``RENAMED`` (old name -> new
+dotted name) is a one-line error naming the new key. Values are coerced to the field's type
+(``nan`` is never a valid setting) and validated by each ``__post_init__``, the entries of a
+``dict`` field that names a ``schema`` dataclass too.
 """
 
 from __future__ import annotations
@@ -33,10 +29,8 @@ def field(
     default_factory: Any = dataclasses.MISSING,
     schema: type | None = None,
 ) -> Any:
-    """A dataclass field with its one-line help text.
-
-    ``schema``: for a ``dict`` field holding keyword settings, the dataclass whose fields
-    are the allowed keys (see :func:`coerce_settings`)."""
+    """A dataclass field with its one-line help text; ``schema``: for a ``dict`` field of keyword
+    settings, the dataclass whose fields are the allowed keys (:func:`coerce_settings`)."""
     metadata: dict[str, Any] = {"help": help}
     if schema is not None:
         metadata["schema"] = schema
@@ -46,12 +40,11 @@ def field(
 
 
 def coerce_settings(schema: type, data: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The entries of ``data`` coerced to the types of ``schema``'s fields and validated by
-    its ``__post_init__``; only the given keys are returned (the rest keep the consumer's
-    defaults). Unknown keys and bad values raise ``ValueError`` naming ``where.key``."""
+    """The entries of ``data`` (only those: the rest keep the consumer's defaults) coerced to the
+    types of ``schema``'s fields and validated by it; a bad one raises naming ``where.key``."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{where}: expected a mapping of settings, got {data!r}")
-    hints = _hints(schema)
+    hints = get_type_hints(schema)
     names = [f.name for f in dataclasses.fields(schema) if f.init]
     unknown = [k for k in data if k not in names]
     if unknown:
@@ -65,10 +58,6 @@ def coerce_settings(schema: type, data: Mapping[str, Any], where: str) -> dict[s
     except TypeError as exc:
         raise ValueError(f"{where}: {exc}") from None
     return out
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -135,10 +124,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, str):
-            try:
+            with contextlib.suppress(ValueError):
                 return int(value.replace("_", ""))
-            except ValueError:
-                pass
         raise ValueError(f"{where}: expected an integer, got {value!r}")
     if tp is float:
         number: float | None = None
@@ -163,7 +150,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
     """Build dataclass ``cls`` from a (possibly partial) nested mapping."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{_where or cls.__name__}: expected a mapping, got {type(data).__name__}")
-    hints = _hints(cls)
+    hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
     if unknown:
@@ -234,10 +221,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
-    """``["--grpo.lr", "1e-6", "--run.name=x"]`` -> ``{"grpo": {"lr": "1e-6"}, "run": {"name": "x"}}``.
-
-    Values stay strings; :func:`from_dict` coerces them to each field's type.
-    """
+    """``["--grpo.lr", "1e-6", "--run.name=x"]`` -> ``{"grpo": {"lr": "1e-6"}, "run": {"name": "x"}}``
+    (values stay strings; :func:`from_dict` coerces them)."""
     out: dict[str, Any] = {}
     i = 0
     args = list(args)
@@ -262,8 +247,7 @@ def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
 
 
 def set_path(data: dict[str, Any], key: str, value: Any) -> None:
-    """``data[a][b][c] = value`` for the dotted ``key`` ``"a.b.c"``, making the sections on the
-    way; a ``ValueError`` when one of them already holds a value."""
+    """``data[a][b][c] = value`` for ``key`` ``"a.b.c"``; a ``ValueError`` when a section on the way holds a value."""
     node = data
     *sections, leaf = key.split(".")
     for section in sections:
@@ -276,7 +260,7 @@ def set_path(data: dict[str, Any], key: str, value: Any) -> None:
 def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """``(dotted name, default, help)`` for every leaf of a config tree (for ``--help``)."""
     rows = []
-    hints = _hints(cls)
+    hints = get_type_hints(cls)
     for f in dataclasses.fields(cls):
         name = f"{prefix}{f.name}"
         tp = hints[f.name]

@@ -1,13 +1,8 @@
-"""Atomic file writes that never silently replace what is already there.
-
-A report, a run's ``config.yaml`` or a manifest is first written in full under a temporary
-name in the same directory, flushed to disk, and only then given its final name, so a crash
-leaves either the old file or the new one, never half of one. Without ``overwrite=True`` an
-existing file is an error (the rename is a hard link, which fails atomically when the name
-is taken, so two writers cannot both win). Also the file helpers every layer shares: a
-file's or a folder's SHA-256, JSON parsing with a one-line error (a document, or JSON lines), a bounded
-exclusive file lock, and a directory's files as bytes and back (a checkpoint shipped between
-the Ray driver and its actors).
+"""Atomic file writes that never silently replace what is already there: a file is written in
+full under a temporary name, flushed, then linked to its final name (a hard link fails
+atomically when the name is taken, so two writers cannot both win). Also the file helpers every
+layer shares: SHA-256 of a file or folder, JSON parsing with a one-line error, a bounded file
+lock, and a directory's files as bytes and back.
 """
 
 from __future__ import annotations
@@ -70,8 +65,7 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
 
 
 def tree_files(root: str | Path, files: Sequence[str] = ()) -> list[Path]:
-    """The files of a tree in a fixed order: ``root`` itself when it is a file, else its files
-    (or only ``files``, names relative to ``root``), sorted by relative path."""
+    """``root`` itself when it is a file, else its files (or only ``files``), sorted by path."""
     root = Path(root)
     if root.is_file():
         return [root]
@@ -81,10 +75,8 @@ def tree_files(root: str | Path, files: Sequence[str] = ()) -> list[Path]:
 
 
 def sha256_path(path: str | Path, files: Sequence[str] = ()) -> str:
-    """Hex SHA-256 of a file (:func:`sha256_file`), or of a folder's files (``files``: only
-    those): each one's relative path and :func:`sha256_file`, in :func:`tree_files` order, so
-    renaming a file changes it and moving the folder does not. What run manifests record for a
-    checkpoint folder, and what a node's copy of shipped data is checked against."""
+    """Hex SHA-256 of a file, or of a folder's files (``files``: only those) over each one's relative
+    path and hash, so renaming a file changes it and moving the folder does not."""
     root = Path(path)
     if root.is_file():
         return sha256_file(root)
@@ -105,9 +97,8 @@ def loads_json(text: str, what: str) -> Any:
 def json_lines(
     lines: Iterable[str], not_json: Callable[[int, str, json.JSONDecodeError], Exception]
 ) -> Iterator[tuple[int, str, Any]]:
-    """``(line number, line, value)`` of each non-blank line of ``lines`` (a JSONL file, or a
-    block of JSON lines in a text), numbered from 1 with blank lines counted; a line that is
-    not JSON raises ``not_json(line number, line, error)``: each reader says where, in its terms."""
+    """``(line number, line, value)`` of each non-blank line of ``lines`` (numbered from 1, blank
+    lines counted); a line that is not JSON raises ``not_json(line number, line, error)``."""
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -121,13 +112,8 @@ def json_lines(
 @contextlib.contextmanager
 def file_lock(path: str | Path, timeout_s: float, *, what: str = "", hint: str = "") -> Iterator[None]:
     """An exclusive ``flock`` on ``path``, waited for at most ``timeout_s`` seconds (then a
-    ``TimeoutError`` naming the lock, its holder, ``what`` it is doing and the ``hint``).
-
-    The holder writes its process id into the file so a waiter that gives up can name it (the
-    kernel drops the lock when its holder dies, so a timeout means the holder is still working
-    or hung, never a stale file). Used where several processes of one machine build the same
-    cached data: the embedded corpus, a node's copy of shipped data.
-    """
+    ``TimeoutError`` naming its holder, whose process id the file holds: the kernel drops the
+    lock when its holder dies, so a timeout means a holder still working or hung)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a+") as fh:
@@ -162,10 +148,8 @@ def read_files(root: Path) -> dict[str, bytes]:
 
 
 def write_files(files: dict[str, bytes], root: Path) -> Path:
-    """Write :func:`read_files` output under ``root``; ``config.json`` last, so a crash never
-    leaves a directory that looks complete (a checkpoint is complete once its ``config.json``
-    exists: ``trainer/run_dir.latest_checkpoint``). Each file is replaced atomically (a
-    checkpoint directory is rewritten only when its iteration is played again)."""
+    """Write :func:`read_files` output under ``root``, each file replaced atomically and
+    ``config.json`` last (a checkpoint is complete once its ``config.json`` exists)."""
     root.mkdir(parents=True, exist_ok=True)
     for name in sorted(files, key=lambda n: n == "config.json"):
         if Path(name).is_absolute() or ".." in Path(name).parts:

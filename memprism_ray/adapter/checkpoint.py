@@ -3,17 +3,10 @@ A.4 "Hardware, software, and checkpoints": "Epoch and GRPO checkpoints store the
 encoder, Planner, optimizer state, stage, epoch or iteration, metrics, and configuration;
 exported reference or final weight-only checkpoints may omit optimizer state by design").
 
-A checkpoint is a directory: ``model.safetensors`` (every tensor; no code is loaded),
-``config.json`` (format tag, RouterConfig, stage, iteration, metrics, training config,
-parameter counts and the weights' SHA-256, checked on load and cited by run manifests) and,
-to resume, ``state.pt`` (trainer state and the python/numpy/torch/CUDA RNG states, read back
-with ``torch.load(weights_only=True)``, so no pickled code runs). Files are written under
-temporary names and renamed into place: an interrupted save leaves the previous checkpoint,
-or a mismatch the hash check reports instead of loading mixed weights.
-
-Resume order matters for bit-identical continuation: build the model (weights from
-:func:`load_checkpoint`), build the trainer, then :func:`resume_trainer`, which loads the
-trainer state and restores the RNG states last.
+A checkpoint is a directory: ``model.safetensors``, ``config.json`` (RouterConfig, stage,
+metrics, training config, the weights' SHA-256) and, to resume, ``state.pt`` (trainer and RNG
+states, read with ``weights_only=True``), each renamed into place. For bit-identical resumption
+build the model, then the trainer, then call :func:`resume_trainer` (RNG states restored last).
 """
 
 from __future__ import annotations
@@ -24,9 +17,9 @@ import json
 import os
 import random
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -41,21 +34,12 @@ CONFIG_FILE = "config.json"
 STATE_FILE = "state.pt"
 
 
-class Resumable(Protocol):
-    config: Any
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
-
-
 _C = TypeVar("_C", bound="TableA4Config")
 
 
 class TableA4Config:
-    """What the D1 and D2 settings share: a Table A.4 row as settings (:meth:`from_row`; the rows
-    are the benchmarks', :meth:`memprism_ray.benchmark.Benchmark.sft_preset`) and the optimizer
-    checks."""
+    """What the D1 and D2 settings share: a Table A.4 row as settings (:meth:`from_row`) and the
+    optimizer checks."""
 
     @classmethod
     def from_row(cls: type[_C], name: str, row: Mapping[str, Any], **overrides: Any) -> _C:
@@ -71,8 +55,7 @@ class TableA4Config:
 
 
 class TrainerState:
-    """The resumable part of the D1 and D2 trainers: optimizer, schedule, shuffling generator
-    and the counters named in ``COUNTERS``."""
+    """The resumable part of the D1 and D2 trainers: optimizer, schedule, generator, ``COUNTERS``."""
 
     KIND: ClassVar[str]
     COUNTERS: ClassVar[tuple[str, ...]]
@@ -81,9 +64,8 @@ class TrainerState:
     generator: torch.Generator
 
     def _prepare(self, model: ViewPolicyModel, config: Any, trained: tuple[str, ...]) -> None:
-        """Seed the global torch RNG (dropout) and the shuffling generator with ``config.seed``
-        (restore a saved state only after every module and trainer is built: construction
-        consumes RNG), move the model, and let only the ``trained`` parameter groups learn."""
+        """Seed torch and the shuffling generator with ``config.seed`` (construction consumes RNG:
+        restore a saved state only afterwards), move the model, train only the ``trained`` groups."""
         self.model, self.config = model, config
         self.device = torch.device(config.device)
         torch.manual_seed(config.seed)
@@ -116,7 +98,6 @@ class TrainerState:
             setattr(self, name, copy.deepcopy(state[name]))
 
 
-# --- RNG state ------------------------------------------------------------------------------
 def capture_rng() -> dict[str, Any]:
     """Global RNG states as tensors, ints and lists only (loadable with ``weights_only=True``)."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
@@ -149,36 +130,22 @@ def restore_rng(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# --- save / load --------------------------------------------------------------------------
 def _tmp(path: Path) -> Path:
     return path.with_name(path.name + ".tmp")
-
-
-def _config_dict(cfg: Any) -> dict[str, Any] | None:
-    if cfg is None:
-        return None
-    if hasattr(cfg, "to_dict"):
-        return cfg.to_dict()
-    if is_dataclass(cfg):
-        return asdict(cfg)  # type: ignore[arg-type]
-    return dict(cfg)
 
 
 def save_checkpoint(
     path: str | Path,
     model: ViewPolicyModel,
     *,
-    trainer: Resumable | None = None,
+    trainer: TrainerState | None = None,
     stage: str = "init",
     iteration: int | None = None,
     metrics: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint directory; with ``trainer`` it can be resumed (``state.pt``).
-
-    ``stage`` names what produced it (``init``, ``d1``, ``d2``, ``export``); ``iteration``
-    defaults to the trainer's epoch (D1) or iteration (D2).
-    """
+    """Write a checkpoint directory, resumable with ``trainer`` (``state.pt``); ``stage``: ``init``,
+    ``d1``, ``d2`` or ``export``; ``iteration`` defaults to the trainer's epoch or iteration."""
     from safetensors.torch import save as st_save
 
     out = Path(path)
@@ -200,7 +167,7 @@ def save_checkpoint(
         "weights_file": WEIGHTS_FILE,
         "weights_sha256": digest,
         "parameter_counts": model.parameter_counts(),
-        "train_config": _config_dict(getattr(trainer, "config", None)),
+        "train_config": trainer.config.to_dict() if trainer is not None else None,
         "train_config_type": type(trainer.config).__name__ if trainer is not None else None,
         "has_state": trainer is not None,
         "metrics": dict(metrics or {}),
@@ -308,7 +275,7 @@ def checkpoint_sha256(path: str | Path) -> str:
     return verify_weights(path)
 
 
-def resume_trainer(trainer: Resumable, checkpoint: LoadedCheckpoint) -> None:
+def resume_trainer(trainer: TrainerState, checkpoint: LoadedCheckpoint) -> None:
     """Load the trainer state and then the RNG states (call after building everything)."""
     if checkpoint.state is None:
         raise ValueError("this checkpoint holds weights only (no state.pt); it cannot resume training")
@@ -317,26 +284,14 @@ def resume_trainer(trainer: Resumable, checkpoint: LoadedCheckpoint) -> None:
     restore_rng(checkpoint.state["rng"])
 
 
-def apply_config_hyperparameters(trainer: Any) -> None:
-    """Make the trainer's config win over the hyperparameters saved in its optimizer state.
-
-    ``optimizer.load_state_dict`` restores each parameter group's ``lr`` and ``weight_decay``
-    and ``LambdaLR.load_state_dict`` its ``base_lrs``, so without this a run resumed with a new
-    ``--grpo.lr`` would silently keep the old one. The schedule's position (``last_epoch``)
-    is kept: the new rate is ``config.lr`` times the schedule factor at that step.
-    """
-    cfg = getattr(trainer, "config", None)
-    opt = getattr(trainer, "optimizer", None)
-    if opt is None or not hasattr(cfg, "lr"):
-        return
-    sched = getattr(trainer, "scheduler", None)
-    lambdas = getattr(sched, "lr_lambdas", None)
-    for i, group in enumerate(opt.param_groups):
-        factor = float(lambdas[i](sched.last_epoch)) if lambdas is not None else 1.0
+def apply_config_hyperparameters(trainer: TrainerState) -> None:
+    """Make the trainer's config win over the ``lr``/``weight_decay`` the loaded optimizer and
+    scheduler states restore (else a run resumed with a new ``--grpo.lr`` keeps the old one); the
+    schedule's position is kept: the new rate is ``config.lr`` times its factor at that step."""
+    cfg, groups, sched = trainer.config, trainer.optimizer.param_groups, trainer.scheduler
+    for factor, group in zip(sched.lr_lambdas, groups, strict=True):  # LambdaLR: one lambda per group
         group["initial_lr"] = float(cfg.lr)
-        group["lr"] = float(cfg.lr) * factor
-        if hasattr(cfg, "weight_decay"):
-            group["weight_decay"] = float(cfg.weight_decay)
-    if sched is not None:
-        sched.base_lrs = [float(cfg.lr)] * len(opt.param_groups)
-        sched._last_lr = [g["lr"] for g in opt.param_groups]
+        group["lr"] = float(cfg.lr) * float(factor(sched.last_epoch))
+        group["weight_decay"] = float(cfg.weight_decay)
+    sched.base_lrs = [float(cfg.lr)] * len(groups)
+    sched._last_lr = [g["lr"] for g in groups]

@@ -1,33 +1,19 @@
 """D1 data: view-teacher labels over reference trajectories (paper "Adapter", decision-
 conditioned initialisation, eq. view-teacher; appendix A.3 "Cold-start distillation"; appendix
-E.2 view-teacher prompts). The job's ``label`` section picks the teacher (``label.teacher``) and
-holds each teacher's settings, declared once by the dataclass that teacher takes:
-``label.counterfactual`` is :class:`~memprism_ray.router.teacher.CounterfactualConfig`,
-``label.llm`` is :class:`~memprism_ray.router.teacher.LLMTeacherConfig`; the D1 Ray tasks hand
-them here untouched.
+E.2 view-teacher prompts). For each decision state of a reference trajectory (``o_t``, ``g``,
+``E_<t``, reference next action ``u_t^ref``) a teacher returns a soft distribution over the 144
+views; ``label.counterfactual`` and ``label.llm`` hold each teacher's settings.
 
-For each decision state of a reference (expert) trajectory -- observation ``o_t``, goal
-``g``, history ``E_<t`` and reference next action ``u_t^ref`` -- a teacher returns a soft
-distribution over the 144 view actions.
+Counterfactual teacher (:func:`counterfactual_labels`, no LLM): shows the frozen task policy
+each candidate view in the prompt the agent would build and puts mass on the views under which
+it produces ``u_t^ref`` (nearly) as often as under the best one, shaded towards cheaper views;
+exact probabilities where the policy exposes ``input_distribution`` (the scripted CPU policy),
+else ``samples_per_view`` samples. States where every view gives the same action are skipped.
 
-Counterfactual teacher (:func:`counterfactual_labels`, no LLM):
-:class:`~memprism_ray.router.teacher.CounterfactualTeacher` shows the frozen task policy each
-candidate view of the same history, in the same prompt the agent would build (goal,
-observation, admissible actions, short history, the view), and puts mass on the views under
-which the policy produces ``u_t^ref`` (nearly) as often as under the best view, shaded mildly
-towards cheaper views. A policy that exposes its action distribution (``input_distribution``:
-the scripted CPU policy) gives the exact probability of ``u_t^ref`` per view; others are
-sampled ``samples_per_view`` times. States under which every view gives the same action carry
-no label signal and are skipped (counted).
-
-LLM view teacher (:func:`llm_labels`, one teacher call per decision against 144 x S policy
-calls): the benchmark's view-teacher prompt (the Generic one of appendix E.2 unless the
-benchmark has its own) is filled (observation, goal, the event stream so far, the reference
-next action) and sent to any OpenAI-compatible endpoint (``label.llm.source: endpoint``) or
-the Ray policy pool's vLLM engines (``label.llm.source: pool``). Requests go out concurrently
-(``label.llm.concurrency``), so a vLLM server or replica batches them. Replies are parsed and
-validated by :func:`~memprism_ray.router.teacher.parse_teacher_response` (as data, never
-evaluated); a decision whose request or reply fails is skipped and counted, never guessed.
+LLM view teacher (:func:`llm_labels`, one call per decision against 144 x S policy calls): the
+benchmark's view-teacher prompt, sent concurrently to an OpenAI-compatible endpoint or the
+policy pool's vLLM engines; replies are parsed as data, and a failed decision is skipped and
+counted, never guessed.
 """
 
 from __future__ import annotations
@@ -93,10 +79,8 @@ def rollin_chooser(
     policy: TaskPolicy, render_config: Any = None, seed: int = 0, short_history: int = 0, *, benchmark: str
 ) -> Callable[..., str]:
     """``choose(stream, observation, goal, admissible, step)`` for a D1 roll-in
-    (``label.rollin_games``): the task policy acts on a view drawn uniformly from the 144 at
-    every step, seeded by ``(seed, game, step)``, so the roll-ins reach states with every
-    kind of memory, the forgetful ones included. ``benchmark``: whose task contract reads the
-    inputs (``PolicyInput.benchmark``)."""
+    (``label.rollin_games``): the task policy acts on a view drawn uniformly per step, seeded by
+    ``(seed, game, step)``, so the roll-ins reach states with every kind of memory."""
     from memprism_ray.view_space import ALL_ACTIONS
 
     actor = ViewConditionedActor(policy, render_config, short_history, benchmark=benchmark)
@@ -120,13 +104,10 @@ def _history(records: Sequence[StreamRecord], k: int) -> tuple[HistoryRecord, ..
 
 
 class ViewConditionedActor:
-    """``act(label_state, view) -> action``: the frozen task policy given one candidate view.
-
-    Views are composed and rendered as the agent would (text form for text readers such
-    as the scripted policy; the image too for VLMs). Each call uses a fresh episode id so a
-    sampling policy draws independent samples. ``benchmark``: whose task contract reads the
-    inputs (``PolicyInput.benchmark``); no default, so no caller shows a policy ALFWorld's.
-    """
+    """``act(label_state, view) -> action``: the frozen task policy given one candidate view,
+    composed and rendered as the agent would. Each call uses a fresh episode id so a sampling
+    policy draws independent samples. ``benchmark`` has no default, so no caller shows a policy
+    ALFWorld's contract by mistake."""
 
     def __init__(
         self, policy: TaskPolicy, render_config: Any = None, short_history: int = 2, *, benchmark: str
@@ -134,7 +115,7 @@ class ViewConditionedActor:
         from memprism_ray.render import RenderConfig
 
         self.policy = policy
-        self.benchmark = benchmark  # the prompt contract the policy is shown (PolicyInput.benchmark)
+        self.benchmark = benchmark
         self.render_config = render_config or RenderConfig()
         self.short_history = short_history
         self.reads_text = bool(getattr(policy, "needs_view_text", False))
@@ -142,9 +123,8 @@ class ViewConditionedActor:
         # pixels: its pages are laid out and not painted (``render(paint=False)``).
         self.paints = bool(getattr(policy, "needs_view_image", True))
         self._calls = itertools.count()
-        # Visual tokens of the pages rendered for the current state, by view index: the
-        # teacher's page-token shading reads them after its 144 policy calls, so no page
-        # is drawn twice.
+        # Visual tokens of the current state's pages by view index (read by the teacher's
+        # page-token shading after its 144 policy calls: no page is drawn twice).
         self._tokens: tuple[str, dict[int, int]] = ("", {})
 
     @property
@@ -185,8 +165,7 @@ class ViewConditionedActor:
         return rendered
 
     def page_tokens(self, ls: LabelState, view: ViewAction) -> int:
-        """Qwen2.5-VL visual tokens of ``view``'s page at this state (as the agent's reports
-        count them)."""
+        """Qwen2.5-VL visual tokens of ``view``'s page at this state."""
         if self._tokens[0] != ls.state.sample_id or view.index not in self._tokens[1]:
             self._render(ls, view)
         return self._tokens[1][view.index]
@@ -210,13 +189,9 @@ def counterfactual_labels(
     short_history: int = 2,
     benchmark: str,
 ) -> tuple[Any, dict[str, int]]:
-    """Label ``states`` with the counterfactual teacher of ``config`` (``label.counterfactual``;
-    ``None``: its defaults); returns ``(SFTDataset, counts)``.
-
-    ``counts["fallback_skipped"]`` counts the states left out: no view led to ``u_ref``,
-    or every view led to it equally (no information about views). ``render_config``,
-    ``short_history`` and ``benchmark`` (the prompt contract) are the agent's: the policy is
-    shown each view as it would be in play."""
+    """Label ``states`` with the counterfactual teacher (``label.counterfactual``; ``None``: its
+    defaults); returns ``(SFTDataset, counts)``, ``fallback_skipped`` counting states no view or
+    every view equally led to ``u_ref``. The other arguments are the agent's."""
     from memprism_ray.adapter.sft import label_decisions
 
     actor = ViewConditionedActor(policy, render_config, short_history, benchmark=benchmark)
@@ -227,17 +202,12 @@ def counterfactual_labels(
         probs=(lambda st, view: actor.distribution(by_id[st.sample_id], view)) if actor.exact else None,
         page_tokens=lambda st, view: actor.page_tokens(by_id[st.sample_id], view),
     )
-    return label_decisions(
-        [ls.state for ls in states],
-        extractor,
-        lambda st: teacher.label(st, st.reference_action),
-    )
+    return label_decisions([ls.state for ls in states], extractor, lambda st: teacher.label(st, st.reference_action))
 
 
 def scripted_label_policy(cfg: Any, contract: TaskContract) -> TaskPolicy:
-    """The scripted task policy D1 labels with and plays its roll-ins with (the stand-in of the
-    benchmark's task ``contract``): the labelling temperature (``label.policy_temperature``)
-    and the run's seed."""
+    """The scripted stand-in of ``contract`` D1 labels and plays its roll-ins with, at
+    ``label.policy_temperature`` and the run's seed."""
     from memprism_ray.policy.config import PolicyConfig
     from memprism_ray.policy.factory import make_policy
 
@@ -245,7 +215,6 @@ def scripted_label_policy(cfg: Any, contract: TaskContract) -> TaskPolicy:
     return make_policy(PolicyConfig(backend="scripted", scripted=scripted), contract)
 
 
-# --- the LLM view teacher ----------------------------------------------------------------------
 #: ``complete_many(prompts, max_tokens=, temperature=) -> one reply (str) or exception per
 #: prompt``: a batch of teacher requests on a backend other than the teacher's endpoint (the
 #: policy pool's ``complete``), sent with the teacher's decoding settings.
@@ -261,28 +230,22 @@ def policy_calls(teacher: str, decisions: int, *, samples_per_view: int = 1, can
     raise ValueError(f"unknown view teacher {teacher!r}; valid: counterfactual, llm")
 
 
-def threaded_complete(teacher: LLMViewTeacher) -> Callable[[list[str]], list[Any]]:
-    """Concurrent HTTP requests through the teacher's client (memprism_ray/llm_client.py),
-    ``label.llm.concurrency`` at a time."""
+def label_states_llm(
+    states: Sequence[Any], teacher: LLMViewTeacher, *, complete_many: CompleteMany | None = None
+) -> tuple[dict[str, TeacherLabel | TeacherError], dict[str, int]]:
+    """Teacher labels of ``states`` by ``sample_id`` (a :class:`TeacherLabel` or the
+    :class:`TeacherError` that made it fail), sent in chunks of ``concurrency`` to the teacher's
+    endpoint or to ``complete_many``."""
+    cfg = teacher.config
 
-    def one(p: str) -> Any:
+    def one(p: str) -> Any:  # a request through the teacher's own client
         try:
             return teacher.complete(p)
         except TeacherError as exc:
             return exc
 
-    return lambda prompts: map_concurrent(one, prompts, teacher.config.concurrency)
-
-
-def label_states_llm(
-    states: Sequence[Any], teacher: LLMViewTeacher, *, complete_many: CompleteMany | None = None
-) -> tuple[dict[str, TeacherLabel | TeacherError], dict[str, int]]:
-    """Teacher labels of ``states`` (``DecisionState``), keyed by ``sample_id``: a
-    :class:`TeacherLabel`, or the :class:`TeacherError` that made it fail. Prompts go out in
-    chunks of ``teacher.config.concurrency``, to the teacher's endpoint or to ``complete_many``."""
-    cfg = teacher.config
-    send = (
-        threaded_complete(teacher)
+    send: Callable[[list[str]], list[Any]] = (
+        (lambda prompts: map_concurrent(one, prompts, cfg.concurrency))
         if complete_many is None
         else functools.partial(complete_many, max_tokens=cfg.max_tokens, temperature=cfg.temperature)
     )

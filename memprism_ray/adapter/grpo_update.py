@@ -6,11 +6,9 @@ the POPULATION standard deviation (divide by ``G``) of the group's returns,
 
     A_i = (R_i - mu_g) / (sigma_g + eps)   if sigma_g > eps,   else 0,
 
-shared by every view decision of trajectory ``i``. The group is the whole set compared, not
-a sample: normalised advantages have unit mean square, and a group with one surviving
-trajectory is well defined (A = 0) where the sample estimate would divide by zero.
-Trajectories marked failed (a dead actor, a timeout) are left out of the group's moments and
-of the loss, never counted as zero-return siblings.
+shared by every view decision of trajectory ``i`` (population std: a group with one
+surviving trajectory gets A = 0 where the sample estimate would divide by zero). Failed
+trajectories (a dead actor, a timeout) are left out of the moments and of the loss.
 
 The loss over the surviving decisions ``(i, t)``, each with equal weight:
 
@@ -21,12 +19,9 @@ The loss over the surviving decisions ``(i, t)``, each with equal weight:
 
 with ``eps_low = eps_high = clip_eps`` unless both are given (Mind2Web: 0.1 / 0.15). The
 ratio's log-prob is :func:`memprism_ray.router.sampling.view_log_probs` at the rollout
-temperature, the function the rollout's sampler recorded ``pi_old`` with; KL and entropy use
-the policy itself. ``clip_frac`` counts decisions where the clipped term is strictly smaller.
-Only the planner (three residual blocks, final LayerNorm, 144-way head) is updated; the
-encoder is frozen in eval mode, so ``z`` is computed once per update, while the planner runs
-in train mode ("Planner train mode", Table A.4) unless ``planner_train_mode`` is off. The
-reference policy is the frozen D1 model in eval mode.
+temperature (what the rollout's sampler recorded ``pi_old`` with). Only the planner is
+updated; the encoder is frozen, so ``z`` is computed once per update, and the planner runs
+in train mode ("Planner train mode", Table A.4) unless ``planner_train_mode`` is off.
 """
 
 from __future__ import annotations
@@ -52,8 +47,7 @@ log = logging.getLogger(__name__)
 
 #: The statistics :meth:`GRPOUpdater.update` averages over its minibatches.
 _LOSS_KEYS = ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "grad_norm")
-#: The step-table columns (adapter/tables.py) a batch reads besides the features, in the
-#: order of the batch fields they fill.
+#: The step-table columns (adapter/tables.py) a batch reads besides the features.
 _STEP_TABLE_COLUMNS = ("episode_id", "group_id", "view_index", "view_logprob", "traj_return", "failed")
 #: The per-step fields besides the features, with their dtypes.
 _STEP_COLUMNS: dict[str, torch.dtype] = {
@@ -66,7 +60,6 @@ _STEP_COLUMNS: dict[str, torch.dtype] = {
 }
 
 
-# --- configuration ------------------------------------------------------------------------
 @dataclass
 class GRPOConfig(TableA4Config):
     """D2 settings; the defaults are Table A.4's ALFWorld rows. Each benchmark's row is its own
@@ -115,14 +108,8 @@ class GRPOConfig(TableA4Config):
         self.check_optimizer()
         if self.beta_kl < 0 or self.beta_entropy < 0:
             raise ValueError("GRPOConfig.beta_kl and beta_entropy must be >= 0")
-        for name in (
-            "update_batch_size",
-            "update_epochs",
-            "iterations",
-            "groups_per_iteration",
-            "group_size",
-            "max_steps",
-        ):
+        steps = ("update_batch_size", "update_epochs", "iterations", "groups_per_iteration", "group_size", "max_steps")
+        for name in steps:
             if getattr(self, name) < 1:
                 raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.replay_first < 0:
@@ -138,8 +125,7 @@ class GRPOConfig(TableA4Config):
 
     @property
     def replayed_iterations(self) -> int:
-        """How many of the last iterations replay the first ones' tasks: ``replay_first``, at most
-        half the run (a shortened run, ``--grpo.iterations 4`` on a preset with 5, replays 2)."""
+        """``replay_first``, at most half the run (``--grpo.iterations 4`` on a preset with 5 replays 2)."""
         return min(self.replay_first, self.iterations // 2)
 
     @property
@@ -151,7 +137,6 @@ class GRPOConfig(TableA4Config):
         return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
 
 
-# --- advantages ----------------------------------------------------------------------------
 def _tensor(x: Any) -> Tensor:
     return x if isinstance(x, Tensor) else torch.as_tensor(np.asarray(x))
 
@@ -175,9 +160,7 @@ def _trajectories(returns: Any, group_ids: Any, failed_mask: Any) -> tuple[Tenso
     return torch.where(~failed, r, torch.zeros_like(r)), gid, ~failed
 
 
-def _group_moments(
-    returns: Tensor, group_ids: Tensor, keep: Tensor, eps: float
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _group_moments(returns: Tensor, group_ids: Tensor, keep: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per-trajectory group mean and population std, plus each unique group's (std, live count)."""
     uniq, inverse = torch.unique(group_ids, return_inverse=True)
     g = uniq.numel()
@@ -193,17 +176,14 @@ def _group_moments(
 
 
 def group_advantages(returns: Any, group_ids: Any, failed_mask: Any = None, eps: float = 1e-6) -> Tensor:
-    """Trajectory advantages ``A_i`` (float32 [T]) by the rule in the module docstring.
-
-    ``returns``, ``group_ids`` and ``failed_mask`` hold one entry per trajectory. Failed
-    trajectories get ``A = 0`` and do not enter their group's mean or (population) std.
-    """
+    """Trajectory advantages ``A_i`` (float32 [T], one per trajectory) by the module docstring's rule;
+    failed trajectories get ``A = 0`` and stay out of their group's moments."""
     r, gid, keep = _trajectories(returns, group_ids, failed_mask)
     if not torch.isfinite(r[keep]).all():
         raise ValueError("returns of non-failed trajectories must be finite")
     if not eps > 0:
         raise ValueError(f"eps must be > 0, got {eps}")
-    mean, std, _, _ = _group_moments(r, gid, keep, eps)
+    mean, std, _, _ = _group_moments(r, gid, keep)
     adv = torch.where(std > eps, (r - mean) / (std + eps), torch.zeros_like(r))
     return torch.where(keep, adv, torch.zeros_like(adv)).float()
 
@@ -211,7 +191,7 @@ def group_advantages(returns: Any, group_ids: Any, failed_mask: Any = None, eps:
 def group_summary(returns: Any, group_ids: Any, failed_mask: Any = None, eps: float = 1e-6) -> dict[str, float]:
     """How many groups took part and which fraction of them had ``std <= eps`` (zero advantage)."""
     r, gid, keep = _trajectories(returns, group_ids, failed_mask)
-    _, _, std, count = _group_moments(r, gid, keep, eps)
+    _, _, std, count = _group_moments(r, gid, keep)
     live = count > 0
     n_live = int(live.sum())
     zero = int(((std <= eps) & live).sum())
@@ -222,7 +202,6 @@ def group_summary(returns: Any, group_ids: Any, failed_mask: Any = None, eps: fl
     }
 
 
-# --- loss -------------------------------------------------------------------------------------
 def grpo_loss(
     logits: Tensor,
     actions: Tensor,
@@ -271,16 +250,11 @@ def grpo_loss(
     return loss, stats
 
 
-# --- step batches ------------------------------------------------------------------------------
 @dataclass
 class GRPOBatch:
-    """One iteration's view decisions, one row per decision (step), read from the rollouts'
-    step tables by :meth:`from_step_tables`.
-
-    ``traj_return`` and ``failed`` repeat the trajectory's values on each of its steps;
-    ``old_logprob`` is the rollout policy's log-prob of ``action``
-    (:class:`memprism_ray.router.sampling.RouterSampler`).
-    """
+    """One iteration's view decisions, one row per step (:meth:`from_step_tables`); ``traj_return``
+    and ``failed`` repeat the trajectory's values on each of its steps, ``old_logprob`` is the
+    rollout policy's log-prob of ``action``."""
 
     obs: Tensor
     goal: Tensor
@@ -322,10 +296,8 @@ class GRPOBatch:
         return int(self.obs.shape[0])
 
     def trajectories(self) -> dict[str, Tensor]:
-        """One entry per trajectory id: ``traj_id``, ``group_id``, ``return``, ``failed``, ``inverse``.
-
-        Raises if steps of one trajectory disagree on its group, return or failed flag.
-        """
+        """Per trajectory id: ``traj_id``, ``group_id``, ``return``, ``failed``, ``inverse``; raises
+        if steps of one trajectory disagree on its group, return or failed flag."""
         uniq, inverse = torch.unique(self.traj_id, return_inverse=True)
         first = torch.full((uniq.numel(),), len(self), dtype=torch.int64)
         first = first.scatter_reduce(0, inverse, torch.arange(len(self)), reduce="amin")
@@ -348,14 +320,9 @@ class GRPOBatch:
 
     @classmethod
     def from_step_tables(cls, tables: Sequence[Any]) -> GRPOBatch:
-        """Concatenate the groups' step tables (``pyarrow.Table``, one per group, in the schema
-        of :mod:`memprism_ray.adapter.tables`; ``None`` or empty for a group that produced none).
-
-        Trajectory (``episode_id``) and group ids become integers in order of first
-        appearance; the return of a trajectory repeats on its steps; a trajectory marked failed
-        keeps ``failed=True`` on every step (the update leaves it out of its group's statistics
-        and of the loss).
-        """
+        """Concatenate the groups' step tables (:mod:`memprism_ray.adapter.tables`; ``None`` or empty
+        for a group that produced none). Trajectory and group ids become integers in order of first
+        appearance."""
         feats: dict[str, list[np.ndarray]] = {name: [] for name in FEATURE_DIMS}
         action, old_lp, traj, group, ret, failed = [], [], [], [], [], []
         traj_ids: dict[Any, int] = {}
@@ -386,13 +353,9 @@ class GRPOBatch:
         )
 
 
-# --- update --------------------------------------------------------------------------------------
 class GRPOUpdater(TrainerState):
-    """One D2 iteration's update (the training loop is ``trainer/grpo.py``, the actor that holds
-    this ``actors/learner.py``): :meth:`update` runs the iteration's optimisation on its step batch.
-
-    AdamW over the planner parameters only; the encoder and the reference model are frozen.
-    """
+    """One D2 iteration's update, AdamW over the planner only (the loop is ``trainer/grpo.py``, the
+    actor that holds this ``actors/learner.py``)."""
 
     KIND = "grpo"
     COUNTERS = ("iteration", "step")
@@ -476,9 +439,7 @@ class GRPOUpdater(TrainerState):
                 w = len(idx) / (n * cfg.update_epochs)
                 for key, value in {**parts, "loss": loss.detach(), "grad_norm": grad_norm}.items():
                     totals[key] += float(value) * w
-        stats.update(totals)
-        stats["num_minibatches"] = float(minibatches)
-        stats["lr"] = float(self.scheduler.get_last_lr()[0])
+        stats.update(totals, num_minibatches=float(minibatches), lr=float(self.scheduler.get_last_lr()[0]))
         if not all(math.isfinite(v) for v in stats.values()):
             raise FloatingPointError(f"GRPO iteration {self.iteration} produced non-finite statistics: {stats}")
         keys = ("loss", "kl", "entropy", "clip_frac", "zero_std_group_frac")

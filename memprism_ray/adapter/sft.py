@@ -4,15 +4,9 @@ A.4 Table "Training configurations", D.4).
     L_SFT = KL(q_T(. | t) || pi_theta(. | z_t)) + lambda_C * sum_a pi_theta(a | z_t) C^_t(a)
 
 averaged over a batch, with each decision's own structural cost ``C^_t``
-(:func:`memprism_ray.view_space.decision_cost_vector` of its history, recorded in the dataset
-by :func:`label_decisions`). A.3: "The 144-way action head is trained jointly with the
-encoder and the three residual Planner blocks; the unused compatibility-only entity-hint
-head remains frozen." Table A.4: AdamW, lr 1e-4, weight decay 0.01, batch 256, gradient
-cap 1.0, seed 7, and per benchmark epochs, a cosine schedule down to 0.01 of the lr (one
-step per optimizer step), lambda_cost and BF16 (:meth:`SFTConfig.preset`).
-
-The labelled dataset (:class:`SFTDataset`) is four feature matrices and the teacher
-distribution ``q`` [N, 144], stored as Parquet with fixed-size list columns.
+(:func:`memprism_ray.view_space.decision_cost_vector` of its history). A.3: the head is trained
+jointly with the encoder and the Planner blocks; the entity-hint head stays frozen. The dataset
+(:class:`SFTDataset`) is stored as Parquet with fixed-size list columns.
 """
 
 from __future__ import annotations
@@ -43,7 +37,6 @@ DATASET_VERSION = 1
 _COLUMNS = (*FEATURE_DIMS, "q", "cost")
 
 
-# --- configuration ------------------------------------------------------------------------
 @dataclass
 class SFTConfig(TableA4Config):
     """D1 optimisation settings (Table A.4). Each benchmark's row is its own
@@ -74,7 +67,6 @@ class SFTConfig(TableA4Config):
             raise ValueError(f"SFTConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
 
 
-# --- dataset -------------------------------------------------------------------------------
 @dataclass
 class SFTDataset:
     """Labelled D1 decisions: features ``[N, D]`` and teacher distributions ``q [N, 144]``."""
@@ -86,9 +78,8 @@ class SFTDataset:
     q: np.ndarray
     sample_ids: list[str] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
-    #: Per-decision structural cost ``C^_t(a)`` ``[N, 144]`` (:func:`view_space.decision_cost_vector`
-    #: of each decision's history, eq. sft-loss). ``None`` (datasets written before it was recorded):
-    #: the fixed tie-break cost :func:`view_space.cost_vector` on every row.
+    #: Per-decision structural cost ``C^_t(a)`` ``[N, 144]``; ``None`` (datasets written before it
+    #: was recorded): the fixed tie-break cost :func:`view_space.cost_vector` on every row.
     cost: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -97,9 +88,8 @@ class SFTDataset:
             arr = np.ascontiguousarray(getattr(self, name), dtype=np.float32)
             if arr.ndim != 2 or arr.shape[1] != dim:
                 raise ValueError(f"SFTDataset.{name} must have shape [N, {dim}], got {arr.shape}")
-            if n is None:
-                n = arr.shape[0]
-            elif arr.shape[0] != n:
+            n = arr.shape[0] if n is None else n
+            if arr.shape[0] != n:
                 raise ValueError(f"SFTDataset.{name} has {arr.shape[0]} rows, obs has {n}")
             bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
             if bad.size:
@@ -196,13 +186,9 @@ def label_decisions(
     batch_size: int = 64,
     meta: Mapping[str, Any] | None = None,
 ) -> tuple[SFTDataset, dict[str, int]]:
-    """Build the D1 dataset: Router features of each decision and its teacher label.
-
-    ``label`` is a teacher call, e.g. ``lambda s: teacher.label(s, s.reference_action)``
-    for the counterfactual teacher or ``lambda s: llm.label(llm.state_inputs(s))``.
-    Decisions whose teacher fails (:class:`TeacherError`) are skipped and counted, as are
-    counterfactual labels that fell back to the cost prior unless ``keep_fallback``.
-    """
+    """The D1 dataset: Router features of each decision and its teacher label (``label``, a
+    teacher call). Decisions whose teacher fails (:class:`TeacherError`) are skipped and counted,
+    as are labels that fell back to the cost prior unless ``keep_fallback``."""
     counts = {"decisions": len(states), "labelled": 0, "teacher_error": 0, "fallback_skipped": 0}
     examples: list[tuple[RouterFeatures, TeacherLabel]] = []
     ids: list[str] = []
@@ -235,18 +221,12 @@ def label_decisions(
     if not examples:
         raise ValueError(f"no decision could be labelled ({counts})")
     meta = {**dict(meta or {}), "counts": counts}
-    dataset = SFTDataset.from_examples(examples, sample_ids=ids, meta=meta, costs=costs)
-    return dataset, counts
+    return SFTDataset.from_examples(examples, sample_ids=ids, meta=meta, costs=costs), counts
 
 
-# --- loss ------------------------------------------------------------------------------------
 def sft_loss(logits: Tensor, q: Tensor, cost: Tensor, lambda_cost: float) -> tuple[Tensor, dict[str, Tensor]]:
-    """``mean_t [KL(q_t || pi_t) + lambda_C * E_{pi_t}[C^_t]]`` and its two parts (detached means).
-
-    ``cost`` is ``[B, 144]`` (each decision's own ``C^_t``) or ``[144]`` (one cost for all).
-
-    ``0 log 0 = 0``: actions the teacher gives no mass contribute nothing to the KL.
-    """
+    """``mean_t [KL(q_t || pi_t) + lambda_C * E_{pi_t}[C^_t]]`` and its two parts (detached means);
+    ``cost`` is ``[B, 144]`` or ``[144]``; ``0 log 0 = 0`` in the KL."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     q = q.float()
     kl = (torch.xlogy(q, q) - q * logp).sum(dim=-1)
@@ -263,7 +243,6 @@ def cosine_factor(step: int, total: int, min_ratio: float) -> float:
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-# --- trainer --------------------------------------------------------------------------------
 class SFTTrainer(TrainerState):
     """Runs D1 epoch by epoch (encoder and planner learn); resumable through
     :class:`~memprism_ray.adapter.checkpoint.TrainerState`."""
@@ -282,11 +261,9 @@ class SFTTrainer(TrainerState):
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay, fused=fused)
         self.steps_per_epoch = math.ceil(len(dataset) / config.batch_size)
         self.total_steps = self.steps_per_epoch * config.epochs
-        if config.schedule == "cosine":
-            total, ratio = self.total_steps, config.min_lr_ratio
-            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: cosine_factor(s, total, ratio))
-        else:
-            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: 1.0)
+        total, ratio, cosine = self.total_steps, config.min_lr_ratio, config.schedule == "cosine"
+        factor = (lambda s: cosine_factor(s, total, ratio)) if cosine else (lambda s: 1.0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
         self.tensors = {name: torch.as_tensor(getattr(dataset, name), device=self.device) for name in _COLUMNS}
         self.epoch = 0
         self.step = 0
@@ -321,18 +298,12 @@ class SFTTrainer(TrainerState):
             for key, value in {**parts, "loss": loss.detach(), "grad_norm": grad_norm}.items():
                 totals[key] += float(value) * w
         self.epoch += 1
-        metrics = {
-            "epoch": float(self.epoch),
-            "step": float(self.step),
-            **totals,
-            "lr": float(self.scheduler.get_last_lr()[0]),
-        }
+        lr = float(self.scheduler.get_last_lr()[0])
+        metrics = {"epoch": float(self.epoch), "step": float(self.step), **totals, "lr": lr}
         self.history.append(metrics)
         log.info(
             "D1 epoch %d/%d loss %.4f kl %.4f cost %.4f lr %.2e",
-            self.epoch,
-            self.config.epochs,
-            *(metrics[k] for k in ("loss", "kl", "cost", "lr")),
+            *(self.epoch, self.config.epochs, *(metrics[k] for k in ("loss", "kl", "cost", "lr"))),
         )
         return metrics
 
@@ -364,28 +335,19 @@ def train_sft(
     on_epoch: Callable[[SFTTrainer, dict[str, float]], None] | None = None,
     trainer: SFTTrainer | None = None,
 ) -> dict[str, Any]:
-    """Train ``model`` on ``dataset`` for the remaining epochs of ``config``.
+    """Train ``model`` for the remaining epochs of ``config`` (``trainer``: a resumed one);
+    ``on_epoch(trainer, metrics)`` runs after every epoch. Returns the history and final metrics."""
+    from tqdm.auto import tqdm
 
-    ``on_epoch(trainer, metrics)`` runs after every epoch (e.g. to save a checkpoint);
-    pass a resumed ``trainer`` to continue an interrupted run. Returns the per-epoch
-    history and the final metrics.
-    """
     trainer = trainer or SFTTrainer(model, dataset, config)
-    try:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=config.epochs, initial=trainer.epoch, desc="D1 SFT", unit="epoch", leave=False)
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        bar = None
+    bar = tqdm(total=config.epochs, initial=trainer.epoch, desc="D1 SFT", unit="epoch", leave=False)
     while not trainer.done:
         metrics = trainer.train_epoch()
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{metrics['loss']:.4f}")
+        bar.update(1)
+        bar.set_postfix(loss=f"{metrics['loss']:.4f}")
         if on_epoch is not None:
             on_epoch(trainer, metrics)
-    if bar is not None:
-        bar.close()
+    bar.close()
     return {
         "epochs": trainer.epoch,
         "steps": trainer.step,

@@ -1,14 +1,11 @@
-"""Arrow helpers shared by the D1 dataset and the D2 step table (plain columnar data that
-crosses Ray actor boundaries; docs/architecture.md "Data crossing an actor boundary").
+"""Arrow helpers shared by the D1 dataset and the D2 step table (docs/architecture.md "Data
+crossing an actor boundary"). Feature matrices are fixed-size list columns, so a reader knows
+every row's width from the schema alone.
 
-Feature matrices are stored as fixed-size list columns (``fixed_size_list<float32>[D]``)
-so a reader knows every row's width from the schema alone.
-
-**The step table** (paper "Adapter", appendix A.3: the decisions one GRPO update consumes) is
-the one format of a played step: one row per decision, written by
-:func:`memprism_ray.agent.rows_to_arrow` from the agent's step rows (the rollout worker's
-group result, and evaluation's ``steps.parquet``), read by
-:meth:`memprism_ray.adapter.grpo_update.GRPOBatch.from_step_tables`. The columns D2 reads:
+**The step table** (paper "Adapter", appendix A.3) is the one format of a played step: one row
+per decision, written by :func:`memprism_ray.agent.rows_to_arrow` (rollouts, evaluation's
+``steps.parquet``), read by :meth:`~memprism_ray.adapter.grpo_update.GRPOBatch.from_step_tables`.
+The columns D2 reads:
 
 ===========================================  ================================================
 ``feat_obs``, ``feat_goal``                   ``fixed_size_list<float32>[384]``: Router input
@@ -21,8 +18,7 @@ group result, and evaluation's ``steps.parquet``), read by
 ``traj_return``, ``failed``                   float, bool: the trajectory's, on each of its steps
 ===========================================  ================================================
 
-The other columns (action, outcome, tokens, latencies, ``weights_version``, ``iteration``...)
-are the rest of the agent's step row, for the reports; D2 does not read them.
+The other columns (action, outcome, tokens, latencies, ...) are for the reports.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The ``agentocr`` condition: AgentOCR (w/o RL) optical history on equal terms (paper
-appendix "Optical baseline scope": the accumulated history rendered as an image, no RL on
-the task policy). The last 50 steps are drawn flat as one image in AgentOCR's ALFWorld
-format and settings (:mod:`memprism_ray.render.flat_history`) and shown in the view slot
-the MemPrism view uses; the prompt, short text history and task policy are the common
-ones. No auxiliary model is called, so its memory counters stay 0.
+"""The ``agentocr`` condition: AgentOCR (w/o RL) optical history on equal terms (paper appendix
+"Optical baseline scope"): the last 50 steps drawn flat as one image in AgentOCR's ALFWorld
+format (:mod:`memprism_ray.render.flat_history`), shown in the view slot; no auxiliary model.
 """
 
 from __future__ import annotations

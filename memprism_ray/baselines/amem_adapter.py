@@ -4,23 +4,13 @@ connects it to related notes following its Zettelkasten-inspired organization. R
 uses the repository's combined content-and-metadata representation and linked memory
 structure").
 
-The official implementation (github.com/WujiangXu/A-mem-sys, package ``agentic_memory``)
-is not published on PyPI; ``a-mem`` 0.2.6 is: a fork of it (github.com/DiaaAj/a-mem-mcp)
-that keeps the ``agentic_memory.AgenticMemorySystem`` API, the note-analysis prompt and the
-evolution step, stores notes in a persistent ChromaDB directory, asks the evolution prompt
-for neighbours by memory id, and returns no ``content`` from ``search_agentic`` (callers read
-the note). docs/baselines.md lists these differences.
-
-Write and retrieve follow the README "Usage": each completed transition is
-``memory_system.add_note(content)`` (LLM keywords/context/tags, then the LLM evolution
-decision over the 5 nearest notes: strengthen links, update neighbours), and each decision
-is ``memory_system.search_agentic(query, k=5)`` (ChromaDB over content + context + keywords
-+ tags, plus linked neighbours); each hit is read back and shown with its attributes.
-
-Local parts: the ``openai`` backend's client is an ``openai.OpenAI`` pointed at the usage
-relay (the release's backend takes no base URL); the ChromaDB retriever embeds with the
-offline MiniLM directory (``model_name`` is a SentenceTransformer path) and lives in a
-temporary directory removed with the episode; ChromaDB telemetry is off.
+The official implementation (A-mem-sys) is not on PyPI; ``a-mem`` 0.2.6, a fork that keeps the
+``agentic_memory.AgenticMemorySystem`` API, is (docs/baselines.md lists the differences; its
+``search_agentic`` returns no ``content``, so each hit's note is read back). Following the README
+"Usage": each transition is ``add_note(content)``, each decision ``search_agentic(query, k=5)``.
+Local parts: its ``openai.OpenAI`` client is pointed at the usage relay (the release's backend
+takes no base URL); ChromaDB embeds with the offline MiniLM in a temporary directory removed
+with the episode; ChromaDB telemetry is off.
 """
 
 from __future__ import annotations

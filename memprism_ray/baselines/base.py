@@ -1,13 +1,6 @@
 """View selectors: what the agent shows the task policy at each decision (paper "Router",
-section "Where Does the Gain Come From?" and the baselines of "Experiment Setup").
-
-Every condition of the mechanism analysis is a :class:`ViewSelector`: the MemPrism Router
-(greedy at evaluation, sampled in GRPO rollouts), No Memory, Full Text History, Recent-4
-Text, the four fixed relation views, Fixed/Dynamic Text vs Optical, Frequency-Matched
-Random and the constrained planners. A selector answers, per decision, with a
-:class:`ViewDecision`: which view action (if any), in which medium, how much short text
-history the prompt keeps, and the log-probability of the choice under the selector (the
-``pi_old`` that GRPO's importance ratio needs).
+section "Where Does the Gain Come From?" and the baselines of "Experiment Setup"). Every
+condition is a :class:`ViewSelector` answering each decision with a :class:`ViewDecision`.
 """
 
 from __future__ import annotations
@@ -27,13 +20,9 @@ FULL_HISTORY = -1
 
 @dataclass(frozen=True)
 class ViewDecision:
-    """One decision's view choice.
-
-    ``action`` is ``None`` exactly when ``medium == "none"``. ``history`` is the number of
-    most recent steps the prompt's text history keeps (``None``: the agent's default
-    short history; :data:`FULL_HISTORY`: all of them). ``logprob`` is the log-probability
-    of ``action`` under the selector's sampling distribution (0 for deterministic ones).
-    """
+    """One decision's view choice: ``action`` (``None`` exactly when ``medium == "none"``), the
+    steps of text history the prompt keeps (``None``: the agent's default; :data:`FULL_HISTORY`:
+    all) and ``logprob``, the choice's log-probability (GRPO's ``pi_old``; 0 when deterministic)."""
 
     action: ViewAction | None
     medium: str
@@ -67,13 +56,8 @@ class DecisionContext:
 
 @runtime_checkable
 class ViewSelector(Protocol):
-    """Chooses one :class:`ViewDecision` per decision of a batch.
-
-    ``uses_features``: the agent computes Router features (MiniLM embeddings, window
-    summary, global statistics) only for selectors that need them.
-    ``features`` is a batched :class:`~memprism_ray.router.features.RouterFeatures` or
-    ``None`` when ``uses_features`` is false.
-    """
+    """Chooses one :class:`ViewDecision` per decision of a batch; the agent computes Router
+    ``features`` (batched) only for a selector whose ``uses_features`` is true, else ``None``."""
 
     name: str
     uses_features: bool

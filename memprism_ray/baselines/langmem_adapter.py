@@ -4,19 +4,11 @@ stored as a searchable collection; at decision time, the task goal and current o
 form the retrieval query ... its standard consolidation logic and query limit, while keeping
 the memory namespace local to each episode").
 
-Write and retrieve follow LangMem's ``create_memory_store_manager`` documentation (API
-reference example "Using with a LangGraph entrypoint"): each completed transition is
-``manager.invoke({"messages": [...]})`` (the manager searches the store for up to
-``query_limit`` = 5 related memories, then its LLM extracts, consolidates, updates or
-inserts memories through tool calls), and each decision is ``manager.search(query=...)``
-with the goal and current observation, limited to the same ``query_limit`` (or
-``memory.top_k``); each hit's ``content`` is one line of the view slot.
-
-Local parts: the manager's chat model is ``langchain_openai.ChatOpenAI`` with
-``base_url`` the usage relay to ``memory.base_url``; the store is LangGraph's in-process
-``InMemoryStore`` whose index embeds with the shared offline MiniLM (``index={"dims": 384,
-"embed": <Embeddings>}``, LangGraph's documented custom-embedding hook). One store per
-episode: namespaces never outlive their episode.
+Following ``create_memory_store_manager``'s documentation ("Using with a LangGraph entrypoint"):
+each transition is ``manager.invoke({"messages": [...]})``, each decision
+``manager.search(query=...)`` limited to ``query_limit`` (or ``memory.top_k``). Local parts: a
+``ChatOpenAI`` pointed at the usage relay, and one in-process ``InMemoryStore`` per episode whose
+index embeds with the shared offline MiniLM (LangGraph's documented custom-embedding hook).
 """
 
 from __future__ import annotations
@@ -50,13 +42,8 @@ class LangMemMemory(RelayedMemory):
 
         super().__init__(config, DEFAULT_LIMIT)
         # The relay retries (eval.memory); the SDK's own retries would repeat its attempts.
-        model = ChatOpenAI(
-            model=config.model,
-            base_url=self.base_url,
-            api_key=config.library_key(),
-            timeout=config.budget_s(),
-            max_retries=0,
-        )
+        key, timeout = config.library_key(), config.budget_s()
+        model = ChatOpenAI(model=config.model, base_url=self.base_url, api_key=key, timeout=timeout, max_retries=0)
         self.store = InMemoryStore(index={"dims": MINILM_DIMS, "embed": langchain_embeddings(self.counters)})
         self.manager = create_memory_store_manager(
             model, namespace=NAMESPACE, store=self.store, query_limit=DEFAULT_LIMIT

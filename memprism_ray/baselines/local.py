@@ -1,18 +1,14 @@
 """The local parts every external memory baseline shares (paper appendix "External
 baselines": "All auxiliary model calls and their token or API costs are included in the
-efficiency results"; docs/baselines.md "Local parts only"): the usage relay to the LLM
-endpoint, the offline MiniLM embedder, and :class:`RelayedMemory`, the episode memory each
-adapter fills in with its library's write and search.
+efficiency results"; docs/baselines.md "Local parts only"): the usage relay, the offline
+MiniLM embedder, and :class:`RelayedMemory`, which each adapter fills in.
 
-:class:`UsageRelay`: the three libraries use three client stacks (mem0's and A-Mem's
-``openai.OpenAI``, LangMem's ``langchain_openai.ChatOpenAI``), so each memory is given, as
-its OpenAI base URL, a per-episode path on one in-process listener on 127.0.0.1 that sends
-the request on through the shared :class:`~memprism_ray.llm_client.ChatClient` (the
-timeout and the retries of ``eval.memory``, ``Retry-After`` honoured) and charges the
-response's ``usage`` to that episode's :class:`MemoryCounters`, without touching any
-library's internals. A final error answer carries ``x-should-retry: false`` so the openai
-SDK (``_base_client._should_retry`` obeys that header) does not retry what the relay
-already retried.
+:class:`UsageRelay`: the libraries use three client stacks, so each memory is given, as its
+OpenAI base URL, a per-episode path on one listener on 127.0.0.1 that sends the request on
+through the shared :class:`~memprism_ray.llm_client.ChatClient` (``eval.memory``'s timeout and
+retries) and charges the response's ``usage`` to that episode, without touching any library's
+internals. A final error answer carries ``x-should-retry: false`` so the openai SDK does not
+retry what the relay already retried.
 """
 
 from __future__ import annotations
@@ -40,10 +36,8 @@ MINILM_DIMS = 384
 
 class UsageRelay:
     """Forwards ``/m/<key>/<path>`` on 127.0.0.1 to ``<base_url>/<path>`` and charges each
-    response's ``usage`` to the :class:`MemoryCounters` registered under ``key``. A response
-    without ``usage`` (or a streamed one) is counted as a call with unknown tokens.
-    ``counters``: the relay's own :class:`~memprism_ray.llm_client.LLMCounters` (every
-    episode's requests, retries, failures, tokens)."""
+    response's ``usage`` (none: a call with unknown tokens) to the counters registered under
+    ``key``; ``counters``: the relay's own, over every episode."""
 
     def __init__(self, config: MemoryBaselineConfig) -> None:
         self.client = ChatClient(config)
@@ -142,14 +136,10 @@ def relay_for(config: MemoryBaselineConfig) -> UsageRelay:
 
 
 class RelayedMemory:
-    """One episode's memory in an external library, as every adapter runs it (paper appendix
-    "External baselines": "Each memory adapter receives the same serialized sequence of
-    completed environment transitions, and retrieved content is placed in the same memory slot
-    of the task-policy prompt"): its :class:`MemoryCounters`, its path on the process's relay
-    (``base_url``: where the adapter points the library's LLM client), the common transition
-    text it writes, the common query it searches with, and the view block of what it finds.
-    A subclass builds its library after this ``__init__`` and implements :meth:`add` and
-    :meth:`search`; ``top_k``: ``eval.memory.top_k``, else the release's default."""
+    """One episode's memory in an external library: its counters, its path on the relay
+    (``base_url``), the common transition text, query and view block. A subclass builds its
+    library after this ``__init__`` and implements :meth:`add` and :meth:`search`; ``top_k``:
+    ``eval.memory.top_k``, else the release's default."""
 
     def __init__(self, config: MemoryBaselineConfig, default_top_k: int) -> None:
         self.counters = MemoryCounters()
@@ -174,8 +164,6 @@ class RelayedMemory:
     def close(self) -> None:
         self._relay.unregister(self._key)
 
-
-# --------------------------------------------------------------------------- embeddings
 
 _MODEL: Any = None
 _MODEL_LOCK = threading.Lock()

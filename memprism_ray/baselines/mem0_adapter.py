@@ -4,19 +4,12 @@ serialized transitions"; Mem0^g "enables the graph-memory configuration ... left
 recommended values"). 1.0.11 is the last release with the ``graph`` extra (2.0.0 dropped
 it); both variants use it so they differ only in the graph store.
 
-Write and retrieve follow the release's README "Basic Usage": every completed transition is
-``memory.add(messages, user_id=...)`` (LLM fact extraction, then the LLM memory-update
-decision over the top similar memories), and every decision is
-``memory.search(query=..., user_id=..., limit=3)`` whose ``results[*]["memory"]`` are shown
-as ``- memory`` lines; with the graph store on, ``relations`` (BM25-reranked
-``source -- relationship -- destination`` triples) follow.
-
-Local parts (mem0's documented config keys): ``llm`` provider ``openai`` with
-``openai_base_url`` (the usage relay to ``memory.base_url``); ``embedder`` provider
-``langchain`` with the shared offline MiniLM (384 dims); ``vector_store`` Qdrant with an
-in-process ``QdrantClient(":memory:")``; history in SQLite ``:memory:``; ``graph_store``
-provider ``kuzu`` with ``db: ":memory:"`` (mem0 docs "Graph Memory", "Kuzu (embedded)":
-Kuzu runs in-process, no server, unlike Neo4j/Memgraph/Neptune/AGE). Telemetry is off.
+Following the README "Basic Usage": each transition is ``memory.add(messages, user_id=...)``,
+each decision ``memory.search(query=..., user_id=..., limit=3)``, its memories (and with the
+graph store its ``relations`` triples) shown one per line. Local parts, through mem0's documented
+config keys: the usage relay as ``openai_base_url``, the shared offline MiniLM, an in-process
+Qdrant, SQLite ``:memory:`` history and an embedded Kuzu graph store (no server, unlike
+Neo4j/Memgraph). Telemetry is off.
 """
 
 from __future__ import annotations

@@ -5,18 +5,11 @@ transitions, and retrieved content is placed in the same memory slot of the task
 prompt"; "All auxiliary model calls and their token or API costs are included in the
 efficiency results").
 
-A :class:`MemorySelector` shows no MemPrism view (its decisions are ``medium="none"`` with
-the agent's default short history, the common short-context rule). Instead the agent asks
-it for one :class:`EpisodeMemory` per episode, queries it before every decision
-(:meth:`EpisodeMemory.retrieve`: a text block or an image for the view slot) and writes
-every completed step to it (:meth:`EpisodeMemory.write`). Each memory counts its own
-auxiliary LLM calls, their prompt/completion tokens and its embedding calls
-(:class:`MemoryCounters`); the agent records the per-step increments in its step rows and
-the evaluation report sums them.
-
-Also the common protocol every external baseline follows (their adapters and ``external.py``
-import it from here): the endpoint config (``eval.memory``), the serialized transition each
-memory receives, the retrieval query of each decision and the view block of what it returns.
+A :class:`MemorySelector` shows no MemPrism view; the agent asks it for one
+:class:`EpisodeMemory` per episode, retrieves from it before every decision (text or an image
+for the view slot) and writes every completed step to it. Each memory counts its auxiliary
+calls and tokens (:class:`MemoryCounters`), which the step rows and reports carry. Also the
+common protocol of the external baselines: endpoint config, transition text, query, view block.
 """
 
 from __future__ import annotations
@@ -35,10 +28,8 @@ from memprism_ray.policy.base import HistoryRecord
 
 @dataclass
 class MemoryBaselineConfig(EndpointConfig):
-    """The LLM endpoint (the shared endpoint keys, memprism_ray/llm_client.py) and retrieval
-    settings of the external memory baselines (``eval.memory``). The usage relay sends every
-    library call with these retries; the libraries' own are off where the adapter builds
-    their client."""
+    """The LLM endpoint and retrieval settings of the external memory baselines (``eval.memory``);
+    the usage relay sends every library call with these retries."""
 
     SECTION: ClassVar[str] = "eval.memory"
     BASE_URL_REQUIRED: ClassVar[bool] = False
@@ -101,9 +92,8 @@ ROW_KEYS: dict[str, str] = {f.name: f"memory_{f.name}" for f in fields(MemoryCou
 
 @dataclass(frozen=True)
 class MemoryView:
-    """What a memory puts into the view slot for one decision: text or an image (or
-    nothing: an empty memory retrieves nothing). ``image_text`` is the text an image shows,
-    for readers that take the view as text (the scripted stand-in's perfect OCR)."""
+    """What a memory puts into the view slot for one decision: text, an image or nothing;
+    ``image_text``: the text an image shows (the scripted stand-in's perfect OCR)."""
 
     text: str | None = None
     image: Image.Image | None = None
@@ -125,8 +115,7 @@ class MemoryView:
 
 @runtime_checkable
 class EpisodeMemory(Protocol):
-    """One episode's memory. ``write`` is called once per completed step (never after the
-    episode's last one: nothing would read it), ``retrieve`` once per decision."""
+    """One episode's memory: ``write`` once per completed step but the last, ``retrieve`` once per decision."""
 
     counters: MemoryCounters
 

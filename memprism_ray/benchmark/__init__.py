@@ -1,13 +1,8 @@
-"""The benchmarks MemPrism is evaluated on (paper "Benchmarks"), behind one interface:
-:class:`Benchmark` (``base.py``), implemented by ``alfworld.py``, ``ebalfred.py`` and
-``mind2web.py``. ``get_benchmark(cfg.corpus.benchmark)`` is how the trainer, the actors and
-the jobs reach one; implementations are imported only when asked for, so reading this table
-loads no simulator or dataset.
-
-A benchmark is one module and one entry in :data:`BENCHMARKS`. One that lives outside the
-package (a toy in ``tests/``, a plug-in) registers with :func:`register_benchmark`, which also
-records it in ``$MEMPRISM_BENCHMARKS`` (``name=module:Class``, comma-separated), so every
-process started afterwards (Ray's workers of a cluster started by this one) finds it too.
+"""The benchmarks MemPrism is evaluated on (paper "Benchmarks"), behind one interface,
+:class:`Benchmark`, reached with ``get_benchmark(cfg.corpus.benchmark)`` (imported only when
+asked for). A benchmark is one module and one entry in :data:`BENCHMARKS`; one outside the
+package registers with :func:`register_benchmark`, which processes started afterwards (Ray's
+workers) inherit through ``$MEMPRISM_BENCHMARKS`` (``name=module:Class``, comma-separated).
 """
 
 from __future__ import annotations
@@ -36,9 +31,8 @@ def _registered() -> dict[str, str]:
 
 
 def register_benchmark(name: str, target: str) -> None:
-    """Register the benchmark ``name`` (``target``: ``module:Class`` of its :class:`Benchmark`)
-    in this process and, through ``$MEMPRISM_BENCHMARKS``, in the processes it starts later
-    (register before Ray starts, so its workers see it; the module must be importable there)."""
+    """Register the benchmark ``name`` (``target``: ``module:Class``) here and in the processes
+    started later (register before Ray starts; the module must be importable there)."""
     if not name or any(c in name for c in "=,") or ":" not in target:
         raise ValueError(f"register_benchmark({name!r}, {target!r}): a plain name and 'module:Class'")
     entries = {**{k: v for k, v in _registered().items() if k not in BENCHMARKS}, name: target}
@@ -79,14 +73,6 @@ def grpo_preset(row: str, **overrides: Any) -> Any:
 
 
 __all__ = [
-    "BENCHMARKS",
-    "Benchmark",
-    "BenchmarkConfigError",
-    "DataTree",
-    "EvalPlan",
-    "get_benchmark",
-    "grpo_preset",
-    "known_benchmarks",
-    "register_benchmark",
-    "sft_preset",
-]
+    "BENCHMARKS", "Benchmark", "BenchmarkConfigError", "DataTree", "EvalPlan",
+    "get_benchmark", "grpo_preset", "known_benchmarks", "register_benchmark", "sft_preset",
+]  # fmt: skip

@@ -30,8 +30,7 @@ class Alfworld(Benchmark):
     job_supports = {"grpo": {"label.teacher": ("counterfactual", "llm")}}  # noqa: RUF012
 
     def prepare(self, cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
-        """``corpus.data_root`` (or ``$ALFWORLD_DATA``) checked, or the embedded corpus of
-        ALFWorld-style games generated from alfworld's layouts, built on first use and cached."""
+        """``corpus.data_root`` (or ``$ALFWORLD_DATA``) checked, or the embedded corpus built on first use."""
         root = cfg.corpus.data_root or _official_root()
         if not root:
             from memprism_ray.envs.alfworld.corpus import ensure_default_corpus
@@ -50,20 +49,15 @@ class Alfworld(Benchmark):
         return dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=root))
 
     def data_trees(self, cfg: ExperimentConfig) -> list[DataTree]:
-        """The embedded corpus is the job's (10 MB for the default 144 games, shipped to a node
-        that lacks it); an ALFWorld tree the user names is checked on each node."""
+        """The embedded corpus is the job's (10 MB for the default 144 games); a user's tree is checked."""
         root = cfg.corpus.data_root
         if root == str(_embedded_root(cfg)):
             return [DataTree(root, "the embedded ALFWorld corpus", owned=True)]
-        return [
-            DataTree(
-                root,
-                "corpus.data_root",
-                owned=False,
-                fix="mount it at this path on every node (shared storage), or run alfworld-download (or the same "
-                "`memprism games build` command) there",
-            )
-        ]
+        fix = (
+            "mount it at this path on every node (shared storage), or run alfworld-download (or the same "
+            "`memprism games build` command) there"
+        )
+        return [DataTree(root, "corpus.data_root", owned=False, fix=fix)]
 
     def train_games(self, cfg: ExperimentConfig) -> list[Any]:
         from memprism_ray.envs.alfworld import list_games
@@ -86,9 +80,8 @@ class Alfworld(Benchmark):
         )
 
     def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
-        """ALFWorld's handcoded expert on ``games``; then the scripted task policy plays the
-        ``rollin`` games itself under a view drawn uniformly per step (``label.rollin_games``),
-        the expert's next command being each reached state's reference."""
+        """ALFWorld's handcoded expert on ``games``, then the scripted policy's roll-ins on ``rollin``
+        (a uniform view per step; the expert's next command is each reached state's reference)."""
         from memprism_ray.envs.alfworld import collect_expert_trajectories
 
         rollin_args: dict[str, Any] = {}
@@ -114,12 +107,8 @@ class Alfworld(Benchmark):
 def plan_episodes(
     split: str, data_root: str = "", n_episodes: int = 0, seed: int = 0
 ) -> tuple[Any, list[Any], dict[str, str]]:
-    """The ordered episode plan of ``split`` over every game of it, playable or broken.
-
-    Returns ``(episode list, specs in plan order, {game_id: error})`` where the last maps
-    each broken game to the error its episodes fail with: a broken game stays in the plan
-    (and so in every denominator) instead of silently shrinking it.
-    """
+    """``(episode list, specs in plan order, {game_id: error})`` of ``split`` over every game of it:
+    a broken game stays in the plan (and every denominator) with the error its episodes fail with."""
     from memprism_ray.agent import EpisodeSpec
     from memprism_ray.envs.alfworld.data import scan_split
     from memprism_ray.eval.episodes import build_episode_list

@@ -35,18 +35,10 @@ class EbAlfred(Benchmark):
     # or the training list), the env's prompt and frames, the scripted stand-in, and the reward
     # the reference streams record (success + coef x progress).
     d1_keys = (
-        "ebalfred.controller",
-        "ebalfred.fixture",
-        "ebalfred.fixture_episodes",
-        "ebalfred.train_subsets",
-        "ebalfred.train_splits",
-        "ebalfred.skills",
-        "ebalfred.n_shots",
-        "ebalfred.examples",
-        "ebalfred.resolution",
-        "ebalfred.policy_epsilon",
-        "grpo.progress_reward_coef",
-    )
+        "ebalfred.controller", "ebalfred.fixture", "ebalfred.fixture_episodes", "ebalfred.train_subsets",
+        "ebalfred.train_splits", "ebalfred.skills", "ebalfred.n_shots", "ebalfred.examples", "ebalfred.resolution",
+        "ebalfred.policy_epsilon", "grpo.progress_reward_coef",
+    )  # fmt: skip
     reference_source = "expert plans"
     task_noun = "episodes"
     contract = "memprism_ray.policy.ebalfred:EBALFRED"
@@ -58,9 +50,8 @@ class EbAlfred(Benchmark):
     job_supports = {"grpo": {"label.teacher": ("llm",)}}  # noqa: RUF012
 
     def prepare(self, cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
-        """The fixture built on first use (``ebalfred.controller: fake``), and the scripted
-        stand-in's settings (the fixture, its random-skill rate) in ``policy.scripted``: they
-        reach every actor with the config, never through environment variables."""
+        """The fixture built on first use (``ebalfred.controller: fake``), and the scripted stand-in's
+        settings in ``policy.scripted`` (they reach every actor with the config)."""
         eb = cfg.ebalfred
         if eb.controller != "fake":
             return cfg
@@ -75,16 +66,13 @@ class EbAlfred(Benchmark):
         cfg = dataclasses.replace(cfg, ebalfred=dataclasses.replace(eb, fixture=str(root)))
         if cfg.policy.backend != "scripted":
             return cfg
-        scripted = {**cfg.policy.scripted, "ebalfred_fixture": str(root)}
-        scripted["ebalfred_epsilon"] = eb.policy_epsilon
+        scripted = {**cfg.policy.scripted, "ebalfred_fixture": str(root), "ebalfred_epsilon": eb.policy_epsilon}
         log(f"the fixture stand-in plays {root} with a random skill at rate {eb.policy_epsilon}")
         return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, scripted=scripted))
 
     def data_trees(self, cfg: ExperimentConfig) -> list[DataTree]:
-        """The fixture (``controller: fake``) is the job's; episode lists the user names are
-        checked on each node (one inside the fixture goes with it: node_data.ship). With
-        AI2-THOR the simulator and EmbodiedBench's ALFRED files are each node's installation
-        (clusters/node_setup.sh)."""
+        """The fixture (``controller: fake``) is the job's; episode lists the user names are checked
+        on each node (AI2-THOR and EmbodiedBench are each node's installation)."""
         eb = cfg.ebalfred
         trees = []
         if eb.controller == "fake":
@@ -109,8 +97,7 @@ class EbAlfred(Benchmark):
         return list_games(eb.subsets, eb.splits_path(cfg.run.dir), per_subset=eb.episodes_per_subset)
 
     def check_disjoint(self, cfg: ExperimentConfig) -> None:
-        """Game ids first (the shared rule), then the ALFRED trajectories behind them: an
-        evaluation trajectory listed for training under another id is an overlap too."""
+        """Game ids first, then the ALFRED trajectories behind them (one listed under two ids)."""
         super().check_disjoint(cfg)
         from memprism_ray.envs.ebalfred.training import shared_trajectories
 
@@ -136,8 +123,7 @@ class EbAlfred(Benchmark):
         return env_options(cfg)
 
     def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
-        """The expert plans of ``games`` (their ALFRED annotations, or the fixture's recorded
-        plans) played through one env."""
+        """The expert plans of ``games`` (ALFRED annotations or the fixture's) played through one env."""
         from memprism_ray.envs.ebalfred.expert import annotation_plans, fixture_plans, play_expert, write_expert_table
 
         env = self.make_env(1, self.env_options(cfg))
@@ -168,8 +154,7 @@ class EbAlfred(Benchmark):
         return f"average SR {100 * table['average_sr']:.1f}% ({pooled['successes']}/{pooled['n']}){failed}"
 
     def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
-        """``summary.md`` (the paper's table: SR per subset and the average, a row per
-        condition) and ``ebalfred_report.json``."""
+        """``summary.md`` (the paper's table, a row per condition) and ``ebalfred_report.json``."""
         from memprism_ray.eval.ebalfred import report_markdown
         from memprism_ray.io_atomic import atomic_write_text
 
@@ -180,9 +165,7 @@ class EbAlfred(Benchmark):
         atomic_write_text(
             ctx.out_dir / "summary.md", "# EB-ALFRED evaluation\n\n" + "\n".join([*header, *lines]) + "\n\n" + details
         )
-        atomic_write_text(
-            ctx.out_dir / "ebalfred_report.json", json.dumps(tables, indent=1) + "\n"
-        )  # condition order kept
+        atomic_write_text(ctx.out_dir / "ebalfred_report.json", json.dumps(tables, indent=1) + "\n")
         return {"conditions": tables, "failed_episodes": sum(len(t["failed_episodes"]) for t in tables.values())}
 
     def eval_metrics(self, summary: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -16,13 +16,10 @@ from memprism_ray.config import ExperimentConfig
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What one job can do, beyond its benchmark's own checks
-    (:meth:`memprism_ray.benchmark.Benchmark.check`: the benchmark keys and ``grpo.reward``)."""
+    """What one job can do, beyond its benchmark's own checks (:meth:`Benchmark.check`)."""
 
-    name: str
-    """the job, as its refusals name it (``grpo_alfworld``)"""
-    supports: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
-    """dotted config key -> the values this job implements"""
+    name: str  # the job, as its refusals name it (``grpo_alfworld``)
+    supports: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # dotted key -> values it implements
 
 
 def joins_cluster(address: str, environ: Mapping[str, str] = os.environ) -> bool:
@@ -39,12 +36,9 @@ def _dotted(cfg: ExperimentConfig, key: str) -> Any:
 
 
 def check_job(job: JobSpec, cfg: ExperimentConfig, environ: Mapping[str, str] = os.environ) -> None:
-    """Raise ``ValueError`` (one line: key, value, what is allowed) when ``job`` cannot do what
-    ``cfg`` asks: a setting it does not implement, or a policy backend that cannot run here.
-
-    The backend is checked only when the job's actors run on this machine (a local Ray);
-    under ``ray job submit`` the driver may sit on a CPU head while the policy replicas run on
-    GPU nodes that have vLLM."""
+    """Raise ``ValueError`` when ``job`` cannot do what ``cfg`` asks: a setting it does not
+    implement, or a policy backend that cannot run here (checked only on a local Ray: under
+    ``ray job submit`` the policy replicas may run on GPU nodes that have vLLM)."""
     for key, allowed in job.supports.items():
         value = _dotted(cfg, key)
         if value not in allowed:

@@ -30,11 +30,8 @@ class Mind2Web(Benchmark):
     # D1 replays every training task (not only mind2web.train_tasks) on the candidate pool,
     # from the release or the fixture these keys name.
     d1_keys = (
-        "mind2web.fixture",
-        "mind2web.fixture_tasks_per_site",
-        "mind2web.candidate_scores",
-        "mind2web.candidate_top_k",
-    )
+        "mind2web.fixture", "mind2web.fixture_tasks_per_site", "mind2web.candidate_scores", "mind2web.candidate_top_k",
+    )  # fmt: skip
     reference_source = "human trajectories"
     task_noun = "tasks"
     success_label = "exact success"
@@ -61,8 +58,7 @@ class Mind2Web(Benchmark):
     }
 
     def prepare(self, cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
-        """``corpus.data_root`` set to a checked release root (``corpus.data_root`` /
-        ``$MIND2WEB_DATA``), or the generated fixture when ``mind2web.fixture`` is on."""
+        """``corpus.data_root`` set to a checked release root, or the fixture (``mind2web.fixture``)."""
         from memprism_ray.envs.mind2web.data import resolve_data_root
         from memprism_ray.envs.mind2web.fixture import ensure_fixture
 
@@ -78,8 +74,7 @@ class Mind2Web(Benchmark):
         return dataclasses.replace(cfg, mind2web=dataclasses.replace(cfg.mind2web, **pool))
 
     def env_options(self, cfg: ExperimentConfig) -> dict[str, Any]:
-        """The replay env's candidate pool: ``mind2web.candidate_scores`` resolved (relative:
-        under ``corpus.data_root``; a pickle or a missing file is an error here) and the cut."""
+        """The replay env's candidate pool: ``mind2web.candidate_scores`` resolved, and the cut."""
         from memprism_ray.envs.mind2web.candidates import resolve_scores_path
 
         m = cfg.mind2web
@@ -87,8 +82,7 @@ class Mind2Web(Benchmark):
         return {"candidate_scores": path, "candidate_top_k": m.candidate_top_k}
 
     def data_trees(self, cfg: ExperimentConfig) -> list[DataTree]:
-        """The generated fixture is the job's; the release and a candidate-score file are
-        checked on each node (a score file inside the data root goes with it: node_data.ship)."""
+        """The generated fixture is the job's; the release and a candidate-score file are checked."""
         root = cfg.corpus.data_root
         fix = "mount it at this path on every node (shared storage), or copy it there (docs/mind2web.md)"
         if cfg.mind2web.fixture:
@@ -112,8 +106,7 @@ class Mind2Web(Benchmark):
         return list_games("train", cfg.corpus.data_root)
 
     def eval_plan(self, cfg: ExperimentConfig) -> EvalPlan:
-        """Every task of each ``mind2web.eval_splits`` split in file order (the first
-        ``mind2web.eval_tasks`` when > 0), with each task's recorded number of steps."""
+        """Every task of each ``mind2web.eval_splits`` split in file order, with its recorded steps."""
         specs, expected = plan_episodes(cfg.corpus.data_root, cfg.mind2web.eval_splits, cfg.mind2web.eval_tasks)
         from memprism_ray.eval.episodes import EpisodeList
 
@@ -129,10 +122,8 @@ class Mind2Web(Benchmark):
 
     # ------------------------------------------------------------------ D1
     def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
-        """Each task's human trajectory, replayed (every recorded action is correct) and
-        recorded with the rule Phi as the agent records events under teacher-forced replay;
-        the admissible set of a state is its snapshot's element refs, the reference action the
-        human one."""
+        """Each task's human trajectory replayed and recorded with the rule Phi; a state's admissible
+        set is its snapshot's element refs, its reference the human action."""
         import pyarrow.parquet as pq
 
         from memprism_ray.envs.alfworld.expert_data import ExpertEpisode, episodes_to_arrow
@@ -173,8 +164,7 @@ class Mind2Web(Benchmark):
         )
 
     def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
-        """The generic ``summary.md`` and ``mind2web.md`` / ``mind2web.json`` (per split,
-        paired against the first condition)."""
+        """The generic ``summary.md`` and ``mind2web.md`` / ``mind2web.json``."""
         from memprism_ray.eval import mind2web as m2w
 
         generic = super().write_summary(reports, played, ctx)
@@ -212,8 +202,8 @@ def fixture_root(cfg: ExperimentConfig) -> Path:
 def plan_episodes(
     root: str | Path, splits: Sequence[str], tasks_per_split: int = 0
 ) -> tuple[list[Any], dict[str, int]]:
-    """Every task of each split in file order (the first ``tasks_per_split`` when > 0), as
-    episodes ``mind2web/<split>/<annotation_id>#0``, and each episode's recorded steps."""
+    """Every task of each split in file order as episodes ``mind2web/<split>/<annotation_id>#0``,
+    and each episode's recorded steps."""
     from memprism_ray.agent import EpisodeSpec
     from memprism_ray.envs.mind2web.data import load_file, split_files
 
@@ -252,15 +242,13 @@ def _plan_in_pool(games: tuple[tuple[str, GameRef], ...], options: tuple[tuple[s
 
 
 def plan_positives_in_pool(specs: Sequence[Any], options: Mapping[str, Any]) -> dict[str, Any]:
-    """Per planned episode, whether each recorded step shows a positive candidate (computed
-    once per evaluation: every condition plays the same plan on the same pool)."""
+    """Per planned episode, whether each recorded step shows a positive candidate (once per evaluation)."""
     return _plan_in_pool(tuple((s.episode_id, s.game) for s in specs), tuple(sorted(options.items())))
 
 
 def human_streams(games: Sequence[GameRef], snapshot: Any = None, **env_options: Any) -> list[tuple[GameRef, str, Any]]:
-    """``(game, goal, stream)`` of each task's human trajectory: each recorded action is
-    replayed and recorded with the rule Phi; ``env_options``: the replay env's candidate pool
-    (:meth:`Mind2Web.env_options`), so D1 sees the pages evaluation shows."""
+    """``(game, goal, stream)`` of each task's human trajectory, replayed and recorded with the rule
+    Phi on the candidate pool of ``env_options`` (so D1 sees the pages evaluation shows)."""
     from memprism_ray.envs.mind2web.data import load_task
     from memprism_ray.envs.mind2web.env import Mind2WebReplayEnv
     from memprism_ray.recorder.events import RawEvent
@@ -291,9 +279,7 @@ def _summary(observation: str, limit: int = 4000) -> str:
 def mind2web_teacher_inputs(
     history: Sequence[Any], observation: str, goal: str, reference_next_action: Any
 ) -> dict[str, Any]:
-    """Inputs of the Mind2Web view-teacher prompt (appendix E.2 "Mind2Web View Teacher") for
-    one decision: the current page summary, the prior events, their state deltas, the human
-    next action and observation statistics."""
+    """Inputs of the Mind2Web view-teacher prompt (appendix E.2 "Mind2Web View Teacher") for one decision."""
     from memprism_ray.formats.mind2web_snapshot import parse_snapshot
     from memprism_ray.router.teacher import serialize_stream
 
@@ -322,15 +308,8 @@ def mind2web_teacher_inputs(
 MIND2WEB_TEACHER_PROMPT = TeacherPrompt(
     "mind2web",
     (
-        "goal",
-        "current_summary",
-        "prior_summary_events",
-        "summary_diffs",
-        "reference_next_action",
-        "observation_stats",
-        "target_vlm_spec",
-        "view_action_space",
-        "top_k",
+        "goal", "current_summary", "prior_summary_events", "summary_diffs", "reference_next_action",
+        "observation_stats", "target_vlm_spec", "view_action_space", "top_k",
     ),
     path=PROMPT_DIR / "view_teacher_mind2web.txt",
 )

@@ -1,11 +1,7 @@
-"""The ``memprism`` command line.
-
-Each subcommand lives in its own module ``memprism_ray.cli.<name>`` exposing
-``register(subparsers)``; modules import their heavy dependencies inside the handler so
-``memprism --help`` stays fast. A handler returns an exit code; a :class:`CliError` or a
-``ValueError`` raised by the library becomes one ``memprism: error: ...`` line on stderr
-and exit code 2. A subcommand registered with ``overrides=True`` also takes the config
-tree's ``--section.key VALUE`` overrides, passed to its handler as a second argument.
+"""The ``memprism`` command line: one module per subcommand exposing ``register(subparsers)``,
+heavy imports inside the handlers (``memprism --help`` stays fast). A :class:`CliError` or a
+library ``ValueError`` becomes one ``memprism: error: ...`` line and exit code 2. A subcommand
+registered with ``overrides=True`` also gets the ``--section.key VALUE`` overrides.
 """
 
 from __future__ import annotations

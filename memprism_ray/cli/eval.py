@@ -1,9 +1,6 @@
-"""``memprism eval`` and ``memprism compare`` (paper appendix C evaluation protocol).
-
-``memprism eval`` is the standalone evaluation of ``jobs/eval_<benchmark>.py``
-(:func:`memprism_ray.trainer.fit.run_evaluation`) with the options of a command: the same
-evaluation workers, plan, reports and exit statuses, on a local Ray started for the command
-or on the cluster ``RAY_ADDRESS`` names (``--run.ray_address local`` keeps it local).
+"""``memprism eval`` (the evaluation of ``jobs/eval_<benchmark>.py``,
+:func:`memprism_ray.trainer.fit.run_evaluation`, with a command's options) and ``memprism
+compare`` (paper appendix C evaluation protocol).
 """
 
 from __future__ import annotations
@@ -106,9 +103,8 @@ def register(sub: Any) -> None:
 
 
 def eval_config(args: argparse.Namespace, overrides: list[str]) -> Any:
-    """The :class:`~memprism_ray.config.ExperimentConfig` of the command: ``--config`` (else
-    :data:`DEFAULTS`), then the options given, then the ``--section.key`` overrides. ``--seed``
-    also seeds the scripted policy; ``--policy-temperature`` sets the chosen backend's temperature."""
+    """The command's config: ``--config`` (else :data:`DEFAULTS`), then the options given, then the
+    ``--section.key`` overrides; ``--seed`` also seeds the scripted policy."""
     from memprism_ray.config import ExperimentConfig
     from memprism_ray.config_tree import from_dict, load_yaml, merge, parse_overrides, set_path
 

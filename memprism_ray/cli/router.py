@@ -44,7 +44,7 @@ def register(subparsers: Any) -> None:
 
 
 def checkpoint_info(path: str | Path) -> dict[str, Any]:
-    """What ``router info`` prints, as a dict (counts are read from the weight file itself)."""
+    """What ``router info`` prints, as a dict (counts read from the weight file itself)."""
     from safetensors import SafetensorError, safe_open
 
     from memprism_ray.adapter.checkpoint import read_checkpoint_meta, router_config_of, verify_weights

@@ -1,12 +1,9 @@
 """``memprism view``: compose one view of a recorded event stream and render it (paper
-"Composer", "Render"; the CLI face of ``compose`` + ``render_image`` / ``render_text``).
+"Composer", "Render"), with its size, visual tokens and compose/render milliseconds.
 
     memprism view EVENTS.jsonl --tau EntityState --window all --filter state_update \\
         --gamma medium --out view.png
     memprism view EVENTS.parquet --tau DependencyChain --text            # text to stdout
-
-Prints the image size in pixels, the visual tokens it costs (Qwen2.5-VL with markers,
-Qwen3-VL, MiniCPM-V 2.6) and the compose/render milliseconds.
 """
 
 from __future__ import annotations

@@ -26,8 +26,7 @@ def safe_name(name: str) -> str:
 
 
 def write_episode_artifacts(result: EpisodeResult, out_dir: str | Path) -> Path:
-    """Write ``result`` (from :meth:`memprism_ray.agent.Agent.run`) under ``out_dir/<episode id>``;
-    returns that directory."""
+    """Write ``result`` under ``out_dir/<episode id>``; returns that directory."""
     import pyarrow.parquet as pq
 
     root = Path(out_dir) / safe_name(result.spec.episode_id)

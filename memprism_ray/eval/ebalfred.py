@@ -1,11 +1,7 @@
 """The EB-ALFRED report (paper "Benchmarks": "we report per-subset success rate and average
-SR"; Table "Main results on EB-ALFRED"): per subset the raw success count, denominator,
-SR with its Wilson 95% interval (eval/stats.py), mean goal-condition progress and mean
-reward, and the average SR over the subsets evaluated.
-
-Every planned episode is counted: a failed (crashed) episode is a failure and is listed,
-never dropped. The average SR is the mean of the per-subset SRs (with the paper's 50
-episodes per subset it equals the pooled SR); the pooled count is reported beside it.
+SR"; Table "Main results on EB-ALFRED"): per subset the successes, SR with its Wilson 95%
+interval, mean progress and reward; the average SR is the mean of the per-subset SRs (the
+pooled SR with the paper's 50 episodes per subset). A crashed episode is a listed failure.
 """
 
 from __future__ import annotations
@@ -28,11 +24,8 @@ SUBSET_LABELS = {
 
 
 def subset_report(episodes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per-subset and average SR of episode summaries.
-
-    Each summary needs ``episode_id``, ``game_id`` (``"<subset>/<index>"``) and ``won``;
-    ``status`` (``"failed"`` counts as a failure), ``progress`` and ``reward`` are used when
-    present."""
+    """Per-subset and average SR of episode summaries (``episode_id``, ``game_id``, ``won``; and
+    ``status``, ``progress``, ``reward`` when present)."""
     by_subset: dict[str, dict[str, bool]] = {}
     progress: dict[str, list[float]] = {}
     reward: dict[str, list[float]] = {}
@@ -100,8 +93,7 @@ def report_markdown(report: Mapping[str, Any], title: str = "EB-ALFRED") -> str:
 
 
 def episode_rows(results: Sequence[Any]) -> list[dict[str, Any]]:
-    """Summaries of :class:`~memprism_ray.agent.EpisodeResult` with the final goal-condition
-    progress (the last step's ``progress`` in the event stream's raw metadata)."""
+    """Summaries of ``EpisodeResult`` s with the last step's goal-condition ``progress``."""
     rows = []
     for r in results:
         row = r.summary()

@@ -1,19 +1,14 @@
-"""Ordered evaluation episode lists (paper appendix C, "Common controlled protocol").
+"""Ordered evaluation episode lists (paper appendix C, "Common controlled protocol"): every
+condition runs the same ordered list, recorded with its number of unique games and its rule.
 
-The evaluation unit is an episode, not necessarily a unique source game. Every condition
-runs the same ordered list; the run record holds the ordered ids, the number of unique
-source games and the deterministic rule that built the list.
-
-Rule: round ``k`` orders the split's games by ``sha256(f"{seed}:{k}:{game_id}")``, a
-platform- and version-independent order that needs no random generator. Round 0 covers
-each game exactly once; when more episodes than games are requested, rounds 1, 2, ...
-follow (each again a full pass in its own order) until the count is reached; fewer
-episodes than games take the first ones of round 0. Episode ids are
-``"<split>/<game_id>#<k>"``.
+Rule: round ``k`` orders the split's games by ``sha256(f"{seed}:{k}:{game_id}")`` (platform-
+and version-independent, no random generator); rounds 0, 1, ... are concatenated and cut at
+the requested count. Episode ids are ``"<split>/<game_id>#<k>"``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -60,13 +55,7 @@ class EpisodeList:
         return len(self.episode_ids)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "split": self.split,
-            "seed": self.seed,
-            "episode_ids": list(self.episode_ids),
-            "n_unique_games": self.n_unique_games,
-            "rule": self.rule,
-        }
+        return {**dataclasses.asdict(self), "episode_ids": list(self.episode_ids)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EpisodeList:

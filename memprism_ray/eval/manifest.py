@@ -1,10 +1,7 @@
-"""Run manifests (paper appendix A.1 "Artifact and result provenance", A.2, B).
-
-Each reported result is accompanied by a machine-readable manifest with the code revision,
-working-tree status, data split, ordered episode list, random seed, model identifiers,
-checkpoint SHA-256 hashes, prompt version, decoding settings and output paths. Models are
-bound by id and hash, never by local path alone. Outside a git checkout the revision is
-``"unknown"`` and the dirty flag ``None``.
+"""Run manifests (paper appendix A.1 "Artifact and result provenance", A.2, B): code revision
+and working-tree status, split, ordered episode list, seed, model ids, checkpoint SHA-256 hashes
+(models are bound by id and hash, never by local path alone), prompt version, decoding settings
+and output paths.
 """
 
 from __future__ import annotations
@@ -27,10 +24,8 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def git_revision(path: str | Path = ".") -> tuple[str, bool | None]:
-    """``(commit sha, dirty)`` of the checkout holding ``path``; ``("unknown", None)`` outside one.
-
-    Dirty means tracked changes or untracked (non-ignored) files: either can change results.
-    """
+    """``(commit sha, dirty)`` of the checkout holding ``path`` (dirty: tracked changes or untracked
+    files, either can change results); ``("unknown", None)`` outside one."""
     try:
         rev = subprocess.run(
             ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30, check=True
@@ -46,8 +41,7 @@ def git_revision(path: str | Path = ".") -> tuple[str, bool | None]:
 
 
 def checkpoint_digest(path: str | Path) -> str:
-    """SHA-256 of a checkpoint file, or of a directory (:func:`~memprism_ray.io_atomic.sha256_path`:
-    sorted relative paths + file hashes); a missing or empty checkpoint is refused."""
+    """SHA-256 of a checkpoint file or directory; a missing or empty checkpoint is refused."""
     path = Path(path)
     if not (path.is_file() or path.is_dir()):
         raise ValueError(f"checkpoint {path} does not exist")

@@ -3,44 +3,24 @@ and exact episode success"; Table "Main results": Test-Task, Test-Website, Test-
 overall action accuracy; appendix C "Common controlled protocol": raw counts, Wilson 95%
 intervals, paired comparisons on the same ordered items).
 
-* Step action accuracy of a split: correct steps / recorded human steps of the split's
-  planned tasks. The denominator is the recorded trajectory length, not the steps played:
-  a failed episode's unplayed steps count as wrong (never a smaller denominator).
-* Exact episode success: every step of the task correct (failed episodes are failures).
-* ``overall``: all planned tasks of the evaluated splits pooled (the paper's Overall Act. Acc.).
-* Paired comparisons against a base condition: paired bootstrap over the common steps
-  (``episode_id#step``) for action accuracy, over the common episodes for success.
+* Step action accuracy of a split: correct steps / recorded human steps of its planned tasks
+  (a failed episode's unplayed steps count as wrong: never a smaller denominator).
+* Exact episode success: every step of the task correct; ``overall``: all splits pooled.
+* Paired bootstrap against a base condition over the common steps (``episode_id#step``) and
+  the common episodes.
 
-Beside them, under ``metric_py``, Mind2Web's published metrics defined as its
-``src/action_prediction/metric.py`` computes them from each step's element correctness and
-operation F1 (scored by the replay env, :func:`memprism_ray.envs.mind2web.env.operation_f1`).
-They are MindAct's protocol only on MindAct's candidate pool (the release's candidate ranks,
-top 50: ``mind2web.candidate_scores``); every report names the pool it was played on
-(``candidate_pool``, :func:`memprism_ray.envs.mind2web.candidates.pool_info`), and on the
-project's pool the figures are not comparable with published ones.
-
-* element accuracy: steps whose predicted element is a positive candidate of the pool / steps
-  (a step none of whose positives is in the pool is wrong: metric.py's top-k rule);
-* operation F1: mean over steps of the token-set F1 of ``"OP value"`` (not a rate: no interval);
-* step success: steps with the element correct and operation F1 = 1 / steps;
-* macro element accuracy, operation F1 and step success: per task (``annotation_id``: one
-  episode) the mean over its steps, then the mean over tasks (metric.py's ``marco_*``);
-* task success: tasks whose every step is a step success (the Mind2Web paper's SR);
-* positives in the pool: steps with a positive candidate in the pool / steps, the ceiling of
-  element accuracy (what metric.py logs as "Recall Cap @ 50"), when the caller gives it.
-
-The same denominators as above: a step a failed episode did not play scores 0 on all.
-
-The generic per-condition report of :mod:`memprism_ray.eval.report` (efficiency, view
-marginal, failures) is written too; :func:`write_condition_metrics` adds these metrics
-(``<condition>/mind2web.{json,md}``) and :func:`write_summary` writes ``mind2web.md`` /
-``mind2web.json`` for all conditions.
+Beside them, under ``metric_py``, Mind2Web's metrics as its ``src/action_prediction/metric.py``
+computes them from each step's element correctness and operation F1: element accuracy (a step
+none of whose positives is in the pool is wrong), operation F1, step success, their macro
+means over tasks (``marco_*``), task success and the positives in the pool ("Recall Cap @ 50").
+They are MindAct's protocol only on MindAct's candidate pool (``mind2web.candidate_scores``);
+every report names the pool it was played on.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,21 +31,29 @@ from memprism_ray.io_atomic import atomic_write_text
 OVERALL = "overall"
 
 
+def _per_step(
+    episodes: Sequence[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
+    expected_steps: Mapping[str, int],
+    value: Callable[[Mapping[str, Any]], Any],
+    missing: Any,
+) -> dict[str, dict[int, Any]]:
+    """``{episode_id: {step: value(row)}}`` over every recorded human step of every planned
+    episode; ``missing`` for a step without a row (a failed or cut-off episode)."""
+    got = {(str(r["episode_id"]), int(r["step"])): value(r) for r in rows}
+    out: dict[str, dict[int, Any]] = {}
+    for e in episodes:
+        eid = str(e["episode_id"])
+        out[eid] = {t: got.get((eid, t), missing) for t in range(int(expected_steps.get(eid, e.get("steps", 0))))}
+    return out
+
+
 def step_outcomes(
     episodes: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], expected_steps: Mapping[str, int]
 ) -> dict[str, int]:
-    """``{"<episode_id>#<step>": 0/1}`` over every recorded human step of every planned
-    episode; steps without a row (a failed or cut-off episode) are 0."""
-    got: dict[tuple[str, int], int] = {}
-    for r in rows:
-        got[(str(r["episode_id"]), int(r["step"]))] = int(bool(r.get("correct", False)))
-    out: dict[str, int] = {}
-    for e in episodes:
-        eid = str(e["episode_id"])
-        n = int(expected_steps.get(eid, e.get("steps", 0)))
-        for t in range(n):
-            out[f"{eid}#{t}"] = got.get((eid, t), 0)
-    return out
+    """``{"<episode_id>#<step>": 0/1}`` over every recorded human step of every planned episode."""
+    per = _per_step(episodes, rows, expected_steps, lambda r: int(bool(r.get("correct", False))), 0)
+    return {f"{eid}#{t}": v for eid, steps in per.items() for t, v in steps.items()}
 
 
 def episode_outcomes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
@@ -76,18 +64,9 @@ def episode_outcomes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
 def metric_py_step_scores(
     episodes: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], expected_steps: Mapping[str, int]
 ) -> dict[str, dict[int, tuple[bool, float]]]:
-    """``{episode_id: {step: (element_correct, op_f1)}}`` over every recorded human step of
-    every planned episode; steps without a row score ``(False, 0.0)``."""
-    got = {
-        (str(r["episode_id"]), int(r["step"])): (bool(r.get("element_correct", False)), float(r.get("op_f1", 0.0)))
-        for r in rows
-    }
-    out: dict[str, dict[int, tuple[bool, float]]] = {}
-    for e in episodes:
-        eid = str(e["episode_id"])
-        n = int(expected_steps.get(eid, e.get("steps", 0)))
-        out[eid] = {t: got.get((eid, t), (False, 0.0)) for t in range(n)}
-    return out
+    """``{episode_id: {step: (element_correct, op_f1)}}``; an unplayed step scores ``(False, 0.0)``."""
+    score = lambda r: (bool(r.get("element_correct", False)), float(r.get("op_f1", 0.0)))  # noqa: E731
+    return _per_step(episodes, rows, expected_steps, score, (False, 0.0))
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -173,22 +152,16 @@ def write_condition_metrics(
     candidate_pool: Mapping[str, Any],
     in_pool: Mapping[str, Sequence[bool]] | None = None,
 ) -> dict[str, Any]:
-    """The Mind2Web metrics of one condition added to its generic report ``rep``
-    (:func:`memprism_ray.eval.report.write_condition`, written in ``out_dir``): returned under
-    ``rep["mind2web"]`` (the pool under ``rep["mind2web_pool"]``) and written beside it as
-    ``mind2web.json`` / ``mind2web.md`` (reports are write-once). ``candidate_pool``: what the
-    reports call the pool played on."""
+    """The Mind2Web metrics of one condition added to its generic report ``rep`` (under
+    ``rep["mind2web"]``, the pool under ``rep["mind2web_pool"]``) and written beside it as
+    ``mind2web.json`` / ``mind2web.md``."""
     condition = rep["condition"]
     episodes = [r.summary() for r in results]
-    rep["mind2web"] = mind2web_metrics(episodes, rows, expected_steps, in_pool)
+    rep["mind2web"] = metrics = mind2web_metrics(episodes, rows, expected_steps, in_pool)
     rep["mind2web_pool"] = candidate_pool
-    rpt.write_json(
-        out_dir / "mind2web.json", {"condition": condition, "candidate_pool": candidate_pool, **rep["mind2web"]}
-    )
-    atomic_write_text(
-        out_dir / "mind2web.md",
-        f"# Mind2Web: {condition}\n\n" + metrics_markdown(rep["mind2web"], candidate_pool) + "\n",
-    )
+    rpt.write_json(out_dir / "mind2web.json", {"condition": condition, "candidate_pool": candidate_pool, **metrics})
+    md = metrics_markdown(metrics, candidate_pool)
+    atomic_write_text(out_dir / "mind2web.md", f"# Mind2Web: {condition}\n\n{md}\n")
     return rep
 
 
@@ -277,15 +250,11 @@ def write_summary(
         paired[c] = {}
         for s in [*splits, OVERALL]:
             keep = lambda eid, s=s: s == OVERALL or split_of.get(eid) == s  # noqa: E731
-            sa = {k: v for k, v in steps[base].items() if keep(k.rsplit("#", 1)[0])}
-            sb = {k: v for k, v in steps[c].items() if keep(k.rsplit("#", 1)[0])}
-            ea = {k: v for k, v in wins[base].items() if keep(k)}
-            eb = {k: v for k, v in wins[c].items() if keep(k)}
+            step_pair = [{k: bool(v) for k, v in steps[x].items() if keep(k.rsplit("#", 1)[0])} for x in (base, c)]
+            win_pair = [{k: v for k, v in wins[x].items() if keep(k)} for x in (base, c)]
             paired[c][s] = {
-                "step_accuracy": rpt.paired_comparison(
-                    {k: bool(v) for k, v in sa.items()}, {k: bool(v) for k, v in sb.items()}, seed=seed
-                ),
-                "episode_success": rpt.paired_comparison(ea, eb, seed=seed),
+                "step_accuracy": rpt.paired_comparison(*step_pair, seed=seed),
+                "episode_success": rpt.paired_comparison(*win_pair, seed=seed),
             }
     summary = {
         "base": base,
@@ -320,34 +289,31 @@ def _metric_py_cell(m: Mapping[str, Any]) -> str:
 def summary_markdown(summary: Mapping[str, Any]) -> str:
     base = summary["base"]
     cols = [*summary["splits"], OVERALL]
+
+    def table(cell: Callable[[Mapping[str, Any]], str]) -> list[str]:
+        """A row per condition, a column per split: ``cell`` of its metrics there, ``-`` without."""
+        lines = ["| condition | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+        for c, m in summary["metrics"].items():
+            lines.append(f"| {c} | " + " | ".join(cell(m[s]) if s in m else "-" for s in cols) + " |")
+        return lines
+
     lines = [
         "# Mind2Web: conditions side by side (teacher-forced replay)",
         "",
         "Step action accuracy % per split (k/n; Wilson 95%).",
         "",
-        "| condition | " + " | ".join(cols) + " |",
-        "|---|" + "---|" * len(cols),
-    ]
-    for c, m in summary["metrics"].items():
-        lines.append(f"| {c} | " + " | ".join(_pct(m[s]["step_accuracy"]) if s in m else "-" for s in cols) + " |")
-    lines += ["", "Exact episode success % per split (k/n; Wilson 95%).", ""]
-    lines += ["| condition | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
-    for c, m in summary["metrics"].items():
-        lines.append(f"| {c} | " + " | ".join(_pct(m[s]["episode_success"]) if s in m else "-" for s in cols) + " |")
-    lines += [
+        *table(lambda m: _pct(m["step_accuracy"])),
+        "",
+        "Exact episode success % per split (k/n; Wilson 95%).",
+        "",
+        *table(lambda m: _pct(m["episode_success"])),
         "",
         "Mind2Web's metrics (its metric.py) per split, micro over steps in %: element accuracy / operation F1 / "
         "step success.",
         "",
         pool_note(summary["candidate_pool"]),
         "",
-        "| condition | " + " | ".join(cols) + " |",
-        "|---|" + "---|" * len(cols),
-    ]
-    for c, m in summary["metrics"].items():
-        cells = [_metric_py_cell(m[s]) if s in m else "-" for s in cols]
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
-    lines += [
+        *table(_metric_py_cell),
         "",
         f"Paired differences vs {base} in points (paired bootstrap 95% CI): step accuracy / episode success.",
         "",

@@ -1,27 +1,18 @@
 """Evaluation reports (paper appendix C "Common controlled protocol", section "Long-Horizon
 Behavior" and appendix C.6 "View-selection distributions").
 
-Per condition: successes over every episode of the plan (a failed episode counts as a
-failure, with its reason) with a Wilson 95% interval and SR per task type; efficiency
-(prompt tokens per decision with a named tokenizer plus the view's visual tokens, pixels,
-compose/render and policy latency, stored bytes, invalid actions); ``SR(<=L)`` (episodes won
-within L steps over all episodes, so it ends at the final SR) and the prompt tokens of steps
-1..L for L = 5, 10, ..., 50; the view-selection marginals of Table C.3 plus the joint
-144-way ``view_marginal`` Frequency-Matched Random samples from; and the memory baselines'
-auxiliary calls and tokens ("All auxiliary model calls and their token or API costs are
-included in the efficiency results").
-
-Outputs (:func:`write_condition`, :func:`write_summary`): per condition ``episodes.parquet``
-(one row per episode), ``steps.parquet`` (one row per decision), ``manifest.json``,
-``report.json``, ``report.md``, PNG plots and a few episodes' full artifacts; ``summary.md`` /
-``summary.json`` with paired bootstrap differences against the first condition, the final
-table of a training run (:func:`final_table_markdown`) and its success curve
-(:func:`plot_training_success`). Reports are written once: an output directory that already
-holds an evaluation is refused (:func:`check_fresh_output`, issue 10).
+Per condition: successes over every planned episode (a failed one is a failure, with its
+reason) with a Wilson 95% interval and SR per task type; efficiency (prompt and visual tokens,
+latencies, stored bytes, invalid actions); ``SR(<=L)`` and the prompt tokens of steps 1..L; the
+view-selection marginals of Table C.3 and the joint 144-way ``view_marginal``; the memory
+baselines' auxiliary calls and tokens ("All auxiliary model calls and their token or API costs
+are included in the efficiency results"). Conditions are compared by paired bootstrap. Reports
+are written once: a directory that already holds an evaluation is refused (issue 10).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections import Counter, defaultdict
@@ -94,10 +85,8 @@ def condition_report(
     stored_bytes: int | None = None,
     max_steps: int = 50,
 ) -> dict[str, Any]:
-    """Everything appendix C asks of one condition's run (see the module docstring).
-
-    ``episodes`` is the whole plan: a failed episode stays in every denominator as a
-    failure (issue 10: never a smaller denominator), and is listed with its error."""
+    """Everything appendix C asks of one condition's run; ``episodes`` is the whole plan (issue 10:
+    a failed episode stays in every denominator, listed with its error)."""
     done = [e for e in episodes if e["status"] != "failed"]
     failed = [e for e in episodes if e["status"] == "failed"]
     n = len(episodes)
@@ -115,12 +104,9 @@ def condition_report(
     prompt = [float(r["prompt_tokens"]) for r in rows]
     visual = [float(r["visual_tokens"]) for r in rows]
     shown = [r for r in rows if r.get("view_medium") == "optical"]
-    render = [float(r["compose_ms"]) + float(r["render_ms"]) for r in rows if r.get("view_index", -1) >= 0]
-    render_fresh = [
-        float(r["compose_ms"]) + float(r["render_ms"])
-        for r in rows
-        if r.get("view_index", -1) >= 0 and not r.get("view_cached")
-    ]
+    viewed = [r for r in rows if r.get("view_index", -1) >= 0]
+    render = [float(r["compose_ms"]) + float(r["render_ms"]) for r in viewed]
+    render_fresh = [float(r["compose_ms"]) + float(r["render_ms"]) for r in viewed if not r.get("view_cached")]
     policy = [float(r["policy_latency_ms"]) for r in rows]
     invalid = sum(1 for r in rows if not r["valid"])
 
@@ -288,7 +274,7 @@ def condition_markdown(rep: dict[str, Any]) -> str:
 def plot_condition(rep: dict[str, Any], out_dir: Path) -> list[Path]:
     """SR and prompt tokens vs length threshold; view marginals. Returns the PNG paths."""
     plt = _pyplot()
-    paths = []
+    paths = [out_dir / "sr_tokens_by_length.png"]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = [b["threshold"] for b in rep["by_length"]]
     ax.plot(xs, [100 * b["sr"] for b in rep["by_length"]], "o-", label="SR %")
@@ -299,10 +285,7 @@ def plot_condition(rep: dict[str, Any], out_dir: Path) -> list[Path]:
     ax2.set_ylabel("prompt tokens")
     ax.set_title(rep["condition"])
     fig.tight_layout()
-    p = out_dir / "sr_tokens_by_length.png"
-    save_figure(fig, p)
-    plt.close(fig)
-    paths.append(p)
+    save_figure(fig, paths[0])
     vs = rep["view_selection"]
     if vs["decisions_with_view"]:
         fig, axes = plt.subplots(1, 3, figsize=(11, 3.5), gridspec_kw={"width_ratios": [4, 12, 3]})
@@ -312,17 +295,14 @@ def plot_condition(rep: dict[str, Any], out_dir: Path) -> list[Path]:
             ax.set_xticks(range(len(keys)), keys, rotation=70, fontsize=7)
             ax.set_title(group)
         fig.tight_layout()
-        p = out_dir / "view_marginals.png"
-        save_figure(fig, p)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(out_dir / "view_marginals.png")
+        save_figure(fig, paths[-1])
     return paths
 
 
 def paired_comparison(a: dict[str, bool], b: dict[str, bool], *, n_boot: int = 10000, seed: int = 0) -> dict[str, Any]:
-    """Paired bootstrap of SR(b) - SR(a) on the common episode ids. Without common ids (e.g.
-    every episode of one condition failed) there is nothing to compare: ``diff`` and
-    ``ci95`` are ``None`` and ``n_common`` is 0."""
+    """Paired bootstrap of SR(b) - SR(a) on the common episode ids (none: ``diff`` and ``ci95``
+    ``None``, ``n_common`` 0)."""
     if not set(a) & set(b):
         return {"diff": None, "ci95": None, "n_common": 0}
     # paired_bootstrap_diff(x, y) estimates SR(x) - SR(y).
@@ -393,14 +373,9 @@ def final_table_markdown(
     n_boot: int = 10000,
     seed: int = 0,
 ) -> tuple[str, dict[str, Any]]:
-    """The final evaluation of a training run as one table (issue 11, item 3).
-
-    Every condition played the same episode ids. Per condition: successes, SR, Wilson 95%,
-    ``router - condition`` with its paired bootstrap 95% CI over the common episodes, prompt
-    tokens and visual tokens per decision, mean steps. Under the table: the best minus the
-    worst fixed view (paired CI) and the Router's view marginal (entropy in nats, top views).
-    Returns the markdown and the same figures as a dict.
-    """
+    """The final evaluation of a training run as one table (issue 11, item 3): per condition SR
+    and ``router - condition`` (paired bootstrap CI); under it the best minus the worst fixed
+    view and the Router's view marginal. Returns the markdown and the figures as a dict."""
     by_name = {r["condition"]: r for r in reports}
     if router not in by_name:
         raise ValueError(f"final table: no {router!r} condition among {sorted(by_name)}")
@@ -461,9 +436,8 @@ def replayed_span(replay_first: int, iterations: int) -> int:
 
 
 def plot_training_success(iterations: Sequence[dict[str, Any]], path: Path, replay_first: int = 0) -> Path:
-    """Success rate (and zero-std group fraction, when logged) per GRPO iteration, as a PNG.
-    ``replay_first`` N shades the first and the last N iterations, which played the same games
-    (``grpo.replay_first``): only those two spans compare like with like."""
+    """Success rate (and zero-std group fraction, when logged) per GRPO iteration, as a PNG;
+    ``replay_first`` N shades the first and the last N iterations, which played the same games."""
     plt = _pyplot()
     its = sorted(iterations, key=lambda r: int(r["step"]))
     xs = [int(r["step"]) for r in its]
@@ -483,17 +457,15 @@ def plot_training_success(iterations: Sequence[dict[str, Any]], path: Path, repl
     ax.set_title("D2 (grouped GRPO) training")
     fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
     return path
 
 
 def save_figure(fig: Any, path: Path) -> None:
-    """A PNG written atomically, never over an existing file (issue 10)."""
-    import io
-
+    """A PNG written atomically, never over an existing file (issue 10); the figure is closed."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     atomic_write_bytes(path, buf.getvalue())
+    _pyplot().close(fig)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -513,10 +485,8 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
 
 
-# ------------------------------------------------------------------------------ writing an evaluation
 def check_fresh_output(out: Path) -> None:
-    """Refuse an output directory that already holds an evaluation: reports are never
-    silently replaced (issue 10). One-line error naming the directory."""
+    """Refuse an output directory that already holds an evaluation (issue 10)."""
     if out.exists() and (any(out.glob("summary.*")) or any(out.glob("*/report.json"))):
         raise FileExistsError(f"{out} already holds an evaluation (summary or report.json); choose another --out")
 
@@ -533,8 +503,7 @@ def write_condition(
     artifacts: int,
 ) -> dict[str, Any]:
     """Write one condition's tables, the first ``artifacts`` episodes' artifacts, the manifest,
-    report and plots; return the report. ``results``: one
-    :class:`~memprism_ray.agent.EpisodeResult` per planned episode, in plan order."""
+    report and plots; return the report. ``results``: an ``EpisodeResult`` per planned episode."""
     import pyarrow as pa
 
     from memprism_ray.agent import rows_to_arrow
@@ -559,9 +528,8 @@ def write_condition(
 def write_summary(
     out: Path, reports: Sequence[dict[str, Any]], results_by: Mapping[str, Sequence[Any]], *, seed: int
 ) -> dict[str, Any]:
-    """Write ``summary.json`` and ``summary.md`` (conditions side by side, paired against the
-    first) and return the summary. A failed episode is a failure in the paired comparison
-    too, as in each success rate; ``failed_episodes`` sums them over the conditions."""
+    """Write and return ``summary.json`` / ``summary.md``: conditions side by side, paired against
+    the first (a failed episode is a failure there too)."""
     outcomes = {c: {r.spec.episode_id: bool(r.won and not r.failed) for r in rs} for c, rs in results_by.items()}
     base = next(iter(outcomes))
     comparisons = {c: paired_comparison(outcomes[base], outcomes[c], seed=seed) for c in outcomes}
@@ -582,8 +550,6 @@ def write_summary(
 
 
 def _write_parquet(table: Any, path: Path) -> None:
-    import io
-
     import pyarrow.parquet as pq
 
     buf = io.BytesIO()

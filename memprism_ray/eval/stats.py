@@ -17,10 +17,7 @@ _BOOT_CHUNK = 2048
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion ``successes / n``.
-
-    ``z=1.96`` gives the 95% interval. ``n == 0`` carries no information: ``(0.0, 1.0)``.
-    """
+    """Wilson score interval of ``successes / n`` (95% at ``z=1.96``; ``n == 0``: ``(0.0, 1.0)``)."""
     for name, value in (("successes", successes), ("n", n)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise ValueError(f"wilson_interval: {name} must be an int, got {value!r}")
@@ -59,13 +56,8 @@ def paired_bootstrap_diff(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> tuple[float, float, float, int]:
-    """Paired bootstrap interval of ``SR(a) - SR(b)`` over the episode ids both contain.
-
-    Each resample draws ``n_common`` ids with replacement and keeps each id's pair of
-    outcomes together. Returns ``(diff, low, high, n_common)`` with ``diff`` the observed
-    difference and ``[low, high]`` the percentile interval at ``confidence``. Same inputs and
-    seed give the same interval.
-    """
+    """Paired bootstrap interval of ``SR(a) - SR(b)`` over the episode ids both contain (each id's
+    pair of outcomes resampled together): ``(observed diff, low, high, n_common)``, seeded."""
     if n_boot < 1:
         raise ValueError(f"paired_bootstrap_diff: n_boot must be >= 1, got {n_boot}")
     if not 0.0 < confidence < 1.0:

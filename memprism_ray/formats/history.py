@@ -9,9 +9,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class HistoryRecord:
-    """``step`` is the zero-based decision index at which ``action`` was taken (prompts show
-    it one-based), ``observation`` what the agent saw before acting, ``feedback`` what the
-    environment answered."""
+    """``step``: the zero-based decision index of ``action`` (prompts show it one-based);
+    ``observation``: what the agent saw before acting; ``feedback``: the env's answer."""
 
     step: int
     observation: str

@@ -5,9 +5,7 @@ candidate element, in page order, opened by the ref marker the Mind2Web prompt a
     [ref=e136] <input type="text" placeholder="From"> From
     [ref=e142] <button> Search flights
 
-The environment writes it (:mod:`memprism_ray.envs.mind2web.snapshot` builds it from a
-replayed step); the scripted policy and the Mind2Web Phi, which see only text, read it back
-with :func:`parse_snapshot`.
+written by :mod:`memprism_ray.envs.mind2web.snapshot`, read back by :func:`parse_snapshot`.
 """
 
 from __future__ import annotations
