@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.envs.alfworld.env import AlfworldEnv
-from memprism_ray.envs.base import GameRef
+from memprism_ray.envs.base import GameRef, took_step
 from memprism_ray.recorder import EventStream, RawEvent
 from memprism_ray.recorder.phi import record_event
 from memprism_ray.recorder.phi.alfworld import AlfworldPhi
@@ -61,44 +61,59 @@ class ExpertEpisode:
 Chooser = Callable[[EventStream, str, str, tuple[str, ...], int], str]
 
 
-def _play(
-    env: AlfworldEnv,
-    game: GameRef,
-    commands: Sequence[str] | None,
-    max_steps: int,
-    choose: Chooser | None = None,
-) -> ExpertEpisode:
-    """Play ``game`` following the expert (``commands is None``), the given commands, or
-    ``choose`` (a roll-in: ``choose`` acts, the expert's next command is each state's
-    reference; it ends when the expert has none or fails)."""
-    phi = AlfworldPhi()
+def play_episode(
+    env: Any, game: GameRef, benchmark: str, phi: Phi, next_action: Callable[..., tuple[str, str] | None],
+    max_steps: int, source: str, meta_keys: Sequence[str] = (),
+) -> ExpertEpisode:  # fmt: skip
+    """Play ``game``, recording every step through ``phi``: ``next_action(t, meta, stream,
+    o_pre, goal, admissible)`` gives ``(action, reference)``, or ``None`` to stop; at most
+    ``max_steps`` steps the env takes (:data:`~memprism_ray.envs.base.STEP_TAKEN`)."""
     obs = env.reset(game)
-    stream = EventStream({"benchmark": "alfworld", "game_id": game.game_id, "goal": obs.goal})
+    stream = EventStream({"benchmark": benchmark, "game_id": game.game_id, "goal": obs.goal})
     o_pre, admissible, meta = obs.text, obs.admissible, obs.meta
     offered: list[tuple[str, ...]] = []
     reference: list[str] = []
-    won = False
-    for t in range(max_steps):
-        if commands is None:
-            ref = meta.get("expert_action")
-            if not ref:
-                break
-            action = ref if choose is None else choose(stream, o_pre, obs.goal, tuple(admissible), t)
-        else:
-            if t >= len(commands):
-                break
-            ref = action = commands[t]
+    won, taken = False, 0
+    while taken < max_steps:
+        got = next_action(len(reference), meta, stream, o_pre, obs.goal, tuple(admissible))
+        if got is None:
+            break
+        action, ref = got
         offered.append(tuple(admissible))
         reference.append(ref)
         tr = env.step(action)
-        raw_meta = {"step": t + 1, "game_id": game.game_id, "task_type": game.task_type, "won": tr.won}
+        taken += took_step(tr)
+        raw_meta = {"step": len(reference), "game_id": game.game_id, "task_type": game.task_type, "won": tr.won}
+        raw_meta.update({k: tr.meta[k] for k in meta_keys if k in tr.meta})
         record_event(stream, RawEvent(o_pre, action, tr.feedback, tr.reward, raw_meta), phi)
         o_pre, admissible, meta = tr.feedback, tr.admissible, tr.meta
         if tr.done:
             won = tr.won
             break
-    source = "rollin" if choose is not None else "handcoded_expert" if commands is None else "walkthrough"
     return ExpertEpisode(game, obs.goal, stream, tuple(offered), tuple(reference), source, won)
+
+
+def follow(commands: Sequence[str]) -> Callable[..., tuple[str, str] | None]:
+    """A ``next_action`` of :func:`play_episode` that plays ``commands`` in order."""
+    return lambda t, *_: (commands[t], commands[t]) if t < len(commands) else None
+
+
+def _play(
+    env: AlfworldEnv, game: GameRef, commands: Sequence[str] | None, max_steps: int, choose: Chooser | None = None
+) -> ExpertEpisode:
+    """Play ``game`` following the expert (``commands is None``), the given commands, or
+    ``choose`` (a roll-in: ``choose`` acts, the expert's next command is each state's
+    reference; it ends when the expert has none or fails)."""
+
+    def expert(t: int, meta: Any, *state: Any) -> tuple[str, str] | None:
+        ref = meta.get("expert_action")
+        if not ref:
+            return None
+        return (ref if choose is None else choose(*state, t)), ref
+
+    source = "rollin" if choose is not None else "handcoded_expert" if commands is None else "walkthrough"
+    next_action = expert if commands is None else follow(commands)
+    return play_episode(env, game, "alfworld", AlfworldPhi(), next_action, max_steps, source)
 
 
 def record_rollin_episode(env: AlfworldEnv, game: GameRef, choose: Chooser, max_steps: int) -> ExpertEpisode | None:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memprism_ray.envs.base import GameRef, took_step
+from memprism_ray.envs.base import GameRef
 from memprism_ray.envs.ebalfred.data import (
     default_alfred_root,
     load_splits,
@@ -27,8 +27,6 @@ from memprism_ray.envs.ebalfred.data import (
     skills_from_trajectory,
 )
 from memprism_ray.envs.ebalfred.skills import AlfredNameError
-from memprism_ray.recorder import EventStream, RawEvent
-from memprism_ray.recorder.phi import record_event
 from memprism_ray.recorder.phi.ebalfred import EbAlfredRulePhi
 
 
@@ -67,32 +65,13 @@ def play_expert(env: Any, games: Sequence[GameRef], plans: Mapping[str, Sequence
     env takes no step for, :data:`~memprism_ray.envs.base.STEP_TAKEN`, does not count, as in
     the agent loop); returns ``ExpertEpisode`` records (won or not: the label stage sees the
     outcome in the ``won`` column)."""
-    from memprism_ray.envs.alfworld.expert_data import ExpertEpisode
+    from memprism_ray.envs.alfworld.expert_data import follow, play_episode
 
-    phi = EbAlfredRulePhi()
-    episodes = []
-    for game in games:
-        obs = env.reset(game)
-        stream = EventStream({"benchmark": "ebalfred", "game_id": game.game_id, "goal": obs.goal})
-        o_pre, admissible = obs.text, obs.admissible
-        offered, reference, won, taken = [], [], False, 0
-        for t, action in enumerate(plans[game.game_id]):
-            if taken >= max_steps:
-                break
-            offered.append(tuple(admissible))
-            reference.append(action)
-            tr = env.step(action)
-            taken += took_step(tr)
-            meta = {"step": t + 1, "game_id": game.game_id, "task_type": game.task_type, "won": tr.won}
-            meta.update({k: tr.meta[k] for k in ("last_action_success", "progress") if k in tr.meta})
-            record_event(stream, RawEvent(o_pre, action, tr.feedback, tr.reward, meta), phi)
-            o_pre, admissible = tr.feedback, tr.admissible
-            if tr.done:
-                won = tr.won
-                break
-        if reference:
-            episodes.append(ExpertEpisode(game, obs.goal, stream, tuple(offered), tuple(reference), "alfred", won))
-    return episodes
+    phi, keys = EbAlfredRulePhi(), ("last_action_success", "progress")
+    episodes = [
+        play_episode(env, g, "ebalfred", phi, follow(plans[g.game_id]), max_steps, "alfred", keys) for g in games
+    ]
+    return [ep for ep in episodes if ep.reference]
 
 
 def write_expert_table(episodes: Sequence[Any], path: str | Path) -> Path:
