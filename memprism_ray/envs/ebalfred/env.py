@@ -356,80 +356,45 @@ class EbAlfredEnv:
             raise RuntimeError(f"EB-ALFRED slot {slot}: step before reset (or after the episode ended)")
         ctrl = self._controllers[slot]
         if action not in ctrl.language_skill_set:
-            return self._invalid_output(slot, ctrl)
+            # Not a skill: handled as EmbodiedBench's evaluator does: not executed, one more invalid
+            # action (the episode ends at _max_invalid_actions), no simulator step; the decision
+            # still gets a transition (unchanged frame, zero reward) so step rows, Phi's frame
+            # checks and the history stay aligned.
+            ctrl._cur_invalid_actions += 1
+            head = {"progress": self._progress[slot], "task_success": False, "last_action_success": False}
+            # STEP_TAKEN False: the agent's max_steps counts simulator steps, as upstream's 30
+            head |= {"invalid_output": True, STEP_TAKEN: False, "env_feedback": INVALID_OUTPUT_FEEDBACK}
+            done = ctrl._cur_invalid_actions >= ctrl._max_invalid_actions
+            feedback = f"{INVALID_OUTPUT_FEEDBACK} {state_text(ctrl)}"
+            return self._transition(slot, feedback, 0.0, done, False, head, self._png[slot], False)
         obs, _dense, done, info = ctrl.step(action)
         progress = float(info.get("task_progress", 0.0))
         success = bool(info.get("task_success", 0.0))
         potential = float(success) + self.config.progress_coef * progress
         reward = potential - self._potential[slot]
         self._potential[slot] = potential
-        self._steps[slot] += 1
         png = encode_png(obs["head_rgb"])
         previous, self._frame_sha[slot] = self._frame_sha[slot], hashlib.sha1(png).hexdigest()
         self._png[slot] = png
         self._progress[slot] = progress
-        if done:
-            self._live[slot] = False
-        extra: dict[str, Any] = {}
-        if self.config.frame_dir and self._episode_dir[slot] is not None:
-            extra["frame_path"] = self._write_frame(slot, self._steps[slot], png)
         feedback = str(info.get("env_feedback", ""))
         sep = " " if feedback.endswith((".", "!", "?")) or not feedback else ". "
-        return Transition(
-            feedback=f"{feedback}{sep}{state_text(ctrl)}".strip(),
-            reward=reward,
-            done=bool(done),
-            won=success,
-            admissible=self._admissible[slot],
-            meta={
-                "step": self._steps[slot],
-                "progress": progress,
-                "task_success": success,
-                "last_action_success": bool(info.get("last_action_success", 0.0)),
-                "env_feedback": feedback,
-                "frame_step": self._steps[slot],
-                "frame_sha1": self._frame_sha[slot],
-                "frame_changed": self._frame_sha[slot] != previous,
-                **extra,
-            },
-            frame=png,
-        )
+        head = {"progress": progress, "task_success": success}
+        head |= {"last_action_success": bool(info.get("last_action_success", 0.0)), "env_feedback": feedback}
+        text = f"{feedback}{sep}{state_text(ctrl)}".strip()
+        return self._transition(slot, text, reward, bool(done), success, head, png, self._frame_sha[slot] != previous)
 
-    def _invalid_output(self, slot: int, ctrl: Any) -> Transition:
-        """An output that is no skill of the scene, handled as EmbodiedBench's evaluator does:
-        not executed, one more invalid action (``_cur_invalid_actions``; the episode ends at
-        ``_max_invalid_actions``), no simulator step (``_current_step`` unchanged). The
-        decision still gets a transition (step count, unchanged frame, zero reward) so the
-        agent's step rows, Phi's frame checks and the history stay aligned."""
-        ctrl._cur_invalid_actions += 1
-        done = ctrl._cur_invalid_actions >= ctrl._max_invalid_actions
+    def _transition(
+        self, slot: int, feedback: str, reward: float, done: bool, won: bool, head: dict, png: bytes, changed: bool
+    ) -> Transition:
         self._steps[slot] += 1
         if done:
             self._live[slot] = False
-        extra: dict[str, Any] = {}
+        step = self._steps[slot]
+        meta = {"step": step, **head, "frame_step": step, "frame_sha1": self._frame_sha[slot], "frame_changed": changed}
         if self.config.frame_dir and self._episode_dir[slot] is not None:
-            extra["frame_path"] = self._write_frame(slot, self._steps[slot], self._png[slot])
-        return Transition(
-            feedback=f"{INVALID_OUTPUT_FEEDBACK} {state_text(ctrl)}",
-            reward=0.0,
-            done=done,
-            won=False,
-            admissible=self._admissible[slot],
-            meta={
-                "step": self._steps[slot],
-                "progress": self._progress[slot],
-                "task_success": False,
-                "last_action_success": False,
-                "invalid_output": True,
-                STEP_TAKEN: False,  # the agent's max_steps counts simulator steps, as upstream's 30
-                "env_feedback": INVALID_OUTPUT_FEEDBACK,
-                "frame_step": self._steps[slot],
-                "frame_sha1": self._frame_sha[slot],
-                "frame_changed": False,
-                **extra,
-            },
-            frame=self._png[slot],
-        )
+            meta["frame_path"] = self._write_frame(slot, step, png)
+        return Transition(feedback, reward, done, won, self._admissible[slot], meta, png)
 
     def _write_frame(self, slot: int, step: int, png: bytes) -> str:
         folder = self._episode_dir[slot]
