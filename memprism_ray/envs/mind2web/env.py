@@ -123,15 +123,8 @@ def score_prediction(predicted: str, step: Step, snapshot: Snapshot) -> dict[str
     h = decode_mind2web_action(human_text)
     human = normalize_action(h["op"], h["ref"], h["value"])
     if not parsed.valid:
-        return {
-            "correct": False,
-            "predicted": None,
-            "human": human,
-            "error": parsed.error,
-            "recorded": human_text,
-            "element_correct": False,
-            "op_f1": 0.0,
-        }
+        failed = {"correct": False, "predicted": None, "error": parsed.error, "element_correct": False, "op_f1": 0.0}
+        return {"human": human, "recorded": human_text, **failed}
     p = decode_mind2web_action(parsed.action or "")
     pred = normalize_action(p["op"], p["ref"], p["value"])
     correct = pred["op"] == human["op"] and pred["ref"] in targets and pred["value"] == human["value"]
@@ -139,15 +132,8 @@ def score_prediction(predicted: str, step: Step, snapshot: Snapshot) -> dict[str
     # prediction's "OP value" is what the model wrote (a CLICK's value, the op's case).
     written = metric_operation(got.written_op, got.written_value)
     f1 = operation_f1(written, operation_string(step.op, step.value)) if targets else 0.0
-    return {
-        "correct": bool(correct),
-        "predicted": pred,
-        "human": human,
-        "error": None,
-        "recorded": human_text,
-        "element_correct": p["ref"] in targets,
-        "op_f1": f1,
-    }
+    scored = {"correct": bool(correct), "predicted": pred, "error": None, "element_correct": p["ref"] in targets}
+    return {"human": human, "recorded": human_text, **scored, "op_f1": f1}
 
 
 @dataclass
