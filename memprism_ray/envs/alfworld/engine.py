@@ -431,15 +431,11 @@ def packaged_logic() -> tuple[Path, Path]:
     return data / "alfred.pddl", data / "alfred.twl2"
 
 
-def make_engine(*, facts: bool = False, expert: bool = False) -> Any:
+def make_engine(*, facts: bool = False, expert: bool = False, expert_seed: int = 0) -> Any:
     """One stock wrapper stack, as ``AlfredTWEnv.init_env`` builds it for a single game:
-    ``PddlEnv`` -> ``AlfredDemangler(shuffle=False)`` -> ``AlfredInfos`` [-> expert].
-
-    ``expert=True`` adds the handcoded expert with the move/put fix
-    (:class:`~memprism_ray.envs.alfworld.expert.FixedAlfredExpert`), which needs ``facts``.
-    The gym batching, step ``Limit`` and ``Filter`` wrappers of the stock path only shape
-    return values; the agent loop enforces the step limit.
-    """
+    ``PddlEnv`` -> ``AlfredDemangler(shuffle=False)`` -> ``AlfredInfos`` [-> the handcoded
+    expert with the move/put fix, which needs ``facts``]. The gym batching, step ``Limit`` and
+    ``Filter`` wrappers of the stock path only shape return values."""
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
     from textworld.envs.pddl import PddlEnv
@@ -451,5 +447,5 @@ def make_engine(*, facts: bool = False, expert: bool = False) -> Any:
     if expert:
         from memprism_ray.envs.alfworld.expert import FixedAlfredExpert
 
-        env = FixedAlfredExpert(env)
+        env = FixedAlfredExpert(env, seed=expert_seed)
     return env
