@@ -1,29 +1,21 @@
 """Build, resume and cache a corpus of ALFWorld-style games (issue 3, item 1).
 
-``build_corpus`` writes ``train``, ``eval_in_distribution`` and ``eval_out_of_distribution``
-games in the ``alfworld-download`` layout (see :mod:`memprism_ray.envs.alfworld.data`),
-plus ``logic/alfred.{pddl,twl2}`` so ALFWorld's own ``AlfredTWEnv`` runs on the tree with
-its stock config. A game enters the corpus only after ALFWorld's handcoded expert (with
-the move/put fix, :mod:`memprism_ray.envs.alfworld.expert`) wins it on the real engine;
-its winning commands are stored as the game's ``walkthrough``.
+Games are written in the ``alfworld-download`` layout (with ``logic/``, so ALFWorld's own
+``AlfredTWEnv`` runs on the tree); a game enters the corpus only once the handcoded expert
+wins it on the real engine, and its winning commands are its ``walkthrough``.
 
-Determinism: the corpus is a function of ``(seed, train, eval)``. Every game slot
-``(split, task type, k)`` draws its (task, object, target, scene) combination from a
-seeded shuffle of all valid combinations; attempt ``j`` of a slot uses a fixed other
-combination and placement seed, so which worker builds a slot, and in which order, never
-matters. Eval-in-distribution combinations are reserved before train draws, so they are
-unseen in train (same scenes, other task/object/target triples); eval-out-of-distribution
-uses ALFRED's held-out scenes only.
-
-Resumability: each finished slot is renamed into place atomically and then recorded in
-``.build/slots/``; a restarted build skips recorded slots and clears half-written
-temporaries. ``manifest.json`` (per-split per-type counts, SHA-256 of every file) is
-written last, so its presence means the build completed.
+Determinism: the corpus is a function of ``(seed, train, eval)``: attempt ``j`` of slot
+``(split, task type, k)`` uses a fixed combination and placement seed, so which worker builds
+a slot, and when, never matters. Eval-in-distribution combinations are reserved before train
+draws (unseen in train); eval-out-of-distribution uses ALFRED's held-out scenes only.
+Resumability: finished slots are renamed into place, then recorded in ``.build/slots/``;
+``manifest.json`` is written last, so its presence means the build completed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -106,9 +98,8 @@ class CorpusConfig:
         return {"train": self.train, "eval_in_distribution": self.eval, "eval_out_of_distribution": self.eval}
 
     def identity(self) -> dict[str, Any]:
-        """What determines the corpus content. Workers do not; nor does ``max_attempts``:
-        attempt ``j`` of a slot is the same game whatever the limit, so a build that ran out
-        of attempts can be finished with a larger one."""
+        """What determines the corpus content: not ``max_attempts`` (attempt ``j`` of a slot is the
+        same game whatever the limit, so a build that ran out can be finished with a larger one)."""
         return {
             "format": FORMAT,
             "generator_version": GENERATOR_VERSION,
@@ -187,10 +178,6 @@ def plan_slots(cfg: CorpusConfig) -> list[Slot]:
     return slots
 
 
-def trial_name(seed: int, index: int, attempt: int) -> str:
-    return f"trial_T{seed:08d}_{index:06d}_a{attempt}"
-
-
 # --- worker side ---------------------------------------------------------------------------
 
 _WORKER: dict[str, Any] = {}
@@ -215,12 +202,13 @@ def _build_slot(out: str, seed: int, slot: Slot, expert_max_steps: int) -> dict[
     root = Path(out)
     failures: list[str] = []
     for attempt, spec in enumerate(slot.candidates):
-        trial = trial_name(seed, slot.index, attempt)
+        trial = f"trial_T{seed:08d}_{slot.index:06d}_a{attempt}"
         rel = Path(JSON_DIR) / SPLIT_DIRS[slot.split] / spec.task_folder / trial
         tmp = root / ".build" / "tmp" / uuid.uuid4().hex
         tmp.mkdir(parents=True)
         try:
-            game = generate_game(spec, seed=_game_seed(seed, slot, attempt), trial=trial)
+            digest = hashlib.sha256(f"{seed}:{slot.key}:{attempt}".encode()).digest()
+            game = generate_game(spec, seed=int.from_bytes(digest[:8], "big"), trial=trial)
             write_json(tmp / "traj_data.json", game.traj_data)
             write_json(tmp / "game.tw-pddl", game.game_json(_WORKER["domain"], _WORKER["grammar"], None))
             walkthrough = expert_walkthrough(_WORKER["engine"], tmp / "game.tw-pddl", max_steps=expert_max_steps)
@@ -248,11 +236,6 @@ def _build_slot(out: str, seed: int, slot: Slot, expert_max_steps: int) -> dict[
         _atomic_write_json(root / ".build" / "slots" / f"{slot.key.replace('/', '__')}.json", result)
         return result
     return {"slot": slot.key, "split": slot.split, "task_type": slot.task_type, "failures": failures, "path": None}
-
-
-def _game_seed(seed: int, slot: Slot, attempt: int) -> int:
-    digest = hashlib.sha256(f"{seed}:{slot.key}:{attempt}".encode()).digest()
-    return int.from_bytes(digest[:8], "big")
 
 
 def _atomic_write_json(path: Path, data: Mapping[str, Any]) -> None:
@@ -296,25 +279,19 @@ def _check_identity(root: Path, cfg: CorpusConfig) -> None:
         _atomic_write_json(ident_path, cfg.identity())
 
 
-def write_logic(root: Path) -> None:
-    """``logic/alfred.pddl`` and ``logic/alfred.twl2`` as ``alfworld-download`` places them."""
-    from memprism_ray.envs.alfworld.engine import packaged_logic
-
-    domain, grammar = packaged_logic()
-    (root / "logic").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(domain, root / "logic" / "alfred.pddl")
-    shutil.copyfile(grammar, root / "logic" / "alfred.twl2")
-
-
 def build_corpus(cfg: CorpusConfig, *, progress: bool = True) -> Path:
     """Build (or finish) the corpus described by ``cfg``; returns the path of its manifest."""
     from importlib.metadata import version
+
+    from memprism_ray.envs.alfworld.engine import packaged_logic
 
     root = cfg.out
     root.mkdir(parents=True, exist_ok=True)
     _check_identity(root, cfg)
     shutil.rmtree(root / ".build" / "tmp", ignore_errors=True)
-    write_logic(root)
+    (root / "logic").mkdir(parents=True, exist_ok=True)  # as alfworld-download places them
+    for src, name in zip(packaged_logic(), ("alfred.pddl", "alfred.twl2"), strict=True):
+        shutil.copyfile(src, root / "logic" / name)
     slots = plan_slots(cfg)
     done = _load_done(root)
     todo = [s for s in slots if s.key not in done]
@@ -367,20 +344,6 @@ def build_corpus(cfg: CorpusConfig, *, progress: bool = True) -> Path:
     return root / "manifest.json"
 
 
-def _slot_to_json(slot: Slot) -> dict[str, Any]:
-    return {
-        "split": slot.split,
-        "task_type": slot.task_type,
-        "index": slot.index,
-        "candidates": [[c.task_type, c.object_target, c.target, c.scene_num] for c in slot.candidates],
-    }
-
-
-def _slot_from_json(data: Mapping[str, Any]) -> Slot:
-    cands = tuple(TaskSpec(str(t), str(o), str(r), int(n)) for t, o, r, n in data["candidates"])
-    return Slot(str(data["split"]), str(data["task_type"]), int(data["index"]), cands)
-
-
 def _run(cfg: CorpusConfig, todo: list[Slot], progress: bool) -> Iterator[dict[str, Any]]:
     from tqdm import tqdm
 
@@ -403,12 +366,10 @@ def _run(cfg: CorpusConfig, todo: list[Slot], progress: bool) -> Iterator[dict[s
 
 
 def _run_subprocesses(cfg: CorpusConfig, todo: list[Slot], workers: int) -> Iterator[dict[str, Any]]:
-    """Worker processes fed one slot at a time over pipes.
-
-    Plain subprocesses rather than ``multiprocessing``: fast-downward's translator is not
-    thread-safe (processes are needed), ``spawn`` would re-import the caller's ``__main__``
-    (breaking scripts without a main guard), and ``fork`` is unsafe inside Ray workers.
-    """
+    """Worker processes fed one slot at a time over pipes. Plain subprocesses rather than
+    ``multiprocessing``: fast-downward's translator is not thread-safe (processes are needed),
+    ``spawn`` would re-import the caller's ``__main__`` (breaking scripts without a main guard),
+    and ``fork`` is unsafe inside Ray workers."""
     import selectors
     import subprocess
 
@@ -433,7 +394,7 @@ def _run_subprocesses(cfg: CorpusConfig, todo: list[Slot], workers: int) -> Iter
             slot = queue.pop()
             job = {"out": str(cfg.out), "seed": cfg.seed, "expert_max_steps": cfg.expert_max_steps}
             assert p.stdin is not None
-            p.stdin.write(json.dumps({**job, "slot": _slot_to_json(slot)}) + "\n")
+            p.stdin.write(json.dumps({**job, "slot": dataclasses.astuple(slot)}) + "\n")
             p.stdin.flush()
             busy += 1
 
@@ -468,11 +429,8 @@ def _run_subprocesses(cfg: CorpusConfig, todo: list[Slot], workers: int) -> Iter
 
 
 def _worker_main() -> int:
-    """Read one JSON job per line on stdin, answer one JSON result per line.
-
-    The protocol uses a private copy of the stdout descriptor; fd 1 itself goes to
-    /dev/null so prints from the engine can never corrupt it.
-    """
+    """Read one JSON job per line on stdin, answer one JSON result per line, on a private copy
+    of the stdout descriptor: fd 1 goes to /dev/null, so the engine's prints never corrupt it."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
@@ -481,7 +439,9 @@ def _worker_main() -> int:
         if not line.strip():
             continue
         job = json.loads(line)
-        rec = _build_slot(job["out"], int(job["seed"]), _slot_from_json(job["slot"]), int(job["expert_max_steps"]))
+        split, task, index, cands = job["slot"]
+        slot = Slot(split, task, index, tuple(TaskSpec(*c) for c in cands))
+        rec = _build_slot(job["out"], int(job["seed"]), slot, int(job["expert_max_steps"]))
         proto.write(json.dumps(rec) + "\n")
         proto.flush()
     return 0
@@ -507,19 +467,14 @@ def default_cache_dir(
     eval: int = DEFAULT_EVAL_GAMES,
     base: Path | None = None,
 ) -> Path:
-    """``<base>/alfworld-corpus-<seed>-t<train>-e<eval>``; ``base`` defaults to
-    ``$MEMPRISM_CACHE`` or ``~/.cache/memprism``. The sizes are always in the name: a build of
-    other sizes in the same folder would be refused (``_check_identity``), so a change of the
-    default sizes would break every machine that had built the previous default."""
-    if base is None:
-        base = cache_base()
-    return Path(base).expanduser() / f"alfworld-corpus-{seed}-t{train}-e{eval}"
+    """``<base>/alfworld-corpus-<seed>-t<train>-e<eval>`` (``base``: :func:`cache_base`). The sizes
+    are in the name: a build of other sizes in the same folder would be refused, so a change of
+    the default sizes would break every machine that had built the previous default."""
+    return Path(base or cache_base()).expanduser() / f"alfworld-corpus-{seed}-t{train}-e{eval}"
 
 
 #: Longest wait for another process's corpus build (a full default build takes minutes).
 DEFAULT_LOCK_TIMEOUT_S = 1800.0
-
-
 LOCK_TIMEOUT_ENV = "MEMPRISM_CORPUS_LOCK_TIMEOUT_S"
 
 
@@ -544,12 +499,9 @@ def ensure_default_corpus(
     progress: bool = True,
     lock_timeout_s: float | None = None,
 ) -> Path:
-    """The embedded default corpus: built on first use (a few minutes), then reused.
-
-    Safe when several processes call it at once: one builds under a file lock, the others
-    wait (at most ``lock_timeout_s``, default ``$MEMPRISM_CORPUS_LOCK_TIMEOUT_S`` or 1800 s,
-    then a ``TimeoutError`` naming the lock and its holder) and then find the finished manifest.
-    """
+    """The embedded default corpus: built on first use (a few minutes), then reused. One process
+    builds under a file lock; the others wait (at most ``lock_timeout_s``, default
+    ``$MEMPRISM_CORPUS_LOCK_TIMEOUT_S`` or 1800 s) and then find the finished manifest."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir(seed, train, eval)
     cfg = CorpusConfig(out=root, train=train, eval=eval, seed=seed, workers=workers or (os.cpu_count() or 1))
     if _matches(root, cfg):

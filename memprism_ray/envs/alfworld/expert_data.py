@@ -1,24 +1,11 @@
-"""Reference trajectories of ALFWorld's handcoded expert, as Parquet (issue 3, item 6).
+"""Reference trajectories of ALFWorld's handcoded expert, as Parquet (issue 3, item 6; paper
+appendix "Training dataset setup", D1).
 
-For view-teacher labelling and cold-start distillation (paper appendix "Training dataset
-setup", D1) every decision state needs what the task policy would see (goal, current
-observation, admissible commands), the event stream so far, and a reference next action.
-``collect_expert_trajectories`` plays each game with the expert (move/put fix, seeded; see
-:mod:`memprism_ray.envs.alfworld.expert`) on :class:`AlfworldEnv`, records every step through
-:class:`~memprism_ray.recorder.phi.alfworld.AlfworldPhi` into an
-:class:`~memprism_ray.recorder.EventStream`, and writes one row per decision state.
-
-The rows carry exactly the stream's Arrow columns (``t``, ``entity``, ``act``, ``outcome``,
-``delta``, ``changed``, ``evidence_json``, ``o_pre``, ``action_json``, ``feedback``,
-``reward``, ``meta_json``), so selecting one episode's rows and those columns gives back its
-stream with ``EventStream.from_arrow``; plus ``episode``, ``game_id``, ``task_type``,
-``split``, ``goal``, ``admissible`` (the commands offered at that state),
-``reference_action`` (the expert's command at that state), ``reference_source``, ``won``
-and ``done``.
-
-When the handcoded expert cannot win a game (it is a heuristic; a few official games defeat
-it) the game's stored ``walkthrough`` is replayed instead and ``reference_source`` says so;
-a game neither wins is left out and reported.
+One row per decision state: exactly the stream's Arrow columns (so one episode's rows give back
+its ``EventStream``), plus ``episode``, ``game_id``, ``task_type``, ``split``, ``goal``,
+``admissible``, ``reference_action``, ``reference_source``, ``won`` and ``done``. When the
+expert (a heuristic) cannot win a game, its stored ``walkthrough`` is replayed instead; a game
+neither wins is left out and reported.
 """
 
 from __future__ import annotations
@@ -119,7 +106,7 @@ def _play(
 def record_rollin_episode(env: AlfworldEnv, game: GameRef, choose: Chooser, max_steps: int) -> ExpertEpisode | None:
     """The task policy's own play of ``game`` (``choose`` acts) with the handcoded expert's
     next command as every state's reference, won or not; ``None`` when the expert fails
-    before the first decision. ``env`` must be built with ``expert=True``."""
+    before the first decision."""
     try:
         episode = _play(env, game, None, max_steps, choose)
     except Exception as exc:  # the expert signals failure with NameError subclasses and Exception("Timeout")
@@ -138,10 +125,7 @@ def _walkthrough(game: GameRef) -> list[str] | None:
 
 
 def record_expert_episode(env: AlfworldEnv, game: GameRef, max_steps: int = 120) -> ExpertEpisode | None:
-    """The expert's winning episode on ``game`` (walkthrough fallback), or ``None``.
-
-    ``env`` must be built with ``expert=True``.
-    """
+    """The expert's winning episode on ``game`` (walkthrough fallback), or ``None``."""
     try:
         episode = _play(env, game, None, max_steps)
     except Exception as exc:  # the expert signals failure with NameError subclasses and Exception("Timeout")
@@ -158,7 +142,7 @@ def record_expert_episode(env: AlfworldEnv, game: GameRef, max_steps: int = 120)
 
 
 def episodes_to_arrow(episodes: Sequence[ExpertEpisode]) -> Any:
-    """One row per decision state; see the module docstring. Returns a ``pyarrow.Table``."""
+    """One row per decision state, as a ``pyarrow.Table``."""
     import pyarrow as pa
 
     tables = []
@@ -195,15 +179,10 @@ def collect_expert_trajectories(
     choose: Chooser | None = None,
     rollin_steps: int = 25,
 ) -> Path:
-    """Play every game with the expert and write ``out_dir/expert_trajectories.parquet``.
-
-    Returns the path of the Parquet file. Games no reference wins are logged and skipped;
-    an empty result is an error. The rule Phi records while the expert plays; ``phi`` (an LLM
-    Phi, docs/phi.md) then re-extracts every stream from its kept raw events, so D1 data and
-    rollouts are recorded by the same Phi. ``rollin_games`` are then played by ``choose``
-    for at most ``rollin_steps`` steps (:func:`record_rollin_episode`; ``reference_source``
-    ``rollin``).
-    """
+    """Play every game with the expert and write ``out_dir/expert_trajectories.parquet`` (its
+    path), then ``rollin_games`` played by ``choose`` for at most ``rollin_steps`` steps. ``phi``
+    (an LLM Phi, docs/phi.md) re-extracts every stream recorded by the rules, so D1 data and
+    rollouts are recorded by the same Phi."""
     import pyarrow.parquet as pq
     from tqdm import tqdm
 
