@@ -1,39 +1,14 @@
 """EB-ALFRED behind the shared Env protocol (paper "Benchmarks"; Table A.4: 30 steps,
-reward success + 0.2 x goal-condition progress).
+reward success + 0.2 x goal-condition progress; docs/ebalfred.md).
 
-:class:`EbAlfredEnv` holds one controller per game slot. A controller is anything with the
-interface of EmbodiedBench's ``EBAlfEnv`` (``embodiedbench/envs/eb_alfred/EBAlfEnv.py``):
-the real one runs AI2-THOR 2.1.0 (built lazily by :func:`make_embodiedbench_controller`,
-the ``ebalfred`` extra); :class:`~memprism_ray.envs.ebalfred.fake.FakeController` replays
-the recorded-transcript fixture with the same interface.
-
-* ``reset(GameRef("<subset>/<index>"))`` points the slot's controller at that episode
-  (``_current_episode_num``: ``EBAlfEnv.reset`` plays ``dataset[_current_episode_num]``, so
-  one AI2-THOR process serves every episode of a slot; switching subset reloads
-  ``dataset`` through its own ``_load_dataset``). The episode list is the file the game was
-  listed from (``GameRef.path``; set as the controller's ``data_path``), so the ALFRED
-  training list (subset ``alfred_train``) and a custom ``ebalfred.splits`` are what is
-  played, not EmbodiedBench's shipped ``splits.json``.
-* The observation text is the simulator's object state as the paper's Phi prompts show it:
-  ``"Visible objects: Sink, Faucet. Held objects: Ladle (held)."``; the goal is the
-  episode's instruction; ``admissible`` is the indexed skill list the prompt shows (action
-  id i is ``admissible[i]``): the scene-filtered list of the paper (``skills: scene``,
-  :mod:`.skills`) or EmbodiedBench's whole ``language_skill_set`` (``skills: full``);
-  ``meta["examples"]`` is the in-context example block (:mod:`.examples`).
-* An action that is not in the controller's ``language_skill_set`` (an unparsed model
-  output, free text) is never sent to the simulator, where ``ThorConnector`` would stop on
-  ``assert False, 'instruction not supported'``: as in EmbodiedBench's evaluator
-  (``eb_alfred_evaluator.py``: an unparseable plan is action ``-1``) it counts as an
-  invalid action against the episode's 10-invalid-action limit and takes none of its 30
-  simulator steps; the transition reports it (``meta["invalid_output"]``, and
-  ``meta["step_taken"]: False``, so the agent's ``max_steps`` counts simulator steps as
-  EmbodiedBench does) with the frame and state unchanged.
-* ``Transition.feedback`` is EmbodiedBench's feedback string followed by the new object
-  state; ``meta`` carries ``progress`` (goal conditions met / total), ``task_success``,
-  ``last_action_success``, ``env_feedback`` and the frame's step and SHA-1.
-* The camera frame travels as PNG bytes in ``Observation.frame`` / ``Transition.frame``.
-* Reward (Table A.4): each step returns the change of ``success + 0.2 * progress``, so an
-  episode's summed reward is exactly ``success + 0.2 * final progress``.
+One controller per game slot, with the interface of EmbodiedBench's ``EBAlfEnv`` (AI2-THOR
+2.1.0, or the fixture's :class:`~memprism_ray.envs.ebalfred.fake.FakeController`). ``reset``
+points it at ``dataset[<index>]`` of the list the game was listed from (``GameRef.path``), so
+one AI2-THOR process serves every episode of a slot. An action not in the controller's
+``language_skill_set`` is never sent to the simulator (``ThorConnector`` would stop on
+``assert False``): as in EmbodiedBench's evaluator it counts against the 10-invalid-action
+limit and takes none of the 30 simulator steps. Each step returns the change of
+``success + 0.2 * progress``, so an episode's summed reward is exactly Table A.4's.
 """
 
 from __future__ import annotations
@@ -78,6 +53,17 @@ INVALID_OUTPUT_FEEDBACK = "Last action is invalid. The output is not one of the 
 INSTALL_HINT = 'pip install "memprism-ray[ebalfred]" and EmbodiedBench (docs/ebalfred.md)'
 
 
+def check_settings(c: Any) -> None:
+    """The checks the ``ebalfred`` config section and :class:`EbAlfredConfig` share."""
+    if c.controller not in CONTROLLERS:
+        raise ValueError(f"ebalfred.controller={c.controller!r}; valid controllers: {', '.join(CONTROLLERS)}")
+    if c.resolution < 32:
+        raise ValueError(f"ebalfred.resolution must be >= 32, got {c.resolution}")
+    check_mode(c.skills)
+    if c.n_shots < 0:
+        raise ValueError(f"ebalfred.n_shots must be >= 0, got {c.n_shots}")
+
+
 @dataclass
 class EbAlfredConfig:
     """How EB-ALFRED episodes are played (paper Table A.4 for the reward)."""
@@ -93,35 +79,26 @@ class EbAlfredConfig:
     local_build: str = ""
     """path of a local AI2-THOR build executable; '' lets ai2thor download its build"""
     frame_dir: str = ""
-    """when set, every post-action frame is also written under it and its path goes into
-    ``Transition.meta["frame_path"]`` (the audit frame the grounding stage reads)"""
+    """when set, every post-action frame is also written under it (``meta["frame_path"]``)"""
     progress_coef: float = 0.2
     """weight of goal-condition progress in the reward (Table A.4: 0.2)"""
     skills: str = "scene"
-    """the skill list shown: ``scene`` (the paper's scene-filtered list) or ``full``
-    (EmbodiedBench's whole ``language_skill_set``)"""
+    """the skill list shown: ``scene`` (the paper's scene-filtered list) or ``full``"""
     n_shots: int = N_SHOTS
     """in-context examples in the prompt (EmbodiedBench's default 10; 0 drops the slot)"""
     examples: str = ""
-    """folder of the example files ('' : EmbodiedBench's evaluator/config, or the fixture's
-    examples/ for the fake controller)"""
+    """folder of the example files ('' : EmbodiedBench's evaluator/config, or the fixture's)"""
     extra: dict[str, Any] = field(default_factory=dict)
     """further keyword arguments for the real controller (e.g. ``down_sample_ratio``)"""
 
     def __post_init__(self) -> None:
-        if self.controller not in CONTROLLERS:
-            raise ValueError(f"ebalfred.controller={self.controller!r}; valid controllers: {', '.join(CONTROLLERS)}")
+        check_settings(self)
         if self.controller == "fake" and not self.fixture:
             raise ValueError(
                 f"ebalfred.controller='fake' needs ebalfred.fixture (or ${ENV_VARS['fixture']}): a fixture folder"
             )
-        if self.resolution < 32:
-            raise ValueError(f"ebalfred.resolution must be >= 32, got {self.resolution}")
         if not 0.0 <= self.progress_coef <= 1.0:
             raise ValueError(f"ebalfred.progress_coef must be in [0, 1], got {self.progress_coef}")
-        check_mode(self.skills)
-        if self.n_shots < 0:
-            raise ValueError(f"ebalfred.n_shots must be >= 0, got {self.n_shots}")
 
     def examples_dir(self) -> Path | None:
         """Where the in-context example files are read from on this node."""
@@ -133,10 +110,7 @@ class EbAlfredConfig:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> EbAlfredConfig:
-        """Defaults overridden by the ``MEMPRISM_EBALFRED_*`` variables, then ``overrides``.
-
-        Actors build their env from ``(num_slots)`` alone (``Benchmark.make_env``); the variables
-        reach Ray workers through the job's ``runtime_env`` (docs/ebalfred.md)."""
+        """Defaults overridden by the ``MEMPRISM_EBALFRED_*`` variables, then ``overrides``."""
         values: dict[str, Any] = {}
         for key, var in ENV_VARS.items():
             if os.environ.get(var):
@@ -173,11 +147,7 @@ def state_text(controller: Any) -> str:
 
 
 def make_embodiedbench_controller(eval_set: str, config: EbAlfredConfig) -> Any:
-    """EmbodiedBench's ``EBAlfEnv`` on AI2-THOR 2.1.0, imported here and only here.
-
-    Missing packages -> one ``RuntimeError`` naming the extra. A simulator that cannot
-    start (ai2thor downloads its Unity build on first start) -> one ``RuntimeError`` saying
-    how to point at a local build."""
+    """EmbodiedBench's ``EBAlfEnv`` on AI2-THOR 2.1.0, imported here and only here."""
     if config.resolution < 300:  # ai2thor 2.1.0's Controller.start refuses smaller screens
         raise RuntimeError(f"ebalfred.resolution={config.resolution}: AI2-THOR 2.1.0 needs >= 300 pixels")
     try:
@@ -279,9 +249,8 @@ class EbAlfredEnv:
 
     @staticmethod
     def _data_path(game: GameRef) -> str | None:
-        """The episode list ``game`` was read from, or ``None`` when it names none; a list
-        that this node cannot read is an error (playing the controller's default list instead
-        would play other episodes under the same id)."""
+        """The episode list ``game`` was read from, or ``None``; one this node cannot read is an
+        error (the controller's default list would play other episodes under the same id)."""
         path = Path(game.path) if game.path else None
         if path is None or str(path) in ("", "."):
             return None
@@ -293,7 +262,7 @@ class EbAlfredEnv:
         return str(path)
 
     def _examples_block(self, subset: str) -> str:
-        """The formatted in-context examples of ``subset`` (read once per example file)."""
+        """The formatted in-context examples of ``subset``, read once per example file."""
         if self.config.n_shots == 0:
             return ""
         folder = self.config.examples_dir()
