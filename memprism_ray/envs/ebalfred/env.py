@@ -26,10 +26,9 @@ import numpy as np
 from PIL import Image
 
 from memprism_ray.envs.base import STEP_TAKEN, GameRef, Observation, Transition
-from memprism_ray.envs.ebalfred.data import SUBSETS, parse_game_id
+from memprism_ray.envs.ebalfred.data import SUBSETS, embodiedbench_path, parse_game_id
 from memprism_ray.envs.ebalfred.examples import (
     N_SHOTS,
-    embodiedbench_examples_dir,
     example_file,
     format_examples,
     load_examples,
@@ -106,7 +105,7 @@ class EbAlfredConfig:
             return Path(self.examples)
         if self.controller == "fake":
             return Path(self.fixture) / "examples"
-        return embodiedbench_examples_dir()
+        return embodiedbench_path("evaluator", "config")
 
     @classmethod
     def from_env(cls, **overrides: Any) -> EbAlfredConfig:

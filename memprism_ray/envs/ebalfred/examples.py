@@ -78,13 +78,6 @@ def example_file(subset: str) -> str:
     return EXAMPLE_FILES["long_horizon" if subset == "long_horizon" else "default"]
 
 
-def embodiedbench_examples_dir() -> Path | None:
-    """``embodiedbench/evaluator/config`` of the installed EmbodiedBench, or ``None``."""
-    from memprism_ray.envs.ebalfred.data import embodiedbench_path
-
-    return embodiedbench_path("evaluator", "config")
-
-
 def load_examples(folder: str | Path, subset: str) -> list[Example]:
     """The examples of ``subset`` from ``folder``, parsed; a one-line error naming the file
     when it is missing or not EmbodiedBench's format."""
