@@ -1,22 +1,9 @@
 """A small deterministic Mind2Web dataset in the official schema (tests and the CPU smoke
-configuration; docs/mind2web.md). It is not Mind2Web data: pages, tasks and values are
-generated from a few site templates by a seeded generator, and written in the release's
-layout and field names (``annotation_id``, ``confirmed_task``, ``actions[].cleaned_html``,
-``operation {op, original_op, value}``, ``pos_candidates`` / ``neg_candidates`` with a JSON
-``attributes`` string, ``action_reprs``), so the loader, the snapshot and the replay read
-it exactly as they read the release.
-
-Each task is a short form workflow (type values, pick an option, submit); the typed values
-and the chosen option appear in the task sentence, and earlier steps leave traces on later
-pages (a filled field keeps its value), as on real pages. One negative candidate per page
-is absent from ``cleaned_html``, so the snapshot's snippet fallback is exercised.
-
-Beside the splits, ``candidate_scores.jsonl`` stands in for the release's candidate ranks
-(``scores_all_data.pkl`` converted: :mod:`memprism_ray.envs.mind2web.candidates`), so
-MindAct's top-50 pool can be played and tested on the fixture. Each page is ranked as if it
-had :data:`RANKED_ELEMENTS` candidates (the others are not listed); on every fourth step
-(:func:`positive_cut`) the positive is ranked outside the top 50, and the negatives' ranks
-are drawn so that some fall outside too.
+configuration; docs/mind2web.md). Not Mind2Web data: short form workflows on a few site
+templates, from a seeded generator, written in the release's layout and field names. Earlier
+steps leave traces on later pages; one negative per page is absent from ``cleaned_html`` (the
+snippet fallback). ``candidate_scores.jsonl`` stands in for the release's candidate ranks; on
+every fourth step (:func:`positive_cut`) the positive is ranked outside the top 50.
 """
 
 from __future__ import annotations
