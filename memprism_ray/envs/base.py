@@ -65,9 +65,7 @@ class Observation:
 
 
 #: ``Transition.meta`` key: ``False`` when the decision took no step of the environment's own
-#: step budget (EB-ALFRED: an output that is no skill is an invalid action that uses none of
-#: EmbodiedBench's 30 simulator steps, ``eb_alfred_evaluator.py``). Absent means a step was
-#: taken, so every benchmark that does not set it counts every decision.
+#: step budget (EB-ALFRED: an output that is no skill); absent means a step was taken.
 STEP_TAKEN = "step_taken"
 
 

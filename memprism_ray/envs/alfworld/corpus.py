@@ -53,15 +53,13 @@ JSON_DIR = "json_2.1.1"
 ALFWORLD_TRAIN_GAMES = 3827
 ALFWORLD_EVAL_GAMES = 140
 
-#: Embedded default: small enough to build in under 2 minutes on 2 cores (144 games, 78 s
-#: measured), large enough for a few GRPO groups per task type and a 48-game evaluation per
-#: split (configs/local.yaml plays 3 episodes of each out-of-distribution game).
+#: Embedded default: built in under 2 minutes on 2 cores (144 games, 78 s measured), enough for a
+#: few GRPO groups per task type and a 48-game evaluation per split.
 DEFAULT_TRAIN_GAMES = 48
 DEFAULT_EVAL_GAMES = 48
 DEFAULT_SEED = 0
 
-#: Task mix, close to that of ALFWorld's training games (pick 790, look 308, clean 650,
-#: heat 459, cool 533, pick-two 813 out of 3,553).
+#: Task mix, close to that of ALFWorld's 3,553 training games.
 TASK_WEIGHTS: dict[str, float] = {
     "pick_and_place_simple": 790,
     "look_at_obj_in_light": 308,
@@ -112,15 +110,11 @@ class CorpusConfig:
 def allocate(n: int, weights: Mapping[str, float] = TASK_WEIGHTS) -> dict[str, int]:
     """Split ``n`` games over task types by largest remainder; every type gets one when n >= 6."""
     types = list(TASK_TYPES)
-    if n >= len(types):
-        base = dict.fromkeys(types, 1)
-        rest = n - len(types)
-    else:
-        base = dict.fromkeys(types, 0)
-        rest = n
+    base = 1 if n >= len(types) else 0
+    rest = n - base * len(types)
     total = sum(weights[t] for t in types)
     quotas = {t: rest * weights[t] / total for t in types}
-    alloc = {t: base[t] + int(quotas[t]) for t in types}
+    alloc = {t: base + int(quotas[t]) for t in types}
     left = n - sum(alloc.values())
     for t in sorted(types, key=lambda t: (-(quotas[t] - int(quotas[t])), types.index(t)))[:left]:
         alloc[t] += 1
@@ -143,30 +137,21 @@ class Slot:
 
 def plan_slots(cfg: CorpusConfig) -> list[Slot]:
     """Every slot with its attempt candidates; cheap (no engine), deterministic."""
-    by_type_train: dict[str, list[TaskSpec]] = {t: [] for t in TASK_TYPES}
-    by_type_test: dict[str, list[TaskSpec]] = {t: [] for t in TASK_TYPES}
-    for spec in enumerate_task_specs(train_scenes()):
-        by_type_train[spec.task_type].append(spec)
-    for spec in enumerate_task_specs(test_scenes()):
-        by_type_test[spec.task_type].append(spec)
-    sizes = cfg.sizes()
-    alloc = {split: allocate(n) for split, n in sizes.items()}
+    train_specs, test_specs = enumerate_task_specs(train_scenes()), enumerate_task_specs(test_scenes())
+    alloc = {split: allocate(n) for split, n in cfg.sizes().items()}
     slots: list[Slot] = []
     for task in TASK_TYPES:
-        train_pool = list(by_type_train[task])
+        train_pool = [s for s in train_specs if s.task_type == task]
         random.Random(f"{cfg.seed}:pool:train:{task}").shuffle(train_pool)
-        ood_pool = list(by_type_test[task])
+        ood_pool = [s for s in test_specs if s.task_type == task]
         random.Random(f"{cfg.seed}:pool:ood:{task}").shuffle(ood_pool)
         n_id = alloc["eval_in_distribution"][task]
         if n_id and len(train_pool) < 2 * n_id:
             raise ValueError(
                 f"only {len(train_pool)} {task} combinations in train scenes; too few for {n_id} eval games"
             )
-        pools = {
-            "eval_in_distribution": train_pool[:n_id],
-            "train": train_pool[n_id:],
-            "eval_out_of_distribution": ood_pool,
-        }
+        pools = {"train": train_pool[n_id:], "eval_in_distribution": train_pool[:n_id]}
+        pools["eval_out_of_distribution"] = ood_pool
         for split in SPLIT_DIRS:
             n = alloc[split][task]
             pool = pools[split]
@@ -178,8 +163,6 @@ def plan_slots(cfg: CorpusConfig) -> list[Slot]:
     return slots
 
 
-# --- worker side ---------------------------------------------------------------------------
-
 _WORKER: dict[str, Any] = {}
 
 
@@ -188,9 +171,7 @@ def _worker_init() -> None:
 
     install_engine_caches(max_translations=8)
     _WORKER["engine"] = make_engine(expert=True)
-    domain, grammar = packaged_logic()
-    _WORKER["domain"] = domain.read_text()
-    _WORKER["grammar"] = grammar.read_text()
+    _WORKER["domain"], _WORKER["grammar"] = (p.read_text() for p in packaged_logic())
 
 
 def _build_slot(out: str, seed: int, slot: Slot, expert_max_steps: int) -> dict[str, Any]:
@@ -201,6 +182,7 @@ def _build_slot(out: str, seed: int, slot: Slot, expert_max_steps: int) -> dict[
         _worker_init()
     root = Path(out)
     failures: list[str] = []
+    head = {"slot": slot.key, "split": slot.split, "task_type": slot.task_type, "failures": failures}
     for attempt, spec in enumerate(slot.candidates):
         trial = f"trial_T{seed:08d}_{slot.index:06d}_a{attempt}"
         rel = Path(JSON_DIR) / SPLIT_DIRS[slot.split] / spec.task_folder / trial
@@ -222,27 +204,16 @@ def _build_slot(out: str, seed: int, slot: Slot, expert_max_steps: int) -> dict[
             shutil.rmtree(final)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.rename(tmp, final)
-        result = {
-            "slot": slot.key,
-            "split": slot.split,
-            "task_type": slot.task_type,
-            "game_id": f"{spec.task_folder}/{trial}",
-            "path": rel.as_posix(),
-            "scene": spec.scene_num,
-            "expert_steps": len(walkthrough),
-            "attempts": attempt + 1,
-            "failures": failures,
-        }
+        result = {**head, "game_id": f"{spec.task_folder}/{trial}", "path": rel.as_posix(), "scene": spec.scene_num}
+        result |= {"expert_steps": len(walkthrough), "attempts": attempt + 1}
         _atomic_write_json(root / ".build" / "slots" / f"{slot.key.replace('/', '__')}.json", result)
         return result
-    return {"slot": slot.key, "split": slot.split, "task_type": slot.task_type, "failures": failures, "path": None}
+    return {**head, "path": None}
 
 
 def _atomic_write_json(path: Path, data: Mapping[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, sort_keys=True, indent=1), overwrite=True)
 
-
-# --- driver ----------------------------------------------------------------------------------
 
 
 def _load_done(root: Path) -> dict[str, dict[str, Any]]:
@@ -351,13 +322,8 @@ def _run(cfg: CorpusConfig, todo: list[Slot], progress: bool) -> Iterator[dict[s
     t0 = time.monotonic()
     workers = min(cfg.workers, len(todo))
     try:
-        if workers == 1:
-            for slot in todo:
-                rec = _build_slot(str(cfg.out), cfg.seed, slot, cfg.expert_max_steps)
-                bar.update(1)
-                yield rec
-            return
-        for rec in _run_subprocesses(cfg, todo, workers):
+        here = (_build_slot(str(cfg.out), cfg.seed, s, cfg.expert_max_steps) for s in todo)
+        for rec in here if workers == 1 else _run_subprocesses(cfg, todo, workers):
             bar.update(1)
             yield rec
     finally:
@@ -446,8 +412,6 @@ def _worker_main() -> int:
         proto.flush()
     return 0
 
-
-# --- manifest checks and the embedded default ---------------------------------------------
 
 
 def read_manifest(root: Path) -> dict[str, Any] | None:

@@ -206,8 +206,6 @@ def enumerate_task_specs(scene_nums: Iterable[int]) -> list[TaskSpec]:
     return specs
 
 
-# --- writing one game ----------------------------------------------------------------------
-
 _PDDL_CHARS = {"-": "_minus_", "|": "_bar_", "+": "_plus_", ".": "_dot_", ",": "_comma_"}
 
 

@@ -129,8 +129,6 @@ def list_games(subsets: Sequence[str] = SUBSETS, path: str | Path | None = None,
     return games
 
 
-# --- EB-ALFRED skills ------------------------------------------------------------------------
-
 #: PDDL verbs of ALFRED's high-level plan that act on their first argument.
 _PDDL_SIMPLE = {
     "PickupObject": "pick up the {0}",
@@ -148,14 +146,11 @@ _COOL = (
     "open the Fridge", "put down the object in hand", "close the Fridge", "open the Fridge", "pick up the {0}",
     "close the Fridge",
 )  # fmt: skip
-#: How ALFRED expands clean/heat/cool at the sink, microwave and fridge (the receptacle the
-#: object is put down in, then the interactions; ``{0}``: the object): used when a plan has no
-#: ``low_actions``, which otherwise say what was done.
+#: How ALFRED expands clean/heat/cool (the receptacle, then the interactions), for a plan
+#: without ``low_actions``.
 _PDDL_AT = {"CleanObject": ("Sink", _CLEAN), "HeatObject": ("Microwave", _HEAT), "CoolObject": ("Fridge", _COOL)}
-#: ALFRED's low-level interactions (``plan.low_actions[*].api_action``) as skills; the object
-#: is the type prefix of its ``objectId`` (``Sink|...|SinkBasin`` -> Sink, ``Apple|...|AppleSliced_2``
-#: -> Apple), which is what ``ThorConnector.get_obj_id_from_name`` matches. ``PutObject`` is put
-#: down into the last found receptacle (:class:`_Plan`).
+#: ALFRED's low-level interactions (``plan.low_actions[*].api_action``) as skills; the object is
+#: the type prefix of its ``objectId``, which is what ``ThorConnector.get_obj_id_from_name`` matches.
 _LOW = {
     "PickupObject": "pick up the {0}",
     "OpenObject": "open the {0}",

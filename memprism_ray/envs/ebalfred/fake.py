@@ -58,7 +58,6 @@ class FakeController:
         dataset = json.loads(Path(self.data_path).read_text())[eval_set]
         return [dict(ep, fixture_key=f"{eval_set}/{i}") for i, ep in enumerate(dataset)]
 
-    # --- EBAlfEnv interface --------------------------------------------------------------
     def reset(self) -> dict[str, Any]:
         assert self._current_episode_num < self.number_of_episodes
         entry = self.dataset[self._current_episode_num]
@@ -117,7 +116,6 @@ class FakeController:
     def close(self) -> None:
         self.closed = True
 
-    # --- replay ---------------------------------------------------------------------------
     def _set_state(self, rec: dict[str, Any]) -> None:
         self._state = {"visible": list(rec["visible"]), "held": rec["held"], "conds": int(rec["conds"])}
         with Image.open(self.fixture_root / rec["frame"]) as im:

@@ -42,10 +42,8 @@ TOGGLE_OBJS: tuple[str, ...] = ("Microwave", "DeskLamp", "FloorLamp", "Faucet")
 #: ``alfred_slice_obj``.
 SLICE_OBJS: tuple[str, ...] = ("Potato", "Lettuce", "Tomato", "Apple", "Bread")
 
-#: ALFRED object types that no EB-ALFRED skill names: ALFRED's ``gen/constants.py``
-#: ``OBJECTS`` and ``RECEPTACLES`` (also in EmbodiedBench's copy,
-#: ``embodiedbench/envs/eb_alfred/gen/constants.py`` at ``b247936``) less the types above and
-#: the two basins (:data:`ALFRED_NAMES`). A plan that needs one cannot be played with EB-ALFRED's skills.
+#: ALFRED object types (``gen/constants.py`` ``OBJECTS`` and ``RECEPTACLES``) that no EB-ALFRED
+#: skill names: a plan that needs one cannot be played.
 ALFRED_ONLY_OBJS: tuple[str, ...] = (
     "Blinds", "Boots", "Chair", "Curtains", "Footstool", "HandTowelHolder", "HousePlant", "LaundryHamper",
     "LaundryHamperLid", "LightSwitch", "Mirror", "Painting", "PaintingHanger", "PaperTowel", "PaperTowelRoll",
