@@ -108,11 +108,6 @@ class _TranslationCache:
         self.disk_dir = disk_dir
         self.entries = _LRU(max_entries, "translate")
 
-    def _file(self, digest: str, optimize: bool) -> Path | None:
-        if self.disk_dir is None:
-            return None
-        return self.disk_dir / f"{digest}-{'optimized' if optimize else 'plain'}.json"
-
     def _read(self, path: Path | None) -> str | None:
         if path is None or not path.exists():
             return None
@@ -144,7 +139,8 @@ class _TranslationCache:
         hit = self.entries.hit(key)
         if hit is not None:
             return hit
-        path = self._file(digest, bool(optimize))
+        kind = "optimized" if optimize else "plain"
+        path = None if self.disk_dir is None else self.disk_dir / f"{digest}-{kind}.json"
         sas = self._read(path)
         if sas is not None:
             _STATS["translate_disk_hits"] += 1
@@ -176,7 +172,6 @@ def _caching_parse(parser: Any, converter: Callable[[], Any], maxsize: int) -> C
             _STATS["parse_hits"] += 1
         return converter().walk(model)
 
-    parse_and_convert.cache = parse  # type: ignore[attr-defined]
     return parse_and_convert
 
 

@@ -143,12 +143,7 @@ class TaskSpec:
 
 def _forbidden_starts(spec: TaskSpec) -> frozenset[str]:
     """Receptacle types an instance of the target object type may not start in."""
-    banned = set()
-    if spec.parent_target:
-        banned.add(spec.parent_target)
-    if spec.task_type in TASK_APPLIANCE:
-        banned.add(TASK_APPLIANCE[spec.task_type])
-    return frozenset(banned)
+    return frozenset(t for t in (spec.parent_target, TASK_APPLIANCE.get(spec.task_type)) if t)
 
 
 def _scene_object_types(scene: SceneLayout) -> list[str]:

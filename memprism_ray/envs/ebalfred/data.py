@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.envs.base import GameRef
-from memprism_ray.envs.ebalfred.skills import AlfredNameError, alfred_object, global_skills, is_alfred_name
+from memprism_ray.envs.ebalfred.skills import PUT_DOWN, AlfredNameError, alfred_object, global_skills, is_alfred_name
 
 #: EmbodiedBench's subset names, in the paper's order (Base, Common, Complex, Visual, Spatial, Long).
 SUBSETS: tuple[str, ...] = (
@@ -151,15 +151,8 @@ _COOL = (
 _PDDL_AT = {"CleanObject": ("Sink", _CLEAN), "HeatObject": ("Microwave", _HEAT), "CoolObject": ("Fridge", _COOL)}
 #: ALFRED's low-level interactions (``plan.low_actions[*].api_action``) as skills; the object is
 #: the type prefix of its ``objectId``, which is what ``ThorConnector.get_obj_id_from_name`` matches.
-_LOW = {
-    "PickupObject": "pick up the {0}",
-    "OpenObject": "open the {0}",
-    "CloseObject": "close the {0}",
-    "ToggleObjectOn": "turn on the {0}",
-    "ToggleObjectOff": "turn off the {0}",
-    "SliceObject": "slice the {0}",
-    "PutObject": "put down the object in hand",
-}
+_LOW = {k: v for k, v in _PDDL_SIMPLE.items() if k != "ToggleObject"}
+_LOW |= {"ToggleObjectOn": "turn on the {0}", "ToggleObjectOff": "turn off the {0}", "PutObject": PUT_DOWN}
 
 
 class _Plan:

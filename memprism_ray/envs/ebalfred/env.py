@@ -65,28 +65,20 @@ def check_settings(c: Any) -> None:
 
 @dataclass
 class EbAlfredConfig:
-    """How EB-ALFRED episodes are played (paper Table A.4 for the reward)."""
+    """How EB-ALFRED episodes are played (paper Table A.4 for the reward); the ``ebalfred`` config
+    section (:mod:`.section`) documents the fields it shares."""
 
     controller: str = "embodiedbench"
-    """``embodiedbench`` (AI2-THOR through EmbodiedBench) or ``fake`` (replays ``fixture``)"""
     fixture: str = ""
-    """fixture folder for the fake controller (memprism_ray.envs.ebalfred.fixture)"""
     resolution: int = 500
-    """camera frame side in pixels (EmbodiedBench's default 500)"""
     x_display: str = "1"
-    """X display AI2-THOR 2.1.0 renders on (Xvfb or a GPU X server; docs/ebalfred.md)"""
     local_build: str = ""
-    """path of a local AI2-THOR build executable; '' lets ai2thor download its build"""
     frame_dir: str = ""
-    """when set, every post-action frame is also written under it (``meta["frame_path"]``)"""
     progress_coef: float = 0.2
     """weight of goal-condition progress in the reward (Table A.4: 0.2)"""
     skills: str = "scene"
-    """the skill list shown: ``scene`` (the paper's scene-filtered list) or ``full``"""
     n_shots: int = N_SHOTS
-    """in-context examples in the prompt (EmbodiedBench's default 10; 0 drops the slot)"""
     examples: str = ""
-    """folder of the example files ('' : EmbodiedBench's evaluator/config, or the fixture's)"""
     extra: dict[str, Any] = field(default_factory=dict)
     """further keyword arguments for the real controller (e.g. ``down_sample_ratio``)"""
 
