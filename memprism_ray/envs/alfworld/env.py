@@ -13,7 +13,7 @@ imports take ~55 MB, a slot with a game loaded ~5-8 MB more (8 slots: ~106 MB PS
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,6 @@ class _Slot:
     steps: int = 0
     over: bool = False
     goal: str = ""
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 class AlfworldEnv:

@@ -246,14 +246,8 @@ def scene_objects(fam: _Family) -> list[dict[str, Any]]:
         for k in range(counts.get(t, 1)):
             h = zlib.crc32(f"{t}|{k}".encode())
             pos = "|".join(f"{((h >> s) % 400 - 200) / 100:+.2f}" for s in (0, 9, 18))
-            out.append(
-                {
-                    "objectType": t,
-                    "objectId": f"{t}|{pos}",
-                    "receptacle": t in RECEPTACLES,
-                    "pickupable": t in PICK_OBJS,
-                }
-            )
+            kind = {"receptacle": t in RECEPTACLES, "pickupable": t in PICK_OBJS}
+            out.append({"objectType": t, "objectId": f"{t}|{pos}", **kind})
     return out
 
 

@@ -44,9 +44,8 @@ def _flights(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, s
         _El(120, "button", {"type": "submit"}, "Search flights"),
         _El(130, "a", {"href": "/help"}, "Help"),
     ]
-    goal = f"Find {cabin.lower()} class flights from {a} to {b}"
     steps = [("TYPE", 110, a), ("TYPE", 111, b), ("SELECT", 112, cabin), ("CLICK", 120, "")]
-    return goal, els, steps
+    return f"Find {cabin.lower()} class flights from {a} to {b}", els, steps
 
 
 def _restaurant(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, str]]]:
@@ -59,9 +58,7 @@ def _restaurant(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int
         _El(210, "button", {"type": "submit"}, "Find a table"),
         _El(220, "a", {"href": "/gift"}, "Gift cards"),
     ]
-    goal = f"Book a table for {size} in {city}"
-    steps = [("TYPE", 205, city), ("SELECT", 206, size), ("CLICK", 210, "")]
-    return goal, els, steps
+    return f"Book a table for {size} in {city}", els, [("TYPE", 205, city), ("SELECT", 206, size), ("CLICK", 210, "")]
 
 
 def _shop(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, str]]]:
@@ -73,9 +70,8 @@ def _shop(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, str]
         _El(310, "a", {"href": "/p/1"}, f"{product} Pro"),
         _El(311, "button", {}, "Add to cart"),
     ]
-    goal = f"Add {product} Pro to the cart"
     steps = [("TYPE", 302, product), ("CLICK", 303, ""), ("CLICK", 310, ""), ("CLICK", 311, "")]
-    return goal, els, steps
+    return f"Add {product} Pro to the cart", els, steps
 
 
 def _movies(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, str]]]:
@@ -88,9 +84,8 @@ def _movies(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, st
         _El(405, "select", {"name": "movie"}, "", opts),
         _El(420, "button", {}, "Show times"),
     ]
-    goal = f"Find show times for {movie} in {city}"
     steps = [("TYPE", 402, city), ("SELECT", 405, movie), ("CLICK", 420, "")]
-    return goal, els, steps
+    return f"Find show times for {movie} in {city}", els, steps
 
 
 SITES: dict[str, tuple[str, str, Any]] = {
