@@ -48,8 +48,7 @@ def _check_shared(obj: Observation | Transition) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What the agent sees at the start of an episode (``o_1^-`` and the goal ``g``); ``meta``
-    (task type, game id, step count) goes into ``m_t``."""
+    """What the agent sees at the start of an episode (``o_1^-``, the goal ``g``; ``meta`` goes into ``m_t``)."""
 
     text: str
     goal: str
@@ -76,8 +75,7 @@ def took_step(tr: Transition) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """The result of one executed action: feedback ``y_t^+``, reward ``r_t`` and termination
-    (``done``: the episode ended inside the environment; ``won``: task success)."""
+    """The result of one executed action: feedback ``y_t^+``, reward ``r_t``, termination and success."""
 
     feedback: str
     reward: float
@@ -101,8 +99,7 @@ class Transition:
 
 @dataclass(frozen=True, slots=True)
 class GameRef:
-    """A playable game: a stable id (unique within a data root, the same on every machine), the
-    file the engine loads, its task type and split."""
+    """A playable game: a stable id, the file the engine loads, its task type and split."""
 
     game_id: str
     path: Path

@@ -128,8 +128,7 @@ class BrokenGame:
 
 @dataclass(frozen=True)
 class SplitScan:
-    """A split's playable games (sorted by ``game_id``), its broken trials, and a one-line
-    account of what was found and skipped."""
+    """A split's playable games (by ``game_id``), its broken trials and a one-line summary."""
 
     games: list[GameRef]
     broken: list[BrokenGame]

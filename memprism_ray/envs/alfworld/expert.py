@@ -95,8 +95,7 @@ class FixedHandCodedTWAgent(HandCodedTWAgent):
 
 
 class FixedAlfredExpert(AlfredExpert):
-    """ALFWorld's ``AlfredExpert`` wrapper driving :class:`FixedHandCodedTWAgent`: after every
-    reset and step, ``state["extra.expert_plan"]`` holds the expert's next command."""
+    """ALFWorld's ``AlfredExpert`` driving :class:`FixedHandCodedTWAgent` (``extra.expert_plan``)."""
 
     def __init__(self, env: Any = None, seed: int = 0, max_steps: int = 200) -> None:
         super().__init__(env=env, expert_type="handcoded")

@@ -253,8 +253,7 @@ def _goal_pddl(spec: TaskSpec) -> str:
 
 
 def generate_game(spec: TaskSpec, seed: int, trial: str) -> GeneratedGame:
-    """Sample one game for ``spec``; the same ``(spec, seed)`` always gives the same game
-    (``ValueError`` when the scene cannot host the task)."""
+    """Sample one game for ``spec``, a function of ``(spec, seed)``; ``ValueError`` if the scene cannot host it."""
     rng = random.Random(f"{seed}:{spec.task_type}:{spec.object_target}:{spec.target}:{spec.scene_num}")
     scene = load_scene(spec.scene_num)
     cat = catalog()

@@ -40,8 +40,7 @@ ALFRED_DOWNLOAD = "https://ai2-vision-alfred.s3-us-west-2.amazonaws.com/json_2.1
 
 
 def check_subset(subset: str, key: str = "subset", *, train: bool = False) -> str:
-    """``subset`` when it is one of :data:`SUBSETS` (or, with ``train``, :data:`TRAIN_SUBSET`);
-    a one-line ``ValueError`` otherwise."""
+    """``subset`` if valid (with ``train``, :data:`TRAIN_SUBSET` too); a one-line ``ValueError`` otherwise."""
     valid = (*SUBSETS, TRAIN_SUBSET) if train else SUBSETS
     if subset not in valid:
         raise ValueError(f"{key}={subset!r} is not an EB-ALFRED subset; valid subsets: {', '.join(valid)}")
@@ -49,8 +48,7 @@ def check_subset(subset: str, key: str = "subset", *, train: bool = False) -> st
 
 
 def game_ref(subset: str, index: int, source: str | Path = "") -> GameRef:
-    """The reference of episode ``index`` of ``subset`` (``source``: the splits file it came
-    from; the env plays the episode from that file)."""
+    """Episode ``index`` of ``subset``, played from ``source`` (the splits file it came from)."""
     check_subset(subset, train=True)
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ValueError(f"EB-ALFRED episode index must be a non-negative int, got {index!r}")
@@ -85,8 +83,7 @@ def default_splits_path() -> Path | None:
 
 
 def load_splits(path: str | Path | None = None, subsets: Sequence[str] = SUBSETS) -> dict[str, list[dict[str, Any]]]:
-    """``subsets`` (by default the six evaluation subsets) from an EmbodiedBench-format
-    ``splits.json``, each present and every entry with its ``instruction``."""
+    """``subsets`` of an EmbodiedBench-format ``splits.json``, each entry with its ``instruction``."""
     p = Path(path) if path else default_splits_path()
     if p is None or not p.is_file():
         where = f" (looked at {p})" if p is not None else ""

@@ -42,8 +42,7 @@ class Example:
 
 
 def parse_example(text: str) -> Example:
-    """An example string of EmbodiedBench's files as data (the plan's steps are JSON, never
-    evaluated); a ``ValueError`` saying what is wrong otherwise."""
+    """An example string of EmbodiedBench's files as data (its steps are JSON, never evaluated)."""
     m = _EXAMPLE.match(text)
     if m is None:
         raise ValueError(
@@ -79,8 +78,7 @@ def example_file(subset: str) -> str:
 
 
 def load_examples(folder: str | Path, subset: str) -> list[Example]:
-    """The examples of ``subset`` from ``folder``, parsed; a one-line error naming the file
-    when it is missing or not EmbodiedBench's format."""
+    """The examples of ``subset`` from ``folder``, parsed."""
     path = Path(folder) / example_file(subset)
     if not path.is_file():
         raise FileNotFoundError(

@@ -56,8 +56,7 @@ def check_format(path: str | Path) -> None:
 
 
 def resolve_scores_path(path: str | Path, data_root: str | Path | None) -> Path:
-    """The candidate-scores file ``path`` names (relative: under ``data_root``), checked (a
-    pickle under another name too)."""
+    """The candidate-scores file ``path`` names (relative: under ``data_root``), checked."""
     check_format(path)
     p = Path(str(path)).expanduser()
     if not p.is_absolute() and data_root:
@@ -187,8 +186,7 @@ def _load(path: str, mtime_ns: int, top_k: int) -> CandidateRanks:
 
 
 def load_candidate_ranks(path: str | Path, top_k: int = TOP_K) -> CandidateRanks:
-    """The ranks of a converted, resolved candidate-scores file (cached: every env slot of a
-    worker shares one copy)."""
+    """The ranks of a resolved candidate-scores file (cached: a worker's env slots share them)."""
     if top_k < 1:
         raise Mind2WebDataError(f"mind2web.candidate_top_k must be >= 1, got {top_k}")
     p = Path(path)
@@ -230,8 +228,7 @@ def _write_parquet(
 
 
 def write_scores(ranks: Mapping[str, Mapping[str, int]], scores: Mapping[str, Mapping[str, float]], out: Path) -> int:
-    """Write ranks (and scores) ``{sample_id: {backend_node_id: value}}`` to ``out`` in the format
-    its suffix names; the number of ranked candidates."""
+    """Write ranks and scores to ``out`` in the format its suffix names; the candidates ranked."""
     suffix = out.suffix.lower()
     if suffix not in FORMATS:
         raise Mind2WebDataError(f"output {out}: choose a {', '.join(FORMATS)} file name")

@@ -25,24 +25,9 @@ from memprism_ray.envs.mind2web.data import Mind2WebDataError
 #: The globals a pickle of scores and ranks may name: containers and numpy scalars/arrays, nothing
 #: callable with effects (numpy 2.0 moved ``numpy.core`` to ``numpy._core``: both spellings).
 ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("builtins", "dict"),
-        ("builtins", "list"),
-        ("builtins", "tuple"),
-        ("builtins", "set"),
-        ("builtins", "frozenset"),
-        ("builtins", "int"),
-        ("builtins", "float"),
-        ("builtins", "str"),
-        ("collections", "OrderedDict"),
-        ("collections", "defaultdict"),
-        ("numpy", "dtype"),
-        ("numpy", "ndarray"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "_reconstruct"),
-    }
+    [("builtins", name) for name in ("dict", "list", "tuple", "set", "frozenset", "int", "float", "str")]
+    + [("collections", "OrderedDict"), ("collections", "defaultdict"), ("numpy", "dtype"), ("numpy", "ndarray")]
+    + [(f"numpy.{core}.multiarray", name) for core in ("core", "_core") for name in ("scalar", "_reconstruct")]
 )
 
 

@@ -38,8 +38,7 @@ END_OF_TRAJECTORY = "(end of the recorded human trajectory)"
 
 
 def normalize_action(op: str, ref: str, value: str | None) -> dict[str, Any]:
-    """``{"op", "ref", "value"}``: the op upper-cased, the value whitespace-collapsed and
-    case-folded (``None`` for CLICK)."""
+    """``{"op", "ref", "value"}``, the op upper-cased, the value normalised (``None`` for CLICK)."""
     op = op.strip().upper()
     return {"op": op, "ref": ref, "value": None if op == "CLICK" else normalize_ws(value or "").casefold()}
 

@@ -206,8 +206,7 @@ def _task(site: str, split: str, k: int, rng: random.Random) -> dict[str, Any]:
 
 
 def build_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0) -> Path:
-    """Write the fixture under ``root`` (``root/<split>/<split>_0.json``); returns ``root``.
-    The content is a function of ``tasks_per_site`` and ``seed`` only."""
+    """Write the fixture under ``root``, a function of ``tasks_per_site`` and ``seed``; ``root``."""
     if tasks_per_site < 1:
         raise ValueError(f"build_fixture: tasks_per_site must be >= 1, got {tasks_per_site}")
     root = Path(root)

@@ -124,8 +124,7 @@ def _pick(step: Step, limit: int, pool: Collection[str] | None) -> list[Candidat
 
 
 def positive_in_pool(step: Step, config: SnapshotConfig | None = None, pool: Collection[str] | None = None) -> bool:
-    """Whether the snapshot of ``step`` shows one of its positive candidates (metric.py's
-    "Recall Cap"), without parsing the page."""
+    """Whether the snapshot of ``step`` shows a positive candidate (metric.py's "Recall Cap")."""
     pos = {c.backend_node_id for c in step.pos}
     return any(c.backend_node_id in pos for c in _pick(step, (config or SnapshotConfig()).max_candidates, pool))
 
