@@ -74,9 +74,9 @@ class AlfworldEnv:
         if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < len(self._slots):
             raise ValueError(f"slot must be an int in [0, {len(self._slots) - 1}], got {slot!r}")
         s = self._slots[slot]
+        if not create and (s is None or s.game is None):
+            raise ValueError(f"slot {slot} has no game: call reset(game, slot={slot}) first")
         if s is None:
-            if not create:
-                raise ValueError(f"slot {slot} has no game: call reset(game, slot={slot}) first")
             s = self._slots[slot] = _Slot(make_engine(expert=self._expert, expert_seed=self._expert_seed))
         return s
 
@@ -122,8 +122,6 @@ class AlfworldEnv:
         if not isinstance(action, str):
             raise ValueError(f"action must be a str, got {type(action).__name__}")
         s = self._slot(slot, create=False)
-        if s.game is None:
-            raise ValueError(f"slot {slot} has no game: call reset(game, slot={slot}) first")
         if s.over:
             raise ValueError(f"the episode in slot {slot} is over after {s.steps} steps; reset it first")
         state, score, done = s.engine.step(action)

@@ -51,7 +51,7 @@ Chooser = Callable[[EventStream, str, str, tuple[str, ...], int], str]
 def play_episode(
     env: Any, game: GameRef, benchmark: str, phi: Phi, next_action: Callable[..., tuple[str, str] | None],
     max_steps: int, source: str, meta_keys: Sequence[str] = (),
-) -> ExpertEpisode:  # fmt: skip
+) -> ExpertEpisode:
     """Play ``game``, recording every step through ``phi``: ``next_action(t, meta, stream,
     o_pre, goal, admissible)`` gives ``(action, reference)``, or ``None`` to stop; at most
     ``max_steps`` steps the env takes (:data:`~memprism_ray.envs.base.STEP_TAKEN`)."""
