@@ -117,15 +117,13 @@ def expert_walkthrough(engine: Any, gamefile: str | Path, max_steps: int = 100) 
     engine.load(str(gamefile))
     state = engine.reset()
     commands: list[str] = []
-    try:
-        while not state["won"]:
-            if len(commands) >= max_steps:
-                raise ExpertFailed(f"expert did not win within {max_steps} steps")
+    while not state["won"]:
+        if len(commands) >= max_steps:
+            raise ExpertFailed(f"expert did not win within {max_steps} steps")
+        try:
             command = state["extra.expert_plan"][0]
             state, _, _ = engine.step(command)
-            commands.append(command)
-    except ExpertFailed:
-        raise
-    except Exception as exc:  # the expert signals failure with NameError subclasses and Exception("Timeout")
-        raise ExpertFailed(f"expert failed after {len(commands)} steps: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # the expert signals failure with NameError subclasses and Exception("Timeout")
+            raise ExpertFailed(f"expert failed after {len(commands)} steps: {type(exc).__name__}: {exc}") from None
+        commands.append(command)
     return commands

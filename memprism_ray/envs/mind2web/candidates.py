@@ -251,15 +251,7 @@ def pool_info(candidate_scores: str | Path | None, top_k: int, max_candidates: i
     """The candidate pool a run used, for its reports."""
     if candidate_scores:
         name = Path(str(candidate_scores)).name
-        return {
-            "protocol": "mindact",
-            "description": f"MindAct candidate pool: top {top_k} of the release's candidate ranks ({name})",
-            "top_k": int(top_k),
-            "file": name,
-        }
-    return {
-        "protocol": "project",
-        "description": f"project candidate pool: positives + {max_candidates - 1} negatives",
-        "top_k": None,
-        "file": None,
-    }
+        what = f"MindAct candidate pool: top {top_k} of the release's candidate ranks ({name})"
+        return {"protocol": "mindact", "description": what, "top_k": int(top_k), "file": name}
+    what = f"project candidate pool: positives + {max_candidates - 1} negatives"
+    return {"protocol": "project", "description": what, "top_k": None, "file": None}
