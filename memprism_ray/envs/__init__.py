@@ -1,5 +1,4 @@
-"""Environments behind one protocol (:mod:`memprism_ray.envs.base`): ALFWorld on the real
-TextWorld engine (:mod:`memprism_ray.envs.alfworld`); other benchmarks add modules here."""
+"""Environments behind one protocol (:mod:`memprism_ray.envs.base`), one package per benchmark."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """The environment protocol shared by every benchmark (paper: "Recorder", appendix D.1).
 
-An :class:`Observation` (``o_t^-``, the goal ``g``, the admissible commands) and a
-:class:`Transition` (feedback ``y_t^+``, task signal ``r_t``, termination) hold exactly the
-fields of the raw event ``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)``, so an environment never has
-to know about the Recorder. An environment holds ``num_slots`` independent game slots (one
-worker plays a whole GRPO group step-synchronously); the step limit is the agent loop's, which
-counts the transitions that took a step (:data:`STEP_TAKEN`). Both types are plain
-(docs/architecture.md "Data crossing an actor boundary").
+:class:`Observation` and :class:`Transition` hold exactly the fields of the raw event
+``e_t = (o_t^-, u_t, y_t^+, r_t, m_t)``, so an environment never has to know about the Recorder.
+``num_slots`` independent game slots let one worker play a whole GRPO group step-synchronously.
 """
 
 from __future__ import annotations
@@ -20,8 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 
 def cache_base() -> Path:
-    """Where built data is cached (the embedded corpus, its PDDL translations, the Mind2Web
-    fixture): ``$MEMPRISM_CACHE``, else ``~/.cache/memprism``."""
+    """Where built data is cached: ``$MEMPRISM_CACHE``, else ``~/.cache/memprism``."""
     return Path(os.environ.get("MEMPRISM_CACHE") or Path.home() / ".cache" / "memprism").expanduser()
 
 
@@ -53,12 +48,7 @@ def _check_shared(obj: Observation | Transition) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What the agent sees at the start of an episode (``o_1^-`` and the goal ``g``).
-
-    ``text`` is the environment's own opening text (for ALFWorld the intro, which also
-    ends with the task sentence); ``goal`` is the task sentence alone. ``meta`` holds
-    task and environment facts (task type, game id, step count) that go into ``m_t``.
-    """
+    """What the agent sees at the start of an episode (``o_1^-``, the goal ``g``; ``meta`` goes into ``m_t``)."""
 
     text: str
     goal: str
@@ -74,9 +64,7 @@ class Observation:
 
 
 #: ``Transition.meta`` key: ``False`` when the decision took no step of the environment's own
-#: step budget (EB-ALFRED: an output that is no skill is an invalid action that uses none of
-#: EmbodiedBench's 30 simulator steps, ``eb_alfred_evaluator.py``). Absent means a step was
-#: taken, so every benchmark that does not set it counts every decision.
+#: step budget (EB-ALFRED: an output that is no skill); absent means a step was taken.
 STEP_TAKEN = "step_taken"
 
 
@@ -87,13 +75,7 @@ def took_step(tr: Transition) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """The result of one executed action: feedback ``y_t^+``, reward ``r_t`` and termination.
-
-    ``won`` is the task-success flag; ``done`` is true when the episode ended inside the
-    environment (for ALFWorld, when the goal is reached). ``admissible`` are the commands
-    offered for the next decision. ``meta`` carries per-step facts (step count, and the
-    reference expert action where the environment was asked for it).
-    """
+    """The result of one executed action: feedback ``y_t^+``, reward ``r_t``, termination and success."""
 
     feedback: str
     reward: float
@@ -117,12 +99,7 @@ class Transition:
 
 @dataclass(frozen=True, slots=True)
 class GameRef:
-    """A playable game: a stable id, the file the engine loads, its task type and split.
-
-    ``game_id`` is unique within a data root and stable across machines: for ALFWorld it
-    is the game directory relative to the split folder
-    (``"pick_and_place_simple-Mug-None-Desk-308/trial_T00000007_000012"``).
-    """
+    """A playable game: a stable id, the file the engine loads, its task type and split."""
 
     game_id: str
     path: Path

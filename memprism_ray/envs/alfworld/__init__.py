@@ -1,16 +1,5 @@
-"""ALFWorld on the real TextWorld PDDL engine, offline (issue 3).
-
-* :mod:`.generator` / :mod:`.corpus`: ALFWorld-style games from the packaged layouts,
-  validated by ALFWorld's handcoded expert; ``ensure_default_corpus`` for the embedded
-  default.
-* :mod:`.data`: split listing over the official ``alfworld-download`` tree or a generated one.
-* :mod:`.engine`: the stock engine with caches that keep transcripts identical.
-* :mod:`.env`: :class:`AlfworldEnv`, the shared Env protocol on that engine.
-* :mod:`.expert`: the handcoded expert with the 0.4.2 move/put fix.
-* :mod:`.expert_data`: reference trajectories as Parquet for view-teacher labelling (D1).
-
-Heavy imports (alfworld, textworld, fast-downward) happen when a submodule is used.
-"""
+"""ALFWorld on the real TextWorld PDDL engine, offline (issue 3). Heavy imports (alfworld,
+textworld, fast-downward) happen when a submodule is used."""
 
 from __future__ import annotations
 

@@ -1,29 +1,21 @@
 """Build, resume and cache a corpus of ALFWorld-style games (issue 3, item 1).
 
-``build_corpus`` writes ``train``, ``eval_in_distribution`` and ``eval_out_of_distribution``
-games in the ``alfworld-download`` layout (see :mod:`memprism_ray.envs.alfworld.data`),
-plus ``logic/alfred.{pddl,twl2}`` so ALFWorld's own ``AlfredTWEnv`` runs on the tree with
-its stock config. A game enters the corpus only after ALFWorld's handcoded expert (with
-the move/put fix, :mod:`memprism_ray.envs.alfworld.expert`) wins it on the real engine;
-its winning commands are stored as the game's ``walkthrough``.
+Games are written in the ``alfworld-download`` layout (with ``logic/``, so ALFWorld's own
+``AlfredTWEnv`` runs on the tree); a game enters the corpus only once the handcoded expert
+wins it on the real engine, and its winning commands are its ``walkthrough``.
 
-Determinism: the corpus is a function of ``(seed, train, eval)``. Every game slot
-``(split, task type, k)`` draws its (task, object, target, scene) combination from a
-seeded shuffle of all valid combinations; attempt ``j`` of a slot uses a fixed other
-combination and placement seed, so which worker builds a slot, and in which order, never
-matters. Eval-in-distribution combinations are reserved before train draws, so they are
-unseen in train (same scenes, other task/object/target triples); eval-out-of-distribution
-uses ALFRED's held-out scenes only.
-
-Resumability: each finished slot is renamed into place atomically and then recorded in
-``.build/slots/``; a restarted build skips recorded slots and clears half-written
-temporaries. ``manifest.json`` (per-split per-type counts, SHA-256 of every file) is
-written last, so its presence means the build completed.
+Determinism: the corpus is a function of ``(seed, train, eval)``: attempt ``j`` of slot
+``(split, task type, k)`` uses a fixed combination and placement seed, so which worker builds
+a slot, and when, never matters. Eval-in-distribution combinations are reserved before train
+draws (unseen in train); eval-out-of-distribution uses ALFRED's held-out scenes only.
+Resumability: finished slots are renamed into place, then recorded in ``.build/slots/``;
+``manifest.json`` is written last, so its presence means the build completed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -61,15 +53,13 @@ JSON_DIR = "json_2.1.1"
 ALFWORLD_TRAIN_GAMES = 3827
 ALFWORLD_EVAL_GAMES = 140
 
-#: Embedded default: small enough to build in under 2 minutes on 2 cores (144 games, 78 s
-#: measured), large enough for a few GRPO groups per task type and a 48-game evaluation per
-#: split (configs/local.yaml plays 3 episodes of each out-of-distribution game).
+#: Embedded default: built in under 2 minutes on 2 cores (144 games, 78 s measured), enough for a
+#: few GRPO groups per task type and a 48-game evaluation per split.
 DEFAULT_TRAIN_GAMES = 48
 DEFAULT_EVAL_GAMES = 48
 DEFAULT_SEED = 0
 
-#: Task mix, close to that of ALFWorld's training games (pick 790, look 308, clean 650,
-#: heat 459, cool 533, pick-two 813 out of 3,553).
+#: Task mix, close to that of ALFWorld's 3,553 training games.
 TASK_WEIGHTS: dict[str, float] = {
     "pick_and_place_simple": 790,
     "look_at_obj_in_light": 308,
@@ -106,9 +96,8 @@ class CorpusConfig:
         return {"train": self.train, "eval_in_distribution": self.eval, "eval_out_of_distribution": self.eval}
 
     def identity(self) -> dict[str, Any]:
-        """What determines the corpus content. Workers do not; nor does ``max_attempts``:
-        attempt ``j`` of a slot is the same game whatever the limit, so a build that ran out
-        of attempts can be finished with a larger one."""
+        """What determines the corpus content: not ``max_attempts`` (attempt ``j`` of a slot is the
+        same game whatever the limit, so a build that ran out can be finished with a larger one)."""
         return {
             "format": FORMAT,
             "generator_version": GENERATOR_VERSION,
@@ -121,15 +110,11 @@ class CorpusConfig:
 def allocate(n: int, weights: Mapping[str, float] = TASK_WEIGHTS) -> dict[str, int]:
     """Split ``n`` games over task types by largest remainder; every type gets one when n >= 6."""
     types = list(TASK_TYPES)
-    if n >= len(types):
-        base = dict.fromkeys(types, 1)
-        rest = n - len(types)
-    else:
-        base = dict.fromkeys(types, 0)
-        rest = n
+    base = 1 if n >= len(types) else 0
+    rest = n - base * len(types)
     total = sum(weights[t] for t in types)
     quotas = {t: rest * weights[t] / total for t in types}
-    alloc = {t: base[t] + int(quotas[t]) for t in types}
+    alloc = {t: base + int(quotas[t]) for t in types}
     left = n - sum(alloc.values())
     for t in sorted(types, key=lambda t: (-(quotas[t] - int(quotas[t])), types.index(t)))[:left]:
         alloc[t] += 1
@@ -152,30 +137,21 @@ class Slot:
 
 def plan_slots(cfg: CorpusConfig) -> list[Slot]:
     """Every slot with its attempt candidates; cheap (no engine), deterministic."""
-    by_type_train: dict[str, list[TaskSpec]] = {t: [] for t in TASK_TYPES}
-    by_type_test: dict[str, list[TaskSpec]] = {t: [] for t in TASK_TYPES}
-    for spec in enumerate_task_specs(train_scenes()):
-        by_type_train[spec.task_type].append(spec)
-    for spec in enumerate_task_specs(test_scenes()):
-        by_type_test[spec.task_type].append(spec)
-    sizes = cfg.sizes()
-    alloc = {split: allocate(n) for split, n in sizes.items()}
+    train_specs, test_specs = enumerate_task_specs(train_scenes()), enumerate_task_specs(test_scenes())
+    alloc = {split: allocate(n) for split, n in cfg.sizes().items()}
     slots: list[Slot] = []
     for task in TASK_TYPES:
-        train_pool = list(by_type_train[task])
+        train_pool = [s for s in train_specs if s.task_type == task]
         random.Random(f"{cfg.seed}:pool:train:{task}").shuffle(train_pool)
-        ood_pool = list(by_type_test[task])
+        ood_pool = [s for s in test_specs if s.task_type == task]
         random.Random(f"{cfg.seed}:pool:ood:{task}").shuffle(ood_pool)
         n_id = alloc["eval_in_distribution"][task]
         if n_id and len(train_pool) < 2 * n_id:
             raise ValueError(
                 f"only {len(train_pool)} {task} combinations in train scenes; too few for {n_id} eval games"
             )
-        pools = {
-            "eval_in_distribution": train_pool[:n_id],
-            "train": train_pool[n_id:],
-            "eval_out_of_distribution": ood_pool,
-        }
+        pools = {"train": train_pool[n_id:], "eval_in_distribution": train_pool[:n_id]}
+        pools["eval_out_of_distribution"] = ood_pool
         for split in SPLIT_DIRS:
             n = alloc[split][task]
             pool = pools[split]
@@ -187,12 +163,6 @@ def plan_slots(cfg: CorpusConfig) -> list[Slot]:
     return slots
 
 
-def trial_name(seed: int, index: int, attempt: int) -> str:
-    return f"trial_T{seed:08d}_{index:06d}_a{attempt}"
-
-
-# --- worker side ---------------------------------------------------------------------------
-
 _WORKER: dict[str, Any] = {}
 
 
@@ -201,9 +171,7 @@ def _worker_init() -> None:
 
     install_engine_caches(max_translations=8)
     _WORKER["engine"] = make_engine(expert=True)
-    domain, grammar = packaged_logic()
-    _WORKER["domain"] = domain.read_text()
-    _WORKER["grammar"] = grammar.read_text()
+    _WORKER["domain"], _WORKER["grammar"] = (p.read_text() for p in packaged_logic())
 
 
 def _build_slot(out: str, seed: int, slot: Slot, expert_max_steps: int) -> dict[str, Any]:
@@ -214,13 +182,15 @@ def _build_slot(out: str, seed: int, slot: Slot, expert_max_steps: int) -> dict[
         _worker_init()
     root = Path(out)
     failures: list[str] = []
+    head = {"slot": slot.key, "split": slot.split, "task_type": slot.task_type, "failures": failures}
     for attempt, spec in enumerate(slot.candidates):
-        trial = trial_name(seed, slot.index, attempt)
+        trial = f"trial_T{seed:08d}_{slot.index:06d}_a{attempt}"
         rel = Path(JSON_DIR) / SPLIT_DIRS[slot.split] / spec.task_folder / trial
         tmp = root / ".build" / "tmp" / uuid.uuid4().hex
         tmp.mkdir(parents=True)
         try:
-            game = generate_game(spec, seed=_game_seed(seed, slot, attempt), trial=trial)
+            digest = hashlib.sha256(f"{seed}:{slot.key}:{attempt}".encode()).digest()
+            game = generate_game(spec, seed=int.from_bytes(digest[:8], "big"), trial=trial)
             write_json(tmp / "traj_data.json", game.traj_data)
             write_json(tmp / "game.tw-pddl", game.game_json(_WORKER["domain"], _WORKER["grammar"], None))
             walkthrough = expert_walkthrough(_WORKER["engine"], tmp / "game.tw-pddl", max_steps=expert_max_steps)
@@ -234,32 +204,16 @@ def _build_slot(out: str, seed: int, slot: Slot, expert_max_steps: int) -> dict[
             shutil.rmtree(final)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.rename(tmp, final)
-        result = {
-            "slot": slot.key,
-            "split": slot.split,
-            "task_type": slot.task_type,
-            "game_id": f"{spec.task_folder}/{trial}",
-            "path": rel.as_posix(),
-            "scene": spec.scene_num,
-            "expert_steps": len(walkthrough),
-            "attempts": attempt + 1,
-            "failures": failures,
-        }
+        result = {**head, "game_id": f"{spec.task_folder}/{trial}", "path": rel.as_posix(), "scene": spec.scene_num}
+        result |= {"expert_steps": len(walkthrough), "attempts": attempt + 1}
         _atomic_write_json(root / ".build" / "slots" / f"{slot.key.replace('/', '__')}.json", result)
         return result
-    return {"slot": slot.key, "split": slot.split, "task_type": slot.task_type, "failures": failures, "path": None}
-
-
-def _game_seed(seed: int, slot: Slot, attempt: int) -> int:
-    digest = hashlib.sha256(f"{seed}:{slot.key}:{attempt}".encode()).digest()
-    return int.from_bytes(digest[:8], "big")
+    return {**head, "path": None}
 
 
 def _atomic_write_json(path: Path, data: Mapping[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, sort_keys=True, indent=1), overwrite=True)
 
-
-# --- driver ----------------------------------------------------------------------------------
 
 
 def _load_done(root: Path) -> dict[str, dict[str, Any]]:
@@ -296,25 +250,19 @@ def _check_identity(root: Path, cfg: CorpusConfig) -> None:
         _atomic_write_json(ident_path, cfg.identity())
 
 
-def write_logic(root: Path) -> None:
-    """``logic/alfred.pddl`` and ``logic/alfred.twl2`` as ``alfworld-download`` places them."""
-    from memprism_ray.envs.alfworld.engine import packaged_logic
-
-    domain, grammar = packaged_logic()
-    (root / "logic").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(domain, root / "logic" / "alfred.pddl")
-    shutil.copyfile(grammar, root / "logic" / "alfred.twl2")
-
-
 def build_corpus(cfg: CorpusConfig, *, progress: bool = True) -> Path:
     """Build (or finish) the corpus described by ``cfg``; returns the path of its manifest."""
     from importlib.metadata import version
+
+    from memprism_ray.envs.alfworld.engine import packaged_logic
 
     root = cfg.out
     root.mkdir(parents=True, exist_ok=True)
     _check_identity(root, cfg)
     shutil.rmtree(root / ".build" / "tmp", ignore_errors=True)
-    write_logic(root)
+    (root / "logic").mkdir(parents=True, exist_ok=True)  # as alfworld-download places them
+    for src, name in zip(packaged_logic(), ("alfred.pddl", "alfred.twl2"), strict=True):
+        shutil.copyfile(src, root / "logic" / name)
     slots = plan_slots(cfg)
     done = _load_done(root)
     todo = [s for s in slots if s.key not in done]
@@ -367,20 +315,6 @@ def build_corpus(cfg: CorpusConfig, *, progress: bool = True) -> Path:
     return root / "manifest.json"
 
 
-def _slot_to_json(slot: Slot) -> dict[str, Any]:
-    return {
-        "split": slot.split,
-        "task_type": slot.task_type,
-        "index": slot.index,
-        "candidates": [[c.task_type, c.object_target, c.target, c.scene_num] for c in slot.candidates],
-    }
-
-
-def _slot_from_json(data: Mapping[str, Any]) -> Slot:
-    cands = tuple(TaskSpec(str(t), str(o), str(r), int(n)) for t, o, r, n in data["candidates"])
-    return Slot(str(data["split"]), str(data["task_type"]), int(data["index"]), cands)
-
-
 def _run(cfg: CorpusConfig, todo: list[Slot], progress: bool) -> Iterator[dict[str, Any]]:
     from tqdm import tqdm
 
@@ -388,13 +322,8 @@ def _run(cfg: CorpusConfig, todo: list[Slot], progress: bool) -> Iterator[dict[s
     t0 = time.monotonic()
     workers = min(cfg.workers, len(todo))
     try:
-        if workers == 1:
-            for slot in todo:
-                rec = _build_slot(str(cfg.out), cfg.seed, slot, cfg.expert_max_steps)
-                bar.update(1)
-                yield rec
-            return
-        for rec in _run_subprocesses(cfg, todo, workers):
+        here = (_build_slot(str(cfg.out), cfg.seed, s, cfg.expert_max_steps) for s in todo)
+        for rec in here if workers == 1 else _run_subprocesses(cfg, todo, workers):
             bar.update(1)
             yield rec
     finally:
@@ -403,12 +332,10 @@ def _run(cfg: CorpusConfig, todo: list[Slot], progress: bool) -> Iterator[dict[s
 
 
 def _run_subprocesses(cfg: CorpusConfig, todo: list[Slot], workers: int) -> Iterator[dict[str, Any]]:
-    """Worker processes fed one slot at a time over pipes.
-
-    Plain subprocesses rather than ``multiprocessing``: fast-downward's translator is not
-    thread-safe (processes are needed), ``spawn`` would re-import the caller's ``__main__``
-    (breaking scripts without a main guard), and ``fork`` is unsafe inside Ray workers.
-    """
+    """Worker processes fed one slot at a time over pipes. Plain subprocesses rather than
+    ``multiprocessing``: fast-downward's translator is not thread-safe (processes are needed),
+    ``spawn`` would re-import the caller's ``__main__`` (breaking scripts without a main guard),
+    and ``fork`` is unsafe inside Ray workers."""
     import selectors
     import subprocess
 
@@ -433,7 +360,7 @@ def _run_subprocesses(cfg: CorpusConfig, todo: list[Slot], workers: int) -> Iter
             slot = queue.pop()
             job = {"out": str(cfg.out), "seed": cfg.seed, "expert_max_steps": cfg.expert_max_steps}
             assert p.stdin is not None
-            p.stdin.write(json.dumps({**job, "slot": _slot_to_json(slot)}) + "\n")
+            p.stdin.write(json.dumps({**job, "slot": dataclasses.astuple(slot)}) + "\n")
             p.stdin.flush()
             busy += 1
 
@@ -468,11 +395,8 @@ def _run_subprocesses(cfg: CorpusConfig, todo: list[Slot], workers: int) -> Iter
 
 
 def _worker_main() -> int:
-    """Read one JSON job per line on stdin, answer one JSON result per line.
-
-    The protocol uses a private copy of the stdout descriptor; fd 1 itself goes to
-    /dev/null so prints from the engine can never corrupt it.
-    """
+    """Read one JSON job per line on stdin, answer one JSON result per line, on a private copy
+    of the stdout descriptor: fd 1 goes to /dev/null, so the engine's prints never corrupt it."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
@@ -481,13 +405,13 @@ def _worker_main() -> int:
         if not line.strip():
             continue
         job = json.loads(line)
-        rec = _build_slot(job["out"], int(job["seed"]), _slot_from_json(job["slot"]), int(job["expert_max_steps"]))
+        split, task, index, cands = job["slot"]
+        slot = Slot(split, task, index, tuple(TaskSpec(*c) for c in cands))
+        rec = _build_slot(job["out"], int(job["seed"]), slot, int(job["expert_max_steps"]))
         proto.write(json.dumps(rec) + "\n")
         proto.flush()
     return 0
 
-
-# --- manifest checks and the embedded default ---------------------------------------------
 
 
 def read_manifest(root: Path) -> dict[str, Any] | None:
@@ -502,24 +426,17 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
 
 
 def default_cache_dir(
-    seed: int = DEFAULT_SEED,
-    train: int = DEFAULT_TRAIN_GAMES,
-    eval: int = DEFAULT_EVAL_GAMES,
-    base: Path | None = None,
+    seed: int = DEFAULT_SEED, train: int = DEFAULT_TRAIN_GAMES, eval: int = DEFAULT_EVAL_GAMES,
+    base: Path | None = None
 ) -> Path:
-    """``<base>/alfworld-corpus-<seed>-t<train>-e<eval>``; ``base`` defaults to
-    ``$MEMPRISM_CACHE`` or ``~/.cache/memprism``. The sizes are always in the name: a build of
-    other sizes in the same folder would be refused (``_check_identity``), so a change of the
-    default sizes would break every machine that had built the previous default."""
-    if base is None:
-        base = cache_base()
-    return Path(base).expanduser() / f"alfworld-corpus-{seed}-t{train}-e{eval}"
+    """``<base>/alfworld-corpus-<seed>-t<train>-e<eval>`` (``base``: :func:`cache_base`). The sizes
+    are in the name: a build of other sizes in the same folder would be refused, so a change of
+    the default sizes would break every machine that had built the previous default."""
+    return Path(base or cache_base()).expanduser() / f"alfworld-corpus-{seed}-t{train}-e{eval}"
 
 
 #: Longest wait for another process's corpus build (a full default build takes minutes).
 DEFAULT_LOCK_TIMEOUT_S = 1800.0
-
-
 LOCK_TIMEOUT_ENV = "MEMPRISM_CORPUS_LOCK_TIMEOUT_S"
 
 
@@ -536,20 +453,12 @@ def _lock_timeout(value: float | None) -> float:
 
 
 def ensure_default_corpus(
-    cache_dir: Path | None = None,
-    train: int = DEFAULT_TRAIN_GAMES,
-    eval: int = DEFAULT_EVAL_GAMES,
-    seed: int = DEFAULT_SEED,
-    workers: int | None = None,
-    progress: bool = True,
-    lock_timeout_s: float | None = None,
+    cache_dir: Path | None = None, train: int = DEFAULT_TRAIN_GAMES, eval: int = DEFAULT_EVAL_GAMES,
+    seed: int = DEFAULT_SEED, workers: int | None = None, progress: bool = True, lock_timeout_s: float | None = None
 ) -> Path:
-    """The embedded default corpus: built on first use (a few minutes), then reused.
-
-    Safe when several processes call it at once: one builds under a file lock, the others
-    wait (at most ``lock_timeout_s``, default ``$MEMPRISM_CORPUS_LOCK_TIMEOUT_S`` or 1800 s,
-    then a ``TimeoutError`` naming the lock and its holder) and then find the finished manifest.
-    """
+    """The embedded default corpus: built on first use (a few minutes), then reused. One process
+    builds under a file lock; the others wait (at most ``lock_timeout_s``, default
+    ``$MEMPRISM_CORPUS_LOCK_TIMEOUT_S`` or 1800 s) and then find the finished manifest."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir(seed, train, eval)
     cfg = CorpusConfig(out=root, train=train, eval=eval, seed=seed, workers=workers or (os.cpu_count() or 1))
     if _matches(root, cfg):

@@ -1,23 +1,11 @@
 """Where ALFWorld games come from: the official download or the generated corpus (issue 3, item 2).
 
-Both use the tree ``alfworld-download`` writes::
-
-    <root>/json_2.1.1/{train,valid_seen,valid_unseen}/<task folder>/<trial>/{game.tw-pddl,traj_data.json}
-
-and the split names of ALFWorld's ``AlfredTWEnv``: ``train``, ``eval_in_distribution``
-(``valid_seen``) and ``eval_out_of_distribution`` (``valid_unseen``). Games are selected
-with ``AlfredTWEnv.collect_game_files``' filters: a ``traj_data.json`` beside a
-``game.tw-pddl``, no ``movable``/``Sliced`` in the path, one of the six task types, and
-``solvable: true`` in the game file.
-
-The data root is, in order: the ``data_root`` argument, ``$ALFWORLD_DATA``, or the embedded
-default corpus (:func:`~memprism_ray.envs.alfworld.corpus.ensure_default_corpus`, built on
-first use). ``$ALFWORLD_DATA`` equal to alfworld's own default ``~/.cache/alfworld`` with no
-games in it counts as unset: importing ``alfworld.info`` sets it so. A root that is missing
-or holds no playable game is an error that says how to fix it, never an empty list. A trial
-whose ``traj_data.json`` or ``game.tw-pddl`` cannot be read is *broken*, never dropped
-silently: :func:`list_games` leaves it out with a warning naming it, and
-:func:`scan_split` returns it so that an evaluation counts its episodes as failures.
+Both use the tree ``alfworld-download`` writes
+(``<root>/json_2.1.1/{train,valid_seen,valid_unseen}/<task>/<trial>/{game.tw-pddl,traj_data.json}``),
+the split names of ALFWorld's ``AlfredTWEnv`` and its ``collect_game_files``' filters. The
+data root is the ``data_root`` argument, else ``$ALFWORLD_DATA``, else the embedded corpus. A
+root without playable games is an error saying how to fix it, never an empty list; an
+unreadable trial is *broken*, never dropped silently (an evaluation counts it as failed).
 """
 
 from __future__ import annotations
@@ -44,20 +32,16 @@ _FIX = (
 )
 
 
-def split_dir_name(split: str) -> str:
+def check_split(split: str, key: str = "") -> str:
+    """The folder of ``split``; a split ALFWorld does not have is an error naming the config ``key``."""
     if split not in SPLIT_DIRS:
-        raise ValueError(f"unknown ALFWorld split {split!r}; valid splits: {', '.join(SPLITS)}")
+        where = f"{key}: " if key else ""
+        raise ValueError(f"{where}unknown ALFWorld split {split!r}; valid splits: {', '.join(SPLITS)}")
     return SPLIT_DIRS[split]
 
 
-def check_split(split: str, key: str) -> None:
-    """Reject a split ALFWorld does not have, naming the config ``key`` (at config load)."""
-    if split not in SPLIT_DIRS:
-        raise ValueError(f"{key}: unknown ALFWorld split {split!r}; valid splits: {', '.join(SPLITS)}")
-
-
 def resolve_data_root(data_root: str | Path | None = None) -> Path:
-    """The root of an alfworld-download tree, checked; see the module docstring."""
+    """The root of an alfworld-download tree, checked."""
     if data_root is None:
         env = os.environ.get("ALFWORLD_DATA")
         if env and not _is_alfworld_placeholder(Path(os.path.expandvars(env)).expanduser()):
@@ -136,9 +120,7 @@ def _stat_key(path: Path) -> tuple[str, int, int]:
 
 @dataclass(frozen=True)
 class BrokenGame:
-    """A trial of the split whose files cannot be read. It is not filtered out the way
-    AlfredTWEnv filters games (those are not part of the split): an evaluation counts
-    each of its episodes as a failure, with ``reason``."""
+    """A trial of the split whose files cannot be read (an evaluation counts it as failed)."""
 
     game: GameRef
     reason: str
@@ -146,8 +128,7 @@ class BrokenGame:
 
 @dataclass(frozen=True)
 class SplitScan:
-    """A split's playable games (sorted by ``game_id``), its broken trials, and a one-line
-    account of what was found and skipped."""
+    """A split's playable games (by ``game_id``), its broken trials and a one-line summary."""
 
     games: list[GameRef]
     broken: list[BrokenGame]
@@ -156,8 +137,7 @@ class SplitScan:
 
 def _scan(root: Path, split: str, task_types: tuple[str, ...]) -> SplitScan:
     """Apply ``AlfredTWEnv.collect_game_files``' filters (game files are read once per
-    content version: the scan of a large official tree is paid once per process). A trial
-    whose ``traj_data.json`` or ``game.tw-pddl`` cannot be read is broken, not filtered."""
+    content version: the scan of a large official tree is paid once per process)."""
     games: list[GameRef] = []
     broken: list[BrokenGame] = []
     skipped = {"movable_or_sliced": 0, "task_type": 0, "no_game_file": 0, "unsolvable": 0}
@@ -200,18 +180,17 @@ def _scan(root: Path, split: str, task_types: tuple[str, ...]) -> SplitScan:
 
 
 def scan_split(
-    split: str,
-    data_root: str | Path | None = None,
-    task_types: tuple[str, ...] = TASK_TYPES,
+    split: str, data_root: str | Path | None = None, task_types: tuple[str, ...] = TASK_TYPES
 ) -> SplitScan:
     """The playable and the broken games of ``split``; raises when it holds neither."""
     bad = [t for t in task_types if t not in TASK_TYPES]
     if bad:
         raise ValueError(f"unknown ALFWorld task type(s) {bad}; valid: {', '.join(TASK_TYPES)}")
     root = resolve_data_root(data_root)
-    split_root = root / JSON_DIR / split_dir_name(split)
+    folder = check_split(split)
+    split_root = root / JSON_DIR / folder
     if not split_root.is_dir():
-        raise ValueError(f"{root} has no {JSON_DIR}/{split_dir_name(split)}/ folder for split {split!r}; {_FIX}")
+        raise ValueError(f"{root} has no {JSON_DIR}/{folder}/ folder for split {split!r}; {_FIX}")
     scan = _scan(split_root, split, tuple(task_types))
     if not scan.games and not scan.broken:
         raise ValueError(f"no playable ALFWorld games for split {split!r} under {split_root} ({scan.summary}); {_FIX}")
@@ -226,16 +205,10 @@ def describe_broken(broken: list[BrokenGame], limit: int = 3) -> str:
 
 
 def list_games(
-    split: str,
-    data_root: str | Path | None = None,
-    task_types: tuple[str, ...] = TASK_TYPES,
+    split: str, data_root: str | Path | None = None, task_types: tuple[str, ...] = TASK_TYPES
 ) -> list[GameRef]:
-    """The playable games of ``split``, sorted by their stable ``game_id``.
-
-    Broken trials (unreadable files) are left out with a warning naming them; a split with
-    no playable game is an error. Evaluation uses :func:`scan_split` instead, so that a
-    broken game counts as a failed episode rather than shrinking the denominator.
-    """
+    """The playable games of ``split``, sorted by their stable ``game_id``; broken trials are left
+    out with a warning (evaluation uses :func:`scan_split`: a broken game counts as failed)."""
     scan = scan_split(split, data_root, task_types)
     if scan.broken:
         log.warning("split %r: leaving out %s", split, describe_broken(scan.broken))

@@ -1,24 +1,13 @@
 """The real ALFWorld engine (TextWorld's ``PddlEnv`` + fast-downward), made fast by caching.
 
-The stock engine repeats pure work on every call: TatSu re-parses every text-grammar
-template, grammar condition and (per ``load``) the whole grammar document; ``pddl2sas``
-translates the PDDL problem twice per ``load`` and again per ``reset`` in every process;
-``textgen.copy_context`` deep-copies the entity records at every derivation step; and every
-step derives every admissible command afresh (the 40-odd ``go to`` commands each run a
-conjunctive query over the facts), although a command is the same string whenever what its
-template reads is the same.
-
-:func:`install_engine_caches` wraps exactly those six functions. The parsers keep the TatSu
-parse keyed by the input text and run the engine's own converter on every call (callers
-still get fresh objects). Translations are keyed by the SHA-256 of domain and problem text
-and the translator's version, kept in memory and as SAS text on disk (``default_sas_dir()``);
-a process that finds the text there only parses the PDDL task, which ``PddlState`` reads. The
-command memo (:class:`_CommandMemo`) answers a derivation only for a template it can prove
-reads nothing but its own symbols, the entity records of its variables and the facts of the
-predicates its queries name, all in the key; every other derivation runs the stock code. The
-context copy shares the entity records, which derivation only reads. Transcripts are
-identical to the stock engine's (``benchmarks/bench_env.py`` checks this against an unpatched
-process).
+The stock engine repeats pure work on every call: TatSu re-parses templates, conditions and
+grammars; ``pddl2sas`` translates a problem twice per ``load`` and again per ``reset``;
+``copy_context`` deep-copies read-only entity records; every step derives every admissible
+command afresh. :func:`install_engine_caches` wraps exactly those six functions: parses are
+memoised (the engine's converter still runs every call), translations are kept in memory and as
+SAS text on disk (keyed by content and translator version), and the command memo answers only
+a template it can prove reads nothing outside its key. Transcripts are identical to the stock
+engine's (``benchmarks/bench_env.py`` checks this against an unpatched process).
 
 ``fast_downward.pddl2sas`` swaps ``sys.argv``/``sys.stdout`` and is not thread-safe: use one
 engine per process (the corpus builder and the Ray env workers do).
@@ -51,8 +40,7 @@ _SAS_FORMAT = 1
 
 
 def default_sas_dir() -> Path:
-    """Where translations are kept across processes: ``$MEMPRISM_CACHE/alfworld-sas`` (default
-    ``~/.cache/memprism/alfworld-sas``), beside the embedded corpus."""
+    """Where translations are kept across processes, beside the embedded corpus."""
     return cache_base() / "alfworld-sas"
 
 
@@ -88,24 +76,37 @@ def _parsed_task(domain: str, problem: str) -> Any:
     return task
 
 
+class _LRU(OrderedDict):
+    """A bounded LRU whose hits count in ``_STATS[<stat>_hits]``."""
+
+    def __init__(self, max_entries: int, stat: str) -> None:
+        super().__init__()
+        self.max_entries, self.stat = max_entries, stat
+
+    def hit(self, key: Any) -> Any:
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+            _STATS[f"{self.stat}_hits"] += 1
+        return value
+
+    def put(self, key: Any, value: Any) -> Any:
+        self[key] = value
+        while len(self) > self.max_entries:
+            self.popitem(last=False)
+        return value
+
+
 class _TranslationCache:
     """Bounded LRU of ``pddl2sas`` results keyed by content digest, backed by SAS text files in
     ``disk_dir`` (``None``: memory only) so that a process does not translate a game another
-    process already translated (a game's first reset: translating vs reading the files,
-    ``benchmarks/bench_env.py``). A file is JSON holding the SAS text and its SHA-256, written
-    atomically; one that does not read back whole is translated again and replaced (counted
-    in ``translate_disk_errors``)."""
+    process already translated. A file that does not read back whole (JSON with the SAS text
+    and its SHA-256) is translated again and replaced (counted in ``translate_disk_errors``)."""
 
     def __init__(self, original: Callable[..., Any], max_entries: int, disk_dir: Path | None = None) -> None:
         self.original = original
-        self.max_entries = max_entries
         self.disk_dir = disk_dir
-        self.entries: OrderedDict[tuple[str, bool], Any] = OrderedDict()
-
-    def _file(self, digest: str, optimize: bool) -> Path | None:
-        if self.disk_dir is None:
-            return None
-        return self.disk_dir / f"{digest}-{'optimized' if optimize else 'plain'}.json"
+        self.entries = _LRU(max_entries, "translate")
 
     def _read(self, path: Path | None) -> str | None:
         if path is None or not path.exists():
@@ -135,12 +136,11 @@ class _TranslationCache:
     def __call__(self, domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
         digest = hashlib.sha256("\x00".join((domain, problem, _translator_version())).encode()).hexdigest()
         key = (digest, bool(optimize))
-        hit = self.entries.get(key)
+        hit = self.entries.hit(key)
         if hit is not None:
-            self.entries.move_to_end(key)
-            _STATS["translate_hits"] += 1
             return hit
-        path = self._file(digest, bool(optimize))
+        kind = "optimized" if optimize else "plain"
+        path = None if self.disk_dir is None else self.disk_dir / f"{digest}-{kind}.json"
         sas = self._read(path)
         if sas is not None:
             _STATS["translate_disk_hits"] += 1
@@ -149,10 +149,7 @@ class _TranslationCache:
             _STATS["translate_misses"] += 1
             result = self.original(domain, problem, verbose=verbose, optimize=optimize)
             self._write(path, result[1])
-        self.entries[key] = result
-        while len(self.entries) > self.max_entries:
-            self.entries.popitem(last=False)
-        return result
+        return self.entries.put(key, result)
 
 
 def _caching_parse(parser: Any, converter: Callable[[], Any], maxsize: int) -> Callable[..., Any]:
@@ -175,7 +172,6 @@ def _caching_parse(parser: Any, converter: Callable[[], Any], maxsize: int) -> C
             _STATS["parse_hits"] += 1
         return converter().walk(model)
 
-    parse_and_convert.cache = parse  # type: ignore[attr-defined]
     return parse_and_convert
 
 
@@ -255,18 +251,16 @@ def _info_key(info: Any, info_type: type | None) -> Any:
 
 
 class _CommandMemo:
-    """``ContextSensitiveGrammar.derive`` memoised for command templates (see the module
-    docstring). Bounded LRU of derived strings; grammars and templates it cannot bound go to
-    the stock derivation."""
+    """``ContextSensitiveGrammar.derive`` memoised for command templates; grammars and templates
+    it cannot bound go to the stock derivation."""
 
     def __init__(self, original: Callable[..., str], max_entries: int) -> None:
         from textworld.generator.game import EntityInfo
 
         self.original = original
-        self.max_entries = max_entries
         # Checked once, not per key: a TextWorld whose records hold other fields is not keyed.
         self.info_type = EntityInfo if list(EntityInfo.__slots__) == _INFO_SLOTS else None
-        self.entries: OrderedDict[Any, str] = OrderedDict()
+        self.entries = _LRU(max_entries, "command")
         self.plans: dict[str, _TemplatePlan | None] = {}
         self.lists: weakref.WeakKeyDictionary[Any, tuple[str, ...] | None] = weakref.WeakKeyDictionary()
         # One object per distinct fact set, so that thousands of keys share the (mostly
@@ -326,7 +320,7 @@ class _CommandMemo:
             bound = tuple((ph, var, _info_key(infos.get(var.name), self.info_type)) for ph, var in mapping.items())
             state = context["state"]
             found = frozenset(f for sig, fs in state._facts.items() if sig.name in plan.predicates for f in fs)
-            if len(self.fact_sets) > 4 * self.max_entries:
+            if len(self.fact_sets) > 4 * self.entries.max_entries:
                 self.fact_sets.clear()
             facts = self.fact_sets.setdefault(found, found)
         else:
@@ -345,17 +339,11 @@ class _CommandMemo:
             key = None
         if key is None:
             return self.original(grammar, start, context)
-        hit = self.entries.get(key)
+        hit = self.entries.hit(key)
         if hit is not None:
-            self.entries.move_to_end(key)
-            _STATS["command_hits"] += 1
             return hit
         _STATS["command_misses"] += 1
-        out = self.original(grammar, start, context)
-        self.entries[key] = out
-        while len(self.entries) > self.max_entries:
-            self.entries.popitem(last=False)
-        return out
+        return self.entries.put(key, self.original(grammar, start, context))
 
 
 # A game's commands differ by the agent's place (``go to`` binds it): 12 games x 8 random
@@ -420,26 +408,19 @@ def uninstall_engine_caches() -> None:
 
 
 def packaged_logic() -> tuple[Path, Path]:
-    """The PDDL domain and text grammar shipped in the alfworld wheel.
-
-    Located from the package folder rather than ``alfworld.info``, whose import sets
-    ``ALFWORLD_DATA`` to ``~/.cache/alfworld`` in the process environment as a side effect.
-    """
+    """The PDDL domain and text grammar shipped in the alfworld wheel (found from the package
+    folder: importing ``alfworld.info`` sets ``ALFWORLD_DATA`` as a side effect)."""
     import alfworld
 
     data = Path(alfworld.__file__).parent / "data"
     return data / "alfred.pddl", data / "alfred.twl2"
 
 
-def make_engine(*, facts: bool = False, expert: bool = False) -> Any:
+def make_engine(*, facts: bool = False, expert: bool = False, expert_seed: int = 0) -> Any:
     """One stock wrapper stack, as ``AlfredTWEnv.init_env`` builds it for a single game:
-    ``PddlEnv`` -> ``AlfredDemangler(shuffle=False)`` -> ``AlfredInfos`` [-> expert].
-
-    ``expert=True`` adds the handcoded expert with the move/put fix
-    (:class:`~memprism_ray.envs.alfworld.expert.FixedAlfredExpert`), which needs ``facts``.
-    The gym batching, step ``Limit`` and ``Filter`` wrappers of the stock path only shape
-    return values; the agent loop enforces the step limit.
-    """
+    ``PddlEnv`` -> ``AlfredDemangler(shuffle=False)`` -> ``AlfredInfos`` [-> the handcoded
+    expert with the move/put fix, which needs ``facts``]. The gym batching, step ``Limit`` and
+    ``Filter`` wrappers of the stock path only shape return values."""
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
     from textworld.envs.pddl import PddlEnv
@@ -451,5 +432,5 @@ def make_engine(*, facts: bool = False, expert: bool = False) -> Any:
     if expert:
         from memprism_ray.envs.alfworld.expert import FixedAlfredExpert
 
-        env = FixedAlfredExpert(env)
+        env = FixedAlfredExpert(env, seed=expert_seed)
     return env

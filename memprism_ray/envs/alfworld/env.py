@@ -1,29 +1,19 @@
 """``AlfworldEnv``: the real ALFWorld TextWorld engine behind the shared Env protocol.
 
-Each slot is one stock wrapper stack (``PddlEnv`` -> ``AlfredDemangler`` -> ``AlfredInfos``,
-as ALFWorld's ``AlfredTWEnv`` builds it), so observations, feedback, admissible commands
-and success are the engine's own. The engine caches of
-:mod:`memprism_ray.envs.alfworld.engine` make resets and steps fast without changing any
-text (``benchmarks/bench_env.py`` checks this against an unpatched process).
+Each slot is one stock wrapper stack (:func:`~memprism_ray.envs.alfworld.engine.make_engine`),
+so observations, feedback, admissible commands and success are the engine's own. Differences
+from ALFWorld's gym wrapper, on purpose: ``help`` is never offered as admissible (a manual, not
+a move); a non-admissible command is passed to the engine, whose "Nothing happens." is recorded;
+the step limit (50 in the paper) is the agent loop's (``max_steps`` is an optional extra guard).
 
-Differences from ALFWorld's gym wrapper, on purpose:
-
-* ``help`` is never offered as admissible (it is a manual, not a move); sent anyway, the
-  engine answers it as usual;
-* a non-admissible command is passed to the engine, which answers "Nothing happens." --
-  that answer is what is recorded;
-* the step limit (50 in the paper) is the agent loop's business; ``max_steps`` here is an
-  optional extra guard that ends an episode without success.
-
-Every slot holds its own copy of fast-downward's library (the engine copies
-``libdownward.so`` per instance). Measured here: the engine imports take ~55 MB, a slot
-with a game loaded ~5-8 MB more (8 slots: ~106 MB PSS for the whole process).
+Every slot holds its own copy of fast-downward's ``libdownward.so``. Measured here: the engine
+imports take ~55 MB, a slot with a game loaded ~5-8 MB more (8 slots: ~106 MB PSS in all).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,26 +41,16 @@ class _Slot:
     steps: int = 0
     over: bool = False
     goal: str = ""
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 class AlfworldEnv:
-    """Several ALFWorld game slots on the real engine (see the module docstring).
-
-    ``expert=True`` runs ALFWorld's handcoded expert (move/put fix, seeded) beside every
-    slot; its next command is then in ``meta["expert_action"]`` of every observation and
-    transition (costs a little per step: the expert reads the engine's facts).
-    ``fast=False`` leaves the stock engine unpatched.
-    """
+    """Several ALFWorld game slots on the real engine. ``expert=True`` runs the handcoded expert
+    beside every slot (its next command in ``meta["expert_action"]``); ``fast=False`` leaves
+    the stock engine unpatched."""
 
     def __init__(
-        self,
-        num_slots: int = 1,
-        *,
-        expert: bool = False,
-        expert_seed: int = 0,
-        fast: bool = True,
-        max_steps: int | None = None,
+        self, num_slots: int = 1, *, expert: bool = False, expert_seed: int = 0, fast: bool = True,
+        max_steps: int | None = None
     ) -> None:
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
             raise ValueError(f"num_slots must be a positive int, got {num_slots!r}")
@@ -94,16 +74,10 @@ class AlfworldEnv:
         if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < len(self._slots):
             raise ValueError(f"slot must be an int in [0, {len(self._slots) - 1}], got {slot!r}")
         s = self._slots[slot]
+        if not create and (s is None or s.game is None):
+            raise ValueError(f"slot {slot} has no game: call reset(game, slot={slot}) first")
         if s is None:
-            if not create:
-                raise ValueError(f"slot {slot} has no game: call reset(game, slot={slot}) first")
-            if self._expert:
-                from memprism_ray.envs.alfworld.expert import FixedAlfredExpert
-
-                engine = FixedAlfredExpert(make_engine(facts=True), seed=self._expert_seed)
-            else:
-                engine = make_engine()
-            s = self._slots[slot] = _Slot(engine)
+            s = self._slots[slot] = _Slot(make_engine(expert=self._expert, expert_seed=self._expert_seed))
         return s
 
     def _admissible(self, state: Any) -> tuple[str, ...]:
@@ -148,8 +122,6 @@ class AlfworldEnv:
         if not isinstance(action, str):
             raise ValueError(f"action must be a str, got {type(action).__name__}")
         s = self._slot(slot, create=False)
-        if s.game is None:
-            raise ValueError(f"slot {slot} has no game: call reset(game, slot={slot}) first")
         if s.over:
             raise ValueError(f"the episode in slot {slot} is over after {s.steps} steps; reset it first")
         state, score, done = s.engine.step(action)

@@ -1,16 +1,10 @@
 """ALFWorld's handcoded expert, with the 0.4.2 move/put bug fixed (issue 3, items 1 and 6).
 
-``alfworld.agents.expert.handcoded_expert.BasePolicy.update_state_tracking`` registers that
-the agent put an object down only when the last command contains ``"put"``, but the 0.4.2
-grammar (``alfred.twl2``) phrases that action ``"move X to Y"``. The expert then still
-believes it holds the object; on ``pick_two_obj_and_place`` it loops trying to put away an
-object it no longer has. :class:`FixedHandCodedTWAgent` uses subclasses of the expert's own
-TextWorld policies that read ``"move X to Y"`` as the put it is; nothing else changes.
-
-The expert draws from Python's global ``random`` (which object to take among equals, what to
-do after a repeated command). Here each agent owns a ``random.Random`` seeded from the
-expert seed and the game file, so an expert run is reproducible and leaves the global
-generator untouched.
+``BasePolicy.update_state_tracking`` registers a put only when the last command contains
+``"put"``, but the 0.4.2 grammar phrases it ``"move X to Y"``: the expert still believes it holds
+the object and, on ``pick_two_obj_and_place``, loops. The policies here read ``move`` as the put
+it is. The expert draws from the global ``random``; each agent here owns a ``random.Random``
+seeded from the expert seed and the game, so a run is reproducible.
 """
 
 from __future__ import annotations
@@ -38,13 +32,9 @@ class _MoveIsPut:
 
 
 class _SortedFacts:
-    """Mixin: the expert reads the game's facts in sorted order.
-
-    TextWorld hands them over as ``list(set)``, whose order follows Python's per-process string
-    hash seed, and the expert's choices depend on that order in some states (which of two
-    objects in a receptacle to go for: in a roll-in of a pick-two game five reference commands
-    changed with ``PYTHONHASHSEED``). Sorted, the expert's commands depend only on the game,
-    the state and its seed."""
+    """Mixin: the expert reads the game's facts in sorted order. TextWorld hands them over as
+    ``list(set)``, in an order that follows ``PYTHONHASHSEED``, and the expert's choices depend
+    on it (in a roll-in of a pick-two game five reference commands changed with the seed)."""
 
     def get_facts(self, game_state: Any) -> list[str]:
         return sorted(super().get_facts(game_state))  # type: ignore[misc]
@@ -105,11 +95,7 @@ class FixedHandCodedTWAgent(HandCodedTWAgent):
 
 
 class FixedAlfredExpert(AlfredExpert):
-    """ALFWorld's ``AlfredExpert`` wrapper driving :class:`FixedHandCodedTWAgent`.
-
-    After every reset and step, ``state["extra.expert_plan"]`` holds the expert's next
-    command (``["look"]`` when it has none that is admissible, as in the stock wrapper).
-    """
+    """ALFWorld's ``AlfredExpert`` driving :class:`FixedHandCodedTWAgent` (``extra.expert_plan``)."""
 
     def __init__(self, env: Any = None, seed: int = 0, max_steps: int = 200) -> None:
         super().__init__(env=env, expert_type="handcoded")
@@ -126,24 +112,18 @@ class ExpertFailed(RuntimeError):
 
 
 def expert_walkthrough(engine: Any, gamefile: str | Path, max_steps: int = 100) -> list[str]:
-    """Play ``gamefile`` with the expert on ``engine`` (a :func:`make_engine` stack built
-    with ``expert=True``) and return the winning command sequence.
-
-    Raises :class:`ExpertFailed` when the expert gives up, times out, or has not won after
-    ``max_steps`` commands.
-    """
+    """The expert's winning commands on ``gamefile`` (``engine``: a ``make_engine(expert=True)``
+    stack); :class:`ExpertFailed` when it gives up, times out, or has not won in ``max_steps``."""
     engine.load(str(gamefile))
     state = engine.reset()
     commands: list[str] = []
-    try:
-        while not state["won"]:
-            if len(commands) >= max_steps:
-                raise ExpertFailed(f"expert did not win within {max_steps} steps")
+    while not state["won"]:
+        if len(commands) >= max_steps:
+            raise ExpertFailed(f"expert did not win within {max_steps} steps")
+        try:
             command = state["extra.expert_plan"][0]
             state, _, _ = engine.step(command)
-            commands.append(command)
-    except ExpertFailed:
-        raise
-    except Exception as exc:  # the expert signals failure with NameError subclasses and Exception("Timeout")
-        raise ExpertFailed(f"expert failed after {len(commands)} steps: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # the expert signals failure with NameError subclasses and Exception("Timeout")
+            raise ExpertFailed(f"expert failed after {len(commands)} steps: {type(exc).__name__}: {exc}") from None
+        commands.append(command)
     return commands

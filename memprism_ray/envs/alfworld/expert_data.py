@@ -1,24 +1,11 @@
-"""Reference trajectories of ALFWorld's handcoded expert, as Parquet (issue 3, item 6).
+"""Reference trajectories of ALFWorld's handcoded expert, as Parquet (issue 3, item 6; paper
+appendix "Training dataset setup", D1).
 
-For view-teacher labelling and cold-start distillation (paper appendix "Training dataset
-setup", D1) every decision state needs what the task policy would see (goal, current
-observation, admissible commands), the event stream so far, and a reference next action.
-``collect_expert_trajectories`` plays each game with the expert (move/put fix, seeded; see
-:mod:`memprism_ray.envs.alfworld.expert`) on :class:`AlfworldEnv`, records every step through
-:class:`~memprism_ray.recorder.phi.alfworld.AlfworldPhi` into an
-:class:`~memprism_ray.recorder.EventStream`, and writes one row per decision state.
-
-The rows carry exactly the stream's Arrow columns (``t``, ``entity``, ``act``, ``outcome``,
-``delta``, ``changed``, ``evidence_json``, ``o_pre``, ``action_json``, ``feedback``,
-``reward``, ``meta_json``), so selecting one episode's rows and those columns gives back its
-stream with ``EventStream.from_arrow``; plus ``episode``, ``game_id``, ``task_type``,
-``split``, ``goal``, ``admissible`` (the commands offered at that state),
-``reference_action`` (the expert's command at that state), ``reference_source``, ``won``
-and ``done``.
-
-When the handcoded expert cannot win a game (it is a heuristic; a few official games defeat
-it) the game's stored ``walkthrough`` is replayed instead and ``reference_source`` says so;
-a game neither wins is left out and reported.
+One row per decision state: exactly the stream's Arrow columns (so one episode's rows give back
+its ``EventStream``), plus ``episode``, ``game_id``, ``task_type``, ``split``, ``goal``,
+``admissible``, ``reference_action``, ``reference_source``, ``won`` and ``done``. When the
+expert (a heuristic) cannot win a game, its stored ``walkthrough`` is replayed instead; a game
+neither wins is left out and reported.
 """
 
 from __future__ import annotations
@@ -33,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.envs.alfworld.env import AlfworldEnv
-from memprism_ray.envs.base import GameRef
+from memprism_ray.envs.base import GameRef, took_step
 from memprism_ray.recorder import EventStream, RawEvent
 from memprism_ray.recorder.phi import record_event
 from memprism_ray.recorder.phi.alfworld import AlfworldPhi
@@ -61,50 +48,65 @@ class ExpertEpisode:
 Chooser = Callable[[EventStream, str, str, tuple[str, ...], int], str]
 
 
-def _play(
-    env: AlfworldEnv,
-    game: GameRef,
-    commands: Sequence[str] | None,
-    max_steps: int,
-    choose: Chooser | None = None,
+def play_episode(
+    env: Any, game: GameRef, benchmark: str, phi: Phi, next_action: Callable[..., tuple[str, str] | None],
+    max_steps: int, source: str, meta_keys: Sequence[str] = (),
 ) -> ExpertEpisode:
-    """Play ``game`` following the expert (``commands is None``), the given commands, or
-    ``choose`` (a roll-in: ``choose`` acts, the expert's next command is each state's
-    reference; it ends when the expert has none or fails)."""
-    phi = AlfworldPhi()
+    """Play ``game``, recording every step through ``phi``: ``next_action(t, meta, stream,
+    o_pre, goal, admissible)`` gives ``(action, reference)``, or ``None`` to stop; at most
+    ``max_steps`` steps the env takes (:data:`~memprism_ray.envs.base.STEP_TAKEN`)."""
     obs = env.reset(game)
-    stream = EventStream({"benchmark": "alfworld", "game_id": game.game_id, "goal": obs.goal})
+    stream = EventStream({"benchmark": benchmark, "game_id": game.game_id, "goal": obs.goal})
     o_pre, admissible, meta = obs.text, obs.admissible, obs.meta
     offered: list[tuple[str, ...]] = []
     reference: list[str] = []
-    won = False
-    for t in range(max_steps):
-        if commands is None:
-            ref = meta.get("expert_action")
-            if not ref:
-                break
-            action = ref if choose is None else choose(stream, o_pre, obs.goal, tuple(admissible), t)
-        else:
-            if t >= len(commands):
-                break
-            ref = action = commands[t]
+    won, taken = False, 0
+    while taken < max_steps:
+        got = next_action(len(reference), meta, stream, o_pre, obs.goal, tuple(admissible))
+        if got is None:
+            break
+        action, ref = got
         offered.append(tuple(admissible))
         reference.append(ref)
         tr = env.step(action)
-        raw_meta = {"step": t + 1, "game_id": game.game_id, "task_type": game.task_type, "won": tr.won}
+        taken += took_step(tr)
+        raw_meta = {"step": len(reference), "game_id": game.game_id, "task_type": game.task_type, "won": tr.won}
+        raw_meta.update({k: tr.meta[k] for k in meta_keys if k in tr.meta})
         record_event(stream, RawEvent(o_pre, action, tr.feedback, tr.reward, raw_meta), phi)
         o_pre, admissible, meta = tr.feedback, tr.admissible, tr.meta
         if tr.done:
             won = tr.won
             break
-    source = "rollin" if choose is not None else "handcoded_expert" if commands is None else "walkthrough"
     return ExpertEpisode(game, obs.goal, stream, tuple(offered), tuple(reference), source, won)
+
+
+def follow(commands: Sequence[str]) -> Callable[..., tuple[str, str] | None]:
+    """A ``next_action`` of :func:`play_episode` that plays ``commands`` in order."""
+    return lambda t, *_: (commands[t], commands[t]) if t < len(commands) else None
+
+
+def _play(
+    env: AlfworldEnv, game: GameRef, commands: Sequence[str] | None, max_steps: int, choose: Chooser | None = None
+) -> ExpertEpisode:
+    """Play ``game`` following the expert (``commands is None``), the given commands, or
+    ``choose`` (a roll-in: ``choose`` acts, the expert's next command is each state's
+    reference; it ends when the expert has none or fails)."""
+
+    def expert(t: int, meta: Any, *state: Any) -> tuple[str, str] | None:
+        ref = meta.get("expert_action")
+        if not ref:
+            return None
+        return (ref if choose is None else choose(*state, t)), ref
+
+    source = "rollin" if choose is not None else "handcoded_expert" if commands is None else "walkthrough"
+    next_action = expert if commands is None else follow(commands)
+    return play_episode(env, game, "alfworld", AlfworldPhi(), next_action, max_steps, source)
 
 
 def record_rollin_episode(env: AlfworldEnv, game: GameRef, choose: Chooser, max_steps: int) -> ExpertEpisode | None:
     """The task policy's own play of ``game`` (``choose`` acts) with the handcoded expert's
     next command as every state's reference, won or not; ``None`` when the expert fails
-    before the first decision. ``env`` must be built with ``expert=True``."""
+    before the first decision."""
     try:
         episode = _play(env, game, None, max_steps, choose)
     except Exception as exc:  # the expert signals failure with NameError subclasses and Exception("Timeout")
@@ -123,10 +125,7 @@ def _walkthrough(game: GameRef) -> list[str] | None:
 
 
 def record_expert_episode(env: AlfworldEnv, game: GameRef, max_steps: int = 120) -> ExpertEpisode | None:
-    """The expert's winning episode on ``game`` (walkthrough fallback), or ``None``.
-
-    ``env`` must be built with ``expert=True``.
-    """
+    """The expert's winning episode on ``game`` (walkthrough fallback), or ``None``."""
     try:
         episode = _play(env, game, None, max_steps)
     except Exception as exc:  # the expert signals failure with NameError subclasses and Exception("Timeout")
@@ -143,7 +142,7 @@ def record_expert_episode(env: AlfworldEnv, game: GameRef, max_steps: int = 120)
 
 
 def episodes_to_arrow(episodes: Sequence[ExpertEpisode]) -> Any:
-    """One row per decision state; see the module docstring. Returns a ``pyarrow.Table``."""
+    """One row per decision state, as a ``pyarrow.Table``."""
     import pyarrow as pa
 
     tables = []
@@ -169,26 +168,13 @@ def episodes_to_arrow(episodes: Sequence[ExpertEpisode]) -> Any:
 
 
 def collect_expert_trajectories(
-    games: Sequence[GameRef],
-    out_dir: str | Path,
-    *,
-    max_steps: int = 120,
-    expert_seed: int = 0,
-    progress: bool = True,
-    phi: Phi | None = None,
-    rollin_games: Sequence[GameRef] = (),
-    choose: Chooser | None = None,
-    rollin_steps: int = 25,
+    games: Sequence[GameRef], out_dir: str | Path, *, max_steps: int = 120, expert_seed: int = 0, progress: bool = True,
+    phi: Phi | None = None, rollin_games: Sequence[GameRef] = (), choose: Chooser | None = None, rollin_steps: int = 25
 ) -> Path:
-    """Play every game with the expert and write ``out_dir/expert_trajectories.parquet``.
-
-    Returns the path of the Parquet file. Games no reference wins are logged and skipped;
-    an empty result is an error. The rule Phi records while the expert plays; ``phi`` (an LLM
-    Phi, docs/phi.md) then re-extracts every stream from its kept raw events, so D1 data and
-    rollouts are recorded by the same Phi. ``rollin_games`` are then played by ``choose``
-    for at most ``rollin_steps`` steps (:func:`record_rollin_episode`; ``reference_source``
-    ``rollin``).
-    """
+    """Play every game with the expert and write ``out_dir/expert_trajectories.parquet`` (its
+    path), then ``rollin_games`` played by ``choose`` for at most ``rollin_steps`` steps. ``phi``
+    (an LLM Phi, docs/phi.md) re-extracts every stream recorded by the rules, so D1 data and
+    rollouts are recorded by the same Phi."""
     import pyarrow.parquet as pq
     from tqdm import tqdm
 

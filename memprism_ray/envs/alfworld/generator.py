@@ -1,30 +1,17 @@
 """ALFWorld-style games from the layouts packaged in the ``alfworld`` wheel (issue 3, item 1).
 
-The official ALFWorld games are PDDL problems written by ALFRED's planner from THOR scene
-metadata (``initial_state.pddl``), wrapped in a ``game.tw-pddl`` JSON file together with the
-PDDL domain and the text grammar, plus a ``traj_data.json`` with the task parameters. This
-module writes games of the same structure offline:
+Games of the official structure (a ``game.tw-pddl`` with domain, grammar and PDDL problem, and
+a ``traj_data.json``), written offline: receptacles with a vetted pose (``-openable.json``),
+objects placed where ALFRED's ``VAL_RECEPTACLE_OBJECTS`` allows, properties from
+``VAL_ACTION_OBJECTS``, goals from ALFRED's ``goal_library`` (templates picked by a local seeded
+generator), the agent on a reachable floor point. Task constraints follow ALFRED's sampler
+(``get_filter_crit``, ``GOALS_VALID``); look-at uses a DeskLamp (FloorLamps have no parent
+receptacle, so the look-at goal cannot hold); the target receptacle type never holds the target
+object at the start (the pick-two rule, for all tasks: no game is won at reset); the object to
+clean / heat / cool never starts in the sink / microwave / fridge.
 
-* receptacle instances and their interaction poses come from ``FloorPlan<N>-openable.json``
-  (receptacle types without a vetted pose, e.g. StoveBurner or Toaster, are left out),
-* object types come from ``FloorPlan<N>-objects.json``; every instance is placed into a
-  receptacle instance whose type may hold it (ALFRED's ``VAL_RECEPTACLE_OBJECTS``),
-* object properties (cleanable, heatable, ...) follow ALFRED's ``VAL_ACTION_OBJECTS``,
-* the goal formula and goal sentence come from ALFRED's ``goal_library`` (sentence template
-  picked by a local seeded generator, never the global ``random``),
-* the agent starts at a reachable floor point of ``FloorPlan<N>-layout.npy``.
-
-The task constraints follow ALFRED's sampler (``TaskGameState.get_filter_crit`` and
-``GOALS_VALID``): heat/cool only in kitchens, clean in kitchens and bathrooms, look-at in
-living rooms and bedrooms (with a DeskLamp: FloorLamps have no parent receptacle, so the
-look-at goal, which needs the lamp in a receptacle at the agent's location, cannot hold), the
-target receptacle type never holds an object of the target type at the start (pick-two
-rule, applied to all tasks so no game is won at reset), and the object to clean / heat /
-cool never starts in the sink / microwave / fridge.
-
-These are ALFWorld-style games from the packaged layouts, not the ALFWorld benchmark: only
-the official download has THOR's real object placements, every receptacle instance, the
-human goal annotations and the fixed splits.
+Not the ALFWorld benchmark: only the official download has THOR's real placements, every
+receptacle instance, the human goal annotations and the fixed splits.
 """
 
 from __future__ import annotations
@@ -34,6 +21,7 @@ import json
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from memprism_ray.envs.alfworld.layouts import SceneLayout, load_scene, receptacle_type
@@ -127,11 +115,8 @@ def catalog() -> Catalog:
 
 @dataclass(frozen=True, order=True)
 class TaskSpec:
-    """One (task type, object, target, scene) combination.
-
-    ``target`` is the parent receptacle type, or the toggle object (DeskLamp) for
-    ``look_at_obj_in_light``. Type names use ALFRED's spelling (``"SprayBottle"``).
-    """
+    """One (task type, object, target, scene) combination; ``target`` is the parent receptacle
+    type, or the toggle object (DeskLamp) for ``look_at_obj_in_light``."""
 
     task_type: str
     object_target: str
@@ -158,12 +143,7 @@ class TaskSpec:
 
 def _forbidden_starts(spec: TaskSpec) -> frozenset[str]:
     """Receptacle types an instance of the target object type may not start in."""
-    banned = set()
-    if spec.parent_target:
-        banned.add(spec.parent_target)
-    if spec.task_type in TASK_APPLIANCE:
-        banned.add(TASK_APPLIANCE[spec.task_type])
-    return frozenset(banned)
+    return frozenset(t for t in (spec.parent_target, TASK_APPLIANCE.get(spec.task_type)) if t)
 
 
 def _scene_object_types(scene: SceneLayout) -> list[str]:
@@ -221,8 +201,6 @@ def enumerate_task_specs(scene_nums: Iterable[int]) -> list[TaskSpec]:
     return specs
 
 
-# --- writing one game ----------------------------------------------------------------------
-
 _PDDL_CHARS = {"-": "_minus_", "|": "_bar_", "+": "_plus_", ".": "_dot_", ",": "_comma_"}
 
 
@@ -275,10 +253,7 @@ def _goal_pddl(spec: TaskSpec) -> str:
 
 
 def generate_game(spec: TaskSpec, seed: int, trial: str) -> GeneratedGame:
-    """Sample one game for ``spec``; the same ``(spec, seed)`` always gives the same game.
-
-    Raises ``ValueError`` when the scene cannot host the task (the caller moves on).
-    """
+    """Sample one game for ``spec``, a function of ``(spec, seed)``; ``ValueError`` if the scene cannot host it."""
     rng = random.Random(f"{seed}:{spec.task_type}:{spec.object_target}:{spec.target}:{spec.scene_num}")
     scene = load_scene(spec.scene_num)
     cat = catalog()
@@ -357,12 +332,8 @@ def generate_game(spec: TaskSpec, seed: int, trial: str) -> GeneratedGame:
 
 
 def _problem_text(
-    spec: TaskSpec,
-    trial: str,
-    rec_ids: list[str],
-    rec_loc: Mapping[str, str],
-    objects: list[tuple[str, str, str]],
-    agent_loc: str,
+    spec: TaskSpec, trial: str, rec_ids: list[str], rec_loc: Mapping[str, str], objects: list[tuple[str, str, str]],
+    agent_loc: str
 ) -> str:
     cat = catalog()
     otypes = sorted({t for _, t, _ in objects})
@@ -404,9 +375,6 @@ def _problem_text(
     return "\n".join(lines) + "\n" + _goal_pddl(spec).strip() + "\n"
 
 
-def write_json(path: Any, data: Mapping[str, Any]) -> bytes:
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
     """Canonical bytes for a game file (sorted keys, so SHA-256 digests are reproducible)."""
-    payload = json.dumps(data, sort_keys=True, indent=1).encode()
-    with open(path, "wb") as fh:
-        fh.write(payload)
-    return payload
+    path.write_bytes(json.dumps(data, sort_keys=True, indent=1).encode())

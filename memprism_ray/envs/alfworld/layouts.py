@@ -1,14 +1,7 @@
-"""The AI2-THOR scene layouts shipped inside the ``alfworld`` wheel.
-
-The wheel carries, for each of the 120 ALFRED scenes, ``FloorPlan<N>-objects.json`` (the
-object and receptacle types present), ``FloorPlan<N>-openable.json`` (every receptacle
-instance with a vetted interaction pose ``[x, z, rotation, horizon]``) and
-``FloorPlan<N>-layout.npy`` (the reachable floor points). These are the inputs of the game
-generator (:mod:`memprism_ray.envs.alfworld.generator`).
-
-ALFRED's scene split: scenes 7-30, 207-230, 307-330 and 407-430 are training scenes;
-1-6, 201-206, 301-306 and 401-406 are held out. ALFWorld's ``valid_unseen`` games (our
-``eval_out_of_distribution``) use only held-out scenes.
+"""The AI2-THOR scene layouts shipped inside the ``alfworld`` wheel: per ALFRED scene, the object
+types (``-objects.json``), the receptacle instances with a vetted pose (``-openable.json``) and
+the reachable floor points (``-layout.npy``). ALFRED holds scenes 1-6, 201-206, 301-306 and
+401-406 out; ALFWorld's ``valid_unseen`` games use only those.
 """
 
 from __future__ import annotations
@@ -34,11 +27,6 @@ def _constants() -> Any:
     import alfworld.gen.constants as constants
 
     return constants
-
-
-def layouts_dir() -> Path:
-    """The folder of the packaged ``FloorPlan*`` files."""
-    return Path(_constants().__file__).parent / "layouts"
 
 
 def train_scenes() -> tuple[int, ...]:
@@ -88,7 +76,7 @@ class SceneLayout:
 def load_scene(scene_num: int) -> SceneLayout:
     """Read one scene's three packaged files (cached per process)."""
     rtype = room_type(scene_num)
-    base = layouts_dir() / f"FloorPlan{scene_num}"
+    base = Path(_constants().__file__).parent / "layouts" / f"FloorPlan{scene_num}"
     try:
         openable = json.loads(Path(f"{base}-openable.json").read_text())
         objects = json.loads(Path(f"{base}-objects.json").read_text())

@@ -2,19 +2,9 @@
 "Training dataset setup": "The ALFRED path uses the official ALFRED training annotations
 for learning and reserves EB-ALFRED episodes for evaluation").
 
-* The six EmbodiedBench evaluation subsets (Base, Common, Complex, Visual, Spatial, Long;
-  50 episodes each) come from EmbodiedBench's ``splits.json``: one mapping
-  ``{subset: [{"task", "repeat_idx", "instruction"}, ...]}``. An episode is addressed as
-  ``GameRef(game_id="<subset>/<index>", task_type=<subset>, split=<subset>)`` where
-  ``index`` is the position in that list, which is how EmbodiedBench's own env walks it.
-* The ALFRED training annotations are the ``json_2.1.0/train/<task>/<trial>/traj_data.json``
-  files of the ALFRED download. Their high-level PDDL plan is translated into EB-ALFRED
-  skills (``find a X``, ``pick up the X``, ...) to give the expert action sequences that D1
-  labels and GRPO groups are built from. As episodes EmbodiedBench's env can play, they are
-  an EmbodiedBench-format list under the key :data:`TRAIN_SUBSET` (``alfred_train/<index>``
-  game ids; :mod:`.training` writes it), never one of the six evaluation subsets.
-
-Nothing here imports AI2-THOR or EmbodiedBench.
+An episode of an EmbodiedBench-format list (``{subset: [{"task", "repeat_idx", "instruction"}]}``)
+is ``GameRef("<subset>/<index>")``, its position in the list, as EmbodiedBench's env walks it.
+ALFRED's high-level PDDL plans become EB-ALFRED skills here. Nothing here imports AI2-THOR.
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.envs.base import GameRef
-from memprism_ray.envs.ebalfred.skills import AlfredNameError, alfred_object, global_skills, is_alfred_name
+from memprism_ray.envs.ebalfred.skills import PUT_DOWN, AlfredNameError, alfred_object, global_skills, is_alfred_name
 
 #: EmbodiedBench's subset names, in the paper's order (Base, Common, Complex, Visual, Spatial, Long).
 SUBSETS: tuple[str, ...] = (
@@ -50,8 +40,7 @@ ALFRED_DOWNLOAD = "https://ai2-vision-alfred.s3-us-west-2.amazonaws.com/json_2.1
 
 
 def check_subset(subset: str, key: str = "subset", *, train: bool = False) -> str:
-    """``subset`` when it is one of :data:`SUBSETS` (or, with ``train``, :data:`TRAIN_SUBSET`);
-    a one-line ``ValueError`` otherwise."""
+    """``subset`` if valid (with ``train``, :data:`TRAIN_SUBSET` too); a one-line ``ValueError`` otherwise."""
     valid = (*SUBSETS, TRAIN_SUBSET) if train else SUBSETS
     if subset not in valid:
         raise ValueError(f"{key}={subset!r} is not an EB-ALFRED subset; valid subsets: {', '.join(valid)}")
@@ -59,8 +48,7 @@ def check_subset(subset: str, key: str = "subset", *, train: bool = False) -> st
 
 
 def game_ref(subset: str, index: int, source: str | Path = "") -> GameRef:
-    """The reference of episode ``index`` of ``subset`` (``source``: the splits file it came
-    from; the env plays the episode from that file)."""
+    """Episode ``index`` of ``subset``, played from ``source`` (the splits file it came from)."""
     check_subset(subset, train=True)
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ValueError(f"EB-ALFRED episode index must be a non-negative int, got {index!r}")
@@ -95,11 +83,7 @@ def default_splits_path() -> Path | None:
 
 
 def load_splits(path: str | Path | None = None, subsets: Sequence[str] = SUBSETS) -> dict[str, list[dict[str, Any]]]:
-    """``subsets`` (by default the six evaluation subsets) from an EmbodiedBench-format
-    ``splits.json``.
-
-    Every requested subset must be present and every entry must carry ``instruction``; a
-    clear error says where the file comes from when it is absent."""
+    """``subsets`` of an EmbodiedBench-format ``splits.json``, each entry with its ``instruction``."""
     p = Path(path) if path else default_splits_path()
     if p is None or not p.is_file():
         where = f" (looked at {p})" if p is not None else ""
@@ -142,8 +126,6 @@ def list_games(subsets: Sequence[str] = SUBSETS, path: str | Path | None = None,
     return games
 
 
-# --- EB-ALFRED skills ------------------------------------------------------------------------
-
 #: PDDL verbs of ALFRED's high-level plan that act on their first argument.
 _PDDL_SIMPLE = {
     "PickupObject": "pick up the {0}",
@@ -161,23 +143,13 @@ _COOL = (
     "open the Fridge", "put down the object in hand", "close the Fridge", "open the Fridge", "pick up the {0}",
     "close the Fridge",
 )  # fmt: skip
-#: How ALFRED expands clean/heat/cool at the sink, microwave and fridge (the receptacle the
-#: object is put down in, then the interactions; ``{0}``: the object): used when a plan has no
-#: ``low_actions``, which otherwise say what was done.
+#: How ALFRED expands clean/heat/cool (the receptacle, then the interactions), for a plan
+#: without ``low_actions``.
 _PDDL_AT = {"CleanObject": ("Sink", _CLEAN), "HeatObject": ("Microwave", _HEAT), "CoolObject": ("Fridge", _COOL)}
-#: ALFRED's low-level interactions (``plan.low_actions[*].api_action``) as skills; the object
-#: is the type prefix of its ``objectId`` (``Sink|...|SinkBasin`` -> Sink, ``Apple|...|AppleSliced_2``
-#: -> Apple), which is what ``ThorConnector.get_obj_id_from_name`` matches. ``PutObject`` is put
-#: down into the last found receptacle (:class:`_Plan`).
-_LOW = {
-    "PickupObject": "pick up the {0}",
-    "OpenObject": "open the {0}",
-    "CloseObject": "close the {0}",
-    "ToggleObjectOn": "turn on the {0}",
-    "ToggleObjectOff": "turn off the {0}",
-    "SliceObject": "slice the {0}",
-    "PutObject": "put down the object in hand",
-}
+#: ALFRED's low-level interactions (``plan.low_actions[*].api_action``) as skills; the object is
+#: the type prefix of its ``objectId``, which is what ``ThorConnector.get_obj_id_from_name`` matches.
+_LOW = {k: v for k, v in _PDDL_SIMPLE.items() if k != "ToggleObject"}
+_LOW |= {"ToggleObjectOn": "turn on the {0}", "ToggleObjectOff": "turn off the {0}", "PutObject": PUT_DOWN}
 
 
 class _Plan:
@@ -220,26 +192,17 @@ def _id_type(object_id: Any, verb: str) -> str:
 def skills_from_high_pddl(
     plan: Sequence[Mapping[str, Any]], low_actions: Sequence[Mapping[str, Any]] = ()
 ) -> list[str]:
-    """EB-ALFRED skills for ALFRED's ``plan.high_pddl`` (and its ``plan.low_actions`` when
-    given); every skill is one of EmbodiedBench's 162
-    (:func:`~memprism_ray.envs.ebalfred.skills.global_skills`), or
-    :class:`~memprism_ray.envs.ebalfred.skills.AlfredNameError` names the argument.
+    """EB-ALFRED skills (each one of the 162 global ones, else :class:`AlfredNameError`) for
+    ALFRED's ``plan.high_pddl`` and, when given, its ``plan.low_actions``.
 
-    * Names go through the one table :data:`~memprism_ray.envs.ebalfred.skills.ALFRED_NAMES`
-      (``diningtable`` -> ``DiningTable``, ``sinkbasin`` -> ``Sink``, ``applesliced`` -> ``Apple``).
-    * ``GotoLocation X`` is ``find a X``, except right before ``PickupObject O``, where it is
-      ``find a O``: EmbodiedBench's own examples (``alfred_examples.json``) find the object they
-      pick up, not the receptacle it is on, and some of those receptacles (``handtowelholder``)
-      have no ``find`` skill. When the pickup first opens something (the object is in a closed
-      cabinet or fridge), the receptacle is found and opened, as ALFRED does.
-    * A step's low-level interactions become one skill each (ALFRED opens and closes cabinets,
-      drawers and the fridge around a pickup or a put, which its high-level plan does not show;
-      ``ThorConnector.put`` fails on a closed receptacle). Without ``low_actions``, clean/heat/
-      cool use ALFRED's fixed expansions and an empty argument (some ALFRED files) means the
-      held object.
-    * ``ThorConnector`` puts down into the last found receptacle and drops the object when
-      another skill came in between, so ``find a R`` is added before a put when the plan is
-      not already at ``R`` (after a slice or a pickup).
+    * ``GotoLocation X`` right before ``PickupObject O`` is ``find a O``, as EmbodiedBench's own
+      examples find the object they pick up (some receptacles have no ``find`` skill), unless
+      the pickup first opens something.
+    * A step's low-level interactions become one skill each (ALFRED opens and closes around a
+      pickup or a put, which the high-level plan does not show; ``ThorConnector.put`` fails on
+      a closed receptacle); without them, clean/heat/cool use ALFRED's fixed expansions.
+    * ``find a R`` is added before a put when the plan is not already at ``R``: ``ThorConnector``
+      puts down into the last found receptacle.
     * ``NoOp`` and unknown verbs are skipped, never guessed."""
     low = _low_by_step(low_actions)
     steps: list[tuple[str, list[str], list[Mapping[str, Any]]]] = []
@@ -289,8 +252,7 @@ def skills_from_high_pddl(
 
 
 def skills_from_trajectory(data: Mapping[str, Any]) -> list[str]:
-    """The expert plan of an ALFRED ``traj_data.json`` (its ``plan``) as EB-ALFRED skills
-    (:func:`skills_from_high_pddl`); what every caller translates an annotation with."""
+    """The expert plan of an ALFRED ``traj_data.json`` as EB-ALFRED skills."""
     plan = data["plan"]
     return skills_from_high_pddl(plan["high_pddl"], plan.get("low_actions") or ())
 

@@ -1,39 +1,14 @@
 """EB-ALFRED behind the shared Env protocol (paper "Benchmarks"; Table A.4: 30 steps,
-reward success + 0.2 x goal-condition progress).
+reward success + 0.2 x goal-condition progress; docs/ebalfred.md).
 
-:class:`EbAlfredEnv` holds one controller per game slot. A controller is anything with the
-interface of EmbodiedBench's ``EBAlfEnv`` (``embodiedbench/envs/eb_alfred/EBAlfEnv.py``):
-the real one runs AI2-THOR 2.1.0 (built lazily by :func:`make_embodiedbench_controller`,
-the ``ebalfred`` extra); :class:`~memprism_ray.envs.ebalfred.fake.FakeController` replays
-the recorded-transcript fixture with the same interface.
-
-* ``reset(GameRef("<subset>/<index>"))`` points the slot's controller at that episode
-  (``_current_episode_num``: ``EBAlfEnv.reset`` plays ``dataset[_current_episode_num]``, so
-  one AI2-THOR process serves every episode of a slot; switching subset reloads
-  ``dataset`` through its own ``_load_dataset``). The episode list is the file the game was
-  listed from (``GameRef.path``; set as the controller's ``data_path``), so the ALFRED
-  training list (subset ``alfred_train``) and a custom ``ebalfred.splits`` are what is
-  played, not EmbodiedBench's shipped ``splits.json``.
-* The observation text is the simulator's object state as the paper's Phi prompts show it:
-  ``"Visible objects: Sink, Faucet. Held objects: Ladle (held)."``; the goal is the
-  episode's instruction; ``admissible`` is the indexed skill list the prompt shows (action
-  id i is ``admissible[i]``): the scene-filtered list of the paper (``skills: scene``,
-  :mod:`.skills`) or EmbodiedBench's whole ``language_skill_set`` (``skills: full``);
-  ``meta["examples"]`` is the in-context example block (:mod:`.examples`).
-* An action that is not in the controller's ``language_skill_set`` (an unparsed model
-  output, free text) is never sent to the simulator, where ``ThorConnector`` would stop on
-  ``assert False, 'instruction not supported'``: as in EmbodiedBench's evaluator
-  (``eb_alfred_evaluator.py``: an unparseable plan is action ``-1``) it counts as an
-  invalid action against the episode's 10-invalid-action limit and takes none of its 30
-  simulator steps; the transition reports it (``meta["invalid_output"]``, and
-  ``meta["step_taken"]: False``, so the agent's ``max_steps`` counts simulator steps as
-  EmbodiedBench does) with the frame and state unchanged.
-* ``Transition.feedback`` is EmbodiedBench's feedback string followed by the new object
-  state; ``meta`` carries ``progress`` (goal conditions met / total), ``task_success``,
-  ``last_action_success``, ``env_feedback`` and the frame's step and SHA-1.
-* The camera frame travels as PNG bytes in ``Observation.frame`` / ``Transition.frame``.
-* Reward (Table A.4): each step returns the change of ``success + 0.2 * progress``, so an
-  episode's summed reward is exactly ``success + 0.2 * final progress``.
+One controller per game slot, with the interface of EmbodiedBench's ``EBAlfEnv`` (AI2-THOR
+2.1.0, or the fixture's :class:`~memprism_ray.envs.ebalfred.fake.FakeController`). ``reset``
+points it at ``dataset[<index>]`` of the list the game was listed from (``GameRef.path``), so
+one AI2-THOR process serves every episode of a slot. An action not in the controller's
+``language_skill_set`` is never sent to the simulator (``ThorConnector`` would stop on
+``assert False``): as in EmbodiedBench's evaluator it counts against the 10-invalid-action
+limit and takes none of the 30 simulator steps. Each step returns the change of
+``success + 0.2 * progress``, so an episode's summed reward is exactly Table A.4's.
 """
 
 from __future__ import annotations
@@ -51,10 +26,9 @@ import numpy as np
 from PIL import Image
 
 from memprism_ray.envs.base import STEP_TAKEN, GameRef, Observation, Transition
-from memprism_ray.envs.ebalfred.data import SUBSETS, parse_game_id
+from memprism_ray.envs.ebalfred.data import SUBSETS, embodiedbench_path, parse_game_id
 from memprism_ray.envs.ebalfred.examples import (
     N_SHOTS,
-    embodiedbench_examples_dir,
     example_file,
     format_examples,
     load_examples,
@@ -78,50 +52,44 @@ INVALID_OUTPUT_FEEDBACK = "Last action is invalid. The output is not one of the 
 INSTALL_HINT = 'pip install "memprism-ray[ebalfred]" and EmbodiedBench (docs/ebalfred.md)'
 
 
+def check_settings(c: Any) -> None:
+    """The checks the ``ebalfred`` config section and :class:`EbAlfredConfig` share."""
+    if c.controller not in CONTROLLERS:
+        raise ValueError(f"ebalfred.controller={c.controller!r}; valid controllers: {', '.join(CONTROLLERS)}")
+    if c.resolution < 32:
+        raise ValueError(f"ebalfred.resolution must be >= 32, got {c.resolution}")
+    check_mode(c.skills)
+    if c.n_shots < 0:
+        raise ValueError(f"ebalfred.n_shots must be >= 0, got {c.n_shots}")
+
+
 @dataclass
 class EbAlfredConfig:
-    """How EB-ALFRED episodes are played (paper Table A.4 for the reward)."""
+    """How EB-ALFRED episodes are played (paper Table A.4 for the reward); the ``ebalfred`` config
+    section (:mod:`.section`) documents the fields it shares."""
 
     controller: str = "embodiedbench"
-    """``embodiedbench`` (AI2-THOR through EmbodiedBench) or ``fake`` (replays ``fixture``)"""
     fixture: str = ""
-    """fixture folder for the fake controller (memprism_ray.envs.ebalfred.fixture)"""
     resolution: int = 500
-    """camera frame side in pixels (EmbodiedBench's default 500)"""
     x_display: str = "1"
-    """X display AI2-THOR 2.1.0 renders on (Xvfb or a GPU X server; docs/ebalfred.md)"""
     local_build: str = ""
-    """path of a local AI2-THOR build executable; '' lets ai2thor download its build"""
     frame_dir: str = ""
-    """when set, every post-action frame is also written under it and its path goes into
-    ``Transition.meta["frame_path"]`` (the audit frame the grounding stage reads)"""
     progress_coef: float = 0.2
     """weight of goal-condition progress in the reward (Table A.4: 0.2)"""
     skills: str = "scene"
-    """the skill list shown: ``scene`` (the paper's scene-filtered list) or ``full``
-    (EmbodiedBench's whole ``language_skill_set``)"""
     n_shots: int = N_SHOTS
-    """in-context examples in the prompt (EmbodiedBench's default 10; 0 drops the slot)"""
     examples: str = ""
-    """folder of the example files ('' : EmbodiedBench's evaluator/config, or the fixture's
-    examples/ for the fake controller)"""
     extra: dict[str, Any] = field(default_factory=dict)
     """further keyword arguments for the real controller (e.g. ``down_sample_ratio``)"""
 
     def __post_init__(self) -> None:
-        if self.controller not in CONTROLLERS:
-            raise ValueError(f"ebalfred.controller={self.controller!r}; valid controllers: {', '.join(CONTROLLERS)}")
+        check_settings(self)
         if self.controller == "fake" and not self.fixture:
             raise ValueError(
                 f"ebalfred.controller='fake' needs ebalfred.fixture (or ${ENV_VARS['fixture']}): a fixture folder"
             )
-        if self.resolution < 32:
-            raise ValueError(f"ebalfred.resolution must be >= 32, got {self.resolution}")
         if not 0.0 <= self.progress_coef <= 1.0:
             raise ValueError(f"ebalfred.progress_coef must be in [0, 1], got {self.progress_coef}")
-        check_mode(self.skills)
-        if self.n_shots < 0:
-            raise ValueError(f"ebalfred.n_shots must be >= 0, got {self.n_shots}")
 
     def examples_dir(self) -> Path | None:
         """Where the in-context example files are read from on this node."""
@@ -129,14 +97,11 @@ class EbAlfredConfig:
             return Path(self.examples)
         if self.controller == "fake":
             return Path(self.fixture) / "examples"
-        return embodiedbench_examples_dir()
+        return embodiedbench_path("evaluator", "config")
 
     @classmethod
     def from_env(cls, **overrides: Any) -> EbAlfredConfig:
-        """Defaults overridden by the ``MEMPRISM_EBALFRED_*`` variables, then ``overrides``.
-
-        Actors build their env from ``(num_slots)`` alone (``Benchmark.make_env``); the variables
-        reach Ray workers through the job's ``runtime_env`` (docs/ebalfred.md)."""
+        """Defaults overridden by the ``MEMPRISM_EBALFRED_*`` variables, then ``overrides``."""
         values: dict[str, Any] = {}
         for key, var in ENV_VARS.items():
             if os.environ.get(var):
@@ -173,11 +138,7 @@ def state_text(controller: Any) -> str:
 
 
 def make_embodiedbench_controller(eval_set: str, config: EbAlfredConfig) -> Any:
-    """EmbodiedBench's ``EBAlfEnv`` on AI2-THOR 2.1.0, imported here and only here.
-
-    Missing packages -> one ``RuntimeError`` naming the extra. A simulator that cannot
-    start (ai2thor downloads its Unity build on first start) -> one ``RuntimeError`` saying
-    how to point at a local build."""
+    """EmbodiedBench's ``EBAlfEnv`` on AI2-THOR 2.1.0, imported here and only here."""
     if config.resolution < 300:  # ai2thor 2.1.0's Controller.start refuses smaller screens
         raise RuntimeError(f"ebalfred.resolution={config.resolution}: AI2-THOR 2.1.0 needs >= 300 pixels")
     try:
@@ -226,10 +187,8 @@ class EbAlfredEnv:
     """``num_slots`` EB-ALFRED game slots, one controller each, created on first reset."""
 
     def __init__(
-        self,
-        num_slots: int = 1,
-        config: EbAlfredConfig | None = None,
-        controller_factory: Callable[[str, EbAlfredConfig], Any] | None = None,
+        self, num_slots: int = 1, config: EbAlfredConfig | None = None,
+        controller_factory: Callable[[str, EbAlfredConfig], Any] | None = None
     ) -> None:
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
             raise ValueError(f"num_slots must be a positive int, got {num_slots!r}")
@@ -279,9 +238,8 @@ class EbAlfredEnv:
 
     @staticmethod
     def _data_path(game: GameRef) -> str | None:
-        """The episode list ``game`` was read from, or ``None`` when it names none; a list
-        that this node cannot read is an error (playing the controller's default list instead
-        would play other episodes under the same id)."""
+        """The episode list ``game`` was read from, or ``None``; one this node cannot read is an
+        error (the controller's default list would play other episodes under the same id)."""
         path = Path(game.path) if game.path else None
         if path is None or str(path) in ("", "."):
             return None
@@ -293,7 +251,7 @@ class EbAlfredEnv:
         return str(path)
 
     def _examples_block(self, subset: str) -> str:
-        """The formatted in-context examples of ``subset`` (read once per example file)."""
+        """The formatted in-context examples of ``subset``, read once per example file."""
         if self.config.n_shots == 0:
             return ""
         folder = self.config.examples_dir()
@@ -356,80 +314,45 @@ class EbAlfredEnv:
             raise RuntimeError(f"EB-ALFRED slot {slot}: step before reset (or after the episode ended)")
         ctrl = self._controllers[slot]
         if action not in ctrl.language_skill_set:
-            return self._invalid_output(slot, ctrl)
+            # Not a skill: handled as EmbodiedBench's evaluator does: not executed, one more invalid
+            # action (the episode ends at _max_invalid_actions), no simulator step; the decision
+            # still gets a transition (unchanged frame, zero reward) so step rows, Phi's frame
+            # checks and the history stay aligned.
+            ctrl._cur_invalid_actions += 1
+            head = {"progress": self._progress[slot], "task_success": False, "last_action_success": False}
+            # STEP_TAKEN False: the agent's max_steps counts simulator steps, as upstream's 30
+            head |= {"invalid_output": True, STEP_TAKEN: False, "env_feedback": INVALID_OUTPUT_FEEDBACK}
+            done = ctrl._cur_invalid_actions >= ctrl._max_invalid_actions
+            feedback = f"{INVALID_OUTPUT_FEEDBACK} {state_text(ctrl)}"
+            return self._transition(slot, feedback, 0.0, done, False, head, self._png[slot], False)
         obs, _dense, done, info = ctrl.step(action)
         progress = float(info.get("task_progress", 0.0))
         success = bool(info.get("task_success", 0.0))
         potential = float(success) + self.config.progress_coef * progress
         reward = potential - self._potential[slot]
         self._potential[slot] = potential
-        self._steps[slot] += 1
         png = encode_png(obs["head_rgb"])
         previous, self._frame_sha[slot] = self._frame_sha[slot], hashlib.sha1(png).hexdigest()
         self._png[slot] = png
         self._progress[slot] = progress
-        if done:
-            self._live[slot] = False
-        extra: dict[str, Any] = {}
-        if self.config.frame_dir and self._episode_dir[slot] is not None:
-            extra["frame_path"] = self._write_frame(slot, self._steps[slot], png)
         feedback = str(info.get("env_feedback", ""))
         sep = " " if feedback.endswith((".", "!", "?")) or not feedback else ". "
-        return Transition(
-            feedback=f"{feedback}{sep}{state_text(ctrl)}".strip(),
-            reward=reward,
-            done=bool(done),
-            won=success,
-            admissible=self._admissible[slot],
-            meta={
-                "step": self._steps[slot],
-                "progress": progress,
-                "task_success": success,
-                "last_action_success": bool(info.get("last_action_success", 0.0)),
-                "env_feedback": feedback,
-                "frame_step": self._steps[slot],
-                "frame_sha1": self._frame_sha[slot],
-                "frame_changed": self._frame_sha[slot] != previous,
-                **extra,
-            },
-            frame=png,
-        )
+        head = {"progress": progress, "task_success": success}
+        head |= {"last_action_success": bool(info.get("last_action_success", 0.0)), "env_feedback": feedback}
+        text = f"{feedback}{sep}{state_text(ctrl)}".strip()
+        return self._transition(slot, text, reward, bool(done), success, head, png, self._frame_sha[slot] != previous)
 
-    def _invalid_output(self, slot: int, ctrl: Any) -> Transition:
-        """An output that is no skill of the scene, handled as EmbodiedBench's evaluator does:
-        not executed, one more invalid action (``_cur_invalid_actions``; the episode ends at
-        ``_max_invalid_actions``), no simulator step (``_current_step`` unchanged). The
-        decision still gets a transition (step count, unchanged frame, zero reward) so the
-        agent's step rows, Phi's frame checks and the history stay aligned."""
-        ctrl._cur_invalid_actions += 1
-        done = ctrl._cur_invalid_actions >= ctrl._max_invalid_actions
+    def _transition(
+        self, slot: int, feedback: str, reward: float, done: bool, won: bool, head: dict, png: bytes, changed: bool
+    ) -> Transition:
         self._steps[slot] += 1
         if done:
             self._live[slot] = False
-        extra: dict[str, Any] = {}
+        step = self._steps[slot]
+        meta = {"step": step, **head, "frame_step": step, "frame_sha1": self._frame_sha[slot], "frame_changed": changed}
         if self.config.frame_dir and self._episode_dir[slot] is not None:
-            extra["frame_path"] = self._write_frame(slot, self._steps[slot], self._png[slot])
-        return Transition(
-            feedback=f"{INVALID_OUTPUT_FEEDBACK} {state_text(ctrl)}",
-            reward=0.0,
-            done=done,
-            won=False,
-            admissible=self._admissible[slot],
-            meta={
-                "step": self._steps[slot],
-                "progress": self._progress[slot],
-                "task_success": False,
-                "last_action_success": False,
-                "invalid_output": True,
-                STEP_TAKEN: False,  # the agent's max_steps counts simulator steps, as upstream's 30
-                "env_feedback": INVALID_OUTPUT_FEEDBACK,
-                "frame_step": self._steps[slot],
-                "frame_sha1": self._frame_sha[slot],
-                "frame_changed": False,
-                **extra,
-            },
-            frame=self._png[slot],
-        )
+            meta["frame_path"] = self._write_frame(slot, step, png)
+        return Transition(feedback, reward, done, won, self._admissible[slot], meta, png)
 
     def _write_frame(self, slot: int, step: int, png: bytes) -> str:
         folder = self._episode_dir[slot]

@@ -1,36 +1,12 @@
 """EB-ALFRED's in-context task-execution examples (the ``{task_execution_examples}`` slot of
-the paper's EB-ALFRED system prompt, appendix E.3), loaded from EmbodiedBench's own files.
+the paper's EB-ALFRED system prompt, appendix E.3), loaded from EmbodiedBench's own files
+(``evaluator/config``; ``long_horizon`` has its own file) on the env's node.
 
-EmbodiedBench's evaluator (``embodiedbench/evaluator/eb_alfred_evaluator.py`` at
-``b247936``) reads ``evaluator/config/alfred_examples.json`` (10 examples) for every subset
-but ``long_horizon``, which reads ``alfred_long_horizon_examples.json`` (7), and its planner
-(``planner/vlm_planner.py`` ``process_prompt``) puts the first ``n_shots`` (config
-``n_shots: 10``, ``configs/eb-alf.yaml``) into the prompt as::
-
-    '\\n\\n'.join(f'## Task Execution Example {i}: \\n {x}' for i, x in enumerate(examples[:n_shots]))
-
-Each example in those files is one string (``Human instruction: ...\\nOutput: {...}``) holding
-a language plan and an ``executable_plan`` of ``{"action_id", "action_name"}``: a whole plan in
-one JSON answer, with ids numbering EmbodiedBench's 162 global skills
-(:func:`~memprism_ray.envs.ebalfred.skills.global_skills`), which is what its planner asks for.
-The paper's prompt asks for something else: ONE exact action name per step inside
-``<action></action>``, chosen from the scene-filtered list whose ids are positions in that
-list. Shown as they are, the examples would teach the other contract (a multi-action JSON plan,
-ids that point at other skills of the list shown). So each example is read as data
-(:func:`parse_example`) and shown in the prompt's own terms (:func:`render_example`): the
-instruction (without its final period, as the prompt's instruction line), the language plan,
-then one action name per step, names only (an example's skills are often not in the current
-scene's list, so they have no id there)::
-
-    Human instruction: Pick up the alarm clock and turn on the lamp.
-    Plan: First, locate the alarm clock in the room. ...
-    Step 1: find a AlarmClock
-    Step 2: pick up the AlarmClock
-
-The headers and the joining are EmbodiedBench's. The environment loads the examples on its
-node (where EmbodiedBench is installed) and sends the formatted block with the observation
-(``Observation.meta["examples"]``); the agent passes it to the prompt. ``ebalfred.n_shots: 0``
-drops the slot.
+EmbodiedBench's examples answer with a whole JSON plan whose ids number its 162 global skills;
+the paper's prompt asks for ONE action name per step from the scene-filtered list. Shown as
+they are, they would teach the other contract, so each is parsed as data and rendered in the
+prompt's terms (instruction, plan, ``Step i: <name>``, names only), under EmbodiedBench's
+planner's headers and joining (docs/ebalfred.md).
 """
 
 from __future__ import annotations
@@ -66,8 +42,7 @@ class Example:
 
 
 def parse_example(text: str) -> Example:
-    """An example string of EmbodiedBench's files as data; a ``ValueError`` saying what is
-    wrong otherwise (the plan's steps are JSON, read with ``json.loads``, never evaluated)."""
+    """An example string of EmbodiedBench's files as data (its steps are JSON, never evaluated)."""
     m = _EXAMPLE.match(text)
     if m is None:
         raise ValueError(
@@ -89,7 +64,7 @@ def parse_example(text: str) -> Example:
 
 
 def render_example(example: Example) -> str:
-    """``example`` in the prompt's terms: names only, one action per step (module docstring)."""
+    """``example`` in the prompt's terms: names only, one action per step."""
     lines = [f"Human instruction: {ebalfred_instruction(example.instruction)}."]
     if example.plan:
         lines.append(f"Plan: {example.plan}")
@@ -102,16 +77,8 @@ def example_file(subset: str) -> str:
     return EXAMPLE_FILES["long_horizon" if subset == "long_horizon" else "default"]
 
 
-def embodiedbench_examples_dir() -> Path | None:
-    """``embodiedbench/evaluator/config`` of the installed EmbodiedBench, or ``None``."""
-    from memprism_ray.envs.ebalfred.data import embodiedbench_path
-
-    return embodiedbench_path("evaluator", "config")
-
-
 def load_examples(folder: str | Path, subset: str) -> list[Example]:
-    """The examples of ``subset`` from ``folder``, parsed; a one-line error naming the file
-    (and the example) and the key to change when it is missing or not EmbodiedBench's format."""
+    """The examples of ``subset`` from ``folder``, parsed."""
     path = Path(folder) / example_file(subset)
     if not path.is_file():
         raise FileNotFoundError(
@@ -132,8 +99,7 @@ def load_examples(folder: str | Path, subset: str) -> list[Example]:
 
 
 def format_examples(examples: Sequence[Example], n_shots: int) -> str:
-    """The first ``n_shots`` examples, each rendered in the prompt's terms, under
-    EmbodiedBench's planner's headers and joining ('' for none)."""
+    """The first ``n_shots`` examples rendered, as EmbodiedBench's planner joins them."""
     if n_shots < 0:
         raise ValueError(f"ebalfred.n_shots must be >= 0, got {n_shots}")
     shown = examples[:n_shots]

@@ -1,15 +1,7 @@
 """Expert trajectories of EB-ALFRED episodes for D1 (paper appendix "Training dataset
-setup": "The ALFRED path uses the official ALFRED training annotations for learning").
-
-An episode's expert plan is either its recorded fixture plan or the ALFRED annotation of
-the trajectory its splits entry names (``task``: ``<task>/<trial>``, looked up under the
-ALFRED ``train`` then ``valid_seen`` folders), translated to EB-ALFRED skills
-(:func:`~memprism_ray.envs.ebalfred.data.skills_from_trajectory`: ALFRED's lower-case names
-through the one name table, :data:`~memprism_ray.envs.ebalfred.skills.ALFRED_NAMES`; a name no
-skill has is an error naming it). The plan is played
-through :class:`~memprism_ray.envs.ebalfred.env.EbAlfredEnv` with the stage-1 rule Phi, and
-the episodes are written in the expert-trajectory table format D1 labelling reads
-(``memprism_ray.envs.alfworld.expert_data.episodes_to_arrow``).
+setup": "The ALFRED path uses the official ALFRED training annotations for learning"): the
+fixture's recorded plans or the ALFRED annotations translated to skills, played with the
+stage-1 rule Phi into the expert-trajectory table D1 labelling reads.
 """
 
 from __future__ import annotations
@@ -19,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memprism_ray.envs.base import GameRef, took_step
+from memprism_ray.envs.base import GameRef
 from memprism_ray.envs.ebalfred.data import (
     default_alfred_root,
     load_splits,
@@ -27,8 +19,6 @@ from memprism_ray.envs.ebalfred.data import (
     skills_from_trajectory,
 )
 from memprism_ray.envs.ebalfred.skills import AlfredNameError
-from memprism_ray.recorder import EventStream, RawEvent
-from memprism_ray.recorder.phi import record_event
 from memprism_ray.recorder.phi.ebalfred import EbAlfredRulePhi
 
 
@@ -40,8 +30,8 @@ def fixture_plans(fixture: str | Path) -> dict[str, list[str]]:
 
 
 def annotation_plans(splits: str | Path, games: Sequence[GameRef], alfred_root: str | Path | None = None) -> dict:
-    """``game_id -> expert skills`` from the ALFRED annotation each splits entry names; a
-    game whose annotation is missing is an error naming it (never skipped silently)."""
+    """``game_id -> expert skills`` from the ALFRED annotation (under ``train`` then
+    ``valid_seen``) each splits entry names; a missing one is an error naming the game."""
     root = Path(alfred_root) if alfred_root else default_alfred_root()
     if root is None:
         raise FileNotFoundError("ALFRED annotations: set $MEMPRISM_ALFRED_DATA to the unpacked json_2.1.0 folder")
@@ -63,36 +53,15 @@ def annotation_plans(splits: str | Path, games: Sequence[GameRef], alfred_root: 
 
 
 def play_expert(env: Any, games: Sequence[GameRef], plans: Mapping[str, Sequence[str]], max_steps: int = 30) -> list:
-    """Play each game's plan for at most ``max_steps`` environment steps (an action the
-    env takes no step for, :data:`~memprism_ray.envs.base.STEP_TAKEN`, does not count, as in
-    the agent loop); returns ``ExpertEpisode`` records (won or not: the label stage sees the
-    outcome in the ``won`` column)."""
-    from memprism_ray.envs.alfworld.expert_data import ExpertEpisode
+    """Play each game's plan for at most ``max_steps`` environment steps, as the agent loop counts
+    them; ``ExpertEpisode`` records, won or not (the label stage reads the ``won`` column)."""
+    from memprism_ray.envs.alfworld.expert_data import follow, play_episode
 
-    phi = EbAlfredRulePhi()
-    episodes = []
-    for game in games:
-        obs = env.reset(game)
-        stream = EventStream({"benchmark": "ebalfred", "game_id": game.game_id, "goal": obs.goal})
-        o_pre, admissible = obs.text, obs.admissible
-        offered, reference, won, taken = [], [], False, 0
-        for t, action in enumerate(plans[game.game_id]):
-            if taken >= max_steps:
-                break
-            offered.append(tuple(admissible))
-            reference.append(action)
-            tr = env.step(action)
-            taken += took_step(tr)
-            meta = {"step": t + 1, "game_id": game.game_id, "task_type": game.task_type, "won": tr.won}
-            meta.update({k: tr.meta[k] for k in ("last_action_success", "progress") if k in tr.meta})
-            record_event(stream, RawEvent(o_pre, action, tr.feedback, tr.reward, meta), phi)
-            o_pre, admissible = tr.feedback, tr.admissible
-            if tr.done:
-                won = tr.won
-                break
-        if reference:
-            episodes.append(ExpertEpisode(game, obs.goal, stream, tuple(offered), tuple(reference), "alfred", won))
-    return episodes
+    phi, keys = EbAlfredRulePhi(), ("last_action_success", "progress")
+    episodes = [
+        play_episode(env, g, "ebalfred", phi, follow(plans[g.game_id]), max_steps, "alfred", keys) for g in games
+    ]
+    return [ep for ep in episodes if ep.reference]
 
 
 def write_expert_table(episodes: Sequence[Any], path: str | Path) -> Path:

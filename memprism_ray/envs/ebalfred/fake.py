@@ -1,34 +1,12 @@
 """A controller with the interface of EmbodiedBench's ``EBAlfEnv`` that replays the
 recorded-transcript fixture (:mod:`.fixture`), so everything above the simulator is tested
-without AI2-THOR (issue 13 item 5).
+without AI2-THOR (issue 13 item 5; docs/ebalfred.md "Fixture").
 
-What it mirrors of ``EBAlfEnv`` (and :class:`~memprism_ray.envs.ebalfred.env.EbAlfredEnv`
-relies on nothing else): the constructor's ``eval_set``/``resolution`` arguments,
-``dataset``/``number_of_episodes``/``_current_episode_num``/``_load_dataset``,
-``language_skill_set``, ``episode_language_instruction``, ``reset() -> {"head_rgb": HxWx3
-uint8}``, ``step(action) -> (obs, reward, done, info)`` with ``info["task_success"]``,
-``["task_progress"]``, ``["env_feedback"]``, ``["last_action_success"]``, ``["env_step"]``,
-``["object_states"]["visible_objs"]``, the 30-step and 10-invalid-action episode ends,
-``env.last_event.frame`` / ``.metadata["objects" | "inventoryObjects"]`` and ``close()``.
-
-Replay rule: an action equal to the next recorded expert step plays that step (feedback,
-frame, visible and held objects, goal conditions). Any other skill is answered by the
-failure rules of EmbodiedBench's skill layer that need no simulator (holding something,
-holding nothing, the target not visible or not in the scene), with their wording. Of the
-off-plan actions those rules accept, ``find`` succeeds without changing the recorded state
-or frame; a state-changing skill fails as not replayable, so the feedback never contradicts
-the object state the fixture shows (and Phi never records a change the env did not make).
-
-A string that is no skill at all (it starts with none of ``ThorConnector.llm_skill_interact``'s
-prefixes: free text, an unparsed model output) raises ``AssertionError('instruction not
-supported')`` after the step counter moved, as the real connector does
-(``thor_connector.py``: ``else: assert False, 'instruction not supported'``); the adapter
-(:class:`~memprism_ray.envs.ebalfred.env.EbAlfredEnv`) never sends one.
-
-Like ``EBAlfEnv``, the constructor accepts only an evaluation subset and ``_load_dataset``
-reads ``self.data_path`` (an EmbodiedBench-format list; the fixture's ``splits.json`` by
-default), so the adapter's switch to another list (the ALFRED training episodes) runs on the
-same attributes as on the real controller.
+Replay rule: the next recorded expert step plays its record; any other skill gets the failure
+rules of EmbodiedBench's skill layer that need no simulator, with their wording; of the rest,
+``find`` succeeds without changing the recorded state and a state-changing skill fails as not
+replayable, so the feedback never contradicts the object state the fixture shows. A string that
+is no skill raises ``AssertionError('instruction not supported')``, as ``ThorConnector`` does.
 """
 
 from __future__ import annotations
@@ -80,7 +58,6 @@ class FakeController:
         dataset = json.loads(Path(self.data_path).read_text())[eval_set]
         return [dict(ep, fixture_key=f"{eval_set}/{i}") for i, ep in enumerate(dataset)]
 
-    # --- EBAlfEnv interface --------------------------------------------------------------
     def reset(self) -> dict[str, Any]:
         assert self._current_episode_num < self.number_of_episodes
         entry = self.dataset[self._current_episode_num]
@@ -139,7 +116,6 @@ class FakeController:
     def close(self) -> None:
         self.closed = True
 
-    # --- replay ---------------------------------------------------------------------------
     def _set_state(self, rec: dict[str, Any]) -> None:
         self._state = {"visible": list(rec["visible"]), "held": rec["held"], "conds": int(rec["conds"])}
         with Image.open(self.fixture_root / rec["frame"]) as im:

@@ -1,32 +1,16 @@
-"""The recorded-transcript fixture of EB-ALFRED (issue 13 item 5): small PNG camera frames
-drawn with Pillow, EmbodiedBench-style feedback strings, goal-condition progress, all six
-subsets, a few episodes each. :class:`~memprism_ray.envs.ebalfred.fake.FakeController`
-replays it behind the interface of EmbodiedBench's ``EBAlfEnv`` so the adapter, both Phi
-stages, the reward and the report run in CI without AI2-THOR.
-
-Layout of a fixture folder (``build_fixture(out)``)::
+"""The recorded-transcript fixture of EB-ALFRED (issue 13 item 5; docs/ebalfred.md "Fixture"):
+small Pillow-drawn PNG frames, EmbodiedBench-style feedback, goal-condition progress, all six
+subsets, a few episodes each, written from a handful of ALFRED task families. Layout::
 
     splits.json        EmbodiedBench format: {subset: [{"task", "repeat_idx", "instruction"}]}
     alfred_train.json  the same format, key "alfred_train": training episodes (other tasks)
     examples/          in-context example files shaped as EmbodiedBench's (.examples)
-    json_2.1.0/        ALFRED annotations of every episode (valid_seen/ and train/<task>/traj_data.json):
-                       plans with ALFRED's lower-case names, for the expert-plan loader
+    json_2.1.0/        ALFRED annotations of every episode (valid_seen/ and train/<task>/traj_data.json)
     transcripts.json   {"version", "resolution", "episodes": {"<subset>/<i>": episode}}
     frames/<subset>/<i>/<step>.png
 
-An episode holds its scene's objects as AI2-THOR metadata (``scene_objects``: type, id,
-receptacle / pickupable; some types with several instances), the controller's skill list
-in its real shape (``skills``: EmbodiedBench's 162 global skills plus the scene's instance
-skills such as ``find a Drawer_2``, :mod:`.skills`), the scene-filtered list the agent is
-shown (``admissible``), the initial state and the recorded expert steps. Each state
-(initial or after a step) records the frame, the visible objects, the held object, goal
-conditions met and the ground-truth boxes of the visible objects on a 0-1000 scale (the
-grounding prompt's scale), so a scripted vision model can answer the grounding stage
-exactly in tests.
-
-The transcripts are written by this module from a handful of ALFRED task families
-(pick-and-place, clean, heat, look-at-in-light); the feedback strings copy the wording of
-EmbodiedBench's env ("Last action executed successfully." / "Last action is invalid. ...").
+Each recorded state holds the ground-truth boxes of the visible objects on a 0-1000 scale, so a
+scripted vision model can answer the grounding stage exactly in tests.
 """
 
 from __future__ import annotations
@@ -189,11 +173,9 @@ _FAMILIES: tuple[_Family, ...] = (
     ),
 )
 
-#: Each family's ALFRED annotation, as ALFRED's ``traj_data.json`` holds it: the high-level
-#: PDDL plan with ALFRED's lower-case object names (``diningtable``, ``sinkbasin``,
-#: ``desklamp``, ``garbagecan``: what the expert-plan loader reads) and, per high-level step,
-#: its low-level interactions (api action, object type, receptacle type of a put). Translated
-#: (:func:`~memprism_ray.envs.ebalfred.data.skills_from_trajectory`) they give the recorded steps.
+#: Each family's ALFRED annotation: the high-level PDDL plan with ALFRED's lower-case object names
+#: and, per step, its low-level interactions (api action, object type, receptacle type of a put);
+#: translated (``data.skills_from_trajectory``) they give the recorded steps.
 _ALFRED_PLANS: dict[str, tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str, str], ...]], ...]] = {
     "pick_and_place_simple": (
         ("GotoLocation", ("desk",), ()),
@@ -257,28 +239,20 @@ _TRAIN_INSTRUCTIONS = {
 
 
 def scene_objects(fam: _Family) -> list[dict[str, Any]]:
-    """The family's scene as AI2-THOR ``metadata["objects"]`` entries (what EmbodiedBench's
-    ``generate_additional_action_space`` reads): one per instance, ids ``Type|x|y|z``."""
+    """The family's scene as AI2-THOR ``metadata["objects"]`` entries, one per instance."""
     counts = dict(fam.instances)
     out = []
     for t in fam.objects:
         for k in range(counts.get(t, 1)):
             h = zlib.crc32(f"{t}|{k}".encode())
             pos = "|".join(f"{((h >> s) % 400 - 200) / 100:+.2f}" for s in (0, 9, 18))
-            out.append(
-                {
-                    "objectType": t,
-                    "objectId": f"{t}|{pos}",
-                    "receptacle": t in RECEPTACLES,
-                    "pickupable": t in PICK_OBJS,
-                }
-            )
+            kind = {"receptacle": t in RECEPTACLES, "pickupable": t in PICK_OBJS}
+            out.append({"objectType": t, "objectId": f"{t}|{pos}", **kind})
     return out
 
 
 def object_names(objects: Sequence[dict[str, Any]]) -> list[str]:
-    """The names a skill may use in this scene: each type, and ``Type_<k>`` for the k-th
-    instance of a type with several (EmbodiedBench's instance names)."""
+    """The names a skill may use in this scene: each type, and ``Type_<k>`` for its k-th instance."""
     seen: dict[str, int] = {}
     names = []
     for o in objects:
@@ -303,9 +277,8 @@ def _colour(name: str) -> tuple[int, int, int]:
 
 
 def draw_frame(colour: tuple[int, int, int], visible: Sequence[str], held: str | None, step: int, size: int) -> bytes:
-    """One camera frame: the scene colour, a box per visible object, the held object as a
-    bar at the bottom, and a step tick (the real camera re-renders after every executed
-    skill, so consecutive synchronized frames differ)."""
+    """One camera frame: a box per visible object, the held object as a bar, and a step tick
+    (the real camera re-renders after every executed skill, so consecutive frames differ)."""
     import io
 
     im = Image.new("RGB", (size, size), colour)
@@ -320,11 +293,6 @@ def draw_frame(colour: tuple[int, int, int], visible: Sequence[str], held: str |
     return buf.getvalue()
 
 
-def _boxes(visible: Sequence[str], size: int) -> dict[str, list[int]]:
-    scale = 1000 / size
-    return {v.lower(): [round(c * scale) for c in object_box(v, size)] for v in visible}
-
-
 def _family_for(subset: str, i: int) -> _Family:
     if subset == "long_horizon":  # the longest recorded plans
         return _FAMILIES[(1, 2)[i % 2]]
@@ -332,9 +300,7 @@ def _family_for(subset: str, i: int) -> _Family:
 
 
 def _example(instruction: str, plan: str, actions: Sequence[str]) -> str:
-    """One in-context example in EmbodiedBench's shape (``alfred_examples.json``): the
-    instruction, then the plan as the JSON-like text its planner asked for, with the skills'
-    ids in the global list."""
+    """One in-context example in EmbodiedBench's shape (``alfred_examples.json``)."""
     ids = {a: i for i, a in enumerate(global_skills())}
     steps = "\n".join(json.dumps({"action_id": ids[a], "action_name": a}) for a in actions)
     return (
@@ -343,9 +309,7 @@ def _example(instruction: str, plan: str, actions: Sequence[str]) -> str:
 
 
 def alfred_trajectory(fam: _Family, instruction: str, low_actions: bool = True) -> dict[str, Any]:
-    """The family's ALFRED ``traj_data.json`` (the fields EmbodiedBench and the expert-plan
-    loader read): ``plan.high_pddl`` with ALFRED's lower-case names, ``plan.low_actions`` with
-    objectIds of the fixture's scene (ALFRED's basin ids ``Sink|...|SinkBasin``), the annotation."""
+    """The family's ALFRED ``traj_data.json``: the fields EmbodiedBench and the expert-plan loader read."""
     ids = {o["objectType"]: o["objectId"] for o in reversed(scene_objects(fam))}  # the first instance
 
     def object_id(kind: str) -> str:
@@ -372,9 +336,7 @@ def alfred_trajectory(fam: _Family, instruction: str, low_actions: bool = True) 
 
 
 def write_examples(folder: Path) -> None:
-    """Example files shaped as EmbodiedBench's ``evaluator/config`` ones: 10 default and 7
-    long-horizon examples (upstream's counts), written from the task families. They are
-    this fixture's text, not EmbodiedBench's examples."""
+    """Example files shaped as EmbodiedBench's (10 default, 7 long-horizon), from the task families."""
     folder.mkdir(parents=True, exist_ok=True)
     pairs = [(fam, subset) for subset in ("base", "common_sense", "complex_instruction") for fam in _FAMILIES]
     default = [
@@ -404,7 +366,7 @@ def _episode(root: Path, subset: str, i: int, fam: _Family, instruction: str, re
             "visible": list(visible),
             "held": held,
             "conds": conds,
-            "boxes": _boxes(visible, resolution),
+            "boxes": {v.lower(): [round(c * (1000 / resolution)) for c in object_box(v, resolution)] for v in visible},
         }
 
     steps = []
@@ -428,12 +390,9 @@ def _episode(root: Path, subset: str, i: int, fam: _Family, instruction: str, re
 
 
 def build_fixture(out: str | Path, episodes_per_subset: int = 3, resolution: int = 96, train_episodes: int = 4) -> Path:
-    """Write the fixture to ``out`` (created; an existing fixture there is overwritten) and
-    return ``out``. Deterministic: the same arguments give byte-identical files.
-
-    ``train_episodes`` training episodes (``alfred_train/<i>`` in ``alfred_train.json``)
-    stand for ALFRED training trajectories: other tasks (``task`` names) and other
-    instructions than every evaluation episode, the same task families."""
+    """Write the fixture to ``out`` (an existing one there is overwritten) and return ``out``;
+    the same arguments give byte-identical files. The ``train_episodes`` stand for ALFRED
+    training trajectories: other tasks and instructions than every evaluation episode."""
     if episodes_per_subset < 1:
         raise ValueError(f"episodes_per_subset must be >= 1, got {episodes_per_subset}")
     if train_episodes < 0:

@@ -1,10 +1,6 @@
-"""The ``ebalfred`` section of the job config tree (configs/ebalfred_*.yaml; docs/ebalfred.md).
-
-Actors get the environment's settings with their constructor: :func:`env_options` (the
-benchmark's ``env_options``, memprism_ray/benchmark/ebalfred.py) turns this section into the
-:class:`~memprism_ray.envs.ebalfred.env.EbAlfredConfig` every ``EbAlfredEnv`` is built with;
-the scripted fixture stand-in gets its fixture through ``policy.scripted``.
-"""
+"""The ``ebalfred`` section of the job config tree (configs/ebalfred_*.yaml; docs/ebalfred.md);
+:func:`env_options` turns it into the :class:`~memprism_ray.envs.ebalfred.env.EbAlfredConfig`
+every ``EbAlfredEnv`` of a run is built with."""
 
 from __future__ import annotations
 
@@ -14,9 +10,8 @@ from typing import Any
 
 from memprism_ray.config_tree import field
 from memprism_ray.envs.ebalfred.data import SUBSETS, TRAIN_SUBSET, check_subset
-from memprism_ray.envs.ebalfred.env import CONTROLLERS, EbAlfredConfig
+from memprism_ray.envs.ebalfred.env import EbAlfredConfig, check_settings
 from memprism_ray.envs.ebalfred.examples import N_SHOTS
-from memprism_ray.envs.ebalfred.skills import check_mode
 
 
 @dataclass
@@ -49,13 +44,9 @@ class EbAlfredSection:
     eval_slots: int = field(4, help="episodes per evaluation actor played step-synchronously")
 
     def __post_init__(self) -> None:
-        if self.controller not in CONTROLLERS:
-            raise ValueError(f"ebalfred.controller={self.controller!r}; valid controllers: {', '.join(CONTROLLERS)}")
+        check_settings(self)
         self.subsets = tuple(check_subset(s, "ebalfred.subsets") for s in self.subsets)
         self.train_subsets = tuple(check_subset(s, "ebalfred.train_subsets", train=True) for s in self.train_subsets)
-        check_mode(self.skills)
-        if self.n_shots < 0:
-            raise ValueError(f"ebalfred.n_shots must be >= 0, got {self.n_shots}")
         if not self.subsets:
             raise ValueError("ebalfred.subsets must name at least one subset")
         if self.fixture_episodes < 1 or self.episodes_per_subset < 0:
@@ -64,8 +55,6 @@ class EbAlfredSection:
             raise ValueError("ebalfred.eval_workers and ebalfred.eval_slots must be >= 1")
         if not 0.0 <= self.policy_epsilon <= 1.0:
             raise ValueError(f"ebalfred.policy_epsilon must be in [0, 1], got {self.policy_epsilon}")
-        if self.resolution < 32:
-            raise ValueError(f"ebalfred.resolution must be >= 32, got {self.resolution}")
 
     def fixture_dir(self, run_dir: Path) -> Path:
         return Path(self.fixture) if self.fixture else run_dir / "ebalfred-fixture"
@@ -76,10 +65,9 @@ class EbAlfredSection:
         return self.fixture_dir(run_dir) / "splits.json" if self.controller == "fake" else None
 
     def train_splits_path(self, run_dir: Path) -> Path:
-        """The list of the training episodes: ``train_splits``, else the fixture's training
-        list (``controller: fake``). The real controller has no default: its evaluation
-        ``splits.json`` is the benchmark, never a training list (paper appendix "Training
-        dataset setup": the ALFRED training annotations for learning)."""
+        """The list of the training episodes: ``train_splits``, else the fixture's (``controller:
+        fake``); the real controller's ``splits.json`` is the benchmark, never a training list
+        (paper appendix "Training dataset setup")."""
         if self.train_splits:
             return Path(self.train_splits)
         if self.controller == "fake":

@@ -1,29 +1,10 @@
-"""EB-ALFRED's skill list: the real shape, and the scene-filtered list the prompt gets
-(paper appendix E.4: "EB-ALFRED returns one exact name from the scene-filtered skill list").
-
-What EmbodiedBench builds (``embodiedbench/envs/eb_alfred/EBAlfEnv.py`` at ``b247936``):
-
-* ``get_global_action_space()``: ``find a X`` for the 80 ALFRED objects, ``pick up the X``
-  for the 53 pickable ones, ``put down the object in hand`` and ``drop the object in hand``,
-  ``open``/``close`` for the 7 openable, ``turn on``/``turn off`` for the 4 toggleable and
-  ``slice`` for the 5 sliceable: 162 skills, the same in every scene;
-* ``generate_additional_action_space()`` (on every reset): for each receptacle or pickable
-  type with several instances in the scene, ``find a Cabinet_2``, ``find a Cabinet_3``...
-  (and ``open``/``close`` for openable receptacles), appended after the 162. The result is
-  ``EBAlfEnv.language_skill_set``, which EmbodiedBench's planner lists in full.
-
-The object tables below are copied from ``embodiedbench/envs/eb_alfred/utils.py``
-(``alfred_objs``, ``alfred_pick_obj``, ``alfred_open_obj``, ``alfred_toggle_obj``,
-``alfred_slice_obj``), in upstream order, so that action ids match EmbodiedBench's.
-
-The prompt gets, by default (``ebalfred.skills: scene``), that list filtered to the scene:
-the skills whose object is in the scene at reset (an instance name ``Cabinet_2`` counts as
-``Cabinet``; an object matches by the type prefix of its ``objectId``, case-folded, as
-``ThorConnector.get_obj_id_from_name`` matches names) plus the two object-free skills, in
-upstream order. A skill outside the scene can never succeed (``find`` answers "This object
-may not exist in this scene", the others find no object to act on), so filtering removes
-no successful action; the action ids of the prompt are then positions in the filtered list.
-``ebalfred.skills: full`` lists EmbodiedBench's whole ``language_skill_set`` instead.
+"""EB-ALFRED's skill list: the real shape (EmbodiedBench's ``EBAlfEnv.language_skill_set`` at
+``b247936``: 162 global skills, then the scene's instance skills), and the scene-filtered list
+the prompt gets (paper appendix E.4: "EB-ALFRED returns one exact name from the scene-filtered
+skill list"; docs/ebalfred.md "Skill list"). The object tables are copied from
+``embodiedbench/envs/eb_alfred/utils.py`` in upstream order, so that action ids match
+EmbodiedBench's. A skill whose object is not in the scene can never succeed, so filtering
+removes no successful action.
 """
 
 from __future__ import annotations
@@ -61,10 +42,8 @@ TOGGLE_OBJS: tuple[str, ...] = ("Microwave", "DeskLamp", "FloorLamp", "Faucet")
 #: ``alfred_slice_obj``.
 SLICE_OBJS: tuple[str, ...] = ("Potato", "Lettuce", "Tomato", "Apple", "Bread")
 
-#: ALFRED object types that no EB-ALFRED skill names: ALFRED's ``gen/constants.py``
-#: ``OBJECTS`` and ``RECEPTACLES`` (also in EmbodiedBench's copy,
-#: ``embodiedbench/envs/eb_alfred/gen/constants.py`` at ``b247936``) less the types above and
-#: the two basins (:data:`ALFRED_NAMES`). A plan that needs one cannot be played with EB-ALFRED's skills.
+#: ALFRED object types (``gen/constants.py`` ``OBJECTS`` and ``RECEPTACLES``) that no EB-ALFRED
+#: skill names: a plan that needs one cannot be played.
 ALFRED_ONLY_OBJS: tuple[str, ...] = (
     "Blinds", "Boots", "Chair", "Curtains", "Footstool", "HandTowelHolder", "HousePlant", "LaundryHamper",
     "LaundryHamperLid", "LightSwitch", "Mirror", "Painting", "PaintingHanger", "PaperTowel", "PaperTowelRoll",
@@ -72,13 +51,9 @@ ALFRED_ONLY_OBJS: tuple[str, ...] = (
     "Toaster", "ToiletPaperRoll", "Towel", "TowelHolder", "Window",
 )  # fmt: skip
 
-#: The one table from ALFRED's object names (lower case in its PDDL plans: ``diningtable``,
-#: ``desklamp``, ``sinkbasin``, ``applesliced``) to the object names of EB-ALFRED's skills
-#: (``DiningTable``...). Each of the 80 types maps to itself; ALFRED's basins are the receptacle
-#: parts of ``Sink``/``Bathtub`` (their objectIds start ``Sink|``/``Bathtub|``, which is what
-#: ``ThorConnector.get_obj_id_from_name`` matches); a slice (``AppleSliced``, ALFRED's
-#: ``OBJ_PARENTS``) is named by its whole object, because ``ThorConnector`` picks a slice of it
-#: once something was sliced (``priority_sliced``).
+#: The one table from ALFRED's (lower-case) object names to those of EB-ALFRED's skills. ALFRED's
+#: basins are parts of ``Sink``/``Bathtub`` (what ``ThorConnector.get_obj_id_from_name`` matches);
+#: a slice is named by its whole object (``ThorConnector`` picks a slice once one was sliced).
 ALFRED_NAMES: dict[str, str] = {
     **{o.lower(): o for o in ALFRED_OBJS},
     **{f"{o}Sliced".lower(): o for o in SLICE_OBJS},
@@ -88,9 +63,8 @@ ALFRED_NAMES: dict[str, str] = {
 
 
 class AlfredNameError(ValueError):
-    """An ALFRED plan argument that names no EB-ALFRED skill object. ``known`` is true for a
-    real ALFRED type that EB-ALFRED's skills leave out (:data:`ALFRED_ONLY_OBJS`: the plan
-    cannot be played), false for a name ALFRED does not have (a damaged file)."""
+    """An ALFRED plan argument that names no EB-ALFRED skill object; ``known``: a real ALFRED type
+    the skills leave out (the plan cannot be played), not a damaged name."""
 
     def __init__(self, message: str, name: str, known: bool) -> None:
         super().__init__(message)
@@ -101,10 +75,8 @@ _ALFRED_ONLY = {o.lower(): o for o in ALFRED_ONLY_OBJS}
 
 
 def alfred_object(name: str, context: str = "") -> str:
-    """The skill object name of ALFRED's ``name`` (``"diningtable"`` -> ``"DiningTable"``,
-    case-insensitive); :class:`AlfredNameError` naming it (and ``context``, e.g. the PDDL
-    action) otherwise. Never guessed from the spelling: ``capitalize()`` would give
-    ``Diningtable``, which no skill names."""
+    """The skill object name of ALFRED's ``name``, case-insensitive; :class:`AlfredNameError`
+    otherwise. Never guessed from the spelling: ``capitalize()`` would give ``Diningtable``."""
     low = name.strip().lower()
     if low in ALFRED_NAMES:
         return ALFRED_NAMES[low]
@@ -176,21 +148,19 @@ def scene_extra_skills(objects: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def language_skill_set(objects: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``EBAlfEnv.language_skill_set`` after a reset into a scene with ``objects`` (the
-    simulator's ``metadata["objects"]``): the 162 global skills, then the scene's extras."""
+    """``EBAlfEnv.language_skill_set`` after a reset into a scene with ``objects``."""
     return global_skills() + scene_extra_skills(objects)
 
 
 def skill_object(skill: str) -> str | None:
-    """The object a skill names (``"open the Cabinet_2"`` -> ``"Cabinet_2"``), ``None`` for
-    the object-free skills."""
+    """The object a skill names (``"open the Cabinet_2"`` -> ``"Cabinet_2"``), else ``None``."""
     if skill in OBJECT_FREE:
         return None
     return skill.rsplit(" ", 1)[-1]
 
 
 def scene_filter(skills: Sequence[str], objects: Iterable[Mapping[str, Any]]) -> list[str]:
-    """``skills`` restricted to the scene (see the module docstring), order kept."""
+    """``skills`` whose object (instance names count as their type) is in the scene, order kept."""
     present = {str(o.get("objectId", o.get("objectType", ""))).split("|")[0].casefold() for o in objects}
     out = []
     for skill in skills:
@@ -207,6 +177,5 @@ def check_mode(mode: str, key: str = "ebalfred.skills") -> str:
 
 
 def is_skill_string(action: str) -> bool:
-    """Whether ``ThorConnector.llm_skill_interact`` dispatches ``action`` at all (any other
-    string ends in its ``assert False, 'instruction not supported'``)."""
+    """Whether ``ThorConnector.llm_skill_interact`` dispatches ``action`` at all."""
     return action.startswith(SKILL_PREFIXES)

@@ -1,31 +1,14 @@
 """EB-ALFRED's training episodes from the official ALFRED training annotations (paper
 appendix "Training dataset setup": "The ALFRED path uses the official ALFRED training
-annotations for learning and reserves EB-ALFRED episodes for evaluation").
+annotations for learning and reserves EB-ALFRED episodes for evaluation"; docs/ebalfred.md).
 
-EmbodiedBench's env plays an episode from an entry ``{"task", "repeat_idx",
-"instruction"}`` of an EmbodiedBench-format list and reads the trajectory from
-``embodiedbench/envs/eb_alfred/data/json_2.1.0/<task>/pp/ann_<repeat_idx>.json``
-(``utils.load_task_json``; the instruction is the entry's, ``EBAlfEnv._reset_controller``).
-EmbodiedBench ships those files for its 300 evaluation episodes only, so training on ALFRED's
-``train`` trajectories needs both:
-
-* the list: one entry per (trajectory, annotation) of ALFRED ``train``, key
-  :data:`~memprism_ray.envs.ebalfred.data.TRAIN_SUBSET` (game ids ``alfred_train/<i>``),
-  leaving out every trajectory an evaluation list names and, counted, those whose expert plan
-  needs an object no EB-ALFRED skill names (:func:`read_alfred_split`);
-* the trajectory files: each ``traj_data.json`` placed as ``json_2.1.0/<task>/pp/ann_<r>.json``
-  in EmbodiedBench's data folder (hard links where the filesystem allows; an existing file is
-  never overwritten). ``EBAlfEnv`` reads only the fields ALFRED's ``traj_data.json`` has
-  (scene, plan, pddl_params, task_type, turk_annotations); ALFRED's preprocessing adds
-  tokenised language that it does not read.
-
-Run once per simulator image::
+EmbodiedBench ships the trajectory files of its 300 evaluation episodes only, so training on
+ALFRED's ``train`` needs both an EmbodiedBench-format list (key ``alfred_train``, evaluation
+trajectories left out) and each ``traj_data.json`` placed where ``EBAlfEnv`` reads it
+(``json_2.1.0/<task>/pp/ann_<r>.json``; it reads only fields ALFRED's file has). Run once per
+simulator image::
 
     python -m memprism_ray.envs.ebalfred.training --alfred /data/json_2.1.0 --out /data/alfred_train.json
-
-then set ``ebalfred.train_splits: /data/alfred_train.json`` (the preset's
-``train_subsets: [alfred_train]``). :func:`shared_trajectories` is the trajectory-level
-overlap check between a training and an evaluation game list.
 """
 
 from __future__ import annotations
@@ -54,12 +37,9 @@ from memprism_ray.io_atomic import atomic_write_text
 
 
 def read_alfred_split(root: str | Path, split: str = "train") -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """The list entries of ``split`` and the trajectories left out as unplayable
-    (``task -> reason``): those whose expert plan needs an ALFRED object EB-ALFRED's skills do
-    not name (:data:`~memprism_ray.envs.ebalfred.skills.ALFRED_ONLY_OBJS`, e.g. a towel on a
-    towel holder), which no policy could solve with those skills and whose D1 expert plan could
-    not be written. A file without annotations or plan, or a name ALFRED does not have, is an
-    error naming the file."""
+    """The list entries of ``split`` and the trajectories left out as unplayable (``task ->
+    reason``: the plan needs an object no EB-ALFRED skill names, so no policy could solve it
+    and no D1 expert plan can be written); a damaged file is an error naming it."""
     base = Path(root) / split
     if not base.is_dir():
         raise FileNotFoundError(
@@ -105,17 +85,11 @@ def _place(src: Path, dst: Path) -> bool:
 
 
 def write_training_list(
-    alfred_root: str | Path,
-    out: str | Path,
-    *,
-    eb_data: str | Path | None = None,
-    exclude_splits: str | Path | None = None,
-    split: str = "train",
+    alfred_root: str | Path, out: str | Path, *, eb_data: str | Path | None = None,
+    exclude_splits: str | Path | None = None, split: str = "train"
 ) -> dict[str, int]:
-    """Write the training list to ``out`` and, with ``eb_data`` (EmbodiedBench's
-    ``envs/eb_alfred/data`` folder), the trajectory files its env reads. Trajectories that
-    ``exclude_splits`` (an evaluation list) names are left out, and so are the unplayable
-    ones (:func:`read_alfred_split`). Returns counts."""
+    """Write the training list to ``out`` (without the trajectories ``exclude_splits`` names) and,
+    with ``eb_data`` (EmbodiedBench's ``envs/eb_alfred/data``), the trajectory files; the counts."""
     entries, unplayable = read_alfred_split(alfred_root, split)
     held_out = evaluation_tasks(exclude_splits) if exclude_splits else set()
     kept = [e for e in entries if e["task"] not in held_out]
@@ -135,8 +109,7 @@ def write_training_list(
 
 
 def trajectories(games: Sequence[GameRef]) -> dict[str, str]:
-    """``game_id -> task`` (the ALFRED trajectory) of each game, read from the list it came
-    from (``GameRef.path``)."""
+    """``game_id -> task`` (the ALFRED trajectory) of each game, from the list it came from."""
     tables: dict[tuple[Path, str], list[dict[str, Any]]] = {}
     out = {}
     for g in games:
@@ -149,9 +122,8 @@ def trajectories(games: Sequence[GameRef]) -> dict[str, str]:
 
 
 def shared_trajectories(train: Sequence[GameRef], evaluation: Sequence[GameRef]) -> list[str]:
-    """ALFRED trajectories both lists play (sorted). Game ids cannot show this: an
-    evaluation trajectory listed for training has another id, and EmbodiedBench's subsets
-    reuse trajectories (300 episodes over 130 trajectories in ``splits.json`` at ``b247936``)."""
+    """ALFRED trajectories both lists play (sorted); game ids cannot show this (EmbodiedBench's
+    subsets reuse trajectories: 300 episodes over 130 in ``splits.json`` at ``b247936``)."""
     return sorted(set(trajectories(train).values()) & set(trajectories(evaluation).values()))
 
 

@@ -2,32 +2,11 @@
 ``src/action_prediction/dataloader.py`` ``get_data_split`` and ``metric.py``
 ``ActionEvaluatorMultiChoice.evaluate_dataset``; docs/mind2web.md "Candidate pool").
 
-MindAct's first stage (a cross-encoder candidate ranker) scores every candidate element of
-every step; the release ships its output as ``scores_all_data.pkl``, a mapping
-``{"scores": {sample_id: {backend_node_id: score}}, "ranks": {sample_id: {backend_node_id:
-rank}}}`` with ``sample_id = f"{annotation_id}_{action_uid}"`` and ``rank`` 0 for the best
-candidate. The action-prediction stage keeps the candidates with ``rank < top_k`` (``top_k =
-50``), positives and negatives alike; a step none of whose positives is among them scores 0
-on every metric. :func:`load_candidate_ranks` reads those ranks and :meth:`CandidateRanks.pool`
-gives a step's pool, the rule's one place here; the snapshot shows exactly that pool
-(:func:`memprism_ray.envs.mind2web.snapshot.build_snapshot`), so the replay env's scoring
-applies the top-k rule to both the paper's metrics and Mind2Web's.
-
-The pickle itself is never read here (unpickling runs code). The release's file is converted
-once, in the user's own trusted environment, by
-:mod:`memprism_ray.envs.mind2web.convert_scores` into one of these safe formats of the same
-content, told apart by the file name's suffix:
-
-* ``.parquet``: one row per ranked candidate: ``sample_id`` (string), ``backend_node_id``
-  (string), ``rank`` (integer), ``score`` (float, optional; not read). The converter's default.
-* ``.jsonl``: one object per step: ``{"sample_id": ..., "ranks": {backend_node_id: rank},
-  "scores": {...}}`` (``scores`` optional; not read).
-* ``.json``: the pickle's mapping as JSON, ``{"ranks": {sample_id: {backend_node_id: rank}},
-  "scores": {...}}`` (read whole: for small files).
-
-Without a file the snapshot shows the project's own pool (all positives plus hash-chosen
-negatives up to ``SnapshotConfig.max_candidates``); :func:`pool_info` names whichever pool a
-run used, for its reports.
+A step's pool is the candidates ranked ``< top_k`` (50), positives and negatives alike;
+:meth:`CandidateRanks.pool` is the rule's one place here. The pickle is never read here
+(unpickling runs code): :mod:`memprism_ray.envs.mind2web.convert_scores` converts it once into
+``.parquet`` (one row per ranked candidate), ``.jsonl`` (one object per step) or ``.json`` (the
+pickle's mapping), told apart by suffix.
 """
 
 from __future__ import annotations
@@ -65,7 +44,7 @@ def _refuse_pickle(path: str | Path) -> Mind2WebDataError:
 
 
 def check_format(path: str | Path) -> None:
-    """A one-line error unless ``path`` names a readable format (by suffix; no file access)."""
+    """A one-line error unless ``path``'s suffix names a readable format."""
     suffix = Path(str(path)).suffix.lower()
     if suffix in PICKLE_SUFFIXES:
         raise _refuse_pickle(path)
@@ -77,8 +56,7 @@ def check_format(path: str | Path) -> None:
 
 
 def resolve_scores_path(path: str | Path, data_root: str | Path | None) -> Path:
-    """The candidate-scores file ``path`` names (relative: under ``data_root``), checked: a
-    readable format, present, and not a pickle under another name."""
+    """The candidate-scores file ``path`` names (relative: under ``data_root``), checked."""
     check_format(path)
     p = Path(str(path)).expanduser()
     if not p.is_absolute() and data_root:
@@ -178,17 +156,15 @@ _READERS = {".json": _read_json, ".jsonl": _read_jsonl, ".parquet": _read_parque
 
 @dataclass(frozen=True)
 class CandidateRanks:
-    """The release's candidate ranks, as much of them as pools need: per step (``sample_id``)
-    the backend node ids ranked within ``top_k``."""
+    """Per step (``sample_id``), the backend node ids ranked within ``top_k``."""
 
     path: str
     top_k: int
     top: Mapping[str, frozenset[str]]
 
     def pool(self, annotation_id: str, action_uid: str) -> frozenset[str]:
-        """The candidates MindAct keeps for one step: those ranked ``< top_k`` (metric.py:
-        ``[c for c in candidates if c["rank"] < top_k]``). A step the file does not rank is an
-        error, as it is upstream (``get_score`` looks every step up)."""
+        """The candidates MindAct keeps for one step (metric.py: ``rank < top_k``); a step the
+        file does not rank is an error, as upstream (``get_score`` looks every step up)."""
         sid = sample_id(annotation_id, action_uid)
         got = self.top.get(sid)
         if got is None:
@@ -210,8 +186,7 @@ def _load(path: str, mtime_ns: int, top_k: int) -> CandidateRanks:
 
 
 def load_candidate_ranks(path: str | Path, top_k: int = TOP_K) -> CandidateRanks:
-    """The ranks of a converted candidate-scores file (cached per process: every env slot of
-    a worker shares one copy). ``path`` must already be resolved (:func:`resolve_scores_path`)."""
+    """The ranks of a resolved candidate-scores file (cached: a worker's env slots share them)."""
     if top_k < 1:
         raise Mind2WebDataError(f"mind2web.candidate_top_k must be >= 1, got {top_k}")
     p = Path(path)
@@ -226,8 +201,7 @@ def load_candidate_ranks(path: str | Path, top_k: int = TOP_K) -> CandidateRanks
 def _write_parquet(
     ranks: Mapping[str, Mapping[str, int]], scores: Mapping[str, Mapping[str, float]], out: Path, chunk: int = 500_000
 ) -> None:
-    """One row per ranked candidate, steps in name order and candidates by rank, written in
-    chunks (the release ranks millions of candidates)."""
+    """One row per ranked candidate (steps in name order, candidates by rank), in chunks."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -254,9 +228,7 @@ def _write_parquet(
 
 
 def write_scores(ranks: Mapping[str, Mapping[str, int]], scores: Mapping[str, Mapping[str, float]], out: Path) -> int:
-    """Write ranks (and scores) ``{sample_id: {backend_node_id: value}}`` to ``out`` in the format
-    its suffix names (the converter and the fixture use it); returns the number of ranked
-    candidates."""
+    """Write ranks and scores to ``out`` in the format its suffix names; the candidates ranked."""
     suffix = out.suffix.lower()
     if suffix not in FORMATS:
         raise Mind2WebDataError(f"output {out}: choose a {', '.join(FORMATS)} file name")
@@ -276,19 +248,10 @@ def write_scores(ranks: Mapping[str, Mapping[str, int]], scores: Mapping[str, Ma
 
 
 def pool_info(candidate_scores: str | Path | None, top_k: int, max_candidates: int) -> dict[str, Any]:
-    """The candidate pool a run used, for its reports: ``protocol`` (``mindact`` or
-    ``project``), ``description``, ``top_k`` and ``file`` (MindAct's pool only)."""
+    """The candidate pool a run used, for its reports."""
     if candidate_scores:
         name = Path(str(candidate_scores)).name
-        return {
-            "protocol": "mindact",
-            "description": f"MindAct candidate pool: top {top_k} of the release's candidate ranks ({name})",
-            "top_k": int(top_k),
-            "file": name,
-        }
-    return {
-        "protocol": "project",
-        "description": f"project candidate pool: positives + {max_candidates - 1} negatives",
-        "top_k": None,
-        "file": None,
-    }
+        what = f"MindAct candidate pool: top {top_k} of the release's candidate ranks ({name})"
+        return {"protocol": "mindact", "description": what, "top_k": int(top_k), "file": name}
+    what = f"project candidate pool: positives + {max_candidates - 1} negatives"
+    return {"protocol": "project", "description": what, "top_k": None, "file": None}

@@ -1,17 +1,11 @@
 """Convert the release's ``scores_all_data.pkl`` (MindAct's candidate ranks) into a safe
-format the jobs read (docs/mind2web.md "Candidate pool"; formats:
-:mod:`memprism_ray.envs.mind2web.candidates`)::
+format the jobs read (docs/mind2web.md "Candidate pool")::
 
     python -m memprism_ray.envs.mind2web.convert_scores scores_all_data.pkl scores_all_data.parquet
 
-This is the only code of the project that reads a pickle, and only when a user runs it on a
-file they chose. Run it where you trust the file (the one you downloaded from the Mind2Web
-release). Even so it does not run arbitrary pickled code: its unpickler resolves only plain
-containers and numpy's scalar and array reconstructors (what a mapping of scores and ranks
-needs) and refuses any other global with its name, before anything is called.
-
-The output suffix picks the format: ``.parquet`` (recommended: one row per candidate, read in
-batches), ``.jsonl`` (one line per step) or ``.json`` (the mapping as one document).
+The only code of the project that reads a pickle, and only on a file the user chose; even so
+its unpickler resolves only plain containers and numpy's scalar and array reconstructors and
+refuses any other global by name, before anything is called.
 """
 
 from __future__ import annotations
@@ -28,28 +22,12 @@ from typing import Any, BinaryIO
 from memprism_ray.envs.mind2web.candidates import FORMATS, PICKLE_SUFFIXES, write_scores
 from memprism_ray.envs.mind2web.data import Mind2WebDataError
 
-#: The globals a pickle of ``{"scores": {...}, "ranks": {...}}`` may name: containers and
-#: numpy scalars/arrays (the candidate ranker's scores may be numpy floats), nothing callable
-#: with effects. (numpy moved ``numpy.core`` to ``numpy._core`` in 2.0; both spellings.)
+#: The globals a pickle of scores and ranks may name: containers and numpy scalars/arrays, nothing
+#: callable with effects (numpy 2.0 moved ``numpy.core`` to ``numpy._core``: both spellings).
 ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("builtins", "dict"),
-        ("builtins", "list"),
-        ("builtins", "tuple"),
-        ("builtins", "set"),
-        ("builtins", "frozenset"),
-        ("builtins", "int"),
-        ("builtins", "float"),
-        ("builtins", "str"),
-        ("collections", "OrderedDict"),
-        ("collections", "defaultdict"),
-        ("numpy", "dtype"),
-        ("numpy", "ndarray"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "_reconstruct"),
-    }
+    [("builtins", name) for name in ("dict", "list", "tuple", "set", "frozenset", "int", "float", "str")]
+    + [("collections", "OrderedDict"), ("collections", "defaultdict"), ("numpy", "dtype"), ("numpy", "ndarray")]
+    + [(f"numpy.{core}.multiarray", name) for core in ("core", "_core") for name in ("scalar", "_reconstruct")]
 )
 
 
@@ -64,7 +42,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 
 def load_release_pickle(fh: BinaryIO) -> Any:
-    """The release's pickle, through the restricted unpickler (see the module docstring)."""
+    """The release's pickle, through the restricted unpickler."""
     try:
         return _RestrictedUnpickler(fh).load()
     except Mind2WebDataError:

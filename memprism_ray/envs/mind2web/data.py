@@ -1,23 +1,7 @@
 """The official Mind2Web release, read from a local path (paper "Benchmarks": 1,009
-training tasks; test splits Cross-Task 252, Cross-Website 177, Cross-Domain 912).
-
-Layout (the HuggingFace ``osunlp/Mind2Web`` training files plus the password-protected
-test zip, unpacked side by side; a ``data/`` level above the splits is accepted)::
-
-    ROOT/train/train_0.json ...          each file: a JSON list of tasks
-    ROOT/test_task/test_task_0.json ...
-    ROOT/test_website/test_website_0.json ...
-    ROOT/test_domain/test_domain_0.json ...
-
-A task holds ``annotation_id``, ``confirmed_task``, ``website``, ``domain``, ``subdomain``,
-``action_reprs`` and ``actions``; an action (one step) holds ``action_uid``,
-``cleaned_html`` (the page before the step), ``operation`` ``{op, original_op, value}``
-with ``op`` in CLICK / TYPE / SELECT, ``pos_candidates`` (the ground-truth elements still
-present in ``cleaned_html``; may be empty) and ``neg_candidates``; a candidate holds
-``tag``, ``backend_node_id`` and ``attributes`` (a JSON string). ``raw_html`` is not read.
-
-A game here is one task: ``GameRef(game_id=annotation_id, path=<split file>,
-task_type=domain, split)``.
+training tasks; test splits Cross-Task 252, Cross-Website 177, Cross-Domain 912; layout and
+fields read: docs/mind2web.md "Data"). A game is one task: ``GameRef(game_id=annotation_id,
+path=<split file>, task_type=domain, split)``.
 """
 
 from __future__ import annotations
@@ -223,8 +207,7 @@ def _load_file(path: str, mtime_ns: int, split: str) -> dict[str, Task]:
 
 
 def load_file(path: str | Path, split: str) -> dict[str, Task]:
-    """The tasks of one split file by annotation id (the last few files read are cached:
-    an environment slot resets many times on tasks of the same file)."""
+    """The tasks of one split file by annotation id (the last few files read are cached)."""
     p = Path(path)
     try:
         mtime = p.stat().st_mtime_ns

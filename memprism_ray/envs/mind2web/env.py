@@ -1,37 +1,13 @@
 """Mind2Web under teacher-forced replay behind the :class:`~memprism_ray.envs.base.Env`
-protocol (paper "Benchmarks": "the model predicts CLICK, TYPE, or SELECT under
-teacher-forced replay and the next state always follows the human trajectory"; appendix
-D.3: "Mind2Web scores the prediction but advances with the human action and recorded
-next state").
+protocol (paper "Benchmarks": "the model predicts CLICK, TYPE, or SELECT under teacher-forced
+replay and the next state always follows the human trajectory"; appendix D.3: "Mind2Web scores
+the prediction but advances with the human action and recorded next state").
 
-``reset`` shows the first page snapshot and the task; each ``step(predicted)`` scores the
-prediction against the recorded human action of the current step and moves to the next
-recorded page whatever was predicted. Scoring (appendix E.5 "Parsing and validation"):
-the prediction must be one JSON action (canonical or bare) with an op in CLICK / TYPE /
-SELECT and a ref of the current snapshot, else it is invalid and wrong; a valid one is
-correct when its normalised operation equals the human's, its ref is one of the step's
-positive candidates, and, for TYPE and SELECT, its value equals the human value after
-whitespace and case normalisation.
-
-``Transition.reward`` is ``1[correct]``; ``won`` is set on the last step when every step was
-correct (exact episode success); ``meta`` carries ``correct``, the normalised
-``predicted`` and ``human`` actions, ``recorded_action`` (the human action, canonical JSON:
-the agent records the event from it), the prediction's ``error`` if invalid, and the step.
-
-Beside the paper's rule, each step is scored as Mind2Web's own ``metric.py``
-(``src/action_prediction/metric.py``, ``ActionEvaluatorMultiChoice``) scores it:
-``element_correct`` (the predicted element is a positive candidate of the pool) and
-``op_f1``, the token-set F1 of ``"OP value"`` strings (:func:`operation_f1`: whitespace
-tokens, case kept). metric.py reads what the model wrote (:func:`metric_operation`), the
-paper's rule the normalised action, so the two differ on purpose on a CLICK written with a
-value and on a lower-case op (docs/mind2web.md "Edge cases"). A step without a positive
-candidate in the pool, or an invalid prediction, scores 0 on both, as upstream scores a step
-without candidates within its top k, or without a prediction.
-
-The candidate pool (what the snapshot shows): MindAct's top ``candidate_top_k`` by the
-release's candidate ranks when ``candidate_scores`` names a converted file
-(:mod:`memprism_ray.envs.mind2web.candidates`), else the project's pool
-(:mod:`memprism_ray.envs.mind2web.snapshot`).
+Each step is scored by the paper's rule (appendix E.5: one valid JSON action whose normalised
+op, ref and value match the human's; ``reward = 1[correct]``) and, beside it, as Mind2Web's own
+``metric.py`` scores it (``element_correct``, ``op_f1`` of what the model wrote): the two differ
+on purpose on a CLICK written with a value and on a lower-case op (docs/mind2web.md "Edge
+cases"). A step without a positive candidate in the pool scores 0 on both, as upstream.
 """
 
 from __future__ import annotations
@@ -61,33 +37,24 @@ from memprism_ray.policy.parsing import normalize_ws
 END_OF_TRAJECTORY = "(end of the recorded human trajectory)"
 
 
-def normalize_value(value: str | None) -> str | None:
-    """Values compare after whitespace collapsing and case folding."""
-    return None if value is None else normalize_ws(value).casefold()
-
-
 def normalize_action(op: str, ref: str, value: str | None) -> dict[str, Any]:
-    """``{"op", "ref", "value"}`` with the op upper-cased and the value normalised (``None`` for CLICK)."""
+    """``{"op", "ref", "value"}``, the op upper-cased, the value normalised (``None`` for CLICK)."""
     op = op.strip().upper()
-    return {"op": op, "ref": ref, "value": None if op == "CLICK" else normalize_value(value or "")}
+    return {"op": op, "ref": ref, "value": None if op == "CLICK" else normalize_ws(value or "").casefold()}
 
 
 def metric_operation(op: str | None, value: str | None) -> str:
     """Mind2Web's ``"OP value"`` of an output whose ``Action:`` line reads ``op`` and whose
-    ``Value:`` line reads ``value`` (``None``: no such line), as metric.py's
-    ``postprocess_action`` builds it: ``action.strip() + " " + value.strip()``, where the op
-    is found by the case-sensitive ``Action: (CLICK|SELECT|TYPE)`` (any other op, "click"
-    included, leaves it empty) and the value by ``Value: (.*)$`` (its first line), whatever
-    the op, so a CLICK written with a value keeps it."""
+    ``Value:`` line reads ``value`` (``None``: no such line), as metric.py's ``postprocess_action``
+    builds it: the op only if it is CLICK/SELECT/TYPE (case-sensitive), the value's first line
+    whatever the op (a CLICK written with a value keeps it)."""
     token = op.strip() if op is not None and op.strip() in MIND2WEB_OPS else ""
     first = "" if value is None else value.split("\n", 1)[0]
     return f"{token} {first.strip()}"
 
 
 def operation_string(op: str, value: str | None) -> str:
-    """Mind2Web's ``"OP value"`` of a recorded step: dataloader.py's target writes the op and,
-    except for CLICK, a ``Value:`` line with the recorded value (empty for a TYPE recorded
-    without one)."""
+    """Mind2Web's ``"OP value"`` of a recorded step, as dataloader.py's target writes it."""
     return metric_operation(op, None if op.strip() == "CLICK" else (value or ""))
 
 
@@ -115,7 +82,7 @@ def human_action(step: Step, snapshot: Snapshot) -> tuple[str, tuple[str, ...]]:
 
 
 def score_prediction(predicted: str, step: Step, snapshot: Snapshot) -> dict[str, Any]:
-    """Score one predicted action against the human step (see the module docstring)."""
+    """Score one predicted action against the human step."""
     text = predicted.strip()
     got = parse_mind2web_written(text if "<action" in text.lower() else f"<action>{text}</action>", set(snapshot.refs))
     parsed = got.result
@@ -123,15 +90,8 @@ def score_prediction(predicted: str, step: Step, snapshot: Snapshot) -> dict[str
     h = decode_mind2web_action(human_text)
     human = normalize_action(h["op"], h["ref"], h["value"])
     if not parsed.valid:
-        return {
-            "correct": False,
-            "predicted": None,
-            "human": human,
-            "error": parsed.error,
-            "recorded": human_text,
-            "element_correct": False,
-            "op_f1": 0.0,
-        }
+        failed = {"correct": False, "predicted": None, "error": parsed.error, "element_correct": False, "op_f1": 0.0}
+        return {"human": human, "recorded": human_text, **failed}
     p = decode_mind2web_action(parsed.action or "")
     pred = normalize_action(p["op"], p["ref"], p["value"])
     correct = pred["op"] == human["op"] and pred["ref"] in targets and pred["value"] == human["value"]
@@ -139,15 +99,8 @@ def score_prediction(predicted: str, step: Step, snapshot: Snapshot) -> dict[str
     # prediction's "OP value" is what the model wrote (a CLICK's value, the op's case).
     written = metric_operation(got.written_op, got.written_value)
     f1 = operation_f1(written, operation_string(step.op, step.value)) if targets else 0.0
-    return {
-        "correct": bool(correct),
-        "predicted": pred,
-        "human": human,
-        "error": None,
-        "recorded": human_text,
-        "element_correct": p["ref"] in targets,
-        "op_f1": f1,
-    }
+    scored = {"correct": bool(correct), "predicted": pred, "error": None, "element_correct": p["ref"] in targets}
+    return {"human": human, "recorded": human_text, **scored, "op_f1": f1}
 
 
 @dataclass
@@ -163,14 +116,9 @@ class Mind2WebReplayEnv:
     """``num_slots`` independent replay slots; see the module docstring."""
 
     def __init__(
-        self,
-        num_slots: int = 1,
-        snapshot: SnapshotConfig | None = None,
-        candidate_scores: str = "",
-        candidate_top_k: int = TOP_K,
+        self, num_slots: int = 1, snapshot: SnapshotConfig | None = None, candidate_scores: str = "",
+        candidate_top_k: int = TOP_K
     ) -> None:
-        """``candidate_scores``: a converted candidate-scores file (resolved path; ``""``: the
-        project's pool); ``candidate_top_k``: MindAct's cut (50)."""
         if num_slots < 1:
             raise ValueError(f"Mind2WebReplayEnv needs num_slots >= 1, got {num_slots}")
         self._n = int(num_slots)
@@ -204,8 +152,7 @@ class Mind2WebReplayEnv:
         return tuple(positive_in_pool(st, self.snapshot_config, self.pool_of(task, st)) for st in task.steps)
 
     def recorded_action(self, slot: int = 0) -> str:
-        """The human action of the slot's current step as canonical JSON, against the page the
-        slot shows (D1 replays the human trajectory with it)."""
+        """The human action of the slot's current step as canonical JSON (D1 replays with it)."""
         self._check(slot)
         s = self._slots.get(slot)
         if s is None or s.t >= len(s.task.steps):

@@ -1,22 +1,9 @@
 """A small deterministic Mind2Web dataset in the official schema (tests and the CPU smoke
-configuration; docs/mind2web.md). It is not Mind2Web data: pages, tasks and values are
-generated from a few site templates by a seeded generator, and written in the release's
-layout and field names (``annotation_id``, ``confirmed_task``, ``actions[].cleaned_html``,
-``operation {op, original_op, value}``, ``pos_candidates`` / ``neg_candidates`` with a JSON
-``attributes`` string, ``action_reprs``), so the loader, the snapshot and the replay read
-it exactly as they read the release.
-
-Each task is a short form workflow (type values, pick an option, submit); the typed values
-and the chosen option appear in the task sentence, and earlier steps leave traces on later
-pages (a filled field keeps its value), as on real pages. One negative candidate per page
-is absent from ``cleaned_html``, so the snapshot's snippet fallback is exercised.
-
-Beside the splits, ``candidate_scores.jsonl`` stands in for the release's candidate ranks
-(``scores_all_data.pkl`` converted: :mod:`memprism_ray.envs.mind2web.candidates`), so
-MindAct's top-50 pool can be played and tested on the fixture. Each page is ranked as if it
-had :data:`RANKED_ELEMENTS` candidates (the others are not listed); on every fourth step
-(:func:`positive_cut`) the positive is ranked outside the top 50, and the negatives' ranks
-are drawn so that some fall outside too.
+configuration; docs/mind2web.md). Not Mind2Web data: short form workflows on a few site
+templates, from a seeded generator, written in the release's layout and field names. Earlier
+steps leave traces on later pages; one negative per page is absent from ``cleaned_html`` (the
+snippet fallback). ``candidate_scores.jsonl`` stands in for the release's candidate ranks; on
+every fourth step (:func:`positive_cut`) the positive is ranked outside the top 50.
 """
 
 from __future__ import annotations
@@ -57,9 +44,8 @@ def _flights(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, s
         _El(120, "button", {"type": "submit"}, "Search flights"),
         _El(130, "a", {"href": "/help"}, "Help"),
     ]
-    goal = f"Find {cabin.lower()} class flights from {a} to {b}"
     steps = [("TYPE", 110, a), ("TYPE", 111, b), ("SELECT", 112, cabin), ("CLICK", 120, "")]
-    return goal, els, steps
+    return f"Find {cabin.lower()} class flights from {a} to {b}", els, steps
 
 
 def _restaurant(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, str]]]:
@@ -72,9 +58,7 @@ def _restaurant(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int
         _El(210, "button", {"type": "submit"}, "Find a table"),
         _El(220, "a", {"href": "/gift"}, "Gift cards"),
     ]
-    goal = f"Book a table for {size} in {city}"
-    steps = [("TYPE", 205, city), ("SELECT", 206, size), ("CLICK", 210, "")]
-    return goal, els, steps
+    return f"Book a table for {size} in {city}", els, [("TYPE", 205, city), ("SELECT", 206, size), ("CLICK", 210, "")]
 
 
 def _shop(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, str]]]:
@@ -86,9 +70,8 @@ def _shop(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, str]
         _El(310, "a", {"href": "/p/1"}, f"{product} Pro"),
         _El(311, "button", {}, "Add to cart"),
     ]
-    goal = f"Add {product} Pro to the cart"
     steps = [("TYPE", 302, product), ("CLICK", 303, ""), ("CLICK", 310, ""), ("CLICK", 311, "")]
-    return goal, els, steps
+    return f"Add {product} Pro to the cart", els, steps
 
 
 def _movies(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, str]]]:
@@ -101,9 +84,8 @@ def _movies(rng: random.Random) -> tuple[str, list[_El], list[tuple[str, int, st
         _El(405, "select", {"name": "movie"}, "", opts),
         _El(420, "button", {}, "Show times"),
     ]
-    goal = f"Find show times for {movie} in {city}"
     steps = [("TYPE", 402, city), ("SELECT", 405, movie), ("CLICK", 420, "")]
-    return goal, els, steps
+    return f"Find show times for {movie} in {city}", els, steps
 
 
 SITES: dict[str, tuple[str, str, Any]] = {
@@ -224,8 +206,7 @@ def _task(site: str, split: str, k: int, rng: random.Random) -> dict[str, Any]:
 
 
 def build_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0) -> Path:
-    """Write the fixture under ``root`` (``root/<split>/<split>_0.json``); returns ``root``.
-    The content is a function of ``tasks_per_site`` and ``seed`` only."""
+    """Write the fixture under ``root``, a function of ``tasks_per_site`` and ``seed``; ``root``."""
     if tasks_per_site < 1:
         raise ValueError(f"build_fixture: tasks_per_site must be >= 1, got {tasks_per_site}")
     root = Path(root)

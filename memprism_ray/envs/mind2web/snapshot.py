@@ -2,20 +2,10 @@
 "The adapter uses cleaned_html near candidate backend-node IDs when available, falling back
 to compact HTML snippets"); the line format is :mod:`memprism_ray.formats.mind2web_snapshot`.
 
-* When the candidate's ``backend_node_id`` is found in ``cleaned_html``, the line is that
-  element of the page: its tag, its useful attributes, and the text in and right around
-  it (its own text, else the nearest preceding text node of the page, e.g. a field's label).
-* Otherwise (no ``cleaned_html``, or the element was cleaned away) the line is a compact
-  snippet built from the candidate's own ``tag`` and ``attributes``.
-
-Candidates (the pool): with the release's candidate ranks, MindAct's pool, every candidate
-(positive or negative) ranked within the top k (``pool``, from
-:meth:`memprism_ray.envs.mind2web.candidates.CandidateRanks.pool`), so a positive ranked
-outside is not shown and cannot be chosen, as upstream. Without them, the project's pool:
-every positive candidate plus negatives up to ``max_candidates`` in all, chosen by a hash of
-``(action_uid, backend_node_id)`` so the choice is reproducible and does not depend on the
-order of the file. Lines follow page order, so the ground truth is not singled out by
-position. Each line is bounded to ``max_line_chars``.
+One line per candidate of the pool: MindAct's (the ranker's top k) or the project's (every
+positive plus negatives chosen by a hash of ``(action_uid, backend_node_id)``, so the choice
+does not depend on the file's order). Lines follow page order, so the ground truth is not
+singled out by position.
 """
 
 from __future__ import annotations
@@ -134,15 +124,13 @@ def _pick(step: Step, limit: int, pool: Collection[str] | None) -> list[Candidat
 
 
 def positive_in_pool(step: Step, config: SnapshotConfig | None = None, pool: Collection[str] | None = None) -> bool:
-    """Whether the snapshot of ``step`` shows one of its positive candidates (the ceiling of
-    element accuracy; metric.py logs its rate as "Recall Cap"), without parsing the page."""
+    """Whether the snapshot of ``step`` shows a positive candidate (metric.py's "Recall Cap")."""
     pos = {c.backend_node_id for c in step.pos}
     return any(c.backend_node_id in pos for c in _pick(step, (config or SnapshotConfig()).max_candidates, pool))
 
 
 def build_snapshot(step: Step, config: SnapshotConfig | None = None, pool: Collection[str] | None = None) -> Snapshot:
-    """The snapshot of the page before ``step`` (see the module docstring); ``pool``: the
-    backend node ids of MindAct's pool for the step, ``None`` for the project's pool."""
+    """The snapshot of the page before ``step``; ``pool``: MindAct's pool (``None``: the project's)."""
     cfg = config or SnapshotConfig()
     page = _Page()
     if step.cleaned_html:
@@ -181,7 +169,5 @@ def build_snapshot(step: Step, config: SnapshotConfig | None = None, pool: Colle
 
 
 def human_refs(step: Step, snapshot: Snapshot) -> tuple[str, ...]:
-    """The refs of the step's positive candidates that the snapshot shows (any of them is
-    the human target; empty when Mind2Web kept no positive candidate for the step, or, with
-    MindAct's pool, when none was ranked within the top k)."""
+    """The refs of the step's positive candidates that the snapshot shows (any is the human target)."""
     return tuple(r for r in (ref_of(c.backend_node_id) for c in step.pos) if r in snapshot.elements)
