@@ -426,8 +426,10 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
 
 
 def default_cache_dir(
-    seed: int = DEFAULT_SEED, train: int = DEFAULT_TRAIN_GAMES, eval: int = DEFAULT_EVAL_GAMES,
-    base: Path | None = None
+    seed: int = DEFAULT_SEED,
+    train: int = DEFAULT_TRAIN_GAMES,
+    eval: int = DEFAULT_EVAL_GAMES,
+    base: Path | None = None,
 ) -> Path:
     """``<base>/alfworld-corpus-<seed>-t<train>-e<eval>`` (``base``: :func:`cache_base`). The sizes
     are in the name: a build of other sizes in the same folder would be refused, so a change of
@@ -453,8 +455,13 @@ def _lock_timeout(value: float | None) -> float:
 
 
 def ensure_default_corpus(
-    cache_dir: Path | None = None, train: int = DEFAULT_TRAIN_GAMES, eval: int = DEFAULT_EVAL_GAMES,
-    seed: int = DEFAULT_SEED, workers: int | None = None, progress: bool = True, lock_timeout_s: float | None = None
+    cache_dir: Path | None = None,
+    train: int = DEFAULT_TRAIN_GAMES,
+    eval: int = DEFAULT_EVAL_GAMES,
+    seed: int = DEFAULT_SEED,
+    workers: int | None = None,
+    progress: bool = True,
+    lock_timeout_s: float | None = None,
 ) -> Path:
     """The embedded default corpus: built on first use (a few minutes), then reused. One process
     builds under a file lock; the others wait (at most ``lock_timeout_s``, default

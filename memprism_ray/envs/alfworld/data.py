@@ -180,7 +180,9 @@ def _scan(root: Path, split: str, task_types: tuple[str, ...]) -> SplitScan:
 
 
 def scan_split(
-    split: str, data_root: str | Path | None = None, task_types: tuple[str, ...] = TASK_TYPES
+    split: str,
+    data_root: str | Path | None = None,
+    task_types: tuple[str, ...] = TASK_TYPES,
 ) -> SplitScan:
     """The playable and the broken games of ``split``; raises when it holds neither."""
     bad = [t for t in task_types if t not in TASK_TYPES]
@@ -205,7 +207,9 @@ def describe_broken(broken: list[BrokenGame], limit: int = 3) -> str:
 
 
 def list_games(
-    split: str, data_root: str | Path | None = None, task_types: tuple[str, ...] = TASK_TYPES
+    split: str,
+    data_root: str | Path | None = None,
+    task_types: tuple[str, ...] = TASK_TYPES,
 ) -> list[GameRef]:
     """The playable games of ``split``, sorted by their stable ``game_id``; broken trials are left
     out with a warning (evaluation uses :func:`scan_split`: a broken game counts as failed)."""

@@ -49,8 +49,13 @@ class AlfworldEnv:
     the stock engine unpatched."""
 
     def __init__(
-        self, num_slots: int = 1, *, expert: bool = False, expert_seed: int = 0, fast: bool = True,
-        max_steps: int | None = None
+        self,
+        num_slots: int = 1,
+        *,
+        expert: bool = False,
+        expert_seed: int = 0,
+        fast: bool = True,
+        max_steps: int | None = None,
     ) -> None:
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
             raise ValueError(f"num_slots must be a positive int, got {num_slots!r}")

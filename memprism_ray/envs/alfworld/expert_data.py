@@ -168,8 +168,16 @@ def episodes_to_arrow(episodes: Sequence[ExpertEpisode]) -> Any:
 
 
 def collect_expert_trajectories(
-    games: Sequence[GameRef], out_dir: str | Path, *, max_steps: int = 120, expert_seed: int = 0, progress: bool = True,
-    phi: Phi | None = None, rollin_games: Sequence[GameRef] = (), choose: Chooser | None = None, rollin_steps: int = 25
+    games: Sequence[GameRef],
+    out_dir: str | Path,
+    *,
+    max_steps: int = 120,
+    expert_seed: int = 0,
+    progress: bool = True,
+    phi: Phi | None = None,
+    rollin_games: Sequence[GameRef] = (),
+    choose: Chooser | None = None,
+    rollin_steps: int = 25,
 ) -> Path:
     """Play every game with the expert and write ``out_dir/expert_trajectories.parquet`` (its
     path), then ``rollin_games`` played by ``choose`` for at most ``rollin_steps`` steps. ``phi``

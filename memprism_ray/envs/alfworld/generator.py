@@ -332,8 +332,12 @@ def generate_game(spec: TaskSpec, seed: int, trial: str) -> GeneratedGame:
 
 
 def _problem_text(
-    spec: TaskSpec, trial: str, rec_ids: list[str], rec_loc: Mapping[str, str], objects: list[tuple[str, str, str]],
-    agent_loc: str
+    spec: TaskSpec,
+    trial: str,
+    rec_ids: list[str],
+    rec_loc: Mapping[str, str],
+    objects: list[tuple[str, str, str]],
+    agent_loc: str,
 ) -> str:
     cat = catalog()
     otypes = sorted({t for _, t, _ in objects})

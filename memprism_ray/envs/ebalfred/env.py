@@ -187,8 +187,10 @@ class EbAlfredEnv:
     """``num_slots`` EB-ALFRED game slots, one controller each, created on first reset."""
 
     def __init__(
-        self, num_slots: int = 1, config: EbAlfredConfig | None = None,
-        controller_factory: Callable[[str, EbAlfredConfig], Any] | None = None
+        self,
+        num_slots: int = 1,
+        config: EbAlfredConfig | None = None,
+        controller_factory: Callable[[str, EbAlfredConfig], Any] | None = None,
     ) -> None:
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
             raise ValueError(f"num_slots must be a positive int, got {num_slots!r}")

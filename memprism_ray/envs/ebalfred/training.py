@@ -85,8 +85,12 @@ def _place(src: Path, dst: Path) -> bool:
 
 
 def write_training_list(
-    alfred_root: str | Path, out: str | Path, *, eb_data: str | Path | None = None,
-    exclude_splits: str | Path | None = None, split: str = "train"
+    alfred_root: str | Path,
+    out: str | Path,
+    *,
+    eb_data: str | Path | None = None,
+    exclude_splits: str | Path | None = None,
+    split: str = "train",
 ) -> dict[str, int]:
     """Write the training list to ``out`` (without the trajectories ``exclude_splits`` names) and,
     with ``eb_data`` (EmbodiedBench's ``envs/eb_alfred/data``), the trajectory files; the counts."""

@@ -116,8 +116,11 @@ class Mind2WebReplayEnv:
     """``num_slots`` independent replay slots; see the module docstring."""
 
     def __init__(
-        self, num_slots: int = 1, snapshot: SnapshotConfig | None = None, candidate_scores: str = "",
-        candidate_top_k: int = TOP_K
+        self,
+        num_slots: int = 1,
+        snapshot: SnapshotConfig | None = None,
+        candidate_scores: str = "",
+        candidate_top_k: int = TOP_K,
     ) -> None:
         if num_slots < 1:
             raise ValueError(f"Mind2WebReplayEnv needs num_slots >= 1, got {num_slots}")
