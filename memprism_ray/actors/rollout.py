@@ -1,17 +1,10 @@
 """``RolloutWorker``: plays one GRPO group of G trajectories of one task step-synchronously
 (docs/architecture.md "Distributed rollout"; paper "Adapter", outcome-guided optimisation).
 
-It owns the group's event streams and a CPU copy of the Router (plus the frozen MiniLM
-encoder for the Router features), and reaches environments, Phi, Composer/Render and the
-task policy through actors. ``run_group`` has two results: a small :class:`GroupSummary` (one
-summary per trajectory: return, status) that the driver reads, and an Arrow table with one
-row per decision (features, sampled view index and its log-prob, weights version, action,
-outcome, ...) whose object ref the driver hands to the learner unread. The Router weights
-arrive the same way: an object ref made by the learner, resolved here.
-
-The group's event streams live here; with a ``ViewWorker`` pool each step sends a worker
-only the records appended since it last saw the stream
-(:class:`~memprism_ray.actors.services.RemoteViews`).
+It owns the group's event streams and a CPU copy of the Router, and reaches environments,
+Phi, Composer/Render and the task policy through actors. ``run_group`` returns a small
+:class:`GroupSummary` that the driver reads, and the group's step table, whose object ref
+the driver hands to the learner unread; the Router weights arrive as the learner's object ref.
 """
 
 from __future__ import annotations
@@ -47,8 +40,7 @@ class GroupSpec:
 
 @dataclass
 class GroupSummary:
-    """What the driver reads of one played group (small: one dict per trajectory). The
-    group's step table is the other result of ``run_group`` and stays an object ref."""
+    """What the driver reads of one played group (small: one dict per trajectory)."""
 
     group_id: str
     game_id: str
@@ -89,18 +81,10 @@ class _Fault:
         return self.inner.step(requests)
 
 
-def _local_policy(cfg: ExperimentConfig, contract: Any) -> Any:
-    from memprism_ray.policy.factory import make_policy
-
-    return make_policy(cfg.policy, contract)
-
-
 @ray.remote(max_restarts=0, max_task_retries=0)
 class RolloutWorker:
-    """See the module docstring. ``model_state`` is the full Router state dict (numpy).
-
-    No automatic restart: the driver kills a hung or dead worker and starts a new one in
-    its place (``trainer.rollouts.RolloutFleet``); ``generation`` counts those replacements and
+    """See the module docstring. No automatic restart: the driver replaces a hung or dead
+    worker (``trainer.rollouts.RolloutFleet``); ``generation`` counts those replacements and
     keeps the new worker's EnvWorker names apart from the old one's."""
 
     def __init__(
@@ -200,15 +184,14 @@ class RolloutWorker:
             from memprism_ray.views import ViewService
 
             views = ViewService(cfg.render, cache_size=ro.view_cache_size)
+        if policy_handles:
+            policy: Any = PolicyPool(policy_handles, timeout, caller=f"rollout-{self.index}")
+        else:
+            from memprism_ray.policy.factory import make_policy
+
+            policy = make_policy(cfg.policy, self.benchmark.task_contract())
         self.services = RayServices(
-            self.env_workers,
-            per,
-            phi=phi,
-            views=views,
-            policy=PolicyPool(policy_handles, timeout, caller=f"rollout-{self.index}")
-            if policy_handles
-            else _local_policy(cfg, self.benchmark.task_contract()),
-            timeout_s=timeout,
+            self.env_workers, per, phi=phi, views=views, policy=policy, timeout_s=timeout,
             needs_view_text=needs_view_text,
         )
         self.model = ViewPolicyModel(cfg.router)
@@ -229,9 +212,8 @@ class RolloutWorker:
         return dict(self.place)
 
     def start(self) -> dict[str, Any]:
-        """Build the worker (its data localized, EnvWorkers, encoder, Router) and wait for its
-        EnvWorkers; where it runs. Raises what kept it from starting (e.g.
-        :class:`NodeDataError`: its data missing on this node)."""
+        """Build the worker and wait for its EnvWorkers; where it runs. Raises what kept it from
+        starting (e.g. :class:`NodeDataError`: its data missing on this node)."""
         self._ensure_setup()
         self._wait_for_envs()
         return {**self.place, "env_workers": self.env_worker_names()}
@@ -244,10 +226,7 @@ class RolloutWorker:
         return [self._env_name(k) for k in range(len(self.env_workers))]
 
     def inject_fault(self, kind: str, after_steps: int = 1) -> None:
-        """Fault injection for tests and drills: at the ``after_steps``-th environment step of
-        a group this worker hangs (``"hang"``), its process exits abruptly (``"crash"``, as on
-        an OOM kill or a lost node), or, in every later group, ``run_group`` raises (``"fail"``:
-        a worker that keeps failing)."""
+        """Fault injection for tests and drills (:class:`_Fault`; ``"fail"``: every later group)."""
         if kind not in ("hang", "crash", "fail") or after_steps < 1:
             raise ValueError(
                 f"inject_fault: kind must be 'hang', 'crash' or 'fail' and after_steps >= 1, got {kind!r}, "
@@ -291,8 +270,8 @@ class RolloutWorker:
     def run_group(
         self, spec: GroupSpec, weights: dict[str, np.ndarray] | None, version: int
     ) -> tuple[GroupSummary, Any]:
-        """Play ``spec``'s trajectories under Router weights ``version``. Returns the group
-        summary and its step table as two objects (two refs for the caller)."""
+        """Play ``spec``'s trajectories under Router weights ``version``: the group summary and
+        its step table, two refs for the caller."""
         from memprism_ray.actors import metrics
         from memprism_ray.agent import Agent, EpisodeSpec, rows_to_arrow
         from memprism_ray.baselines import RouterSelector

@@ -55,11 +55,3 @@ def from_request(req: PolicyRequest) -> PolicyInput:
         im.load()
         image = im.copy()
     return replace(req.input, view_image=image)
-
-
-async def from_request_async(req: PolicyRequest) -> PolicyInput:
-    """:func:`from_request` inside an async actor (awaits the PNG reference instead of
-    blocking the event loop on ``ray.get``)."""
-    if req.png_ref is not None:
-        req = replace(req, png=await req.png_ref, png_ref=None)
-    return from_request(req)
