@@ -1,26 +1,20 @@
 """``Learner``: the central D2 learner (paper "Adapter"; appendix A.3 "Grouped GRPO
-training"). It holds the Router being trained, the frozen D1 reference policy and the
-GRPO update (:class:`~memprism_ray.adapter.grpo_update.GRPOUpdater`), turns the groups'
-step tables into one batch per iteration (:meth:`GRPOBatch.from_step_tables
-<memprism_ray.adapter.grpo_update.GRPOBatch.from_step_tables>`), updates the planner and
-head, and writes resumable checkpoints. It runs on a GPU when the cluster has
-one, else on CPU.
-
-Data flow: the groups' step tables come as object refs straight from the rollout workers
-(``update.remote(*refs)``: Ray resolves top-level refs here, the driver never fetches
-them), and the planner weights leave as the object ref of ``planner_weights.remote()``,
-which the rollout workers resolve themselves.
+training"): the Router being trained, the frozen D1 reference and the GRPO update, on a GPU
+when the cluster has one. The groups' step tables come as object refs straight from the
+rollout workers (``update.remote(*refs)``: the driver never fetches them), and the planner
+weights leave as an object ref the rollout workers resolve themselves.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
 
-from memprism_ray.actors.node_data import NodeData
+from memprism_ray.actors.node_data import NodeData, node_place
 
 if TYPE_CHECKING:
     from memprism_ray.adapter.grpo_update import GRPOConfig
@@ -63,7 +57,7 @@ class Learner:
         else:
             ckpt = None
             model = load_model(reference_here, map_location=device)
-        self.updater = GRPOUpdater(model, ref, _with_device(grpo_config, device))
+        self.updater = GRPOUpdater(model, ref, replace(grpo_config, device=device))
         if ckpt is not None:
             resume_trainer(self.updater, ckpt)
         self.model = model
@@ -77,8 +71,6 @@ class Learner:
 
     def placed(self) -> dict[str, Any]:
         """Where the Learner runs (node id and address, pid)."""
-        from memprism_ray.actors.node_data import node_place
-
         return node_place()
 
     def full_weights(self) -> dict[str, np.ndarray]:
@@ -114,9 +106,3 @@ class Learner:
                 extra={"reference": self.reference, **(extra or {})},
             )
             return {"sha256": checkpoint_sha256(tmp), "files": read_files(Path(tmp))}
-
-
-def _with_device(cfg: GRPOConfig, device: str) -> GRPOConfig:
-    from dataclasses import replace
-
-    return replace(cfg, device=device)

@@ -1,28 +1,16 @@
 """Data the actors read, on every node of a cluster (issue 34; docs/cluster.md "What each node
-needs on disk").
+needs on disk"). :func:`ship` turns the benchmark's :class:`~memprism_ray.benchmark.DataTree`
+list (and the Learner's checkpoints) into one :class:`NodeData` that every data-reading actor
+gets with its constructor:
 
-The driver resolves a benchmark's data once (:meth:`Benchmark.prepare`): it builds the embedded
-corpus or a fixture in its own cache or run directory, or checks the user's data root, and the
-actors' configs and games then name those paths. A worker node with a disk of its own has none
-of them. :func:`ship` turns the benchmark's :class:`~memprism_ray.benchmark.DataTree` list (and
-the checkpoints the Learner loads) into one :class:`NodeData` that every data-reading actor gets
-with its constructor:
+- a tree the job owns is identified by its digest; a node that sees the driver's path with the
+  same digest (one machine, shared storage) reads it there; any other asks a zero-CPU task on
+  the driver's node for an uncompressed tar (gzip saved 7 % on a D1 checkpoint's weights for
+  3.3 s of packing) and unpacks it once into ``$MEMPRISM_CACHE/node-data/<digest>/``;
+- a tree the user gave is checked where the actor starts: missing, the actor refuses in one
+  line naming the node, the path and the fix (:class:`NodeDataError`).
 
-- a tree the job owns is identified by the driver (:func:`~memprism_ray.io_atomic.sha256_path`
-  over every file, or over the files ``DataTree.files`` names: the D1 reference's weights and
-  config, not its optimizer state); an actor whose node sees the driver's path with the same
-  digest (one machine, shared storage) reads it there, so nothing is packed at all; any other
-  node asks a zero-CPU task on the driver's node for an uncompressed tar of it (made only then:
-  gzip saved 7 % on a D1 checkpoint's weights for 3.3 s of packing) and unpacks it once into its
-  content-addressed cache ``$MEMPRISM_CACHE/node-data/<digest>/`` under a file lock, checking the digest;
-- a tree the user gave (``corpus.data_root``, the Mind2Web release, EB-ALFRED's episode lists)
-  is checked where the actor starts: missing, the actor refuses in one line naming the node,
-  the path and the fix (:class:`NodeDataError`).
-
-:meth:`NodeData.localize` rewrites every path under a shipped tree in a config, an options
-mapping or a game (dataclasses, mappings, sequences, strings and ``Path`` alike) to where it
-lies on this node. Nothing is written into the run directory from an actor: the driver writes
-every file there, as before.
+Nothing is written into the run directory from an actor: the driver writes every file there.
 """
 
 from __future__ import annotations
@@ -95,8 +83,7 @@ class ShippedTree:
 
 @dataclass(frozen=True)
 class NodeData:
-    """What the actors read, as :func:`ship` made it (see the module docstring). The empty
-    value localizes nothing: tests and single-process tools pass it."""
+    """What the actors read, as :func:`ship` made it; the empty value localizes nothing."""
 
     shipped: tuple[ShippedTree, ...] = ()
     checked: tuple[DataTree, ...] = ()
@@ -125,11 +112,10 @@ class NodeData:
 
 
 def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) -> NodeData:
-    """The driver's side: identify every owned tree (its digest; nothing is packed until a node
-    asks), keep the user's to be checked. A user tree that lies inside another tree of ``trees``
-    is not kept on its own: it travels with a shipped one (:meth:`NodeData.localize` matches the
-    longest root first, so its own check would shadow the shipped copy) or is checked with the
-    user tree around it. Call after ``ray.init``, on the node whose disk holds the trees."""
+    """The driver's side (after ``ray.init``): identify every owned tree (nothing is packed until
+    a node asks), keep the user's to be checked. A user tree inside another tree of ``trees`` is
+    not kept on its own (:meth:`NodeData.localize` matches the longest root first, so its own
+    check would shadow a shipped copy)."""
     trees = list(trees)
     shipped, checked = [], []
     node = ray.get_runtime_context().get_node_id()
@@ -150,8 +136,8 @@ def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) ->
 
 
 def _inside_another(tree: DataTree, trees: Sequence[DataTree]) -> bool:
-    """Whether the user tree ``tree`` lies under the path of an owned tree of ``trees`` (or is
-    it), or strictly under another user tree's path (resolved paths: a symlinked cache too)."""
+    """Whether the user tree ``tree`` lies under (or at) an owned tree's path, or strictly under
+    another user tree's (resolved paths: a symlinked cache too)."""
     path = Path(tree.path).resolve()
     for other in trees:
         root = Path(other.path).resolve()
@@ -208,8 +194,8 @@ def _same_here(tree: ShippedTree) -> bool:
 
 
 def _local_copy(tree: ShippedTree) -> Path:
-    """The driver's path when this node sees the same content there, else this node's
-    unpacked copy under ``$MEMPRISM_CACHE/node-data/<digest>/``."""
+    """The driver's path when this node sees the same content there, else this node's unpacked
+    copy (made once, under a file lock, its digest checked)."""
     if _same_here(tree):
         return Path(tree.path)
     home = cache_base() / "node-data" / tree.digest[:32]

@@ -221,6 +221,20 @@ class PoolPolicy:
         return self.pool.act(inputs, group=self.group)
 
 
+def decision_policy(cfg: ExperimentConfig, contract: Any, pool: list[Any] | None, key: str, stage: str) -> Any:
+    """The task policy of an in-process decision loop on Ray: the pool's replicas when given, else
+    one without a model (the scripted stand-in or an HTTP client); ``stage`` names the caller in
+    the refusal of a pool-backed policy without a pool."""
+    from memprism_ray.policy.factory import POOL_BACKENDS, make_policy, needs_view_text
+
+    if pool:
+        policy_pool = PolicyPool(pool, cfg.run.call_timeout_s, caller=key)
+        return PoolPolicy(policy_pool, key, needs_view_text(cfg.policy, contract))
+    if cfg.policy.backend in POOL_BACKENDS:
+        raise ValueError(f"policy.backend={cfg.policy.backend}: {stage} runs on the policy pool, none was given")
+    return make_policy(cfg.policy, contract)
+
+
 class RemoteViews:
     """Views for a ``ViewWorker`` pool: each episode's stream is pinned to one worker, which gets
     only the records appended since (``views.DeltaTracker``); one out of step is resent whole."""

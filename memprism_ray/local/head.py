@@ -122,18 +122,15 @@ def auth_headers(token: str | None) -> dict[str, str]:
 def head_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for the head and the CLI: explicit Ray settings, this Python first on PATH
     (a job's ``python`` entrypoint is the first on the head's PATH)."""
+    from memprism_ray.actors.placement import RAY_ENV
+
     env = dict(os.environ)
     env.update(
         {
-            "RAY_USAGE_STATS_ENABLED": "0",
+            **RAY_ENV,
             "RAY_AUTH_MODE": env.get("RAY_AUTH_MODE", "disabled"),
             # Keeps every Ray listener on 127.0.0.1 (measured with Ray 2.60; an internal setting).
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-            "TRANSFORMERS_VERBOSITY": "error",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         }
     )
@@ -256,18 +253,13 @@ def submit_and_wait(
     """
     from ray.job_submission import JobStatus, JobSubmissionClient
 
+    from memprism_ray.actors.placement import RAY_ENV
+
     client = JobSubmissionClient(address, headers=auth_headers(auth_token) or None)
     runtime_env = {
         "working_dir": str(working_dir),
-        "env_vars": {
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-            "TRANSFORMERS_VERBOSITY": "error",
-            **(env_vars or {}),
-        },
+        # The head's own auth mode applies to the job: never the default "disabled".
+        "env_vars": {**{k: v for k, v in RAY_ENV.items() if k != "RAY_AUTH_MODE"}, **(env_vars or {})},
         "excludes": [".venv", "runs", ".git", "**/__pycache__", ".hypothesis", ".pytest_cache", ".ruff_cache"],
     }
     job_id = None
