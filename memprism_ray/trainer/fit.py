@@ -1,18 +1,9 @@
 """One trainer for every benchmark (paper "Adapter": D1 decision-conditioned initialisation,
 then D2 grouped GRPO; appendix C for the final evaluation). :func:`fit` reads top to bottom:
-
-1. the benchmark's data (a corpus built, a fixture generated, a release checked) and the
-   refusal of a config whose evaluation episodes are training tasks;
-2. the run directory (fresh, or the checkpoint ``--resume`` continues from);
-3. Ray, and D1 (:mod:`memprism_ray.trainer.d1`) unless ``init_checkpoint`` is given;
-4. the actors (Learner, policy replicas, Phi/View pools, rollout workers) and the GRPO
-   iterations (:mod:`memprism_ray.trainer.grpo`);
-5. the final evaluation of ``eval.conditions`` on the same episodes, with the training plot
-   (:mod:`memprism_ray.trainer.evaluate`).
-
-Every phase prints progress (``[grpo]`` lines, a bar per GRPO run and per evaluated
-condition). A start that cannot succeed ends in one line and exit status 2; a dead Learner in
-one line naming the last checkpoint and the command that continues.
+the benchmark's data and run directory, Ray, D1 (:mod:`~memprism_ray.trainer.d1`), the actors
+and GRPO iterations (:mod:`~memprism_ray.trainer.grpo`), the final evaluation
+(:mod:`~memprism_ray.trainer.evaluate`). A start that cannot succeed ends in one line and exit
+status 2; a dead Learner in one line naming the last checkpoint and the command that continues.
 """
 
 from __future__ import annotations
@@ -20,7 +11,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,19 +33,25 @@ if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig
 
 
-def say(msg: str) -> None:
-    print(f"[grpo] {msg}", flush=True)
+def _printer(prefix: str, *, err: bool = False) -> Callable[[str], None]:
+    """Prints ``prefix msg`` at once, on stdout or (``err``) stderr as they are at the call."""
+
+    def show(msg: str) -> None:
+        print(f"{prefix} {msg}", file=sys.stderr if err else None, flush=True)
+
+    return show
 
 
-def error(msg: str) -> None:
-    print(f"[grpo] error: {msg}", file=sys.stderr, flush=True)
+say = _printer("[grpo]")
+error = _printer("[grpo] error:", err=True)
+_eval_say = _printer("[eval]")
+_eval_error = _printer("[eval] error:", err=True)
 
 
 def prepare_benchmark(cfg: ExperimentConfig, benchmark: Benchmark, log: Any = say, *, trains: bool = True) -> Any:
-    """The config with the benchmark's data resolved, refused (``BenchmarkConfigError``, one
-    line) when it does not name this benchmark or, for a job that trains (``trains``), when its
-    evaluation episodes are training tasks. A standalone evaluation job has no training tasks
-    of its own (its data root may hold the test splits only)."""
+    """The config with the benchmark's data resolved, refused (``BenchmarkConfigError``) when it
+    names another benchmark or, for a job that ``trains``, when its evaluation episodes are
+    training tasks (an evaluation job's data root may hold the test splits only)."""
     benchmark.check(cfg)
     cfg = benchmark.prepare(cfg, log)
     if trains:
@@ -91,9 +88,8 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
 
 
 def explained(work: Any, error: Any) -> int:
-    """``work()``'s exit status; a failure the job can name in one line (data missing on a node,
-    an iteration in which nothing played, no rollout worker placeable, a bounded wait run out)
-    is that line through ``error`` and exit status 1, no traceback; anything else propagates."""
+    """``work()``'s exit status; a failure the job can name in one line (:func:`run_failure`) is
+    that line through ``error`` and exit status 1, no traceback; anything else propagates."""
     try:
         return int(work())
     except Exception as exc:
@@ -235,11 +231,9 @@ def evaluate_job(benchmark_name: str, description: str, argv: Sequence[str] | No
 def run_evaluation(
     cfg: ExperimentConfig, benchmark: Benchmark, checkpoint: str, out_dir: Path, *, say: Any = print, error: Any = print
 ) -> int:
-    """A standalone evaluation (``jobs/eval_<benchmark>.py``, ``memprism eval``; paper appendix C):
-    ``eval.conditions`` (a Router checkpoint given by ``checkpoint``) on the benchmark's plan, on a
-    local Ray or the cluster ``run.ray_address`` / ``RAY_ADDRESS`` names; the reports go to
-    ``out_dir`` and the benchmark's summary is printed. The exit status: 2 when the start is
-    refused (one line through ``error``, before any work), 1 when any episode failed, else 0."""
+    """A standalone evaluation (``jobs/eval_<benchmark>.py``, ``memprism eval``; paper appendix C)
+    of ``eval.conditions`` into ``out_dir``. The exit status: 2 when the start is refused (one
+    line through ``error``, before any work), 1 when any episode failed, else 0."""
     from memprism_ray.actors.placement import init_ray
     from memprism_ray.eval.report import check_fresh_output
     from memprism_ray.trainer.evaluate import check_memory_conditions, evaluate, given_marginal, router_state_for
@@ -268,14 +262,6 @@ def run_evaluation(
         return 0
 
     return explained(play, error)
-
-
-def _eval_say(msg: str) -> None:
-    print(f"[eval] {msg}", flush=True)
-
-
-def _eval_error(msg: str) -> None:
-    print(f"[eval] error: {msg}", file=sys.stderr, flush=True)
 
 
 def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None, *, train: bool = True) -> int:
