@@ -6,9 +6,8 @@ progress, no entropy bonus; docs/ebalfred.md).
         python jobs/grpo_ebalfred.py --config configs/ebalfred_paper.yaml
     python jobs/grpo_ebalfred.py --config configs/ebalfred_smoke.yaml --init_checkpoint CKPT   # CPU
 
-D1 plays the expert plans of the training episodes (their ALFRED annotations, or the
-fixture's recorded plans) and labels them with the LLM view teacher; the final evaluation
-reports SR per subset and the average. The pipeline is :func:`memprism_ray.trainer.fit`.
+D1 labels the expert plans of the training episodes with the LLM view teacher; the pipeline
+is :func:`memprism_ray.trainer.fit`.
 """
 
 from __future__ import annotations

@@ -108,7 +108,6 @@ class PolicyPool:
         self._group_replica: dict[str, int] = {}
         self._episode_group: dict[str, str] = {}
         self._groups = itertools.count()
-        self.claim_rounds = 0
 
     def _loads(self) -> list[float]:
         refs = [h.load.remote() for h in self.handles]
@@ -128,7 +127,6 @@ class PolicyPool:
 
         choice = self._offset
         for _ in range(2 * len(self.handles) + 2):
-            self.claim_rounds += 1
             loads = self._loads()
             if all(v == float("inf") for v in loads):
                 break  # the call below fails per request and says why

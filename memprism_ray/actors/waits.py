@@ -1,8 +1,5 @@
-"""Bounded waits on Ray objects: every ``ray.get`` and wait loop of the actors ends.
-
-``ray.get(..., timeout=...)`` raises ``GetTimeoutError("Get timed out: some object(s) not
-ready.")``, which does not say what the job was waiting for. These helpers keep the bound
-and name the wait, so a hung actor ends a job with a one-line error that points at the stage.
+"""Bounded waits on Ray objects that name what they wait for (Ray's ``GetTimeoutError`` does
+not), so a hung actor ends a job with a one-line error that points at the stage.
 """
 
 from __future__ import annotations

@@ -330,9 +330,6 @@ class PolicyReplica:
             "stopped": getattr(engine, "stopped", None),
         }
 
-    async def needs_view_text(self) -> bool:
-        return bool(getattr(self.policy, "needs_view_text", False))
-
 
 def start_policy_replicas(
     cfg: ExperimentConfig,

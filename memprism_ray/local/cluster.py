@@ -1,21 +1,12 @@
-"""A Ray cluster of several nodes on this machine (issue 34): a head and worker nodes started
-with ``ray start``, each worker node, where the machine allows it, with disks of its own for
-the folders it names (as on separate machines). The multi-node tests and
-``benchmarks/bench_scaling.py`` run the real jobs on it; docs/cluster.md says what it showed.
-
-Separate disks: as root, a worker node starts in its own mount namespace (``unshare -m``) with
-an empty tmpfs over each private folder (the memprism cache, the run directory), so its
-processes see empty folders where the driver sees its corpus and checkpoints
-(:func:`can_isolate_disks` says whether this machine can). Measured here with Ray 2.60: a head
-of 0 CPUs up in 3 s, a worker node in 5-6 s; two nodes started at the same moment can time out,
-so :meth:`LocalCluster.add_node` waits for each.
-
-Listeners: a cluster of several nodes listens on the machine's interface address (Ray refuses
-to join a second node while ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps a single node on
-127.0.0.1); keep such a machine behind its firewall, as docs/cluster.md says for real clusters.
-
-Every node runs in a process group of its own and is stopped by it, never with ``ray stop``
-(which would stop every Ray process of the machine, other tests' included).
+"""A Ray cluster of several nodes on this machine (issue 34), for the multi-node tests and
+``benchmarks/bench_scaling.py``: a head and worker nodes started with ``ray start``; as root,
+a worker node starts in its own mount namespace with an empty tmpfs over each private folder,
+as on separate machines. Measured here with Ray 2.60: a head of 0 CPUs up in 3 s, a worker node
+in 5-6 s; two nodes started at the same moment can time out, so :meth:`LocalCluster.add_node`
+waits for each. Several nodes listen on the machine's interface address (Ray refuses a second
+node while ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``): keep such a machine behind its firewall.
+Every node is stopped by its process group, never with ``ray stop`` (every Ray process of the
+machine, other tests' included).
 """
 
 from __future__ import annotations

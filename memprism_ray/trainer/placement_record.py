@@ -59,12 +59,6 @@ class PlacementRecord:
         self.events.append({"event": kind, "time": time.time(), **fields})
         self.write()
 
-    def where(self, name: str) -> dict[str, Any] | None:
-        for entry in reversed(self.actors):
-            if entry["name"] == name:
-                return entry
-        return None
-
     def write(self) -> None:
         if self.path is None:
             return
