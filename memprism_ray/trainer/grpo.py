@@ -65,13 +65,10 @@ def start_training_actors(
     a Learner on a node without the run directory finds them. ``record``: where each started."""
     from memprism_ray.actors.node_data import ship
 
-    for line in placement_summary(
-        {
-            "learner": learner_options(cfg),
-            "replicas": {**policy_replica_options(cfg), "count": cfg.policy.num_replicas},
-        },
-        resources,
-    ):
+    requests = {
+        "learner": learner_options(cfg), "replicas": {**policy_replica_options(cfg), "count": cfg.policy.num_replicas}
+    }
+    for line in placement_summary(requests, resources):
         say(line)
     data = data or NodeData()
     # The reference is only read for its weights (load_model): its optimizer state stays behind.
@@ -107,11 +104,8 @@ def start_training_actors(
     ]
     if record is not None:
         for role, pool in (("policy-replica", replicas), ("phi-worker", phi_pool), ("view-worker", view_pool)):
-            places = waits.get(
-                [a.placed.remote() for a in pool], cfg.run.call_timeout_s * 4,
-                f"start of the {role}s",
-            )  # fmt: skip
-            for place in places:
+            refs = [a.placed.remote() for a in pool]
+            for place in waits.get(refs, cfg.run.call_timeout_s * 4, f"start of the {role}s"):
                 record.actor(role, place)
     needs_text = needs_view_text(cfg.policy, get_benchmark(cfg.corpus.benchmark).task_contract())
     full_ref = learner.full_weights.remote()  # resolved by each rollout worker, not fetched here
@@ -128,14 +122,9 @@ def start_training_actors(
 
     seats = cfg.grpo.groups_per_iteration if ro.elastic else ro.num_workers
     fleet = RolloutFleet.start(
-        seats,
-        make_rollout_worker,
-        max_replacements=ro.max_restarts,
-        ping_timeout_s=cfg.run.call_timeout_s * 4,
-        elastic=ro.elastic,
-        record=record,
-        log=say,
-    )
+        seats, make_rollout_worker, log=say, max_replacements=ro.max_restarts,
+        ping_timeout_s=cfg.run.call_timeout_s * 4, elastic=ro.elastic, record=record,
+    )  # fmt: skip
     where = f"{len(replicas)} policy replicas" if replicas else "the policy inside each rollout worker"
     nodes = len({(fleet.seats[i].place or {}).get("node_id") for i in fleet.ready()})
     size = f"{fleet.size()} of {seats} (rollout.num_workers auto)" if ro.elastic else str(fleet.size())

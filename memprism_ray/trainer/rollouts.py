@@ -151,27 +151,17 @@ class RolloutFleet:
 
     @classmethod
     def start(
-        cls,
-        n: int,
-        make_worker: Callable[[int, int], Any],
-        *,
-        max_replacements: int,
-        ping_timeout_s: float,
-        elastic: bool = False,
-        record: Any = None,
-        log: Callable[[str], None] | None = None,
+        cls, n: int, make_worker: Callable[[int, int], Any], *, log: Callable[[str], None] | None = None, **options: Any
     ) -> RolloutFleet:
-        """Start ``n`` workers. A fixed fleet waits (bounded) until each answers, raising a start
-        failure; an elastic one until one does, retiring seats that cannot start."""
-        fleet = cls(
-            None, make_worker, max_replacements=max_replacements, ping_timeout_s=ping_timeout_s,
-            elastic=elastic, record=record,
-        )  # fmt: skip
+        """Start ``n`` workers (``options``: the constructor's). A fixed fleet waits (bounded) until
+        each answers, raising a start failure; an elastic one until one does, retiring seats that
+        cannot start."""
+        fleet = cls(None, make_worker, **options)
         fleet.seats = [Seat(i) for i in range(n)]
         for seat in fleet.seats:
             fleet._launch(seat)
-        if not elastic:
-            places = waits.get([s.starting for s in fleet.seats], ping_timeout_s, f"start of {n} rollout workers")
+        if not fleet.elastic:
+            places = waits.get([s.starting for s in fleet.seats], fleet.ping_timeout_s, f"start of {n} rollout workers")
             for seat, place in zip(fleet.seats, places, strict=True):
                 fleet._started(seat, place)
             return fleet
