@@ -43,17 +43,9 @@ _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 # Settings that say where and how a run executes, not what it computes: they may differ
 # between a checkpoint and the run resuming it. "eval" only shapes the final evaluation.
 RESUME_FREE_KEYS = frozenset(
-    {
-        "run.name",
-        "run.out_dir",
-        "run.resume",
-        "run.allow_config_change",
-        "run.ray_address",
-        "run.num_cpus",
-        "run.call_timeout_s",
-        "run.tensorboard",
-    }
-)
+    {"run.name", "run.out_dir", "run.resume", "run.allow_config_change", "run.ray_address", "run.num_cpus",
+     "run.call_timeout_s", "run.tensorboard"}
+)  # fmt: skip
 RESUME_FREE_SECTIONS = ("eval",)
 # The config sections that produce the D1 artifacts (expert data, labels, D1 checkpoint).
 D1_SECTIONS = ("corpus", "label", "encoder", "render", "agent", "policy", "router", "sft")
@@ -67,15 +59,10 @@ def _warn(msg: str) -> None:
     print(f"memprism: warning: {msg}", file=sys.stderr, flush=True)
 
 
-# --- config hashes ---------------------------------------------------------------------------
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    out[prefix[:-1]] = tree
-    return out
+    if not isinstance(tree, dict):
+        return {prefix[:-1]: tree}
+    return {key: value for k, v in tree.items() for key, value in _flat(v, f"{prefix}{k}.").items()}
 
 
 def resume_relevant_config(config: ExperimentConfig) -> dict[str, Any]:
@@ -141,7 +128,6 @@ def d1_dir(run_dir: Path, config: ExperimentConfig) -> Path:
     return root
 
 
-# --- checkpoints -----------------------------------------------------------------------------
 def checkpoint_dir(run_dir: Path, iteration: int) -> Path:
     return run_dir / "checkpoints" / f"{CHECKPOINT_PREFIX}{iteration:04d}"
 
