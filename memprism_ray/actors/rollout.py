@@ -153,7 +153,6 @@ class RolloutWorker:
         ro = cfg.rollout
         self.benchmark = get_benchmark(cfg.corpus.benchmark)
         per = -(-ro.env_slots_per_worker // ro.env_workers_per_rollout)
-        self.slots_per_env = per
         # The EnvWorkers run on this worker's node, inside the CPUs it reserved for its seat
         # (rollout_cpus + env_workers_per_rollout x env_cpus, trainer.grpo): a group's games
         # and its decision loop never step across nodes, and a seat is placed whole or not at all.
@@ -307,28 +306,18 @@ class RolloutWorker:
         game = GameRef.from_dict(self.data.localize(spec.game))
         specs = [EpisodeSpec(eid, game) for eid in spec.episode_ids]
         results = agent.run(specs, slots=list(range(len(specs))))
-        rows = []
-        episodes = []
+        rows, episodes = [], []
         for r in results:
-            summary = r.summary()
-            summary["group_id"] = spec.group_id
-            summary["weights_version"] = version
-            episodes.append(summary)
+            episodes.append({**r.summary(), "group_id": spec.group_id, "weights_version": version})
             for row in r.rows:
                 row["traj_return"] = self.benchmark.trajectory_return(r, cfg.grpo)
                 row["failed"] = r.failed
             rows.extend(r.rows)
         metrics.record_steps(self.run_name, rows)
         summary = GroupSummary(
-            group_id=spec.group_id,
-            game_id=game.game_id,
-            weights_version=version,
-            episodes=episodes,
-            num_steps=len(rows),
-            seconds=time.perf_counter() - t0,
-            worker=f"rollout-{self.index}.{self.generation}",
-            node=node_label(self.place),
-        )
+            spec.group_id, game.game_id, version, episodes, num_steps=len(rows), seconds=time.perf_counter() - t0,
+            worker=f"rollout-{self.index}.{self.generation}", node=node_label(self.place),
+        )  # fmt: skip
         self.doing = f"idle after group {spec.group_id}"
         return summary, rows_to_arrow(rows)
 
