@@ -7,6 +7,7 @@ per decision step, not per trajectory.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -53,14 +54,10 @@ class EnvWorker:
         if self._crash_after is not None:
             self._crash_after -= 1
             if self._crash_after <= 0:
-                import os
-
                 os._exit(1)
         return each_request(lambda r: self.env.step(r[1], slot=r[0]), requests)
 
     def pid(self) -> int:
-        import os
-
         return os.getpid()
 
 
@@ -323,12 +320,8 @@ class PolicyReplica:
     async def engine_record(self) -> dict[str, Any]:
         """What a fake engine recorded (tests, the fake bench): steps and peak batch."""
         engine = getattr(self.async_policy, "engine", None)
-        steps = list(getattr(engine, "steps", []))
-        return {
-            "steps": steps,
-            "max_running": getattr(engine, "max_running", 0),
-            "stopped": getattr(engine, "stopped", None),
-        }
+        steps, max_running = list(getattr(engine, "steps", [])), getattr(engine, "max_running", 0)
+        return {"steps": steps, "max_running": max_running, "stopped": getattr(engine, "stopped", None)}
 
 
 def start_policy_replicas(

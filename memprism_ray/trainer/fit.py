@@ -211,7 +211,6 @@ def final_evaluation(
     return 0
 
 
-# ---------------------------------------------------------------------------------- job entry points
 def grpo_job(benchmark: str, description: str, argv: Sequence[str] | None = None) -> int:
     """``jobs/grpo_<benchmark>.py``: parse ``--config FILE [--resume ...] [--section.key V]``, then :func:`fit`."""
     bench = get_benchmark(benchmark)
