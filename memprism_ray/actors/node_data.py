@@ -24,6 +24,7 @@ import tarfile
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -93,22 +94,10 @@ class NodeData:
         on first use), after checking that every user tree it names exists here."""
         if not self.shipped and not self.checked:
             return obj
-        roots: dict[str, Callable[[], str]] = {t.path: _resolver(t) for t in self.shipped}
+        roots: dict[str, Callable[[], str]] = {t.path: partial(_resolve, t) for t in self.shipped}
         for tree in self.checked:
-            roots.setdefault(tree.path, _checker(tree))
+            roots.setdefault(tree.path, partial(_check, tree))
         return _rebase(obj, sorted(roots.items(), key=lambda kv: -len(kv[0])))
-
-    def describe(self) -> list[str]:
-        """One line per tree, for the driver's log."""
-        lines = [
-            f"node data: {t.what} shipped to every node that lacks it ({t.size / 1e6:.1f} MB, sha256 {t.digest[:12]})"
-            for t in self.shipped
-        ]
-        lines += [
-            f"node data: {t.what} {t.path} must exist on every node (checked where each actor starts)"
-            for t in self.checked
-        ]
-        return lines
 
 
 def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) -> NodeData:
@@ -129,10 +118,11 @@ def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) ->
             raise FileNotFoundError(f"{tree.what} {path} does not exist on the driver")
         size = sum(f.stat().st_size for f in tree_files(path, tree.files))
         shipped.append(ShippedTree(tree.path, tree.what, sha256_path(path, tree.files), size, tree.files, node))
-    data = NodeData(tuple(shipped), tuple(checked))
-    for line in data.describe() if log else ():
-        log(line)
-    return data
+    for t in shipped if log else ():
+        log(f"node data: {t.what} shipped to every node that lacks it ({t.size / 1e6:.1f} MB, sha256 {t.digest[:12]})")
+    for t in checked if log else ():
+        log(f"node data: {t.what} {t.path} must exist on every node (checked where each actor starts)")
+    return NodeData(tuple(shipped), tuple(checked))
 
 
 def _inside_another(tree: DataTree, trees: Sequence[DataTree]) -> bool:
@@ -168,35 +158,24 @@ def _pack_task(path: str, files: tuple[str, ...]) -> bytes:
 _LOCAL: dict[str, str] = {}
 
 
-def _resolver(tree: ShippedTree) -> Callable[[], str]:
-    def resolve() -> str:
-        if tree.digest not in _LOCAL:
-            _LOCAL[tree.digest] = str(_local_copy(tree))
-        return _LOCAL[tree.digest]
-
-    return resolve
+def _resolve(tree: ShippedTree) -> str:
+    if tree.digest not in _LOCAL:
+        _LOCAL[tree.digest] = str(_local_copy(tree))
+    return _LOCAL[tree.digest]
 
 
-def _checker(tree: DataTree) -> Callable[[], str]:
-    def check() -> str:
-        if not os.path.exists(tree.path):
-            raise NodeDataError(
-                f"{tree.what} {tree.path} does not exist on {node_label()}: {tree.fix or 'put it there on every node'}"
-            )
-        return tree.path
-
-    return check
-
-
-def _same_here(tree: ShippedTree) -> bool:
-    """Whether this node sees the driver's tree, with the same content, at the driver's path."""
-    return os.path.exists(tree.path) and sha256_path(tree.path, tree.files) == tree.digest
+def _check(tree: DataTree) -> str:
+    if not os.path.exists(tree.path):
+        raise NodeDataError(
+            f"{tree.what} {tree.path} does not exist on {node_label()}: {tree.fix or 'put it there on every node'}"
+        )
+    return tree.path
 
 
 def _local_copy(tree: ShippedTree) -> Path:
     """The driver's path when this node sees the same content there, else this node's unpacked
     copy (made once, under a file lock, its digest checked)."""
-    if _same_here(tree):
+    if os.path.exists(tree.path) and sha256_path(tree.path, tree.files) == tree.digest:  # seen here as it is
         return Path(tree.path)
     home = cache_base() / "node-data" / tree.digest[:32]
     target = home / Path(tree.path).name

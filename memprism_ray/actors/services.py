@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -363,11 +364,8 @@ def build_actor_phi(
         )
     from memprism_ray.recorder.phi.llm_client import pool_complete
 
-    policy_pool = PolicyPool(list(pool), timeout_s, caller=key)
-
-    def complete_texts(prompts: list[str]) -> list[str | BaseException]:
-        return policy_pool.complete(
-            prompts, max_tokens=phi_config.max_tokens, temperature=phi_config.temperature, group=key
-        )
-
+    complete_texts = partial(
+        PolicyPool(list(pool), timeout_s, caller=key).complete,
+        max_tokens=phi_config.max_tokens, temperature=phi_config.temperature, group=key,
+    )  # fmt: skip
     return build_phi(spec, phi_config, complete=pool_complete(complete_texts))
