@@ -186,29 +186,23 @@ def evaluate(
         )
         for i, name in enumerate(names)
     ]
-    try:  # every worker has its data before any episode is dispatched (NodeDataError: one line)
-        places = waits.get(
-            [w.start.remote() for w in workers], cfg.run.call_timeout_s * 4, "start of the evaluation workers"
-        )
-    except BaseException:
-        for w in workers:
-            ray.kill(w)
-        stop_policy_replicas(started)
-        raise
-    if record is not None:
-        for place in places:
-            record.actor("eval-worker", place)
-    ctx = EvalRun(plan, cfg, out_dir, task_token_counter(cfg).name)
-    router_sha256 = ""
-    if needs_router and checkpoint:  # hashed once: every Router condition's manifest records it
-        from memprism_ray.adapter.checkpoint import checkpoint_sha256
-
-        router_sha256 = checkpoint_sha256(checkpoint)
-    reports: list[dict[str, Any]] = []
-    played: list[Played] = []
-    marginal = given
-    out_dir.mkdir(parents=True, exist_ok=True)
     try:
+        # every worker has its data before any episode is dispatched (NodeDataError: one line)
+        starts = [w.start.remote() for w in workers]
+        places = waits.get(starts, cfg.run.call_timeout_s * 4, "start of the evaluation workers")
+        if record is not None:
+            for place in places:
+                record.actor("eval-worker", place)
+        ctx = EvalRun(plan, cfg, out_dir, task_token_counter(cfg).name)
+        router_sha256 = ""
+        if needs_router and checkpoint:  # hashed once: every Router condition's manifest records it
+            from memprism_ray.adapter.checkpoint import checkpoint_sha256
+
+            router_sha256 = checkpoint_sha256(checkpoint)
+        reports: list[dict[str, Any]] = []
+        played: list[Played] = []
+        marginal = given
+        out_dir.mkdir(parents=True, exist_ok=True)
         for condition in conditions:
             if condition == "freq_random" and marginal is None:
                 raise ValueError("freq_random needs a view marginal: list memprism before it, or set eval.marginal")
@@ -220,15 +214,9 @@ def evaluate(
                     bar.update(len(results))
                     bar.set_postfix(sr=f"{wins[0] / max(1, bar.n):.3f}")
 
+                timeout_s = cfg.run.call_timeout_s * 20
                 results, rows = play_condition(
-                    workers,
-                    condition,
-                    plan,
-                    marginal,
-                    cfg.run.call_timeout_s * 20,
-                    cfg.eval.artifacts,
-                    seen,
-                    bar.refresh,
+                    workers, condition, plan, marginal, timeout_s, cfg.eval.artifacts, seen, bar.refresh
                 )
             safe = safe_name(condition)
             manifest = condition_manifest(cfg, benchmark, plan, condition, router_sha256, out_dir / safe)

@@ -184,22 +184,14 @@ def run_grpo_iterations(
             )
         fleet_changes(actors.fleet, rollout, it + 1, seen_size)
         seen_size = rollout.fleet_size_end
-        stats = waits.get(
-            learner.update.remote(*rollout.steps_refs),
-            cfg.run.call_timeout_s * 4,
-            f"learner update of iteration {it + 1}",
-        )
+        update = learner.update.remote(*rollout.steps_refs)
+        stats = waits.get(update, cfg.run.call_timeout_s * 4, f"learner update of iteration {it + 1}")
         stats.update(iteration_stats(rollout))
         t_end = time.perf_counter()
         stats.update(
-            {
-                "iteration": it + 1,
-                "weights_version": version,
-                "iteration_seconds": t_end - t0,
-                "rollout_phase_seconds": t_rollout,
-                "update_phase_seconds": t_end - t0 - t_rollout,
-            }
-        )
+            iteration=it + 1, weights_version=version, iteration_seconds=t_end - t0, rollout_phase_seconds=t_rollout,
+            update_phase_seconds=t_end - t0 - t_rollout,
+        )  # fmt: skip
         metrics.record_iteration(cfg.run.name, stats)
         logger.log("grpo", it + 1, stats)
         bar.set_postfix(
