@@ -294,7 +294,6 @@ class RayServices:
         self.view_pool = views
         self.policy_pool = policy
         self.timeout_s = timeout_s
-        self.needs_view_text = needs_view_text
         # The agent reads this to decide whether optical conditions also need the view text.
         self.policy = type("PolicyTraits", (), {"needs_view_text": needs_view_text})()
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memprism_ray.local.head import free_port, head_env, kill_group, ray_bin, stop_group
+from memprism_ray.local.head import free_port, head_env, kill_group, ray_bin, spawn, stop_group
 
 
 def can_isolate_disks() -> str:
@@ -68,11 +68,7 @@ class LocalNode:
 
 
 def _start(cmd: list[str], log_path: Path, env: dict[str, str], what: str, timeout_s: float) -> subprocess.Popen:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, stdin=subprocess.DEVNULL
-        )
+    proc = spawn(cmd, log_path, env)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         text = log_path.read_text(errors="replace")

@@ -69,6 +69,15 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def spawn(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """``cmd`` in a process group of its own (stopped by it: :func:`stop_group`), writing ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, stdin=subprocess.DEVNULL
+        )
+
+
 def kill_group(proc: subprocess.Popen, wait_s: float = 30.0) -> None:
     """SIGKILL the process group ``proc`` leads (``start_new_session=True``), reap ``proc`` and
     wait, at most ``wait_s`` seconds, until no process of the group runs: Ray's children may
@@ -185,15 +194,7 @@ def start_head(
     if num_cpus:
         cmd.append(f"--num-cpus={num_cpus}")
     log_path = temp_dir / "head.log"
-    log_fh = log_path.open("w")
-    proc = subprocess.Popen(
-        cmd,
-        stdout=log_fh,
-        stderr=subprocess.STDOUT,
-        env=head_env(auth_env),
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = spawn(cmd, log_path, head_env(auth_env))
     head = LocalHead(proc, dash, met, temp_dir, log_path, auth_token or None, token_path)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
