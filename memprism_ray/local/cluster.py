@@ -95,7 +95,6 @@ class LocalCluster:
         *,
         head_cpus: float = 0,
         env: dict[str, str] | None = None,
-        dashboard: bool = False,
         autoscale: dict[str, dict[str, object]] | None = None,
         timeout_s: float = 120.0,
     ) -> None:
@@ -105,7 +104,6 @@ class LocalCluster:
         self.ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
         self.env = dict(env or {})
         self.port = free_port()
-        self.dashboard_port = free_port(8265) if dashboard else 0
         self.timeout_s = timeout_s
         self.nodes: list[LocalNode] = []
         cmd = [
@@ -113,11 +111,8 @@ class LocalCluster:
             "--node-ip-address=127.0.0.1", f"--temp-dir={self.ray_dir}", "--disable-usage-stats",
             f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
             f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+            "--include-dashboard=false",
         ]  # fmt: skip
-        if dashboard:
-            cmd += ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}"]
-        else:
-            cmd.append("--include-dashboard=false")
         head_vars = dict(self.env)
         if autoscale is not None:
             cmd.append(f"--autoscaling-config={self._autoscaling_config(autoscale, head_cpus)}")
