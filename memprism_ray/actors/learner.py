@@ -26,9 +26,8 @@ def state_to_numpy(state: dict[str, Any]) -> dict[str, np.ndarray]:
 
 @ray.remote(max_restarts=0)
 class Learner:
-    """See the module docstring. ``reference`` is the D1 checkpoint directory; ``resume``
-    a D2 checkpoint directory to continue from (weights, optimizer, RNG, iteration);
-    ``threads`` the torch threads of the update (0: torch's default in this worker)."""
+    """See the module docstring. ``resume``: a D2 checkpoint directory to continue from;
+    ``threads``: the torch threads of the update (0: torch's default in this worker)."""
 
     def __init__(
         self, grpo_config: GRPOConfig, reference: str, resume: str = "", threads: int = 0, data: NodeData | None = None

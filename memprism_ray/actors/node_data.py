@@ -46,8 +46,7 @@ class NodeDataError(RuntimeError):
 
 
 def node_place() -> dict[str, Any]:
-    """Where the calling process runs: Ray node id and address, host name, process id, and in an
-    actor its dashboard name."""
+    """Where the calling process runs: Ray node, host, process and (in an actor) its name."""
     import socket
 
     ctx = ray.get_runtime_context()

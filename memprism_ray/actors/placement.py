@@ -105,8 +105,7 @@ def placement_summary(requests: dict[str, dict[str, Any]], available: dict[str, 
 
 
 def wait_placed(refs: list[Any], what: str, options: dict[str, Any], timeout_s: float) -> list[Any]:
-    """``ray.get(refs)`` with a deadline; on timeout a one-line error naming the resource request
-    that was not granted."""
+    """``ray.get(refs)`` with a deadline; on timeout a one-line error naming the resource request."""
     ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     if pending:
         asked = {k: v for k, v in options.items() if k in ("num_gpus", "num_cpus", "resources")}
@@ -120,8 +119,7 @@ def wait_placed(refs: list[Any], what: str, options: dict[str, Any], timeout_s: 
 
 
 def pending_demand() -> list[dict[str, float]]:
-    """The resource bundles waiting for resources, as Ray's autoscaler v2 sees them ([] when
-    unreadable)."""
+    """The resource bundles waiting for resources, as Ray's autoscaler v2 sees them ([] if unknown)."""
     try:
         from ray.autoscaler.v2.sdk import get_cluster_status
 

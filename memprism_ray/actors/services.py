@@ -274,8 +274,7 @@ class RemoteViews:
 
 
 class RayServices:
-    """Agent services on actors: global slot ``s`` lives on ``env_workers[s // slots_per_worker]``;
-    ``phi``, ``views`` and ``policy`` are pools or local objects."""
+    """Agent services on actors: global slot ``s`` lives on ``env_workers[s // slots_per_worker]``."""
 
     def __init__(
         self,

@@ -23,8 +23,7 @@ FETCH_TIMEOUT_S = 300.0
 
 @dataclass(frozen=True)
 class PolicyRequest:
-    """A policy input whose view image travels as PNG bytes, or as an object reference
-    when the PNG is over the inline limit."""
+    """A policy input whose view image travels as PNG bytes, or over the inline limit as a ref."""
 
     input: PolicyInput
     png: bytes | None = None

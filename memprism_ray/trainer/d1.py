@@ -28,8 +28,7 @@ if TYPE_CHECKING:
 
 
 def policy_calls_per_decision(cfg: ExperimentConfig) -> int:
-    """Policy (or teacher) calls per reference decision: 1 for the LLM teacher, candidates x S
-    (144 x S by default) for the counterfactual teacher."""
+    """Policy (or teacher) calls per reference decision (144 x S for the counterfactual teacher)."""
     from memprism_ray.adapter.d1_labels import policy_calls
 
     cf = cfg.label.counterfactual

@@ -262,8 +262,7 @@ def condition_manifest(
 
 
 def policy_id(policy: PolicyConfig) -> str:
-    """How the manifests name the task policy: backend and model (an endpoint's URL; the scripted
-    stand-in's settings)."""
+    """How the manifests name the task policy."""
     from memprism_ray.policy.tokens import task_model_of
 
     if policy.backend == "scripted":
@@ -273,8 +272,7 @@ def policy_id(policy: PolicyConfig) -> str:
 
 
 def memory_manifest(condition: str, memory: MemoryBaselineConfig) -> dict[str, Any]:
-    """What the appendix asks a memory baseline's run record to hold: the release, writer
-    model, embedding model, retrieval depth, update schedule and insertion position."""
+    """What the appendix asks a memory baseline's run record to hold."""
     from memprism_ray.baselines.conditions import EXTERNAL_MEMORY_CONDITIONS
     from memprism_ray.baselines.external import RELEASES
 

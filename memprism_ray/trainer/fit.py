@@ -185,8 +185,7 @@ def final_evaluation(
     data: Any = None,
     record: Any = None,
 ) -> int:
-    """Evaluate the trained Router (greedy) and the baselines of ``eval.conditions`` on the same
-    episodes, print the benchmark's summary, stop the policy replicas; the exit status."""
+    """Evaluate ``eval.conditions`` with the trained Router, then stop the policy replicas."""
     from memprism_ray.actors.workers import stop_policy_replicas
     from memprism_ray.trainer.evaluate import evaluate
     from memprism_ray.trainer.grpo import final_eval_dir
@@ -219,8 +218,7 @@ def grpo_job(benchmark: str, description: str, argv: Sequence[str] | None = None
 
 
 def evaluate_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None) -> int:
-    """``jobs/eval_<benchmark>.py``: parse ``--config FILE [--checkpoint DIR] [--out DIR]
-    [--section.key V]``, then :func:`run_evaluation` into ``--out`` or ``<run>/eval``."""
+    """``jobs/eval_<benchmark>.py``: parse the arguments, then :func:`run_evaluation`."""
     benchmark = get_benchmark(benchmark_name)
     args, cfg = parse_job_args(description, argv, job=benchmark.job_spec("eval"), evaluation=True)
     out_dir = Path(args.out) if args.out else cfg.run.dir / "eval"
@@ -264,8 +262,7 @@ def run_evaluation(
 
 
 def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None, *, train: bool = True) -> int:
-    """``jobs/label_views.py`` (``train=False``: the D1 data only) and ``jobs/sft_alfworld.py``
-    (the D1 checkpoint), under ``<run>/d1/<key>/`` as the GRPO job builds them."""
+    """``jobs/label_views.py`` (``train=False``: the D1 data only) and ``jobs/sft_alfworld.py``."""
     from memprism_ray.actors.placement import init_ray
     from memprism_ray.trainer.d1 import run_d1
 

@@ -201,8 +201,8 @@ class RolloutFleet:
             self.record.actor("rollout-worker", place)
 
     def poll(self, log: Callable[[str], None] | None = None) -> list[tuple[Seat, BaseException]]:
-        """Adopt the seats whose worker started since the last look (without waiting); a seat
-        whose start failed is replaced or retired. Returns the failures (seat, error)."""
+        """Adopt the seats whose worker started (without waiting), replace or retire those whose
+        start failed; the failures (seat, error)."""
         starting = {s.starting: s for s in self.seats if s.starting is not None and not s.retired}
         if not starting:
             return []

@@ -174,8 +174,7 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def find_valid_checkpoint(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """The newest checkpoint that verifies, and the corrupt newer ones with their errors;
-    nothing is changed on disk."""
+    """The newest checkpoint that verifies, and the corrupt newer ones with their errors."""
     corrupt: list[tuple[Path, str]] = []
     for path in _checkpoints(run_dir):
         try:
@@ -188,8 +187,7 @@ def find_valid_checkpoint(run_dir: Path) -> tuple[Path | None, list[tuple[Path, 
 
 
 def set_aside_corrupt(corrupt: list[tuple[Path, str]], warn: Callable[[str], None] = _warn) -> None:
-    """Rename each corrupt checkpoint ``*.corrupt`` (``*.corrupt.N`` when taken; kept, not
-    deleted), with a warning."""
+    """Rename each corrupt checkpoint ``*.corrupt`` (``.corrupt.N`` when taken), with a warning."""
     for path, error in corrupt:
         n = 0
         while (aside := path.with_name(f"{path.name}.corrupt{'' if n == 0 else '.' + str(n)}")).exists():
