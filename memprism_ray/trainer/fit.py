@@ -84,7 +84,70 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
     resources = init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     say(f"run directory {run_dir}; cluster {dict(resources)}")
     record = PlacementRecord(run_dir / "cluster.json")  # where each actor ran
-    return explained(lambda: _fit(cfg, benchmark, argv, run_dir, resume_from, resources, ck_extra, record), error)
+
+    def train() -> int:  # once Ray is up
+        from ray.exceptions import RayActorError
+
+        from memprism_ray.actors.node_data import ship
+        from memprism_ray.actors.workers import stop_policy_replicas
+        from memprism_ray.trainer.d1 import d1_cost_line, run_d1
+        from memprism_ray.trainer.evaluate import evaluate
+        from memprism_ray.trainer.grpo import (
+            final_eval_dir,
+            run_grpo_iterations,
+            start_training_actors,
+            stop_training_actors,
+        )
+
+        data = ship(benchmark.data_trees(cfg), say)  # what every actor reads, on whichever node it lands
+        resumed_at = checkpoint_iteration(resume_from) if resume_from is not None else 0
+        logger = RunLogger(run_dir, cfg.run.tensorboard, resume_step=resumed_at if cfg.run.resume else None)
+        games = benchmark.train_games(cfg)
+        say(f"{len(games)} training {benchmark.task_noun} ({benchmark.name})")
+
+        # 3. The D1 reference policy (also GRPO's starting point).
+        if cfg.init_checkpoint:
+            reference = Path(cfg.init_checkpoint)
+        else:
+            say(d1_cost_line(cfg, benchmark))
+            reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg), say, data=data)
+
+        # 4. Actors and GRPO iterations.
+        actors = start_training_actors(cfg, reference, resume_from, resources, say, data=data, record=record)
+        try:
+            run_grpo_iterations(cfg, actors, games, logger, run_dir, ck_extra)
+            final = stop_training_actors(cfg, actors)
+        except RayActorError as exc:  # rollout workers are replaced inside; what ends here is the learner
+            latest = latest_checkpoint(run_dir)
+            args = list(argv if argv is not None else sys.argv[1:])
+            error(
+                f"the Learner actor died ({type(exc).__name__}); last checkpoint: "
+                f"{latest if latest else 'none yet (resuming restarts GRPO after D1)'}; continue with: "
+                f"python {shlex.quote(sys.argv[0])} {shlex.join(_without_resume(args))} --resume auto"
+            )
+            return 1
+
+        # 5. Final evaluation: every condition of eval.conditions on the same episodes.
+        eval_dir = final_eval_dir(run_dir, cfg, say, benchmark.success_label)
+        if cfg.eval.enabled and eval_dir is not None:
+            latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
+            # The replicas stay up for the evaluation: one engine start (60-75 s on an H100) saved.
+            summary = evaluate(
+                cfg, benchmark, cfg.eval.conditions, final, str(latest), eval_dir, log=say,
+                pool=actors.replicas or None, data=data, record=record,
+            )  # fmt: skip
+            for row in benchmark.eval_metrics(summary):
+                logger.log("eval", cfg.grpo.iterations, row)
+            print(benchmark.printed_summary(eval_dir).read_text())
+            problem = benchmark.failures(summary)
+            if problem:
+                say(f"warning: {problem}; see {eval_dir}")
+        stop_policy_replicas(actors.replicas)
+        logger.close()
+        say(f"done: {run_dir}")
+        return 0
+
+    return explained(train, error)
 
 
 def explained(work: Any, error: Any) -> int:
@@ -114,55 +177,6 @@ def run_failure(exc: BaseException) -> str | None:
     return None
 
 
-def _fit(
-    cfg: ExperimentConfig,
-    benchmark: Benchmark,
-    argv: Sequence[str] | None,
-    run_dir: Path,
-    resume_from: Path | None,
-    resources: dict[str, Any],
-    ck_extra: dict[str, Any],
-    record: Any,
-) -> int:
-    """:func:`fit` once Ray is up."""
-    from ray.exceptions import RayActorError
-
-    from memprism_ray.actors.node_data import ship
-    from memprism_ray.trainer.d1 import d1_cost_line, run_d1
-    from memprism_ray.trainer.grpo import run_grpo_iterations, start_training_actors, stop_training_actors
-
-    data = ship(benchmark.data_trees(cfg), say)  # what every actor reads, on whichever node it lands
-    resumed_at = checkpoint_iteration(resume_from) if resume_from is not None else 0
-    logger = RunLogger(run_dir, cfg.run.tensorboard, resume_step=resumed_at if cfg.run.resume else None)
-    games = benchmark.train_games(cfg)
-    say(f"{len(games)} training {benchmark.task_noun} ({benchmark.name})")
-
-    # 3. The D1 reference policy (also GRPO's starting point).
-    if cfg.init_checkpoint:
-        reference = Path(cfg.init_checkpoint)
-    else:
-        say(d1_cost_line(cfg, benchmark))
-        reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg), say, data=data)
-
-    # 4. Actors and GRPO iterations.
-    actors = start_training_actors(cfg, reference, resume_from, resources, say, data=data, record=record)
-    try:
-        run_grpo_iterations(cfg, actors, games, logger, run_dir, ck_extra)
-        final = stop_training_actors(cfg, actors)
-    except RayActorError as exc:  # rollout workers are replaced inside; what ends here is the learner
-        latest = latest_checkpoint(run_dir)
-        args = list(argv if argv is not None else sys.argv[1:])
-        error(
-            f"the Learner actor died ({type(exc).__name__}); last checkpoint: "
-            f"{latest if latest else 'none yet (resuming restarts GRPO after D1)'}; continue with: "
-            f"python {shlex.quote(sys.argv[0])} {shlex.join(_without_resume(args))} --resume auto"
-        )
-        return 1
-
-    # 5. Final evaluation: every condition of eval.conditions on the same episodes.
-    return final_evaluation(cfg, benchmark, final, run_dir, logger, actors.replicas, data=data, record=record)
-
-
 def _without_resume(args: list[str]) -> list[str]:
     out, skip = [], False
     for a in args:
@@ -173,41 +187,6 @@ def _without_resume(args: list[str]) -> list[str]:
         elif not a.startswith(("--resume=", "--run.resume=")):
             out.append(a)
     return out
-
-
-def final_evaluation(
-    cfg: ExperimentConfig,
-    benchmark: Benchmark,
-    final: dict[str, Any],
-    run_dir: Path,
-    logger: RunLogger,
-    replicas: list[Any],
-    data: Any = None,
-    record: Any = None,
-) -> int:
-    """Evaluate ``eval.conditions`` with the trained Router, then stop the policy replicas."""
-    from memprism_ray.actors.workers import stop_policy_replicas
-    from memprism_ray.trainer.evaluate import evaluate
-    from memprism_ray.trainer.grpo import final_eval_dir
-
-    eval_dir = final_eval_dir(run_dir, cfg, say, benchmark.success_label)
-    if cfg.eval.enabled and eval_dir is not None:
-        latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
-        # The replicas stay up for the evaluation: one engine start (60-75 s on an H100) saved.
-        summary = evaluate(
-            cfg, benchmark, cfg.eval.conditions, final, str(latest), eval_dir, log=say, pool=replicas or None,
-            data=data, record=record,
-        )  # fmt: skip
-        for row in benchmark.eval_metrics(summary):
-            logger.log("eval", cfg.grpo.iterations, row)
-        print(benchmark.printed_summary(eval_dir).read_text())
-        problem = benchmark.failures(summary)
-        if problem:
-            say(f"warning: {problem}; see {eval_dir}")
-    stop_policy_replicas(replicas)
-    logger.close()
-    say(f"done: {run_dir}")
-    return 0
 
 
 def grpo_job(benchmark: str, description: str, argv: Sequence[str] | None = None) -> int:
