@@ -10,16 +10,12 @@ Reports go to ``<run>/eval/`` (or ``--out``): each condition's report plus ``sum
 with SR per subset and the average. When any planned episode failed the job exits with status 1.
 """
 
-from __future__ import annotations
-
 import sys
+from functools import partial
 
 from memprism_ray.trainer import evaluate_job
 
-
-def main(argv: list[str] | None = None) -> int:
-    return evaluate_job("ebalfred", __doc__.split("\n\n")[0], argv)
-
+main = partial(evaluate_job, "ebalfred", __doc__.split("\n\n")[0])  # main(argv): the job's exit status
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,16 +10,12 @@ Games: an ALFWorld tree, or the embedded corpus generated from alfworld's layout
 ``init_checkpoint``), GRPO and the final evaluation: :func:`memprism_ray.trainer.fit`.
 """
 
-from __future__ import annotations
-
 import sys
+from functools import partial
 
 from memprism_ray.trainer import grpo_job
 
-
-def main(argv: list[str] | None = None) -> int:
-    return grpo_job("alfworld", __doc__.split("\n\n")[0], argv)
-
+main = partial(grpo_job, "alfworld", __doc__.split("\n\n")[0])  # main(argv): the job's exit status
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,16 +10,12 @@ D1 labels the expert plans of the training episodes with the LLM view teacher; t
 is :func:`memprism_ray.trainer.fit`.
 """
 
-from __future__ import annotations
-
 import sys
+from functools import partial
 
 from memprism_ray.trainer import grpo_job
 
-
-def main(argv: list[str] | None = None) -> int:
-    return grpo_job("ebalfred", __doc__.split("\n\n")[0], argv)
-
+main = partial(grpo_job, "ebalfred", __doc__.split("\n\n")[0])  # main(argv): the job's exit status
 
 if __name__ == "__main__":
     sys.exit(main())
