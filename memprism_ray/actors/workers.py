@@ -155,7 +155,7 @@ class PolicyReplica:
             policy_config = data.localize(policy_config)
 
         self.config = policy_config
-        self.loads = GroupLoads(getattr(policy_config, "group_ttl_s", 600.0))
+        self.loads = GroupLoads(policy_config.group_ttl_s)
         self.async_policy: Any = None
         self.policy: Any = None
         contract = get_benchmark(benchmark).task_contract()  # the prompt and parser of the job's benchmark
@@ -164,10 +164,7 @@ class PolicyReplica:
 
             engine = engine_factory(policy_config.vllm) if engine_factory is not None else None
             self.async_policy = AsyncVLLMPolicy(
-                policy_config.vllm,
-                contract,
-                engine=engine,
-                prompt_layout=getattr(policy_config, "prompt_layout", "paper"),
+                policy_config.vllm, contract, engine=engine, prompt_layout=policy_config.prompt_layout
             )
         else:
             from memprism_ray.policy.factory import make_policy
