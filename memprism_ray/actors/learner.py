@@ -50,12 +50,8 @@ class Learner:
         local = data.localize({"reference": reference, "resume": resume}) if data else {}
         reference_here, resume_here = local.get("reference", reference), local.get("resume", resume)
         ref = load_model(reference_here, map_location=device)
-        if resume:
-            ckpt = load_checkpoint(resume_here, map_location=device)
-            model = ckpt.model
-        else:
-            ckpt = None
-            model = load_model(reference_here, map_location=device)
+        ckpt = load_checkpoint(resume_here, map_location=device) if resume else None
+        model = ckpt.model if ckpt is not None else load_model(reference_here, map_location=device)
         self.updater = GRPOUpdater(model, ref, replace(grpo_config, device=device))
         if ckpt is not None:
             resume_trainer(self.updater, ckpt)

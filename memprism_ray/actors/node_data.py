@@ -1,16 +1,8 @@
 """Data the actors read, on every node of a cluster (issue 34; docs/cluster.md "What each node
-needs on disk"). :func:`ship` turns the benchmark's :class:`~memprism_ray.benchmark.DataTree`
-list (and the Learner's checkpoints) into one :class:`NodeData` that every data-reading actor
-gets with its constructor:
-
-- a tree the job owns is identified by its digest; a node that sees the driver's path with the
-  same digest (one machine, shared storage) reads it there; any other asks a zero-CPU task on
-  the driver's node for an uncompressed tar (gzip saved 7 % on a D1 checkpoint's weights for
-  3.3 s of packing) and unpacks it once into ``$MEMPRISM_CACHE/node-data/<digest>/``;
-- a tree the user gave is checked where the actor starts: missing, the actor refuses in one
-  line naming the node, the path and the fix (:class:`NodeDataError`).
-
-Nothing is written into the run directory from an actor: the driver writes every file there.
+needs on disk"): :func:`ship` turns the benchmark's :class:`~memprism_ray.benchmark.DataTree`
+list into one :class:`NodeData` that every data-reading actor gets with its constructor; the
+trees the job owns are shipped (as uncompressed tars: gzip saved 7 % on a D1 checkpoint's
+weights for 3.3 s of packing), the user's are checked where each actor starts.
 """
 
 from __future__ import annotations

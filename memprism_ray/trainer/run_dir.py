@@ -1,21 +1,6 @@
-"""One run directory per job: config, logs, checkpoints and reports together.
-
-Layout::
-
-    <out_dir>/<name>/
-      config.yaml          the resolved config tree (an earlier one is kept as config.1.yaml, ...)
-      metrics.jsonl        one JSON line per iteration / stage; on resume, rows past the resumed
-                           iteration move to metrics.superseded.jsonl (no step appears twice)
-      tb/                  TensorBoard event files
-      d1/<key>/            expert data, teacher labels, the D1 checkpoint (reference policy),
-                           keyed by the config sections that produce them (see :func:`d1_dir`)
-      checkpoints/iter_0003/   resumable D2 checkpoints (each records the hash of its config)
-      eval/                final evaluation reports
-
-Resuming (docs/architecture.md "Run directories and resume"): ``--resume auto`` takes the
-latest checkpoint whose files verify, setting a corrupt one aside with a warning; a
-checkpoint made with a different config (:func:`config_hash`) is refused unless
-``run.allow_config_change`` is set.
+"""One run directory per job: ``config.yaml``, ``metrics.jsonl``, ``tb/``, ``d1/<key>/``,
+``checkpoints/iter_NNNN/`` and ``eval/`` together, and resuming from its checkpoints (the
+layout and the rules: docs/architecture.md "Run directories and resume").
 """
 
 from __future__ import annotations
