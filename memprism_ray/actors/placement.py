@@ -1,10 +1,6 @@
 """Ray start-up and resource placement shared by the actors and jobs (docs/gpu.md
-"Placement").
-
-GPU actors ask for what the config says, whatever has joined the cluster yet: that pending
-demand is what makes the Ray autoscaler or KubeRay add a GPU node. A CPU-only run says so in
-its config; nothing falls back to CPU silently. Because a pending actor raises nothing,
-:func:`wait_placed` bounds the wait and names what was asked for.
+"Placement": GPU actors ask for what the config says, whatever has joined the cluster yet;
+that pending demand is what the autoscaler acts on, so :func:`wait_placed` bounds the wait).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """``RolloutWorker``: plays one GRPO group of G trajectories of one task step-synchronously
 (docs/architecture.md "Distributed rollout"; paper "Adapter", outcome-guided optimisation).
-
-It owns the group's event streams and a CPU copy of the Router, and reaches environments,
-Phi, Composer/Render and the task policy through actors. ``run_group`` returns a small
-:class:`GroupSummary` that the driver reads, and the group's step table, whose object ref
-the driver hands to the learner unread; the Router weights arrive as the learner's object ref.
+It owns the group's event streams and a CPU copy of the Router, and reaches the other stages
+through actors; the driver hands its step tables to the learner unread.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Actor-backed :class:`~memprism_ray.agent.AgentServices`: the in-process decision loop with
-each stage behind Ray actors. Every call has a timeout; a failed call is an exception *value*
-for exactly the requests it carried, so only the trajectories on that actor fail
-(docs/architecture.md "Failures": never counted as a zero-reward sibling).
+each stage behind Ray actors; a failed call is an exception *value* for exactly the requests
+it carried (docs/architecture.md "Failures").
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """What crosses an actor boundary on the policy path (docs/architecture.md "Data crossing an
-actor boundary"): a policy input whose view image travels as PNG bytes, inline or, over Ray's
-inline-argument limit, as an object reference. Shared by the callers (``actors/services.py``)
-and the replicas (``actors/workers.py``).
+actor boundary"): a policy input whose view image travels as PNG bytes.
 """
 
 from __future__ import annotations

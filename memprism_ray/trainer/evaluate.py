@@ -2,8 +2,6 @@
 condition plays the same ordered episode list with the same task policy, horizon and parser;
 only the memory interface differs). The one evaluation path: a training job's final
 evaluation, ``jobs/eval_<benchmark>.py`` and ``memprism eval`` all run :func:`evaluate`.
-Every planned episode is reported: a broken game, a crashed wave or a lost worker is a failed
-episode with its error.
 """
 
 from __future__ import annotations
