@@ -39,9 +39,8 @@ def ready(refs: list[Any], timeout_s: float, what: str) -> None:
 
 
 def get_reporting(refs: list[Any], timeout_s: float, what: str, log: Any, every_s: float = 20.0) -> list[Any]:
-    """:func:`get` of ``refs`` (a list, results in order) that says ``what: k/n done, T s`` as
-    each finishes and at least every ``every_s`` seconds meanwhile, so a long stage is never
-    silent; one deadline for all."""
+    """:func:`get` of ``refs`` (one deadline) that says ``what: k/n done, T s`` as each finishes
+    and at least every ``every_s`` seconds, so a long stage is never silent."""
     import time
 
     t0 = time.monotonic()

@@ -63,9 +63,8 @@ class EnvWorker:
 
 @ray.remote(max_restarts=3, max_task_retries=1)
 class PhiWorker:
-    """Runs the configured Phi over a batch of raw events (stateless, so retries are safe):
-    the benchmark's rule Phi, or with ``phi.kind: llm`` an LLM Phi over it whose whole batch
-    is in flight at once (docs/phi.md). ``stats`` reports its fallback and token counts."""
+    """Runs the configured Phi over a batch of raw events (stateless, so retries are safe; an
+    LLM Phi has the whole batch in flight at once, docs/phi.md)."""
 
     def __init__(
         self,
@@ -388,9 +387,8 @@ def stop_policy_replicas(handles: Sequence[Any], timeout_s: float = 60.0) -> int
 def replicas_for(
     cfg: ExperimentConfig, pool: list[Any] | None, needed: bool, log: Any = print, why: str = "", data: Any = None
 ) -> tuple[list[Any] | None, list[Any]]:
-    """``(the policy replicas a stage uses, the ones started here)``: ``None`` when the stage
-    does not need the pool, else the given ``pool`` or freshly started replicas, which the
-    caller kills when the stage ends."""
+    """``(the policy replicas a stage uses, the ones started here for the caller to stop)``;
+    ``None`` when the stage does not need the pool."""
     if not needed:
         return None, []
     if pool:

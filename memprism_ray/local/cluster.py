@@ -82,12 +82,10 @@ def _start(cmd: list[str], log_path: Path, env: dict[str, str], what: str, timeo
 
 
 class LocalCluster:
-    """A head (``head_cpus`` CPUs: 0, as docs/cluster.md prescribes, so no actor lands on it)
-    and worker nodes added with :meth:`add_node`. ``env``: variables for every node (and so
-    every actor), e.g. ``MEMPRISM_CACHE``. ``autoscale``: worker node types
-    (``{name: {"resources": {...}, "max_workers": n}}``) for Ray's fake multi-node autoscaler
-    (``RAY_FAKE_CLUSTER``), which then adds nodes on pending demand and removes idle ones; its
-    nodes are processes of the head's monitor, on the machine's own disk."""
+    """A head (``head_cpus`` CPUs: 0, as docs/cluster.md prescribes) and worker nodes added with
+    :meth:`add_node`. ``env``: variables for every node. ``autoscale``: worker node types
+    (``{name: {"resources": {...}, "max_workers": n}}``) for Ray's fake multi-node autoscaler,
+    whose nodes are processes of the head's monitor, on the machine's own disk."""
 
     def __init__(
         self,

@@ -59,10 +59,9 @@ def start_training_actors(
     data: NodeData | None = None,
     record: PlacementRecord | None = None,
 ) -> TrainingActors:
-    """Learner (from ``reference`` or ``resume_from``), policy replicas, Phi and View pools and
-    the rollout fleet (``rollout.num_workers``, or with ``auto`` one seat per group of an
-    iteration). ``data``: the benchmark's trees; the Learner's checkpoints are shipped here, so
-    a Learner on a node without the run directory finds them. ``record``: where each started."""
+    """Learner, policy replicas, Phi and View pools and the rollout fleet (``rollout.num_workers``,
+    or with ``auto`` one seat per group of an iteration); the Learner's checkpoints are shipped
+    here, so a Learner on a node without the run directory finds them."""
     from memprism_ray.actors.node_data import ship
 
     requests = {

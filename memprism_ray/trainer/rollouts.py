@@ -78,9 +78,8 @@ def sample_groups(games: list, cfg: ExperimentConfig, iteration: int) -> list[Gr
 
 @dataclass
 class Seat:
-    """One place in the fleet, kept by index: its worker once started, the ref of the worker's
-    ``start()`` while it starts (a worker waiting for a node stays so: that pending demand is
-    what an autoscaler acts on), and how often it was replaced."""
+    """One place in the fleet, kept by index (a worker waiting for a node stays ``starting``:
+    that pending demand is what an autoscaler acts on)."""
 
     index: int
     worker: Any = None
@@ -303,8 +302,7 @@ def one_line(exc: BaseException) -> str:
 
 @dataclass
 class GroupOutcome:
-    """One finished group as the driver holds it: the summary it read, and the object ref
-    of the step table (``None`` when the group failed before producing one), unread."""
+    """One finished group: the summary the driver read and its step table's ref, unread."""
 
     summary: GroupSummary
     steps: Any = None
