@@ -38,41 +38,37 @@ class EvalWorker:
         # As in RolloutWorker: a start failure is raised by the first call, with its type.
         self.setup_error: BaseException | None = None
         try:
-            self._setup(self.data.localize(cfg), slots, router_state, pool, key)
+            import numpy as np
+            import torch
+
+            from memprism_ray.actors.services import build_actor_phi, decision_policy
+            from memprism_ray.benchmark import get_benchmark
+
+            cfg = self.data.localize(cfg)
+            torch.set_num_threads(1)
+            self.cfg = cfg
+            benchmark = get_benchmark(cfg.corpus.benchmark)
+            self.contract = benchmark.task_contract()
+            self.env = benchmark.make_env(slots, benchmark.env_options(cfg))
+            self.phi = build_actor_phi(
+                cfg.corpus.benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=f"phi-{key or 'eval'}"
+            )
+            self.policy = decision_policy(cfg, self.contract, pool, key, "evaluation")
+            self.tokens = task_token_counter(cfg)  # once: a tokenizer load per wave is wasted
+            self.router = None
+            self.features = None
+            if router_state is not None:
+                from memprism_ray.router.encoder import TextEncoder
+                from memprism_ray.router.features import FeatureExtractor
+                from memprism_ray.router.model import ViewPolicyModel
+
+                self.router = ViewPolicyModel(cfg.router)
+                self.router.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in router_state.items()})
+                self.router.eval()
+                self.features = FeatureExtractor(TextEncoder(cfg.encoder))
             self.doing = "idle"
         except Exception as exc:
             self.setup_error = exc
-
-    def _setup(
-        self, cfg: ExperimentConfig, slots: int, router_state: dict[str, Any] | None, pool: list[Any] | None, key: str
-    ) -> None:
-        import numpy as np
-        import torch
-
-        from memprism_ray.actors.services import build_actor_phi, decision_policy
-        from memprism_ray.benchmark import get_benchmark
-
-        torch.set_num_threads(1)
-        self.cfg = cfg
-        benchmark = get_benchmark(cfg.corpus.benchmark)
-        self.contract = benchmark.task_contract()
-        self.env = benchmark.make_env(slots, benchmark.env_options(cfg))
-        self.phi = build_actor_phi(
-            cfg.corpus.benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=f"phi-{key or 'eval'}"
-        )
-        self.policy = decision_policy(cfg, self.contract, pool, key, "evaluation")
-        self.tokens = task_token_counter(cfg)  # once: a tokenizer load per wave is wasted
-        self.router = None
-        self.features = None
-        if router_state is not None:
-            from memprism_ray.router.encoder import TextEncoder
-            from memprism_ray.router.features import FeatureExtractor
-            from memprism_ray.router.model import ViewPolicyModel
-
-            self.router = ViewPolicyModel(cfg.router)
-            self.router.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in router_state.items()})
-            self.router.eval()
-            self.features = FeatureExtractor(TextEncoder(cfg.encoder))
 
     def __repr__(self) -> str:
         place = getattr(self, "place", None)
