@@ -1,8 +1,6 @@
 """``Learner``: the central D2 learner (paper "Adapter"; appendix A.3 "Grouped GRPO
-training"): the Router being trained, the frozen D1 reference and the GRPO update, on a GPU
-when the cluster has one. The groups' step tables come as object refs straight from the
-rollout workers (``update.remote(*refs)``: the driver never fetches them), and the planner
-weights leave as an object ref the rollout workers resolve themselves.
+training"): the Router being trained, the frozen D1 reference and the GRPO update. Step
+tables and weights travel as object refs the driver never fetches.
 """
 
 from __future__ import annotations

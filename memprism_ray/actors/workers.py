@@ -127,15 +127,11 @@ class ViewWorker:
 @ray.remote(max_restarts=3, max_task_retries=0)
 class PolicyReplica:
     """One replica of the frozen task policy, serving many callers at once (docs/gpu.md); the
-    only place a Ray job builds a vLLM engine.
-
-    An async actor (``max_concurrency`` = ``policy.max_concurrency``): with ``backend: vllm``
-    each decision of every caller is its own request to one ``AsyncLLM`` engine, so vLLM batches
-    across all callers at every engine step; other backends run one batch at a time in a worker
-    thread (the event loop stays free for ``load`` and ``claim``). The view PNGs are decoded
-    through the async policy's timed front end, so one event loop is not busy decoding 128
-    images while the engine's outputs wait (issue 31). ``engine_factory`` (a picklable
-    ``VLLMConfig -> engine``) replaces vLLM's engine for CPU tests and the fake bench.
+    only place a Ray job builds a vLLM engine. An async actor: with ``backend: vllm`` every
+    caller's decision is its own engine request, so vLLM batches across callers; other backends
+    run one batch at a time in a worker thread. View PNGs are decoded in the async policy's
+    front end, so the event loop is not busy decoding 128 images while outputs wait (issue 31).
+    ``engine_factory`` (a picklable ``VLLMConfig -> engine``) replaces vLLM's engine in tests.
     """
 
     def __init__(

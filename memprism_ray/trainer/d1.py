@@ -1,9 +1,7 @@
 """D1, one path for every benchmark (paper "Adapter", decision-conditioned initialisation;
 appendix A.3 "Cold-start distillation"; Table A.4 "D1, ALFWorld", "D1, ALFRED path",
-"D1, Mind2Web"): the benchmark's reference trajectories (``expert_trajectories.parquet``), the
-view teacher's labels of every decision (``labels.parquet``; the LLM teacher is appendix E.2)
-and the supervised Router (``checkpoint/``, GRPO's reference policy). Each stage is reused when
-its file exists and runs as Ray tasks (:mod:`memprism_ray.actors.d1_tasks`).
+"D1, Mind2Web"): reference trajectories, the view teacher's labels (the LLM teacher is
+appendix E.2) and the supervised Router, each stage reused when its file exists.
 """
 
 from __future__ import annotations

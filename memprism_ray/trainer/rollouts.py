@@ -1,15 +1,11 @@
 """GRPO's rollout dispatch (paper "Adapter", grouped GRPO; appendix A.3): explicit task ids
 per iteration, group dispatch to rollout workers with fault handling, iteration statistics.
-The driver reads only each group's small :class:`GroupSummary`; its step table stays an
-object ref that goes to the learner unread.
 
 Faults: a rollout worker whose group does not finish within ``rollout.group_timeout_s``
 (hung), or whose process died, is killed (``ray.kill``: Ray 2.60 rejects
-``ray.cancel(force=True)`` on actor tasks) and replaced by a new one with fresh EnvWorkers;
-its group is re-run once. A worker that returns groups with failed trajectories twice in a
-row is replaced too. An index replaced more than ``rollout.max_restarts`` times is retired
-(given no more groups). Every failed trajectory, re-run and replacement is counted in the
-iteration's statistics.
+``ray.cancel(force=True)`` on actor tasks) and replaced; its group is re-run once. A worker
+that returns groups with failed trajectories twice in a row is replaced too; a seat replaced
+more than ``rollout.max_restarts`` times is retired. All of it is counted in the statistics.
 """
 
 from __future__ import annotations
@@ -52,13 +48,11 @@ def _draw_games(games: list, cfg: ExperimentConfig, iteration: int) -> tuple[lis
 
 
 def sample_groups(games: list, cfg: ExperimentConfig, iteration: int) -> list[GroupSpec]:
-    """Explicit task ids for one iteration (0-based), a function of (seed, iteration) only, so
-    a resumed run samples exactly what an uninterrupted one would. With ``grpo.replay_first``
-    N, iteration ``iterations - N + k`` plays the tasks of iteration ``k`` with its own
-    trajectory seeds: the drawn tasks explain most of an iteration's success (on the embedded
-    default a correlation of 0.87-0.93 between an iteration's success and the D1 Router's
-    success on its tasks, docs/embedded-default-results.md), so only a comparison on the same
-    tasks shows what training changed."""
+    """Explicit task ids for one iteration (0-based), a function of (seed, iteration) only (a
+    resumed run samples what an uninterrupted one would). With ``grpo.replay_first`` N, iteration
+    ``iterations - N + k`` replays the tasks of iteration ``k`` with its own trajectory seeds: the
+    drawn tasks explain most of an iteration's success (correlation 0.87-0.93 on the embedded
+    default, docs/embedded-default-results.md)."""
     chosen, rng = _draw_games(games, cfg, iteration)
     replay = cfg.grpo.replayed_iterations
     first_replayed = cfg.grpo.iterations - replay
