@@ -55,8 +55,7 @@ class GroupSummary:
 
 
 class _Fault:
-    """Fault injection (tests and drills): at the ``after_steps``-th environment step call
-    of a group the worker hangs, its process exits, or the group raises."""
+    """Fault injection: at the ``after_steps``-th step call the worker hangs, exits or raises."""
 
     def __init__(self, inner: Any, kind: str, after_steps: int) -> None:
         self.inner = inner

@@ -92,9 +92,8 @@ class PolicyPool:
     A group of decisions sticks to one :class:`~memprism_ray.actors.workers.PolicyReplica`
     (its prefix and image caches stay warm: on an H100, one repeated view image read at 85.4
     decisions/s against 28.5 for distinct ones, docs/gpu.md); a new group goes to the
-    least-loaded replica (:mod:`memprism_ray.policy.pool`). ``act(inputs, group=key)`` sends
-    the batch as group ``key``; without ``group``, the episodes of a batch that no replica
-    serves yet form one new group, and a group whose episodes stopped appearing is released.
+    least-loaded replica. Without ``group``, the episodes of a batch that no replica serves yet
+    form one new group, and a group whose episodes stopped appearing is released.
     """
 
     def __init__(self, handles: Sequence[Any], timeout_s: float, *, caller: str = "") -> None:

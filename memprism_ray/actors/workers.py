@@ -43,8 +43,7 @@ class EnvWorker:
         self._crash_after: int | None = None
 
     def inject_crash(self, after_steps: int) -> None:
-        """Fault injection for tests and drills: the process exits abruptly (as on an OOM
-        kill or a lost node) during the ``after_steps``-th later ``step`` call."""
+        """Fault injection: the process exits abruptly during the ``after_steps``-th later ``step``."""
         self._crash_after = after_steps
 
     def reset(self, requests: Sequence[tuple[int, dict[str, Any]]]) -> list[Observation | BaseException]:

@@ -1,8 +1,6 @@
-"""Start, probe and stop a local Ray head as a child process group, and submit jobs to it
-through the Job API (what ``make run`` and the end-to-end test do; docs/embedded-default.md).
-Every listener is bound to 127.0.0.1; with ``auth_token`` the head runs with Ray token
-authentication, its token in a 0600 file in the head's temp dir (never in the checkout). The
-head is stopped by its process group, never with ``ray stop`` (every Ray process on the machine).
+"""Start, probe and stop a local Ray head as a child process group (never with ``ray stop``:
+every Ray process on the machine), and submit jobs to it through the Job API (``make run``, the
+end-to-end test; docs/embedded-default.md). Every listener is bound to 127.0.0.1.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """One trainer for every benchmark (paper "Adapter": D1 decision-conditioned initialisation,
-then D2 grouped GRPO; appendix C for the final evaluation). :func:`fit` reads top to bottom:
-the benchmark's data and run directory, Ray, D1 (:mod:`~memprism_ray.trainer.d1`), the actors
-and GRPO iterations (:mod:`~memprism_ray.trainer.grpo`), the final evaluation
-(:mod:`~memprism_ray.trainer.evaluate`). A start that cannot succeed ends in one line and exit
-status 2; a dead Learner in one line naming the last checkpoint and the command that continues.
+then D2 grouped GRPO; appendix C for the final evaluation): :func:`fit` reads top to bottom.
+A start that cannot succeed ends in one line and exit status 2; a dead Learner in one line
+naming the last checkpoint and the command that continues.
 """
 
 from __future__ import annotations

@@ -93,13 +93,10 @@ class FleetError(RuntimeError):
 
 
 class RolloutFleet:
-    """The job's rollout workers, one per :class:`Seat`.
-
-    ``make_worker(index, generation)`` starts one; without it a failed worker can only be
-    retired. A replacement joins as soon as its ``start()`` answers, mid-iteration too.
-    ``max_replacements``: replacements of one seat before it is retired; with ``elastic``
-    (``rollout.num_workers: auto``) a worker that died (with its node, most often) does not
-    count: its seat waits for a node and joins again when one has room."""
+    """The job's rollout workers, one per :class:`Seat`, started by ``make_worker(index,
+    generation)``; a replacement joins as soon as its ``start()`` answers, mid-iteration too.
+    With ``elastic`` (``rollout.num_workers: auto``) a worker that died (with its node, most
+    often) does not count towards ``max_replacements``: its seat waits for a node."""
 
     def __init__(
         self,
