@@ -163,10 +163,15 @@ def _check(tree: DataTree) -> str:
     return tree.path
 
 
+def _same_here(tree: ShippedTree) -> bool:
+    """Whether this node sees the driver's tree, with the same content, at the driver's path."""
+    return os.path.exists(tree.path) and sha256_path(tree.path, tree.files) == tree.digest
+
+
 def _local_copy(tree: ShippedTree) -> Path:
     """The driver's path when this node sees the same content there, else this node's unpacked
     copy (made once, under a file lock, its digest checked)."""
-    if os.path.exists(tree.path) and sha256_path(tree.path, tree.files) == tree.digest:  # seen here as it is
+    if _same_here(tree):
         return Path(tree.path)
     home = cache_base() / "node-data" / tree.digest[:32]
     target = home / Path(tree.path).name
