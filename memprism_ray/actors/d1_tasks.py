@@ -58,8 +58,7 @@ def reference_task(
 
 
 def label_policy(cfg: ExperimentConfig, pool: list[Any] | None, key: str) -> Any:
-    """The task policy a labelling task shows the views to: the pool's replicas when given, the
-    scripted stand-in at the labelling temperature, or an HTTP client (openai backend)."""
+    """The task policy a labelling task shows the views to (the scripted one at the labelling temperature)."""
     from memprism_ray.actors.services import decision_policy
     from memprism_ray.benchmark import get_benchmark
 

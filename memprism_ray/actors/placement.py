@@ -69,8 +69,7 @@ def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[st
 
 
 def learner_options(cfg: ExperimentConfig) -> dict[str, Any]:
-    """Ray options of the Learner and the D1 SFT task (``rollout.learner_gpus``: a fraction, the
-    Router has 12.7M parameters and shares a GPU)."""
+    """Ray options of the Learner and the D1 SFT task (a GPU fraction: the Router has 12.7M parameters)."""
     gpus = float(cfg.rollout.learner_gpus)
     if gpus > 0:
         return {"num_gpus": gpus, "num_cpus": cfg.rollout.learner_cpus}

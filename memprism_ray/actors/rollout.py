@@ -79,9 +79,8 @@ class _Fault:
 
 @ray.remote(max_restarts=0, max_task_retries=0)
 class RolloutWorker:
-    """See the module docstring. No automatic restart: the driver replaces a hung or dead
-    worker (``trainer.rollouts.RolloutFleet``); ``generation`` counts those replacements and
-    keeps the new worker's EnvWorker names apart from the old one's."""
+    """No automatic restart: the driver replaces a hung or dead worker (``RolloutFleet``);
+    ``generation`` counts those replacements and keeps the EnvWorker names of each apart."""
 
     def __init__(
         self,

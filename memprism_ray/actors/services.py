@@ -204,8 +204,7 @@ def task_token_counter(cfg: ExperimentConfig) -> TokenCounter:
 
 
 class PoolPolicy:
-    """A :class:`~memprism_ray.policy.base.TaskPolicy` on the pool for in-process decision loops
-    on Ray (evaluation workers, D1 labelling): the whole caller is one group."""
+    """A task policy on the pool for an in-process decision loop: the whole caller is one group."""
 
     name = "pool"
 
@@ -220,8 +219,7 @@ class PoolPolicy:
 
 def decision_policy(cfg: ExperimentConfig, contract: Any, pool: list[Any] | None, key: str, stage: str) -> Any:
     """The task policy of an in-process decision loop on Ray: the pool's replicas when given, else
-    one without a model (the scripted stand-in or an HTTP client); ``stage`` names the caller in
-    the refusal of a pool-backed policy without a pool."""
+    one without a model (the scripted stand-in or an HTTP client); ``stage`` names the caller."""
     from memprism_ray.policy.factory import POOL_BACKENDS, make_policy, needs_view_text
 
     if pool:
@@ -233,8 +231,7 @@ def decision_policy(cfg: ExperimentConfig, contract: Any, pool: list[Any] | None
 
 
 class RemoteViews:
-    """Views for a ``ViewWorker`` pool: each episode's stream is pinned to one worker, which gets
-    only the records appended since (``views.DeltaTracker``); one out of step is resent whole."""
+    """Views for a ``ViewWorker`` pool, each stream pinned to one worker and sent as deltas."""
 
     def __init__(self, handles: Sequence[Any], timeout_s: float, offset: int = 0) -> None:
         from memprism_ray.views import DeltaTracker
