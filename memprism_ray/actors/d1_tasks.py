@@ -1,13 +1,8 @@
 """D1's Ray tasks (paper "Adapter", decision-conditioned initialisation; appendix A.3
 "Cold-start distillation"): reference trajectories, view-teacher labels, the supervised
-Router. Thin shells: what a benchmark plays is its :class:`~memprism_ray.benchmark.Benchmark`,
-the labelling is :mod:`memprism_ray.adapter.d1_labels` (given the teacher's settings section,
-``label.counterfactual`` or ``label.llm``, as it is), the orchestration is
-:mod:`memprism_ray.trainer.d1`.
-
-Labelling tasks never build a model: with a vLLM (or hf) task policy they reach the policy
-pool's replicas (docs/gpu.md), which also serve the LLM view teacher (``label.teacher: llm``,
-``label.llm.source: pool``).
+Router; thin shells over the benchmark and :mod:`memprism_ray.adapter.d1_labels`, driven by
+:mod:`memprism_ray.trainer.d1`. Labelling tasks never build a model: a vLLM (or hf) task
+policy and the LLM view teacher are served by the policy pool's replicas (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -46,8 +41,7 @@ def reference_task(
     data: NodeData | None = None,
 ) -> bytes:
     """The benchmark's D1 reference trajectories of ``games`` (plus roll-ins on ``rollin``) as
-    expert-trajectory Parquet bytes, re-recorded by the LLM Phi when ``cfg.phi`` asks for one
-    (served by ``pool`` with ``phi.llm_source: pool``). ``data``: the games as this node has them."""
+    expert-trajectory Parquet bytes, re-recorded by the LLM Phi when ``cfg.phi`` asks for one."""
     set_ray_env()
     if data is not None:
         cfg, games, rollin = data.localize((cfg, games, rollin))
@@ -64,25 +58,16 @@ def reference_task(
 
 
 def label_policy(cfg: ExperimentConfig, pool: list[Any] | None, key: str) -> Any:
-    """The task policy a labelling task shows the views to: the pool's replicas when given,
-    the scripted stand-in at the labelling temperature, or an HTTP client (openai backend), all
-    speaking the benchmark's task contract."""
+    """The task policy a labelling task shows the views to (the scripted one at the labelling temperature)."""
+    from memprism_ray.actors.services import decision_policy
     from memprism_ray.benchmark import get_benchmark
-    from memprism_ray.policy.factory import POOL_BACKENDS, make_policy, needs_view_text
 
     contract = get_benchmark(cfg.corpus.benchmark).task_contract()
-    if pool:
-        from memprism_ray.actors.services import PolicyPool, PoolPolicy
-
-        policy_pool = PolicyPool(pool, cfg.run.call_timeout_s, caller=key)
-        return PoolPolicy(policy_pool, key, needs_view_text(cfg.policy, contract))
-    if cfg.policy.backend == "scripted":
+    if not pool and cfg.policy.backend == "scripted":
         from memprism_ray.adapter.d1_labels import scripted_label_policy
 
         return scripted_label_policy(cfg, contract)
-    if cfg.policy.backend in POOL_BACKENDS:
-        raise ValueError(f"policy.backend={cfg.policy.backend}: D1 labelling runs on the policy pool, none was given")
-    return make_policy(cfg.policy, contract)  # an HTTP client: no model in this task
+    return decision_policy(cfg, contract, pool, key, "D1 labelling")
 
 
 @ray.remote(num_cpus=1, max_retries=1)
@@ -96,8 +81,7 @@ def label_task(
 ) -> tuple[bytes, dict[str, int]]:
     """View-teacher labels of some reference episodes: an SFT dataset as Parquet bytes and the
     teacher's counts. ``label.teacher: counterfactual`` shows the task policy each of the 144
-    views; ``llm`` asks the benchmark's LLM view teacher once per decision (served by ``pool``
-    with ``label.llm.source: pool``). Each teacher gets its settings section as it is."""
+    views; ``llm`` asks the benchmark's LLM view teacher once per decision."""
     set_ray_env()
     if data is not None:  # the scripted stand-in's fixture, as this node has it
         cfg = data.localize(cfg)

@@ -1,8 +1,6 @@
-"""The evaluation actor (paper appendix C): env slots, Phi, task policy and the Router in one
-process, playing one wave of episodes per call with the decision loop of the rollouts
-(:class:`~memprism_ray.agent.Agent`). The driver side (plan, dispatch, reports) is
-:mod:`memprism_ray.trainer.evaluate`. With a model-backed task policy (vllm, hf) the worker
-decides through the policy pool's replicas (docs/gpu.md): it never builds a model.
+"""The evaluation actor (paper appendix C), playing one wave of episodes per call with the
+rollouts' decision loop; the driver side is :mod:`memprism_ray.trainer.evaluate`. A model-backed
+task policy is reached through the policy pool (docs/gpu.md): the worker never builds a model.
 """
 
 from __future__ import annotations
@@ -40,52 +38,37 @@ class EvalWorker:
         # As in RolloutWorker: a start failure is raised by the first call, with its type.
         self.setup_error: BaseException | None = None
         try:
-            self._setup(self.data.localize(cfg), slots, router_state, pool, key)
+            import numpy as np
+            import torch
+
+            from memprism_ray.actors.services import build_actor_phi, decision_policy
+            from memprism_ray.benchmark import get_benchmark
+
+            cfg = self.data.localize(cfg)
+            torch.set_num_threads(1)
+            self.cfg = cfg
+            benchmark = get_benchmark(cfg.corpus.benchmark)
+            self.contract = benchmark.task_contract()
+            self.env = benchmark.make_env(slots, benchmark.env_options(cfg))
+            self.phi = build_actor_phi(
+                cfg.corpus.benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=f"phi-{key or 'eval'}"
+            )
+            self.policy = decision_policy(cfg, self.contract, pool, key, "evaluation")
+            self.tokens = task_token_counter(cfg)  # once: a tokenizer load per wave is wasted
+            self.router = None
+            self.features = None
+            if router_state is not None:
+                from memprism_ray.router.encoder import TextEncoder
+                from memprism_ray.router.features import FeatureExtractor
+                from memprism_ray.router.model import ViewPolicyModel
+
+                self.router = ViewPolicyModel(cfg.router)
+                self.router.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in router_state.items()})
+                self.router.eval()
+                self.features = FeatureExtractor(TextEncoder(cfg.encoder))
             self.doing = "idle"
         except Exception as exc:
             self.setup_error = exc
-
-    def _setup(
-        self, cfg: ExperimentConfig, slots: int, router_state: dict[str, Any] | None, pool: list[Any] | None, key: str
-    ) -> None:
-        import numpy as np
-        import torch
-
-        from memprism_ray.actors.services import build_actor_phi
-        from memprism_ray.benchmark import get_benchmark
-        from memprism_ray.policy.factory import POOL_BACKENDS, make_policy
-
-        torch.set_num_threads(1)
-        self.cfg = cfg
-        benchmark = get_benchmark(cfg.corpus.benchmark)
-        self.contract = benchmark.task_contract()
-        self.env = benchmark.make_env(slots, benchmark.env_options(cfg))
-        self.phi = build_actor_phi(
-            cfg.corpus.benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=f"phi-{key or 'eval'}"
-        )
-        if pool:
-            from memprism_ray.actors.services import PolicyPool, PoolPolicy
-            from memprism_ray.policy.factory import needs_view_text
-
-            self.policy = PoolPolicy(
-                PolicyPool(pool, cfg.run.call_timeout_s, caller=key), key, needs_view_text(cfg.policy, self.contract)
-            )
-        elif cfg.policy.backend in POOL_BACKENDS:
-            raise ValueError(f"policy.backend={cfg.policy.backend}: evaluation runs on the policy pool, none was given")
-        else:
-            self.policy = make_policy(cfg.policy, self.contract)  # scripted stand-in or an HTTP client: no model here
-        self.tokens = task_token_counter(cfg)  # once: a tokenizer load per wave is wasted
-        self.router = None
-        self.features = None
-        if router_state is not None:
-            from memprism_ray.router.encoder import TextEncoder
-            from memprism_ray.router.features import FeatureExtractor
-            from memprism_ray.router.model import ViewPolicyModel
-
-            self.router = ViewPolicyModel(cfg.router)
-            self.router.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in router_state.items()})
-            self.router.eval()
-            self.features = FeatureExtractor(TextEncoder(cfg.encoder))
 
     def __repr__(self) -> str:
         place = getattr(self, "place", None)
@@ -100,9 +83,7 @@ class EvalWorker:
 
     def play(self, condition: str, specs: list[dict[str, Any]], marginal: list[float] | None) -> list[Any]:
         """Play ``specs`` (one wave: at most ``slots`` episodes) under ``condition``: one result per
-        spec, in order, each with its step rows. The selector is greedy (the Router's argmax) and
-        ``freq_random`` samples ``marginal``. A wave whose loop raises fails each of its episodes
-        with the error; the run goes on."""
+        spec, in order, each with its step rows (``freq_random`` samples ``marginal``)."""
         if self.setup_error is not None:
             raise self.setup_error
         self.doing = f"{condition}, {len(specs)} episodes from {specs[0]['episode_id'] if specs else '-'}"

@@ -1,26 +1,18 @@
 """``Learner``: the central D2 learner (paper "Adapter"; appendix A.3 "Grouped GRPO
-training"). It holds the Router being trained, the frozen D1 reference policy and the
-GRPO update (:class:`~memprism_ray.adapter.grpo_update.GRPOUpdater`), turns the groups'
-step tables into one batch per iteration (:meth:`GRPOBatch.from_step_tables
-<memprism_ray.adapter.grpo_update.GRPOBatch.from_step_tables>`), updates the planner and
-head, and writes resumable checkpoints. It runs on a GPU when the cluster has
-one, else on CPU.
-
-Data flow: the groups' step tables come as object refs straight from the rollout workers
-(``update.remote(*refs)``: Ray resolves top-level refs here, the driver never fetches
-them), and the planner weights leave as the object ref of ``planner_weights.remote()``,
-which the rollout workers resolve themselves.
+training"): the Router being trained, the frozen D1 reference and the GRPO update. Step
+tables and weights travel as object refs the driver never fetches.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
 
-from memprism_ray.actors.node_data import NodeData
+from memprism_ray.actors.node_data import NodeData, node_place
 
 if TYPE_CHECKING:
     from memprism_ray.adapter.grpo_update import GRPOConfig
@@ -32,9 +24,8 @@ def state_to_numpy(state: dict[str, Any]) -> dict[str, np.ndarray]:
 
 @ray.remote(max_restarts=0)
 class Learner:
-    """See the module docstring. ``reference`` is the D1 checkpoint directory; ``resume``
-    a D2 checkpoint directory to continue from (weights, optimizer, RNG, iteration);
-    ``threads`` the torch threads of the update (0: torch's default in this worker)."""
+    """See the module docstring. ``resume``: a D2 checkpoint directory to continue from;
+    ``threads``: the torch threads of the update (0: torch's default in this worker)."""
 
     def __init__(
         self, grpo_config: GRPOConfig, reference: str, resume: str = "", threads: int = 0, data: NodeData | None = None
@@ -57,13 +48,9 @@ class Learner:
         local = data.localize({"reference": reference, "resume": resume}) if data else {}
         reference_here, resume_here = local.get("reference", reference), local.get("resume", resume)
         ref = load_model(reference_here, map_location=device)
-        if resume:
-            ckpt = load_checkpoint(resume_here, map_location=device)
-            model = ckpt.model
-        else:
-            ckpt = None
-            model = load_model(reference_here, map_location=device)
-        self.updater = GRPOUpdater(model, ref, _with_device(grpo_config, device))
+        ckpt = load_checkpoint(resume_here, map_location=device) if resume else None
+        model = ckpt.model if ckpt is not None else load_model(reference_here, map_location=device)
+        self.updater = GRPOUpdater(model, ref, replace(grpo_config, device=device))
         if ckpt is not None:
             resume_trainer(self.updater, ckpt)
         self.model = model
@@ -77,8 +64,6 @@ class Learner:
 
     def placed(self) -> dict[str, Any]:
         """Where the Learner runs (node id and address, pid)."""
-        from memprism_ray.actors.node_data import node_place
-
         return node_place()
 
     def full_weights(self) -> dict[str, np.ndarray]:
@@ -114,9 +99,3 @@ class Learner:
                 extra={"reference": self.reference, **(extra or {})},
             )
             return {"sha256": checkpoint_sha256(tmp), "files": read_files(Path(tmp))}
-
-
-def _with_device(cfg: GRPOConfig, device: str) -> GRPOConfig:
-    from dataclasses import replace
-
-    return replace(cfg, device=device)

@@ -1,11 +1,7 @@
-"""Dashboard metrics (``ray.util.metrics``), exported by every Ray process on the node's
-metrics port as ``ray_memprism_<name>`` and shown in the Ray dashboard / Grafana.
-
-The driver records per-iteration values (iteration, success rate, return, episode length,
-GRPO loss / KL / entropy / clip fraction, zero-std groups, failed trajectories, re-runs,
-replaced and lost workers, fleet size, phase times); rollout workers record per-decision values (render and policy
-latency histograms, prompt and visual tokens). Metric objects are created lazily, once per
-process, because they must live in the process that records them.
+"""Dashboard metrics (``ray.util.metrics``), exported by every Ray process as
+``ray_memprism_<name>``: the driver records per-iteration values, rollout workers per-decision
+ones. Metric objects are created lazily, once per process, because they must live in the
+process that records them.
 """
 
 from __future__ import annotations
@@ -33,6 +29,14 @@ _GAUGES = {
     "fleet_size": "rollout workers playing when the iteration's groups were dispatched",
     "rollout_phase_seconds": "wall time of the iteration's rollouts",
     "update_phase_seconds": "wall time of the iteration's learner update",
+}
+#: The iteration statistic each gauge shows, where its name differs.
+_STAT_OF_GAUGE = {
+    "grpo_loss": "loss",
+    "grpo_kl": "kl",
+    "grpo_entropy": "entropy",
+    "grpo_clip_fraction": "clip_frac",
+    "zero_std_group_fraction": "zero_std_group_frac",
 }
 _COUNTERS = {
     "trajectories": "trajectories played",
@@ -77,23 +81,8 @@ def _metric(name: str) -> Any:
 def record_iteration(run: str, stats: Mapping[str, float]) -> None:
     """Driver side: one GRPO iteration's statistics."""
     tags = {"run": run}
-    mapping = {
-        "iteration": "iteration",
-        "success_rate": "success_rate",
-        "mean_return": "mean_return",
-        "mean_episode_length": "mean_episode_length",
-        "grpo_loss": "loss",
-        "grpo_kl": "kl",
-        "grpo_entropy": "entropy",
-        "grpo_clip_fraction": "clip_frac",
-        "zero_std_group_fraction": "zero_std_group_frac",
-        "iteration_seconds": "iteration_seconds",
-        "weights_version": "weights_version",
-        "fleet_size": "fleet_size",
-        "rollout_phase_seconds": "rollout_phase_seconds",
-        "update_phase_seconds": "update_phase_seconds",
-    }
-    for metric, key in mapping.items():
+    for metric in _GAUGES:
+        key = _STAT_OF_GAUGE.get(metric, metric)
         if key in stats and stats[key] is not None:
             _metric(metric).set(float(stats[key]), tags=tags)
     for counter in ("trajectories", "failed_trajectories", "groups_rerun", "workers_replaced", "workers_lost"):

@@ -1,28 +1,8 @@
 """Data the actors read, on every node of a cluster (issue 34; docs/cluster.md "What each node
-needs on disk").
-
-The driver resolves a benchmark's data once (:meth:`Benchmark.prepare`): it builds the embedded
-corpus or a fixture in its own cache or run directory, or checks the user's data root, and the
-actors' configs and games then name those paths. A worker node with a disk of its own has none
-of them. :func:`ship` turns the benchmark's :class:`~memprism_ray.benchmark.DataTree` list (and
-the checkpoints the Learner loads) into one :class:`NodeData` that every data-reading actor gets
-with its constructor:
-
-- a tree the job owns is identified by the driver (:func:`~memprism_ray.io_atomic.sha256_path`
-  over every file, or over the files ``DataTree.files`` names: the D1 reference's weights and
-  config, not its optimizer state); an actor whose node sees the driver's path with the same
-  digest (one machine, shared storage) reads it there, so nothing is packed at all; any other
-  node asks a zero-CPU task on the driver's node for an uncompressed tar of it (made only then:
-  gzip saved 7 % on a D1 checkpoint's weights for 3.3 s of packing) and unpacks it once into its
-  content-addressed cache ``$MEMPRISM_CACHE/node-data/<digest>/`` under a file lock, checking the digest;
-- a tree the user gave (``corpus.data_root``, the Mind2Web release, EB-ALFRED's episode lists)
-  is checked where the actor starts: missing, the actor refuses in one line naming the node,
-  the path and the fix (:class:`NodeDataError`).
-
-:meth:`NodeData.localize` rewrites every path under a shipped tree in a config, an options
-mapping or a game (dataclasses, mappings, sequences, strings and ``Path`` alike) to where it
-lies on this node. Nothing is written into the run directory from an actor: the driver writes
-every file there, as before.
+needs on disk"): :func:`ship` turns the benchmark's :class:`~memprism_ray.benchmark.DataTree`
+list into one :class:`NodeData` that every data-reading actor gets with its constructor; the
+trees the job owns are shipped (as uncompressed tars: gzip saved 7 % on a D1 checkpoint's
+weights for 3.3 s of packing), the user's are checked where each actor starts.
 """
 
 from __future__ import annotations
@@ -36,6 +16,7 @@ import tarfile
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +38,7 @@ class NodeDataError(RuntimeError):
 
 
 def node_place() -> dict[str, Any]:
-    """Where the calling process runs: Ray node id and address, host name, process id, and in an
-    actor its dashboard name."""
+    """Where the calling process runs: Ray node, host, process and (in an actor) its name."""
     import socket
 
     ctx = ray.get_runtime_context()
@@ -95,8 +75,7 @@ class ShippedTree:
 
 @dataclass(frozen=True)
 class NodeData:
-    """What the actors read, as :func:`ship` made it (see the module docstring). The empty
-    value localizes nothing: tests and single-process tools pass it."""
+    """What the actors read, as :func:`ship` made it; the empty value localizes nothing."""
 
     shipped: tuple[ShippedTree, ...] = ()
     checked: tuple[DataTree, ...] = ()
@@ -106,30 +85,17 @@ class NodeData:
         on first use), after checking that every user tree it names exists here."""
         if not self.shipped and not self.checked:
             return obj
-        roots: dict[str, Callable[[], str]] = {t.path: _resolver(t) for t in self.shipped}
+        roots: dict[str, Callable[[], str]] = {t.path: partial(_resolve, t) for t in self.shipped}
         for tree in self.checked:
-            roots.setdefault(tree.path, _checker(tree))
+            roots.setdefault(tree.path, partial(_check, tree))
         return _rebase(obj, sorted(roots.items(), key=lambda kv: -len(kv[0])))
-
-    def describe(self) -> list[str]:
-        """One line per tree, for the driver's log."""
-        lines = [
-            f"node data: {t.what} shipped to every node that lacks it ({t.size / 1e6:.1f} MB, sha256 {t.digest[:12]})"
-            for t in self.shipped
-        ]
-        lines += [
-            f"node data: {t.what} {t.path} must exist on every node (checked where each actor starts)"
-            for t in self.checked
-        ]
-        return lines
 
 
 def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) -> NodeData:
-    """The driver's side: identify every owned tree (its digest; nothing is packed until a node
-    asks), keep the user's to be checked. A user tree that lies inside another tree of ``trees``
-    is not kept on its own: it travels with a shipped one (:meth:`NodeData.localize` matches the
-    longest root first, so its own check would shadow the shipped copy) or is checked with the
-    user tree around it. Call after ``ray.init``, on the node whose disk holds the trees."""
+    """The driver's side (after ``ray.init``): identify every owned tree (nothing is packed until
+    a node asks), keep the user's to be checked. A user tree inside another tree of ``trees`` is
+    not kept on its own (:meth:`NodeData.localize` matches the longest root first, so its own
+    check would shadow a shipped copy)."""
     trees = list(trees)
     shipped, checked = [], []
     node = ray.get_runtime_context().get_node_id()
@@ -143,15 +109,16 @@ def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) ->
             raise FileNotFoundError(f"{tree.what} {path} does not exist on the driver")
         size = sum(f.stat().st_size for f in tree_files(path, tree.files))
         shipped.append(ShippedTree(tree.path, tree.what, sha256_path(path, tree.files), size, tree.files, node))
-    data = NodeData(tuple(shipped), tuple(checked))
-    for line in data.describe() if log else ():
-        log(line)
-    return data
+    for t in shipped if log else ():
+        log(f"node data: {t.what} shipped to every node that lacks it ({t.size / 1e6:.1f} MB, sha256 {t.digest[:12]})")
+    for t in checked if log else ():
+        log(f"node data: {t.what} {t.path} must exist on every node (checked where each actor starts)")
+    return NodeData(tuple(shipped), tuple(checked))
 
 
 def _inside_another(tree: DataTree, trees: Sequence[DataTree]) -> bool:
-    """Whether the user tree ``tree`` lies under the path of an owned tree of ``trees`` (or is
-    it), or strictly under another user tree's path (resolved paths: a symlinked cache too)."""
+    """Whether the user tree ``tree`` lies under (or at) an owned tree's path, or strictly under
+    another user tree's (resolved paths: a symlinked cache too)."""
     path = Path(tree.path).resolve()
     for other in trees:
         root = Path(other.path).resolve()
@@ -182,24 +149,18 @@ def _pack_task(path: str, files: tuple[str, ...]) -> bytes:
 _LOCAL: dict[str, str] = {}
 
 
-def _resolver(tree: ShippedTree) -> Callable[[], str]:
-    def resolve() -> str:
-        if tree.digest not in _LOCAL:
-            _LOCAL[tree.digest] = str(_local_copy(tree))
-        return _LOCAL[tree.digest]
-
-    return resolve
+def _resolve(tree: ShippedTree) -> str:
+    if tree.digest not in _LOCAL:
+        _LOCAL[tree.digest] = str(_local_copy(tree))
+    return _LOCAL[tree.digest]
 
 
-def _checker(tree: DataTree) -> Callable[[], str]:
-    def check() -> str:
-        if not os.path.exists(tree.path):
-            raise NodeDataError(
-                f"{tree.what} {tree.path} does not exist on {node_label()}: {tree.fix or 'put it there on every node'}"
-            )
-        return tree.path
-
-    return check
+def _check(tree: DataTree) -> str:
+    if not os.path.exists(tree.path):
+        raise NodeDataError(
+            f"{tree.what} {tree.path} does not exist on {node_label()}: {tree.fix or 'put it there on every node'}"
+        )
+    return tree.path
 
 
 def _same_here(tree: ShippedTree) -> bool:
@@ -208,8 +169,8 @@ def _same_here(tree: ShippedTree) -> bool:
 
 
 def _local_copy(tree: ShippedTree) -> Path:
-    """The driver's path when this node sees the same content there, else this node's
-    unpacked copy under ``$MEMPRISM_CACHE/node-data/<digest>/``."""
+    """The driver's path when this node sees the same content there, else this node's unpacked
+    copy (made once, under a file lock, its digest checked)."""
     if _same_here(tree):
         return Path(tree.path)
     home = cache_base() / "node-data" / tree.digest[:32]

@@ -1,14 +1,6 @@
 """Ray start-up and resource placement shared by the actors and jobs (docs/gpu.md
-"Placement").
-
-GPU actors ask for what the config says, whatever has joined the cluster yet: an actor
-asking for ``num_gpus`` (or the ``vllm`` custom resource the cluster configs advertise)
-before any GPU node exists stays pending, and that pending demand is exactly what makes the
-Ray autoscaler or KubeRay add a GPU node. A CPU-only run says so in its config
-(``policy.gpus_per_replica: 0``, ``rollout.learner_gpus: 0``); nothing falls back to CPU
-silently. Because a pending actor raises nothing, :func:`wait_placed` bounds the wait and
-names what was asked for. Every entry point sets ``RAY_USAGE_STATS_ENABLED`` and
-``RAY_AUTH_MODE`` explicitly.
+"Placement": GPU actors ask for what the config says, whatever has joined the cluster yet;
+that pending demand is what the autoscaler acts on, so :func:`wait_placed` bounds the wait).
 """
 
 from __future__ import annotations
@@ -26,26 +18,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The Ray and Hugging Face settings of every entry point, Ray process and job (never silently on).
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+}
+
 
 def set_ray_env() -> None:
-    """Explicit Ray settings for every entry point (never silently on)."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    """:data:`RAY_ENV` where the environment does not say otherwise."""
+    for key, value in RAY_ENV.items():
+        os.environ.setdefault(key, value)
 
 
 def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[str, Any]:
-    """Join the cluster a job runs on, or start a local one.
-
-    ``address="auto"``: under ``ray job submit`` (``RAY_ADDRESS`` set) join that cluster;
-    otherwise start a local, in-process instance (``python jobs/x.py``). ``"local"`` always
-    starts a local instance, every listener of which (GCS, raylet, object manager, dashboard
-    and runtime-env agents, workers) is bound to 127.0.0.1. Returns ``ray.cluster_resources()``.
-    """
+    """Join the cluster a job runs on (``address="auto"`` under ``ray job submit``), or start a
+    local, in-process instance with every listener on 127.0.0.1; ``ray.cluster_resources()``."""
     set_ray_env()
     if ray.is_initialized():
         return ray.cluster_resources()
@@ -62,21 +55,8 @@ def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[st
 
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         ray_constants.ENABLE_RAY_CLUSTER = False
-    runtime_env = {
-        "env_vars": {
-            k: os.environ[k]
-            for k in (
-                "RAY_USAGE_STATS_ENABLED",
-                "RAY_AUTH_MODE",
-                "HF_HUB_OFFLINE",
-                "TRANSFORMERS_OFFLINE",
-                "HF_HUB_DISABLE_PROGRESS_BARS",
-                "TRANSFORMERS_VERBOSITY",
-                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
-            )
-            if k in os.environ
-        }
-    }
+    keys = [k for k in RAY_ENV if k != "TOKENIZERS_PARALLELISM"] + ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"]
+    runtime_env = {"env_vars": {k: os.environ[k] for k in keys if k in os.environ}}
     if not local:
         # Under `ray job submit` the job's runtime env already applies (merging would conflict).
         ray.init(address="auto", log_to_driver=True, **kwargs)
@@ -89,8 +69,7 @@ def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[st
 
 
 def learner_options(cfg: ExperimentConfig) -> dict[str, Any]:
-    """Ray options of the Learner (and the D1 SFT task): ``rollout.learner_gpus`` of a GPU
-    (a fraction: the Router has 12.7M parameters and shares a GPU) or CPUs only."""
+    """Ray options of the Learner and the D1 SFT task (a GPU fraction: the Router has 12.7M parameters)."""
     gpus = float(cfg.rollout.learner_gpus)
     if gpus > 0:
         return {"num_gpus": gpus, "num_cpus": cfg.rollout.learner_cpus}
@@ -98,16 +77,15 @@ def learner_options(cfg: ExperimentConfig) -> dict[str, Any]:
 
 
 def policy_replica_options(cfg: ExperimentConfig) -> dict[str, Any]:
-    """Ray options of one policy replica, from ``policy.*`` (GPUs, custom resources,
-    concurrency) and ``rollout.policy_cpus``, plus ``rollout.max_restarts``."""
+    """Ray options of one policy replica."""
     opts = cfg.policy.replica_options(cfg.rollout.policy_cpus)
     opts["max_restarts"] = cfg.rollout.max_restarts
     return opts
 
 
 def placement_summary(requests: dict[str, dict[str, Any]], available: dict[str, float]) -> list[str]:
-    """One line per resource the run asks for that the cluster does not have yet: what the
-    autoscaler has to provide (printed at start; never a reason to fall back)."""
+    """One line per resource the run asks for that the cluster does not have yet (what the
+    autoscaler has to provide; never a reason to fall back)."""
     need: dict[str, float] = {}
     for opts in requests.values():
         if opts.get("num_gpus"):
@@ -122,8 +100,7 @@ def placement_summary(requests: dict[str, dict[str, Any]], available: dict[str, 
 
 
 def wait_placed(refs: list[Any], what: str, options: dict[str, Any], timeout_s: float) -> list[Any]:
-    """``ray.get(refs)`` with a deadline; on timeout a one-line error naming the resource
-    request that was not granted (a request the cluster cannot satisfy raises nothing)."""
+    """``ray.get(refs)`` with a deadline; on timeout a one-line error naming the resource request."""
     ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     if pending:
         asked = {k: v for k, v in options.items() if k in ("num_gpus", "num_cpus", "resources")}
@@ -137,8 +114,7 @@ def wait_placed(refs: list[Any], what: str, options: dict[str, Any], timeout_s: 
 
 
 def pending_demand() -> list[dict[str, float]]:
-    """The resource bundles of tasks and actors waiting for resources, as the autoscaler
-    sees them (Ray's autoscaler v2 status); [] when the status cannot be read."""
+    """The resource bundles waiting for resources, as Ray's autoscaler v2 sees them ([] if unknown)."""
     try:
         from ray.autoscaler.v2.sdk import get_cluster_status
 
@@ -156,11 +132,9 @@ _NAMES_USED: dict[str, int] = {}
 
 
 def actor_name(run: str, role: str) -> str:
-    """The name an actor shows in the dashboard, ``<run>-<role>`` (``local-rollout-worker-3``,
-    ``local-policy-replica-0``), with ``.N`` appended when this driver already named one so
-    (a later stage of the same run, or another run in the same process): Ray refuses a name
-    that is taken, and a killed actor's name is released only once it is dead. Each job's
-    driver has its own namespace, so names never collide across jobs."""
+    """The name an actor shows in the dashboard, ``<run>-<role>``, with ``.N`` appended when
+    this driver already named one so: Ray refuses a name that is taken, and a killed actor's
+    name is released only once it is dead."""
     base = f"{run}-{role}"
     n = _NAMES_USED.get(base, 0)
     _NAMES_USED[base] = n + 1

@@ -1,17 +1,7 @@
 """``RolloutWorker``: plays one GRPO group of G trajectories of one task step-synchronously
 (docs/architecture.md "Distributed rollout"; paper "Adapter", outcome-guided optimisation).
-
-It owns the group's event streams and a CPU copy of the Router (plus the frozen MiniLM
-encoder for the Router features), and reaches environments, Phi, Composer/Render and the
-task policy through actors. ``run_group`` has two results: a small :class:`GroupSummary` (one
-summary per trajectory: return, status) that the driver reads, and an Arrow table with one
-row per decision (features, sampled view index and its log-prob, weights version, action,
-outcome, ...) whose object ref the driver hands to the learner unread. The Router weights
-arrive the same way: an object ref made by the learner, resolved here.
-
-The group's event streams live here; with a ``ViewWorker`` pool each step sends a worker
-only the records appended since it last saw the stream
-(:class:`~memprism_ray.actors.services.RemoteViews`).
+It owns the group's event streams and a CPU copy of the Router, and reaches the other stages
+through actors; the driver hands its step tables to the learner unread.
 """
 
 from __future__ import annotations
@@ -47,8 +37,7 @@ class GroupSpec:
 
 @dataclass
 class GroupSummary:
-    """What the driver reads of one played group (small: one dict per trajectory). The
-    group's step table is the other result of ``run_group`` and stays an object ref."""
+    """What the driver reads of one played group (small: one dict per trajectory)."""
 
     group_id: str
     game_id: str
@@ -66,8 +55,7 @@ class GroupSummary:
 
 
 class _Fault:
-    """Fault injection (tests and drills): at the ``after_steps``-th environment step call
-    of a group the worker hangs, its process exits, or the group raises."""
+    """Fault injection: at the ``after_steps``-th step call the worker hangs, exits or raises."""
 
     def __init__(self, inner: Any, kind: str, after_steps: int) -> None:
         self.inner = inner
@@ -89,19 +77,10 @@ class _Fault:
         return self.inner.step(requests)
 
 
-def _local_policy(cfg: ExperimentConfig, contract: Any) -> Any:
-    from memprism_ray.policy.factory import make_policy
-
-    return make_policy(cfg.policy, contract)
-
-
 @ray.remote(max_restarts=0, max_task_retries=0)
 class RolloutWorker:
-    """See the module docstring. ``model_state`` is the full Router state dict (numpy).
-
-    No automatic restart: the driver kills a hung or dead worker and starts a new one in
-    its place (``trainer.rollouts.RolloutFleet``); ``generation`` counts those replacements and
-    keeps the new worker's EnvWorker names apart from the old one's."""
+    """No automatic restart: the driver replaces a hung or dead worker (``RolloutFleet``);
+    ``generation`` counts those replacements and keeps the EnvWorker names of each apart."""
 
     def __init__(
         self,
@@ -138,23 +117,15 @@ class RolloutWorker:
         args, self._args = self._args, None
         self.doing = "starting"
         try:
-            self._setup(*args)
+            self._setup(args)
         except Exception as exc:
             self.setup_error = exc
             self.doing = f"failed to start: {type(exc).__name__}"
             raise
         self.doing = "idle"
 
-    def _setup(
-        self,
-        cfg: ExperimentConfig,
-        model_state: dict[str, np.ndarray],
-        phi_handles: list[Any],
-        view_handles: list[Any],
-        policy_handles: list[Any],
-        needs_view_text: bool,
-        data: NodeData | None,
-    ) -> None:
+    def _setup(self, args: tuple[Any, ...]) -> None:
+        """Build the worker from its constructor's arguments."""
         import torch
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -162,6 +133,7 @@ class RolloutWorker:
         from memprism_ray.router.features import FeatureExtractor
         from memprism_ray.router.model import ViewPolicyModel
 
+        cfg, model_state, phi_handles, view_handles, policy_handles, needs_view_text, data = args
         torch.set_num_threads(1)
         self.data = data or NodeData()
         cfg = self.data.localize(cfg)  # this node's copies of the games, fixtures, releases
@@ -169,7 +141,6 @@ class RolloutWorker:
         ro = cfg.rollout
         self.benchmark = get_benchmark(cfg.corpus.benchmark)
         per = -(-ro.env_slots_per_worker // ro.env_workers_per_rollout)
-        self.slots_per_env = per
         # The EnvWorkers run on this worker's node, inside the CPUs it reserved for its seat
         # (rollout_cpus + env_workers_per_rollout x env_cpus, trainer.grpo): a group's games
         # and its decision loop never step across nodes, and a seat is placed whole or not at all.
@@ -200,15 +171,14 @@ class RolloutWorker:
             from memprism_ray.views import ViewService
 
             views = ViewService(cfg.render, cache_size=ro.view_cache_size)
+        if policy_handles:
+            policy: Any = PolicyPool(policy_handles, timeout, caller=f"rollout-{self.index}")
+        else:
+            from memprism_ray.policy.factory import make_policy
+
+            policy = make_policy(cfg.policy, self.benchmark.task_contract())
         self.services = RayServices(
-            self.env_workers,
-            per,
-            phi=phi,
-            views=views,
-            policy=PolicyPool(policy_handles, timeout, caller=f"rollout-{self.index}")
-            if policy_handles
-            else _local_policy(cfg, self.benchmark.task_contract()),
-            timeout_s=timeout,
+            self.env_workers, per, phi=phi, views=views, policy=policy, timeout_s=timeout,
             needs_view_text=needs_view_text,
         )
         self.model = ViewPolicyModel(cfg.router)
@@ -229,9 +199,8 @@ class RolloutWorker:
         return dict(self.place)
 
     def start(self) -> dict[str, Any]:
-        """Build the worker (its data localized, EnvWorkers, encoder, Router) and wait for its
-        EnvWorkers; where it runs. Raises what kept it from starting (e.g.
-        :class:`NodeDataError`: its data missing on this node)."""
+        """Build the worker and wait for its EnvWorkers; where it runs. Raises what kept it from
+        starting (e.g. :class:`NodeDataError`: its data missing on this node)."""
         self._ensure_setup()
         self._wait_for_envs()
         return {**self.place, "env_workers": self.env_worker_names()}
@@ -244,10 +213,7 @@ class RolloutWorker:
         return [self._env_name(k) for k in range(len(self.env_workers))]
 
     def inject_fault(self, kind: str, after_steps: int = 1) -> None:
-        """Fault injection for tests and drills: at the ``after_steps``-th environment step of
-        a group this worker hangs (``"hang"``), its process exits abruptly (``"crash"``, as on
-        an OOM kill or a lost node), or, in every later group, ``run_group`` raises (``"fail"``:
-        a worker that keeps failing)."""
+        """Fault injection for tests and drills (:class:`_Fault`; ``"fail"``: every later group)."""
         if kind not in ("hang", "crash", "fail") or after_steps < 1:
             raise ValueError(
                 f"inject_fault: kind must be 'hang', 'crash' or 'fail' and after_steps >= 1, got {kind!r}, "
@@ -291,8 +257,8 @@ class RolloutWorker:
     def run_group(
         self, spec: GroupSpec, weights: dict[str, np.ndarray] | None, version: int
     ) -> tuple[GroupSummary, Any]:
-        """Play ``spec``'s trajectories under Router weights ``version``. Returns the group
-        summary and its step table as two objects (two refs for the caller)."""
+        """Play ``spec``'s trajectories under Router weights ``version``: the group summary and
+        its step table, two refs for the caller."""
         from memprism_ray.actors import metrics
         from memprism_ray.agent import Agent, EpisodeSpec, rows_to_arrow
         from memprism_ray.baselines import RouterSelector
@@ -328,28 +294,18 @@ class RolloutWorker:
         game = GameRef.from_dict(self.data.localize(spec.game))
         specs = [EpisodeSpec(eid, game) for eid in spec.episode_ids]
         results = agent.run(specs, slots=list(range(len(specs))))
-        rows = []
-        episodes = []
+        rows, episodes = [], []
         for r in results:
-            summary = r.summary()
-            summary["group_id"] = spec.group_id
-            summary["weights_version"] = version
-            episodes.append(summary)
+            episodes.append({**r.summary(), "group_id": spec.group_id, "weights_version": version})
             for row in r.rows:
                 row["traj_return"] = self.benchmark.trajectory_return(r, cfg.grpo)
                 row["failed"] = r.failed
             rows.extend(r.rows)
         metrics.record_steps(self.run_name, rows)
         summary = GroupSummary(
-            group_id=spec.group_id,
-            game_id=game.game_id,
-            weights_version=version,
-            episodes=episodes,
-            num_steps=len(rows),
-            seconds=time.perf_counter() - t0,
-            worker=f"rollout-{self.index}.{self.generation}",
-            node=node_label(self.place),
-        )
+            spec.group_id, game.game_id, version, episodes, num_steps=len(rows), seconds=time.perf_counter() - t0,
+            worker=f"rollout-{self.index}.{self.generation}", node=node_label(self.place),
+        )  # fmt: skip
         self.doing = f"idle after group {spec.group_id}"
         return summary, rows_to_arrow(rows)
 

@@ -1,16 +1,13 @@
-"""Actor-backed :class:`~memprism_ray.agent.AgentServices`: the same decision loop as
-in-process runs, with each stage behind Ray actors.
-
-Every call has a timeout. A call that fails (actor died, timeout) turns into an exception
-*value* for exactly the requests it carried, so the loop fails only the trajectories on
-that actor and the rest of the group goes on (docs/architecture.md "Failures": a trajectory that failed for
-infrastructure reasons is marked failed, never counted as a zero-reward sibling).
+"""Actor-backed :class:`~memprism_ray.agent.AgentServices`: the in-process decision loop with
+each stage behind Ray actors; a failed call is an exception *value* for exactly the requests
+it carried (docs/architecture.md "Failures").
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -42,8 +39,7 @@ def _chunks(n: int, parts: int) -> list[range]:
 
 def gather(calls: Sequence[tuple[Any, int]], timeout_s: float, what: str = "actor call") -> list[Any]:
     """``ray.get`` each ``(ref, n_requests)`` with one deadline; a failed call yields its
-    exception ``n_requests`` times (a ``TimeoutError`` naming ``what`` when it did not
-    answer in time), a successful one its list of results."""
+    exception (a ``TimeoutError`` naming ``what`` when late) ``n_requests`` times."""
     refs = [ref for ref, _ in calls]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
     ready_set = set(ready)
@@ -66,8 +62,8 @@ def gather(calls: Sequence[tuple[Any, int]], timeout_s: float, what: str = "acto
 
 
 class Pool:
-    """Round-robin over stateless actors: a batch is split into near-equal chunks, one per
-    actor, starting at a rotating offset so concurrent callers spread the load."""
+    """Round-robin over stateless actors: a batch in near-equal chunks, one per actor, from a
+    rotating offset so concurrent callers spread the load."""
 
     _offsets = itertools.count()
 
@@ -95,18 +91,9 @@ class PolicyPool:
 
     A group of decisions sticks to one :class:`~memprism_ray.actors.workers.PolicyReplica`
     (its prefix and image caches stay warm: on an H100, one repeated view image read at 85.4
-    decisions/s against 28.5 for distinct ones, docs/gpu.md); a new group goes to the least-loaded replica
-    (:mod:`memprism_ray.policy.pool`: read every load, claim the smallest, re-read if another
-    caller claimed it first). Within a replica every request runs concurrently with every
-    other caller's, so a group of 16 is 16 in-flight engine requests, not a batch that waits
-    its turn.
-
-    ``act(inputs, group=key)`` sends the batch as group ``key`` (evaluation workers, D1
-    tasks: one key per caller). Without ``group`` the group is found from the episodes: the
-    episodes of a batch that no replica serves yet form one new group (a rollout worker
-    starts its G trajectories together), and a group whose episodes stopped appearing is
-    released. Failures are per request: a call that fails or times out yields an exception
-    value for exactly the requests it carried.
+    decisions/s against 28.5 for distinct ones, docs/gpu.md); a new group goes to the
+    least-loaded replica. Without ``group``, the episodes of a batch that no replica serves yet
+    form one new group, and a group whose episodes stopped appearing is released.
     """
 
     def __init__(self, handles: Sequence[Any], timeout_s: float, *, caller: str = "") -> None:
@@ -120,9 +107,7 @@ class PolicyPool:
         self._group_replica: dict[str, int] = {}
         self._episode_group: dict[str, str] = {}
         self._groups = itertools.count()
-        self.claim_rounds = 0
 
-    # --- routing ---------------------------------------------------------------------
     def _loads(self) -> list[float]:
         refs = [h.load.remote() for h in self.handles]
         out: list[float] = []
@@ -141,7 +126,6 @@ class PolicyPool:
 
         choice = self._offset
         for _ in range(2 * len(self.handles) + 2):
-            self.claim_rounds += 1
             loads = self._loads()
             if all(v == float("inf") for v in loads):
                 break  # the call below fails per request and says why
@@ -175,7 +159,6 @@ class PolicyPool:
                 self._episode_group[e] = key
         return [self._episode_group[e] for e in eids]
 
-    # --- calls -----------------------------------------------------------------------
     def act(self, inputs: Sequence[PolicyInput], group: str | None = None) -> list[PolicyOutput | BaseException]:
         if not inputs:
             return []
@@ -211,12 +194,9 @@ class PolicyPool:
 
 
 def task_token_counter(cfg: ExperimentConfig) -> TokenCounter:
-    """The prompt-text token counter of a job's decision loops: ``agent.token_counter`` with the
-    configured task model's tokenizer, built once per worker. Rollout and evaluation workers
-    count with it and the driver labels reports with its name (paper appendix C.1: token counts
-    are comparable only within one tokenizer). It is read from the config, not the worker's
-    policy: a worker deciding through the pool holds a ``PoolPolicy`` or a :class:`PolicyPool`,
-    which name no model (the Agent's own default would fall back to MiniLM, or refuse ``task``)."""
+    """The prompt-text token counter of a job's decision loops (``agent.token_counter`` with the
+    task model's tokenizer; paper appendix C.1: counts compare only within one tokenizer). Read
+    from the config: a worker deciding through the pool holds a policy that names no model."""
     from memprism_ray.agent import TokenCounter
     from memprism_ray.policy.tokens import task_model_of
 
@@ -224,10 +204,7 @@ def task_token_counter(cfg: ExperimentConfig) -> TokenCounter:
 
 
 class PoolPolicy:
-    """A :class:`~memprism_ray.policy.base.TaskPolicy` whose decisions run on the pool, for
-    in-process decision loops on Ray (evaluation workers, D1 counterfactual labelling): the
-    whole caller is one group. ``act`` returns an exception value for a request whose call
-    failed, as :class:`RayServices` does."""
+    """A task policy on the pool for an in-process decision loop: the whole caller is one group."""
 
     name = "pool"
 
@@ -240,10 +217,21 @@ class PoolPolicy:
         return self.pool.act(inputs, group=self.group)
 
 
+def decision_policy(cfg: ExperimentConfig, contract: Any, pool: list[Any] | None, key: str, stage: str) -> Any:
+    """The task policy of an in-process decision loop on Ray: the pool's replicas when given, else
+    one without a model (the scripted stand-in or an HTTP client); ``stage`` names the caller."""
+    from memprism_ray.policy.factory import POOL_BACKENDS, make_policy, needs_view_text
+
+    if pool:
+        policy_pool = PolicyPool(pool, cfg.run.call_timeout_s, caller=key)
+        return PoolPolicy(policy_pool, key, needs_view_text(cfg.policy, contract))
+    if cfg.policy.backend in POOL_BACKENDS:
+        raise ValueError(f"policy.backend={cfg.policy.backend}: {stage} runs on the policy pool, none was given")
+    return make_policy(cfg.policy, contract)
+
+
 class RemoteViews:
-    """Views for a ``ViewWorker`` pool, from stream deltas: each episode's stream is pinned
-    to one worker, which keeps a replica; a step sends only the records appended since
-    (``views.DeltaTracker``). A replica found out of step is resent whole, once."""
+    """Views for a ``ViewWorker`` pool, each stream pinned to one worker and sent as deltas."""
 
     def __init__(self, handles: Sequence[Any], timeout_s: float, offset: int = 0) -> None:
         from memprism_ray.views import DeltaTracker
@@ -281,13 +269,7 @@ class RemoteViews:
 
 
 class RayServices:
-    """Agent services on actors.
-
-    ``env_workers[k]`` holds ``slots_per_worker`` slots; global slot ``s`` lives on worker
-    ``s // slots_per_worker``. ``phi`` is a pool or a local ``Phi``; ``views`` has
-    ``render_each`` (a local ``ViewService`` or a :class:`RemoteViews` pool); ``policy`` is a
-    :class:`PolicyPool` or a local policy.
-    """
+    """Agent services on actors: global slot ``s`` lives on ``env_workers[s // slots_per_worker]``."""
 
     def __init__(
         self,
@@ -306,7 +288,6 @@ class RayServices:
         self.view_pool = views
         self.policy_pool = policy
         self.timeout_s = timeout_s
-        self.needs_view_text = needs_view_text
         # The agent reads this to decide whether optical conditions also need the view text.
         self.policy = type("PolicyTraits", (), {"needs_view_text": needs_view_text})()
 
@@ -361,10 +342,8 @@ def build_actor_phi(
     timeout_s: float = 300.0,
     key: str = "phi",
 ) -> Any:
-    """The Phi an actor records with (docs/phi.md): the benchmark's rule Phi, or an LLM Phi
-    over it whose prompts go to an OpenAI-compatible endpoint (``phi.llm_source: endpoint``) or
-    to the policy pool's replicas (``pool``: text completions as group ``key``, so one actor's
-    requests stay on one replica)."""
+    """The Phi an actor records with (docs/phi.md): the benchmark's rule Phi, or an LLM Phi over
+    it asking an endpoint or the policy pool (``pool``, as group ``key``: one replica per actor)."""
     from memprism_ray.benchmark import get_benchmark
     from memprism_ray.recorder.phi.factory import build_phi
 
@@ -378,11 +357,8 @@ def build_actor_phi(
         )
     from memprism_ray.recorder.phi.llm_client import pool_complete
 
-    policy_pool = PolicyPool(list(pool), timeout_s, caller=key)
-
-    def complete_texts(prompts: list[str]) -> list[str | BaseException]:
-        return policy_pool.complete(
-            prompts, max_tokens=phi_config.max_tokens, temperature=phi_config.temperature, group=key
-        )
-
+    complete_texts = partial(
+        PolicyPool(list(pool), timeout_s, caller=key).complete,
+        max_tokens=phi_config.max_tokens, temperature=phi_config.temperature, group=key,
+    )  # fmt: skip
     return build_phi(spec, phi_config, complete=pool_complete(complete_texts))

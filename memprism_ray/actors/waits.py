@@ -1,8 +1,5 @@
-"""Bounded waits on Ray objects: every ``ray.get`` and wait loop of the actors ends.
-
-``ray.get(..., timeout=...)`` raises ``GetTimeoutError("Get timed out: some object(s) not
-ready.")``, which does not say what the job was waiting for. These helpers keep the bound
-and name the wait, so a hung actor ends a job with a one-line error that points at the stage.
+"""Bounded waits on Ray objects that name what they wait for (Ray's ``GetTimeoutError`` does
+not), so a hung actor ends a job with a one-line error that points at the stage.
 """
 
 from __future__ import annotations
@@ -42,9 +39,8 @@ def ready(refs: list[Any], timeout_s: float, what: str) -> None:
 
 
 def get_reporting(refs: list[Any], timeout_s: float, what: str, log: Any, every_s: float = 20.0) -> list[Any]:
-    """:func:`get` of ``refs`` (a list, results in order) that says ``what: k/n done, T s`` as
-    each finishes and at least every ``every_s`` seconds meanwhile, so a long stage is never
-    silent; one deadline for all."""
+    """:func:`get` of ``refs`` (one deadline) that says ``what: k/n done, T s`` as each finishes
+    and at least every ``every_s`` seconds, so a long stage is never silent."""
     import time
 
     t0 = time.monotonic()

@@ -1,7 +1,5 @@
 """What crosses an actor boundary on the policy path (docs/architecture.md "Data crossing an
-actor boundary"): a policy input whose view image travels as PNG bytes, inline or, over Ray's
-inline-argument limit, as an object reference. Shared by the callers (``actors/services.py``)
-and the replicas (``actors/workers.py``).
+actor boundary"): a policy input whose view image travels as PNG bytes.
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ FETCH_TIMEOUT_S = 300.0
 
 @dataclass(frozen=True)
 class PolicyRequest:
-    """A policy input whose view image travels as PNG bytes, or as an object reference
-    when the PNG is over the inline limit."""
+    """A policy input whose view image travels as PNG bytes, or over the inline limit as a ref."""
 
     input: PolicyInput
     png: bytes | None = None
@@ -55,11 +52,3 @@ def from_request(req: PolicyRequest) -> PolicyInput:
         im.load()
         image = im.copy()
     return replace(req.input, view_image=image)
-
-
-async def from_request_async(req: PolicyRequest) -> PolicyInput:
-    """:func:`from_request` inside an async actor (awaits the PNG reference instead of
-    blocking the event loop on ``ray.get``)."""
-    if req.png_ref is not None:
-        req = replace(req, png=await req.png_ref, png_ref=None)
-    return from_request(req)

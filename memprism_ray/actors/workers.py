@@ -1,23 +1,21 @@
 """The stage actors: environments, Phi extractors, view composer/renderers and task-policy
-replicas (docs/architecture.md "Distributed rollout"; docs/gpu.md for the policy pool). Each is a thin
-shell around a core object; the
-algorithms live in the core packages.
-
-Results are plain dataclasses (``Observation``, ``Transition``, ``Extraction``,
-``RenderedView`` with PNG bytes, ``PolicyOutput``). A call covers a whole batch so the
-per-call overhead is paid once per decision step, not per trajectory.
+replicas (docs/architecture.md "Distributed rollout"; docs/gpu.md for the policy pool), thin
+shells around core objects. A call covers a whole batch so the per-call overhead is paid once
+per decision step, not per trajectory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import ray
 
-from memprism_ray.actors.wire import PolicyRequest, from_request, from_request_async
+from memprism_ray.actors.node_data import node_place
+from memprism_ray.actors.wire import PolicyRequest, from_request
 from memprism_ray.agent import each_request
 from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
@@ -45,8 +43,7 @@ class EnvWorker:
         self._crash_after: int | None = None
 
     def inject_crash(self, after_steps: int) -> None:
-        """Fault injection for tests and drills: the process exits abruptly (as on an OOM
-        kill or a lost node) during the ``after_steps``-th later ``step`` call."""
+        """Fault injection: the process exits abruptly during the ``after_steps``-th later ``step``."""
         self._crash_after = after_steps
 
     def reset(self, requests: Sequence[tuple[int, dict[str, Any]]]) -> list[Observation | BaseException]:
@@ -56,22 +53,17 @@ class EnvWorker:
         if self._crash_after is not None:
             self._crash_after -= 1
             if self._crash_after <= 0:
-                import os
-
                 os._exit(1)
         return each_request(lambda r: self.env.step(r[1], slot=r[0]), requests)
 
     def pid(self) -> int:
-        import os
-
         return os.getpid()
 
 
 @ray.remote(max_restarts=3, max_task_retries=1)
 class PhiWorker:
-    """Runs the configured Phi over a batch of raw events (stateless, so retries are safe):
-    the benchmark's rule Phi, or with ``phi.kind: llm`` an LLM Phi over it whose whole batch
-    is in flight at once (docs/phi.md). ``stats`` reports its fallback and token counts."""
+    """Runs the configured Phi over a batch of raw events (stateless, so retries are safe; an
+    LLM Phi has the whole batch in flight at once, docs/phi.md)."""
 
     def __init__(
         self,
@@ -91,8 +83,6 @@ class PhiWorker:
 
     def placed(self) -> dict[str, Any]:
         """Where this worker runs (``cluster.json``)."""
-        from memprism_ray.actors.node_data import node_place
-
         return node_place()
 
     def extract(self, raws: Sequence[RawEvent], states: Sequence[dict[str, str]]) -> list[Extraction | BaseException]:
@@ -109,9 +99,8 @@ class PhiWorker:
 @ray.remote(max_restarts=3, max_task_retries=1)
 class ViewWorker:
     """Compose + render from stream deltas: the worker keeps a replica of each stream it is
-    sent (``views.StreamReplicas``) and receives only the records appended since, with a
-    content-addressed cache: identical views of a group (same stream content, action, goal
-    and settings) are drawn once. Images travel as PNG."""
+    sent (``views.StreamReplicas``) and receives only the records appended since; identical
+    views of a group are drawn once (a content-addressed cache). Images travel as PNG."""
 
     def __init__(self, render_config: RenderConfig | None = None, cache_size: int = 2048) -> None:
         from memprism_ray.views import ViewService
@@ -124,8 +113,6 @@ class ViewWorker:
 
     def placed(self) -> dict[str, Any]:
         """Where this worker runs (``cluster.json``)."""
-        from memprism_ray.actors.node_data import node_place
-
         return node_place()
 
     def render_deltas(self, requests: Sequence[DeltaViewRequest]) -> list[RenderedView | BaseException]:
@@ -138,25 +125,12 @@ class ViewWorker:
 
 @ray.remote(max_restarts=3, max_task_retries=0)
 class PolicyReplica:
-    """One replica of the frozen task policy, serving many callers at once (docs/gpu.md).
-
-    An async actor (created with ``max_concurrency`` = ``policy.max_concurrency``): every
-    ``act`` call of every rollout worker, evaluation worker and D1 labelling task runs
-    concurrently in its event loop. With ``backend: vllm`` each decision becomes its own
-    request to one ``AsyncLLM`` engine (:class:`~memprism_ray.policy.vllm_async.AsyncVLLMPolicy`),
-    so vLLM batches across all callers at every engine step. Other backends are synchronous
-    and run one batch at a time in a worker thread (the event loop stays free for ``load``
-    and ``claim``).
-
-    This is the only place a vLLM engine is built in a Ray job: D1 labelling and
-    evaluation reach the engine through :class:`~memprism_ray.actors.services.PolicyPool`.
-    ``engine_factory`` (a picklable ``VLLMConfig -> engine``) replaces vLLM's engine, for
-    CPU tests and ``benchmarks/bench_policy_pool.py --engine fake``. ``benchmark`` names the
-    job's benchmark, whose task contract (prompt, parser, scripted stand-in) the policy speaks.
-
-    With ``backend: vllm`` the view PNGs are decoded through the async policy's front end
-    (timed; in its thread pool when ``policy.vllm.frontend_threads > 0``), so one event loop
-    is not busy decoding 128 images while the engine's outputs wait (issue 31).
+    """One replica of the frozen task policy, serving many callers at once (docs/gpu.md); the
+    only place a Ray job builds a vLLM engine. An async actor: with ``backend: vllm`` every
+    caller's decision is its own engine request, so vLLM batches across callers; other backends
+    run one batch at a time in a worker thread. View PNGs are decoded in the async policy's
+    front end, so the event loop is not busy decoding 128 images while outputs wait (issue 31).
+    ``engine_factory`` (a picklable ``VLLMConfig -> engine``) replaces vLLM's engine in tests.
     """
 
     def __init__(
@@ -175,7 +149,7 @@ class PolicyReplica:
             policy_config = data.localize(policy_config)
 
         self.config = policy_config
-        self.loads = GroupLoads(getattr(policy_config, "group_ttl_s", 600.0))
+        self.loads = GroupLoads(policy_config.group_ttl_s)
         self.async_policy: Any = None
         self.policy: Any = None
         contract = get_benchmark(benchmark).task_contract()  # the prompt and parser of the job's benchmark
@@ -184,10 +158,7 @@ class PolicyReplica:
 
             engine = engine_factory(policy_config.vllm) if engine_factory is not None else None
             self.async_policy = AsyncVLLMPolicy(
-                policy_config.vllm,
-                contract,
-                engine=engine,
-                prompt_layout=getattr(policy_config, "prompt_layout", "paper"),
+                policy_config.vllm, contract, engine=engine, prompt_layout=policy_config.prompt_layout
             )
         else:
             from memprism_ray.policy.factory import make_policy
@@ -203,15 +174,27 @@ class PolicyReplica:
         return f"policy-replica ({backend}): {getattr(self, 'in_flight', 0)} requests in flight"
 
     async def _decode(self, req: PolicyRequest) -> PolicyInput:
-        """The request's input with its view image decoded (through the async policy's
-        timed front end for ``backend: vllm``)."""
+        """The request's input with its view image decoded; the PNG reference is awaited, never
+        a blocking ``ray.get`` in the event loop."""
         import functools
 
-        if self.async_policy is None:
-            return await from_request_async(req)
         if req.png_ref is not None:
             req = replace(req, png=await req.png_ref, png_ref=None)
+        if self.async_policy is None:
+            return from_request(req)
         return await self.async_policy.offload("decode", functools.partial(from_request, req))
+
+    @contextlib.contextmanager
+    def _serving(self, group: str, n: int) -> Any:
+        """Counts ``n`` requests of ``group`` in flight (and towards the group's load) meanwhile."""
+        if group:
+            self.loads.touch(group, n)
+        self.in_flight += n
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            self.in_flight -= n
 
     async def act(
         self, requests: Sequence[PolicyRequest], group: str = "", max_tokens: int | None = None
@@ -220,12 +203,8 @@ class PolicyReplica:
         ``max_tokens`` overrides the completion length for this call (benchmarks; vllm only)."""
         import asyncio
 
-        if group:
-            self.loads.touch(group, len(requests))
         self.calls += 1
-        self.in_flight += len(requests)
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
+        with self._serving(group, len(requests)):
             inputs = await asyncio.gather(*(self._decode(r) for r in requests), return_exceptions=True)
             ok = [i for i, x in enumerate(inputs) if not isinstance(x, BaseException)]
             results: list[Any] = list(inputs)
@@ -246,8 +225,6 @@ class PolicyReplica:
                 for i, out in zip(ok, outs, strict=True):
                     results[i] = out
             return results
-        finally:
-            self.in_flight -= len(requests)
 
     async def complete(
         self, prompts: Sequence[str], max_tokens: int, temperature: float = 0.0, group: str = ""
@@ -260,11 +237,7 @@ class PolicyReplica:
                 f"policy.backend={self.config.backend} cannot serve the LLM view teacher; use backend vllm, or "
                 "label.llm.source: endpoint"
             )
-        if group:
-            self.loads.touch(group, len(prompts))
-        self.in_flight += len(prompts)
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
+        with self._serving(group, len(prompts)):
             return list(
                 await asyncio.gather(
                     *(
@@ -274,8 +247,6 @@ class PolicyReplica:
                     return_exceptions=True,
                 )
             )
-        finally:
-            self.in_flight -= len(prompts)
 
     async def shutdown(self) -> bool:
         """Stop the engine (vLLM's core process) so its GPU memory is free before the actor
@@ -291,8 +262,6 @@ class PolicyReplica:
 
     async def placed(self) -> dict[str, Any]:
         """Where this replica runs (``cluster.json``)."""
-        from memprism_ray.actors.node_data import node_place
-
         return node_place()
 
     async def load(self) -> int:
@@ -319,8 +288,7 @@ class PolicyReplica:
 
     async def engine_settings(self) -> dict[str, Any]:
         """The scheduler settings the engine runs with (vLLM's resolved config, or the fake
-        engine's requested keywords) and the front end's: what a benchmark or the job's
-        start-up line reports. ``{}`` for a backend without an async engine."""
+        engine's requested keywords) and the front end's; ``{}`` without an async engine."""
         if self.async_policy is None:
             return {}
         from memprism_ray.policy.vllm_async import engine_settings
@@ -343,15 +311,8 @@ class PolicyReplica:
     async def engine_record(self) -> dict[str, Any]:
         """What a fake engine recorded (tests, the fake bench): steps and peak batch."""
         engine = getattr(self.async_policy, "engine", None)
-        steps = list(getattr(engine, "steps", []))
-        return {
-            "steps": steps,
-            "max_running": getattr(engine, "max_running", 0),
-            "stopped": getattr(engine, "stopped", None),
-        }
-
-    async def needs_view_text(self) -> bool:
-        return bool(getattr(self.policy, "needs_view_text", False))
+        steps, max_running = list(getattr(engine, "steps", [])), getattr(engine, "max_running", 0)
+        return {"steps": steps, "max_running": max_running, "stopped": getattr(engine, "stopped", None)}
 
 
 def start_policy_replicas(
@@ -362,14 +323,10 @@ def start_policy_replicas(
     log: Any = print,
     data: NodeData | None = None,
 ) -> list[Any]:
-    """``policy.num_replicas`` :class:`PolicyReplica` actors with the resources the config
-    asks for (GPUs and custom resources, requested whatever has joined yet), returned once
-    each answers. The one place a Ray job builds its task-policy engines; D1 labelling,
-    rollouts and evaluation share them through :class:`~memprism_ray.actors.services.PolicyPool`.
-
-    With ``backend: vllm`` it logs one start-up line with the scheduler settings replica 0's
-    engine resolved (issue 31: vLLM's defaults differ by usage context, so the line says
-    what actually runs)."""
+    """``policy.num_replicas`` :class:`PolicyReplica` actors with the resources the config asks
+    for (whatever has joined yet), returned once each answers. With ``backend: vllm`` one log
+    line gives the scheduler settings replica 0's engine resolved (issue 31: vLLM's defaults
+    differ by usage context, so the line says what actually runs)."""
     from memprism_ray.actors.placement import actor_name, policy_replica_options, wait_placed
 
     opts = policy_replica_options(cfg)
@@ -425,9 +382,8 @@ def stop_policy_replicas(handles: Sequence[Any], timeout_s: float = 60.0) -> int
 def replicas_for(
     cfg: ExperimentConfig, pool: list[Any] | None, needed: bool, log: Any = print, why: str = "", data: Any = None
 ) -> tuple[list[Any] | None, list[Any]]:
-    """``(the policy replicas a stage uses, the ones started here)``: ``None`` when the stage
-    does not need the pool, the given ``pool`` when there is one, else freshly started
-    replicas, which the caller kills when the stage ends (the second element)."""
+    """``(the policy replicas a stage uses, the ones started here for the caller to stop)``;
+    ``None`` when the stage does not need the pool."""
     if not needed:
         return None, []
     if pool:

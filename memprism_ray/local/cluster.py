@@ -1,21 +1,12 @@
-"""A Ray cluster of several nodes on this machine (issue 34): a head and worker nodes started
-with ``ray start``, each worker node, where the machine allows it, with disks of its own for
-the folders it names (as on separate machines). The multi-node tests and
-``benchmarks/bench_scaling.py`` run the real jobs on it; docs/cluster.md says what it showed.
-
-Separate disks: as root, a worker node starts in its own mount namespace (``unshare -m``) with
-an empty tmpfs over each private folder (the memprism cache, the run directory), so its
-processes see empty folders where the driver sees its corpus and checkpoints
-(:func:`can_isolate_disks` says whether this machine can). Measured here with Ray 2.60: a head
-of 0 CPUs up in 3 s, a worker node in 5-6 s; two nodes started at the same moment can time out,
-so :meth:`LocalCluster.add_node` waits for each.
-
-Listeners: a cluster of several nodes listens on the machine's interface address (Ray refuses
-to join a second node while ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps a single node on
-127.0.0.1); keep such a machine behind its firewall, as docs/cluster.md says for real clusters.
-
-Every node runs in a process group of its own and is stopped by it, never with ``ray stop``
-(which would stop every Ray process of the machine, other tests' included).
+"""A Ray cluster of several nodes on this machine (issue 34), for the multi-node tests and
+``benchmarks/bench_scaling.py``: a head and worker nodes started with ``ray start``; as root,
+a worker node starts in its own mount namespace with an empty tmpfs over each private folder,
+as on separate machines. Measured here with Ray 2.60: a head of 0 CPUs up in 3 s, a worker node
+in 5-6 s; two nodes started at the same moment can time out, so :meth:`LocalCluster.add_node`
+waits for each. Several nodes listen on the machine's interface address (Ray refuses a second
+node while ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``): keep such a machine behind its firewall.
+Every node is stopped by its process group, never with ``ray stop`` (every Ray process of the
+machine, other tests' included).
 """
 
 from __future__ import annotations
@@ -30,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memprism_ray.local.head import free_port, head_env, kill_group, ray_bin, stop_group
+from memprism_ray.local.head import free_port, head_env, kill_group, ray_bin, spawn, stop_group
 
 
 def can_isolate_disks() -> str:
@@ -77,11 +68,7 @@ class LocalNode:
 
 
 def _start(cmd: list[str], log_path: Path, env: dict[str, str], what: str, timeout_s: float) -> subprocess.Popen:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, stdin=subprocess.DEVNULL
-        )
+    proc = spawn(cmd, log_path, env)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         text = log_path.read_text(errors="replace")
@@ -95,12 +82,10 @@ def _start(cmd: list[str], log_path: Path, env: dict[str, str], what: str, timeo
 
 
 class LocalCluster:
-    """A head (``head_cpus`` CPUs: 0, as docs/cluster.md prescribes, so no actor lands on it)
-    and worker nodes added with :meth:`add_node`. ``env``: variables for every node (and so
-    every actor), e.g. ``MEMPRISM_CACHE``. ``autoscale``: worker node types
-    (``{name: {"resources": {...}, "max_workers": n}}``) for Ray's fake multi-node autoscaler
-    (``RAY_FAKE_CLUSTER``), which then adds nodes on pending demand and removes idle ones; its
-    nodes are processes of the head's monitor, on the machine's own disk."""
+    """A head (``head_cpus`` CPUs: 0, as docs/cluster.md prescribes) and worker nodes added with
+    :meth:`add_node`. ``env``: variables for every node. ``autoscale``: worker node types
+    (``{name: {"resources": {...}, "max_workers": n}}``) for Ray's fake multi-node autoscaler,
+    whose nodes are processes of the head's monitor, on the machine's own disk."""
 
     def __init__(
         self,
@@ -108,7 +93,6 @@ class LocalCluster:
         *,
         head_cpus: float = 0,
         env: dict[str, str] | None = None,
-        dashboard: bool = False,
         autoscale: dict[str, dict[str, object]] | None = None,
         timeout_s: float = 120.0,
     ) -> None:
@@ -118,7 +102,6 @@ class LocalCluster:
         self.ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
         self.env = dict(env or {})
         self.port = free_port()
-        self.dashboard_port = free_port(8265) if dashboard else 0
         self.timeout_s = timeout_s
         self.nodes: list[LocalNode] = []
         cmd = [
@@ -126,11 +109,8 @@ class LocalCluster:
             "--node-ip-address=127.0.0.1", f"--temp-dir={self.ray_dir}", "--disable-usage-stats",
             f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
             f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+            "--include-dashboard=false",
         ]  # fmt: skip
-        if dashboard:
-            cmd += ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}"]
-        else:
-            cmd.append("--include-dashboard=false")
         head_vars = dict(self.env)
         if autoscale is not None:
             cmd.append(f"--autoscaling-config={self._autoscaling_config(autoscale, head_cpus)}")

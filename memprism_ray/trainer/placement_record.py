@@ -1,10 +1,6 @@
 """Where each actor of a run ran: ``<run>/cluster.json`` (issue 34, "placement you can see";
-docs/cluster.md).
-
-The driver writes it (as it writes every file of the run directory) whenever the placement
-changes: the cluster's nodes (id, address, alive, resources), and per actor its dashboard
-name, role, node and process, with the time it started and, once gone, why. An actor that
-was replaced keeps its entry; its successor gets a new one under the same role.
+docs/cluster.md), written by the driver whenever the placement changes. A replaced actor keeps
+its entry; its successor gets a new one under the same role.
 """
 
 from __future__ import annotations
@@ -38,8 +34,7 @@ class PlacementRecord:
         self.events.append({"event": "driver", "time": time.time()})
 
     def actor(self, role: str, place: dict[str, Any]) -> None:
-        """An actor started as ``role`` at ``place`` (its ``node_place()``, which holds its
-        dashboard name)."""
+        """An actor started as ``role`` at ``place`` (its ``node_place()``)."""
         self.actors.append(
             {"role": role, "name": place.get("actor") or role,
              **{k: place[k] for k in ("node_id", "node_ip", "pid") if k in place}, "started": time.time(), "gone": None}
@@ -58,12 +53,6 @@ class PlacementRecord:
         """A fleet change (``shrunk``, ``grew``, ``node_lost``) with its iteration and sizes."""
         self.events.append({"event": kind, "time": time.time(), **fields})
         self.write()
-
-    def where(self, name: str) -> dict[str, Any] | None:
-        for entry in reversed(self.actors):
-            if entry["name"] == name:
-                return entry
-        return None
 
     def write(self) -> None:
         if self.path is None:

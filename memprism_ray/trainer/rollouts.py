@@ -1,17 +1,11 @@
 """GRPO's rollout dispatch (paper "Adapter", grouped GRPO; appendix A.3): explicit task ids
 per iteration, group dispatch to rollout workers with fault handling, iteration statistics.
 
-Data flow: the driver reads only each group's small :class:`GroupSummary`; the group's step
-table stays an object ref (``GroupOutcome.steps``) that goes to the learner unread, and the
-Router weights reach the rollout workers as the learner's own object ref.
-
 Faults: a rollout worker whose group does not finish within ``rollout.group_timeout_s``
 (hung), or whose process died, is killed (``ray.kill``: Ray 2.60 rejects
-``ray.cancel(force=True)`` on actor tasks) and replaced by a new one with fresh EnvWorkers;
-its group is re-run once. A worker that returns groups with failed trajectories twice in a
-row is replaced too. An index replaced more than ``rollout.max_restarts`` times is retired
-(given no more groups). Every failed trajectory, re-run and replacement is counted in the
-iteration's statistics.
+``ray.cancel(force=True)`` on actor tasks) and replaced; its group is re-run once. A worker
+that returns groups with failed trajectories twice in a row is replaced too; a seat replaced
+more than ``rollout.max_restarts`` times is retired. All of it is counted in the statistics.
 """
 
 from __future__ import annotations
@@ -54,13 +48,11 @@ def _draw_games(games: list, cfg: ExperimentConfig, iteration: int) -> tuple[lis
 
 
 def sample_groups(games: list, cfg: ExperimentConfig, iteration: int) -> list[GroupSpec]:
-    """Explicit task ids for one iteration (0-based), a function of (seed, iteration) only, so
-    a resumed run samples exactly what an uninterrupted one would. With ``grpo.replay_first``
-    N, iteration ``iterations - N + k`` plays the tasks of iteration ``k`` with its own
-    trajectory seeds: the drawn tasks explain most of an iteration's success (on the embedded
-    default a correlation of 0.87-0.93 between an iteration's success and the D1 Router's
-    success on its tasks, docs/embedded-default-results.md), so only a comparison on the same
-    tasks shows what training changed."""
+    """Explicit task ids for one iteration (0-based), a function of (seed, iteration) only (a
+    resumed run samples what an uninterrupted one would). With ``grpo.replay_first`` N, iteration
+    ``iterations - N + k`` replays the tasks of iteration ``k`` with its own trajectory seeds: the
+    drawn tasks explain most of an iteration's success (correlation 0.87-0.93 on the embedded
+    default, docs/embedded-default-results.md)."""
     chosen, rng = _draw_games(games, cfg, iteration)
     replay = cfg.grpo.replayed_iterations
     first_replayed = cfg.grpo.iterations - replay
@@ -80,9 +72,8 @@ def sample_groups(games: list, cfg: ExperimentConfig, iteration: int) -> list[Gr
 
 @dataclass
 class Seat:
-    """One place in the fleet, kept by index: its worker once started, the ref of the worker's
-    ``start()`` while it starts (a worker waiting for a node stays so: that pending demand is
-    what an autoscaler acts on), and how often it was replaced."""
+    """One place in the fleet, kept by index (a worker waiting for a node stays ``starting``:
+    that pending demand is what an autoscaler acts on)."""
 
     index: int
     worker: Any = None
@@ -102,17 +93,10 @@ class FleetError(RuntimeError):
 
 
 class RolloutFleet:
-    """The job's rollout workers, one per :class:`Seat`.
-
-    ``make_worker(index, generation)`` starts one (``generation`` counts replacements of that
-    seat); without it a failed worker can only be retired. A replacement is started at once and
-    joins as soon as its ``start()`` answers, in the middle of an iteration too; until then the
-    iteration goes on with the other workers (its group re-run there), and when none is left
-    the fleet waits at most ``ping_timeout_s`` for one. ``max_replacements``: replacements of
-    one seat before it is retired; with ``elastic`` (``rollout.num_workers: auto``) a worker
-    that died (with its node, most often) does not count, since its seat is not at fault: it
-    waits for a node (a smaller fleet meanwhile) and joins again when one has room (the fleet
-    grows back)."""
+    """The job's rollout workers, one per :class:`Seat`, started by ``make_worker(index,
+    generation)``; a replacement joins as soon as its ``start()`` answers, mid-iteration too.
+    With ``elastic`` (``rollout.num_workers: auto``) a worker that died (with its node, most
+    often) does not count towards ``max_replacements``: its seat waits for a node."""
 
     def __init__(
         self,
@@ -132,7 +116,6 @@ class RolloutFleet:
         self.elastic = elastic
         self.record = record
 
-    # ------------------------------------------------------------------ views kept for callers
     @property
     def workers(self) -> list[Any]:
         return [s.worker for s in self.seats]
@@ -156,32 +139,19 @@ class RolloutFleet:
     def size(self) -> int:
         return len(self.ready())
 
-    # ------------------------------------------------------------------ starting
     @classmethod
     def start(
-        cls,
-        n: int,
-        make_worker: Callable[[int, int], Any],
-        *,
-        max_replacements: int,
-        ping_timeout_s: float,
-        elastic: bool = False,
-        record: Any = None,
-        log: Callable[[str], None] | None = None,
+        cls, n: int, make_worker: Callable[[int, int], Any], *, log: Callable[[str], None] | None = None, **options: Any
     ) -> RolloutFleet:
-        """Start ``n`` workers. A fixed fleet waits (bounded) until each answers; an elastic one
-        until one does, the rest joining as they are placed. A worker that cannot start (its
-        data missing on its node, say) raises its error here for a fixed fleet; an elastic
-        fleet retires that seat and goes on unless none started."""
-        fleet = cls(
-            None, make_worker, max_replacements=max_replacements, ping_timeout_s=ping_timeout_s,
-            elastic=elastic, record=record,
-        )  # fmt: skip
+        """Start ``n`` workers (``options``: the constructor's). A fixed fleet waits (bounded) until
+        each answers, raising a start failure; an elastic one until one does, retiring seats that
+        cannot start."""
+        fleet = cls(None, make_worker, **options)
         fleet.seats = [Seat(i) for i in range(n)]
         for seat in fleet.seats:
             fleet._launch(seat)
-        if not elastic:
-            places = waits.get([s.starting for s in fleet.seats], ping_timeout_s, f"start of {n} rollout workers")
+        if not fleet.elastic:
+            places = waits.get([s.starting for s in fleet.seats], fleet.ping_timeout_s, f"start of {n} rollout workers")
             for seat, place in zip(fleet.seats, places, strict=True):
                 fleet._started(seat, place)
             return fleet
@@ -198,9 +168,8 @@ class RolloutFleet:
 
     def settle(self, log: Callable[[str], None] | None = None) -> None:
         """Adopt what started, then wait (at most ``ping_timeout_s``) for the seats that Ray has
-        already placed on a node to finish starting: an iteration uses every worker the cluster
-        holds (a node that joined during the last iteration included). A seat still waiting for
-        a node is not waited for; it joins when it has started."""
+        already placed on a node to finish starting, so an iteration uses every worker the
+        cluster holds; a seat still waiting for a node joins when it has started."""
         deadline = time.monotonic() + self.ping_timeout_s
         while True:
             self.poll(log=log)
@@ -222,8 +191,8 @@ class RolloutFleet:
             self.record.actor("rollout-worker", place)
 
     def poll(self, log: Callable[[str], None] | None = None) -> list[tuple[Seat, BaseException]]:
-        """Adopt the seats whose worker started since the last look (without waiting); a seat
-        whose start failed is replaced or retired. Returns the failures (seat, error)."""
+        """Adopt the seats whose worker started (without waiting), replace or retire those whose
+        start failed; the failures (seat, error)."""
         starting = {s.starting: s for s in self.seats if s.starting is not None and not s.retired}
         if not starting:
             return []
@@ -247,13 +216,10 @@ class RolloutFleet:
                 log(f"rollout worker {seat.index} started again on {node_label(place)} (generation {seat.generation})")
         return failures
 
-    # ------------------------------------------------------------------ replacing
     def replace(self, index: int, reason: str, *, died: bool = False) -> bool:
-        """Kill worker ``index`` (hung, dead, failing) and start a fresh one in its place.
-        Returns False when the seat is retired instead (no factory, or replaced too often).
-        The new worker joins when it has started (:meth:`poll`). ``died``: its process or node
-        died; an elastic fleet does not count that against the seat (a node taken back is
-        not the seat's fault; a worker that cannot even start still counts)."""
+        """Kill worker ``index`` (hung, dead, failing) and start a fresh one in its place; False
+        when the seat is retired instead. ``died``: its process or node died, which an elastic
+        fleet does not count against the seat."""
         seat = self.seats[index]
         if seat.worker is not None:
             ray.kill(seat.worker)  # also ends its EnvWorkers (owned by its process)
@@ -283,11 +249,10 @@ class RolloutFleet:
     def wait_for_one(
         self, what: str, watch: Callable[[], None] | None = None, log: Callable[[str], None] | None = say
     ) -> None:
-        """Block until some seat has a started worker (at most ``ping_timeout_s``), adopting
-        it. When no seat is left to wait for, the first start failure is raised as it is (its
-        data missing on a node: the driver's one line), else a ``FleetError``; so is a wait that
-        runs out. ``watch`` is called every few seconds meanwhile and may raise (the Learner
-        lost with the node the fleet was on ends the wait at once, not after the timeout)."""
+        """Block until some seat has a started worker (at most ``ping_timeout_s``). With no seat
+        left to wait for, the first start failure is raised as it is, else a ``FleetError``, as
+        for a wait that runs out. ``watch`` is called every few seconds and may raise (a lost
+        Learner ends the wait at once)."""
         deadline = time.monotonic() + self.ping_timeout_s
         first_error: BaseException | None = None
         while not self.ready():
@@ -328,8 +293,7 @@ def one_line(exc: BaseException) -> str:
 
 @dataclass
 class GroupOutcome:
-    """One finished group as the driver holds it: the summary it read, and the object ref
-    of the step table (``None`` when the group failed before producing one), unread."""
+    """One finished group: the summary the driver read and its step table's ref, unread."""
 
     summary: GroupSummary
     steps: Any = None
@@ -370,14 +334,11 @@ def run_groups(
     tick: Callable[[int, int], None] | None = None,
     watch: Callable[[], None] | None = None,
 ) -> RolloutResult:
-    """Dispatch groups to idle rollout workers (see the module docstring for faults). A group
-    with failed trajectories is re-run once when ``rollout.rerun_failed``; otherwise its
-    failed trajectories stay marked and the learner leaves them out. ``weights_ref`` (the
-    learner's object ref, or ``None`` to keep the workers' weights) is waited for here
-    without being fetched. ``tick(groups done, groups)`` is called as groups finish and at
-    least every 15 s while they play, so a long iteration is never silent. Workers that
-    started since the last iteration (a replacement, a seat placed on a new node) join first.
-    ``watch()`` is called while no worker is left to wait for one (it raises to end the wait)."""
+    """Dispatch groups to idle rollout workers (faults: the module docstring). A group with
+    failed trajectories is re-run once when ``rollout.rerun_failed``, else the learner leaves
+    them out. ``weights_ref`` (``None``: keep the workers' weights) is waited for unfetched.
+    ``tick(groups done, groups)`` is called as groups finish and at least every ``TICK_S``;
+    ``watch()`` while the fleet waits for a worker (it raises to end the wait)."""
     from memprism_ray.trainer.placement_record import node_alive
 
     if weights_ref is not None:
@@ -424,9 +385,7 @@ def run_groups(
         out.failed_trajectories += len(spec.episode_ids)
         if fleet.replace(w, f"group {spec.group_id}: {reason}", died=died):
             out.workers_replaced += 1
-        summary = _failed_summary(spec, version, reason)
-        summary.node = where
-        finish_or_rerun(spec, GroupOutcome(summary))
+        finish_or_rerun(spec, GroupOutcome(_failed_summary(spec, version, reason, where)))
 
     while pending or in_flight:
         if pending and not idle and not in_flight:
@@ -463,8 +422,8 @@ def run_groups(
                 steps_ref = None
             except Exception as exc:  # run_group raised: every trajectory of the group failed
                 cause = getattr(exc, "cause", None) or exc  # RayTaskError: the worker's own exception
-                summary = _failed_summary(spec, version, f"run_group: {one_line(cause)}")
-                summary.node = node_label(fleet.seats[w].place) if (fleet.seats[w].place or {}).get("node_id") else ""
+                where = node_label(fleet.seats[w].place) if (fleet.seats[w].place or {}).get("node_id") else ""
+                summary = _failed_summary(spec, version, f"run_group: {one_line(cause)}", where)
                 steps_ref = None
             out.failed_trajectories += summary.failed
             seat = fleet.seats[w]
@@ -494,7 +453,7 @@ def run_groups(
     return out
 
 
-def _failed_summary(spec: GroupSpec, version: int, error: str) -> GroupSummary:
+def _failed_summary(spec: GroupSpec, version: int, error: str, node: str = "") -> GroupSummary:
     episodes = [
         {
             "episode_id": e,
@@ -509,7 +468,7 @@ def _failed_summary(spec: GroupSpec, version: int, error: str) -> GroupSummary:
         }
         for e in spec.episode_ids
     ]
-    return GroupSummary(spec.group_id, spec.game["game_id"], version, episodes)
+    return GroupSummary(spec.group_id, spec.game["game_id"], version, episodes, node=node)
 
 
 def iteration_stats(result: RolloutResult) -> dict[str, float]:

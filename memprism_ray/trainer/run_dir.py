@@ -1,21 +1,6 @@
-"""One run directory per job: config, logs, checkpoints and reports together.
-
-Layout::
-
-    <out_dir>/<name>/
-      config.yaml          the resolved config tree (an earlier one is kept as config.1.yaml, ...)
-      metrics.jsonl        one JSON line per iteration / stage; on resume, rows past the resumed
-                           iteration move to metrics.superseded.jsonl (no step appears twice)
-      tb/                  TensorBoard event files
-      d1/<key>/            expert data, teacher labels, the D1 checkpoint (reference policy),
-                           keyed by the config sections that produce them (see :func:`d1_dir`)
-      checkpoints/iter_0003/   resumable D2 checkpoints (each records the hash of its config)
-      eval/                final evaluation reports
-
-Resuming (docs/architecture.md "Run directories and resume"): ``--resume auto`` takes the
-latest checkpoint whose files verify, setting a corrupt one aside with a warning; a
-checkpoint made with a different config (:func:`config_hash`) is refused unless
-``run.allow_config_change`` is set.
+"""One run directory per job: ``config.yaml``, ``metrics.jsonl``, ``tb/``, ``d1/<key>/``,
+``checkpoints/iter_NNNN/`` and ``eval/`` together, and resuming from its checkpoints (the
+layout and the rules: docs/architecture.md "Run directories and resume").
 """
 
 from __future__ import annotations
@@ -43,17 +28,9 @@ _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 # Settings that say where and how a run executes, not what it computes: they may differ
 # between a checkpoint and the run resuming it. "eval" only shapes the final evaluation.
 RESUME_FREE_KEYS = frozenset(
-    {
-        "run.name",
-        "run.out_dir",
-        "run.resume",
-        "run.allow_config_change",
-        "run.ray_address",
-        "run.num_cpus",
-        "run.call_timeout_s",
-        "run.tensorboard",
-    }
-)
+    {"run.name", "run.out_dir", "run.resume", "run.allow_config_change", "run.ray_address", "run.num_cpus",
+     "run.call_timeout_s", "run.tensorboard"}
+)  # fmt: skip
 RESUME_FREE_SECTIONS = ("eval",)
 # The config sections that produce the D1 artifacts (expert data, labels, D1 checkpoint).
 D1_SECTIONS = ("corpus", "label", "encoder", "render", "agent", "policy", "router", "sft")
@@ -67,15 +44,10 @@ def _warn(msg: str) -> None:
     print(f"memprism: warning: {msg}", file=sys.stderr, flush=True)
 
 
-# --- config hashes ---------------------------------------------------------------------------
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    out[prefix[:-1]] = tree
-    return out
+    if not isinstance(tree, dict):
+        return {prefix[:-1]: tree}
+    return {key: value for k, v in tree.items() for key, value in _flat(v, f"{prefix}{k}.").items()}
 
 
 def resume_relevant_config(config: ExperimentConfig) -> dict[str, Any]:
@@ -129,8 +101,7 @@ def _d1_parts(config: ExperimentConfig) -> dict[str, Any]:
 
 def d1_dir(run_dir: Path, config: ExperimentConfig) -> Path:
     """``run_dir/d1/<key>``, ``<key>`` 12 hex digits of the hash of what produces the D1
-    artifacts (:func:`_d1_parts`): D1 artifacts made with another config are never reused.
-    ``key.json`` records the key and what it hashes."""
+    artifacts (:func:`_d1_parts`, recorded in ``key.json``): never reused across configs."""
     parts = _d1_parts(config)
     key = _digest(parts)[:12]
     root = Path(run_dir) / "d1" / key
@@ -142,7 +113,6 @@ def d1_dir(run_dir: Path, config: ExperimentConfig) -> Path:
     return root
 
 
-# --- checkpoints -----------------------------------------------------------------------------
 def checkpoint_dir(run_dir: Path, iteration: int) -> Path:
     return run_dir / "checkpoints" / f"{CHECKPOINT_PREFIX}{iteration:04d}"
 
@@ -164,7 +134,6 @@ def _checkpoints(run_dir: Path) -> list[Path]:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The highest-iteration complete checkpoint (its config.json written last)."""
     found = _checkpoints(run_dir)
     return found[0] if found else None
 
@@ -189,19 +158,8 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     return meta
 
 
-def _set_aside(path: Path) -> Path:
-    n = 0
-    while True:
-        target = path.with_name(f"{path.name}.corrupt{'' if n == 0 else '.' + str(n)}")
-        if not target.exists():
-            path.rename(target)
-            return target
-        n += 1
-
-
 def find_valid_checkpoint(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """The newest checkpoint that verifies, and the corrupt newer ones with their errors;
-    nothing is changed on disk."""
+    """The newest checkpoint that verifies, and the corrupt newer ones with their errors."""
     corrupt: list[tuple[Path, str]] = []
     for path in _checkpoints(run_dir):
         try:
@@ -214,15 +172,18 @@ def find_valid_checkpoint(run_dir: Path) -> tuple[Path | None, list[tuple[Path, 
 
 
 def set_aside_corrupt(corrupt: list[tuple[Path, str]], warn: Callable[[str], None] = _warn) -> None:
-    """Rename each corrupt checkpoint ``*.corrupt`` (kept, not deleted), with a warning."""
+    """Rename each corrupt checkpoint ``*.corrupt`` (``.corrupt.N`` when taken), with a warning."""
     for path, error in corrupt:
-        aside = _set_aside(path)
+        n = 0
+        while (aside := path.with_name(f"{path.name}.corrupt{'' if n == 0 else '.' + str(n)}")).exists():
+            n += 1
+        path.rename(aside)
         warn(f"checkpoint {path.name} is corrupt ({error}); moved to {aside.name}, falling back to the previous one")
 
 
 def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: ExperimentConfig, allow: bool) -> list[str]:
-    """Differences between the checkpoint's config and ``config`` (dotted keys); raises unless
-    they are none or ``allow``."""
+    """The settings (dotted keys) in which ``config`` differs from the checkpoint's; raises
+    unless they are none or ``allow``."""
     extra = meta.get("extra") or {}
     recorded = extra.get("config_sha256")
     if recorded == config_hash(config):
@@ -257,28 +218,18 @@ def prepare_run_dir(
 ) -> Path | None:
     """Create ``run_dir`` (fresh) or find the checkpoint to resume from.
 
-    ``resume=""`` refuses a run directory that already exists and is not empty (nothing is
-    overwritten by accident); ``"auto"`` returns the latest checkpoint that verifies (or
-    ``None`` when there is none yet); any other value is a checkpoint path, which must not be
-    older than the run directory's own latest checkpoint (later ones would be overwritten).
-    A checkpoint made with a different config is refused unless
-    ``config.run.allow_config_change``. Errors are :class:`RunDirError` with a one-line message.
+    ``resume=""`` refuses a run directory that already exists and is not empty; ``"auto"``
+    returns the latest checkpoint that verifies (or ``None``); any other value is a checkpoint
+    path, which must not be older than the run directory's own latest checkpoint (later ones
+    would be overwritten). Errors are :class:`RunDirError` with a one-line message.
     """
-    run = getattr(config, "run", None)
-    if run is not None:
-        try:
-            check_run_name(run.name)
-        except ValueError as exc:
-            raise RunDirError(str(exc)) from None
-    allow = bool(getattr(run, "allow_config_change", False))
-    init = getattr(config, "init_checkpoint", "")
-    if init:  # checked now, not when the learner actor first loads it
-        if not Path(init).is_dir():
-            raise RunDirError(f"init_checkpoint {init}: no such checkpoint directory")
-        try:
-            verify_checkpoint(Path(init))
-        except ValueError as exc:
-            raise RunDirError(f"init_checkpoint {init}: {exc}") from None
+    try:
+        check_run_name(config.run.name)
+    except ValueError as exc:
+        raise RunDirError(str(exc)) from None
+    allow = bool(config.run.allow_config_change)
+    if config.init_checkpoint:  # checked now, not when the learner actor first loads it
+        _check_checkpoint(Path(config.init_checkpoint), f"init_checkpoint {config.init_checkpoint}")
     run_dir = Path(run_dir)
     try:
         run_dir.exists()
@@ -303,12 +254,7 @@ def prepare_run_dir(
         found, corrupt = find_valid_checkpoint(run_dir) if run_dir.is_dir() else (None, [])
     else:
         found = Path(resume)
-        if not found.is_dir():
-            raise RunDirError(f"--resume {resume}: no such checkpoint directory")
-        try:
-            verify_checkpoint(found)
-        except ValueError as exc:
-            raise RunDirError(f"--resume {resume}: {exc}") from None
+        _check_checkpoint(found, f"--resume {resume}")
         latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
         if (
             latest is not None
@@ -337,6 +283,16 @@ def prepare_run_dir(
     return found
 
 
+def _check_checkpoint(path: Path, what: str) -> None:
+    """:func:`verify_checkpoint` as a one-line :class:`RunDirError` starting with ``what``."""
+    if not path.is_dir():
+        raise RunDirError(f"{what}: no such checkpoint directory")
+    try:
+        verify_checkpoint(path)
+    except ValueError as exc:
+        raise RunDirError(f"{what}: {exc}") from None
+
+
 def write_config(run_dir: Path, config: ExperimentConfig) -> Path:
     """``run_dir/config.yaml``, atomically; a different earlier one is kept as ``config.N.yaml``."""
     import yaml
@@ -354,12 +310,9 @@ def write_config(run_dir: Path, config: ExperimentConfig) -> Path:
 
 
 class RunLogger:
-    """Appends JSON lines to ``metrics.jsonl`` and scalars to TensorBoard.
-
-    ``resume_step``: the iteration a resumed run continues from. Rows logged past it by the
-    interrupted run (their iterations are played again) move to ``metrics.superseded.jsonl``,
-    as do evaluation rows at it, and TensorBoard drops its events after it, so no step is
-    logged twice.
+    """Appends JSON lines to ``metrics.jsonl`` and scalars to TensorBoard. With ``resume_step``
+    the interrupted run's rows past it (and evaluation rows at it) move to
+    ``metrics.superseded.jsonl`` and TensorBoard drops its later events: no step is logged twice.
     """
 
     SUPERSEDED = "metrics.superseded.jsonl"
