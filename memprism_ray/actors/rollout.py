@@ -178,7 +178,12 @@ class RolloutWorker:
 
             policy = make_policy(cfg.policy, self.benchmark.task_contract())
         self.services = RayServices(
-            self.env_workers, per, phi=phi, views=views, policy=policy, timeout_s=timeout,
+            self.env_workers,
+            per,
+            phi=phi,
+            views=views,
+            policy=policy,
+            timeout_s=timeout,
             needs_view_text=needs_view_text,
         )
         self.model = ViewPolicyModel(cfg.router)
@@ -303,9 +308,15 @@ class RolloutWorker:
             rows.extend(r.rows)
         metrics.record_steps(self.run_name, rows)
         summary = GroupSummary(
-            spec.group_id, game.game_id, version, episodes, num_steps=len(rows), seconds=time.perf_counter() - t0,
-            worker=f"rollout-{self.index}.{self.generation}", node=node_label(self.place),
-        )  # fmt: skip
+            spec.group_id,
+            game.game_id,
+            version,
+            episodes,
+            num_steps=len(rows),
+            seconds=time.perf_counter() - t0,
+            worker=f"rollout-{self.index}.{self.generation}",
+            node=node_label(self.place),
+        )
         self.doing = f"idle after group {spec.group_id}"
         return summary, rows_to_arrow(rows)
 

@@ -359,6 +359,8 @@ def build_actor_phi(
 
     complete_texts = partial(
         PolicyPool(list(pool), timeout_s, caller=key).complete,
-        max_tokens=phi_config.max_tokens, temperature=phi_config.temperature, group=key,
-    )  # fmt: skip
+        max_tokens=phi_config.max_tokens,
+        temperature=phi_config.temperature,
+        group=key,
+    )
     return build_phi(spec, phi_config, complete=pool_complete(complete_texts))

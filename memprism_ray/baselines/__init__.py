@@ -11,6 +11,14 @@ from memprism_ray.baselines.conditions import (
 )
 
 __all__ = [
-    "CONDITIONS_HELP", "FULL_HISTORY", "DecisionContext", "FixedView", "FrequencyMatchedRandom",
-    "RouterSelector", "TextHistory", "ViewDecision", "ViewSelector", "make_selector",
-]  # fmt: skip
+    "CONDITIONS_HELP",
+    "FULL_HISTORY",
+    "DecisionContext",
+    "FixedView",
+    "FrequencyMatchedRandom",
+    "RouterSelector",
+    "TextHistory",
+    "ViewDecision",
+    "ViewSelector",
+    "make_selector",
+]

@@ -73,6 +73,14 @@ def grpo_preset(row: str, **overrides: Any) -> Any:
 
 
 __all__ = [
-    "BENCHMARKS", "Benchmark", "BenchmarkConfigError", "DataTree", "EvalPlan",
-    "get_benchmark", "grpo_preset", "known_benchmarks", "register_benchmark", "sft_preset",
-]  # fmt: skip
+    "BENCHMARKS",
+    "Benchmark",
+    "BenchmarkConfigError",
+    "DataTree",
+    "EvalPlan",
+    "get_benchmark",
+    "grpo_preset",
+    "known_benchmarks",
+    "register_benchmark",
+    "sft_preset",
+]

@@ -35,10 +35,18 @@ class EbAlfred(Benchmark):
     # or the training list), the env's prompt and frames, the scripted stand-in, and the reward
     # the reference streams record (success + coef x progress).
     d1_keys = (
-        "ebalfred.controller", "ebalfred.fixture", "ebalfred.fixture_episodes", "ebalfred.train_subsets",
-        "ebalfred.train_splits", "ebalfred.skills", "ebalfred.n_shots", "ebalfred.examples", "ebalfred.resolution",
-        "ebalfred.policy_epsilon", "grpo.progress_reward_coef",
-    )  # fmt: skip
+        "ebalfred.controller",
+        "ebalfred.fixture",
+        "ebalfred.fixture_episodes",
+        "ebalfred.train_subsets",
+        "ebalfred.train_splits",
+        "ebalfred.skills",
+        "ebalfred.n_shots",
+        "ebalfred.examples",
+        "ebalfred.resolution",
+        "ebalfred.policy_epsilon",
+        "grpo.progress_reward_coef",
+    )
     reference_source = "expert plans"
     task_noun = "episodes"
     contract = "memprism_ray.policy.ebalfred:EBALFRED"

@@ -30,8 +30,11 @@ class Mind2Web(Benchmark):
     # D1 replays every training task (not only mind2web.train_tasks) on the candidate pool,
     # from the release or the fixture these keys name.
     d1_keys = (
-        "mind2web.fixture", "mind2web.fixture_tasks_per_site", "mind2web.candidate_scores", "mind2web.candidate_top_k",
-    )  # fmt: skip
+        "mind2web.fixture",
+        "mind2web.fixture_tasks_per_site",
+        "mind2web.candidate_scores",
+        "mind2web.candidate_top_k",
+    )
     reference_source = "human trajectories"
     task_noun = "tasks"
     success_label = "exact success"
@@ -308,8 +311,15 @@ def mind2web_teacher_inputs(
 MIND2WEB_TEACHER_PROMPT = TeacherPrompt(
     "mind2web",
     (
-        "goal", "current_summary", "prior_summary_events", "summary_diffs", "reference_next_action",
-        "observation_stats", "target_vlm_spec", "view_action_space", "top_k",
+        "goal",
+        "current_summary",
+        "prior_summary_events",
+        "summary_diffs",
+        "reference_next_action",
+        "observation_stats",
+        "target_vlm_spec",
+        "view_action_space",
+        "top_k",
     ),
     path=PROMPT_DIR / "view_teacher_mind2web.txt",
 )

@@ -183,12 +183,23 @@ def start_head(
     # Every other fixed default port too: a Ray already running on this machine (an in-process
     # one in the same test session, say) holds 52365, 10001, ...
     cmd = [
-        ray_bin(), "start", "--head", "--block", f"--port={free_port(6379)}",
-        f"--dashboard-agent-listen-port={free_port(52365)}", f"--dashboard-agent-grpc-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}", f"--ray-client-server-port={free_port(10001)}",
-        "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-        f"--metrics-export-port={met}", f"--temp-dir={temp_dir}", "--include-dashboard=true", "--disable-usage-stats",
-    ]  # fmt: skip
+        ray_bin(),
+        "start",
+        "--head",
+        "--block",
+        f"--port={free_port(6379)}",
+        f"--dashboard-agent-listen-port={free_port(52365)}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--ray-client-server-port={free_port(10001)}",
+        "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dash}",
+        f"--metrics-export-port={met}",
+        f"--temp-dir={temp_dir}",
+        "--include-dashboard=true",
+        "--disable-usage-stats",
+    ]
     if num_cpus:
         cmd.append(f"--num-cpus={num_cpus}")
     log_path = temp_dir / "head.log"

@@ -131,9 +131,17 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
             latest = checkpoint_dir(run_dir, cfg.grpo.iterations)
             # The replicas stay up for the evaluation: one engine start (60-75 s on an H100) saved.
             summary = evaluate(
-                cfg, benchmark, cfg.eval.conditions, final, str(latest), eval_dir, log=say,
-                pool=actors.replicas or None, data=data, record=record,
-            )  # fmt: skip
+                cfg,
+                benchmark,
+                cfg.eval.conditions,
+                final,
+                str(latest),
+                eval_dir,
+                log=say,
+                pool=actors.replicas or None,
+                data=data,
+                record=record,
+            )
             for row in benchmark.eval_metrics(summary):
                 logger.log("eval", cfg.grpo.iterations, row)
             print(benchmark.printed_summary(eval_dir).read_text())

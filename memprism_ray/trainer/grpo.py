@@ -65,7 +65,8 @@ def start_training_actors(
     from memprism_ray.actors.node_data import ship
 
     requests = {
-        "learner": learner_options(cfg), "replicas": {**policy_replica_options(cfg), "count": cfg.policy.num_replicas}
+        "learner": learner_options(cfg),
+        "replicas": {**policy_replica_options(cfg), "count": cfg.policy.num_replicas},
     }
     for line in placement_summary(requests, resources):
         say(line)
@@ -121,9 +122,14 @@ def start_training_actors(
 
     seats = cfg.grpo.groups_per_iteration if ro.elastic else ro.num_workers
     fleet = RolloutFleet.start(
-        seats, make_rollout_worker, log=say, max_replacements=ro.max_restarts,
-        ping_timeout_s=cfg.run.call_timeout_s * 4, elastic=ro.elastic, record=record,
-    )  # fmt: skip
+        seats,
+        make_rollout_worker,
+        log=say,
+        max_replacements=ro.max_restarts,
+        ping_timeout_s=cfg.run.call_timeout_s * 4,
+        elastic=ro.elastic,
+        record=record,
+    )
     where = f"{len(replicas)} policy replicas" if replicas else "the policy inside each rollout worker"
     nodes = len({(fleet.seats[i].place or {}).get("node_id") for i in fleet.ready()})
     size = f"{fleet.size()} of {seats} (rollout.num_workers auto)" if ro.elastic else str(fleet.size())
@@ -188,9 +194,12 @@ def run_grpo_iterations(
         stats.update(iteration_stats(rollout))
         t_end = time.perf_counter()
         stats.update(
-            iteration=it + 1, weights_version=version, iteration_seconds=t_end - t0, rollout_phase_seconds=t_rollout,
+            iteration=it + 1,
+            weights_version=version,
+            iteration_seconds=t_end - t0,
+            rollout_phase_seconds=t_rollout,
             update_phase_seconds=t_end - t0 - t_rollout,
-        )  # fmt: skip
+        )
         metrics.record_iteration(cfg.run.name, stats)
         logger.log("grpo", it + 1, stats)
         bar.set_postfix(

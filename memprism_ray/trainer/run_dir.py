@@ -28,9 +28,17 @@ _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 # Settings that say where and how a run executes, not what it computes: they may differ
 # between a checkpoint and the run resuming it. "eval" only shapes the final evaluation.
 RESUME_FREE_KEYS = frozenset(
-    {"run.name", "run.out_dir", "run.resume", "run.allow_config_change", "run.ray_address", "run.num_cpus",
-     "run.call_timeout_s", "run.tensorboard"}
-)  # fmt: skip
+    {
+        "run.name",
+        "run.out_dir",
+        "run.resume",
+        "run.allow_config_change",
+        "run.ray_address",
+        "run.num_cpus",
+        "run.call_timeout_s",
+        "run.tensorboard",
+    }
+)
 RESUME_FREE_SECTIONS = ("eval",)
 # The config sections that produce the D1 artifacts (expert data, labels, D1 checkpoint).
 D1_SECTIONS = ("corpus", "label", "encoder", "render", "agent", "policy", "router", "sft")

@@ -215,7 +215,6 @@ def _atomic_write_json(path: Path, data: Mapping[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, sort_keys=True, indent=1), overwrite=True)
 
 
-
 def _load_done(root: Path) -> dict[str, dict[str, Any]]:
     done: dict[str, dict[str, Any]] = {}
     slot_dir = root / ".build" / "slots"
@@ -411,7 +410,6 @@ def _worker_main() -> int:
         proto.write(json.dumps(rec) + "\n")
         proto.flush()
     return 0
-
 
 
 def read_manifest(root: Path) -> dict[str, Any] | None:

@@ -49,8 +49,14 @@ Chooser = Callable[[EventStream, str, str, tuple[str, ...], int], str]
 
 
 def play_episode(
-    env: Any, game: GameRef, benchmark: str, phi: Phi, next_action: Callable[..., tuple[str, str] | None],
-    max_steps: int, source: str, meta_keys: Sequence[str] = (),
+    env: Any,
+    game: GameRef,
+    benchmark: str,
+    phi: Phi,
+    next_action: Callable[..., tuple[str, str] | None],
+    max_steps: int,
+    source: str,
+    meta_keys: Sequence[str] = (),
 ) -> ExpertEpisode:
     """Play ``game``, recording every step through ``phi``: ``next_action(t, meta, stream,
     o_pre, goal, admissible)`` gives ``(action, reference)``, or ``None`` to stop; at most
