@@ -14,12 +14,16 @@ the plan is reported; when any failed (a broken game, a crashed episode or worke
 count as failures and the job exits with status 1.
 """
 
+from __future__ import annotations
+
 import sys
-from functools import partial
 
 from memprism_ray.trainer import evaluate_job
 
-main = partial(evaluate_job, "alfworld", __doc__.split("\n\n")[0])  # main(argv): the job's exit status
+
+def main(argv: list[str] | None = None) -> int:
+    return evaluate_job("alfworld", __doc__.split("\n\n")[0], argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

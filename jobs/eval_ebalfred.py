@@ -6,16 +6,22 @@ average SR over Base, Common, Complex, Visual, Spatial, Long), any condition:
         --checkpoint runs/ebalfred-paper/checkpoints/iter_0100
     python jobs/eval_ebalfred.py --config configs/ebalfred_smoke.yaml     # CPU, fake controller
 
-Reports go to ``<run>/eval/`` (or ``--out``): each condition's report plus ``summary.md``
-with SR per subset and the average. When any planned episode failed the job exits with status 1.
+The EvalWorker actors of the ALFWorld evaluation play the episodes (env, rule Phi and
+policy built from corpus.benchmark: ebalfred). Reports go to ``<run>/eval/`` (or
+``--out``): each condition's standard report plus ``summary.md`` with SR per subset and the
+average. Every planned episode is reported; when any failed the job exits with status 1.
 """
 
+from __future__ import annotations
+
 import sys
-from functools import partial
 
 from memprism_ray.trainer import evaluate_job
 
-main = partial(evaluate_job, "ebalfred", __doc__.split("\n\n")[0])  # main(argv): the job's exit status
+
+def main(argv: list[str] | None = None) -> int:
+    return evaluate_job("ebalfred", __doc__.split("\n\n")[0], argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

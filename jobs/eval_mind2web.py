@@ -15,12 +15,16 @@ Mind2Web table) and ``mind2web.md`` (conditions side by side per split, Wilson i
 paired differences against the first condition). When any episode failed the job exits 1.
 """
 
+from __future__ import annotations
+
 import sys
-from functools import partial
 
 from memprism_ray.trainer import evaluate_job
 
-main = partial(evaluate_job, "mind2web", __doc__.split("\n\n")[0])  # main(argv): the job's exit status
+
+def main(argv: list[str] | None = None) -> int:
+    return evaluate_job("mind2web", __doc__.split("\n\n")[0], argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

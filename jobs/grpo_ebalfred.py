@@ -6,16 +6,21 @@ progress, no entropy bonus; docs/ebalfred.md).
         python jobs/grpo_ebalfred.py --config configs/ebalfred_paper.yaml
     python jobs/grpo_ebalfred.py --config configs/ebalfred_smoke.yaml --init_checkpoint CKPT   # CPU
 
-D1 labels the expert plans of the training episodes with the LLM view teacher; the pipeline
-is :func:`memprism_ray.trainer.fit`.
+D1 plays the expert plans of the training episodes (their ALFRED annotations, or the
+fixture's recorded plans) and labels them with the LLM view teacher; the final evaluation
+reports SR per subset and the average. The pipeline is :func:`memprism_ray.trainer.fit`.
 """
 
+from __future__ import annotations
+
 import sys
-from functools import partial
 
 from memprism_ray.trainer import grpo_job
 
-main = partial(grpo_job, "ebalfred", __doc__.split("\n\n")[0])  # main(argv): the job's exit status
+
+def main(argv: list[str] | None = None) -> int:
+    return grpo_job("ebalfred", __doc__.split("\n\n")[0], argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,16 +6,21 @@ docs/mind2web.md).
         python jobs/grpo_mind2web.py --config configs/mind2web_paper.yaml
     python jobs/grpo_mind2web.py --config configs/mind2web_smoke.yaml      # CPU, the fixture
 
-A trajectory's return is its decisions' mean 1[action correct]; the pipeline is
-:func:`memprism_ray.trainer.fit`.
+D1 labels the human trajectories of the training split with the view teacher; a
+trajectory's return is its decisions' mean 1[action correct]; the final evaluation reports
+the Mind2Web metrics per test split. The pipeline is :func:`memprism_ray.trainer.fit`.
 """
 
+from __future__ import annotations
+
 import sys
-from functools import partial
 
 from memprism_ray.trainer import grpo_job
 
-main = partial(grpo_job, "mind2web", __doc__.split("\n\n")[0])  # main(argv): the job's exit status
+
+def main(argv: list[str] | None = None) -> int:
+    return grpo_job("mind2web", __doc__.split("\n\n")[0], argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

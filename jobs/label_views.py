@@ -13,12 +13,16 @@ the 144 views), spread over Ray tasks. Writes ``<run>/d1/<key>/expert_trajectori
 are reused.
 """
 
+from __future__ import annotations
+
 import sys
-from functools import partial
 
 from memprism_ray.trainer import d1_job
 
-main = partial(d1_job, "alfworld", __doc__.split("\n\n")[0], train=False)  # main(argv): the job's exit status
+
+def main(argv: list[str] | None = None) -> int:
+    return d1_job("alfworld", __doc__.split("\n\n")[0], argv, train=False)
+
 
 if __name__ == "__main__":
     sys.exit(main())

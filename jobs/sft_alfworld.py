@@ -11,12 +11,16 @@ and writes the D1 checkpoint ``<run>/d1/<key>/checkpoint`` (the reference policy
 update runs on a GPU when the cluster has one.
 """
 
+from __future__ import annotations
+
 import sys
-from functools import partial
 
 from memprism_ray.trainer import d1_job
 
-main = partial(d1_job, "alfworld", __doc__.split("\n\n")[0])  # main(argv): the job's exit status
+
+def main(argv: list[str] | None = None) -> int:
+    return d1_job("alfworld", __doc__.split("\n\n")[0], argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())
