@@ -58,7 +58,8 @@ def reference_task(
 
 
 def label_policy(cfg: ExperimentConfig, pool: list[Any] | None, key: str) -> Any:
-    """The task policy a labelling task shows the views to (the scripted one at the labelling temperature)."""
+    """The task policy a labelling task shows the views to: the scripted one at the labelling
+    temperature, else the pool's replicas or the HTTP endpoint (``decision_policy``)."""
     from memprism_ray.actors.services import decision_policy
     from memprism_ray.benchmark import get_benchmark
 

@@ -6,7 +6,7 @@ Granularity rules (``selection`` is the merged, time-ordered ``E^_t``):
 TemporalTrace
     fine: every selected event. medium: runs of >= 2 no_observed_change events become one
     :class:`TraceRun`. coarse: maximal runs of equal outcome; a no_observed_change run is one
-    :class:`TraceRun`; elsewhere the first and latest events, new exceptions and goal-matching
+    :class:`TraceRun`; elsewhere each run's first event, the view's latest event, new exceptions and goal-matching
     state_updates are kept, and each stretch of >= 2 other events becomes a :class:`TraceGap`.
 ActionEffect
     groups by (action type, entity) with attempt count and outcome histogram; coarse shows the

@@ -244,12 +244,13 @@ class AsyncVLLMPolicy:
             request = await self.offload("template", build)
         except ValueError as exc:
             return failed_output(f"request not built: {exc}", visual_tokens=visual, latency_s=0.0)
+        params, request_id = self._params(max_tokens), self._request_id(tag)
         try:
-            out = await self._generate(request, self._params(max_tokens), self._request_id(tag))
+            out = await self._generate(request, params, request_id)
         except PolicyBackendError:
             self.counters["engine_errors"] += 1
             raise
-        except Exception as exc:  # a rejection (_generate)
+        except Exception as exc:  # _generate raises nothing else than a rejection
             self.counters["rejected"] += 1
             return failed_output(
                 f"vLLM rejected the request: {str(exc)[:300]}", visual_tokens=visual, latency_s=time.perf_counter() - t0

@@ -1,6 +1,6 @@
 """A controller with the interface of EmbodiedBench's ``EBAlfEnv`` that replays the
 recorded-transcript fixture (:mod:`.fixture`), so everything above the simulator is tested
-without AI2-THOR (issue 13 item 5; docs/ebalfred.md "Fixture").
+without AI2-THOR (issue 13 item 5; docs/ebalfred.md "Tests without the simulator: the fixture").
 
 Replay rule: the next recorded expert step plays its record; any other skill gets the failure
 rules of EmbodiedBench's skill layer that need no simulator, with their wording; of the rest,

@@ -1,6 +1,7 @@
-"""The recorded-transcript fixture of EB-ALFRED (issue 13 item 5; docs/ebalfred.md "Fixture"):
-small Pillow-drawn PNG frames, EmbodiedBench-style feedback, goal-condition progress, all six
-subsets, a few episodes each, written from a handful of ALFRED task families. Layout::
+"""The recorded-transcript fixture of EB-ALFRED (issue 13 item 5; docs/ebalfred.md "Tests
+without the simulator: the fixture"): small Pillow-drawn PNG frames, EmbodiedBench-style
+feedback, goal-condition progress, all six subsets, a few episodes each, written from a handful
+of ALFRED task families. Layout::
 
     splits.json        EmbodiedBench format: {subset: [{"task", "repeat_idx", "instruction"}]}
     alfred_train.json  the same format, key "alfred_train": training episodes (other tasks)
