@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memprism_ray.local.head import free_port, head_env, kill_group, ray_bin, spawn, stop_group
+from memprism_ray.local.head import free_ports, head_env, kill_group, ray_bin, spawn, stop_group
 
 
 def can_isolate_disks() -> str:
@@ -101,14 +101,14 @@ class LocalCluster:
         # folder of its own under /tmp, whatever temp_dir (a pytest tmp path is too long).
         self.ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
         self.env = dict(env or {})
-        self.port = free_port()
+        self.port, client, agent, runtime_env, metrics = free_ports(None, None, None, None, None)
         self.timeout_s = timeout_s
         self.nodes: list[LocalNode] = []
         cmd = [
             ray_bin(), "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={head_cpus:g}",
             "--node-ip-address=127.0.0.1", f"--temp-dir={self.ray_dir}", "--disable-usage-stats",
-            f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+            f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
+            f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
             "--include-dashboard=false",
         ]  # fmt: skip
         head_vars = dict(self.env)
@@ -172,10 +172,11 @@ class LocalCluster:
         import json
 
         k = len(self.nodes)
+        agent, runtime_env, metrics = free_ports(None, None, None)
         ray_cmd = [
             ray_bin(), "start", "--block", f"--address={self.address}", f"--num-cpus={num_cpus:g}",
-            "--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--dashboard-agent-listen-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+            "--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--dashboard-agent-listen-port={agent}",
+            f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
         ]  # fmt: skip
         if resources:
             ray_cmd.append(f"--resources={json.dumps(resources)}")

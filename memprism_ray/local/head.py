@@ -19,18 +19,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def free_port(preferred: int | None = None) -> int:
-    """``preferred`` when it is free on 127.0.0.1, else any free port."""
-    if preferred:
-        with socket.socket() as s:
+def free_ports(*preferred: int | None) -> list[int]:
+    """One free port on 127.0.0.1 per entry, all distinct: ``preferred`` where it is free, else
+    any. Every socket stays bound until all are chosen: asked one at a time, the kernel handed
+    out the same ephemeral port twice in a row (CI: Ray refused to start, runtime_env_agent and
+    metrics_export both on 50031)."""
+    held: list[socket.socket] = []
+    try:
+        for port in preferred:
+            s = socket.socket()
+            held.append(s)
             try:
-                s.bind(("127.0.0.1", preferred))
-                return preferred
+                s.bind(("127.0.0.1", port or 0))
             except OSError:
-                pass
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+                s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in held]
+    finally:
+        for s in held:
+            s.close()
 
 
 def new_auth_token() -> str:
@@ -178,20 +184,21 @@ def start_head(
             fh.write(auth_token)
         os.chmod(token_path, 0o600)
         auth_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
-    dash = free_port(dashboard_port)
-    met = free_port(metrics_port)
     # Every other fixed default port too: a Ray already running on this machine (an in-process
     # one in the same test session, say) holds 52365, 10001, ...
+    dash, met, gcs, agent, agent_grpc, runtime_env, client = free_ports(
+        dashboard_port, metrics_port, 6379, 52365, None, None, 10001
+    )
     cmd = [
         ray_bin(),
         "start",
         "--head",
         "--block",
-        f"--port={free_port(6379)}",
-        f"--dashboard-agent-listen-port={free_port(52365)}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
-        f"--ray-client-server-port={free_port(10001)}",
+        f"--port={gcs}",
+        f"--dashboard-agent-listen-port={agent}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--runtime-env-agent-port={runtime_env}",
+        f"--ray-client-server-port={client}",
         "--node-ip-address=127.0.0.1",
         "--dashboard-host=127.0.0.1",
         f"--dashboard-port={dash}",

@@ -164,3 +164,21 @@ def test_kill_group_returns_only_once_every_member_is_gone(monkeypatch: pytest.M
             timer.join()
         with contextlib.suppress(ProcessLookupError):
             real_killpg(leader.pid, signal.SIGKILL)
+
+
+def test_free_ports_are_distinct_and_keep_a_free_preferred_port() -> None:
+    """CI saw Ray refuse to start: two ports asked one at a time came back equal (50031 for the
+    runtime-env agent and the metrics export). Chosen together, they never are."""
+    import socket
+
+    from memprism_ray.local.head import free_ports
+
+    ports = free_ports(*[None] * 64)
+    assert len(set(ports)) == 64 and all(p > 0 for p in ports)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        busy = taken.getsockname()[1]
+        free = free_ports(None)[0]
+        got = free_ports(free, busy, None)
+    assert got[0] == free  # a free preferred port is kept
+    assert got[1] != busy and len(set(got)) == 3  # a taken one is replaced by another free port
