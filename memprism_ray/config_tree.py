@@ -257,6 +257,13 @@ def set_path(data: dict[str, Any], key: str, value: Any) -> None:
     node[leaf] = value
 
 
+def get_path(config: Any, key: str) -> Any:
+    """``config.a.b.c`` for ``key`` ``"a.b.c"`` (a config dataclass tree)."""
+    for part in key.split("."):
+        config = getattr(config, part)
+    return config
+
+
 def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """``(dotted name, default, help)`` for every leaf of a config tree (for ``--help``)."""
     rows = []

@@ -144,7 +144,7 @@ def file_lock(path: str | Path, timeout_s: float, *, what: str = "", hint: str =
 
 def read_files(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` by relative path (to ship a checkpoint across nodes)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(root)): p.read_bytes() for p in tree_files(root)}
 
 
 def write_files(files: dict[str, bytes], root: Path) -> Path:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprism_ray.config import ExperimentConfig
+from memprism_ray.config_tree import get_path
 
 
 @dataclass(frozen=True)
@@ -29,18 +30,12 @@ def joins_cluster(address: str, environ: Mapping[str, str] = os.environ) -> bool
     return address == "auto" and bool(environ.get("RAY_ADDRESS"))
 
 
-def _dotted(cfg: ExperimentConfig, key: str) -> Any:
-    for part in key.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
-
-
 def check_job(job: JobSpec, cfg: ExperimentConfig, environ: Mapping[str, str] = os.environ) -> None:
     """Raise ``ValueError`` when ``job`` cannot do what ``cfg`` asks: a setting it does not
     implement, or a policy backend that cannot run here (checked only on a local Ray: under
     ``ray job submit`` the policy replicas may run on GPU nodes that have vLLM)."""
     for key, allowed in job.supports.items():
-        value = _dotted(cfg, key)
+        value = get_path(cfg, key)
         if value not in allowed:
             raise ValueError(
                 f"{key}={value!r} is not supported by the {job.name} job; it supports: {', '.join(map(str, allowed))}"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from memprism_ray.benchmark import get_benchmark
 from memprism_ray.config import check_run_name
-from memprism_ray.config_tree import to_dict
+from memprism_ray.config_tree import get_path, to_dict
 from memprism_ray.io_atomic import atomic_write_text
 
 if TYPE_CHECKING:
@@ -82,12 +82,6 @@ def checkpoint_extra(config: ExperimentConfig) -> dict[str, Any]:
     return {"config_sha256": config_hash(config), "config": resume_relevant_config(config)}
 
 
-def _dotted(tree: dict[str, Any], key: str) -> Any:
-    for part in key.split("."):
-        tree = tree[part]
-    return tree
-
-
 def _d1_parts(config: ExperimentConfig) -> dict[str, Any]:
     """What the D1 artifacts are made from: the :data:`D1_SECTIONS`, ``run.seed``, the
     benchmark's :attr:`~memprism_ray.benchmark.Benchmark.d1_keys` and an LLM Phi's section."""
@@ -98,7 +92,7 @@ def _d1_parts(config: ExperimentConfig) -> dict[str, Any]:
     # its evaluation settings. ALFWorld declares none, so its keys are those of runs made
     # before the benchmarks had sections.
     for key in get_benchmark(config.corpus.benchmark).d1_keys:
-        parts[key] = _dotted(tree, key)
+        parts[key] = to_dict(get_path(config, key))
     phi = tree.get("phi") or {}
     if phi.get("kind", "rules") != "rules":
         # D1's expert streams are re-extracted by an LLM Phi; the rule Phi keeps the keys of
