@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     from memprism_ray.recorder.phi.alfworld import ALFWORLD_PHI
     from memprism_ray.recorder.phi.config import PhiConfig
     from memprism_ray.recorder.phi.llm import LLMPhi
-    from memprism_ray.recorder.phi.llm_client import endpoint_complete
+    from memprism_ray.recorder.phi.llm_client import PhiEndpoint
 
     cfg = PhiConfig(
         kind="llm",
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout_s,
         max_retries=args.retries,
     )
-    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, PhiEndpoint(cfg), AlfworldPhi())
     t1 = time.perf_counter()
     llm_streams = record_lockstep(episodes, phi)
     wall = time.perf_counter() - t1

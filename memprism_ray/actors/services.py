@@ -355,7 +355,7 @@ def build_actor_phi(
             f"phi.llm_source=pool, but {key} was started without policy replicas (policy.num_replicas >= 1 and "
             "policy.backend vllm are needed)"
         )
-    from memprism_ray.recorder.phi.llm_client import pool_complete
+    from memprism_ray.recorder.phi.llm_client import PoolComplete
 
     complete_texts = partial(
         PolicyPool(list(pool), timeout_s, caller=key).complete,
@@ -363,4 +363,4 @@ def build_actor_phi(
         temperature=phi_config.temperature,
         group=key,
     )
-    return build_phi(spec, phi_config, complete=pool_complete(complete_texts))
+    return build_phi(spec, phi_config, complete=PoolComplete(complete_texts))

@@ -22,9 +22,9 @@ def build_phi(spec: PhiSpec, cfg: PhiConfig | None = None, *, complete: Complete
     if cfg is None or cfg.kind == "rules":
         return spec.rule()
     from memprism_ray.recorder.phi.llm import LLMPhi
-    from memprism_ray.recorder.phi.llm_client import endpoint_complete
+    from memprism_ray.recorder.phi.llm_client import PhiEndpoint
 
-    backend = complete if complete is not None else endpoint_complete(cfg)
+    backend = complete if complete is not None else PhiEndpoint(cfg)
     if spec.llm is not None:
         return spec.llm(spec, backend, cfg)
     return LLMPhi(spec, backend, spec.rule())

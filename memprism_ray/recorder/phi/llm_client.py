@@ -3,8 +3,8 @@
 Everything that asks a model for a Phi answer codes against :data:`CompleteMany`: a batch of
 (prompt text, PNG images) to answer texts, an exception in place of each failed answer (a value,
 never raised, so one bad event does not cost the batch its other answers).
-:func:`endpoint_complete` sends them to an OpenAI-compatible endpoint through the shared
-:class:`~memprism_ray.llm_client.ChatClient`; :func:`pool_complete` to a text-only batch completion
+:func:`PhiEndpoint` sends them to an OpenAI-compatible endpoint through the shared
+:class:`~memprism_ray.llm_client.ChatClient`; :func:`PoolComplete` to a text-only batch completion
 such as the Ray policy pool's (a plain callable: this module does not import ray).
 """
 
@@ -49,9 +49,6 @@ class PhiEndpoint(Closing):
         return self.client.chat(messages, temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens).text
 
 
-endpoint_complete = PhiEndpoint  # the name its callers use
-
-
 class PoolComplete:
     """:data:`CompleteMany` over a text-only batch completion ``complete_texts(prompts) ->
     [text or exception]``; a request carrying images gets a ``ValueError`` as its answer."""
@@ -88,6 +85,3 @@ class PoolComplete:
                 a = a if isinstance(a, BaseException) else LLMError(f"pool answered {type(a).__name__}, not text")
             out[i] = a
         return out
-
-
-pool_complete = PoolComplete  # the name its callers use

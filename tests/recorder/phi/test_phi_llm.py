@@ -19,7 +19,7 @@ from memprism_ray.recorder.phi.config import PhiConfig
 from memprism_ray.recorder.phi.ebalfred import EBALFRED_PHI
 from memprism_ray.recorder.phi.factory import build_phi, extract_each, phi_id, phi_stats
 from memprism_ray.recorder.phi.llm import LLMPhi, PhiAnswerError, parse_answer
-from memprism_ray.recorder.phi.llm_client import endpoint_complete
+from memprism_ray.recorder.phi.llm_client import PhiEndpoint
 from memprism_ray.recorder.phi.mind2web import MIND2WEB_PHI
 
 GO = RawEvent(
@@ -44,7 +44,7 @@ def server():
 
 # --- ALFWorld over the endpoint ------------------------------------------------------------
 def test_valid_answer_gives_model_entity_and_deltas_with_the_rules_act(server: PhiStubServer) -> None:
-    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(server.base_url)), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, PhiEndpoint(cfg(server.base_url)), AlfworldPhi())
     assert isinstance(phi, Phi)
     stream = EventStream()
     ev = record_event(stream, GO, phi)
@@ -59,7 +59,7 @@ def test_valid_answer_gives_model_entity_and_deltas_with_the_rules_act(server: P
 
 
 def test_json_wrapped_in_prose_and_a_fence_is_parsed(server: PhiStubServer) -> None:
-    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(server.base_url)), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, PhiEndpoint(cfg(server.base_url)), AlfworldPhi())
     ex = phi.extract(with_mode(GO, "prose"), {})
     assert ex.evidence["phi"] == "llm" and ex.delta[0] == StateDelta("location", "drawer 1")
 
@@ -75,7 +75,7 @@ def test_json_wrapped_in_prose_and_a_fence_is_parsed(server: PhiStubServer) -> N
 def test_unusable_answer_falls_back_to_the_rules_with_the_reason(
     server: PhiStubServer, mode: str, counter: str, reason: str
 ) -> None:
-    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(server.base_url)), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, PhiEndpoint(cfg(server.base_url)), AlfworldPhi())
     raw = with_mode(GO, mode)
     ex = phi.extract(raw, {})
     rule = AlfworldPhi().extract(raw, {})
@@ -87,7 +87,7 @@ def test_unusable_answer_falls_back_to_the_rules_with_the_reason(
 
 
 def test_a_500_then_ok_is_retried_and_used(server: PhiStubServer) -> None:
-    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(server.base_url, max_retries=1)), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, PhiEndpoint(cfg(server.base_url, max_retries=1)), AlfworldPhi())
     ex = phi.extract(with_mode(GO, "flaky"), {})
     assert ex.evidence["phi"] == "llm"
     assert phi.stats()["backend_retries"] == 1 and phi.stats()["backend_requests"] == 2
@@ -95,14 +95,14 @@ def test_a_500_then_ok_is_retried_and_used(server: PhiStubServer) -> None:
 
 def test_timeout_falls_back_once_the_retries_are_spent() -> None:
     with PhiStubServer(slow_s=1.5) as srv:
-        phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(srv.base_url, max_retries=0, timeout_s=0.3)), AlfworldPhi())
+        phi = LLMPhi(ALFWORLD_PHI, PhiEndpoint(cfg(srv.base_url, max_retries=0, timeout_s=0.3)), AlfworldPhi())
         ex = phi.extract(with_mode(GO, "slow"), {})
     assert "timeout after 0.3s" in ex.evidence["phi_fallback"]
     assert phi.counters["fallback_request"] == 1
 
 
 def test_explicit_failure_forces_exception_and_clears_the_models_delta(server: PhiStubServer) -> None:
-    phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(server.base_url)), AlfworldPhi())
+    phi = LLMPhi(ALFWORLD_PHI, PhiEndpoint(cfg(server.base_url)), AlfworldPhi())
     raw = RawEvent("MODE=valid room", "open drawer 1", "Nothing happens.")
     stream = EventStream()
     ev = record_event(stream, raw, phi)
@@ -113,7 +113,7 @@ def test_explicit_failure_forces_exception_and_clears_the_models_delta(server: P
 
 def test_a_batch_is_sent_concurrently_and_failures_stay_per_event() -> None:
     with PhiStubServer(delay_s=0.2) as srv:
-        phi = LLMPhi(ALFWORLD_PHI, endpoint_complete(cfg(srv.base_url, concurrency=8)), AlfworldPhi())
+        phi = LLMPhi(ALFWORLD_PHI, PhiEndpoint(cfg(srv.base_url, concurrency=8)), AlfworldPhi())
         raws = [with_mode(GO, m) for m in ("valid", "malformed", "valid", "down", "prose", "valid")]
         out = phi.extract_many(raws, [{}] * len(raws))
     assert srv.max_active >= 4  # all six were in flight together (one batch), not one at a time
@@ -247,7 +247,7 @@ def m2w_raw(mode: str, tag: str = "m") -> RawEvent:
 def test_mind2web_keeps_the_rule_entity_act_and_forced_outcome(server: PhiStubServer) -> None:
     server.answers["m"] = {"delta_s": [{"key": "field_value", "new_value": "60602"}]}
     server.answers["none"] = {"delta_s": []}
-    phi = LLMPhi(MIND2WEB_PHI, endpoint_complete(cfg(server.base_url)), FakeMind2WebRules())
+    phi = LLMPhi(MIND2WEB_PHI, PhiEndpoint(cfg(server.base_url)), FakeMind2WebRules())
     stream = EventStream()
     ev = record_event(stream, m2w_raw("valid"), phi)
     assert (ev.entity, ev.act, ev.delta) == ("input zip", "type", (StateDelta("field_value", "60602"),))
@@ -261,7 +261,7 @@ def test_mind2web_keeps_the_rule_entity_act_and_forced_outcome(server: PhiStubSe
 
 
 def test_mind2web_key_outside_the_six_is_rejected_and_falls_back(server: PhiStubServer) -> None:
-    phi = LLMPhi(MIND2WEB_PHI, endpoint_complete(cfg(server.base_url)), FakeMind2WebRules())
+    phi = LLMPhi(MIND2WEB_PHI, PhiEndpoint(cfg(server.base_url)), FakeMind2WebRules())
     ex = phi.extract(m2w_raw("badkey"), {})
     assert ex.delta == (StateDelta("page_state", "rule page"),) and ex.evidence["phi"] == "rules"
     assert (
@@ -316,7 +316,7 @@ def test_ebalfred_stage1_sends_the_post_frame_lowercases_the_entity_and_forces_f
         "act_type": "pick up",
         "delta_s": [{"key": "held_object", "new_value": "pen"}],
     }
-    phi = LLMPhi(EBALFRED_PHI, endpoint_complete(cfg(server.base_url)), FakeEbAlfredRules())
+    phi = LLMPhi(EBALFRED_PHI, PhiEndpoint(cfg(server.base_url)), FakeEbAlfredRules())
     ok = RawEvent(
         "MODE=valid TAG=eb Visible objects: Pen.",
         "pick up the Pen",
@@ -344,7 +344,7 @@ def test_ebalfred_rejects_extra_fields_such_as_boxes(server: PhiStubServer) -> N
         "delta_s": [],
         "entities": [{"bbox_2d": [1, 2, 3, 4]}],
     }
-    phi = LLMPhi(EBALFRED_PHI, endpoint_complete(cfg(server.base_url)), FakeEbAlfredRules())
+    phi = LLMPhi(EBALFRED_PHI, PhiEndpoint(cfg(server.base_url)), FakeEbAlfredRules())
     ex = phi.extract(RawEvent("MODE=valid TAG=box", "find a Pen", "Visible objects: Pen."), {})
     assert ex.evidence["phi"] == "rules" and "not allowed ['entities']" in ex.evidence["phi_fallback"]
 

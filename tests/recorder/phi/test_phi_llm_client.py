@@ -10,7 +10,7 @@ from phi_stub_server import COMPLETION_TOKENS, PROMPT_TOKENS, PhiStubServer
 
 from memprism_ray.llm_client import LLMError, LLMReplyError, LLMUnavailable
 from memprism_ray.recorder.phi.config import PhiConfig
-from memprism_ray.recorder.phi.llm_client import endpoint_complete, pool_complete
+from memprism_ray.recorder.phi.llm_client import PhiEndpoint, PoolComplete
 
 
 def png() -> bytes:
@@ -28,7 +28,7 @@ def cfg(url: str, **kw) -> PhiConfig:
 
 def test_batch_answers_in_order_with_failures_as_values_and_token_counts() -> None:
     with PhiStubServer() as srv:
-        client = endpoint_complete(cfg(srv.base_url, max_retries=1))
+        client = PhiEndpoint(cfg(srv.base_url, max_retries=1))
         out = client([("MODE=valid a", []), ("MODE=down b", []), ("MODE=prose c", []), ("MODE=valid d", [])])
     assert isinstance(out[1], LLMUnavailable) and "failed 2 time(s); last error: HTTP 503" in str(out[1])
     assert '"entity": "drawer 1"' in out[0] and out[0] == out[3]
@@ -47,7 +47,7 @@ def test_batch_answers_in_order_with_failures_as_values_and_token_counts() -> No
 
 def test_a_500_is_retried_then_answered() -> None:
     with PhiStubServer() as srv:
-        client = endpoint_complete(cfg(srv.base_url, max_retries=2))
+        client = PhiEndpoint(cfg(srv.base_url, max_retries=2))
         (out,) = client([("MODE=flaky once", [])])
     assert '"act_type": "go"' in out
     assert client.counters["requests"] == 2 and client.counters["retries"] == 1 and client.counters["failures"] == 0
@@ -55,7 +55,7 @@ def test_a_500_is_retried_then_answered() -> None:
 
 def test_no_retries_means_one_attempt() -> None:
     with PhiStubServer() as srv:
-        client = endpoint_complete(cfg(srv.base_url, max_retries=0))
+        client = PhiEndpoint(cfg(srv.base_url, max_retries=0))
         (out,) = client([("MODE=flaky once", [])])
     assert isinstance(out, LLMUnavailable) and "HTTP 500" in str(out)
     assert client.counters["requests"] == 1
@@ -63,21 +63,21 @@ def test_no_retries_means_one_attempt() -> None:
 
 def test_timeout_is_bounded_and_reported() -> None:
     with PhiStubServer(slow_s=2.0) as srv:
-        client = endpoint_complete(cfg(srv.base_url, max_retries=1, timeout_s=0.3))
+        client = PhiEndpoint(cfg(srv.base_url, max_retries=1, timeout_s=0.3))
         (out,) = client([("MODE=slow x", [])])
     assert isinstance(out, LLMUnavailable) and "timeout after 0.3s" in str(out)
     assert client.counters["requests"] == 2 and client.counters["failures"] == 1
 
 
 def test_unreachable_endpoint_is_a_request_error() -> None:
-    client = endpoint_complete(cfg("http://127.0.0.1:9/v1", max_retries=1, timeout_s=1.0))
+    client = PhiEndpoint(cfg("http://127.0.0.1:9/v1", max_retries=1, timeout_s=1.0))
     (out,) = client([("hello", [])])
     assert isinstance(out, LLMUnavailable) and "transport error" in str(out)
 
 
 def test_requests_run_concurrently_up_to_the_bound() -> None:
     with PhiStubServer(delay_s=0.2) as srv:
-        client = endpoint_complete(cfg(srv.base_url, concurrency=3))
+        client = PhiEndpoint(cfg(srv.base_url, concurrency=3))
         out = client([(f"MODE=valid {i}", []) for i in range(7)])
     assert all(isinstance(x, str) for x in out)
     assert srv.max_active == 3
@@ -86,7 +86,7 @@ def test_requests_run_concurrently_up_to_the_bound() -> None:
 def test_images_travel_as_base64_png_parts_and_non_png_fails_that_request() -> None:
     image = png()
     with PhiStubServer() as srv:
-        client = endpoint_complete(cfg(srv.base_url))
+        client = PhiEndpoint(cfg(srv.base_url))
         out = client([("MODE=valid look", [image]), ("MODE=valid bad", [b"GIF89a..."])])
     assert isinstance(out[0], str)
     assert isinstance(out[1], ValueError) and "not PNG bytes" in str(out[1])
@@ -108,7 +108,7 @@ def test_api_key_is_sent_as_bearer(monkeypatch: pytest.MonkeyPatch) -> None:
         return httpx.Response(200, json={"choices": [{"message": {"content": "{}"}}]})
 
     monkeypatch.setenv("PHI_TEST_KEY", "sekret")
-    client = endpoint_complete(
+    client = PhiEndpoint(
         cfg("http://stub/v1", api_key_env="PHI_TEST_KEY"), transport=httpx.MockTransport(handler)
     )
     assert client([("p", [])]) == ["{}"]
@@ -132,7 +132,7 @@ def test_retry_after_is_honoured_and_tokens_counted_like_every_endpoint_user() -
         return httpx.Response(200, json={"choices": [{"message": {"content": "{}"}}], "usage": USAGE})
 
     USAGE = {"prompt_tokens": 7, "completion_tokens": 2}
-    client = endpoint_complete(cfg("http://stub/v1", max_retries=1), transport=httpx.MockTransport(handler))
+    client = PhiEndpoint(cfg("http://stub/v1", max_retries=1), transport=httpx.MockTransport(handler))
     assert client([("p", [])]) == ["{}"]
     assert seen[1] - seen[0] >= 0.3
     assert dict(client.counters) == {
@@ -148,7 +148,7 @@ def test_retry_after_is_honoured_and_tokens_counted_like_every_endpoint_user() -
 def test_a_reply_that_is_not_a_chat_completion_fails_that_request() -> None:
     import httpx
 
-    client = endpoint_complete(
+    client = PhiEndpoint(
         cfg("http://stub/v1"), transport=httpx.MockTransport(lambda r: httpx.Response(200, json={"text": "hi"}))
     )
     (out,) = client([("p", [])])
@@ -162,7 +162,7 @@ def test_pool_complete_is_text_only_and_keeps_order() -> None:
         calls.append(list(prompts))
         return [RuntimeError("engine died") if p == "boom" else p.upper() for p in prompts]
 
-    complete = pool_complete(texts)
+    complete = PoolComplete(texts)
     out = complete([("a", []), ("img", [png()]), ("boom", []), ("b", [])])
     assert out[0] == "A" and out[3] == "B"
     assert isinstance(out[1], ValueError) and "text only" in str(out[1])
@@ -173,14 +173,14 @@ def test_pool_complete_is_text_only_and_keeps_order() -> None:
 
 
 def test_pool_complete_turns_a_short_answer_or_a_raise_into_errors() -> None:
-    short = pool_complete(lambda ps: ["x"])
+    short = PoolComplete(lambda ps: ["x"])
     out = short([("a", []), ("b", [])])
     assert all(isinstance(x, LLMError) and "1 completion(s) for 2" in str(x) for x in out)
 
     def boom(ps: list[str]) -> list[str]:
         raise ConnectionError("replica gone")
 
-    out = pool_complete(boom)([("a", [])])
+    out = PoolComplete(boom)([("a", [])])
     assert isinstance(out[0], LLMError) and "replica gone" in str(out[0])
 
 
