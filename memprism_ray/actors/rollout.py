@@ -117,14 +117,23 @@ class RolloutWorker:
         args, self._args = self._args, None
         self.doing = "starting"
         try:
-            self._setup(args)
+            self._setup(*args)
         except Exception as exc:
             self.setup_error = exc
             self.doing = f"failed to start: {type(exc).__name__}"
             raise
         self.doing = "idle"
 
-    def _setup(self, args: tuple[Any, ...]) -> None:
+    def _setup(
+        self,
+        cfg: ExperimentConfig,
+        model_state: dict[str, np.ndarray],
+        phi_handles: list[Any],
+        view_handles: list[Any],
+        policy_handles: list[Any],
+        needs_view_text: bool,
+        data: NodeData | None,
+    ) -> None:
         """Build the worker from its constructor's arguments."""
         import torch
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -133,7 +142,6 @@ class RolloutWorker:
         from memprism_ray.router.features import FeatureExtractor
         from memprism_ray.router.model import ViewPolicyModel
 
-        cfg, model_state, phi_handles, view_handles, policy_handles, needs_view_text, data = args
         torch.set_num_threads(1)
         self.data = data or NodeData()
         cfg = self.data.localize(cfg)  # this node's copies of the games, fixtures, releases

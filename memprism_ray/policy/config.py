@@ -212,7 +212,8 @@ class PolicyConfig:
             try:
                 resources[str(k)] = float(v)  # CLI overrides arrive as strings
             except (TypeError, ValueError):
-                resources[str(k)] = float("nan")
+                bad[k] = v
+                continue
             if not resources[str(k)] > 0:
                 bad[k] = v
         self.resources = resources

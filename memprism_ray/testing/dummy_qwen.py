@@ -35,17 +35,41 @@ SPECIAL_TOKENS: tuple[str, ...] = (
 )
 FIRST_SPECIAL_ID = 151643
 
-_TEXT_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size")
-_VISION_KEYS = ("depth", "hidden_size", "intermediate_size", "num_heads", "out_hidden_size", "fullatt_block_indexes")
 #: Layer sizes of Qwen2.5-VL-7B-Instruct's text and vision towers (and a tiny one for CPU tests).
 SIZES: dict[str, dict[str, Any]] = {
     "7b": {
-        "text": dict(zip(_TEXT_KEYS, (3584, 28, 28, 4, 18944), strict=True)),
-        "vision": dict(zip(_VISION_KEYS, (32, 1280, 3420, 16, 3584, [7, 15, 23, 31]), strict=True)),
+        "text": {
+            "hidden_size": 3584,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "intermediate_size": 18944,
+        },
+        "vision": {
+            "depth": 32,
+            "hidden_size": 1280,
+            "intermediate_size": 3420,
+            "num_heads": 16,
+            "out_hidden_size": 3584,
+            "fullatt_block_indexes": [7, 15, 23, 31],
+        },
     },
     "tiny": {
-        "text": dict(zip(_TEXT_KEYS, (64, 1, 4, 2, 128), strict=True)),
-        "vision": dict(zip(_VISION_KEYS, (1, 32, 64, 2, 64, [0]), strict=True)),
+        "text": {
+            "hidden_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 128,
+        },
+        "vision": {
+            "depth": 1,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "fullatt_block_indexes": [0],
+        },
     },
 }
 TEXT_VOCAB = 152064

@@ -136,7 +136,9 @@ class FakeAsyncEngine:
         limit = sampling_params.get("max_tokens") if isinstance(sampling_params, dict) else None
         tokens = min(self.tokens, limit) if limit else self.tokens
         tag = parts[2] if len(parts) > 2 else ""
-        item = _Running(request_id, tag, prompt, tokens, loop.create_future(), "FAKE_CRASH" in text, tokens)
+        item = _Running(
+            request_id, tag, prompt, left=tokens, done=loop.create_future(), crash="FAKE_CRASH" in text, total=tokens
+        )
         self.submitted += 1
         self._queue.append(item)
         if self._task is None:

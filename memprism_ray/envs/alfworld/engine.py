@@ -81,13 +81,13 @@ class _LRU(OrderedDict):
 
     def __init__(self, max_entries: int, stat: str) -> None:
         super().__init__()
-        self.max_entries, self.stat = max_entries, stat
+        self.max_entries, self.hit_key = max_entries, f"{stat}_hits"
 
     def hit(self, key: Any) -> Any:
         value = self.get(key)
         if value is not None:
             self.move_to_end(key)
-            _STATS[f"{self.stat}_hits"] += 1
+            _STATS[self.hit_key] += 1
         return value
 
     def put(self, key: Any, value: Any) -> Any:
