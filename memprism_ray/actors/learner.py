@@ -5,6 +5,7 @@ tables and weights travel as object refs the driver never fetches.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,8 @@ class Learner:
         reference_here, resume_here = local.get("reference", reference), local.get("resume", resume)
         ref = load_model(reference_here, map_location=device)
         ckpt = load_checkpoint(resume_here, map_location=device) if resume else None
-        model = ckpt.model if ckpt is not None else load_model(reference_here, map_location=device)
+        # The policy starts as a copy of the reference: the file is read and hashed once.
+        model = ckpt.model if ckpt is not None else copy.deepcopy(ref)
         self.updater = GRPOUpdater(model, ref, replace(grpo_config, device=device))
         if ckpt is not None:
             resume_trainer(self.updater, ckpt)
