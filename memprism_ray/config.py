@@ -54,6 +54,11 @@ class RunConfig:
         False, help="resume from a checkpoint made with a different config (e.g. a new --grpo.lr)"
     )
     checkpoint_every: int = field(1, help="learner checkpoint every K iterations (and at the end)")
+    learner_restarts: int = field(
+        3,
+        help="times a lost Learner (its actor or node) is started again from the last checkpoint, "
+        "replaying the iterations since; past it the job ends with the --resume command",
+    )
     ray_address: str = field("auto", help="'auto': join the job's cluster or start a local one; 'local': always local")
     num_cpus: int = field(0, help="CPUs of a locally started Ray (0: all)")
     call_timeout_s: float = field(300.0, help="timeout of every ray.get on a worker call")
@@ -63,6 +68,8 @@ class RunConfig:
         check_run_name(self.name)
         if self.checkpoint_every < 1:
             raise ValueError(f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        if self.learner_restarts < 0:
+            raise ValueError(f"run.learner_restarts must be >= 0, got {self.learner_restarts}")
         if not 0 < self.call_timeout_s < math.inf:
             raise ValueError(f"run.call_timeout_s must be a finite number of seconds > 0, got {self.call_timeout_s}")
         if self.ray_address not in ("auto", "local"):

@@ -110,16 +110,23 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
             say(d1_cost_line(cfg, benchmark))
             reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg), say, data=data)
 
-        # 4. Actors and GRPO iterations.
-        actors = start_training_actors(cfg, reference, resume_from, resources, say, data=data, record=record)
+        # 4. Actors and GRPO iterations; a lost Learner is started again inside (run.learner_restarts).
+        actors = None
         try:
-            run_grpo_iterations(cfg, actors, games, logger, run_dir, ck_extra)
-            final = stop_training_actors(cfg, actors)
+            actors = start_training_actors(cfg, reference, resume_from, resources, say, data=data, record=record)
+            final = run_grpo_iterations(cfg, actors, games, logger, run_dir, ck_extra)
+            stop_training_actors(actors)
         except RayActorError as exc:  # rollout workers are replaced inside; what ends here is the learner
+            if exc.actor_init_failed:
+                raise  # its creation error is the cause to name (run_failure), not a resume
             latest = latest_checkpoint(run_dir)
             args = list(argv if argv is not None else sys.argv[1:])
+            restarts = actors.learner.restarts if actors is not None else 0
+            again = (
+                f" after {restarts} restart(s) (run.learner_restarts={cfg.run.learner_restarts})" if restarts else ""
+            )
             error(
-                f"the Learner actor died ({type(exc).__name__}); last checkpoint: "
+                f"the Learner actor died ({type(exc).__name__}){again}; last checkpoint: "
                 f"{latest if latest else 'none yet (resuming restarts GRPO after D1)'}; continue with: "
                 f"python {shlex.quote(sys.argv[0])} {shlex.join(_without_resume(args))} --resume auto"
             )

@@ -5,6 +5,7 @@ the evaluation does not need.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray
+from ray.exceptions import RayActorError
 from tqdm import tqdm
 
 from memprism_ray.actors import metrics, waits
@@ -31,18 +33,117 @@ from memprism_ray.io_atomic import write_files
 from memprism_ray.policy.factory import needs_view_text
 from memprism_ray.trainer.placement_record import PlacementRecord
 from memprism_ray.trainer.rollouts import IterationFailed, RolloutFleet, iteration_stats, run_groups, sample_groups
-from memprism_ray.trainer.rollouts import say as grpo_say
-from memprism_ray.trainer.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration
+from memprism_ray.trainer.rollouts import say as say_grpo
+from memprism_ray.trainer.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration, find_valid_checkpoint
 
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig
+
+
+class LearnerLost(RuntimeError):
+    """The Learner's actor or its node died; the Ray error is ``__cause__``."""
+
+
+@dataclass
+class LearnerSeat:
+    """The run's Learner and how to start it again (``run.learner_restarts``; issue 40): a lost
+    Learner is started on any node from the last checkpoint that verifies, and the iterations
+    since are replayed, which reaches the weights of an undisturbed run (task draws and
+    trajectory seeds are functions of the iteration; the update is resumed with its state)."""
+
+    cfg: ExperimentConfig
+    reference: Path
+    say: Any = print
+    record: PlacementRecord | None = None
+    actor: Any = None
+    name: str = ""
+    full_ref: Any = None
+    """the Learner's full weights, which a rollout worker starting later loads"""
+    restarts: int = 0
+    replayed: int = 0
+    """iterations played again after restarts, in all"""
+
+    def start(self, resume_from: Path | None) -> int:
+        """Start the Learner (from ``resume_from``, else from the reference); the iterations it has done.
+        Its checkpoints are shipped, so a Learner on a node without the run directory finds them."""
+        from memprism_ray.actors.node_data import ship
+        from memprism_ray.adapter.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+
+        cfg = self.cfg
+        # The reference is only read for its weights (load_model): its optimizer state stays behind.
+        trees = [DataTree(str(self.reference), "the D1 checkpoint", owned=True, files=(CONFIG_FILE, WEIGHTS_FILE))]
+        if resume_from is not None:
+            trees.append(DataTree(str(resume_from), "the checkpoint GRPO resumes from", owned=True))
+        self.name = actor_name(cfg.run.name, "learner")
+        self.actor = Learner.options(name=self.name, **learner_options(cfg)).remote(
+            cfg.grpo,
+            str(self.reference),
+            str(resume_from) if resume_from else "",
+            cfg.rollout.learner_threads,
+            ship(trees),
+        )
+        done = wait_placed([self.actor.iteration.remote()], "learner", learner_options(cfg), cfg.run.call_timeout_s * 4)
+        if self.record is not None:
+            self.record.actor(
+                "learner", waits.get(self.actor.placed.remote(), cfg.run.call_timeout_s, "the learner's node")
+            )
+        self.full_ref = self.actor.full_weights.remote()  # resolved by each rollout worker, not fetched here
+        return int(done[0])
+
+    def call(self, ref: Any, timeout_s: float, what: str) -> Any:
+        """``waits.get`` of a Learner call; its death raised as :class:`LearnerLost`."""
+        try:
+            return waits.get(ref, timeout_s, what)
+        except RayActorError as exc:
+            raise LearnerLost(f"{what}: {type(exc).__name__}") from exc
+
+    def check(self) -> None:
+        """Raise :class:`LearnerLost` when the Learner no longer answers (a cheap call: it runs
+        after every call sent before it, so it also says those finished)."""
+        self.call(self.actor.iteration.remote(), self.cfg.run.call_timeout_s, "the Learner")
+
+    def restart(self, lost: LearnerLost, done: int, run_dir: Path, logger: RunLogger) -> int:
+        """A new Learner from the last checkpoint that verifies (or from the reference when there
+        is none yet) after ``done`` iterations were logged; the iteration to continue from.
+        Past ``run.learner_restarts`` the Ray error is raised again (the job's --resume line)."""
+        cause = lost.__cause__ or lost
+        if getattr(cause, "actor_init_failed", False) or self.restarts >= self.cfg.run.learner_restarts:
+            raise cause
+        self.restarts += 1
+        with contextlib.suppress(Exception):  # an unavailable but live Learner must not update again
+            ray.kill(self.actor)
+        if self.record is not None:
+            self.record.gone(self.name, f"lost: {lost}")
+        checkpoint, corrupt = find_valid_checkpoint(run_dir)
+        for path, error in corrupt:
+            self.say(f"checkpoint {path.name} does not verify ({error}); not used")
+        start = self.start(checkpoint)
+        replayed = max(0, done - start)
+        self.replayed += replayed
+        logger.rewind(start)
+        source = checkpoint.name if checkpoint is not None else "the D1 reference (no checkpoint yet)"
+        span = f"iterations {start + 1}-{done} replayed" if replayed else "no iteration replayed"
+        say_grpo(
+            f"the Learner was lost ({lost}); restart {self.restarts} of {self.cfg.run.learner_restarts} from "
+            f"{source}: {span}"
+        )
+        if self.record is not None:
+            self.record.event(
+                "learner_restarted",
+                iteration=done + 1,
+                restarts=self.restarts,
+                checkpoint=checkpoint.name if checkpoint is not None else None,
+                replayed=replayed,
+                why=str(lost),
+            )
+        return start
 
 
 @dataclass
 class TrainingActors:
     """What :func:`start_training_actors` started."""
 
-    learner: Any
+    learner: LearnerSeat
     fleet: RolloutFleet
     phi_pool: list[Any]
     view_pool: list[Any]
@@ -60,10 +161,7 @@ def start_training_actors(
     record: PlacementRecord | None = None,
 ) -> TrainingActors:
     """Learner, policy replicas, Phi and View pools and the rollout fleet (``rollout.num_workers``,
-    or with ``auto`` one seat per group of an iteration); the Learner's checkpoints are shipped
-    here, so a Learner on a node without the run directory finds them."""
-    from memprism_ray.actors.node_data import ship
-
+    or with ``auto`` one seat per group of an iteration)."""
     requests = {
         "learner": learner_options(cfg),
         "replicas": {**policy_replica_options(cfg), "count": cfg.policy.num_replicas},
@@ -71,20 +169,8 @@ def start_training_actors(
     for line in placement_summary(requests, resources):
         say(line)
     data = data or NodeData()
-    # The reference is only read for its weights (load_model): its optimizer state stays behind.
-    from memprism_ray.adapter.checkpoint import CONFIG_FILE, WEIGHTS_FILE
-
-    checkpoints = [DataTree(str(reference), "the D1 checkpoint", owned=True, files=(CONFIG_FILE, WEIGHTS_FILE))]
-    if resume_from is not None:
-        checkpoints.append(DataTree(str(resume_from), "the checkpoint GRPO resumes from", owned=True))
-    learner_data = ship(checkpoints)
-    learner_name = actor_name(cfg.run.name, "learner")
-    learner = Learner.options(name=learner_name, **learner_options(cfg)).remote(
-        cfg.grpo, str(reference), str(resume_from) if resume_from else "", cfg.rollout.learner_threads, learner_data
-    )
-    start = wait_placed([learner.iteration.remote()], "learner", learner_options(cfg), cfg.run.call_timeout_s * 4)[0]
-    if record is not None:
-        record.actor("learner", waits.get(learner.placed.remote(), cfg.run.call_timeout_s, "the learner's node"))
+    learner = LearnerSeat(cfg, reference, say, record)
+    start = learner.start(resume_from)
     if resume_from is not None:
         say(f"resumed from {resume_from} (iteration {checkpoint_iteration(resume_from)})")
     ro = cfg.rollout
@@ -108,17 +194,17 @@ def start_training_actors(
             for place in waits.get(refs, cfg.run.call_timeout_s * 4, f"start of the {role}s"):
                 record.actor(role, place)
     needs_text = needs_view_text(cfg.policy, get_benchmark(cfg.corpus.benchmark).task_contract())
-    full_ref = learner.full_weights.remote()  # resolved by each rollout worker, not fetched here
 
     def make_rollout_worker(i: int, generation: int) -> object:
         # SPREAD: seats go to different nodes while they have room, so the environments' CPU
         # load is shared and a lost node takes as few groups with it as possible. Each seat
         # reserves its EnvWorkers' CPUs too (they run on its node: RolloutWorker._setup).
+        # learner.full_ref: the current Learner's (a restarted one's after a loss).
         return RolloutWorker.options(
             name=actor_name(cfg.run.name, f"rollout-worker-{i}"),
             num_cpus=ro.seat_cpus(),
             scheduling_strategy="SPREAD",
-        ).remote(cfg, i, full_ref, phi_pool, view_pool, replicas, needs_text, cfg.run.name, generation, data)
+        ).remote(cfg, i, learner.full_ref, phi_pool, view_pool, replicas, needs_text, cfg.run.name, generation, data)
 
     seats = cfg.grpo.groups_per_iteration if ro.elastic else ro.num_workers
     fleet = RolloutFleet.start(
@@ -134,7 +220,7 @@ def start_training_actors(
     nodes = len({(fleet.seats[i].place or {}).get("node_id") for i in fleet.ready()})
     size = f"{fleet.size()} of {seats} (rollout.num_workers auto)" if ro.elastic else str(fleet.size())
     say(f"{size} rollout workers on {nodes} node(s), {where} ({cfg.policy.backend})")
-    return TrainingActors(learner, fleet, phi_pool, view_pool, replicas, int(start))
+    return TrainingActors(learner, fleet, phi_pool, view_pool, replicas, start)
 
 
 def run_grpo_iterations(
@@ -144,78 +230,111 @@ def run_grpo_iterations(
     logger: RunLogger,
     run_dir: Path,
     ck_extra: dict[str, Any],
-) -> None:
+) -> dict[str, Any]:
     """Iterations ``actors.start_iteration`` .. ``grpo.iterations``: sample groups of ``games``,
     play them with the learner's current weights, update the learner from the groups' step
     tables (never through this driver), record metrics and checkpoint every
-    ``run.checkpoint_every`` iterations and at the end."""
+    ``run.checkpoint_every`` iterations and at the end; the trained Router's full weights.
+    A lost Learner is started again from the last checkpoint (:class:`LearnerSeat`)."""
     learner = actors.learner
     replay = cfg.grpo.replayed_iterations
     if replay:
-        grpo_say(
+        say_grpo(
             f"iterations {cfg.grpo.iterations - replay + 1}-{cfg.grpo.iterations} replay the games of iterations "
             f"1-{replay} with fresh seeds (grpo.replay_first {cfg.grpo.replay_first})"
         )
     bar = tqdm(
-        range(actors.start_iteration, cfg.grpo.iterations),
         initial=actors.start_iteration,
         total=cfg.grpo.iterations,
         desc="GRPO",
         file=sys.stdout,
     )
     seen_size = actors.fleet.size()
-    for it in bar:
-        t0 = time.perf_counter()
-        version = it + 1
-        weights_ref = learner.planner_weights.remote()
-        rollout = run_groups(
-            actors.fleet,
-            sample_groups(games, cfg, it),
-            weights_ref,
-            version,
-            cfg,
-            tick=lambda done, n: bar.set_description(f"GRPO (groups {done}/{n})"),
-            # While the fleet waits for a node, a lost Learner ends the job at once (RayActorError).
-            watch=lambda: ray.get(learner.iteration.remote(), timeout=cfg.run.call_timeout_s),
-        )
-        t_rollout = time.perf_counter() - t0
-        if not rollout.steps_refs:
-            # Nothing played: when the Learner is gone (its node lost, say) the weights never came,
-            # and that is the cause to report (RayActorError: the job's --resume line).
-            ray.get(learner.iteration.remote(), timeout=cfg.run.call_timeout_s)
-            raise IterationFailed(
-                f"iteration {it + 1}: no group produced a decision ({rollout.failed_trajectories} failed "
-                f"trajectories); first cause: {rollout.first_failure or 'unknown'}"
+    it = logged = actors.start_iteration  # the next iteration to play, the last one logged
+    restarts_seen = replayed_seen = 0
+    while True:
+        try:
+            if it == cfg.grpo.iterations:
+                final = learner.call(
+                    learner.actor.full_weights.remote(), cfg.run.call_timeout_s, "final Router weights"
+                )
+                bar.close()
+                return final
+            stats = _iteration(cfg, actors, games, it, bar, seen_size)
+            seen_size = stats["fleet_size_end"]
+            stats.update(
+                learner_restarts=learner.restarts - restarts_seen, iterations_replayed=learner.replayed - replayed_seen
             )
-        fleet_changes(actors.fleet, rollout, it + 1, seen_size)
-        seen_size = rollout.fleet_size_end
-        update = learner.update.remote(*rollout.steps_refs)
-        stats = waits.get(update, cfg.run.call_timeout_s * 4, f"learner update of iteration {it + 1}")
-        stats.update(iteration_stats(rollout))
-        t_end = time.perf_counter()
-        stats.update(
-            iteration=it + 1,
-            weights_version=version,
-            iteration_seconds=t_end - t0,
-            rollout_phase_seconds=t_rollout,
-            update_phase_seconds=t_end - t0 - t_rollout,
-        )
-        metrics.record_iteration(cfg.run.name, stats)
-        logger.log("grpo", it + 1, stats)
-        bar.set_postfix(
-            sr=f"{stats['success_rate']:.2f}",
-            zero_std=f"{stats.get('zero_std_group_frac', float('nan')):.2f}",
-            kl=f"{stats['kl']:.4f}",
-            failed=stats["failed_trajectories"],
-            replaced=stats["workers_replaced"],
-            workers=stats["fleet_size"],
-        )
-        if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.grpo.iterations:
-            ck = waits.get(
-                learner.checkpoint.remote(metrics=stats, extra=ck_extra), cfg.run.call_timeout_s, f"checkpoint {it + 1}"
+            restarts_seen, replayed_seen = learner.restarts, learner.replayed
+            metrics.record_iteration(cfg.run.name, stats)
+            logger.log("grpo", it + 1, stats)
+            logged = it + 1
+            bar.update(1)
+            bar.set_postfix(
+                sr=f"{stats['success_rate']:.2f}",
+                zero_std=f"{stats.get('zero_std_group_frac', float('nan')):.2f}",
+                kl=f"{stats['kl']:.4f}",
+                failed=stats["failed_trajectories"],
+                replaced=stats["workers_replaced"],
+                workers=stats["fleet_size"],
             )
-            write_files(ck["files"], checkpoint_dir(run_dir, it + 1))
-            logger.log("checkpoint", it + 1, {"sha256": ck["sha256"]})
+            if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.grpo.iterations:
+                ck = learner.call(
+                    learner.actor.checkpoint.remote(metrics=stats, extra=ck_extra),
+                    cfg.run.call_timeout_s,
+                    f"checkpoint {it + 1}",
+                )
+                write_files(ck["files"], checkpoint_dir(run_dir, it + 1))
+                logger.log("checkpoint", it + 1, {"sha256": ck["sha256"]})
+            it += 1
+        except LearnerLost as lost:
+            it = logged = learner.restart(lost, logged, run_dir, logger)
+            bar.n = it
+            bar.refresh()
+
+
+def _iteration(
+    cfg: ExperimentConfig, actors: TrainingActors, games: list[Any], it: int, bar: Any, seen_size: int
+) -> dict[str, Any]:
+    """Iteration ``it`` (0-based): its groups played and the Learner updated; its statistics.
+    :class:`LearnerLost` when the Learner died on the way (the iteration is then played again)."""
+    learner = actors.learner
+    t0 = time.perf_counter()
+    version = it + 1
+    weights_ref = learner.actor.planner_weights.remote()
+    learner.check()  # the weights exist before any group waits for them
+    rollout = run_groups(
+        actors.fleet,
+        sample_groups(games, cfg, it),
+        weights_ref,
+        version,
+        cfg,
+        tick=lambda done, n: bar.set_description(f"GRPO (groups {done}/{n})"),
+        # While the fleet waits for a node, a lost Learner ends the wait at once.
+        watch=learner.check,
+    )
+    t_rollout = time.perf_counter() - t0
+    # Groups that failed because the weights went with the Learner's node are not the fleet's
+    # fault: a lost Learner is the cause to act on, and the iteration is played again.
+    learner.check()
+    if not rollout.steps_refs:
+        raise IterationFailed(
+            f"iteration {it + 1}: no group produced a decision ({rollout.failed_trajectories} failed "
+            f"trajectories); first cause: {rollout.first_failure or 'unknown'}"
+        )
+    fleet_changes(actors.fleet, rollout, it + 1, seen_size)
+    update = learner.actor.update.remote(*rollout.steps_refs)
+    stats = learner.call(update, cfg.run.call_timeout_s * 4, f"learner update of iteration {it + 1}")
+    stats.update(iteration_stats(rollout))
+    t_end = time.perf_counter()
+    stats.update(
+        iteration=it + 1,
+        weights_version=version,
+        iteration_seconds=t_end - t0,
+        rollout_phase_seconds=t_rollout,
+        update_phase_seconds=t_end - t0 - t_rollout,
+    )
+    return stats
 
 
 def fleet_changes(fleet: RolloutFleet, rollout: Any, iteration: int, before: int) -> None:
@@ -223,12 +342,12 @@ def fleet_changes(fleet: RolloutFleet, rollout: Any, iteration: int, before: int
     start, end = rollout.fleet_size, rollout.fleet_size_end
     seats = len(fleet.seats)
     if start > before:
-        grpo_say(f"iteration {iteration}: the fleet grew to {start} of {seats} rollout workers")
+        say_grpo(f"iteration {iteration}: the fleet grew to {start} of {seats} rollout workers")
         if fleet.record is not None:
             fleet.record.event("grew", iteration=iteration, size=start, seats=seats)
     if end < start:
         lost = f", {rollout.workers_lost} lost with their node" if rollout.workers_lost else ""
-        grpo_say(
+        say_grpo(
             f"iteration {iteration}: the fleet shrank to {end} of {seats} rollout workers{lost}; every group was "
             "played (the lost ones re-run)"
         )
@@ -236,14 +355,12 @@ def fleet_changes(fleet: RolloutFleet, rollout: Any, iteration: int, before: int
             fleet.record.event("shrank", iteration=iteration, size=end, seats=seats, lost=rollout.workers_lost)
 
 
-def stop_training_actors(cfg: ExperimentConfig, actors: TrainingActors) -> dict[str, Any]:
-    """The trained Router's full weights; the other actors are killed to free their CPUs for the
-    evaluation, but the policy replicas stay up (one engine start, 60-75 s on an H100, saved)."""
-    final = waits.get(actors.learner.full_weights.remote(), cfg.run.call_timeout_s, "final Router weights")
+def stop_training_actors(actors: TrainingActors) -> None:
+    """Kill the training actors to free their CPUs for the evaluation; the policy replicas stay
+    up (one engine start, 60-75 s on an H100, saved)."""
     actors.fleet.kill_all()
-    for actor in [*actors.phi_pool, *actors.view_pool, actors.learner]:
+    for actor in [*actors.phi_pool, *actors.view_pool, actors.learner.actor]:
         ray.kill(actor)
-    return final
 
 
 def training_plot(run_dir: Path, say: Any = print, label: str = "success", replay_first: int = 0) -> Path | None:

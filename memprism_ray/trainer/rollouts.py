@@ -413,10 +413,13 @@ def run_groups(
             try:
                 summary = waits.get(ref, cfg.run.call_timeout_s, f"summary of group {spec.group_id}")
             except RayActorError as exc:
-                if not isinstance(exc, RayTaskError):  # the rollout worker's process died
+                if not isinstance(exc, RayTaskError) and _about(exc, fleet.workers[w]):
                     worker_failed(w, spec, f"rollout worker died ({type(exc).__name__})", died=True)
                     continue
-                # run_group failed on something else that died (the Learner holding the weights):
+                # run_group failed on something else that died (the Learner holding the weights,
+                # whose error an argument carries in): that is the cause to act on, when watched.
+                if watch is not None:
+                    watch()
                 cause = getattr(exc, "cause", None) or exc
                 summary = _failed_summary(spec, version, f"run_group: {one_line(cause)}")
                 steps_ref = None
@@ -451,6 +454,13 @@ def run_groups(
     order = {s.group_id: i for i, s in enumerate(specs)}
     out.groups = sorted(done, key=lambda g: order[g.summary.group_id])
     return out
+
+
+def _about(exc: RayActorError, actor: Any) -> bool:
+    """Whether ``exc`` is ``actor``'s own death (an error passed in as an argument names the
+    actor it came from: a task given a dead Learner's weights fails with the Learner's error)."""
+    ours = getattr(getattr(actor, "_actor_id", None), "hex", lambda: None)()
+    return exc.actor_id is None or ours is None or exc.actor_id == ours
 
 
 def _failed_summary(spec: GroupSpec, version: int, error: str, node: str = "") -> GroupSummary:

@@ -37,6 +37,7 @@ RESUME_FREE_KEYS = frozenset(
         "run.num_cpus",
         "run.call_timeout_s",
         "run.tensorboard",
+        "run.learner_restarts",
     }
 )
 RESUME_FREE_SECTIONS = ("eval",)
@@ -333,6 +334,18 @@ class RunLogger:
                 self.writer = SummaryWriter(str(run_dir / "tb"), **purge)
             except Exception as exc:  # TensorBoard is optional; the JSONL log is not
                 print(f"memprism: TensorBoard logging off ({exc})")
+
+    def rewind(self, step: int) -> None:
+        """Back to ``step``, as a resume from it would be: a restarted Learner replays the
+        iterations after its checkpoint, so their rows move to ``metrics.superseded.jsonl`` and
+        TensorBoard drops their events (no step is logged twice)."""
+        run_dir = self.path.parent
+        self.superseded += self._supersede(run_dir, step)
+        if self.writer is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer.close()
+            self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=step + 1)
 
     def _supersede(self, run_dir: Path, step: int) -> int:
         if not self.path.exists():

@@ -143,6 +143,40 @@ def test_killed_driver_resumes_to_the_same_state(
         assert _weights_sha(tmp_path / "a" / "checkpoints" / it) == _weights_sha(tmp_path / "b" / "checkpoints" / it)
     assert _grpo_rows(tmp_path / "b") == grpo_a  # every logged statistic, bit for bit
 
+    # C: the same run in this process, its Learner killed once the first iteration is logged.
+    # It is started again by itself from the last checkpoint and ends on run A's weights.
+    import threading
+
+    import ray
+
+    def kill_learner() -> None:
+        metrics = tmp_path / "c" / "metrics.jsonl"
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if metrics.exists() and '"kind": "grpo"' in metrics.read_text():
+                ray.kill(ray.get_actor("c-learner"))
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_learner, daemon=True)
+    killer.start()
+    assert run_job("grpo_alfworld.py", args("c")) == 0
+    killer.join(timeout=5)
+    out = capsys.readouterr().out
+    restarts = [line for line in out.splitlines() if "the Learner was lost" in line]
+    assert len(restarts) == 1 and "restart 1 of 3 from " in restarts[0], out[-3000:]
+    for it in ("iter_0001", "iter_0002"):
+        assert _weights_sha(tmp_path / "a" / "checkpoints" / it) == _weights_sha(tmp_path / "c" / "checkpoints" / it)
+    rows_c = [json.loads(x) for x in (tmp_path / "c" / "metrics.jsonl").read_text().splitlines()]
+    grpo_c = [r for r in rows_c if r["kind"] == "grpo"]
+    assert [r["step"] for r in grpo_c] == [1, 2]  # a replayed iteration is logged once
+    assert sum(r["learner_restarts"] for r in grpo_c) == 1
+    assert sum(r["iterations_replayed"] for r in grpo_c) <= 1  # at most run.checkpoint_every
+    same = ("success_rate", "loss", "kl", "trajectories")
+    assert [{k: r[k] for k in same} for r in grpo_c] == [{k: r[k] for k in same} for r in grpo_a]
+    events = json.loads((tmp_path / "c" / "cluster.json").read_text())["events"]
+    assert [e["event"] for e in events].count("learner_restarted") == 1
+
 
 @pytest.mark.parametrize(
     ("extra", "message"),
