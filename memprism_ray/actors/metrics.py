@@ -44,6 +44,8 @@ _COUNTERS = {
     "groups_rerun": "groups re-run after failed trajectories",
     "workers_replaced": "rollout workers replaced (hung, dead, failing)",
     "workers_lost": "rollout workers lost with their node",
+    "learner_restarts": "times a lost Learner was started again from the last checkpoint",
+    "iterations_replayed": "iterations played again after Learner restarts",
     "decisions": "view decisions taken",
     "view_selections": "view decisions by factor value",
 }
@@ -85,7 +87,15 @@ def record_iteration(run: str, stats: Mapping[str, float]) -> None:
         key = _STAT_OF_GAUGE.get(metric, metric)
         if key in stats and stats[key] is not None:
             _metric(metric).set(float(stats[key]), tags=tags)
-    for counter in ("trajectories", "failed_trajectories", "groups_rerun", "workers_replaced", "workers_lost"):
+    for counter in (
+        "trajectories",
+        "failed_trajectories",
+        "groups_rerun",
+        "workers_replaced",
+        "workers_lost",
+        "learner_restarts",
+        "iterations_replayed",
+    ):
         if stats.get(counter):
             _metric(counter).inc(float(stats[counter]), tags=tags)
 

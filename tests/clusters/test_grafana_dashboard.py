@@ -231,6 +231,8 @@ FULL_ITERATION: dict[str, float] = {
     "groups_rerun": 1,
     "workers_replaced": 1,
     "workers_lost": 1,
+    "learner_restarts": 1,
+    "iterations_replayed": 1,
 }
 STEP_ROW: dict[str, Any] = {
     "view_index": 0,
