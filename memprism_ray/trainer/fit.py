@@ -6,6 +6,7 @@ naming the last checkpoint and the command that continues.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import sys
@@ -183,11 +184,31 @@ def run_failure(exc: BaseException) -> str | None:
     from memprism_ray.trainer.rollouts import FleetError, IterationFailed
 
     cause = getattr(exc, "cause", None) or exc  # a Ray task error carries the actor's own exception
+    if getattr(cause, "actor_init_failed", False):
+        return creation_failure(str(cause))
     if isinstance(cause, NodeDataError):
         return str(cause).strip().splitlines()[0]
     if isinstance(cause, (IterationFailed, FleetError, WaitTimeout)):
         return str(cause)
     return None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def creation_failure(message: str) -> str:
+    """One line for an actor that raised in ``__init__``: Ray hands the driver an
+    ``ActorDiedError`` holding only the text of the creation task's traceback (no ``.cause``),
+    so the actor's class, its node and the exception's first line are read from that text."""
+    lines = [_ANSI.sub("", line) for line in message.splitlines()]
+    head = re.search(r"ray::(\w+)\.__init__\(\).*?\bip=([\w.:]+)", " ".join(lines[:2]))
+    actor, where = (head.group(1), f" on {head.group(2)}") if head else ("an actor", "")
+    # The exception's own line is the first unindented one after the last frame of the traceback.
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    after = lines[frames[-1] + 1 :] if frames else lines[1:]
+    error = next((line.strip() for line in after if line.strip() and not line.startswith(" ")), lines[-1].strip())
+    error = re.sub(r"^(?:[A-Za-z_]\w*\.)+(?=\w+(?:Error|Exception)?:)", "", error)  # the module path of its type
+    return f"{actor} could not start{where}: {error}"[:600]
 
 
 def _without_resume(args: list[str]) -> list[str]:

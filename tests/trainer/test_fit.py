@@ -76,3 +76,23 @@ def test_without_resume_drops_every_spelling() -> None:
     args = ["--resume", "x", "--a", "1", "--run.resume=auto", "--resume=p", "--run.resume", "y", "--b"]
     assert fit_module._without_resume(args) == ["--a", "1", "--b"]
 
+
+
+@pytest.mark.ray
+def test_an_actor_that_fails_in_init_is_one_line_naming_its_cause(ray_session, tmp_path: Path) -> None:
+    """Ray keeps only the text of an exception raised in ``__init__`` (an ``ActorDiedError``
+    with no ``.cause``); the job still ends in one line naming the actor, its node and the
+    cause (issue 40: it ended in a traceback)."""
+    from memprism_ray.actors.learner import Learner
+    from memprism_ray.actors.node_data import NodeData
+    from memprism_ray.adapter.grpo_update import GRPOConfig
+    from memprism_ray.benchmark import DataTree
+
+    missing = tmp_path / "not-here" / "ckpt"
+    data = NodeData(checked=(DataTree(str(missing.parent), "corpus.data_root", owned=False, fix="mount it"),))
+    learner = Learner.options(num_cpus=0).remote(GRPOConfig(), str(missing), "", 1, data)
+    errors: list[str] = []
+    assert fit_module.explained(lambda: ray_session.get(learner.iteration.remote(), timeout=120), errors.append) == 1
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    assert errors[0].startswith("Learner could not start on 127.0.0.1: NodeDataError: corpus.data_root ")
+    assert f"{missing.parent} does not exist on node 127.0.0.1 (" in errors[0] and errors[0].endswith("): mount it")
