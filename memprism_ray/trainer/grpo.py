@@ -29,6 +29,7 @@ from memprism_ray.actors.placement import (
 from memprism_ray.actors.rollout import RolloutWorker
 from memprism_ray.actors.workers import PhiWorker, ViewWorker, start_policy_replicas
 from memprism_ray.benchmark import DataTree, get_benchmark
+from memprism_ray.benchmark.job_spec import joins_cluster
 from memprism_ray.io_atomic import write_files
 from memprism_ray.policy.factory import needs_view_text
 from memprism_ray.trainer.placement_record import PlacementRecord
@@ -215,6 +216,8 @@ def start_training_actors(
         ping_timeout_s=cfg.run.call_timeout_s * 4,
         elastic=ro.elastic,
         record=record,
+        seat_request={"CPU": ro.seat_cpus()},
+        nodes_may_join=joins_cluster(cfg.run.ray_address),
     )
     where = f"{len(replicas)} policy replicas" if replicas else "the policy inside each rollout worker"
     nodes = len({(fleet.seats[i].place or {}).get("node_id") for i in fleet.ready()})

@@ -76,3 +76,45 @@ def nodes() -> list[dict[str, Any]]:
 def node_alive(node_id: str) -> bool:
     """Whether the node ``node_id`` is alive (False for an unknown id)."""
     return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+
+
+def free_per_node() -> dict[str, dict[str, float]]:
+    """Free resources of each live node (``node:`` address entries left out)."""
+    from ray._private.state import available_resources_per_node
+
+    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    return {
+        node: {k: float(v) for k, v in res.items() if not k.startswith("node:")}
+        for node, res in available_resources_per_node().items()
+        if node in alive
+    }
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _probe() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def node_lost(node_id: str, timeout_s: float = 45.0) -> bool:
+    """Whether the node ``node_id`` is gone. A worker's death is seen at once, but Ray marks its
+    node dead only after its health checks fail (about 15 s by default: a short iteration used
+    to end first and count a lost node's workers as merely replaced). So a node Ray still lists
+    as alive is asked to run a probe: one that runs it is alive; for one that does not, Ray's
+    verdict is awaited (at most ``timeout_s``, only in an iteration in which a worker died)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not node_alive(node_id):
+        return True
+    probe = _probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, _ = ray.wait([probe], timeout=1.0)
+        if done:
+            try:
+                ray.get(probe)
+                return False  # it ran there
+            except Exception:  # unschedulable: the node went while the probe waited
+                return not node_alive(node_id)
+        if not node_alive(node_id):
+            return True
+    return False

@@ -107,14 +107,21 @@ class RolloutFleet:
         ping_timeout_s: float = 300.0,
         elastic: bool = False,
         record: Any = None,
+        seat_request: dict[str, float] | None = None,
+        nodes_may_join: bool = True,
     ) -> None:
-        """``workers``: already started workers (tests, benchmarks); :meth:`start` starts them."""
+        """``workers``: already started workers (tests, benchmarks); :meth:`start` starts them.
+        ``seat_request``: what one seat asks Ray for, named when seats cannot be placed;
+        ``nodes_may_join``: False on a Ray this driver started (no node will come to place a
+        waiting seat, so a seat that cannot be placed ends the start at once)."""
         self.seats = [Seat(i, worker=w, place={}) for i, w in enumerate(workers or [])]
         self.make_worker = make_worker
         self.max_replacements = max_replacements
         self.ping_timeout_s = ping_timeout_s
         self.elastic = elastic
         self.record = record
+        self.seat_request = dict(seat_request or {})
+        self.nodes_may_join = nodes_may_join
 
     @property
     def workers(self) -> list[Any]:
@@ -151,6 +158,7 @@ class RolloutFleet:
         for seat in fleet.seats:
             fleet._launch(seat)
         if not fleet.elastic:
+            fleet._wait_placed(n, log)
             places = waits.get([s.starting for s in fleet.seats], fleet.ping_timeout_s, f"start of {n} rollout workers")
             for seat, place in zip(fleet.seats, places, strict=True):
                 fleet._started(seat, place)
@@ -158,6 +166,48 @@ class RolloutFleet:
         fleet.wait_for_one("the start of the fleet", log=log)
         fleet.settle(log=log)  # the other seats already on a node finish loading; the rest join later
         return fleet
+
+    def _wait_placed(self, n: int, log: Callable[[str], None] | None) -> None:
+        """Wait until every seat of a fixed fleet is on a node. After :data:`PLACEMENT_NOTICE_S`
+        the seats still waiting are named with the resource they lack: the start ends there
+        when no node can join, else that line is said and the wait goes on (an autoscaler may
+        be adding a node) until ``ping_timeout_s``, which ends it with the same line."""
+        t0 = time.monotonic()
+        noticed = False
+        while True:
+            waiting = [s for s in self.seats if s.placed is not None]
+            placed, _ = ray.wait([s.placed for s in waiting], num_returns=len(waiting), timeout=0)
+            unplaced = len(waiting) - len(placed)
+            if not unplaced:
+                return
+            waited = time.monotonic() - t0
+            if waited >= self.ping_timeout_s:
+                raise FleetError(f"{self.shortfall(unplaced)}: not placed within {self.ping_timeout_s:g}s; add nodes")
+            if waited >= PLACEMENT_NOTICE_S and not noticed:
+                noticed = True
+                line = self.shortfall(unplaced)
+                if not self.nodes_may_join:
+                    raise FleetError(f"{line}: lower rollout.num_workers or the seat's CPUs, or run on a cluster")
+                if log is not None:
+                    log(f"{line}: waiting for a node to join (at most {self.ping_timeout_s:g}s in all)")
+            pending = [s.placed for s in waiting if s.placed not in placed]
+            ray.wait(pending, num_returns=len(pending), timeout=min(5.0, max(0.1, PLACEMENT_NOTICE_S - waited)))
+
+    def shortfall(self, unplaced: int) -> str:
+        """``2 rollout seats wait for a node: each needs 1 CPU; the cluster has 0.5 CPU free on 1 of 2 nodes``."""
+        from memprism_ray.trainer.placement_record import free_per_node
+
+        request = {k: v for k, v in self.seat_request.items() if v > 0}
+        free = free_per_node()
+        need = " and ".join(f"{v:g} {k}" for k, v in request.items()) or SEAT_REQUEST
+        lacking = [
+            f"{sum(r.get(k, 0.0) for r in free.values()):g} {k} free on "
+            f"{sum(r.get(k, 0.0) >= v for r in free.values())} of {len(free)} node(s) with room for one"
+            for k, v in request.items()
+        ]
+        have = "; ".join(lacking) if lacking else f"{dict(ray.available_resources())} free"
+        seats = f"{unplaced} rollout seat{'s' if unplaced != 1 else ''}"
+        return f"{seats} cannot be placed: each needs {need} ({SEAT_REQUEST}); the cluster has {have}"
 
     def _launch(self, seat: Seat) -> None:
         assert self.make_worker is not None
@@ -265,11 +315,11 @@ class RolloutFleet:
                     f"(rollout.max_restarts={self.max_replacements}); see the [grpo] lines above"
                 )
             left = deadline - time.monotonic()
-            if left <= 0:
+            unplaced = sum(1 for s in self.seats if s.starting is not None and not s.retired)
+            if left <= 0 or (not self.nodes_may_join and self.ping_timeout_s - left >= PLACEMENT_NOTICE_S):
                 raise FleetError(
-                    f"no rollout worker could be placed within {self.ping_timeout_s:g}s for {what}; each asks for "
-                    f"{SEAT_REQUEST}; the cluster has {dict(ray.available_resources())} free: add nodes "
-                    "(or let the autoscaler)"
+                    f"no rollout worker could start within {self.ping_timeout_s - max(0.0, left):.0f}s for {what}: "
+                    f"{self.shortfall(unplaced)}; add nodes (or let the autoscaler)"
                 )
             ray.wait(starting, num_returns=1, timeout=min(5.0, left))
             for _seat, exc in self.poll(log=log):
@@ -282,7 +332,12 @@ class RolloutFleet:
 
 
 #: What one rollout seat asks Ray for, in the refusal when none can be placed.
-SEAT_REQUEST = "its seat's CPUs (rollout.rollout_cpus + env_workers_per_rollout x env_cpus)"
+SEAT_REQUEST = "rollout.rollout_cpus + env_workers_per_rollout x env_cpus"
+
+#: Seconds after which seats still waiting for a node are named with what they lack: Ray
+#: places an actor that fits in about a second here (docs/cluster.md), a minute is long enough
+#: that a seat still waiting does not fit, and short enough not to leave a user in silence.
+PLACEMENT_NOTICE_S = 60.0
 
 
 def one_line(exc: BaseException) -> str:
@@ -339,7 +394,7 @@ def run_groups(
     them out. ``weights_ref`` (``None``: keep the workers' weights) is waited for unfetched.
     ``tick(groups done, groups)`` is called as groups finish and at least every ``TICK_S``;
     ``watch()`` while the fleet waits for a worker (it raises to end the wait)."""
-    from memprism_ray.trainer.placement_record import node_alive
+    from memprism_ray.trainer.placement_record import node_alive, node_lost
 
     if weights_ref is not None:
         waits.ready([weights_ref], cfg.run.call_timeout_s, f"Router weights version {version} from the learner")
@@ -447,9 +502,14 @@ def run_groups(
                 in_flight.pop(ref)
                 worker_failed(w, spec, f"hung: no result within rollout.group_timeout_s={timeout_s:g}s")
     out.workers_retired = len(fleet.retired) - retired_before
-    # Lost with their node: the deaths whose node Ray has marked dead by now (its health checks
-    # take about 15 s by default; a death seen earlier in a short iteration counts as a replacement).
-    out.workers_lost = sum(not node_alive(n) for n in deaths)
+    # Lost with their node: the deaths whose node is gone (node_lost asks the node itself).
+    lost = {n for n in set(deaths) if node_lost(n)}
+    out.workers_lost = sum(n in lost for n in deaths)
+    if fleet.record is not None:
+        for n in sorted(lost):
+            fleet.record.event(
+                "node_lost", iteration=specs[0].iteration + 1 if specs else None, node_id=n, workers=deaths.count(n)
+            )
     out.fleet_size_end = fleet.size()
     order = {s.group_id: i for i, s in enumerate(specs)}
     out.groups = sorted(done, key=lambda g: order[g.summary.group_id])

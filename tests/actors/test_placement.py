@@ -107,3 +107,35 @@ def test_a_gpu_replica_on_a_cpu_cluster_is_pending_demand_never_a_cpu_fallback(
         ray.kill(replica)
     with pytest.raises(TimeoutError, match="not placed within 2s"):
         start_policy_replicas(cfg, engine_factory=functools.partial(fake_engine_factory), timeout_s=2)
+
+
+@pytest.mark.ray
+def test_seats_that_cannot_be_placed_are_named_with_what_they_lack(ray_session, actors_tiny_cfg, monkeypatch) -> None:
+    """Issue 40 item 2: a fixed fleet whose seats ask for what no node has ends within
+    PLACEMENT_NOTICE_S on a Ray no node can join, naming the resource (it used to wait
+    4 x call_timeout_s, 480 s, and end in "no result within 480s")."""
+    from memprism_ray.actors.rollout import RolloutWorker
+    from memprism_ray.trainer import rollouts
+
+    monkeypatch.setattr(rollouts, "PLACEMENT_NOTICE_S", 1.0)
+    started = []
+
+    def make(index: int, generation: int):
+        w = RolloutWorker.options(num_cpus=0, resources={"memprism_test_seat": 1}).remote(
+            actors_tiny_cfg, index, {}, [], [], [], False, "unplaceable", generation
+        )
+        started.append(w)
+        return w
+
+    t0 = time.monotonic()
+    with pytest.raises(rollouts.FleetError) as caught:
+        rollouts.RolloutFleet.start(
+            2, make, ping_timeout_s=300, seat_request={"memprism_test_seat": 1}, nodes_may_join=False
+        )
+    assert time.monotonic() - t0 < 30
+    line = str(caught.value)
+    assert "\n" not in line
+    assert line.startswith("2 rollout seats cannot be placed: each needs 1 memprism_test_seat (")
+    assert "the cluster has 0 memprism_test_seat free on 0 of 1 node(s) with room for one" in line
+    for w in started:
+        ray_session.kill(w)
