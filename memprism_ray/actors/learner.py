@@ -86,18 +86,17 @@ class Learner:
     def checkpoint(self, metrics: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> dict:
         """A resumable D2 checkpoint as files (the driver writes them into the run directory,
         which may be on another node)."""
-        import tempfile
+        return checkpoint_files(self.model, self.updater, {"reference": self.reference, **(extra or {})}, metrics)
 
-        from memprism_ray.adapter.checkpoint import checkpoint_sha256, save_checkpoint
-        from memprism_ray.io_atomic import read_files
 
-        with tempfile.TemporaryDirectory() as tmp:
-            save_checkpoint(
-                Path(tmp),
-                self.model,
-                trainer=self.updater,
-                stage="d2",
-                metrics=metrics or {},
-                extra={"reference": self.reference, **(extra or {})},
-            )
-            return {"sha256": checkpoint_sha256(tmp), "files": read_files(Path(tmp))}
+def checkpoint_files(model: Any, updater: Any, extra: dict[str, Any], metrics: dict[str, Any] | None = None) -> dict:
+    """``{"sha256", "files"}`` of a D2 checkpoint of ``model`` with ``updater``'s state
+    (``benchmarks/bench_checkpoint.py`` times it)."""
+    import tempfile
+
+    from memprism_ray.adapter.checkpoint import checkpoint_sha256, save_checkpoint
+    from memprism_ray.io_atomic import read_files
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_checkpoint(Path(tmp), model, trainer=updater, stage="d2", metrics=metrics or {}, extra=extra)
+        return {"sha256": checkpoint_sha256(tmp), "files": read_files(Path(tmp))}
