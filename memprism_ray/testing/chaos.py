@@ -1,7 +1,7 @@
 """Seeded fault schedules for a GRPO job on a :class:`~memprism_ray.local.cluster.LocalCluster`
 (issue 40 item 8): a rollout worker, an EnvWorker, a worker node and the Learner's node killed
 at chosen points of one run, as machines and processes fail on a real cluster. The suite's
-chaos test plays one fixed schedule; ``benchmarks/chaos.py`` plays N random ones.
+chaos test plays one fixed schedule; ``benchmarks/bench_chaos.py`` plays N random ones.
 
 A fault fires once ``metrics.jsonl`` holds ``after`` GRPO rows, ``delay_s`` later (so it lands
 inside the next iteration, while groups play). What it kills is found from the outside, as an

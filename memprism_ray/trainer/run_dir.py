@@ -37,6 +37,7 @@ RESUME_FREE_KEYS = frozenset(
         "run.num_cpus",
         "run.call_timeout_s",
         "run.tensorboard",
+        "run.checkpoint_every",
         "run.learner_restarts",
     }
 )
@@ -194,7 +195,8 @@ def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: Experime
     if recorded is None:
         changed = ["(the checkpoint records no config hash)"]
     else:
-        old = extra.get("config") or {}
+        # A key made resume-free later (run.checkpoint_every) is no change either.
+        old = {k: v for k, v in (extra.get("config") or {}).items() if k not in RESUME_FREE_KEYS}
         new = resume_relevant_config(config)
         # A setting added by a later version of the code, at its default value, computes what the
         # checkpoint's code computed: not a change (e.g. the `phi` section, added at `kind: rules`).
