@@ -4,7 +4,6 @@ file helpers beside them: a tree's files (links followed) and the bounded file l
 from __future__ import annotations
 
 import re
-import shutil
 import threading
 from pathlib import Path
 
@@ -42,29 +41,11 @@ def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
     assert sorted(x.name for x in tmp_path.iterdir()) == ["config.yaml"]
 
 
-def _tree_with_links(tmp_path: Path) -> tuple[Path, Path]:
-    """A tree ``real`` holding a file, a folder, a symlinked folder and a symlinked file (both
-    pointing outside it), and ``plain``: the same content with no link at all."""
-    outside = tmp_path / "outside"
-    (outside / "deep").mkdir(parents=True)
-    (outside / "deep" / "c.txt").write_text("c")
-    (outside / "d.txt").write_text("d")
-    for name in ("real", "plain"):
-        (tmp_path / name / "sub").mkdir(parents=True)
-        (tmp_path / name / "a.txt").write_text("a")
-        (tmp_path / name / "sub" / "b.txt").write_text("b")
-    (tmp_path / "real" / "linked").symlink_to(outside)
-    (tmp_path / "real" / "linked-file").symlink_to(outside / "d.txt")
-    shutil.copytree(outside, tmp_path / "plain" / "linked")
-    shutil.copy(outside / "d.txt", tmp_path / "plain" / "linked-file")
-    return tmp_path / "real", tmp_path / "plain"
-
-
-def test_tree_files_follow_symlinked_roots_folders_and_files(tmp_path: Path) -> None:
+def test_tree_files_follow_symlinked_roots_folders_and_files(tmp_path: Path, linked_tree: tuple[Path, Path]) -> None:
     """Issue 40: a symlinked folder inside a tree counts with the files it points to (it was left
     out of the digest), named under the link; a root that is a symlink, absolute or relative,
     stands for its target; the digest is the one of the same tree without links."""
-    real, plain = _tree_with_links(tmp_path)
+    real, plain = linked_tree
     names = ["a.txt", "linked/d.txt", "linked/deep/c.txt", "linked-file", "sub/b.txt"]  # sorted as paths
     (tmp_path / "abs").symlink_to(real)
     (tmp_path / "rel").symlink_to("real")
