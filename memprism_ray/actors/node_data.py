@@ -290,19 +290,8 @@ def _local_copy(tree: ShippedTree, max_bytes: int = DEFAULT_MAX_BYTES) -> Path:
         os.utime(home / _DONE)  # the least recently used copy is the first evicted
     except BaseException as exc:
         _release(base / f"{home.name}.use")
-        if isinstance(exc, LockTimeout):
-            raise NodeDataError(
-                f"{tree.what} on {node_label()}: {_reason(exc)} (transient: the actor is started again)",
-                permanent=False,
-            ) from None
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise _disk_full(tree, base) from None
         if isinstance(exc, OSError):
-            where = exc.filename or base
-            raise NodeDataError(
-                f"{tree.what}: could not write its copy under {base} on {node_label()} ({where}: "
-                f"{exc.strerror or _reason(exc)}): make $MEMPRISM_CACHE a writable folder on this node"
-            ) from None
+            raise _os_failure(tree, base, exc) from None
         raise
     return target
 
@@ -416,6 +405,20 @@ def _unpack(blob: bytes, tree: ShippedTree, home: Path) -> None:
         ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _os_failure(tree: ShippedTree, base: Path, exc: OSError) -> NodeDataError:
+    """The one line for what the node's disk or locks refused while making ``tree``'s copy."""
+    if isinstance(exc, LockTimeout):  # another process of this node still unpacking it
+        return NodeDataError(
+            f"{tree.what} on {node_label()}: {exc} (transient: the actor is started again)", permanent=False
+        )
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return _disk_full(tree, base)
+    return NodeDataError(
+        f"{tree.what}: could not write its copy under {base} on {node_label()} ({exc.filename or base}: "
+        f"{exc.strerror or _reason(exc)}): make $MEMPRISM_CACHE a writable folder on this node"
+    )
 
 
 def _disk_full(tree: ShippedTree, base: Path) -> NodeDataError:

@@ -397,7 +397,7 @@ def test_the_unpack_lock_wait_is_shorter_than_a_fetch_and_transient(
         data.localize(str(root))
     line = _one_line_error(err, permanent=False)
     assert re.match(
-        rf"the test corpus on node .*: waited 0.2s for the lock {re.escape(str(lock))} "
+        rf"the test corpus on node \S+ \(\w{{8}}\): waited 0.2s for the lock {re.escape(str(lock))} "
         rf"\(held by process {os.getpid()}, unpacking the test corpus\); wait for that process or stop it "
         r"\(transient: the actor is started again\)$",
         line,
