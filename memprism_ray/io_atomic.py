@@ -8,15 +8,17 @@ lock, and a directory's files as bytes and back.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, *, overwrite: bool = False) -> Path:
@@ -64,14 +66,66 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+class UnshippableLink(ValueError):
+    """A symlink in a tree that cannot be followed (issue 40): one pointing nowhere, a chain of
+    links that never ends, or one pointing at a folder that contains it (a loop)."""
+
+
 def tree_files(root: str | Path, files: Sequence[str] = ()) -> list[Path]:
-    """``root`` itself when it is a file, else its files (or only ``files``), sorted by path."""
+    """``root`` itself when it is a file, else its files (or only ``files``), sorted by path.
+    Symlinks are followed (issue 40): a symlinked root, folder or file stands for what it points
+    to, under the link's own name, so a tree's digest covers exactly what a copy of it holds; a
+    link that cannot be followed is refused with :class:`UnshippableLink` naming it."""
     root = Path(root)
     if root.is_file():
         return [root]
     if files:
         return sorted(root / f for f in files)
-    return sorted(p for p in root.rglob("*") if p.is_file())
+    if root.is_symlink() and not root.exists():
+        raise _unfollowable(root, root)
+    out: list[Path] = []
+    if root.is_dir():
+        _walk(root, root, frozenset(), out)
+    return sorted(out)
+
+
+def _walk(root: Path, folder: Path, above: frozenset[tuple[int, int]], out: list[Path]) -> None:
+    """Append the files under ``folder`` (links followed) to ``out``; ``above``: the (device,
+    inode) of every folder on the way down from ``root``, to tell a loop from a second path."""
+    here = folder.stat()
+    above = above | {(here.st_dev, here.st_ino)}
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            path = Path(entry.path)
+            try:
+                st = path.stat()
+            except OSError:
+                if entry.is_symlink():
+                    raise _unfollowable(path, root) from None
+                raise
+            if stat.S_ISDIR(st.st_mode):
+                if entry.is_symlink() and Path(os.path.realpath(folder)).is_relative_to(os.path.realpath(path)):
+                    raise UnshippableLink(
+                        f"{path} is a symlink to {os.readlink(path)}, a folder that contains it (a loop): remove the "
+                        "link or point it at a folder that does not contain it"
+                    )
+                if (st.st_dev, st.st_ino) in above:  # a loop without a link (a bind mount)
+                    raise UnshippableLink(f"{path} is a folder that contains itself (a loop): unmount it")
+                _walk(root, path, above, out)
+            elif stat.S_ISREG(st.st_mode):
+                out.append(path)
+
+
+def _unfollowable(link: Path, root: Path) -> UnshippableLink:
+    try:
+        os.stat(link)
+        why = "which cannot be read"
+    except OSError as exc:
+        why = "a chain of links that never ends" if exc.errno == errno.ELOOP else "which does not exist"
+    return UnshippableLink(
+        f"{link} is a symlink to {os.readlink(link)}, {why}: remove the link or point it at a file or folder"
+        + ("" if link == root else f" (it is inside {root})")
+    )
 
 
 def sha256_path(path: str | Path, files: Sequence[str] = ()) -> str:
@@ -109,37 +163,72 @@ def json_lines(
         yield n, line, value
 
 
+class LockTimeout(TimeoutError):
+    """:func:`file_lock` waited its ``timeout_s`` in vain (a ``TimeoutError``, told apart from
+    other timeouts inside the locked block)."""
+
+
 @contextlib.contextmanager
-def file_lock(path: str | Path, timeout_s: float, *, what: str = "", hint: str = "") -> Iterator[None]:
-    """An exclusive ``flock`` on ``path``, waited for at most ``timeout_s`` seconds (then a
-    ``TimeoutError`` naming its holder, whose process id the file holds: the kernel drops the
-    lock when its holder dies, so a timeout means a holder still working or hung)."""
+def file_lock(
+    path: str | Path, timeout_s: float, *, what: str = "", hint: str = "", shared: bool = False
+) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (``shared``: a shared one, which only an exclusive one
+    excludes), waited for at most ``timeout_s`` seconds (0: one try), then a :class:`LockTimeout`
+    naming its holder, whose process id the file holds (an exclusive holder writes it): the
+    kernel drops the lock when its holder dies, so a timeout means a holder still working or
+    hung. A holder may delete ``path`` while it holds it: a waiter then locks the file now at
+    that name rather than the deleted one (issue 40: the node-data cache removes its lock files)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as fh:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    fh.seek(0)
-                    holder = fh.read().strip() or "unknown"
-                    raise TimeoutError(
-                        f"waited {timeout_s:g}s for the lock {path} (held by process {holder}"
-                        f"{', ' + what if what else ''}); wait for that process or stop it"
-                        f"{', or ' + hint if hint else ''}"
-                    ) from None
-                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        fh = path.open("a+")
         try:
+            _flock_by(fh, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, deadline)
+        except BlockingIOError:
             fh.seek(0)
-            fh.truncate()
-            fh.write(str(os.getpid()))
-            fh.flush()
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            raise LockTimeout(
+                f"waited {timeout_s:g}s for the lock {path} (held by process {holder}"
+                f"{', ' + what if what else ''}); wait for that process or stop it"
+                f"{', or ' + hint if hint else ''}"
+            ) from None
+        if _names(fh, path):
+            break
+        fh.close()  # removed by its holder while this process waited: lock the file now there
+    with fh:
+        try:
+            if not shared:
+                fh.seek(0)
+                fh.truncate()
+                fh.write(str(os.getpid()))
+                fh.flush()
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _flock_by(fh: IO[str], mode: int, deadline: float) -> None:
+    """``flock(fh, mode)``, tried until ``deadline`` (then ``BlockingIOError``)."""
+    while True:
+        try:
+            fcntl.flock(fh, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def _names(fh: IO[str], path: Path) -> bool:
+    """Whether ``path`` still names the open file ``fh``."""
+    try:
+        now = path.stat()
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fh.fileno())
+    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def read_files(root: Path) -> dict[str, bytes]:

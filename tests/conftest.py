@@ -9,6 +9,7 @@ content is a function of the seed only.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,22 @@ def actors_tiny_cfg(memprism_tiny_corpus: Path, tmp_path_factory: pytest.TempPat
 def memprism_tiny_overrides():
     """:func:`tiny_overrides`, for test modules outside this file."""
     return tiny_overrides
+
+
+@pytest.fixture
+def linked_tree(tmp_path: Path) -> tuple[Path, Path]:
+    """A tree ``real`` holding a file, a folder, a symlinked folder and a symlinked file (both
+    pointing outside it), and ``plain``: the same content with no link at all."""
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "c.txt").write_text("c")
+    (outside / "d.txt").write_text("d")
+    for name in ("real", "plain"):
+        (tmp_path / name / "sub").mkdir(parents=True)
+        (tmp_path / name / "a.txt").write_text("a")
+        (tmp_path / name / "sub" / "b.txt").write_text("b")
+    (tmp_path / "real" / "linked").symlink_to(outside)
+    (tmp_path / "real" / "linked-file").symlink_to(outside / "d.txt")
+    shutil.copytree(outside, tmp_path / "plain" / "linked")
+    shutil.copy(outside / "d.txt", tmp_path / "plain" / "linked-file")
+    return tmp_path / "real", tmp_path / "plain"
