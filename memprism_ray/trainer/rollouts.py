@@ -258,7 +258,10 @@ class RolloutFleet:
                 ray.kill(seat.worker)
                 seat.starting = None
                 seat.worker = None
-                retire = isinstance(cause, NodeDataError)  # the same node would refuse it again
+                # A permanent cause (data missing on the node, a refused member, a digest
+                # mismatch) would refuse the seat again: retired; a transient one (a fetch that
+                # timed out, the unpack lock) is retried like any failed start.
+                retire = isinstance(cause, NodeDataError) and cause.permanent
                 self._replace(seat, f"did not start: {one_line(cause)}", retire=retire, log=log)
                 continue
             self._started(seat, place)

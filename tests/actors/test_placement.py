@@ -139,3 +139,46 @@ def test_seats_that_cannot_be_placed_are_named_with_what_they_lack(ray_session, 
     assert "the cluster has 0 memprism_test_seat free on 0 of 1 node(s) with room for one" in line
     for w in started:
         ray_session.kill(w)
+
+
+@pytest.mark.ray
+def test_a_transient_data_failure_starts_the_seat_again_and_a_permanent_one_retires_it(
+    ray_session, actors_tiny_cfg, tmp_path
+) -> None:
+    """Issue 40 item 2: a seat whose data could not be fetched (transient: its source node is
+    unreachable) is started again up to rollout.max_restarts; one whose user data is missing
+    on its node (permanent) is retired at once. Every NodeDataError used to retire the seat."""
+    import dataclasses
+
+    from memprism_ray.actors.node_data import NodeData, ShippedTree
+    from memprism_ray.actors.rollout import RolloutWorker
+    from memprism_ray.benchmark import DataTree
+    from memprism_ray.trainer import rollouts
+
+    gone = tmp_path / "gone"
+    cfg = dataclasses.replace(
+        actors_tiny_cfg, corpus=dataclasses.replace(actors_tiny_cfg.corpus, data_root=str(gone / "corpus"))
+    )
+    unreachable = NodeData(shipped=(ShippedTree(str(gone), "the corpus", "ab" * 32, 1, (), "ff" * 28),))
+    missing = NodeData(checked=(DataTree(str(gone), "corpus.data_root", owned=False),))
+    started = []
+
+    def fleet(data: NodeData) -> rollouts.RolloutFleet:
+        def make(index: int, generation: int):
+            w = RolloutWorker.options(num_cpus=0).remote(cfg, index, {}, [], [], [], False, "seat", generation, data)
+            started.append(w)
+            return w
+
+        f = rollouts.RolloutFleet(None, make, max_replacements=2, ping_timeout_s=120, elastic=True)
+        f.seats = [rollouts.Seat(0)]
+        f._launch(f.seats[0])
+        with pytest.raises(Exception, match="corpus"):
+            f.wait_for_one("the test", log=None)
+        return f
+
+    transient = fleet(unreachable)
+    assert transient.seats[0].retired and transient.seats[0].replacements == 2  # started again twice
+    permanent = fleet(missing)
+    assert permanent.seats[0].retired and permanent.seats[0].replacements == 0
+    for w in started:
+        ray_session.kill(w)
