@@ -86,12 +86,13 @@ def sha256_path(path: str | Path, files: Sequence[str] = ()) -> str:
     return h.hexdigest()
 
 
-def loads_json(text: str, what: str) -> Any:
-    """``json.loads`` whose error names ``what`` was being read."""
+def loads_json(text: str, what: str, fix: str = "") -> Any:
+    """``json.loads`` whose one-line error names ``what`` was being read (a file: name it), the
+    line and column, and ``fix`` when given."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+        raise ValueError(f"{what} is not valid JSON: {exc}{'; ' + fix if fix else ''}") from None
 
 
 def json_lines(

@@ -223,7 +223,9 @@ def prepare_run_dir(
     ``resume=""`` refuses a run directory that already exists and is not empty; ``"auto"``
     returns the latest checkpoint that verifies (or ``None``); any other value is a checkpoint
     path, which must not be older than the run directory's own latest checkpoint (later ones
-    would be overwritten). Errors are :class:`RunDirError` with a one-line message.
+    would be overwritten). Errors are :class:`RunDirError` with a one-line message; the files the
+    run reads besides its data (``init_checkpoint``, ``eval.marginal``) are checked here too,
+    before any work (issue 40 item 3).
     """
     try:
         check_run_name(config.run.name)
@@ -232,6 +234,10 @@ def prepare_run_dir(
     allow = bool(config.run.allow_config_change)
     if config.init_checkpoint:  # checked now, not when the learner actor first loads it
         _check_checkpoint(Path(config.init_checkpoint), f"init_checkpoint {config.init_checkpoint}")
+    if config.eval.enabled and config.eval.marginal:  # read now, not by the final evaluation after training
+        from memprism_ray.trainer.evaluate import given_marginal
+
+        given_marginal(config)
     run_dir = Path(run_dir)
     try:
         run_dir.exists()
