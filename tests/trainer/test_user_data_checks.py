@@ -192,7 +192,9 @@ def test_a_bad_eval_marginal_is_one_line_before_ray_not_after_training(
     assert line == f"[grpo] error: {short}: the view marginal needs 144 probabilities (one per view), got 2"
 
 
-def test_a_bad_ebalfred_episode_list_names_its_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_ebalfred_episode_list_names_its_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "alfred_train.json"
     bad.write_text('{"alfred_train": [\n  {"instruction": "x",}\n]}\n')
     cfg = load_config(

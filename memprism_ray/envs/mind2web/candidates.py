@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.envs.mind2web.data import Mind2WebDataError
-from memprism_ray.io_atomic import json_lines
+from memprism_ray.io_atomic import json_lines, utf8_lines
 
 #: MindAct's cut: metric.py's ``top_k=50`` (the Mind2Web paper's "top-50 candidates").
 TOP_K = 50
@@ -124,7 +124,7 @@ def _read_json(path: Path, top_k: int) -> Iterator[_Row]:
     except OSError as exc:
         raise Mind2WebDataError(f"cannot read candidate scores {path}: {exc}") from None
     except UnicodeDecodeError as exc:
-        raise _bad(str(path), f"not UTF-8 text (byte {exc.start}): not a file the converter wrote") from None
+        raise _bad(str(path), f"not UTF-8 text (byte {exc.start})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -135,18 +135,11 @@ def _read_json(path: Path, top_k: int) -> Iterator[_Row]:
         yield from _step_ranks(sid, ranks, str(path))
 
 
-def _utf8_lines(path: Path, fh: Iterable[bytes]) -> Iterator[str]:
-    for n, raw in enumerate(fh, 1):
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _bad(f"{path}:{n}", f"not UTF-8 text (byte {exc.start}): not a file the converter wrote") from None
-
-
 def _read_jsonl(path: Path, top_k: int) -> Iterator[_Row]:
     try:
         with path.open("rb") as fh:
-            for n, _, row in json_lines(_utf8_lines(path, fh), lambda n, _, exc: _not_json(f"{path}:{n}", exc)):
+            lines = utf8_lines(fh, lambda n, exc: _bad(f"{path}:{n}", f"not UTF-8 text (byte {exc.start})"))
+            for n, _, row in json_lines(lines, lambda n, _, exc: _not_json(f"{path}:{n}", exc)):
                 if not isinstance(row, Mapping):
                     raise _bad(f"{path}:{n}", "expected an object with 'sample_id' and 'ranks'")
                 yield from _step_ranks(row.get("sample_id"), row.get("ranks"), f"{path}:{n}")
