@@ -365,7 +365,8 @@ class RunLogger:
             return 0
         keep, drop = [], []
         for row in read_metrics(run_dir, warn):
-            later = int(row.get("step", 0)) > step or (row.get("kind") == "eval" and int(row.get("step", 0)) >= step)
+            s = int(row.get("step", 0))
+            later = s > step or (row.get("kind") == "eval" and s >= step)
             (drop if later else keep).append(json.dumps(row, default=float) + "\n")
         if drop:
             superseded = run_dir / self.SUPERSEDED
