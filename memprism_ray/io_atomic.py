@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import stat
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -140,12 +141,13 @@ def sha256_path(path: str | Path, files: Sequence[str] = ()) -> str:
     return h.hexdigest()
 
 
-def loads_json(text: str, what: str) -> Any:
-    """``json.loads`` whose error names ``what`` was being read."""
+def loads_json(text: str, what: str, fix: str = "") -> Any:
+    """``json.loads`` whose one-line error names ``what`` was being read (a file: name it), the
+    line and column, and ``fix`` when given."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+        raise ValueError(f"{what} is not valid JSON: {exc}{'; ' + fix if fix else ''}") from None
 
 
 def json_lines(
@@ -166,6 +168,89 @@ def json_lines(
 class LockTimeout(TimeoutError):
     """:func:`file_lock` waited its ``timeout_s`` in vain (a ``TimeoutError``, told apart from
     other timeouts inside the locked block)."""
+
+
+def utf8_lines(lines: Iterable[bytes], bad: Callable[[int, UnicodeDecodeError], Exception]) -> Iterator[str]:
+    """Each of ``lines`` decoded as UTF-8; a line that is not raises ``bad(line number, error)``."""
+    for n, raw in enumerate(lines, 1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise bad(n, exc) from None
+
+
+def _warn(msg: str) -> None:
+    print(f"memprism: warning: {msg}", file=sys.stderr, flush=True)
+
+
+def _is_json(raw: bytes) -> bool:
+    try:
+        json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return True
+
+
+def read_jsonl(path: str | Path, what: str, warn: Callable[[str], None] | None = None) -> list[Any]:
+    """Every row of the JSONL file ``path`` that a run appends to (issue 40 item 4: nothing skipped
+    silently). A last line without its newline that is not JSON is a row torn by a killed
+    writer: skipped, and said through ``warn`` (default: a warning on stderr) with its line and
+    size; :func:`seal_jsonl` cuts it off before the next append. Any other line that is not
+    JSON is damage no writer of this project leaves: a one-line ``ValueError`` naming ``what``,
+    the file and the line."""
+    path = Path(path)
+    lines = path.read_bytes().split(b"\n")
+    last = lines.pop()  # b"" when the file ends with a newline
+    if last.strip() and not _is_json(last):
+        (warn or _warn)(
+            f"{what} {path}: line {len(lines) + 1} is torn ({len(last)} bytes without a newline: a writer killed "
+            "mid-row); skipped"
+        )
+    elif last.strip():
+        lines.append(last)  # whole, only its newline missing
+
+    def damaged(n: int, exc: Exception) -> ValueError:
+        why = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        return ValueError(
+            f"{what} {path}:{n} is not JSON ({why}); only a last line can be torn by a killed writer, so this one "
+            "was damaged otherwise: remove that line (or move the file aside) and run again"
+        )
+
+    text = utf8_lines(lines, damaged)
+    return [row for _, _, row in json_lines(text, lambda n, _, exc: damaged(n, exc))]
+
+
+def seal_jsonl(path: str | Path, what: str, warn: Callable[[str], None] | None = None) -> int:
+    """Make the JSONL file ``path`` end with a whole line before anything is appended to it, so
+    that a row never lands glued to a fragment (issue 40 item 4). A last line without its
+    newline that is JSON gets the newline; one that is not (a writer killed mid-row) is cut off,
+    kept in ``<path>.torn`` first (one fragment per line) and said through ``warn`` (default: a
+    warning on stderr) with its line, size and where it went. Returns the bytes cut off."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return 0
+    start = data.rfind(b"\n") + 1
+    tail = data[start:]
+    with path.open("r+b") as fh:
+        if _is_json(tail):
+            fh.seek(len(data))
+            fh.write(b"\n")
+            return 0
+        torn = path.with_name(path.name + ".torn")
+        with torn.open("ab") as keep:  # kept before it is cut: a kill between the two loses nothing
+            keep.write(tail + b"\n")
+            keep.flush()
+            os.fsync(keep.fileno())
+        fh.truncate(start)
+    line = data.count(b"\n", 0, start) + 1
+    (warn or _warn)(
+        f"{what} {path}: line {line} was torn ({len(tail)} bytes without a newline: a writer killed mid-row); "
+        f"cut off before appending and kept in {torn.name}"
+    )
+    return len(tail)
 
 
 @contextlib.contextmanager

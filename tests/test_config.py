@@ -66,7 +66,13 @@ PRESET = "configs/local.yaml"
      (["--rollout.env_slots_per_worker", "0"], "rollout.env_slots_per_worker and env_workers_per_rollout must be >= 1"),
      (["--run.call_timeout_s", "nan"], "run.call_timeout_s: expected a number, got 'nan'"),
      (["--run.ray_address", "10.0.0.1:6379"], "run.ray_address must be 'auto'"),
-     (["--grpo.lr", "fast"], "grpo.lr: expected a number, got 'fast'")],
+     (["--grpo.lr", "fast"], "grpo.lr: expected a number, got 'fast'"),
+     # Issue 40 item 7: a group of one trains nothing (every advantage is 0).
+     (["--grpo.group_size", "1"],
+      "grpo.group_size must be at least 2: GRPO's advantage is a reward minus its group's mean, so a group of 1 "
+      "has advantage 0 and nothing trains; got 1"),
+     (["--grpo.group_size", "0"], "grpo.group_size must be at least 2: "),
+     (["--grpo.group_size", "-4"], "grpo.group_size must be at least 2: ")],
 )  # fmt: skip
 def test_bad_settings_are_rejected_when_the_config_is_read(overrides: list[str], message: str) -> None:
     with pytest.raises(ValueError) as err:

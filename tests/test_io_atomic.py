@@ -16,6 +16,8 @@ from memprism_ray.io_atomic import (
     atomic_write_bytes,
     atomic_write_text,
     file_lock,
+    read_jsonl,
+    seal_jsonl,
     sha256_path,
     tree_files,
 )
@@ -132,3 +134,35 @@ def test_a_lock_file_its_holder_removes_is_not_locked_by_a_waiter(
         pass
     release.set()
     thread.join(10)
+
+
+def test_seal_jsonl_cuts_each_torn_tail_keeps_it_and_says_so(tmp_path: Path) -> None:
+    """Issue 40 item 4: any JSONL a run appends to ends with a whole line before the next append."""
+    path = tmp_path / "log.jsonl"
+    said: list[str] = []
+    assert seal_jsonl(path, "log", said.append) == 0 and not path.exists()  # nothing to seal
+    path.write_bytes(b"")
+    assert seal_jsonl(path, "log", said.append) == 0 and path.read_bytes() == b""
+    path.write_bytes(b'{"a": 1}\n{"a": 2}')  # whole, its newline missing: kept
+    assert seal_jsonl(path, "log", said.append) == 0 and path.read_bytes() == b'{"a": 1}\n{"a": 2}\n'
+    for fragment in (b'{"a": 3, "b', b'{"a": 4, "\xc3'):  # the second one torn inside a UTF-8 character
+        with path.open("ab") as fh:
+            fh.write(fragment)
+        assert seal_jsonl(path, "log", said.append) == len(fragment)
+        assert path.read_bytes() == b'{"a": 1}\n{"a": 2}\n'
+    assert (tmp_path / "log.jsonl.torn").read_bytes() == b'{"a": 3, "b\n{"a": 4, "\xc3\n'
+    assert said == [
+        f"log {path}: line 3 was torn ({n} bytes without a newline: a writer killed mid-row); cut off before "
+        "appending and kept in log.jsonl.torn"
+        for n in (11, 11)
+    ]
+    assert read_jsonl(path, "log") == [{"a": 1}, {"a": 2}]
+
+
+def test_read_jsonl_counts_lines_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"a": 1}\n\n{"a": 2}\n\xff\xfe\n{"a": 3}\n')
+    with pytest.raises(ValueError, match=r"^log .*log\.jsonl:4 is not JSON \('utf-8' codec can't decode"):
+        read_jsonl(path, "log")
+    path.write_bytes(b'{"a": 1}\n\n{"a": 2}\n')
+    assert read_jsonl(path, "log", lambda msg: pytest.fail(msg)) == [{"a": 1}, {"a": 2}]

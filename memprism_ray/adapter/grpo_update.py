@@ -108,10 +108,16 @@ class GRPOConfig(TableA4Config):
         self.check_optimizer()
         if self.beta_kl < 0 or self.beta_entropy < 0:
             raise ValueError("GRPOConfig.beta_kl and beta_entropy must be >= 0")
-        steps = ("update_batch_size", "update_epochs", "iterations", "groups_per_iteration", "group_size", "max_steps")
+        steps = ("update_batch_size", "update_epochs", "iterations", "groups_per_iteration", "max_steps")
         for name in steps:
             if getattr(self, name) < 1:
                 raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.group_size < 2:
+            # The advantage rule above: a group of one has sigma_g = 0, so every A_i is 0 (issue 40).
+            raise ValueError(
+                f"grpo.group_size must be at least 2: GRPO's advantage is a reward minus its group's mean, so a "
+                f"group of 1 has advantage 0 and nothing trains; got {self.group_size}"
+            )
         if self.replay_first < 0:
             raise ValueError(f"GRPOConfig.replay_first must be >= 0, got {self.replay_first}")
         if self.lr_schedule != "constant":

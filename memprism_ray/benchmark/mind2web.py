@@ -73,8 +73,19 @@ class Mind2Web(Benchmark):
             log(f"data: Mind2Web release at {root}")
         cfg = dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=str(root)))
         pool = self.env_options(cfg)
+        cfg = dataclasses.replace(cfg, mind2web=dataclasses.replace(cfg.mind2web, **pool))
+        if pool["candidate_scores"]:
+            specs, _ = plan_episodes(root, cfg.mind2web.eval_splits, cfg.mind2web.eval_tasks)
+            check_ranked(cfg, [s.game for s in specs], "the evaluation tasks")
         log(f"Mind2Web {candidate_pool(cfg)['description']}")
-        return dataclasses.replace(cfg, mind2web=dataclasses.replace(cfg.mind2web, **pool))
+        return cfg
+
+    def check_disjoint(self, cfg: ExperimentConfig) -> None:
+        """The shared check (no evaluation task is a training task), and for the jobs that train,
+        every step of the training split ranked by ``mind2web.candidate_scores``."""
+        super().check_disjoint(cfg)
+        if cfg.mind2web.candidate_scores:
+            check_ranked(cfg, self.d1_games(cfg), "the training split")
 
     def env_options(self, cfg: ExperimentConfig) -> dict[str, Any]:
         """The replay env's candidate pool: ``mind2web.candidate_scores`` resolved, and the cut."""
@@ -225,6 +236,19 @@ def plan_episodes(
                 expected[eid] = len(task.steps)
                 n += 1
     return specs, expected
+
+
+def check_ranked(cfg: ExperimentConfig, games: Sequence[GameRef], what: str) -> None:
+    """``mind2web.candidate_scores`` (resolved by :meth:`Mind2Web.prepare`) parsed on the driver,
+    every row checked, and every step of ``games`` ranked by it (issue 40 item 3): a bad file is
+    one line naming its file, line and fix before Ray starts, and the actors' later load of the
+    same file cannot fail on its content (on the driver, the evaluation's pool check reuses the
+    parse)."""
+    from memprism_ray.envs.mind2web.candidates import load_candidate_ranks
+    from memprism_ray.envs.mind2web.data import load_task
+
+    ranks = load_candidate_ranks(cfg.mind2web.candidate_scores, cfg.mind2web.candidate_top_k)
+    ranks.check_covers(((g.game_id, step.action_uid) for g in games for step in load_task(g).steps), what)
 
 
 def candidate_pool(cfg: ExperimentConfig) -> dict[str, Any]:

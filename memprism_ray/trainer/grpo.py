@@ -370,14 +370,10 @@ def training_plot(run_dir: Path, say: Any = print, label: str = "success", repla
     """``eval/training_success.png``: success rate (and zero-std group fraction) per GRPO
     iteration from ``metrics.jsonl``; prints the first-5 vs last-5 iteration means, or first-N
     vs last-N on the same tasks when the run replayed N (``grpo.replay_first``)."""
-    import json
-
     from memprism_ray.eval.report import plot_training_success, replayed_span
+    from memprism_ray.trainer.run_dir import read_metrics
 
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return None
-    its = [r for r in map(json.loads, path.read_text().splitlines()) if r.get("kind") == "grpo"]
+    its = [r for r in read_metrics(run_dir, say) if r.get("kind") == "grpo"]  # a torn last row said, not fatal
     if not its:
         return None
     sr = [float(r["success_rate"]) for r in sorted(its, key=lambda r: int(r["step"]))]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from memprism_ray.benchmark import get_benchmark
 from memprism_ray.config import check_run_name
 from memprism_ray.config_tree import get_path, to_dict
-from memprism_ray.io_atomic import atomic_write_text
+from memprism_ray.io_atomic import atomic_write_text, read_jsonl, seal_jsonl
 
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig
@@ -44,6 +44,10 @@ RESUME_FREE_KEYS = frozenset(
 RESUME_FREE_SECTIONS = ("eval",)
 # The config sections that produce the D1 artifacts (expert data, labels, D1 checkpoint).
 D1_SECTIONS = ("corpus", "label", "encoder", "render", "agent", "policy", "router", "sft")
+
+
+#: The run's metrics log, one JSON object per line (:class:`RunLogger`, :func:`read_metrics`).
+METRICS = "metrics.jsonl"
 
 
 class RunDirError(ValueError):
@@ -226,7 +230,9 @@ def prepare_run_dir(
     ``resume=""`` refuses a run directory that already exists and is not empty; ``"auto"``
     returns the latest checkpoint that verifies (or ``None``); any other value is a checkpoint
     path, which must not be older than the run directory's own latest checkpoint (later ones
-    would be overwritten). Errors are :class:`RunDirError` with a one-line message.
+    would be overwritten). Errors are :class:`RunDirError` with a one-line message; the files the
+    run reads besides its data (``init_checkpoint``, ``eval.marginal``) are checked here too,
+    before any work (issue 40 item 3).
     """
     try:
         check_run_name(config.run.name)
@@ -235,6 +241,10 @@ def prepare_run_dir(
     allow = bool(config.run.allow_config_change)
     if config.init_checkpoint:  # checked now, not when the learner actor first loads it
         _check_checkpoint(Path(config.init_checkpoint), f"init_checkpoint {config.init_checkpoint}")
+    if config.eval.enabled and config.eval.marginal:  # read now, not by the final evaluation after training
+        from memprism_ray.trainer.evaluate import given_marginal
+
+        given_marginal(config)
     run_dir = Path(run_dir)
     try:
         run_dir.exists()
@@ -271,6 +281,11 @@ def prepare_run_dir(
                 f"--resume {resume}: run directory {run_dir} already has the later checkpoint {latest.name}, "
                 "which resuming would overwrite; resume into another --run.name"
             )
+    if resume and run_dir.is_dir():
+        try:  # a damaged row is refused now, not when the logger reopens the log after Ray started
+            read_metrics(run_dir, warn=lambda _: None)  # a torn last row: cut and said by RunLogger
+        except ValueError as exc:
+            raise RunDirError(f"--resume {resume}: {exc}") from None
     if found is not None:
         from memprism_ray.adapter.checkpoint import read_checkpoint_meta
 
@@ -318,16 +333,28 @@ class RunLogger:
     """Appends JSON lines to ``metrics.jsonl`` and scalars to TensorBoard. With ``resume_step``
     the interrupted run's rows past it (and evaluation rows at it) move to
     ``metrics.superseded.jsonl`` and TensorBoard drops its later events: no step is logged twice.
+    A row torn by a killed writer is cut off before the first append, kept in
+    ``metrics.jsonl.torn`` and reported (:func:`~memprism_ray.io_atomic.seal_jsonl`): the next
+    row lands whole. :func:`read_metrics` reads the log back.
     """
 
     SUPERSEDED = "metrics.superseded.jsonl"
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None) -> None:
-        self.path = run_dir / "metrics.jsonl"
+    def __init__(
+        self,
+        run_dir: Path,
+        tensorboard: bool = True,
+        resume_step: int | None = None,
+        *,
+        warn: Callable[[str], None] = _warn,
+    ) -> None:
+        self.path = run_dir / METRICS
         self.writer = None
         self.superseded = 0
+        self.warn = warn
+        self.torn_bytes = seal_jsonl(self.path, "metrics", warn)
         if resume_step is not None:
-            self.superseded = self._supersede(run_dir, resume_step)
+            self.superseded = self._supersede(run_dir, resume_step, warn)
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -342,27 +369,25 @@ class RunLogger:
         iterations after its checkpoint, so their rows move to ``metrics.superseded.jsonl`` and
         TensorBoard drops their events (no step is logged twice)."""
         run_dir = self.path.parent
-        self.superseded += self._supersede(run_dir, step)
+        self.superseded += self._supersede(run_dir, step, self.warn)
         if self.writer is not None:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer.close()
             self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=step + 1)
 
-    def _supersede(self, run_dir: Path, step: int) -> int:
+    def _supersede(self, run_dir: Path, step: int, warn: Callable[[str], None]) -> int:
         if not self.path.exists():
             return 0
         keep, drop = [], []
-        for line in self.path.read_text().splitlines(keepends=True):
-            try:
-                row = json.loads(line)
-                s = int(row.get("step", 0))
-                later = s > step or (row.get("kind") == "eval" and s >= step)
-            except (ValueError, TypeError, AttributeError):
-                later = False  # a torn last line from a killed writer stays where it was
-            (drop if later else keep).append(line if line.endswith("\n") else line + "\n")
+        for row in read_metrics(run_dir, warn):
+            s = int(row.get("step", 0))
+            later = s > step or (row.get("kind") == "eval" and s >= step)
+            (drop if later else keep).append(json.dumps(row, default=float) + "\n")
         if drop:
-            with (run_dir / self.SUPERSEDED).open("a") as fh:
+            superseded = run_dir / self.SUPERSEDED
+            seal_jsonl(superseded, "superseded metrics", warn)
+            with superseded.open("a") as fh:
                 fh.writelines(drop)
             atomic_write_text(self.path, "".join(keep), overwrite=True)
             print(
@@ -385,3 +410,17 @@ class RunLogger:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def read_metrics(run_dir: Path, warn: Callable[[str], None] = _warn) -> list[dict[str, Any]]:
+    """Every row of ``run_dir/metrics.jsonl`` (none when it does not exist): a last row torn by a
+    killed writer is skipped and said through ``warn``; a damaged row elsewhere is a one-line
+    ``ValueError`` naming the file and line (:func:`~memprism_ray.io_atomic.read_jsonl`)."""
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return []
+    rows = read_jsonl(path, "metrics", warn)
+    bad = next((i for i, row in enumerate(rows) if not isinstance(row, dict)), None)
+    if bad is not None:
+        raise ValueError(f"metrics {path}: row {bad + 1} is not a JSON object: {str(rows[bad])[:60]}")
+    return rows

@@ -43,3 +43,15 @@ def test_final_eval_dir_summarises_by_the_configs_replay(tmp_path: Path) -> None
         "training exact success: first 3 iterations 0.200, last 3 0.700, on the same tasks (grpo.replay_first)"
     )
     assert (tmp_path / "eval" / "training_success.png").exists()
+
+
+def test_a_torn_last_row_is_said_and_the_summary_still_printed(tmp_path: Path) -> None:
+    """Issue 40 item 4: a killed writer's half row at the end of metrics.jsonl used to raise
+    JSONDecodeError here, before the final evaluation."""
+    _write_metrics(tmp_path, [0.0] * 5 + [1.0] * 5)
+    with (tmp_path / "metrics.jsonl").open("a") as fh:
+        fh.write('{"kind": "grpo", "step": 11, "succ')
+    said: list[str] = []
+    assert training_plot(tmp_path, said.append) == tmp_path / "eval" / "training_success.png"
+    assert said[-1] == "training success: first 5 iterations 0.000, last 5 1.000"
+    assert any("line 11" in s and "torn" in s for s in said[:-1]), said

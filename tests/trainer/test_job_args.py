@@ -94,6 +94,23 @@ def test_parse_job_args_exits_2_with_the_error(
     assert cfg.label.teacher == "llm"  # without a job name nothing job-specific is checked
 
 
+def test_a_group_of_one_ends_the_job_at_its_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 40 item 7: ``--grpo.group_size 1`` is one line and exit status 2 from the job's entry,
+    before any run directory, Ray or D1 (it used to train with every advantage 0)."""
+    from memprism_ray.trainer.fit import grpo_job
+
+    with pytest.raises(SystemExit) as exc:
+        grpo_job("alfworld", "x", ["--config", "configs/local.yaml", "--grpo.group_size", "1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.endswith(
+        "error: grpo.group_size must be at least 2: GRPO's advantage is a reward minus its group's mean, so a "
+        "group of 1 has advantage 0 and nothing trains; got 1"
+    )
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is importable on this machine")
 def test_the_paper_preset_fails_before_ray_or_d1_without_vllm(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}

@@ -162,6 +162,88 @@ def test_resumed_logger_supersedes_rows_past_the_checkpoint(tmp_path: Path) -> N
     assert [(r["kind"], r["step"], r["loss"]) for r in old] == [("grpo", 3, 3.0)]
 
 
+def _logged(run_dir: Path, steps: range) -> str:
+    log = RunLogger(run_dir, tensorboard=False)
+    for step in steps:
+        log.log("grpo", step, {"success_rate": step / 10})
+    log.close()
+    return (run_dir / "metrics.jsonl").read_text()
+
+
+def test_a_torn_last_row_is_cut_reported_and_the_next_row_lands_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 40 item 4: a writer killed mid-row leaves half a JSON object without its newline.
+    Resuming used to keep the fragment and glue the next row onto it (that row lost, and the
+    training plot's reader then failed on the glued line)."""
+    whole = _logged(tmp_path, range(1, 4))
+    fragment = json.dumps({"kind": "grpo", "step": 4, "success_rate": 0.4})[:23]
+    (tmp_path / "metrics.jsonl").write_text(whole + fragment)
+    capsys.readouterr()
+    resumed = RunLogger(tmp_path, tensorboard=False, resume_step=3)
+    resumed.log("grpo", 4, {"success_rate": 0.4})
+    resumed.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and lines[3].startswith('{"kind": "grpo", "step": 4, "time": ')  # whole, not glued
+    rows = [json.loads(line) for line in lines]
+    assert [(r["step"], r["success_rate"]) for r in rows] == [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4)]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"memprism: warning: metrics {tmp_path / 'metrics.jsonl'}: line 4 was torn (23 bytes without a newline: a "
+        "writer killed mid-row); cut off before appending and kept in metrics.jsonl.torn"
+    ]
+    assert (tmp_path / "metrics.jsonl.torn").read_text() == fragment + "\n"  # kept, not lost
+    assert resumed.superseded == 0 and resumed.torn_bytes == 23
+
+
+def test_a_whole_last_row_without_its_newline_is_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    whole = _logged(tmp_path, range(1, 3))
+    (tmp_path / "metrics.jsonl").write_text(whole.rstrip("\n"))  # killed between the row and its newline
+    capsys.readouterr()
+    log = RunLogger(tmp_path, tensorboard=False, resume_step=2)
+    log.log("grpo", 3, {"success_rate": 0.3})
+    assert capsys.readouterr().err == "" and not (tmp_path / "metrics.jsonl.torn").exists()
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_read_metrics_skips_and_says_a_torn_last_row_and_refuses_a_damaged_one(tmp_path: Path) -> None:
+    """The reader of ``metrics.jsonl`` (the training plot's): every whole row, a torn last one
+    skipped and said, a damaged row elsewhere one line naming the file and line."""
+    from memprism_ray.trainer.run_dir import read_metrics
+
+    assert read_metrics(tmp_path) == []
+    whole = _logged(tmp_path, range(1, 4))
+    (tmp_path / "metrics.jsonl").write_text(whole + '{"kind": "grpo", "st')
+    said: list[str] = []
+    assert [r["step"] for r in read_metrics(tmp_path, said.append)] == [1, 2, 3]
+    assert said == [
+        f"metrics {tmp_path / 'metrics.jsonl'}: line 4 is torn (20 bytes without a newline: a writer killed "
+        "mid-row); skipped"
+    ]
+    lines = whole.splitlines(keepends=True)
+    glued = lines[1].rstrip("\n") + lines[2]  # what the old logger made of a torn row and the next one
+    (tmp_path / "metrics.jsonl").write_text(lines[0] + glued + "\n" + lines[2])
+    with pytest.raises(ValueError) as err:
+        read_metrics(tmp_path, said.append)
+    text = str(err.value)
+    assert text.startswith(f"metrics {tmp_path / 'metrics.jsonl'}:2 is not JSON (Extra data at column ")
+    assert "remove that line (or move the file aside)" in text and "\n" not in text and len(said) == 1
+    (tmp_path / "metrics.jsonl").write_text(lines[0] + "[1, 2]\n")
+    with pytest.raises(ValueError, match=r"row 2 is not a JSON object"):
+        read_metrics(tmp_path)
+
+
+def test_resume_refuses_a_damaged_metrics_row_before_any_work(tmp_path: Path) -> None:
+    c = cfg(tmp_path)
+    prepare_run_dir(c.run.dir, "", c)
+    whole = _logged(c.run.dir, range(1, 3))
+    (c.run.dir / "metrics.jsonl").write_text("{oops\n" + whole + '{"torn')
+    with pytest.raises(RunDirError, match=r"^--resume auto: metrics .*metrics\.jsonl:1 is not JSON"):
+        prepare_run_dir(c.run.dir, "auto", c)
+    (c.run.dir / "metrics.jsonl").write_text(whole + '{"torn')  # a torn last row alone: the logger's to cut
+    assert prepare_run_dir(c.run.dir, "auto", c) is None
+
+
 def test_d1_artifacts_are_keyed_by_the_sections_that_make_them(tmp_path: Path) -> None:
     c = cfg(tmp_path)
     assert d1_key(cfg(tmp_path, "--grpo.lr", "1e-5", "--eval.workers", "1")) == d1_key(c)

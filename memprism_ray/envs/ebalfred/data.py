@@ -10,7 +10,6 @@ ALFRED's high-level PDDL plans become EB-ALFRED skills here. Nothing here import
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 from memprism_ray.envs.base import GameRef
 from memprism_ray.envs.ebalfred.skills import PUT_DOWN, AlfredNameError, alfred_object, global_skills, is_alfred_name
+from memprism_ray.io_atomic import loads_json
 
 #: EmbodiedBench's subset names, in the paper's order (Base, Common, Complex, Visual, Spatial, Long).
 SUBSETS: tuple[str, ...] = (
@@ -92,7 +92,12 @@ def load_splits(path: str | Path | None = None, subsets: Sequence[str] = SUBSETS
             f"${SPLITS_ENV} to its embodiedbench/envs/eb_alfred/data/splits/splits.json, or build the "
             "test fixture with memprism_ray.envs.ebalfred.fixture.build_fixture"
         )
-    data = json.loads(p.read_text())
+    data = loads_json(
+        p.read_text(),
+        str(p),
+        "give EmbodiedBench's splits.json (docs/ebalfred.md), or write the ALFRED training list again with "
+        "python -m memprism_ray.envs.ebalfred.training",
+    )
     if not isinstance(data, Mapping):
         raise ValueError(f"{p}: expected a mapping of subset -> episodes, got {type(data).__name__}")
     missing = [s for s in subsets if s not in data]

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memprism_ray.envs.mind2web.data import Mind2WebDataError
-from memprism_ray.io_atomic import json_lines
+from memprism_ray.io_atomic import json_lines, utf8_lines
 
 #: MindAct's cut: metric.py's ``top_k=50`` (the Mind2Web paper's "top-50 candidates").
 TOP_K = 50
@@ -72,16 +72,29 @@ def resolve_scores_path(path: str | Path, data_root: str | Path | None) -> Path:
     return p
 
 
+#: The fix of a file whose content is wrong: it was not written by the converter, or was edited.
+_REGENERATE = (
+    f"regenerate it from the release's scores_all_data.pkl with `{CONVERTER} scores_all_data.pkl "
+    "scores_all_data.parquet` (docs/mind2web.md)"
+)
+
+
+def _bad(where: str, problem: str) -> Mind2WebDataError:
+    """The one-line error of a malformed candidate-scores file: where (file and line, row or
+    sample), what is wrong, and the fix."""
+    return Mind2WebDataError(f"mind2web.candidate_scores {where}: {problem}; {_REGENERATE}")
+
+
 def _rank(value: Any, where: str) -> int:
     # bool is an int subclass; a rank of True would be a conversion bug, not a rank.
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise Mind2WebDataError(f"{where}: a rank must be an integer >= 0, got {value!r}")
+        raise _bad(where, f"a rank must be an integer >= 0, got {value!r}")
     return value
 
 
 def _node(value: Any, where: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "":
-        raise Mind2WebDataError(f"{where}: a backend_node_id must be a non-empty string, got {value!r}")
+        raise _bad(where, f"a backend_node_id must be a non-empty string, got {value!r}")
     return str(value)
 
 
@@ -91,34 +104,46 @@ _Row = tuple[str, "str | None", int]
 
 
 def _step_ranks(sid: Any, ranks: Any, where: str) -> Iterator[_Row]:
+    """Every entry of one step checked (not only those within the cut): a file is whole or refused."""
     if not isinstance(sid, str) or not sid:
-        raise Mind2WebDataError(f"{where}: 'sample_id' must be a non-empty string, got {sid!r}")
+        raise _bad(where, f"'sample_id' must be a non-empty string, got {sid!r}")
     if not isinstance(ranks, Mapping):
-        raise Mind2WebDataError(f"{where} (sample {sid}): 'ranks' must be an object of backend_node_id -> rank")
+        raise _bad(f"{where} (sample {sid})", "'ranks' must be an object of backend_node_id -> rank")
     yield sid, None, 0
     for node, rank in ranks.items():
         yield sid, _node(node, f"{where} (sample {sid})"), _rank(rank, f"{where} (sample {sid}, node {node})")
 
 
+def _not_json(where: str, exc: json.JSONDecodeError) -> Mind2WebDataError:
+    return _bad(where, f"not JSON ({exc.msg} at column {exc.colno})")
+
+
 def _read_json(path: Path, top_k: int) -> Iterator[_Row]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
         raise Mind2WebDataError(f"cannot read candidate scores {path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise _bad(str(path), f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _not_json(f"{path}:{exc.lineno}", exc) from None
     if not isinstance(data, Mapping) or not isinstance(data.get("ranks"), Mapping):
-        raise Mind2WebDataError(f"{path}: expected an object with 'ranks': {{sample_id: {{backend_node_id: rank}}}}")
+        raise _bad(str(path), "expected an object with 'ranks': {sample_id: {backend_node_id: rank}}")
     for sid, ranks in data["ranks"].items():
         yield from _step_ranks(sid, ranks, str(path))
 
 
 def _read_jsonl(path: Path, top_k: int) -> Iterator[_Row]:
     try:
-        with path.open(encoding="utf-8") as fh:
-            for n, _, row in json_lines(fh, lambda n, _, exc: Mind2WebDataError(f"{path}:{n}: not JSON: {exc}")):
+        with path.open("rb") as fh:
+            lines = utf8_lines(fh, lambda n, exc: _bad(f"{path}:{n}", f"not UTF-8 text (byte {exc.start})"))
+            for n, _, row in json_lines(lines, lambda n, _, exc: _not_json(f"{path}:{n}", exc)):
                 if not isinstance(row, Mapping):
-                    raise Mind2WebDataError(f"{path}:{n}: expected an object with 'sample_id' and 'ranks'")
+                    raise _bad(f"{path}:{n}", "expected an object with 'sample_id' and 'ranks'")
                 yield from _step_ranks(row.get("sample_id"), row.get("ranks"), f"{path}:{n}")
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise Mind2WebDataError(f"cannot read candidate scores {path}: {exc}") from None
 
 
@@ -130,25 +155,48 @@ def _read_parquet(path: Path, top_k: int) -> Iterator[_Row]:
     columns = ["sample_id", "backend_node_id", "rank"]
     try:
         pf = pq.ParquetFile(path)
-    except (OSError, pa.ArrowException) as exc:
+    except OSError as exc:
         raise Mind2WebDataError(f"cannot read candidate scores {path}: {exc}") from None
-    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    except pa.ArrowException as exc:  # not a Parquet file at all (a renamed pickle, a torn copy)
+        raise _bad(str(path), f"not a Parquet file ({exc})") from None
+    schema = pf.schema_arrow
+    missing = [c for c in columns if c not in schema.names]
     if missing:
-        raise Mind2WebDataError(f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(columns)}")
-    if not pa.types.is_integer(pf.schema_arrow.field("rank").type):
-        raise Mind2WebDataError(f"{path}: column 'rank' must be integers, got {pf.schema_arrow.field('rank').type}")
-    # The release ranks every candidate of every step (millions of rows): only the rows that
-    # can enter a pool become Python objects. CandidateRanks re-applies the cut; this is speed.
+        raise _bad(str(path), f"missing column(s) {', '.join(missing)}; expected {', '.join(columns)}")
+    types = {c: schema.field(c).type for c in columns}
+    text = {c: pa.types.is_string(t) or pa.types.is_large_string(t) for c, t in types.items()}
+    for name, ok, want in (
+        ("sample_id", text["sample_id"], "strings"),
+        ("backend_node_id", text["backend_node_id"] or pa.types.is_integer(types["backend_node_id"]), "strings"),
+        ("rank", pa.types.is_integer(types["rank"]), "integers"),
+    ):
+        if not ok:
+            raise _bad(str(path), f"column {name!r} must be {want}, got {types[name]}")
+    # The release ranks every candidate of every step (millions of rows): every row is checked
+    # column-wise, and only the rows that can enter a pool become Python objects.
+    # CandidateRanks re-applies the cut; this is speed.
+    offset = 0
     for batch in pf.iter_batches(columns=columns, batch_size=65_536):
-        if batch.column(2).null_count:
-            raise Mind2WebDataError(f"{path}: column 'rank' has missing values")
-        for sid in pc.unique(batch.column(0)).to_pylist():
-            if not isinstance(sid, str) or not sid:
-                raise Mind2WebDataError(f"{path}: 'sample_id' must be a non-empty string, got {sid!r}")
-            yield sid, None, 0
-        kept = batch.filter(pc.less(batch.column(2), top_k))
-        for sid, node, rank in zip(*(kept.column(i).to_pylist() for i in range(3)), strict=True):
-            yield sid, _node(node, f"{path} (sample {sid})"), _rank(rank, f"{path} (sample {sid})")
+        sid, node, rank = (batch.column(c) for c in columns)  # by name: a file may order them otherwise
+        problems = [
+            *((pc.is_null(batch.column(c)), f"column {c!r} is empty (null)") for c in columns),
+            (pc.fill_null(pc.less(rank, 0), False), "a rank must be an integer >= 0"),
+            (pc.fill_null(pc.equal(pc.utf8_length(sid), 0), False), "'sample_id' must be a non-empty string"),
+        ]
+        if text["backend_node_id"]:
+            empty = pc.fill_null(pc.equal(pc.utf8_length(node), 0), False)
+            problems.append((empty, "a backend_node_id must be a non-empty string"))
+        for mask, problem in problems:
+            at = pc.index(mask, True).as_py()
+            if at >= 0:
+                got = {c: batch.column(c)[at].as_py() for c in columns}
+                raise _bad(f"{path} row {offset + at + 1}", f"{problem}, got {got}")
+        for s in pc.unique(sid).to_pylist():
+            yield s, None, 0
+        kept = batch.filter(pc.less(rank, top_k))
+        for s, n, r in zip(*(kept.column(c).to_pylist() for c in columns), strict=True):
+            yield s, str(n), r
+        offset += batch.num_rows
 
 
 _READERS = {".json": _read_json, ".jsonl": _read_jsonl, ".parquet": _read_parquet}
@@ -173,6 +221,17 @@ class CandidateRanks:
                 "not cover this step; convert the release's scores_all_data.pkl, which ranks every split"
             )
         return got
+
+    def check_covers(self, steps: Iterable[tuple[str, str]], what: str) -> None:
+        """A one-line error unless every ``(annotation_id, action_uid)`` of ``steps`` is ranked: the
+        driver's check of the steps a run plays, so that no env meets an unranked step mid-run."""
+        missing = [sid for aid, uid in steps if (sid := sample_id(aid, uid)) not in self.top]
+        if missing:
+            raise Mind2WebDataError(
+                f"mind2web.candidate_scores {self.path} ranks no candidate of {len(missing)} step(s) of {what} "
+                f"(e.g. step {missing[0]}): the file does not cover this data; convert the release's "
+                f"scores_all_data.pkl, which ranks every split, with `{CONVERTER}` (docs/mind2web.md)"
+            )
 
 
 @functools.lru_cache(maxsize=2)
