@@ -255,6 +255,7 @@ def run_evaluation(
         if not joins_cluster(cfg.run.ray_address):  # the workers run here
             check_memory_conditions(cfg, cfg.eval.conditions)
         cfg = prepare_benchmark(cfg, benchmark, say, trains=False)
+        benchmark.eval_plan(cfg)  # the evaluation split's files parsed here, before Ray (cached for later)
     except (BenchmarkConfigError, FileExistsError, ValueError, FileNotFoundError) as exc:
         error(str(exc))
         return 2
