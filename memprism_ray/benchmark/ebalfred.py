@@ -132,14 +132,14 @@ class EbAlfred(Benchmark):
 
     def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
         """The expert plans of ``games`` (ALFRED annotations or the fixture's) played through one env."""
-        from memprism_ray.envs.ebalfred.expert import annotation_plans, fixture_plans, play_expert, write_expert_table
+        from memprism_ray.envs.ebalfred.expert import annotation_plans, play_expert, write_expert_table
+        from memprism_ray.envs.ebalfred.fixture import ALFRED_DIR
 
         env = self.make_env(1, self.env_options(cfg))
         try:
-            if cfg.ebalfred.controller == "fake":
-                plans = fixture_plans(env.config.fixture)
-            else:
-                plans = annotation_plans(games[0].path, games)
+            # The fixture ships ALFRED annotations of its episodes: its plans take the same path.
+            root = Path(env.config.fixture) / ALFRED_DIR if cfg.ebalfred.controller == "fake" else None
+            plans = annotation_plans(games[0].path, games, root)
             episodes = play_expert(env, list(games), plans, max_steps=cfg.agent.max_steps)
         finally:
             env.close()

@@ -69,12 +69,12 @@ def _plan(*steps: tuple[str, list[str]]) -> list[dict]:
 
 
 def _low(*acts: tuple[int, str, str, str]) -> list[dict]:
-    """ALFRED low actions: (high_idx, api action, objectId type, receptacle type)."""
+    """ALFRED low actions: (high_idx, api action, objectId type, receptacle type); one instance per type."""
     out = []
     for k, action, kind, receptacle in acts:
         api = {"action": action, "objectId": f"{kind}|+01.00|+00.90|-01.00"}
         if receptacle:
-            api["receptacleObjectId"] = f"{receptacle}|+02.00|+00.90|-01.00"
+            api["receptacleObjectId"] = f"{receptacle}|+01.00|+00.90|-01.00"
         out.append({"high_idx": k, "api_action": api})
     return out
 
