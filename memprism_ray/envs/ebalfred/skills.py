@@ -198,7 +198,8 @@ def scene_filter(skills: Sequence[str], objects: Iterable[Mapping[str, Any]]) ->
     return out
 
 
-_GLOBAL_IDS: dict[str, int] = {s: i for i, s in enumerate(global_skills())}
+#: Each global skill's id: its position in every scene's full list (EmbodiedBench's examples use them).
+GLOBAL_IDS: dict[str, int] = {s: i for i, s in enumerate(global_skills())}
 
 
 def upstream_ids(listed: Sequence[str]) -> list[int]:
@@ -206,10 +207,10 @@ def upstream_ids(listed: Sequence[str]) -> list[int]:
     the list its planner numbers; issue 41 item 4). ``listed`` is that full list or the
     scene-filtered one, which keeps the order and every instance skill, so the full list is the
     162 global skills followed by the instance skills of ``listed`` in their order."""
-    ids, extra = [], len(_GLOBAL_IDS)
+    ids, extra = [], len(GLOBAL_IDS)
     for skill in listed:
-        if skill in _GLOBAL_IDS:
-            ids.append(_GLOBAL_IDS[skill])
+        if skill in GLOBAL_IDS:
+            ids.append(GLOBAL_IDS[skill])
         else:
             ids.append(extra)
             extra += 1
@@ -218,7 +219,7 @@ def upstream_ids(listed: Sequence[str]) -> list[int]:
 
 def full_list_size(listed: Sequence[str]) -> int:
     """The length of EmbodiedBench's full list behind ``listed`` (see :func:`upstream_ids`)."""
-    return len(_GLOBAL_IDS) + sum(1 for s in listed if s not in _GLOBAL_IDS)
+    return len(GLOBAL_IDS) + sum(1 for s in listed if s not in GLOBAL_IDS)
 
 
 def check_mode(mode: str, key: str = "ebalfred.skills") -> str:
