@@ -64,9 +64,12 @@ class EbAlfred(Benchmark):
         if eb.controller != "fake":
             return cfg
         from memprism_ray.envs.ebalfred.fixture import build_fixture
+        from memprism_ray.formats.ebalfred_fixture import FIXTURE_VERSION
 
         root = eb.fixture_dir(cfg.run.dir).resolve()
-        if not (root / "transcripts.json").is_file():
+        doc = root / "transcripts.json"
+        # A fixture an older version of this code built (another format) is the job's to rebuild.
+        if not doc.is_file() or json.loads(doc.read_text()).get("version") != FIXTURE_VERSION:
             build_fixture(root, episodes_per_subset=eb.fixture_episodes, resolution=min(eb.resolution, 96))
             log(f"EB-ALFRED fixture built at {root}")
         # The actors are told where the fixture is (never left to derive it from their own run
