@@ -15,7 +15,7 @@ from memprism_ray.envs.ebalfred.data import (
     list_games,
     load_splits,
     parse_game_id,
-    skills_from_high_pddl,
+    plan_from_high_pddl,
 )
 from memprism_ray.envs.ebalfred.fixture import build_fixture
 from memprism_ray.envs.ebalfred.skills import AlfredNameError
@@ -66,6 +66,11 @@ def test_missing_or_bad_splits_give_clear_errors(tmp_path: Path, monkeypatch: py
 
 def _plan(*steps: tuple[str, list[str]]) -> list[dict]:
     return [{"discrete_action": {"action": a, "args": args}} for a, args in steps]
+
+
+def skills_from_high_pddl(plan: list, low: list | tuple = ()) -> list[str]:
+    """The translated plan's skills with their bare type names."""
+    return [s.skill for s in plan_from_high_pddl(plan, low)]
 
 
 def _low(*acts: tuple[int, str, str, str]) -> list[dict]:

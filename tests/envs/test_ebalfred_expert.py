@@ -10,8 +10,14 @@ import pytest
 
 from memprism_ray.envs.ebalfred.data import PlanStep, SceneInstances, list_games, resolve_plan
 from memprism_ray.envs.ebalfred.env import EbAlfredConfig, EbAlfredEnv
-from memprism_ray.envs.ebalfred.expert import annotation_plans, fixture_plans, play_expert, write_expert_table
+from memprism_ray.envs.ebalfred.expert import annotation_plans, play_expert, write_expert_table
 from memprism_ray.envs.ebalfred.fixture import build_fixture
+from memprism_ray.formats.ebalfred_fixture import load_transcripts
+
+
+def fixture_plans(fixture: Path) -> dict[str, list[str]]:
+    """``game_id -> recorded expert skills`` of a fixture."""
+    return {k: [s["action"] for s in ep["steps"]] for k, ep in load_transcripts(fixture)["episodes"].items()}
 
 
 def test_fixture_plans_become_a_d1_table(tmp_path: Path) -> None:
@@ -60,7 +66,6 @@ def _scenes(root: Path) -> tuple[dict[str, SceneInstances], dict[str, SceneInsta
     """Each fixture episode's scene at reset, by game id and by ALFRED task."""
     from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE
     from memprism_ray.envs.ebalfred.skills import instance_names
-    from memprism_ray.formats.ebalfred_fixture import load_transcripts
 
     episodes = load_transcripts(root)["episodes"]
     by_game, by_task = {}, {}

@@ -301,22 +301,10 @@ def plan_from_high_pddl(
     return out.steps
 
 
-def skills_from_high_pddl(
-    plan: Sequence[Mapping[str, Any]], low_actions: Sequence[Mapping[str, Any]] = ()
-) -> list[str]:
-    """The skills of :func:`plan_from_high_pddl`, each with its bare type name."""
-    return [s.skill for s in plan_from_high_pddl(plan, low_actions)]
-
-
 def plan_from_trajectory(data: Mapping[str, Any]) -> list[PlanStep]:
     """The expert plan of an ALFRED ``traj_data.json`` as EB-ALFRED skills with their instances."""
     plan = data["plan"]
     return plan_from_high_pddl(plan["high_pddl"], plan.get("low_actions") or ())
-
-
-def skills_from_trajectory(data: Mapping[str, Any]) -> list[str]:
-    """The expert plan of an ALFRED ``traj_data.json`` as EB-ALFRED skills (bare type names)."""
-    return [s.skill for s in plan_from_trajectory(data)]
 
 
 #: Skills that name an instance of a type (``EBAlfEnv.step`` maps the name to its objectId).

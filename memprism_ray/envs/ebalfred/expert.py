@@ -1,6 +1,6 @@
 """Expert trajectories of EB-ALFRED episodes for D1 (paper appendix "Training dataset
 setup": "The ALFRED path uses the official ALFRED training annotations for learning"): the
-fixture's recorded plans or the ALFRED annotations translated to skills, played with the
+ALFRED annotations translated to skills (the fixture ships its own), played with the
 stage-1 rule Phi into the expert-trajectory table D1 labelling reads.
 
 An annotation's plan names the instances it acts on by ALFRED objectId; at each reset they are
@@ -38,13 +38,6 @@ log = logging.getLogger(__name__)
 
 #: A game's expert plan: recorded skills (played as written) or an annotation's steps (resolved at reset).
 Plan = Sequence[str] | Sequence[PlanStep]
-
-
-def fixture_plans(fixture: str | Path) -> dict[str, list[str]]:
-    """``game_id -> recorded expert skills`` of a fixture."""
-    from memprism_ray.formats.ebalfred_fixture import load_transcripts
-
-    return {k: [s["action"] for s in ep["steps"]] for k, ep in load_transcripts(fixture)["episodes"].items()}
 
 
 def annotation_plans(
