@@ -545,6 +545,7 @@ class Agent:
             for key in REPLAY_SCORE_KEYS:  # Mind2Web's own step metrics (eval/mind2web.py)
                 if key in tr.meta:
                     row[key] = tr.meta[key]
+        row.update((k, tr.meta[k]) for k in STEP_ROW_META_KEYS if k in tr.meta)
         row.update(self.step_meta)
         row.update((k, ms) for k, ms in clock.ms.items() if k != "memory_ms")  # a memory row has its own
         row["step_ms"] = (time.perf_counter() - clock.start) * 1000 / clock.n
@@ -618,6 +619,10 @@ class Agent:
 
 #: Transition meta keys of a teacher-forced replay step copied into its row (Mind2Web's metrics).
 REPLAY_SCORE_KEYS = ("element_correct", "op_f1")
+
+#: Transition meta keys copied into the step row when the env sets them: what happened to the action
+#: EB-ALFRED executed or rejected, and its invalid-action count (envs/ebalfred/env.py; issue 41 item 2).
+STEP_ROW_META_KEYS = ("execution", "invalid_actions")
 
 #: Observation meta keys passed into the prompt's meta when set (:data:`STEP_PROMPT_KEYS`: renewed each step).
 PROMPT_META_KEYS = ("html_field", "examples")

@@ -64,9 +64,12 @@ class EbAlfred(Benchmark):
         if eb.controller != "fake":
             return cfg
         from memprism_ray.envs.ebalfred.fixture import build_fixture
+        from memprism_ray.formats.ebalfred_fixture import FIXTURE_VERSION
 
         root = eb.fixture_dir(cfg.run.dir).resolve()
-        if not (root / "transcripts.json").is_file():
+        doc = root / "transcripts.json"
+        # A fixture an older version of this code built (another format) is the job's to rebuild.
+        if not doc.is_file() or json.loads(doc.read_text()).get("version") != FIXTURE_VERSION:
             build_fixture(root, episodes_per_subset=eb.fixture_episodes, resolution=min(eb.resolution, 96))
             log(f"EB-ALFRED fixture built at {root}")
         # The actors are told where the fixture is (never left to derive it from their own run
@@ -132,14 +135,14 @@ class EbAlfred(Benchmark):
 
     def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
         """The expert plans of ``games`` (ALFRED annotations or the fixture's) played through one env."""
-        from memprism_ray.envs.ebalfred.expert import annotation_plans, fixture_plans, play_expert, write_expert_table
+        from memprism_ray.envs.ebalfred.expert import annotation_plans, play_expert, write_expert_table
+        from memprism_ray.envs.ebalfred.fixture import ALFRED_DIR
 
         env = self.make_env(1, self.env_options(cfg))
         try:
-            if cfg.ebalfred.controller == "fake":
-                plans = fixture_plans(env.config.fixture)
-            else:
-                plans = annotation_plans(games[0].path, games)
+            # The fixture ships ALFRED annotations of its episodes: its plans take the same path.
+            root = Path(env.config.fixture) / ALFRED_DIR if cfg.ebalfred.controller == "fake" else None
+            plans = annotation_plans(games[0].path, games, root)
             episodes = play_expert(env, list(games), plans, max_steps=cfg.agent.max_steps)
         finally:
             env.close()

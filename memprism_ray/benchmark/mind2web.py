@@ -169,12 +169,14 @@ class Mind2Web(Benchmark):
 
     def condition_line(self, rep: Mapping[str, Any]) -> str:
         o = rep["mind2web"]["overall"]
-        acc, ok, el = o["step_accuracy"], o["episode_success"], o["metric_py"]["element_accuracy"]
+        acc, ok, mp = o["step_accuracy"], o["episode_success"], o["metric_py"]
+        el, sr, task = mp["element_accuracy"], mp["step_success"], mp["task_success"]
         failed = f", {o['failed_episodes']} failed" if o["failed_episodes"] else ""
         return (
-            f"step accuracy {acc['correct']}/{acc['n']} = {100 * acc['rate']:.1f}%, exact success "
-            f"{ok['correct']}/{ok['n']}{failed}; element accuracy {el['correct']}/{el['n']} on the "
-            f"{rep['mind2web_pool']['protocol']} candidate pool"
+            f"paper step accuracy {acc['correct']}/{acc['n']} = {100 * acc['rate']:.1f}%, paper episode success "
+            f"{ok['correct']}/{ok['n']}{failed}; MindAct (metric.py) element accuracy {el['correct']}/{el['n']}, "
+            f"op F1 {100 * mp['operation_f1']['mean']:.1f}%, step SR {sr['correct']}/{sr['n']}, task SR "
+            f"{task['correct']}/{task['n']} on the {rep['mind2web_pool']['protocol']} candidate pool"
         )
 
     def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
@@ -198,8 +200,12 @@ class Mind2Web(Benchmark):
         return [
             {
                 "condition": c,
-                "step_accuracy": m["overall"]["step_accuracy"]["rate"],
+                "step_accuracy": m["overall"]["step_accuracy"]["rate"],  # the paper's rules
                 "episode_success": m["overall"]["episode_success"]["rate"],
+                "mindact_element_accuracy": m["overall"]["metric_py"]["element_accuracy"]["rate"],  # metric.py
+                "mindact_op_f1": m["overall"]["metric_py"]["operation_f1"]["mean"],
+                "mindact_step_sr": m["overall"]["metric_py"]["step_success"]["rate"],
+                "mindact_task_sr": m["overall"]["metric_py"]["task_success"]["rate"],
             }
             for c, m in summary["metrics"].items()
         ]

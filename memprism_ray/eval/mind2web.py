@@ -14,7 +14,9 @@ computes them from each step's element correctness and operation F1: element acc
 none of whose positives is in the pool is wrong), operation F1, step success, their macro
 means over tasks (``marco_*``), task success and the positives in the pool ("Recall Cap @ 50").
 They are MindAct's protocol only on MindAct's candidate pool (``mind2web.candidate_scores``);
-every report names the pool it was played on.
+every report names the pool it was played on. Every printed figure carries the name of its rule
+(:data:`RULES`, also in each ``mind2web.json``): the paper's step accuracy and episode success;
+MindAct's element accuracy, op F1, step SR and task SR (issue 41 item 3).
 """
 
 from __future__ import annotations
@@ -29,6 +31,20 @@ from memprism_ray.eval.stats import wilson_interval
 from memprism_ray.io_atomic import atomic_write_text
 
 OVERALL = "overall"
+
+#: Each reported figure's rule, printed beside it (docs/mind2web.md "Metrics and reports").
+RULES: dict[str, str] = {
+    "step_accuracy": "paper's step accuracy (appendix E.5): the step's one valid JSON action has the human's "
+    "op (upper-cased), a positive ref and the human's value (whitespace collapsed, case folded; none for CLICK)",
+    "episode_success": "paper's episode success: every recorded step of the task correct by the paper's step rule",
+    "element_accuracy": "MindAct element accuracy (metric.py): the ref written is a positive candidate in the pool",
+    "operation_f1": "MindAct op F1 (metric.py calculate_f1): F1 of the whitespace-token sets of the 'OP value' "
+    "written (also by an output the paper's parser rejects) and the recorded one, case kept",
+    "step_success": "MindAct step SR (metric.py step_acc): element correct and op F1 = 1",
+    "task_success": "MindAct task SR: every step of the task a MindAct step success",
+    "macro": "MindAct macro (metric.py marco_*): the mean over each task's steps, then over tasks",
+    "positives_in_pool": "MindAct Recall Cap @ top-k: steps with a positive candidate in the pool",
+}
 
 
 def _per_step(
@@ -159,7 +175,8 @@ def write_condition_metrics(
     episodes = [r.summary() for r in results]
     rep["mind2web"] = metrics = mind2web_metrics(episodes, rows, expected_steps, in_pool)
     rep["mind2web_pool"] = candidate_pool
-    rpt.write_json(out_dir / "mind2web.json", {"condition": condition, "candidate_pool": candidate_pool, **metrics})
+    doc = {"condition": condition, "candidate_pool": candidate_pool, "rules": RULES, **metrics}
+    rpt.write_json(out_dir / "mind2web.json", doc)
     md = metrics_markdown(metrics, candidate_pool)
     atomic_write_text(out_dir / "mind2web.md", f"# Mind2Web: {condition}\n\n{md}\n")
     return rep
@@ -185,16 +202,26 @@ def pool_note(candidate_pool: Mapping[str, Any]) -> str:
     )
 
 
+def rule_lines(*keys: str) -> list[str]:
+    """``- <rule>`` for each figure of ``keys`` (:data:`RULES`)."""
+    return [f"- {RULES[k]}." for k in keys]
+
+
 def metric_py_markdown(metrics: Mapping[str, Any], candidate_pool: Mapping[str, Any]) -> str:
-    """The ``metric_py`` metrics per split: micro (over steps) and macro (over tasks)."""
+    """MindAct's metrics per split: micro (over steps) and macro (over tasks)."""
     lines = [
-        "## Mind2Web's metrics (src/action_prediction/metric.py)",
+        "## MindAct's metrics (Mind2Web src/action_prediction/metric.py)",
+        "",
+        "The only figures here comparable with published MindAct numbers (on MindAct's candidate pool).",
         "",
         pool_note(candidate_pool),
         "",
-        "| split | element accuracy % (k/n; Wilson 95%) | operation F1 % | step success % (k/n; Wilson 95%) "
-        "| macro element accuracy % | macro operation F1 % | macro step success % | task success % (k/n; Wilson 95%) "
-        "| positive in pool % (k/n; Wilson 95%) |",
+        *rule_lines("element_accuracy", "operation_f1", "step_success", "task_success", "macro", "positives_in_pool"),
+        "",
+        "| split | MindAct element accuracy % (k/n; Wilson 95%) | MindAct op F1 % "
+        "| MindAct step SR % (k/n; Wilson 95%) | MindAct macro element accuracy % | MindAct macro op F1 % "
+        "| MindAct macro step SR % | MindAct task SR % (k/n; Wilson 95%) "
+        "| MindAct positive in pool (Recall Cap) % (k/n; Wilson 95%) |",
         "|---|---|---:|---|---:|---:|---:|---|---|",
     ]
     for name, m in metrics.items():
@@ -211,10 +238,12 @@ def metric_py_markdown(metrics: Mapping[str, Any], candidate_pool: Mapping[str, 
 
 def metrics_markdown(metrics: Mapping[str, Any], candidate_pool: Mapping[str, Any]) -> str:
     lines = [
-        "## Mind2Web (teacher-forced replay)",
+        "## The paper's metrics (teacher-forced replay)",
         "",
-        "| split | step action accuracy % (k/n; Wilson 95%) | exact episode success % (k/n; Wilson 95%) |"
-        " invalid predictions | failed episodes |",
+        *rule_lines("step_accuracy", "episode_success"),
+        "",
+        "| split | paper step accuracy % (k/n; Wilson 95%) | paper episode success % (k/n; Wilson 95%) |"
+        " invalid predictions (paper's parser) | failed episodes |",
         "|---|---|---|---:|---:|",
     ]
     for name, m in metrics.items():
@@ -259,6 +288,7 @@ def write_summary(
     summary = {
         "base": base,
         "candidate_pool": candidate_pool,
+        "rules": RULES,
         "splits": splits,
         "metrics": {r["condition"]: r["mind2web"] for r in reports},
         "paired_vs_base": paired,
@@ -282,7 +312,7 @@ def _metric_py_cell(m: Mapping[str, Any]) -> str:
         return "-"
     return (
         f"{_pct_mean(o['element_accuracy']['rate'])} / {_pct_mean(o['operation_f1']['mean'])} / "
-        f"{_pct_mean(o['step_success']['rate'])}"
+        f"{_pct_mean(o['step_success']['rate'])} / {_pct_mean(o['task_success']['rate'])}"
     )
 
 
@@ -300,22 +330,26 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
     lines = [
         "# Mind2Web: conditions side by side (teacher-forced replay)",
         "",
-        "Step action accuracy % per split (k/n; Wilson 95%).",
+        "Paper step accuracy % per split (k/n; Wilson 95%). Rule: " + RULES["step_accuracy"] + ".",
         "",
         *table(lambda m: _pct(m["step_accuracy"])),
         "",
-        "Exact episode success % per split (k/n; Wilson 95%).",
+        "Paper episode success % per split (k/n; Wilson 95%). Rule: " + RULES["episode_success"] + ".",
         "",
         *table(lambda m: _pct(m["episode_success"])),
         "",
-        "Mind2Web's metrics (its metric.py) per split, micro over steps in %: element accuracy / operation F1 / "
-        "step success.",
+        "MindAct's metrics (Mind2Web src/action_prediction/metric.py; the only figures here comparable with "
+        "published MindAct numbers) per split, micro over steps in %: MindAct element accuracy / MindAct op F1 / "
+        "MindAct step SR / MindAct task SR. Rules:",
+        "",
+        *rule_lines("element_accuracy", "operation_f1", "step_success", "task_success"),
         "",
         pool_note(summary["candidate_pool"]),
         "",
         *table(_metric_py_cell),
         "",
-        f"Paired differences vs {base} in points (paired bootstrap 95% CI): step accuracy / episode success.",
+        f"Paired differences vs {base} in points (paired bootstrap 95% CI): paper step accuracy / paper episode "
+        "success.",
         "",
         "| condition | " + " | ".join(cols) + " |",
         "|---|" + "---|" * len(cols),

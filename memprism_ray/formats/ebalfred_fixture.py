@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-FIXTURE_VERSION = 2
+FIXTURE_VERSION = 3
 
 
 def load_transcripts(root: str | Path) -> dict[str, Any]:

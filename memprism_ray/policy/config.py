@@ -267,6 +267,7 @@ class PolicyConfig:
                 "point it at one or pick another backend (--policy.backend vllm|openai|scripted)"
             )
         return None
+
     def replica_options(self, cpus: float) -> dict[str, Any]:
         """Ray actor options of one replica. Never depends on what has joined the cluster: a
         pending GPU request is what makes the autoscaler add a GPU node."""

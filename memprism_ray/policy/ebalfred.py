@@ -4,7 +4,12 @@ definitions, E.5 parsing): the verbatim system and user templates, and the parse
 As the paper's implementation note has it (appendix "EB-ALFRED Case Studies"), the system prefix
 and the user suffix form one ``role=user`` message, followed by the camera image and then the
 view. An action is matched to the scene's skills by exact, case-insensitive and
-whitespace-normalised string; any ``put down ...`` becomes ``put down the object in hand``."""
+whitespace-normalised string; any ``put down ...`` becomes ``put down the object in hand``.
+
+The list is the scene-filtered one the paper names (appendix E.4); its action ids, ``0 ~ max_id``
+and the history's ``Step i, action id k`` are as EmbodiedBench's planner renders them
+(``vlm_planner.py``): ids number its full list (162 global skills, then the scene's instance
+skills), history steps count from 0 (issue 41 item 4; docs/ebalfred.md "Action ids")."""
 
 from __future__ import annotations
 
@@ -25,14 +30,26 @@ _RECORD = "Step {i}, action id {id}, {action_name}, env feedback: {feedback}"
 _EXAMPLES = "{task_execution_examples}\n\n"
 
 
+def _ids(actions: tuple[str, ...]) -> list[int]:
+    """Each listed skill's id in EmbodiedBench's full list (``skills.upstream_ids``)."""
+    from memprism_ray.envs.ebalfred.skills import upstream_ids  # envs.ebalfred imports this module
+
+    return upstream_ids(actions)
+
+
 def format_ebalfred_history(history: tuple[HistoryRecord, ...], actions: tuple[str, ...]) -> str:
+    """``Step i, action id k, name, env feedback: ...`` per record: ``i`` the decision index from 0,
+    ``k`` the action's id in EmbodiedBench's full list (``unknown`` for an output that is no skill
+    of the list: the planner never shows one, this prompt's short history does)."""
     if not history:
         return NO_HISTORY
-    index = {a: i for i, a in reversed(list(enumerate(actions)))}
+    from memprism_ray.envs.ebalfred.skills import GLOBAL_IDS
+
+    index = {**GLOBAL_IDS, **dict(zip(actions, _ids(actions), strict=True))}  # a global skill outside the list too
     lines = []
     for r in history:
         action_id = index.get(r.action, "unknown")
-        lines.append(fill(_RECORD, {"i": r.step + 1, "id": action_id, "action_name": r.action, "feedback": r.feedback}))
+        lines.append(fill(_RECORD, {"i": r.step, "id": action_id, "action_name": r.action, "feedback": r.feedback}))
     return "\n".join(lines)
 
 
@@ -44,7 +61,15 @@ def ebalfred_instruction(goal: str) -> str:
 
 
 def format_ebalfred_actions(actions: tuple[str, ...]) -> str:
-    return "\n".join(f"action id {i}: {a}" for i, a in enumerate(actions))
+    """One ``action id k: name`` line per listed skill, ``k`` its id in EmbodiedBench's full list."""
+    return "\n".join(f"action id {i}: {a}" for i, a in zip(_ids(actions), actions, strict=True))
+
+
+def ebalfred_max_id(actions: tuple[str, ...]) -> int:
+    """The prompt's ``max_id``: the last id of EmbodiedBench's full list (``len(actions) - 1`` there)."""
+    from memprism_ray.envs.ebalfred.skills import full_list_size
+
+    return full_list_size(actions) - 1
 
 
 def _attachment_sentence(inp: PolicyInput) -> str:
@@ -93,7 +118,7 @@ class EbAlfredContract(TaskContract):
         user = replace_once(user, _HISTORY_LINE, "The action history: {action_history}")
         user = replace_once(user, _ATTACHMENTS, _attachment_sentence(inp))
         values = {
-            "max_id": len(inp.admissible) - 1,
+            "max_id": ebalfred_max_id(inp.admissible),
             "available_action_names": format_ebalfred_actions(inp.admissible),
             "task_execution_examples": examples,
             "instruction": ebalfred_instruction(inp.goal),

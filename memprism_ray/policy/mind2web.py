@@ -69,36 +69,66 @@ def decode_mind2web_action(action: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Mind2WebParse:
-    """A Mind2Web parse: the canonical action (``result``) and the op and value as written, which
-    Mind2Web's metric.py reads while the paper's rule reads the normalised action (envs/mind2web/env.py)."""
+    """A Mind2Web parse: the canonical action (``result``) and the op, ref and value as written,
+    which Mind2Web's metric.py reads (its regexes read an output whatever its shape) while the
+    paper's rule reads the normalised action (envs/mind2web/env.py)."""
 
     result: ParseResult
     written_op: str | None = None
     written_value: str | None = None
+    written_ref: str | None = None
+
+
+#: A ``"key": "string"`` field of a JSON-like text (what an output that does not parse still wrote).
+_WRITTEN = {key: re.compile(rf'"{key}"\s*:\s*"((?:[^"\\\n]|\\.)*)"') for key in ("op", "ref", "value")}
+
+
+def written_fields(text: str) -> dict[str, str | None]:
+    """``{"written_op", "written_ref", "written_value"}`` read from ``text`` field by field, first
+    occurrence, as metric.py's ``postprocess_action`` reads ``Action:``/``Value:`` lines from an
+    output that need not parse (issue 41 item 3); a field not written is ``None``."""
+    out: dict[str, str | None] = {}
+    for key, pattern in _WRITTEN.items():
+        m = pattern.search(text)
+        value = None
+        if m is not None:
+            try:
+                value = json.loads(f'"{m.group(1)}"')
+            except ValueError:  # a bad escape: the characters as written
+                value = m.group(1)
+        out[f"written_{key}"] = value
+    return out
 
 
 def parse_mind2web_written(text: str, refs: tuple[str, ...] | list[str] | set[str]) -> Mind2WebParse:
-    """:func:`parse_mind2web` plus the op and value as written (see :class:`Mind2WebParse`)."""
+    """:func:`parse_mind2web` plus the op, ref and value as written (see :class:`Mind2WebParse`):
+    the JSON object's string fields, or, when there is none to read, :func:`written_fields` of
+    the tagged text (of the whole output without one tag)."""
     content, err = extract_action_tag(text)
     if err is not None:
-        return Mind2WebParse(invalid(err))
+        return Mind2WebParse(invalid(err), **written_fields(text if isinstance(text, str) else ""))
     assert content is not None
     first, last = content.find("{"), content.rfind("}")
     if first < 0 or last < first:
-        return Mind2WebParse(invalid("no JSON object inside <action>"))
+        return Mind2WebParse(invalid("no JSON object inside <action>"), **written_fields(content))
     payload = content[first : last + 1]
     if len(payload) > MAX_JSON_CHARS:
-        return Mind2WebParse(invalid(f"JSON action too long ({len(payload)} chars > {MAX_JSON_CHARS})"))
+        return Mind2WebParse(
+            invalid(f"JSON action too long ({len(payload)} chars > {MAX_JSON_CHARS})"), **written_fields(content)
+        )
     try:
         data = json.loads(payload, parse_constant=_no_constants, object_pairs_hook=_pairs_no_duplicates)
     except (ValueError, RecursionError) as exc:
-        return Mind2WebParse(invalid(f"invalid JSON action: {str(exc)[:120]}"))
+        return Mind2WebParse(invalid(f"invalid JSON action: {str(exc)[:120]}"), **written_fields(content))
     if not isinstance(data, dict):
-        return Mind2WebParse(invalid(f"JSON action must be an object, got {type(data).__name__}"))
-    op, value = data.get("op"), data.get("value")
+        return Mind2WebParse(
+            invalid(f"JSON action must be an object, got {type(data).__name__}"), **written_fields(content)
+        )
+    op, value, written_ref = data.get("op"), data.get("value"), data.get("ref")
     written = {
         "written_op": op if isinstance(op, str) else None,
         "written_value": value if isinstance(value, str) else None,
+        "written_ref": written_ref.strip() if isinstance(written_ref, str) else None,
     }
     if not isinstance(op, str):
         return Mind2WebParse(invalid("JSON action needs a string 'op'"), **written)

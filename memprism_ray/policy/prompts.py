@@ -14,7 +14,10 @@ from memprism_ray.policy.base import PolicyInput
 
 #: v2 (issue 35): EB-ALFRED's in-context examples by skill name, one action per step, and the
 #: instruction without its final period; the templates themselves are v1's.
-PROMPT_VERSION: str = "memprism-prompts-v2"
+#: v3 (issue 41 item 4): EB-ALFRED's action ids number EmbodiedBench's full list (the listed skills
+#: keep them, ``max_id`` is its last), history steps count from 0, and the examples' steps read as
+#: the history does (``Step 0, action id 57, find a AlarmClock``); the templates are v1's.
+PROMPT_VERSION: str = "memprism-prompts-v3"
 
 #: Image marker lines of the templates and the slot each one stands for.
 IMAGE_MARKERS: dict[str, str] = {

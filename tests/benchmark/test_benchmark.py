@@ -117,3 +117,27 @@ def test_ebalfred_refuses_an_evaluation_trajectory_listed_for_training_under_ano
     bad = load_config("configs/ebalfred_smoke.yaml", [*overrides, "--ebalfred.train_splits", str(train_list)])
     with pytest.raises(BenchmarkConfigError, match=r"^1 ALFRED trajectories are played by both"):
         eb.check_disjoint(eb.prepare(bad, print))
+
+
+def test_ebalfred_d1_plays_the_fixture_annotations_with_instance_names(tmp_path: Path) -> None:
+    """Issue 41 item 1: D1's expert table on the smoke preset comes from the fixture's ALFRED
+    annotations, named in each scene at reset (the second book is ``Book_2``), every plan won; a
+    fixture of an older format in the run directory is rebuilt, not refused."""
+    import io
+    import json
+
+    import pyarrow.parquet as pq
+
+    from memprism_ray.recorder.phi.ebalfred import EbAlfredRulePhi
+
+    eb = get_benchmark("ebalfred")
+    overrides = ["--run.out_dir", str(tmp_path), "--ebalfred.resolution", "64"]
+    cfg = eb.prepare(load_config("configs/ebalfred_smoke.yaml", overrides), print)
+    doc = Path(cfg.ebalfred.fixture) / "transcripts.json"
+    doc.write_text(json.dumps({**json.loads(doc.read_text()), "version": 2}))
+    cfg = eb.prepare(load_config("configs/ebalfred_smoke.yaml", overrides), print)
+    games = eb.train_games(cfg)
+    table = pq.read_table(io.BytesIO(eb.reference_table(cfg, games, [], EbAlfredRulePhi())))
+    actions = table.column("reference_action").to_pylist()
+    assert "find a Book_2" in actions and "open the Drawer_2" in actions
+    assert len(set(table.column("game_id").to_pylist())) == len(games) and all(table.column("won").to_pylist())

@@ -158,11 +158,18 @@ def test_candidate_pool_reaches_the_env_d1_and_reports(tmp_path: Path, monkeypat
                 "step_accuracy": {"correct": 1, "n": 4, "rate": 0.25},
                 "episode_success": {"correct": 0, "n": 1},
                 "failed_episodes": 0,
-                "metric_py": {"element_accuracy": {"correct": 2, "n": 4}},
+                "metric_py": {
+                    "element_accuracy": {"correct": 2, "n": 4}, "operation_f1": {"mean": 0.625},
+                    "step_success": {"correct": 1, "n": 4}, "task_success": {"correct": 0, "n": 1},
+                },
             }},
             "mind2web_pool": pm.candidate_pool(got),
         }
     )  # fmt: skip
-    assert line.endswith("element accuracy 2/4 on the mindact candidate pool")
+    # Issue 41 item 3: each figure named by its rule.
+    assert line == (
+        "paper step accuracy 1/4 = 25.0%, paper episode success 0/1; MindAct (metric.py) element accuracy 2/4, "
+        "op F1 62.5%, step SR 1/4, task SR 0/1 on the mindact candidate pool"
+    )
     with pytest.raises(Mind2WebDataError, match="does not exist"):
         M2W.prepare(load_config("configs/mind2web_smoke.yaml", [*base, "--mind2web.candidate_scores", "x.parquet"]))

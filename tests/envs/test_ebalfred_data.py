@@ -15,7 +15,7 @@ from memprism_ray.envs.ebalfred.data import (
     list_games,
     load_splits,
     parse_game_id,
-    skills_from_high_pddl,
+    plan_from_high_pddl,
 )
 from memprism_ray.envs.ebalfred.fixture import build_fixture
 from memprism_ray.envs.ebalfred.skills import AlfredNameError
@@ -68,13 +68,18 @@ def _plan(*steps: tuple[str, list[str]]) -> list[dict]:
     return [{"discrete_action": {"action": a, "args": args}} for a, args in steps]
 
 
+def skills_from_high_pddl(plan: list, low: list | tuple = ()) -> list[str]:
+    """The translated plan's skills with their bare type names."""
+    return [s.skill for s in plan_from_high_pddl(plan, low)]
+
+
 def _low(*acts: tuple[int, str, str, str]) -> list[dict]:
-    """ALFRED low actions: (high_idx, api action, objectId type, receptacle type)."""
+    """ALFRED low actions: (high_idx, api action, objectId type, receptacle type); one instance per type."""
     out = []
     for k, action, kind, receptacle in acts:
         api = {"action": action, "objectId": f"{kind}|+01.00|+00.90|-01.00"}
         if receptacle:
-            api["receptacleObjectId"] = f"{receptacle}|+02.00|+00.90|-01.00"
+            api["receptacleObjectId"] = f"{receptacle}|+01.00|+00.90|-01.00"
         out.append({"high_idx": k, "api_action": api})
     return out
 

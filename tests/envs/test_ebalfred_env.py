@@ -369,6 +369,7 @@ def test_agent_episode_with_unparsed_outputs_ends_as_embodiedbench_s(fixture_roo
 
     from memprism_ray.agent import Agent, AgentConfig, EpisodeSpec, LocalServices
     from memprism_ray.baselines import make_selector
+
     policy = _TalkingPolicy()
     services = LocalServices(_env(fixture_root), EbAlfredPhi(), policy)
     config = AgentConfig(benchmark="ebalfred", short_history=2, max_steps=30, token_counter="words")
@@ -452,3 +453,84 @@ def test_decisions_that_take_no_step_are_bounded_too(fixture_root: Path) -> None
     env = EbAlfredEnv(1, EbAlfredConfig(controller="fake", fixture=str(fixture_root)), controller_factory=lenient)
     res = _play(env, _ScriptedPolicy(10_000, "find a CounterTop"), 12, fixture_root)
     assert res.status == "ok" and res.steps == 12 and env._controllers[0]._current_step == 0
+
+
+class _SequencePolicy:
+    """A VLM that answers with ``texts`` in turn (then the last one again)."""
+
+    name = "sequence"
+    contract = EBALFRED
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts, self.calls = texts, 0
+
+    def act(self, inputs):  # type: ignore[no-untyped-def]
+        out = []
+        for inp in inputs:
+            text = self.texts[min(self.calls, len(self.texts) - 1)]
+            self.calls += 1
+            out.append(self.contract.to_output(inp, text))
+        return out
+
+
+def test_step_rows_say_what_happened_to_each_action(fixture_root: Path) -> None:
+    """Issue 41 item 2: ``valid`` says whether the output parsed against the prompt's list; the
+    row's ``execution`` says what the env did: an output that is no skill is rejected before the
+    simulator (no step); "find a Knife", outside the scene-filtered list but a skill of
+    EmbodiedBench's, reaches the simulator through the fallback and takes a step (before, its row
+    said only valid=False); a listed skill is executed. ``invalid_actions`` counts as EmbodiedBench
+    does (rejected outputs + failed skills) and the report shows each."""
+    from memprism_ray.eval.ebalfred import episode_rows, report_markdown, subset_report
+
+    env = _env(fixture_root)
+    shown = env.reset(game_ref("base", 1)).admissible  # the ladle episode, as _play plays
+    assert "find a Knife" not in shown and "find a Knife" in env._controllers[0].language_skill_set
+    texts = [
+        "I do not know.",
+        "<action>find a Knife</action>",
+        "<action>find a Ladle</action>",
+        "<action>look</action>",
+    ]
+    res = _play(env, _SequencePolicy(texts), 4, fixture_root)
+    rows = res.rows[:4]
+    assert [r["valid"] for r in rows] == [False, False, True, False]
+    assert [r["execution"] for r in rows] == ["rejected", "executed_outside_list", "executed", "rejected"]
+    assert [r["invalid_actions"] for r in rows] == [1, 2, 2, 3]  # the Knife is not in the scene: it fails
+    assert res.env_steps == sum(r["execution"] != "rejected" for r in res.rows)
+    (ep,) = episode_rows([res])
+    n = len(res.rows)
+    assert ep["rejected"] + ep["executed_outside_list"] + ep["executed"] == n and ep["executed_outside_list"] == 1
+    assert ep["invalid_actions"] == res.rows[-1]["invalid_actions"] == ep["rejected"] + 1
+    rep = subset_report([ep])
+    assert rep["subsets"]["base"]["decisions"] == {
+        "rejected": ep["rejected"], "executed_outside_list": 1, "executed": ep["executed"],
+        "invalid_actions": ep["invalid_actions"],
+    }  # fmt: skip
+    md = report_markdown(rep)
+    assert "| Subset | rejected | executed outside the list | executed | invalid actions | per episode |" in md
+    assert f"| Base | {ep['rejected']} | 1 | {ep['executed']} | {ep['invalid_actions']} |" in md
+
+
+def test_the_scene_at_reset_names_its_instances(fixture_root: Path) -> None:
+    """Issue 41 item 1: the reset keeps the scene's objects, EmbodiedBench's instance names (the
+    controller's ``id_to_name_dict``) and its full list; the fake controller maps a name to an
+    instance as ``EBAlfEnv.step`` does, so ``find a Drawer`` is not the record ``find a Drawer_2``."""
+    from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE
+
+    env = _env(fixture_root)
+    with pytest.raises(RuntimeError, match="no scene before the first reset"):
+        env.scene()
+    train = list_games(["alfred_train"], fixture_root / TRAIN_FILE)
+    doc = load_transcripts(fixture_root)["episodes"]
+    key = next(
+        k for k, ep in doc.items() if k.startswith("alfred_train/") and ep["steps"][0]["action"] == "find a Drawer_2"
+    )
+    env.reset(next(g for g in train if g.game_id == key))
+    scene = env.scene()
+    drawers = [o["objectId"] for o in scene.objects if o["objectType"] == "Drawer"]
+    assert [scene.names[d] for d in drawers] == ["Drawer", "Drawer_2"] and "open the Drawer_2" in scene.skills
+    assert doc[key]["steps"][0]["object_id"] == drawers[1]
+    tr = env.step("find a Drawer")  # the first drawer: navigation succeeds, the record is not played
+    assert tr.meta["last_action_success"] and tr.meta["progress"] == 0.0 and not tr.meta["frame_changed"]
+    assert env.step("find a Drawer_2").meta["frame_changed"]  # the recorded instance: played
+    assert env.step("open the Drawer_2").meta["frame_changed"]

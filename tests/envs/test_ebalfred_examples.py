@@ -1,7 +1,8 @@
-"""EB-ALFRED's in-context examples (issue 30 item 3, issue 35 item 3): EmbodiedBench's files,
-its n_shots default and its planner's headers fill the ``{task_execution_examples}`` slot of
-the paper's EB-ALFRED system prompt (appendix E.3), each example shown as that prompt asks
-(names only, one action per step); without them the slot is dropped."""
+"""EB-ALFRED's in-context examples (issue 30 item 3, issue 35 item 3, issue 41 item 4):
+EmbodiedBench's files, its n_shots default and its planner's headers fill the
+``{task_execution_examples}`` slot of the paper's EB-ALFRED system prompt (appendix E.3), each
+example shown as that prompt asks (one action per step, in the action history's shape, with
+EmbodiedBench's ids); without them the slot is dropped."""
 
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ def test_formatting_keeps_embodiedbench_s_headers_and_shots() -> None:
     assert N_SHOTS == 10  # configs/eb-alf.yaml n_shots
     a, b, c = (Example(f"Task {k}.", "", ("find a Mug",)) for k in "ABC")
     two = (
-        "## Task Execution Example 0: \n Human instruction: Task A.\nStep 1: find a Mug\n\n"
-        "## Task Execution Example 1: \n Human instruction: Task B.\nStep 1: find a Mug"
+        "## Task Execution Example 0: \n Human instruction: Task A.\nStep 0, action id 14, find a Mug\n\n"
+        "## Task Execution Example 1: \n Human instruction: Task B.\nStep 0, action id 14, find a Mug"
     )
     assert format_examples([a, b, c], 2) == two
     assert format_examples([a], 0) == ""
@@ -52,10 +53,11 @@ def test_formatting_keeps_embodiedbench_s_headers_and_shots() -> None:
 
 
 def test_examples_are_shown_as_the_prompt_asks() -> None:
-    """Issue 35 item 3: the prompt lists the scene-filtered skills (ids are positions in that
-    list) and asks for ONE action name per step inside <action></action>; upstream's examples
-    answer with a multi-action JSON plan whose ids number the 162 global skills. Shown in the
-    prompt's terms: names only, one action per step, no ids, no JSON."""
+    """Issue 35 item 3, issue 41 item 4: the prompt asks for ONE action name per step inside
+    <action></action>; upstream's examples answer with a multi-action JSON plan whose ids number
+    the 162 global skills. Shown in the prompt's terms: the language plan, then one action per
+    step as the action history shows steps: from 0, with EmbodiedBench's ids (the file's own,
+    the same in every scene's full list and in the listed skills' ids); no JSON."""
     ex = parse_example(UPSTREAM_SHAPED)
     assert ex == Example(
         "Put a clean pan in the refrigerator.",
@@ -66,11 +68,12 @@ def test_examples_are_shown_as_the_prompt_asks() -> None:
     assert shown == (
         "Human instruction: Put a clean pan in the refrigerator.\n"
         "Plan: Find a pan and pick it up, rinse it at the sink, then put it in the fridge.\n"
-        "Step 1: find a Pan\nStep 2: pick up the Pan\nStep 3: find a Sink\nStep 4: put down the object in hand"
+        "Step 0, action id 7, find a Pan\nStep 1, action id 86, pick up the Pan\nStep 2, action id 79, find a Sink\n"
+        "Step 3, action id 133, put down the object in hand"
     )
-    for banned in ("action_id", "executable_plan", "{", "79", "133"):
+    for banned in ("action_id", "executable_plan", "{"):
         assert banned not in shown
-    # The same example in a prompt whose (scene-filtered) list numbers other skills.
+    # The same example in a prompt whose (scene-filtered) list holds these skills: the same ids.
     skills = ("find a Sink", "find a Pan", "pick up the Pan", "put down the object in hand")
     block = format_examples([ex], 1)
     prompt = EBALFRED.build_prompt_text(
@@ -78,12 +81,14 @@ def test_examples_are_shown_as_the_prompt_asks() -> None:
             benchmark="ebalfred", goal="Wash a pan.", observation="o", admissible=skills, meta={"examples": block}
         )
     )
-    assert block in prompt and "action id 0: find a Sink" in prompt and "action_id" not in prompt
-    steps = [line for line in block.splitlines() if line.startswith("Step ")]
-    assert len(steps) == 4 and all(line.split(": ", 1)[1] in skills for line in steps)  # one name each
+    assert block in prompt and "action id 7: find a Pan" in prompt and "action_id" not in prompt
+    listed = dict(line.split(": ", 1)[::-1] for line in prompt.splitlines() if line.startswith("action id "))
+    for line in (x for x in block.splitlines() if x.startswith("Step ")):
+        step_id, name = line.split(", ", 2)[1:]
+        assert listed[name] == step_id  # "action id 79" for find a Sink in both
     # Upstream's own files, unparsed wording: an empty language plan drops the plan line.
     assert render_example(Example("slice a loaf of bread.", "", ("find a Knife",))) == (
-        "Human instruction: slice a loaf of bread.\nStep 1: find a Knife"
+        "Human instruction: slice a loaf of bread.\nStep 0, action id 34, find a Knife"
     )
 
 
@@ -99,6 +104,9 @@ def test_load_errors_name_the_file_and_the_keys(tmp_path: Path) -> None:
     broken = UPSTREAM_SHAPED.replace('"action_name": "find a Sink"', '"name": "find a Sink"')
     with pytest.raises(ValueError, match="has no action_name"):
         parse_example(broken)
+    for wrong in ('"action_id": 80, "action_name": "find a Sink"', '"action_id": 79, "action_name": "find a Sink_2"'):
+        with pytest.raises(ValueError, match="162 global skills with its id"):
+            parse_example(UPSTREAM_SHAPED.replace('"action_id": 79, "action_name": "find a Sink"', wrong))
 
 
 def test_the_instruction_line_ends_with_one_period() -> None:

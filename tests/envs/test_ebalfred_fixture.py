@@ -13,7 +13,7 @@ from PIL import Image
 
 from memprism_ray.envs.ebalfred.data import SUBSETS, TRAIN_SUBSET, load_splits
 from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE, build_fixture, object_box
-from memprism_ray.envs.ebalfred.skills import global_skills, language_skill_set, scene_filter
+from memprism_ray.envs.ebalfred.skills import global_skills, instance_names, language_skill_set, scene_filter
 from memprism_ray.formats.ebalfred_fixture import load_transcripts
 
 
@@ -40,7 +40,8 @@ def test_all_subsets_and_states_are_consistent(tmp_path: Path) -> None:
     doc = load_transcripts(root)
     train = load_splits(root / TRAIN_FILE, (TRAIN_SUBSET,))
     assert set(splits) == set(SUBSETS) and all(len(splits[s]) == 3 for s in SUBSETS)
-    assert len(train[TRAIN_SUBSET]) == 4 and len(doc["episodes"]) == 18 + 4
+    # Six training episodes by default (was four): one per family, the two-instance ones included.
+    assert len(train[TRAIN_SUBSET]) == 6 and len(doc["episodes"]) == 18 + 6
     for key, ep in doc["episodes"].items():
         subset, i = key.split("/")
         entry = (train if subset == TRAIN_SUBSET else splits)[subset][int(i)]
@@ -57,6 +58,15 @@ def test_all_subsets_and_states_are_consistent(tmp_path: Path) -> None:
             for box in s["boxes"].values():
                 assert 0 <= box[0] < box[2] <= 1000 and 0 <= box[1] < box[3] <= 1000
             assert all(st["action"] in ep["admissible"] for st in ep["steps"])
+        # A find/open/close record names its instance as EmbodiedBench does (``Drawer_2``: the second).
+        names = {n: oid for oid, n in instance_names(ep["scene_objects"]).items()}
+        for st in ep["steps"]:
+            if st["action"].startswith(("find a ", "open the ", "close the ")):
+                name = st["action"].rsplit(" ", 1)[1]
+                first = next(o["objectId"] for o in ep["scene_objects"] if o["objectType"] == name.split("_")[0])
+                assert st["object_id"] == names.get(name, first)
+            else:
+                assert st["object_id"] == ""
     long = [len(ep["steps"]) for k, ep in doc["episodes"].items() if k.startswith("long_horizon/")]
     assert min(long) >= 9
 

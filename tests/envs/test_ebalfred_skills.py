@@ -79,3 +79,32 @@ def test_skill_strings_and_modes() -> None:
     assert sk.skill_object("open the Cabinet_2") == "Cabinet_2" and sk.skill_object(sk.PUT_DOWN) is None
     with pytest.raises(ValueError, match=r"ebalfred\.skills='all'"):
         sk.check_mode("all")
+
+
+def test_instance_names_are_ebalfenv_s_id_to_name_dict() -> None:
+    """Issue 41 item 1: ``generate_additional_action_space`` numbers the instances of a type with
+    two or more in the order of the scene's objects: the first keeps the bare name (``EBAlfEnv.step``
+    maps it to that objectId), the k-th is ``Type_k``; receptacles and non-receptacle pickables are
+    two tables; a type of one instance, or of neither kind (Faucet), gets no name."""
+    assert sk.instance_names(SCENE) == {
+        "Cabinet|1|0|0": "Cabinet", "Cabinet|2|0|0": "Cabinet_2", "Cabinet|3|0|0": "Cabinet_3",
+        "Mug|1|0|0": "Mug", "Mug|2|0|0": "Mug_2",
+    }  # fmt: skip
+    reordered = [SCENE[4], *SCENE[:4], *SCENE[5:]]  # the third cabinet listed first
+    assert sk.instance_names(reordered)["Cabinet|3|0|0"] == "Cabinet"
+    assert sk.instance_names(reordered)["Cabinet|2|0|0"] == "Cabinet_3"
+
+
+def test_upstream_ids_number_embodiedbench_s_full_list() -> None:
+    """Issue 41 item 4: the ids EmbodiedBench's planner gives each skill are positions in the full
+    list (the 162 global skills, then the scene's instance skills); the scene-filtered list keeps
+    every instance skill, so its ids follow from it alone."""
+    full = sk.language_skill_set(SCENE)
+    shown = sk.scene_filter(full, SCENE)
+    assert [full[i] for i in sk.upstream_ids(shown)] == shown
+    assert sk.upstream_ids(full) == list(range(len(full))) and sk.full_list_size(shown) == len(full) == 169
+    assert sk.upstream_ids(["find a Cabinet", "find a Cabinet_2"]) == [48, 162]
+    # A basin's instance names come from its objectType (SinkBasin), its id starts with Sink.
+    basins = [{"objectType": "SinkBasin", "objectId": f"Sink|{k}|0|0|SinkBasin", "receptacle": True} for k in (1, 2)]
+    full = sk.language_skill_set(basins)
+    assert full[162:] == ["find a SinkBasin_2"] and sk.scene_filter(full, basins)[-1] == "find a SinkBasin_2"

@@ -280,11 +280,50 @@ def test_type_and_select_still_need_a_string_value(game) -> None:
     from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
 
     step = load_task(game).steps[0]
+    assert step.op == "TYPE" and len(step.value.split()) == 1  # label tokens {TYPE, <value>}
     snap = build_snapshot(step)
     ref = human_refs(step, snap)[0]
-    for fields in ({"op": "TYPE"}, {"op": "TYPE", "value": None}, {"op": "SELECT", "value": 3}):
+    # Invalid under the paper's rule (wrong); metric.py reads the tokens written (issue 41 item 3:
+    # before, op F1 0): "TYPE" alone is 2/3 of {TYPE, <value>}, "SELECT" shares none.
+    for fields, f1 in (
+        ({"op": "TYPE"}, 2 / 3),
+        ({"op": "TYPE", "value": None}, 2 / 3),
+        ({"op": "SELECT", "value": 3}, 0.0),
+    ):
         got = score_prediction(json.dumps({**fields, "ref": ref}), step, snap)
-        assert got["error"] and "needs a string 'value'" in got["error"] and got["op_f1"] == 0.0
+        assert got["error"] and "needs a string 'value'" in got["error"] and not got["correct"]
+        assert got["element_correct"] and got["op_f1"] == pytest.approx(f1)
+
+
+def test_an_output_that_does_not_parse_scores_what_it_wrote_under_metric_py(game) -> None:
+    """Issue 41 item 3: metric.py's ``postprocess_action`` reads the element and ``Action:``/``Value:``
+    of any output; an output the paper's parser rejects is wrong by the paper's rule and, under
+    metric.py, scored on the ref, op and value it wrote (before: op F1 0, element wrong)."""
+    from memprism_ray.envs.mind2web.env import score_prediction
+    from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
+
+    step = load_task(game).steps[0]
+    snap = build_snapshot(step)
+    ref, value = human_refs(step, snap)[0], step.value
+    other = next(r for r in snap.refs if r != ref)
+    cases = [
+        # (output, element correct, op F1 by hand against {TYPE, <value>})
+        (f'<action>{{"op": "TYPE", "ref": "{ref}", "value": "{value}"</action>', True, 1.0),  # no closing brace
+        (f'<action>{{"op": "HOVER", "ref": "{ref}", "value": "{value}"}}</action>', True, 2 / 3),  # unknown op
+        # Two actions: each field's first occurrence, {TYPE, <value>, now}.
+        (
+            f'<action>{{"op": "TYPE", "ref": "{other}", "value": "{value} now"}}</action>'
+            '<action>{"op": "CLICK"}</action>',
+            False,
+            0.8,
+        ),
+        (f'<action>{{"op": "TYPE", "ref": "e999999", "value": "{value}"}}</action>', False, 1.0),  # ref not shown
+        ("<action>TYPE it</action>", False, 0.0),  # nothing readable as written fields
+    ]
+    for output, element, f1 in cases:
+        got = score_prediction(output, step, snap)
+        assert got["error"] and not got["correct"], output
+        assert (got["element_correct"], got["op_f1"]) == (element, pytest.approx(f1)), output
 
 
 def test_metric_operation_reads_what_was_written() -> None:

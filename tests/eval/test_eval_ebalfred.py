@@ -55,3 +55,17 @@ def test_bad_input() -> None:
         subset_report([_ep("a", "base/0", True), _ep("a", "base/1", True)])
     with pytest.raises(ValueError, match="valid subsets"):
         subset_report([_ep("a", "unseen/0", True)])
+
+
+def test_decisions_and_invalid_actions_per_subset() -> None:
+    """Issue 41 item 2: per subset, the decisions by what the env did with them and the invalid
+    actions as EmbodiedBench's evaluator counts them (summed, and per episode)."""
+    a = _ep("a", "base/0", True) | {"rejected": 2, "executed_outside_list": 1, "executed": 7, "invalid_actions": 4}
+    b = _ep("b", "base/1", False) | {"rejected": 0, "executed_outside_list": 3, "executed": 27, "invalid_actions": 5}
+    rep = subset_report([a, b, _ep("c", "spatial/0", False)])
+    base = rep["subsets"]["base"]
+    assert base["decisions"] == {"rejected": 2, "executed_outside_list": 4, "executed": 34, "invalid_actions": 9}
+    assert base["mean_invalid_actions"] == pytest.approx(4.5)
+    assert rep["subsets"]["spatial"]["decisions"]["invalid_actions"] == 0
+    md = report_markdown(rep)
+    assert "| Base | 2 | 4 | 34 | 9 | 4.50 |" in md and "| Spatial | 0 | 0 | 0 | 0 | 0.00 |" in md

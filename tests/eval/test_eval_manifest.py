@@ -46,7 +46,7 @@ def test_manifest_covers_the_split_and_round_trips(tmp_path: Path) -> None:
     assert Counter(m.episodes().game_ids) == Counter(GAMES)  # each game exactly once, in order
     assert m.n_unique_games == 12 and m.seed == 4 and "exactly once" in m.episode_rule
     assert m.checkpoint_sha256["router"] == hashlib.sha256(b"weights" * 100).hexdigest()
-    assert m.prompt_version == "memprism-prompts-v2" and m.decoding["backend"] == "scripted"
+    assert m.prompt_version == "memprism-prompts-v3" and m.decoding["backend"] == "scripted"
     path = m.save(tmp_path / "out" / "manifest.json")
     loaded = RunManifest.load(path)
     assert loaded == m

@@ -155,7 +155,7 @@ def test_metric_py_metrics_per_split() -> None:
 def test_metric_py_metrics_are_in_the_reports(tmp_path: Path) -> None:
     metrics = m2w.mind2web_metrics(OFFICIAL_EPISODES, OFFICIAL_ROWS, {"a": 2, "b": 3, "c": 4, "d": 1})
     md = m2w.metrics_markdown(metrics, PROJECT_POOL)
-    assert "## Mind2Web's metrics (src/action_prediction/metric.py)" in md
+    assert "## MindAct's metrics (Mind2Web src/action_prediction/metric.py)" in md
     assert "| test_task | 80.00 (4/5; [" in md and "| 76.67 | 40.00 (2/5;" in md
     results = [_result(e["episode_id"], e["split"], e["won"], e["steps"]) for e in OFFICIAL_EPISODES]
     summary = m2w.write_summary(
@@ -167,7 +167,7 @@ def test_metric_py_metrics_are_in_the_reports(tmp_path: Path) -> None:
         candidate_pool=PROJECT_POOL,
     )
     assert summary["metrics"]["base"]["overall"]["metric_py"]["step_success"]["n"] == 10
-    assert "| base | 80.00 / 76.67 / 40.00 |" in (tmp_path / "mind2web.md").read_text()
+    assert "| base | 80.00 / 76.67 / 40.00 / 0.00 |" in (tmp_path / "mind2web.md").read_text()
 
 
 def test_reports_name_the_candidate_pool(tmp_path: Path) -> None:
@@ -212,3 +212,120 @@ def test_positives_in_pool_is_reported_per_split() -> None:
         m2w.mind2web_metrics(OFFICIAL_EPISODES, OFFICIAL_ROWS, {"a": 2})["overall"]["metric_py"]["positives_in_pool"]
         is None
     )
+
+
+def _hand_f1(pred: set[str], label: set[str]) -> float:
+    """metric.py ``calculate_f1`` by hand: token sets, precision and recall."""
+    if not pred and not label:
+        return 1.0
+    if not pred or not label:
+        return 0.0
+    tp = len(pred & label)
+    if tp == 0:
+        return 0.0
+    p, r = tp / len(pred), tp / len(label)
+    return 2 * p * r / (p + r)
+
+
+def test_mindact_columns_agree_with_a_hand_computation_on_the_fixture(tmp_path: Path) -> None:
+    """Issue 41 item 3 target: on the Mind2Web fixture with MindAct's top-50 pool (its stand-in
+    ranks), every test step is predicted in one of five ways (exact; value lower-cased, a CLICK
+    with a value; another ref; JSON without its closing brace, which the paper's parser rejects;
+    a lower-case op), played through the replay env, and MindAct's element accuracy, op F1, step
+    SR, task SR and their macro means per split equal a hand computation of metric.py's rules
+    from the fixture's raw files (a step whose positive is ranked >= 50 scores 0; an output
+    that does not parse scores the tokens it wrote: before, op F1 0)."""
+    from memprism_ray.envs.mind2web import Mind2WebReplayEnv, list_games
+    from memprism_ray.envs.mind2web.candidates import sample_id
+    from memprism_ray.envs.mind2web.data import EVAL_SPLITS
+    from memprism_ray.envs.mind2web.fixture import SCORES_FILE, build_fixture
+    from memprism_ray.formats.mind2web_snapshot import ref_of
+
+    root = build_fixture(tmp_path / "m2w", tasks_per_site=2, seed=3)
+    ranks = {r["sample_id"]: r["ranks"] for r in map(json.loads, (root / SCORES_FILE).read_text().splitlines())}
+    env = Mind2WebReplayEnv(candidate_scores=str(root / SCORES_FILE))
+    episodes, rows, expected, hand = [], [], {}, {}
+    k = 0
+    for split in EVAL_SPLITS:
+        for game in list_games(split, root):
+            raw = next(t for t in json.loads(game.path.read_text()) if t["annotation_id"] == game.game_id)
+            admissible = env.reset(game).admissible
+            scores = []
+            for t, act in enumerate(raw["actions"]):
+                op, value = act["operation"]["op"], act["operation"]["value"]
+                node = act["pos_candidates"][0]["backend_node_id"]
+                target = ref_of(node)
+                in_pool = ranks[sample_id(raw["annotation_id"], act["action_uid"])][node] < 50
+                label = {op} | (set(value.split()) if op != "CLICK" else set())
+                val = None if op == "CLICK" else value
+                kind = k % 5
+                k += 1
+                if kind == 0:
+                    out, pred, element = json.dumps({"op": op, "ref": target, "value": val}), label, in_pool
+                elif kind == 1:
+                    written = "go now" if op == "CLICK" else value.lower()
+                    out = json.dumps({"op": op, "ref": target, "value": written})
+                    pred, element = {op} | set(written.split()), in_pool
+                elif kind == 2:
+                    other = next(r for r in admissible if r != target)
+                    out, pred, element = json.dumps({"op": op, "ref": other, "value": val}), label, False
+                elif kind == 3:
+                    out = f'<action>{{"op": "{op}", "ref": "{target}", "value": "{value}"</action>'
+                    pred, element = {op} | set(value.split()), in_pool
+                else:
+                    out = json.dumps({"op": op.lower(), "ref": target, "value": val})
+                    pred, element = set((val or "").split()), in_pool
+                f1 = _hand_f1(pred, label) if in_pool else 0.0
+                scores.append((element and in_pool, f1))
+                tr = env.step(out)
+                rows.append({"episode_id": game.game_id, "step": t, "correct": tr.meta["correct"],
+                             "valid": tr.meta["error"] is None, "element_correct": tr.meta["element_correct"],
+                             "op_f1": tr.meta["op_f1"]})  # fmt: skip
+                admissible = tr.admissible
+            episodes.append({"episode_id": game.game_id, "split": split, "won": tr.won, "status": "ok"})
+            expected[game.game_id] = len(raw["actions"])
+            hand.setdefault(split, []).append(scores)
+    assert any(not r["valid"] and r["op_f1"] > 0 for r in rows)  # unparsed outputs score their tokens
+    metrics = m2w.mind2web_metrics(episodes, rows, expected)
+    hand["overall"] = [task for split in EVAL_SPLITS for task in hand[split]]
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    for split, tasks in hand.items():
+        steps = [s for task in tasks for s in task]
+        success = [el and f1 == 1.0 for el, f1 in steps]
+        got = metrics[split]["metric_py"]
+        assert (got["element_accuracy"]["correct"], got["element_accuracy"]["n"]) == (
+            sum(el for el, _ in steps), len(steps))  # fmt: skip
+        assert got["operation_f1"]["mean"] == pytest.approx(mean([f1 for _, f1 in steps]), abs=1e-12)
+        assert (got["step_success"]["correct"], got["step_success"]["n"]) == (sum(success), len(steps))
+        whole = sum(all(el and f1 == 1.0 for el, f1 in task) for task in tasks)
+        assert (got["task_success"]["correct"], got["task_success"]["n"]) == (whole, len(tasks))
+        assert got["macro_element_accuracy"] == pytest.approx(mean([mean([float(e) for e, _ in t]) for t in tasks]))
+        assert got["macro_operation_f1"] == pytest.approx(mean([mean([f for _, f in t]) for t in tasks]))
+        assert got["macro_step_success"] == pytest.approx(
+            mean([mean([float(e and f == 1.0) for e, f in t]) for t in tasks]))  # fmt: skip
+    o = metrics["overall"]["metric_py"]
+    assert 0 < o["step_success"]["correct"] < o["element_accuracy"]["correct"] < o["element_accuracy"]["n"]
+
+
+def test_every_figure_is_named_by_its_rule(tmp_path: Path) -> None:
+    """Issue 41 item 3: each figure printed in the Mind2Web reports says whose rule it is (the
+    paper's or MindAct's metric.py), the rules are printed with them and written in the JSON."""
+    metrics = m2w.mind2web_metrics(OFFICIAL_EPISODES, OFFICIAL_ROWS, {"a": 2, "b": 3, "c": 4, "d": 1})
+    md = m2w.metrics_markdown(metrics, MINDACT_POOL)
+    headers = [line for line in md.splitlines() if line.startswith("| split |")]
+    assert len(headers) == 2
+    figures = [c.strip() for h in headers for c in h.strip("|").split("|")][1:]
+    named = [c for c in figures if c.startswith(("paper ", "MindAct "))]
+    assert set(figures) - set(named) == {"split", "invalid predictions (paper's parser)", "failed episodes"}
+    for rule in m2w.RULES.values():
+        assert rule in md
+    results = [_result(e["episode_id"], e["split"], e["won"], e["steps"]) for e in OFFICIAL_EPISODES]
+    m2w.write_summary(
+        tmp_path, [{"condition": "base", "failed_episodes": 0, "mind2web": metrics}], {"base": results},
+        {"base": OFFICIAL_ROWS}, {"a": 2, "b": 3, "c": 4, "d": 1}, candidate_pool=MINDACT_POOL,
+    )  # fmt: skip
+    summary = (tmp_path / "mind2web.md").read_text()
+    for caption in ("Paper step accuracy %", "Paper episode success %", "MindAct element accuracy / MindAct op F1"):
+        assert caption in summary
+    assert "MindAct step SR / MindAct task SR" in summary and m2w.RULES["task_success"] in summary
+    assert json.loads((tmp_path / "mind2web.json").read_text())["rules"] == m2w.RULES

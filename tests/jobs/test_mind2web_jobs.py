@@ -67,7 +67,7 @@ def test_smoke_run_ends_with_the_evaluation_per_split(smoke_run) -> None:
     for m in summary["metrics"].values():
         assert m["overall"]["step_accuracy"]["n"] == 20 and m["overall"]["episode_success"]["n"] == 6
         assert m["overall"]["failed_episodes"] == 0
-    assert "Step action accuracy" in out
+    assert "Paper step accuracy" in out and "MindAct step SR" in out  # each figure under its rule's name
 
 
 @pytest.mark.slow

@@ -68,7 +68,7 @@ def m2w(**kw):
 
 
 def test_templates_hold_the_paper_text_verbatim() -> None:
-    assert PROMPT_VERSION == "memprism-prompts-v2"
+    assert PROMPT_VERSION == "memprism-prompts-v3"
     alfworld = load_template("alfworld.txt")
     assert alfworld.startswith("<image>\nYou are an expert agent operating in the ALFRED embodied Environment.")
     assert "This reasoning process MUST be enclosed within\n<think></think> tags." in alfworld
@@ -156,8 +156,10 @@ def test_ebalfred_one_user_message_with_camera_then_view() -> None:
     text = content[0]["text"]
     assert text.startswith("## You are a robot operating in a home.")
     assert "<image" not in text
-    assert "## The available action id (0 ~ 2) and action names are:\naction id 0: find a Pan\n" in text
-    assert "The action history: Step 3, action id 1, pick up the Pan, env feedback: Last action executed" in text
+    # Issue 41 item 4: ids of EmbodiedBench's full list (the planner's), history steps from 0.
+    assert "## The available action id (0 ~ 161) and action names are:\naction id 7: find a Pan\n" in text
+    assert "action id 86: pick up the Pan\naction id 133: put down the object in hand\n" in text
+    assert "The action history: Step 2, action id 86, pick up the Pan, env feedback: Last action executed" in text
     assert "## Now the human instruction is: Put a clean pan on the counter." in text
     assert "1. current synchronized simulator observation;\n2. MemPrism optical memory view." in text
     # The system prefix comes before the user suffix.
@@ -184,7 +186,7 @@ def test_ebalfred_view_conditions_change_the_attachment_sentence() -> None:
 
 def test_ebalfred_examples_and_skill_list() -> None:
     text = build_prompt_text(eb(meta={"examples": "Example 1: find a Pan, pick up the Pan"}))
-    assert "action id 2: put down the object in hand\n\nExample 1: find a Pan" in text
+    assert "action id 133: put down the object in hand\n\nExample 1: find a Pan" in text
     assert "\n\n\n" not in build_prompt_text(eb())
     with pytest.raises(ValueError, match="skill list"):
         build_messages(eb(admissible=()))
@@ -297,3 +299,32 @@ def test_a_contract_reads_only_its_own_benchmark_and_never_drops_a_camera_frame(
         alfworld.build_messages(eb())
     out = alfworld.to_output(eb(), "<action>find a Pan</action>")
     assert not out.valid and out.error == "the alfworld task contract reads alfworld inputs, not ebalfred"
+
+
+def test_ebalfred_ids_and_history_as_embodiedbench_s_planner_renders_them() -> None:
+    """Issue 41 item 4 (``vlm_planner.py``, b247936): the planner numbers EmbodiedBench's full list
+    (162 global skills, then the scene's instance skills) and its history ``Step i`` from 0. The
+    prompt lists the scene-filtered skills under those ids; an instance skill keeps its id past
+    161, a global skill executed outside the list (the fallback) its global id, an output that is
+    no skill reads ``unknown``."""
+    listed = (
+        "find a Cabinet",
+        "put down the object in hand",
+        "open the Cabinet",
+        "find a Cabinet_2",
+        "open the Cabinet_2",
+    )
+    history = (
+        HistoryRecord(0, "", "find a Cabinet_2", "Last action executed successfully."),
+        HistoryRecord(1, "", "find a Sofa", "Last action is invalid. Cannot find Sofa."),
+        HistoryRecord(2, "", "I am lost", "Last action is invalid."),
+    )
+    text = build_prompt_text(eb(admissible=listed, history=history, step=3))
+    assert "## The available action id (0 ~ 163) and action names are:\n" in text
+    assert (
+        "action id 48: find a Cabinet\naction id 133: put down the object in hand\naction id 145: open the Cabinet\n"
+        "action id 162: find a Cabinet_2\naction id 163: open the Cabinet_2\n"
+    ) in text
+    assert "Step 0, action id 162, find a Cabinet_2, env feedback" in text
+    assert "\nStep 1, action id 52, find a Sofa, env feedback" in text
+    assert "\nStep 2, action id unknown, I am lost, env feedback" in text

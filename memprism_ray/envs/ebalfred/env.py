@@ -7,7 +7,9 @@ points it at ``dataset[<index>]`` of the list the game was listed from (``GameRe
 one AI2-THOR process serves every episode of a slot. An action not in the controller's
 ``language_skill_set`` is never sent to the simulator (``ThorConnector`` would stop on
 ``assert False``): as in EmbodiedBench's evaluator it counts against the 10-invalid-action
-limit and takes none of the 30 simulator steps. Each step returns the change of
+limit and takes none of the 30 simulator steps. Every transition says what happened to its
+action (``meta["execution"]``: rejected, executed outside the prompt's list, executed) and the
+episode's invalid actions so far, as EmbodiedBench counts them. Each step returns the change of
 ``success + 0.2 * progress``, so an episode's summed reward is exactly Table A.4's.
 """
 
@@ -26,14 +28,14 @@ import numpy as np
 from PIL import Image
 
 from memprism_ray.envs.base import STEP_TAKEN, GameRef, Observation, Transition
-from memprism_ray.envs.ebalfred.data import SUBSETS, embodiedbench_path, parse_game_id
+from memprism_ray.envs.ebalfred.data import SUBSETS, SceneInstances, embodiedbench_path, parse_game_id
 from memprism_ray.envs.ebalfred.examples import (
     N_SHOTS,
     example_file,
     format_examples,
     load_examples,
 )
-from memprism_ray.envs.ebalfred.skills import check_mode, scene_filter
+from memprism_ray.envs.ebalfred.skills import check_mode, instance_names, scene_filter, upstream_ids
 
 #: Environment variables read by :meth:`EbAlfredConfig.from_env` (docs/ebalfred.md).
 ENV_VARS = {
@@ -50,6 +52,13 @@ CONTROLLERS = ("embodiedbench", "fake")
 #: Feedback of an output that is not a skill (this adapter's wording; EmbodiedBench shows none).
 INVALID_OUTPUT_FEEDBACK = "Last action is invalid. The output is not one of the available actions; nothing was done."
 INSTALL_HINT = 'pip install "memprism-ray[ebalfred]" and EmbodiedBench (docs/ebalfred.md)'
+
+#: What happened to a step's action (``Transition.meta["execution"]``, the step row's column; issue 41
+#: item 2): not a skill of EmbodiedBench's list, so never sent to the simulator; a skill of that
+#: list the prompt did not show (the scene-filtered list), sent through the agent's fallback; a
+#: skill the prompt showed.
+REJECTED, EXECUTED_OUTSIDE_LIST, EXECUTED = "rejected", "executed_outside_list", "executed"
+EXECUTIONS = (REJECTED, EXECUTED_OUTSIDE_LIST, EXECUTED)
 
 
 def check_settings(c: Any) -> None:
@@ -206,6 +215,7 @@ class EbAlfredEnv:
         self._episode_dir: list[Path | None] = [None] * num_slots
         self._data_paths: list[str | None] = [None] * num_slots
         self._admissible: list[tuple[str, ...]] = [()] * num_slots
+        self._scenes: list[SceneInstances | None] = [None] * num_slots
         self._png: list[bytes] = [b""] * num_slots
         self._progress = [0.0] * num_slots
         self._examples: dict[str, str] = {}
@@ -281,10 +291,21 @@ class EbAlfredEnv:
         self._png[slot] = png
         self._progress[slot] = 0.0
         self._live[slot] = True
-        skills = tuple(ctrl.language_skill_set)
-        if self.config.skills == "scene":
-            objects = getattr(getattr(ctrl.env, "last_event", None), "metadata", None) or {}
-            skills = tuple(scene_filter(skills, objects.get("objects", [])))
+        full = tuple(ctrl.language_skill_set)
+        metadata = getattr(getattr(ctrl.env, "last_event", None), "metadata", None) or {}
+        objects = tuple(
+            {k: o.get(k) for k in ("objectId", "objectType", "receptacle", "pickupable")}
+            for o in metadata.get("objects", [])
+        )
+        skills = tuple(scene_filter(full, objects)) if self.config.skills == "scene" else full
+        if [full[i] if i < len(full) else None for i in upstream_ids(skills)] != list(skills):
+            raise RuntimeError(
+                f"EB-ALFRED game {game.game_id!r}: the controller's skill list is not the 162 global skills "
+                "followed by the scene's instance skills (EBAlfEnv at b247936): the prompt's action ids would be wrong"
+            )
+        # EBAlfEnv's own table when it has one (the real controller), else upstream's rule over the objects.
+        names = getattr(ctrl, "id_to_name_dict", None)
+        self._scenes[slot] = SceneInstances(objects, dict(names or instance_names(objects)), full)
         self._admissible[slot] = skills
         meta: dict[str, Any] = {}
         examples = self._examples_block(subset)
@@ -310,6 +331,14 @@ class EbAlfredEnv:
             frame=png,
         )
 
+    def scene(self, slot: int = 0) -> SceneInstances:
+        """The scene of the slot's last reset: its objects, EmbodiedBench's instance names and its
+        full skill list (the expert's plans name instances through it: ``data.resolve_plan``)."""
+        scene = self._scenes[self._slot(slot)]
+        if scene is None:
+            raise RuntimeError(f"EB-ALFRED slot {slot}: no scene before the first reset")
+        return scene
+
     def step(self, action: str, slot: int = 0) -> Transition:
         slot = self._slot(slot)
         if not self._live[slot]:
@@ -324,6 +353,7 @@ class EbAlfredEnv:
             head = {"progress": self._progress[slot], "task_success": False, "last_action_success": False}
             # STEP_TAKEN False: the agent's max_steps counts simulator steps, as upstream's 30
             head |= {"invalid_output": True, STEP_TAKEN: False, "env_feedback": INVALID_OUTPUT_FEEDBACK}
+            head |= {"execution": REJECTED, "invalid_actions": int(ctrl._cur_invalid_actions)}
             done = ctrl._cur_invalid_actions >= ctrl._max_invalid_actions
             feedback = f"{INVALID_OUTPUT_FEEDBACK} {state_text(ctrl)}"
             return self._transition(slot, feedback, 0.0, done, False, head, self._png[slot], False)
@@ -341,6 +371,11 @@ class EbAlfredEnv:
         sep = " " if feedback.endswith((".", "!", "?")) or not feedback else ". "
         head = {"progress": progress, "task_success": success}
         head |= {"last_action_success": bool(info.get("last_action_success", 0.0)), "env_feedback": feedback}
+        # EBAlfEnv counts a failed skill as invalid; with the rejected outputs above that is the
+        # evaluator's num_invalid_actions (eb_alfred_evaluator.py), which the 10-invalid limit reads.
+        shown = action in self._admissible[slot]
+        head |= {"execution": EXECUTED if shown else EXECUTED_OUTSIDE_LIST}
+        head |= {"invalid_actions": int(ctrl._cur_invalid_actions)}
         text = f"{feedback}{sep}{state_text(ctrl)}".strip()
         return self._transition(slot, text, reward, bool(done), success, head, png, self._frame_sha[slot] != previous)
 

@@ -5,8 +5,10 @@ the paper's EB-ALFRED system prompt, appendix E.3), loaded from EmbodiedBench's 
 EmbodiedBench's examples answer with a whole JSON plan whose ids number its 162 global skills;
 the paper's prompt asks for ONE action name per step from the scene-filtered list. Shown as
 they are, they would teach the other contract, so each is parsed as data and rendered in the
-prompt's terms (instruction, plan, ``Step i: <name>``, names only), under EmbodiedBench's
-planner's headers and joining (docs/ebalfred.md).
+prompt's terms: the instruction, the example's language plan (``Plan:``), then its steps in the
+shape of the prompt's action history (``Step i, action id k, <name>``: steps from 0, ids of
+EmbodiedBench's full list, which for the 162 global skills are the file's own), under
+EmbodiedBench's planner's headers and joining (docs/ebalfred.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memprism_ray.envs.ebalfred.skills import GLOBAL_IDS
 from memprism_ray.io_atomic import json_lines
 from memprism_ray.policy.ebalfred import ebalfred_instruction
 
@@ -34,7 +37,8 @@ _EXAMPLE = re.compile(
 
 @dataclass(frozen=True)
 class Example:
-    """One in-context example as data: the instruction, the language plan, the skills in order."""
+    """One in-context example as data: the instruction, the language plan, the skills in order
+    (each one of EmbodiedBench's 162 global skills, whose ids are the same in every scene)."""
 
     instruction: str
     plan: str
@@ -57,6 +61,10 @@ def parse_example(text: str) -> Example:
         name = step.get("action_name") if isinstance(step, dict) else None
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"executable_plan step {line[:80]!r} has no action_name")
+        if name.strip() not in GLOBAL_IDS or step.get("action_id") not in (None, GLOBAL_IDS[name.strip()]):
+            raise ValueError(
+                f"executable_plan step {line[:80]!r} is not one of EmbodiedBench's 162 global skills with its id"
+            )
         actions.append(name.strip())
     if not actions:
         raise ValueError(f"example {m['instruction'][:60]!r} has an empty executable_plan")
@@ -64,11 +72,12 @@ def parse_example(text: str) -> Example:
 
 
 def render_example(example: Example) -> str:
-    """``example`` in the prompt's terms: names only, one action per step."""
+    """``example`` in the prompt's terms: its plan, then one action per step as the action
+    history shows steps (from 0, with EmbodiedBench's ids)."""
     lines = [f"Human instruction: {ebalfred_instruction(example.instruction)}."]
     if example.plan:
         lines.append(f"Plan: {example.plan}")
-    lines.extend(f"Step {i}: {action}" for i, action in enumerate(example.actions, start=1))
+    lines.extend(f"Step {i}, action id {GLOBAL_IDS[a]}, {a}" for i, a in enumerate(example.actions))
     return "\n".join(lines)
 
 

@@ -7,6 +7,11 @@ rules of EmbodiedBench's skill layer that need no simulator, with their wording;
 ``find`` succeeds without changing the recorded state and a state-changing skill fails as not
 replayable, so the feedback never contradicts the object state the fixture shows. A string that
 is no skill raises ``AssertionError('instruction not supported')``, as ``ThorConnector`` does.
+
+Names reach instances as in ``EBAlfEnv`` (issue 41 item 1): at reset the controller numbers the
+scene's objects (``id_to_name_dict``, ``name_to_id_dict``: ``Drawer``, ``Drawer_2``...), and a
+find/open/close plays a record only when its name maps to the record's instance: ``find a
+Drawer`` is the first drawer, never the second one the record opened.
 """
 
 from __future__ import annotations
@@ -19,9 +24,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from memprism_ray.envs.ebalfred.data import check_subset
+from memprism_ray.envs.ebalfred.data import INSTANCE_VERBS, check_subset
 from memprism_ray.envs.ebalfred.fixture import INVALID_PREFIX, SUCCESS_FEEDBACK
-from memprism_ray.envs.ebalfred.skills import is_skill_string
+from memprism_ray.envs.ebalfred.skills import instance_names, is_skill_string
 from memprism_ray.formats.ebalfred_fixture import load_transcripts
 
 #: The failure reason for an off-transcript state-changing skill (not an EmbodiedBench message).
@@ -52,6 +57,8 @@ class FakeController:
         self._episode: dict[str, Any] = {}
         self._pointer = 0
         self._state: dict[str, Any] = {}
+        self.id_to_name_dict: dict[str, str] | None = None
+        self.name_to_id_dict: dict[str, str] | None = None
 
     def _load_dataset(self, eval_set: str) -> list[dict[str, Any]]:
         check_subset(eval_set, "eval_set", train=True)
@@ -64,6 +71,8 @@ class FakeController:
         self._episode = self._doc["episodes"][entry["fixture_key"]]
         self.episode_language_instruction = entry["instruction"]
         self.language_skill_set = list(self._episode["skills"])
+        self.id_to_name_dict = instance_names(self._episode["scene_objects"])
+        self.name_to_id_dict = {name: oid for oid, name in self.id_to_name_dict.items()}
         self._pointer = 0
         self._current_step = 0
         self._cur_invalid_actions = 0
@@ -79,7 +88,7 @@ class FakeController:
         if not is_skill_string(lang):
             raise AssertionError("instruction not supported")  # ThorConnector.llm_skill_interact
         steps = self._episode["steps"]
-        if self._pointer < len(steps) and steps[self._pointer]["action"] == lang:
+        if self._pointer < len(steps) and self._plays(lang, steps[self._pointer]):
             rec = steps[self._pointer]
             self._pointer += 1
             self._set_state(rec)
@@ -116,6 +125,24 @@ class FakeController:
     def close(self) -> None:
         self.closed = True
 
+    def _instance(self, name: str) -> str | None:
+        """The objectId a find/open/close name acts on: ``name_to_id_dict``'s, else (a type of one
+        instance, or one EmbodiedBench does not number) the scene's first object of that type."""
+        assert self.name_to_id_dict is not None
+        if name in self.name_to_id_dict:
+            return self.name_to_id_dict[name]
+        same = [o["objectId"] for o in self._episode["scene_objects"] if o["objectId"].split("|")[0] == name]
+        return same[0] if same else None
+
+    def _plays(self, lang: str, rec: dict[str, Any]) -> bool:
+        """Whether ``lang`` is the recorded skill ``rec``: the same verb on the same instance."""
+        verb = next((v for v in INSTANCE_VERBS if lang.startswith(v)), None)
+        if verb is None or not rec.get("object_id"):
+            return lang == rec["action"]
+        name = lang[len(verb) :]
+        same_type = rec["action"].startswith(verb) and rec["action"][len(verb) :].split("_")[0] == name.split("_")[0]
+        return same_type and self._instance(name) == rec["object_id"]
+
     def _set_state(self, rec: dict[str, Any]) -> None:
         self._state = {"visible": list(rec["visible"]), "held": rec["held"], "conds": int(rec["conds"])}
         with Image.open(self.fixture_root / rec["frame"]) as im:
@@ -149,8 +176,9 @@ class FakeController:
             if target not in visible:
                 return f"Cannot find {target} to pick up. Find the object before picking up it"
             return NOT_REPLAYABLE
-        if lang.startswith("open the ") and target not in visible:
+        kind = target.split("_")[0]  # an instance name is visible as its type
+        if lang.startswith("open the ") and kind not in visible:
             return f"Cannot find {target} to open. Find the object before opening it"
-        if lang.startswith("close the ") and target not in visible:
+        if lang.startswith("close the ") and kind not in visible:
             return f"Cannot find {target} to close"
         return NOT_REPLAYABLE

@@ -25,9 +25,16 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from memprism_ray.envs.ebalfred.data import SUBSETS, TRAIN_SUBSET
+from memprism_ray.envs.ebalfred.data import INSTANCE_VERBS, SUBSETS, TRAIN_SUBSET
 from memprism_ray.envs.ebalfred.examples import EXAMPLE_FILES
-from memprism_ray.envs.ebalfred.skills import PICK_OBJS, global_skills, language_skill_set, scene_filter
+from memprism_ray.envs.ebalfred.skills import (
+    ALFRED_NAMES,
+    PICK_OBJS,
+    global_skills,
+    instance_names,
+    language_skill_set,
+    scene_filter,
+)
 from memprism_ray.formats.ebalfred_fixture import FIXTURE_VERSION
 
 SUCCESS_FEEDBACK = "Last action executed successfully."
@@ -38,7 +45,19 @@ ALFRED_DIR = "json_2.1.0"
 
 #: Receptacle types of the fixture's scenes (AI2-THOR's ``receptacle`` flag).
 RECEPTACLES = frozenset(
-    {"Desk", "Drawer", "CounterTop", "Sink", "DiningTable", "Bowl", "Microwave", "Fridge", "GarbageCan", "Cabinet"}
+    {
+        "Desk",
+        "Drawer",
+        "CounterTop",
+        "Sink",
+        "DiningTable",
+        "Bowl",
+        "Microwave",
+        "Fridge",
+        "GarbageCan",
+        "Cabinet",
+        "Bed",
+    }
 )
 
 
@@ -61,6 +80,12 @@ class _Family:
     instructions: dict[str, str]
     instances: tuple[tuple[str, int], ...] = ()
     """types with several instances in the scene (their extra skills: ``find a Drawer_2``...)"""
+    name: str = ""
+    """the family's key in :data:`_ALFRED_PLANS` (default: its task type)"""
+
+    @property
+    def key(self) -> str:
+        return self.name or self.task_type
 
 
 def _s(action: str, visible: str, held: str | None, conds: int) -> _Step:
@@ -172,11 +197,54 @@ _FAMILIES: tuple[_Family, ...] = (
         },
         (("Drawer", 2),),
     ),
+    # Two instances of one type (issue 41 item 1): only the instance names EmbodiedBench gives the
+    # scene's objects reach the second book and the second drawer; training episodes only.
+    _Family(
+        "pick_two_obj_and_place",
+        ("Book", "Bed", "Desk"),
+        (140, 130, 120),
+        ("Bed", "Desk"),
+        2,
+        (
+            _s("find a Book", "Book,Bed", None, 0),
+            _s("pick up the Book", "Bed,Book", "Book", 0),
+            _s("find a Desk", "Desk", "Book", 0),
+            _s("put down the object in hand", "Desk,Book", None, 1),
+            _s("find a Book_2", "Book,Bed", None, 1),
+            _s("pick up the Book", "Bed", "Book", 1),
+            _s("find a Desk", "Desk,Book", "Book", 1),
+            _s("put down the object in hand", "Desk,Book", None, 2),
+        ),
+        {},
+        (("Book", 2),),
+    ),
+    _Family(
+        "pick_and_place_simple",
+        ("CD", "Drawer", "Desk"),
+        (120, 140, 130),
+        ("Desk", "Drawer"),
+        1,
+        (
+            _s("find a Drawer_2", "Drawer", None, 0),
+            _s("open the Drawer_2", "Drawer,CD", None, 0),
+            _s("pick up the CD", "Drawer", "CD", 0),
+            _s("close the Drawer_2", "Drawer", "CD", 0),
+            _s("find a Desk", "Desk", "CD", 0),
+            _s("put down the object in hand", "Desk,CD", None, 1),
+        ),
+        {},
+        (("Drawer", 2),),
+        name="pick_and_place_from_drawer",
+    ),
 )
+#: The families of the evaluation subsets and the in-context examples (the first four).
+_EVAL_FAMILIES = _FAMILIES[:4]
 
 #: Each family's ALFRED annotation: the high-level PDDL plan with ALFRED's lower-case object names
-#: and, per step, its low-level interactions (api action, object type, receptacle type of a put);
-#: translated (``data.skills_from_trajectory``) they give the recorded steps.
+#: and, per step, its low-level interactions (api action, object, receptacle of a put; an object is
+#: named as EmbodiedBench names the scene's instances: ``Book_2`` is the second book); translated
+#: (``data.plan_from_trajectory``) and resolved in the scene (``data.resolve_plan``) they give the
+#: recorded steps.
 _ALFRED_PLANS: dict[str, tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str, str], ...]], ...]] = {
     "pick_and_place_simple": (
         ("GotoLocation", ("desk",), ()),
@@ -228,6 +296,26 @@ _ALFRED_PLANS: dict[str, tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str,
         ("GotoLocation", ("desklamp",), ()),
         ("ToggleObject", ("desklamp",), (("ToggleObjectOn", "DeskLamp", ""),)),
     ),
+    "pick_two_obj_and_place": (
+        ("GotoLocation", ("bed",), ()),
+        ("PickupObject", ("book",), (("PickupObject", "Book", ""),)),
+        ("GotoLocation", ("desk",), ()),
+        ("PutObject", ("book", "desk"), (("PutObject", "Book", "Desk"),)),
+        ("GotoLocation", ("bed",), ()),
+        ("PickupObject", ("book",), (("PickupObject", "Book_2", ""),)),
+        ("GotoLocation", ("desk",), ()),
+        ("PutObject", ("book", "desk"), (("PutObject", "Book_2", "Desk"),)),
+    ),
+    "pick_and_place_from_drawer": (
+        ("GotoLocation", ("drawer",), ()),
+        (
+            "PickupObject",
+            ("cd",),
+            (("OpenObject", "Drawer_2", ""), ("PickupObject", "CD", ""), ("CloseObject", "Drawer_2", "")),
+        ),
+        ("GotoLocation", ("desk",), ()),
+        ("PutObject", ("cd", "desk"), (("PutObject", "CD", "Desk"),)),
+    ),
 }
 
 #: The training episodes' instructions (other wording than every evaluation subset's).
@@ -236,6 +324,8 @@ _TRAIN_INSTRUCTIONS = {
     "pick_clean_then_place_in_recep": "Clean the ladle in the sink and leave it on the dining table.",
     "pick_heat_then_place_in_recep": "Microwave the apple, then throw it in the bin.",
     "look_at_obj_in_light": "Hold the CD under the light of the desk lamp.",
+    "pick_two_obj_and_place": "Move the two books from the bed to the desk.",
+    "pick_and_place_from_drawer": "Take the CD out of the second drawer and put it on the desk.",
 }
 
 
@@ -253,14 +343,18 @@ def scene_objects(fam: _Family) -> list[dict[str, Any]]:
 
 
 def object_names(objects: Sequence[dict[str, Any]]) -> list[str]:
-    """The names a skill may use in this scene: each type, and ``Type_<k>`` for its k-th instance."""
-    seen: dict[str, int] = {}
-    names = []
-    for o in objects:
-        t = o["objectType"]
-        seen[t] = seen.get(t, 0) + 1
-        names.append(t if seen[t] == 1 else f"{t}_{seen[t]}")
-    return names
+    """The names a skill may use in this scene: each type, then EmbodiedBench's instance names
+    (``Drawer_2``...; ``skills.instance_names``)."""
+    types = list(dict.fromkeys(str(o["objectType"]) for o in objects))
+    return types + [n for n in instance_names(objects).values() if n not in types]
+
+
+def name_ids(objects: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """``name -> objectId`` as ``EBAlfEnv.step`` maps a find/open/close name (its
+    ``name_to_id_dict``), and a type of one instance to that object."""
+    out = {str(o["objectType"]): str(o["objectId"]) for o in reversed(objects)}  # the first instance
+    out.update((name, oid) for oid, name in instance_names(objects).items())
+    return out
 
 
 def object_box(name: str, size: int) -> tuple[int, int, int, int]:
@@ -296,8 +390,8 @@ def draw_frame(colour: tuple[int, int, int], visible: Sequence[str], held: str |
 
 def _family_for(subset: str, i: int) -> _Family:
     if subset == "long_horizon":  # the longest recorded plans
-        return _FAMILIES[(1, 2)[i % 2]]
-    return _FAMILIES[(SUBSETS.index(subset) + i) % len(_FAMILIES)]
+        return _EVAL_FAMILIES[(1, 2)[i % 2]]
+    return _EVAL_FAMILIES[(SUBSETS.index(subset) + i) % len(_EVAL_FAMILIES)]
 
 
 def _example(instruction: str, plan: str, actions: Sequence[str]) -> str:
@@ -310,21 +404,27 @@ def _example(instruction: str, plan: str, actions: Sequence[str]) -> str:
 
 
 def alfred_trajectory(fam: _Family, instruction: str, low_actions: bool = True) -> dict[str, Any]:
-    """The family's ALFRED ``traj_data.json``: the fields EmbodiedBench and the expert-plan loader read."""
-    ids = {o["objectType"]: o["objectId"] for o in reversed(scene_objects(fam))}  # the first instance
+    """The family's ALFRED ``traj_data.json``: the fields EmbodiedBench and the expert-plan loader
+    read, ``planner_action`` objectIds included (the high-level plan alone names the instances)."""
+    ids = name_ids(scene_objects(fam))
 
     def object_id(kind: str) -> str:
         return f"{ids['Sink']}|SinkBasin" if kind == "SinkBasin" else ids[kind]
 
     high, low = [], []
-    steps = [*_ALFRED_PLANS[fam.task_type], ("NoOp", (), ())]
+    steps = [*_ALFRED_PLANS[fam.key], ("NoOp", (), ())]
     for k, (verb, args, acts) in enumerate(steps):
-        high.append({"high_idx": k, "discrete_action": {"action": verb, "args": list(args)}})
+        planner: dict[str, Any] = {"action": verb}
         for action, kind, receptacle in acts:
             api = {"action": action, "objectId": object_id(kind)}
             if receptacle:
                 api["receptacleObjectId"] = object_id(receptacle)
             low.append({"high_idx": k, "api_action": api})
+            if args and ALFRED_NAMES.get(args[0]) == kind.split("_")[0]:
+                planner.setdefault("objectId", api["objectId"])
+            if receptacle:
+                planner.setdefault("receptacleObjectId", api["receptacleObjectId"])
+        high.append({"high_idx": k, "discrete_action": {"action": verb, "args": list(args)}, "planner_action": planner})
     plan: dict[str, Any] = {"high_pddl": high}
     if low_actions:
         plan["low_actions"] = low
@@ -339,7 +439,7 @@ def alfred_trajectory(fam: _Family, instruction: str, low_actions: bool = True) 
 def write_examples(folder: Path) -> None:
     """Example files shaped as EmbodiedBench's (10 default, 7 long-horizon), from the task families."""
     folder.mkdir(parents=True, exist_ok=True)
-    pairs = [(fam, subset) for subset in ("base", "common_sense", "complex_instruction") for fam in _FAMILIES]
+    pairs = [(fam, subset) for subset in ("base", "common_sense", "complex_instruction") for fam in _EVAL_FAMILIES]
     default = [
         _example(fam.instructions[subset], f"First {fam.task_type.replace('_', ' ')}, step by step.",
                  [st.action for st in fam.steps])
@@ -348,7 +448,7 @@ def write_examples(folder: Path) -> None:
     long = [
         _example(f"{fam.instructions['long_horizon']} Then do it once more.", "Explore first, then act.",
                  [st.action for st in fam.steps] * 2)
-        for fam in [*_FAMILIES, *_FAMILIES][:7]
+        for fam in [*_EVAL_FAMILIES, *_EVAL_FAMILIES][:7]
     ]  # fmt: skip
     for name, examples in ((EXAMPLE_FILES["default"], default), (EXAMPLE_FILES["long_horizon"], long)):
         (folder / name).write_text(json.dumps(examples, indent=1) + "\n", encoding="utf-8")
@@ -370,12 +470,15 @@ def _episode(root: Path, subset: str, i: int, fam: _Family, instruction: str, re
             "boxes": {v.lower(): [round(c * (1000 / resolution)) for c in object_box(v, resolution)] for v in visible},
         }
 
+    objects = scene_objects(fam)
+    ids = name_ids(objects)
     steps = []
     for k, st in enumerate(fam.steps, start=1):
         rec = state(k, st.visible, st.held, st.conds)
-        rec.update(action=st.action, success=True, feedback=SUCCESS_FEEDBACK)
+        # The instance a find/open/close acts on (the fake controller matches skills by it).
+        instance = ids[st.action.rsplit(" ", 1)[-1]] if st.action.startswith(INSTANCE_VERBS) else ""
+        rec.update(action=st.action, object_id=instance, success=True, feedback=SUCCESS_FEEDBACK)
         steps.append(rec)
-    objects = scene_objects(fam)
     skills = language_skill_set(objects)
     return {
         "instruction": instruction,
@@ -390,7 +493,7 @@ def _episode(root: Path, subset: str, i: int, fam: _Family, instruction: str, re
     }
 
 
-def build_fixture(out: str | Path, episodes_per_subset: int = 3, resolution: int = 96, train_episodes: int = 4) -> Path:
+def build_fixture(out: str | Path, episodes_per_subset: int = 3, resolution: int = 96, train_episodes: int = 6) -> Path:
     """Write the fixture to ``out`` (an existing one there is overwritten) and return ``out``;
     the same arguments give byte-identical files. The ``train_episodes`` stand for ALFRED
     training trajectories: other tasks and instructions than every evaluation episode."""
@@ -403,12 +506,12 @@ def build_fixture(out: str | Path, episodes_per_subset: int = 3, resolution: int
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     plan = [(s, i, _family_for(s, i)) for s in SUBSETS for i in range(episodes_per_subset)]
-    plan += [(TRAIN_SUBSET, i, _FAMILIES[i % len(_FAMILIES)]) for i in range(train_episodes)]
+    plan += [(TRAIN_SUBSET, i, _FAMILIES[i % len(_FAMILIES)]) for i in range(train_episodes)]  # every family
     splits: dict[str, list[dict[str, Any]]] = {s: [] for s in (*SUBSETS, TRAIN_SUBSET)}
     episodes: dict[str, Any] = {}
     for subset, i, fam in plan:
         train = subset == TRAIN_SUBSET
-        instruction = _TRAIN_INSTRUCTIONS[fam.task_type] if train else fam.instructions[subset]
+        instruction = _TRAIN_INSTRUCTIONS[fam.key] if train else fam.instructions[subset]
         trial = f"trial_fixture_train_{i}" if train else f"trial_fixture_{subset}"
         task = f"{fam.task_type}-fixture-{i}/{trial}"
         splits[subset].append({"task": task, "repeat_idx": 0, "instruction": instruction})

@@ -129,16 +129,37 @@ def global_skills() -> list[str]:
     return skills
 
 
-def scene_extra_skills(objects: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The per-scene skills ``generate_additional_action_space`` appends after the 162."""
-    recep: dict[str, int] = {}
-    pick: dict[str, int] = {}
+def _instance_tables(objects: Iterable[Mapping[str, Any]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """``generate_additional_action_space``'s two tables, ``type -> objectIds`` in the order of the
+    scene's objects: receptacles, and pickable objects that are no receptacle (a Bowl is a receptacle)."""
+    recep: dict[str, list[str]] = {}
+    pick: dict[str, list[str]] = {}
     for obj in objects:
         table = recep if obj.get("receptacle") else pick if obj.get("pickupable") else None
         if table is not None:
-            table[str(obj["objectType"])] = table.get(str(obj["objectType"]), 0) + 1
-    findable = sorted({f"{k}_{i}" for k, n in recep.items() if n >= 2 for i in range(2, n + 1)})
-    pickable = sorted({f"{k}_{i}" for k, n in pick.items() if n >= 2 for i in range(2, n + 1)})
+            table.setdefault(str(obj["objectType"]), []).append(str(obj.get("objectId", "")))
+    return recep, pick
+
+
+def instance_names(objects: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """``EBAlfEnv.id_to_name_dict`` after a reset into a scene with ``objects`` (AI2-THOR's
+    ``metadata["objects"]``, in its order): for every type of either table with two or more
+    instances, ``objectId -> name``, the first instance keeping the bare type name (``Cabinet``),
+    the k-th named ``Cabinet_k``. ``EBAlfEnv.step`` maps a find/open/close name back to its
+    objectId, so the bare name acts on the first instance (issue 41 item 1)."""
+    names: dict[str, str] = {}
+    for table in _instance_tables(objects):
+        for kind, ids in table.items():
+            if len(ids) >= 2:
+                names.update((oid, kind if k == 1 else f"{kind}_{k}") for k, oid in enumerate(ids, start=1))
+    return names
+
+
+def scene_extra_skills(objects: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The per-scene skills ``generate_additional_action_space`` appends after the 162."""
+    recep, pick = _instance_tables(objects)
+    findable = sorted({f"{k}_{i}" for k, ids in recep.items() if len(ids) >= 2 for i in range(2, len(ids) + 1)})
+    pickable = sorted({f"{k}_{i}" for k, ids in pick.items() if len(ids) >= 2 for i in range(2, len(ids) + 1)})
     extra = [f"find a {o}" for o in findable]
     for o in findable:
         if o.split("_")[0] in OPEN_OBJS:
@@ -160,14 +181,45 @@ def skill_object(skill: str) -> str | None:
 
 
 def scene_filter(skills: Sequence[str], objects: Iterable[Mapping[str, Any]]) -> list[str]:
-    """``skills`` whose object (instance names count as their type) is in the scene, order kept."""
-    present = {str(o.get("objectId", o.get("objectType", ""))).split("|")[0].casefold() for o in objects}
+    """``skills`` whose object (instance names count as their type) is in the scene, order kept:
+    a name matches an ``objectId`` type prefix (what ``ThorConnector`` matches: ``Sink`` for a
+    ``Sink|...|SinkBasin``) or an ``objectType`` (what instance names are built from:
+    ``SinkBasin_2``), case-folded. Every instance skill is kept, so the list ends with all of
+    the scene's (:func:`upstream_ids` relies on it)."""
+    present: set[str] = set()
+    for o in objects:
+        present.add(str(o.get("objectId", o.get("objectType", ""))).split("|")[0].casefold())
+        present.add(str(o.get("objectType", "")).casefold())
     out = []
     for skill in skills:
         name = skill_object(skill)
         if name is None or name.split("_")[0].casefold() in present:
             out.append(skill)
     return out
+
+
+#: Each global skill's id: its position in every scene's full list (EmbodiedBench's examples use them).
+GLOBAL_IDS: dict[str, int] = {s: i for i, s in enumerate(global_skills())}
+
+
+def upstream_ids(listed: Sequence[str]) -> list[int]:
+    """Each skill of ``listed``'s id in EmbodiedBench's full list (``EBAlfEnv.language_skill_set``,
+    the list its planner numbers; issue 41 item 4). ``listed`` is that full list or the
+    scene-filtered one, which keeps the order and every instance skill, so the full list is the
+    162 global skills followed by the instance skills of ``listed`` in their order."""
+    ids, extra = [], len(GLOBAL_IDS)
+    for skill in listed:
+        if skill in GLOBAL_IDS:
+            ids.append(GLOBAL_IDS[skill])
+        else:
+            ids.append(extra)
+            extra += 1
+    return ids
+
+
+def full_list_size(listed: Sequence[str]) -> int:
+    """The length of EmbodiedBench's full list behind ``listed`` (see :func:`upstream_ids`)."""
+    return len(GLOBAL_IDS) + sum(1 for s in listed if s not in GLOBAL_IDS)
 
 
 def check_mode(mode: str, key: str = "ebalfred.skills") -> str:

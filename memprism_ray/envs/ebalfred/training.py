@@ -30,7 +30,7 @@ from memprism_ray.envs.ebalfred.data import (
     default_splits_path,
     load_splits,
     parse_game_id,
-    skills_from_trajectory,
+    plan_from_trajectory,
 )
 from memprism_ray.envs.ebalfred.skills import AlfredNameError
 from memprism_ray.io_atomic import atomic_write_text
@@ -55,7 +55,7 @@ def read_alfred_split(root: str | Path, split: str = "train") -> tuple[list[dict
             raise ValueError(f"{path}: no turk_annotations.anns[*].task_desc; not an ALFRED trajectory file")
         task = f"{path.parent.parent.name}/{path.parent.name}"
         try:
-            skills_from_trajectory(data)
+            plan_from_trajectory(data)
         except AlfredNameError as exc:
             if not exc.known:
                 raise AlfredNameError(f"{path}: {exc}", exc.name, exc.known) from None

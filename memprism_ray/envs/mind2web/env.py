@@ -4,10 +4,11 @@ replay and the next state always follows the human trajectory"; appendix D.3: "M
 the prediction but advances with the human action and recorded next state").
 
 Each step is scored by the paper's rule (appendix E.5: one valid JSON action whose normalised
-op, ref and value match the human's; ``reward = 1[correct]``) and, beside it, as Mind2Web's own
-``metric.py`` scores it (``element_correct``, ``op_f1`` of what the model wrote): the two differ
-on purpose on a CLICK written with a value and on a lower-case op (docs/mind2web.md "Edge
-cases"). A step without a positive candidate in the pool scores 0 on both, as upstream.
+op, ref and value match the human's; ``reward = 1[correct]``) and, beside it, as MindAct's
+``metric.py`` scores it (``element_correct``: the ref written; ``op_f1``: the op and value
+written, also of an output the paper's parser rejects): the two differ on purpose on a CLICK
+written with a value, on a lower-case op and on an output that does not parse (docs/mind2web.md
+"Edge cases"). A step without a positive candidate in the pool scores 0 on both, as upstream.
 """
 
 from __future__ import annotations
@@ -89,16 +90,18 @@ def score_prediction(predicted: str, step: Step, snapshot: Snapshot) -> dict[str
     human_text, targets = human_action(step, snapshot)
     h = decode_mind2web_action(human_text)
     human = normalize_action(h["op"], h["ref"], h["value"])
+    # metric.py: a step whose positives are all outside the pool scores 0 on every metric; otherwise
+    # the element is the ref written and the prediction's "OP value" the op and value written (a
+    # CLICK's value, the op's case), whether or not the output passes the paper's parser.
+    written = metric_operation(got.written_op, got.written_value)
+    f1 = operation_f1(written, operation_string(step.op, step.value)) if targets else 0.0
+    element = got.written_ref is not None and got.written_ref.strip() in targets
     if not parsed.valid:
-        failed = {"correct": False, "predicted": None, "error": parsed.error, "element_correct": False, "op_f1": 0.0}
-        return {"human": human, "recorded": human_text, **failed}
+        failed = {"correct": False, "predicted": None, "error": parsed.error, "element_correct": element}
+        return {"human": human, "recorded": human_text, **failed, "op_f1": f1}
     p = decode_mind2web_action(parsed.action or "")
     pred = normalize_action(p["op"], p["ref"], p["value"])
     correct = pred["op"] == human["op"] and pred["ref"] in targets and pred["value"] == human["value"]
-    # metric.py: a step whose positives are all outside the pool scores 0 on every metric; the
-    # prediction's "OP value" is what the model wrote (a CLICK's value, the op's case).
-    written = metric_operation(got.written_op, got.written_value)
-    f1 = operation_f1(written, operation_string(step.op, step.value)) if targets else 0.0
     scored = {"correct": bool(correct), "predicted": pred, "error": None, "element_correct": p["ref"] in targets}
     return {"human": human, "recorded": human_text, **scored, "op_f1": f1}
 
