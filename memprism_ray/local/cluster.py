@@ -120,8 +120,10 @@ class LocalCluster:
     :meth:`add_node`, all on 127.0.0.1 (module docstring). ``env``: variables for every node.
     ``autoscale``: worker node types (``{name: {"resources": {...}, "max_workers": n}}``) for
     Ray's fake multi-node autoscaler, whose nodes are processes of the head's monitor, on the
-    machine's own disk. ``auth``: Ray token auth (a fresh token, 0600, for every node; a driver
-    joins with :meth:`driver_env`). ``start_attempts``: how often a node that dies at start is
+    machine's own disk. ``auth``: Ray token auth (a fresh token, or ``auth_token``, in a 0600
+    file, for every node; a driver joins with :meth:`driver_env`; Ray reads a driver's auth
+    settings when ``ray`` is imported, so a driver in this process that imported it already
+    sets them before, with its own token given here). ``start_attempts``: how often a node that dies at start is
     started (:func:`~memprism_ray.local.head.start_ray_node`); ``restarts`` lists why."""
 
     def __init__(
@@ -133,6 +135,7 @@ class LocalCluster:
         autoscale: dict[str, dict[str, object]] | None = None,
         timeout_s: float = 120.0,
         auth: bool = True,
+        auth_token: str | None = None,
         start_attempts: int = 3,
     ) -> None:
         self.temp_dir = Path(temp_dir).resolve()
@@ -141,7 +144,8 @@ class LocalCluster:
         # folder of its own under /tmp, whatever temp_dir (a pytest tmp path is too long).
         self.ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
         self.env = dict(env or {})
-        self.auth_env = token_auth_env(self.ray_dir, new_auth_token()) if auth else {"RAY_AUTH_MODE": "disabled"}
+        token = auth_token or new_auth_token()
+        self.auth_env = token_auth_env(self.ray_dir, token) if auth else {"RAY_AUTH_MODE": "disabled"}
         self.timeout_s = timeout_s
         self.start_attempts = start_attempts
         self.nodes: list[LocalNode] = []
