@@ -28,11 +28,12 @@ So every process here runs with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (nothing
 127.0.0.1 to the interface address; a driver needs it too: :meth:`LocalCluster.driver_env`),
 and a worker node's ``ray start`` runs Ray's own CLI through :data:`LOOPBACK_WORKER`, which
 lets that one process past the refusal and keeps 127.0.0.1 as given. Measured with
-``ss -ltnp`` (docs/cluster.md "Tried"): a head and two worker nodes before, 26 listeners of
-which 11 on ``*``, 4 on 0.0.0.0 and 7 on the interface address; with this, every one on
-127.0.0.1. Two of Ray's internal names are relied on (``services.resolve_ip_for_localhost``,
-``ray_constants.ENABLE_RAY_CLUSTER``): ``tests/local/test_cluster.py`` re-checks every
-listener on upgrades.
+``ss -ltnp`` and ``ss -tnp`` (docs/cluster.md "Tried"), a head and two worker nodes with a
+driver and an actor on each worker node: before, 27 listeners, 13 on ``*``, 3 on 0.0.0.0, 7
+on the interface address, and 64 of 84 connections over it; with this, 23 listeners and 86
+connections, all on 127.0.0.1. Two of Ray's internal names are relied on
+(``services.resolve_ip_for_localhost``, ``ray_constants.ENABLE_RAY_CLUSTER``):
+``tests/local/test_cluster.py`` re-checks every listener on upgrades.
 """
 
 from __future__ import annotations
