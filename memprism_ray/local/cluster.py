@@ -145,8 +145,10 @@ class LocalCluster:
         # folder of its own under /tmp, whatever temp_dir (a pytest tmp path is too long).
         self.ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
         self.env = dict(env or {})
-        token = auth_token or new_auth_token()
-        self.auth_env = token_auth_env(self.ray_dir, token) if auth else {"RAY_AUTH_MODE": "disabled"}
+        self.auth_token = (auth_token or new_auth_token()) if auth else None
+        self.auth_env = {"RAY_AUTH_MODE": "disabled"}
+        if self.auth_token:
+            self.auth_env = token_auth_env(self.ray_dir, self.auth_token)
         self.timeout_s = timeout_s
         self.start_attempts = start_attempts
         self.nodes: list[LocalNode] = []
@@ -168,13 +170,13 @@ class LocalCluster:
             ]  # fmt: skip
             if autoscale is not None:
                 cmd.append(f"--autoscaling-config={self._autoscaling_config(autoscale, head_cpus)}")
-            return NodeLaunch(cmd, self._node_env(head_vars), {"gcs": gcs, "ray_client_server": client})
+            return NodeLaunch(cmd, self._node_env(head_vars), self.address, {"gcs": gcs, "ray_client_server": client})
 
         log = self.temp_dir / "head.log"
         try:
             proc, _ = start_ray_node(
-                launch, log, self.ray_dir, "the Ray head", timeout_s=timeout_s, attempts=start_attempts,
-                restarts=self.restarts,
+                launch, log, self.ray_dir, "the Ray head", auth_token=self.auth_token, timeout_s=timeout_s,
+                attempts=start_attempts, restarts=self.restarts,
             )  # fmt: skip
         except BaseException:
             shutil.rmtree(self.ray_dir, ignore_errors=True)
@@ -265,12 +267,12 @@ class LocalCluster:
             node_id = secrets.token_hex(28)  # a new one per attempt: a failed attempt's may be dead in the GCS
             # Ray's switch for a chosen node id (its fake multi-node provider sets it the same way).
             env = self._node_env({**self.env, "RAY_OVERRIDE_NODE_ID_FOR_TESTING": node_id})
-            return NodeLaunch(cmd, env, {flag: port for flag, port in ports.items() if port}, node_id)
+            return NodeLaunch(cmd, env, self.address, {flag: port for flag, port in ports.items() if port}, node_id)
 
         log = self.temp_dir / f"node-{k}.log"
         proc, launched = start_ray_node(
-            launch, log, self.ray_dir, f"worker node {k}", timeout_s=self.timeout_s, attempts=self.start_attempts,
-            restarts=self.restarts,
+            launch, log, self.ray_dir, f"worker node {k}", auth_token=self.auth_token, timeout_s=self.timeout_s,
+            attempts=self.start_attempts, restarts=self.restarts,
         )  # fmt: skip
         node = LocalNode(
             proc, log, num_cpus, tuple(Path(d) for d in private_dirs), dict(resources or {}), launched.node_id or ""

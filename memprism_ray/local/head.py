@@ -358,6 +358,57 @@ class NodeStartError(RuntimeError):
         self.cause = cause
 
 
+class Gcs:
+    """A minimal client of a Ray cluster's GCS, for :func:`start_ray_node`: the nodes' states,
+    and taking a node off. Ray's own generated gRPC stubs with the cluster's token as the
+    ``authorization`` header, in this process: Ray's client classes read the auth mode and
+    token once, when ``ray`` is imported, and a test process has its own (disabled)."""
+
+    def __init__(self, address: str, token: str | None) -> None:
+        import grpc
+        from ray.core.generated import gcs_service_pb2_grpc
+
+        self._channel = grpc.insecure_channel(address)
+        self._stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(self._channel)
+        self._metadata = [("authorization", f"Bearer {token}")] if token else []
+
+    def node(self, node_id: str) -> tuple[str, str] | None:
+        """``(state, why it died)`` of node ``node_id`` (hex) as the GCS has it; None when it has
+        not registered, or the GCS does not answer yet."""
+        import grpc
+        from ray.core.generated import gcs_pb2, gcs_service_pb2
+
+        try:
+            request = gcs_service_pb2.GetAllNodeInfoRequest()
+            reply = self._stub.GetAllNodeInfo(request, metadata=self._metadata, timeout=5)
+        except grpc.RpcError:
+            return None
+        for info in reply.node_info_list:
+            if info.node_id.hex() == node_id:
+                return gcs_pb2.GcsNodeInfo.GcsNodeState.Name(info.state), info.death_info.reason_message
+        return None
+
+    def unregister(self, node_id: str, why: str) -> str:
+        """Mark node ``node_id`` dead at once (``UnregisterNode``, what a raylet that stops sends):
+        a worker node killed after it registered stays ALIVE in the GCS, and placeable, until
+        its health checks run out (an actor was placed on one in testing, and died with it).
+        "" when done, else why not."""
+        import grpc
+        from ray.core.generated import common_pb2, gcs_service_pb2
+
+        death = common_pb2.NodeDeathInfo(reason=common_pb2.NodeDeathInfo.UNEXPECTED_TERMINATION, reason_message=why)
+        request = gcs_service_pb2.UnregisterNodeRequest(node_id=bytes.fromhex(node_id), node_death_info=death)
+        try:
+            self._stub.UnregisterNode(request, metadata=self._metadata, timeout=10)
+        except grpc.RpcError as exc:
+            code = exc.code().name  # type: ignore[attr-defined]
+            return f"the GCS did not take it off ({code}): it counts as alive until its health checks run out"
+        return ""
+
+    def close(self) -> None:
+        self._channel.close()
+
+
 def _listening() -> dict[int, set[int]]:
     """Port: socket inodes of every listening TCP socket of this network namespace."""
     ports: dict[int, set[int]] = {}
@@ -381,14 +432,15 @@ def _socket_inodes(pid: int) -> set[int]:
     return inodes
 
 
-def session_ports(session: Path, node_id: str | None) -> dict[str, int]:
-    """The ports node ``node_id`` recorded in its Ray session (``<name>_<node id>`` files, written
-    by each process once it bound); ``node_id`` None: the head's (the node with a GCS port)."""
-    if node_id is None:
-        gcs = next(iter(session.glob("gcs_server_port_*")), None)
-        if gcs is None:
-            return {}
-        node_id = gcs.name.rsplit("_", 1)[1]
+def head_node_id(session: Path) -> str | None:
+    """The head's node id in a Ray session (the node that recorded a GCS port)."""
+    gcs = next(iter(session.glob("gcs_server_port_*")), None)
+    return gcs.name.rsplit("_", 1)[1] if gcs else None
+
+
+def session_ports(session: Path, node_id: str) -> dict[str, int]:
+    """The ports node ``node_id`` recorded in its Ray session (``<name>_<node id>`` files, each
+    written by a process once it bound)."""
     ports = {}
     for f in session.glob(f"*_{node_id}"):
         with contextlib.suppress(OSError, ValueError):
@@ -403,18 +455,20 @@ def wait_until_up(
     what: str,
     timeout_s: float,
     *,
+    gcs: Gcs | None = None,
     node_id: str | None = None,
     ports: Mapping[str, int] | None = None,
     settle_s: float = SETTLE_S,
-) -> None:
-    """Return once the ``ray start --block`` node of ``proc`` is up: its log says "Ray runtime
-    started" (printed after the node found itself registered in the GCS), every port it was
-    given (``ports``) and every port its agents recorded (:data:`AGENT_PORT_FILES`) is listened
-    on by a process of its own group, its raylet listens, and all of that still holds
-    ``settle_s`` later with ``ray start`` running. The log line alone is not enough: a worker
-    node whose runtime_env_agent could not bind printed it, and its raylet exited 10 s later
-    ("fate-shares" with the agent; issue 40). Raises :class:`NodeStartError` when the node
-    exits or another process listens on one of its ports, TimeoutError past ``timeout_s``."""
+) -> str:
+    """Wait until the ``ray start --block`` node of ``proc`` is up and return its node id: its
+    log says "Ray runtime started", the GCS (``gcs``) has it ALIVE, every port it was given
+    (``ports``) and every port its agents recorded (:data:`AGENT_PORT_FILES`) is listened on by
+    a process of its own session, its raylet listens, and all of that still holds ``settle_s``
+    later with ``ray start`` running. The log line alone is not enough: a worker node whose
+    runtime_env_agent could not bind printed it, and its raylet exited 10 s later
+    ("fate-shares" with the agent; issue 40). ``node_id`` None: the head's. Raises
+    :class:`NodeStartError` when the node exits, the GCS has it dead, or another process
+    listens on one of its ports; TimeoutError past ``timeout_s``."""
     session = Path(temp_dir) / "session_latest"
     given = {name: port for name, port in (ports or {}).items() if port > 0}
     check_ports = Path("/proc/net/tcp").exists()
@@ -424,9 +478,15 @@ def wait_until_up(
     while time.monotonic() < deadline:
         if exited(proc):
             raise NodeStartError(what, "")
-        ready = "Ray runtime started" in log_path.read_text(errors="replace")
+        node = node_id or head_node_id(session)
+        ready = node is not None and "Ray runtime started" in log_path.read_text(errors="replace")
+        if ready and gcs is not None:
+            state = gcs.node(node)  # type: ignore[arg-type]
+            if state is not None and state[0] == "DEAD":
+                raise NodeStartError(what, f"the GCS has it dead: {state[1] or 'no reason given'}")
+            ready = state is not None and state[0] == "ALIVE"
         if ready and check_ports:
-            recorded = session_ports(session, node_id)
+            recorded = session_ports(session, node)  # type: ignore[arg-type]
             want = {**given, **{k: v for k, v in recorded.items() if v > 0}}
             listening = _listening()
             members = _session(proc.pid)
@@ -449,7 +509,7 @@ def wait_until_up(
         elif up_since is None:
             up_since = time.monotonic()
         elif time.monotonic() - up_since >= settle_s:
-            return
+            return node  # type: ignore[return-value]
         time.sleep(0.2)
     raise TimeoutError(f"{what} did not start within {timeout_s:.0f}s; see {log_path}")
 
@@ -498,11 +558,13 @@ def start_cause(log_path: Path, temp_dir: Path, before: set[str], returncode: in
 
 @dataclass
 class NodeLaunch:
-    """One attempt at starting a node: the command, its environment, the ports it was given
-    (name: port; :func:`wait_until_up` checks them) and the node id it was told to take."""
+    """One attempt at starting a node: the command, its environment, the GCS it runs or joins
+    (``host:port``), the ports it was given (name: port; :func:`wait_until_up` checks them) and
+    the node id it was told to take (None: a head, whose id Ray chooses)."""
 
     cmd: list[str]
     env: dict[str, str]
+    gcs_address: str
     ports: dict[str, int] = field(default_factory=dict)
     node_id: str | None = None
 
@@ -513,6 +575,7 @@ def start_ray_node(
     temp_dir: Path,
     what: str,
     *,
+    auth_token: str | None = None,
     timeout_s: float = 120.0,
     attempts: int = 3,
     restarts: list[str] | None = None,
@@ -520,25 +583,37 @@ def start_ray_node(
     """Start a ``ray start --block`` node and wait until it is up (:func:`wait_until_up`); one
     that dies at start is started again, ``launch`` choosing new ports and a new node id, at
     most ``attempts`` times in all, each time with a line on stderr naming the cause (also
-    appended to ``restarts``). The failed attempt's log is kept beside ``log_path``
-    (``.failed-N.log``). :data:`NODE_START_LOCK` is held from the port choice until the node
-    is up."""
+    appended to ``restarts``). A failed worker node is taken off its cluster's GCS
+    (:meth:`Gcs.unregister`) before anything can be placed on it. The failed attempt's log is
+    kept beside ``log_path`` (``.failed-N.log``). :data:`NODE_START_LOCK` is held from the
+    port choice until the node is up. ``auth_token``: the cluster's, for the GCS."""
     logs = Path(temp_dir) / "session_latest" / "logs"
     cause = ""
     for attempt in range(1, attempts + 1):
         with node_start_lock(timeout_s):
             node = launch()
             before = {f.name for f in logs.iterdir()} if logs.is_dir() else set()
+            gcs = Gcs(node.gcs_address, auth_token)
             proc = spawn(node.cmd, log_path, node.env)
             try:
-                wait_until_up(proc, log_path, temp_dir, what, timeout_s, node_id=node.node_id, ports=node.ports)
+                node.node_id = wait_until_up(
+                    proc, log_path, temp_dir, what, timeout_s, gcs=gcs, node_id=node.node_id, ports=node.ports
+                )
                 return proc, node
             except NodeStartError as exc:
                 kill_group(proc)
-                cause = exc.cause or start_cause(log_path, temp_dir, before, proc.returncode)
+                cause = exc.cause
+                if not cause.startswith("port "):  # it exited, or the GCS has it dead: its logs say why
+                    logged = start_cause(log_path, temp_dir, before, proc.returncode)
+                    cause = f"{logged} ({cause})" if cause else logged
+                if node.node_id:  # a worker node, which may have registered before it died
+                    not_off = gcs.unregister(node.node_id, f"{what} died while starting: {cause}")
+                    cause += f"; {not_off}" if not_off else ""
             except BaseException:
                 kill_group(proc)
                 raise
+            finally:
+                gcs.close()
         kept = log_path.with_name(f"{log_path.stem}.failed-{attempt}.log")
         log_path.replace(kept)
         again = f"starting it again{' on new ports' if node.ports else ''} (attempt {attempt + 1} of {attempts})"
@@ -641,12 +716,14 @@ def start_head(
         if num_cpus:
             cmd.append(f"--num-cpus={num_cpus}")
         ports = {"dashboard": dash, "metrics_export": met, "gcs": gcs, "ray_client_server": client}
-        return NodeLaunch(cmd, head_env(auth_env), ports)
+        return NodeLaunch(cmd, head_env(auth_env), f"127.0.0.1:{gcs}", ports)
 
     log_path = temp_dir / "head.log"
     deadline = time.monotonic() + timeout_s
     restarts: list[str] = []
-    proc, node = start_ray_node(launch, log_path, temp_dir, "the Ray head", timeout_s=timeout_s, restarts=restarts)
+    proc, node = start_ray_node(
+        launch, log_path, temp_dir, "the Ray head", auth_token=auth_token, timeout_s=timeout_s, restarts=restarts
+    )
     head = LocalHead(
         proc, node.ports["dashboard"], node.ports["metrics_export"], temp_dir, log_path, auth_token or None,
         token_path, restarts,

@@ -32,8 +32,10 @@ DRIVER = textwrap.dedent(
         def node(self):
             return ray.get_runtime_context().get_node_id()
 
+    alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU"))
+    print("alive", " ".join(alive), flush=True)
     actors = [Where.options(scheduling_strategy="SPREAD").remote() for _ in range(2)]
-    print(" ".join(sorted(ray.get([a.node.remote() for a in actors], timeout=120))), flush=True)
+    print("placed", " ".join(sorted(ray.get([a.node.remote() for a in actors], timeout=120))), flush=True)
     sys.stdin.readline()
     """
 )
@@ -152,13 +154,18 @@ def test_every_listener_is_on_loopback_and_a_driver_joins_with_the_token(cluster
     )  # fmt: skip
     try:
         assert driver.stdout is not None
+        said: dict[str, set[str]] = {}
         lines = []
         for line in driver.stdout:
             lines.append(line)
-            if len(line.split()) == 2 and all(len(w) == 56 for w in line.split()):
+            word, _, rest = line.partition(" ")
+            if word in ("alive", "placed"):
+                said[word] = set(rest.split())
+            if word == "placed":
                 break
-        placed = set(lines[-1].split())
-        assert placed == {n.node_id for n in cluster.nodes if n.alive()}, "".join(lines)[-2000:]
+        workers = {n.node_id for n in cluster.nodes if n.alive()}
+        # Only the nodes that are up: a failed attempt's node is gone from the GCS, not placeable.
+        assert said.get("alive") == workers and said.get("placed") == workers, "".join(lines)[-2000:]
         sessions = {cluster.head.process.pid, driver.pid, *(n.process.pid for n in cluster.nodes if n.alive())}
         listeners = _listeners_of(sessions)
         assert {"gcs_server", "raylet"} <= set(listeners.values())
