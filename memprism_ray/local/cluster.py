@@ -121,11 +121,11 @@ class LocalCluster:
     :meth:`add_node`, all on 127.0.0.1 (module docstring). ``env``: variables for every node.
     ``autoscale``: worker node types (``{name: {"resources": {...}, "max_workers": n}}``) for
     Ray's fake multi-node autoscaler, whose nodes are processes of the head's monitor, on the
-    machine's own disk. ``auth``: Ray token auth (a fresh token, or ``auth_token``, in a 0600
-    file, for every node; a driver joins with :meth:`driver_env`; Ray reads a driver's auth
-    settings when ``ray`` is imported, so a driver in this process that imported it already
-    sets them before, with its own token given here). ``start_attempts``: how often a node that dies at start is
-    started (:func:`~memprism_ray.local.head.start_ray_node`); ``restarts`` lists why."""
+    machine's own disk. ``auth``: Ray token auth, a fresh token (or ``auth_token``) in a 0600
+    file for every node; a driver joins with :meth:`driver_env` (a driver in this process sets
+    those variables before it first imports ``ray``, which reads them then, and passes its
+    token as ``auth_token``). ``start_attempts``: how often a node that dies at start is
+    started (:func:`~memprism_ray.local.head.start_ray_node`); ``restarts`` says why."""
 
     def __init__(
         self,

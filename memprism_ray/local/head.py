@@ -9,8 +9,9 @@ What every node start here shares with :mod:`memprism_ray.local.cluster` (issue 
   between the check and Ray's bind; the rest are left to Ray (``0``: the process binds a port
   of the kernel's choice itself and records it, nothing to take from under it).
 - **Start**: :func:`start_ray_node` holds a machine-wide lock (:data:`NODE_START_LOCK`) from
-  the port choice until the node is up (:func:`wait_until_up`), and starts a node that dies
-  at start again, on new ports, a bounded number of times, with a line naming the cause.
+  the port choice until the node is up (:func:`wait_until_up`: ALIVE in the GCS, its ports
+  its own), and starts a node that dies at start again, on new ports, a bounded number of
+  times, with a line naming the cause, after taking it off the GCS (:class:`Gcs`).
 - **Stop**: :func:`kill_group` signals a process group only while it is verifiably the one
   :func:`spawn` started.
 """
