@@ -397,6 +397,16 @@ def _config(args: argparse.Namespace, groups: int) -> Any:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Start the cluster, grow it through ``args.nodes``, time ``args.repeats`` iterations
     at each size; per N the decisions/s, the CPU by role, the stage timings, the actions."""
+    from memprism_ray.local.head import new_auth_token, token_auth_env
+
+    # This process is the cluster's driver. Ray reads a driver's auth settings and whether
+    # 127.0.0.1 stays 127.0.0.1 (the cluster listens on loopback only) when `ray` is first
+    # imported: both are set before, with the token the cluster is started with.
+    tmp = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
+    token = new_auth_token()
+    os.environ.update({**token_auth_env(tmp, token), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    if "ray" in sys.modules:
+        raise RuntimeError("bench_scaling: ray was imported before the driver's auth settings were set")
     import numpy as np
     import ray
     import torch
@@ -433,13 +443,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
     seat = cfg.rollout.seat_cpus()
     needs_text = needs_view_text(cfg.policy, get_benchmark("alfworld").task_contract())
-    tmp = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
-    cluster = LocalCluster(tmp / "ray", head_cpus=0)  # nodes inherit this environment (MEMPRISM_CACHE too)
+    # Nodes inherit this environment (MEMPRISM_CACHE too); token auth, every listener on 127.0.0.1.
+    cluster = LocalCluster(tmp / "ray", head_cpus=0, auth_token=token)
     t_start = time.perf_counter()
     out: dict[str, Any] = {"per_n": {}, "tables": {}, "engine": {}}
     seen_steps = 0
     try:
         cluster.add_node(0, resources={POLICY_RESOURCE: 1})
+        os.environ.update(cluster.driver_env())
         ray.init(address=cluster.address, log_to_driver=False)
         full = ray.put(state)
         replica = PolicyReplica.options(

@@ -2,11 +2,38 @@
 ``benchmarks/bench_scaling.py``: a head and worker nodes started with ``ray start``; as root,
 a worker node starts in its own mount namespace with an empty tmpfs over each private folder,
 as on separate machines. Measured here with Ray 2.60: a head of 0 CPUs up in 3 s, a worker node
-in 5-6 s; two nodes started at the same moment can time out, so :meth:`LocalCluster.add_node`
-waits for each. Several nodes listen on the machine's interface address (Ray refuses a second
-node while ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``): keep such a machine behind its firewall.
-Every node is stopped by its process group, never with ``ray stop`` (every Ray process of the
-machine, other tests' included).
+in 5-6 s; two nodes started at the same moment can time out, so nodes start one at a time
+(:func:`~memprism_ray.local.head.start_ray_node`, which also starts a node that dies at start
+again). Every node is stopped by its process group, never with ``ray stop`` (every Ray process
+of the machine, other tests' included).
+
+**Token auth** is on by default (a fresh token per cluster, 0600): :meth:`LocalCluster.driver_env`
+is what a driver that joins needs.
+
+**Loopback only** (issue 40): every node is ``--node-ip-address=127.0.0.1`` and every listener
+of the cluster, and so every connection between its nodes, is on 127.0.0.1. Ray 2.60 would
+not allow it by itself. Where it forces the interface address:
+
+- ``ray start`` (``ray/scripts/scripts.py``, ``start()``) passes ``--node-ip-address`` and the
+  ``--address`` of the head through ``services.resolve_ip_for_localhost``, which turns
+  ``127.0.0.1`` into ``services.get_node_ip_address()``: the interface address
+  (``node_ip_address_from_perspective``), unless ``ray_constants.ENABLE_RAY_CLUSTER`` is off;
+- ``ENABLE_RAY_CLUSTER`` is read from ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` (default on, on
+  Linux), and with it off the same ``start()`` refuses to start a worker node ("Multi-node Ray
+  clusters are not supported on Windows and OSX");
+- the GCS, the raylets and the agents' gRPC servers listen on 127.0.0.1 only when the node's
+  address is exactly ``127.0.0.1``, else on ``*`` (``ss -ltnp``; 127.0.0.2 gave ``*`` too).
+
+So every process here runs with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (nothing resolves
+127.0.0.1 to the interface address; a driver needs it too: :meth:`LocalCluster.driver_env`),
+and a worker node's ``ray start`` runs Ray's own CLI through :data:`LOOPBACK_WORKER`, which
+lets that one process past the refusal and keeps 127.0.0.1 as given. Measured with
+``ss -ltnp`` and ``ss -tnp`` (docs/cluster.md "Tried"), a head and two worker nodes with a
+driver and an actor on each worker node: before, 27 listeners, 13 on ``*``, 3 on 0.0.0.0, 7
+on the interface address, and 64 of 84 connections over it; with this, 23 listeners and 86
+connections, all on 127.0.0.1. Two of Ray's internal names are relied on
+(``services.resolve_ip_for_localhost``, ``ray_constants.ENABLE_RAY_CLUSTER``):
+``tests/local/test_cluster.py`` re-checks every listener on upgrades.
 """
 
 from __future__ import annotations
@@ -16,12 +43,23 @@ import secrets
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memprism_ray.local.head import free_ports, head_env, kill_group, ray_bin, spawn, stop_group
+from memprism_ray.local.head import (
+    NodeLaunch,
+    exited,
+    free_ports,
+    head_env,
+    kill_group,
+    new_auth_token,
+    ray_bin,
+    start_ray_node,
+    stop_group,
+    token_auth_env,
+)
 
 
 def can_isolate_disks() -> str:
@@ -36,10 +74,21 @@ def can_isolate_disks() -> str:
     return ""
 
 
-def _cluster_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = head_env(extra)
-    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # =0 forbids a second node (see the module docstring)
-    return env
+#: A worker node's ``ray start``: Ray's own CLI with the two settings that force the
+#: interface address (module docstring) undone for this one process; its children get
+#: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` from the environment like every other node's.
+LOOPBACK_WORKER = """
+import sys
+from ray._private import ray_constants, services
+from ray.scripts.scripts import main
+if not hasattr(services, "resolve_ip_for_localhost") or not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+    sys.exit("memprism_ray.local.cluster: this Ray lacks services.resolve_ip_for_localhost or "
+             "ray_constants.ENABLE_RAY_CLUSTER; update LOOPBACK_WORKER for it")
+ray_constants.ENABLE_RAY_CLUSTER = True  # lets `ray start` add a worker node ...
+services.resolve_ip_for_localhost = lambda host: host  # ... on 127.0.0.1, as given
+sys.argv[0] = "ray"
+sys.exit(main())
+"""
 
 
 @dataclass
@@ -55,7 +104,7 @@ class LocalNode:
     """the Ray node id (chosen here, so a test knows which node holds which actor)"""
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return not exited(self.process)
 
     def kill(self) -> None:
         """SIGKILL the whole group: the raylet and every worker of the node die at once, as when
@@ -67,25 +116,16 @@ class LocalNode:
         stop_group(self.process, timeout)
 
 
-def _start(cmd: list[str], log_path: Path, env: dict[str, str], what: str, timeout_s: float) -> subprocess.Popen:
-    proc = spawn(cmd, log_path, env)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        text = log_path.read_text(errors="replace")
-        if "Ray runtime started" in text:
-            return proc
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited while starting; see {log_path}:\n{text[-1500:]}")
-        time.sleep(0.3)
-    kill_group(proc)
-    raise TimeoutError(f"{what} did not start within {timeout_s:.0f}s; see {log_path}")
-
-
 class LocalCluster:
     """A head (``head_cpus`` CPUs: 0, as docs/cluster.md prescribes) and worker nodes added with
-    :meth:`add_node`. ``env``: variables for every node. ``autoscale``: worker node types
-    (``{name: {"resources": {...}, "max_workers": n}}``) for Ray's fake multi-node autoscaler,
-    whose nodes are processes of the head's monitor, on the machine's own disk."""
+    :meth:`add_node`, all on 127.0.0.1 (module docstring). ``env``: variables for every node.
+    ``autoscale``: worker node types (``{name: {"resources": {...}, "max_workers": n}}``) for
+    Ray's fake multi-node autoscaler, whose nodes are processes of the head's monitor, on the
+    machine's own disk. ``auth``: Ray token auth, a fresh token (or ``auth_token``) in a 0600
+    file for every node; a driver joins with :meth:`driver_env` (a driver in this process sets
+    those variables before it first imports ``ray``, which reads them then, and passes its
+    token as ``auth_token``). ``start_attempts``: how often a node that dies at start is
+    started (:func:`~memprism_ray.local.head.start_ray_node`); ``restarts`` says why."""
 
     def __init__(
         self,
@@ -95,31 +135,64 @@ class LocalCluster:
         env: dict[str, str] | None = None,
         autoscale: dict[str, dict[str, object]] | None = None,
         timeout_s: float = 120.0,
+        auth: bool = True,
+        auth_token: str | None = None,
+        start_attempts: int = 3,
     ) -> None:
         self.temp_dir = Path(temp_dir).resolve()
+        self.temp_dir.mkdir(parents=True, exist_ok=True)
         # Ray's session folder holds Unix sockets, whose paths may not exceed 107 bytes: a short
         # folder of its own under /tmp, whatever temp_dir (a pytest tmp path is too long).
         self.ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
         self.env = dict(env or {})
-        self.port, client, agent, runtime_env, metrics = free_ports(None, None, None, None, None)
+        self.auth_token = (auth_token or new_auth_token()) if auth else None
+        self.auth_env = {"RAY_AUTH_MODE": "disabled"}
+        if self.auth_token:
+            self.auth_env = token_auth_env(self.ray_dir, self.auth_token)
         self.timeout_s = timeout_s
+        self.start_attempts = start_attempts
         self.nodes: list[LocalNode] = []
-        cmd = [
-            ray_bin(), "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={head_cpus:g}",
-            "--node-ip-address=127.0.0.1", f"--temp-dir={self.ray_dir}", "--disable-usage-stats",
-            f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
-            f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
-            "--include-dashboard=false",
-        ]  # fmt: skip
+        self.restarts: list[str] = []
+        """a line per node start that failed and was retried"""
         head_vars = dict(self.env)
         if autoscale is not None:
-            cmd.append(f"--autoscaling-config={self._autoscaling_config(autoscale, head_cpus)}")
             head_vars |= {"RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
-        self.head = LocalNode(
-            _start(cmd, self.temp_dir / "head.log", _cluster_env(head_vars), "the Ray head", timeout_s),
-            self.temp_dir / "head.log",
-            head_cpus,
-        )
+
+        def launch() -> NodeLaunch:
+            # The two ports a head must be told (the GCS, which the nodes and drivers join, and
+            # the Ray client server, 10001 by default); the agents choose theirs (0).
+            gcs, client = free_ports(None, None)
+            self.port = gcs  # before the autoscaler's config, which names the GCS address
+            cmd = [
+                ray_bin(), "start", "--head", "--block", f"--port={gcs}", f"--num-cpus={head_cpus:g}",
+                "--node-ip-address=127.0.0.1", f"--temp-dir={self.ray_dir}", "--disable-usage-stats",
+                f"--ray-client-server-port={client}", "--dashboard-agent-listen-port=0", "--include-dashboard=false",
+            ]  # fmt: skip
+            if autoscale is not None:
+                cmd.append(f"--autoscaling-config={self._autoscaling_config(autoscale, head_cpus)}")
+            return NodeLaunch(cmd, self._node_env(head_vars), self.address, {"gcs": gcs, "ray_client_server": client})
+
+        log = self.temp_dir / "head.log"
+        try:
+            proc, _ = start_ray_node(
+                launch, log, self.ray_dir, "the Ray head", auth_token=self.auth_token, timeout_s=timeout_s,
+                attempts=start_attempts, restarts=self.restarts,
+            )  # fmt: skip
+        except BaseException:
+            shutil.rmtree(self.ray_dir, ignore_errors=True)
+            raise
+        self.head = LocalNode(proc, log, head_cpus)
+
+    def _node_env(self, extra: dict[str, str]) -> dict[str, str]:
+        """A node's environment: :func:`~memprism_ray.local.head.head_env` (Ray's settings,
+        ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), the cluster's auth, ``extra``."""
+        return head_env({**self.auth_env, **extra})
+
+    def driver_env(self) -> dict[str, str]:
+        """What a driver joining this cluster needs in its environment (before it imports ``ray``):
+        the address, the auth settings, and ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (with it on,
+        Ray turns 127.0.0.1 into the interface address, where no node listens)."""
+        return {"RAY_ADDRESS": self.address, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **self.auth_env}
 
     def _autoscaling_config(self, node_types: dict[str, dict[str, object]], head_cpus: float) -> Path:
         """The fake autoscaler's cluster config (the Ray 2.60 wheel lacks the example file
@@ -167,45 +240,57 @@ class LocalCluster:
         private_dirs: tuple[Path, ...] = (),
         resources: dict[str, float] | None = None,
     ) -> LocalNode:
-        """Start a worker node and wait until it runs. ``private_dirs``: folders this node sees
-        empty (its own tmpfs; they must exist), needing :func:`can_isolate_disks`."""
+        """Start a worker node and wait until it is up (started again if it dies at start).
+        ``private_dirs``: folders this node sees empty (its own tmpfs; they must exist),
+        needing :func:`can_isolate_disks`."""
         import json
 
-        k = len(self.nodes)
-        agent, runtime_env, metrics = free_ports(None, None, None)
-        ray_cmd = [
-            ray_bin(), "start", "--block", f"--address={self.address}", f"--num-cpus={num_cpus:g}",
-            "--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--dashboard-agent-listen-port={agent}",
-            f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
-        ]  # fmt: skip
-        if resources:
-            ray_cmd.append(f"--resources={json.dumps(resources)}")
-        cmd = ray_cmd
         if private_dirs:
             why = can_isolate_disks()
             if why:
                 raise RuntimeError(why)
-            mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(str(Path(d).resolve()))}" for d in private_dirs)
-            cmd = ["unshare", "-m", "sh", "-c", f"{mounts} && exec {shlex.join(ray_cmd)}"]
-        node_id = secrets.token_hex(28)
-        # Ray's own switch for a chosen node id (its fake multi-node provider sets it the same way).
-        env = _cluster_env({**self.env, "RAY_OVERRIDE_NODE_ID_FOR_TESTING": node_id})
+        k = len(self.nodes)
+        mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(str(Path(d).resolve()))}" for d in private_dirs)
+
+        def launch() -> NodeLaunch:
+            ports = self._worker_ports()
+            ray_cmd = [
+                sys.executable, "-c", LOOPBACK_WORKER, "start", "--block", f"--address={self.address}",
+                f"--num-cpus={num_cpus:g}", "--node-ip-address=127.0.0.1", "--disable-usage-stats",
+                *(f"--{flag}={port}" for flag, port in ports.items()),
+            ]  # fmt: skip
+            if resources:
+                ray_cmd.append(f"--resources={json.dumps(resources)}")
+            cmd = ray_cmd
+            if private_dirs:
+                cmd = ["unshare", "-m", "sh", "-c", f"{mounts} && exec {shlex.join(ray_cmd)}"]
+            node_id = secrets.token_hex(28)  # a new one per attempt: a failed attempt's may be dead in the GCS
+            # Ray's switch for a chosen node id (its fake multi-node provider sets it the same way).
+            env = self._node_env({**self.env, "RAY_OVERRIDE_NODE_ID_FOR_TESTING": node_id})
+            return NodeLaunch(cmd, env, self.address, {flag: port for flag, port in ports.items() if port}, node_id)
+
+        log = self.temp_dir / f"node-{k}.log"
+        proc, launched = start_ray_node(
+            launch, log, self.ray_dir, f"worker node {k}", auth_token=self.auth_token, timeout_s=self.timeout_s,
+            attempts=self.start_attempts, restarts=self.restarts,
+        )  # fmt: skip
         node = LocalNode(
-            _start(cmd, self.temp_dir / f"node-{k}.log", env, f"worker node {k}", self.timeout_s),
-            self.temp_dir / f"node-{k}.log",
-            num_cpus,
-            tuple(Path(d) for d in private_dirs),
-            dict(resources or {}),
-            node_id,
+            proc, log, num_cpus, tuple(Path(d) for d in private_dirs), dict(resources or {}), launched.node_id or ""
         )
         self.nodes.append(node)
         return node
+
+    def _worker_ports(self) -> dict[str, int]:
+        """A worker node's port flags: none chosen here, every one Ray's (0: its agents bind a port
+        of the kernel's choice themselves, so none can be taken between a check and the bind;
+        the dashboard agent's must be said, its default is the fixed 52365)."""
+        return {"dashboard-agent-listen-port": 0}
 
     def shutdown(self) -> None:
         for node in [*self.nodes, self.head]:
             node.stop()
         # A fake autoscaler's nodes are children of the head's monitor, in its session: swept with it.
-        shutil.rmtree(self.ray_dir, ignore_errors=True)
+        shutil.rmtree(self.ray_dir, ignore_errors=True)  # the auth token with it
 
     def __enter__(self) -> LocalCluster:
         return self

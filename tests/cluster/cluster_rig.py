@@ -3,7 +3,8 @@ a head of 0 CPUs (docs/cluster.md) and worker nodes of 1 CPU, each with disks of
 the memprism cache, the tests' corpus cache and the run directories (empty tmpfs in its own
 mount namespace), so an actor sees nothing the driver built unless the job brings it there.
 The jobs run as users run them: ``python jobs/<job>.py`` joining the cluster through
-``RAY_ADDRESS``.
+``RAY_ADDRESS``, with the cluster's token (``LocalCluster.driver_env``); every listener and
+connection of the cluster is on 127.0.0.1.
 
 Node failures are detected within about a second here (``RAY_health_check_*`` on the head:
 Ray's default is 15 s), so the tests see a lost node as lost when its group is re-run.
@@ -41,12 +42,12 @@ class ClusterRig:
         return self.cluster.add_node(num_cpus, private_dirs=self.private)
 
     def env(self) -> dict[str, str]:
+        """A driver's environment: the cluster's (address, token auth, loopback; ``driver_env``)."""
         env = dict(os.environ)
         env.update(
             {
-                "RAY_ADDRESS": self.cluster.address,
+                **self.cluster.driver_env(),
                 "MEMPRISM_CACHE": str(self.cache),
-                "RAY_AUTH_MODE": "disabled",
                 "RAY_USAGE_STATS_ENABLED": "0",
                 "HF_HUB_DISABLE_PROGRESS_BARS": "1",
             }

@@ -26,7 +26,7 @@ def test_the_job_makes_the_autoscaler_add_nodes_from_zero(
 
     autoscale = {"cpu-1": {"resources": {"CPU": 1}, "max_workers": 2}}
     with LocalCluster(tmp_path / "ray", autoscale=autoscale) as cluster:
-        env = dict(os.environ, RAY_ADDRESS=cluster.address, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+        env = {**os.environ, **cluster.driver_env(), "RAY_USAGE_STATS_ENABLED": "0"}
         args = [
             "--config", "configs/local.yaml", "--corpus.data_root", str(memprism_tiny_corpus),
             "--run.out_dir", str(tmp_path / "runs"), "--run.name", "autoscaled", "--run.tensorboard", "false",
