@@ -31,10 +31,14 @@ setup: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+# Two pytest workers: the suite's long tests wait on Ray start-ups and whole jobs more than
+# they compute, so one core idles while a single process runs them (issue 40 item 9); each
+# worker takes whole modules, the cluster and job modules first (tests/conftest.py).
+PYTEST_WORKERS ?= 2
 test: export RAY_AUTH_MODE := disabled
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations 25
 
 # The external memory baselines' tests (docs/baselines.md) in their own venv: the `baselines`
 # extra lowers some transitive packages (huggingface-hub, protobuf), so the main venv and CI

@@ -147,3 +147,17 @@ def linked_tree(tmp_path: Path) -> tuple[Path, Path]:
     shutil.copytree(outside, tmp_path / "plain" / "linked")
     shutil.copy(outside / "d.txt", tmp_path / "plain" / "linked-file")
     return tmp_path / "real", tmp_path / "plain"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The modules that start clusters first, then those with other slow tests, then the rest
+    (each module's tests together, in their order). ``make test`` runs the suite on two workers
+    that take whole modules in this order (pytest-xdist, ``--dist loadfile
+    --no-loadscope-reorder``): the long modules start at once and the many short ones fill in
+    around them, instead of one long module starting last."""
+    rank: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        weight = 0 if item.get_closest_marker("cluster") else 1 if item.get_closest_marker("slow") else 2
+        rank[module] = min(rank.get(module, 2), weight)
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])

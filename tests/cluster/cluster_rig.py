@@ -41,6 +41,12 @@ class ClusterRig:
     def add_node(self, num_cpus: float = 1) -> object:
         return self.cluster.add_node(num_cpus, private_dirs=self.private)
 
+    def ensure_nodes(self, n: int) -> None:
+        """At least ``n`` live worker nodes (a test before may have killed some)."""
+        alive = [node for node in self.cluster.nodes if node.alive()]
+        for _ in range(n - len(alive)):
+            self.add_node()
+
     def env(self) -> dict[str, str]:
         """A driver's environment: the cluster's (address, token auth, loopback; ``driver_env``)."""
         env = dict(os.environ)

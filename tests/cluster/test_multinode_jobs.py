@@ -2,8 +2,7 @@
 (issue 34 items 1-5): the ALFWorld job from D1 to the final evaluation on the embedded corpus;
 the same training through a schedule of faults (a rollout worker, an EnvWorker, a worker node
 and the Learner's node killed: nothing lost, the Learner restarted by itself), ending on the
-same weights as the undisturbed run; the EB-ALFRED and Mind2Web fixtures; user data missing on the nodes
-refused in one line naming the node, the path and the fix.
+same weights as the undisturbed run.
 """
 
 from __future__ import annotations
@@ -42,16 +41,10 @@ def _weights(ckpt: Path) -> str:
     return hashlib.sha256((ckpt / WEIGHTS_FILE).read_bytes()).hexdigest()
 
 
-def _ensure_nodes(rig, n: int) -> None:
-    alive = [node for node in rig.cluster.nodes if node.alive()]
-    for _ in range(n - len(alive)):
-        rig.add_node()
-
-
 @pytest.fixture(scope="module")
 def undisturbed(rig, memprism_test_cache: Path, tmp_path_factory: pytest.TempPathFactory):
     """The ALFWorld job from D1 to the evaluation, nothing disturbed: two fixed rollout workers."""
-    _ensure_nodes(rig, 2)
+    rig.ensure_nodes(2)
     log = tmp_path_factory.mktemp("logs") / "undisturbed.log"
     args = _alfworld(
         rig, memprism_test_cache, "undisturbed",
@@ -96,7 +89,7 @@ def test_chaos_loses_nothing_and_reaches_the_undisturbed_weights(
 
     _, _, reference = undisturbed
     d1 = next((reference / "d1").glob("*/checkpoint"))
-    _ensure_nodes(rig, 2)
+    rig.ensure_nodes(2)
     args = _alfworld(
         rig, memprism_test_cache, "chaos", "--rollout.num_workers", "auto", "--init_checkpoint", str(d1),
         "--eval.enabled", "false",
@@ -136,55 +129,3 @@ def test_chaos_loses_nothing_and_reaches_the_undisturbed_weights(
     assert _weights(run / "checkpoints" / final) == _weights(reference / "checkpoints" / final)
     same = ("success_rate", "loss", "kl", "trajectories")
     assert [{k: r[k] for k in same} for r in rows] == [{k: r[k] for k in same} for r in grpo_rows(reference)]
-
-
-def test_user_data_missing_on_the_nodes_is_one_line(
-    rig, memprism_tiny_corpus: Path, actors_reference_ckpt: Path, tmp_path: Path
-) -> None:
-    """``corpus.data_root`` given by the user exists on the driver only: the job refuses where
-    the first actor starts, naming the node, the path and the fix; exit 1, no traceback."""
-    _ensure_nodes(rig, 1)
-    ref = actors_reference_ckpt
-    args = [
-        "--config", "configs/local.yaml", "--corpus.data_root", str(memprism_tiny_corpus),
-        "--run.out_dir", str(rig.runs), "--run.name", "userdata", "--run.tensorboard", "false",
-        "--run.call_timeout_s", "60", "--init_checkpoint", str(ref), "--grpo.groups_per_iteration", "1",
-        "--grpo.group_size", "2", "--rollout.num_workers", "1", "--rollout.env_slots_per_worker", "2",
-    ]  # fmt: skip
-    status, out = rig.run_job("grpo_alfworld.py", args, tmp_path / "userdata.log")
-    assert status == 1, out[-3000:]
-    errors = [line for line in out.splitlines() if line.startswith("[grpo] error:")]
-    assert len(errors) == 1, out[-3000:]
-    assert f"corpus.data_root {memprism_tiny_corpus} does not exist on node " in errors[0]
-    assert "mount it at this path on every node" in errors[0]
-    assert "Traceback" not in out
-
-
-def test_ebalfred_fixture_job_on_the_cluster(rig, actors_reference_ckpt: Path, tmp_path: Path) -> None:
-    """The fixture is built in the driver's run directory; the nodes get it shipped."""
-    _ensure_nodes(rig, 2)
-    args = [
-        "--config", "configs/ebalfred_smoke.yaml", "--ebalfred.controller", "fake",
-        "--ebalfred.subsets", "base,long_horizon", "--ebalfred.episodes_per_subset", "2",
-        "--run.out_dir", str(rig.runs), "--run.name", "ebalfred", "--run.tensorboard", "false",
-        "--init_checkpoint", str(actors_reference_ckpt), "--grpo.iterations", "1",
-        "--eval.conditions", "memprism,full_history",
-    ]  # fmt: skip
-    status, out = rig.run_job("grpo_ebalfred.py", args, tmp_path / "ebalfred.log")
-    assert status == 0, out[-3000:]
-    assert "node data: the EB-ALFRED fixture shipped to every node that lacks it" in out
-    assert (rig.runs / "ebalfred" / "eval" / "summary.md").exists()
-    assert {a["role"] for a in placement(rig.runs / "ebalfred")["actors"]} >= {"learner", "rollout-worker"}
-
-
-def test_mind2web_fixture_job_on_the_cluster(rig, tmp_path: Path) -> None:
-    """The fixture is generated in the driver's cache; D1, GRPO and the evaluation read it on the nodes."""
-    _ensure_nodes(rig, 2)
-    args = [
-        "--config", "configs/mind2web_smoke.yaml", "--run.out_dir", str(rig.runs), "--run.name", "mind2web",
-        "--grpo.iterations", "1",
-    ]  # fmt: skip
-    status, out = rig.run_job("grpo_mind2web.py", args, tmp_path / "mind2web.log")
-    assert status == 0, out[-3000:]
-    assert "node data: the generated Mind2Web fixture shipped to every node that lacks it" in out
-    assert (rig.runs / "mind2web" / "eval" / "mind2web.md").exists()
