@@ -13,6 +13,7 @@ skills), history steps count from 0 (issue 41 item 4; docs/ebalfred.md "Action i
 
 from __future__ import annotations
 
+from memprism_ray.formats.ebalfred_skills import GLOBAL_IDS, full_list_size, upstream_ids
 from memprism_ray.policy.base import HistoryRecord, PolicyInput
 from memprism_ray.policy.contract import TaskContract
 from memprism_ray.policy.parsing import ParseResult, invalid, match_action, normalized, short
@@ -31,9 +32,7 @@ _EXAMPLES = "{task_execution_examples}\n\n"
 
 
 def _ids(actions: tuple[str, ...]) -> list[int]:
-    """Each listed skill's id in EmbodiedBench's full list (``skills.upstream_ids``)."""
-    from memprism_ray.envs.ebalfred.skills import upstream_ids  # envs.ebalfred imports this module
-
+    """Each listed skill's id in EmbodiedBench's full list (``formats.ebalfred_skills.upstream_ids``)."""
     return upstream_ids(actions)
 
 
@@ -43,8 +42,6 @@ def format_ebalfred_history(history: tuple[HistoryRecord, ...], actions: tuple[s
     of the list: the planner never shows one, this prompt's short history does)."""
     if not history:
         return NO_HISTORY
-    from memprism_ray.envs.ebalfred.skills import GLOBAL_IDS
-
     index = {**GLOBAL_IDS, **dict(zip(actions, _ids(actions), strict=True))}  # a global skill outside the list too
     lines = []
     for r in history:
@@ -67,8 +64,6 @@ def format_ebalfred_actions(actions: tuple[str, ...]) -> str:
 
 def ebalfred_max_id(actions: tuple[str, ...]) -> int:
     """The prompt's ``max_id``: the last id of EmbodiedBench's full list (``len(actions) - 1`` there)."""
-    from memprism_ray.envs.ebalfred.skills import full_list_size
-
     return full_list_size(actions) - 1
 
 

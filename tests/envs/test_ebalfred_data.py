@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.envs.ebalfred import skills as sk
 from memprism_ray.envs.ebalfred.data import (
     SPLITS_ENV,
     SUBSETS,
@@ -18,7 +17,8 @@ from memprism_ray.envs.ebalfred.data import (
     plan_from_high_pddl,
 )
 from memprism_ray.envs.ebalfred.fixture import build_fixture
-from memprism_ray.envs.ebalfred.skills import AlfredNameError
+from memprism_ray.formats import ebalfred_skills as sk
+from memprism_ray.formats.ebalfred_skills import AlfredNameError
 
 
 def test_subsets_are_the_papers_six() -> None:

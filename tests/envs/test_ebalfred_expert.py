@@ -65,7 +65,7 @@ def test_annotation_plans_need_every_annotation(tmp_path: Path) -> None:
 def _scenes(root: Path) -> tuple[dict[str, SceneInstances], dict[str, SceneInstances]]:
     """Each fixture episode's scene at reset, by game id and by ALFRED task."""
     from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE
-    from memprism_ray.envs.ebalfred.skills import instance_names
+    from memprism_ray.formats.ebalfred_skills import instance_names
 
     episodes = load_transcripts(root)["episodes"]
     by_game, by_task = {}, {}

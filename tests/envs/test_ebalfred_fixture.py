@@ -13,8 +13,8 @@ from PIL import Image
 
 from memprism_ray.envs.ebalfred.data import SUBSETS, TRAIN_SUBSET, load_splits
 from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE, build_fixture, object_box
-from memprism_ray.envs.ebalfred.skills import global_skills, instance_names, language_skill_set, scene_filter
 from memprism_ray.formats.ebalfred_fixture import load_transcripts
+from memprism_ray.formats.ebalfred_skills import global_skills, instance_names, language_skill_set, scene_filter
 
 
 def _digest(root: Path) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.envs.base import GameRef
-from memprism_ray.envs.ebalfred.skills import (
+from memprism_ray.formats.ebalfred_skills import (
     ALFRED_NAMES,
     PUT_DOWN,
     AlfredNameError,

@@ -35,7 +35,7 @@ from memprism_ray.envs.ebalfred.examples import (
     format_examples,
     load_examples,
 )
-from memprism_ray.envs.ebalfred.skills import check_mode, instance_names, scene_filter, upstream_ids
+from memprism_ray.formats.ebalfred_skills import check_mode, instance_names, scene_filter, upstream_ids
 
 #: Environment variables read by :meth:`EbAlfredConfig.from_env` (docs/ebalfred.md).
 ENV_VARS = {

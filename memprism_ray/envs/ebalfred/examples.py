@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memprism_ray.envs.ebalfred.skills import GLOBAL_IDS
+from memprism_ray.formats.ebalfred_skills import GLOBAL_IDS
 from memprism_ray.io_atomic import json_lines
 from memprism_ray.policy.ebalfred import ebalfred_instruction
 

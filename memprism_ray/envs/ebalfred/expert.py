@@ -31,7 +31,7 @@ from memprism_ray.envs.ebalfred.data import (
     plan_from_trajectory,
     resolve_plan,
 )
-from memprism_ray.envs.ebalfred.skills import PICK_OBJS, AlfredNameError, instance_names, language_skill_set
+from memprism_ray.formats.ebalfred_skills import PICK_OBJS, AlfredNameError, instance_names, language_skill_set
 from memprism_ray.recorder.phi.ebalfred import EbAlfredRulePhi
 
 log = logging.getLogger(__name__)

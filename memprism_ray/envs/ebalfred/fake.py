@@ -26,8 +26,8 @@ from PIL import Image
 
 from memprism_ray.envs.ebalfred.data import INSTANCE_VERBS, check_subset
 from memprism_ray.envs.ebalfred.fixture import INVALID_PREFIX, SUCCESS_FEEDBACK
-from memprism_ray.envs.ebalfred.skills import instance_names, is_skill_string
 from memprism_ray.formats.ebalfred_fixture import load_transcripts
+from memprism_ray.formats.ebalfred_skills import instance_names, is_skill_string
 
 #: The failure reason for an off-transcript state-changing skill (not an EmbodiedBench message).
 NOT_REPLAYABLE = "The fixture has no recording of this action here"

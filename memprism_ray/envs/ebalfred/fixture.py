@@ -27,7 +27,8 @@ from PIL import Image, ImageDraw
 
 from memprism_ray.envs.ebalfred.data import INSTANCE_VERBS, SUBSETS, TRAIN_SUBSET
 from memprism_ray.envs.ebalfred.examples import EXAMPLE_FILES
-from memprism_ray.envs.ebalfred.skills import (
+from memprism_ray.formats.ebalfred_fixture import FIXTURE_VERSION
+from memprism_ray.formats.ebalfred_skills import (
     ALFRED_NAMES,
     PICK_OBJS,
     global_skills,
@@ -35,7 +36,6 @@ from memprism_ray.envs.ebalfred.skills import (
     language_skill_set,
     scene_filter,
 )
-from memprism_ray.formats.ebalfred_fixture import FIXTURE_VERSION
 
 SUCCESS_FEEDBACK = "Last action executed successfully."
 INVALID_PREFIX = "Last action is invalid."
@@ -344,7 +344,7 @@ def scene_objects(fam: _Family) -> list[dict[str, Any]]:
 
 def object_names(objects: Sequence[dict[str, Any]]) -> list[str]:
     """The names a skill may use in this scene: each type, then EmbodiedBench's instance names
-    (``Drawer_2``...; ``skills.instance_names``)."""
+    (``Drawer_2``...; ``formats.ebalfred_skills.instance_names``)."""
     types = list(dict.fromkeys(str(o["objectType"]) for o in objects))
     return types + [n for n in instance_names(objects).values() if n not in types]
 

@@ -32,7 +32,7 @@ from memprism_ray.envs.ebalfred.data import (
     parse_game_id,
     plan_from_trajectory,
 )
-from memprism_ray.envs.ebalfred.skills import AlfredNameError
+from memprism_ray.formats.ebalfred_skills import AlfredNameError
 from memprism_ray.io_atomic import atomic_write_text
 
 
