@@ -295,8 +295,9 @@ def kill_group(proc: subprocess.Popen, wait_s: float = 30.0) -> None:
     pid is reserved, so the group and session of that id are the ones it leads; the leader is
     reaped only once they are gone. Once it is reaped (a second call, ``LocalCluster.shutdown``
     after a node's kill, or a caller's ``wait``) the pid may be someone else's: only processes
-    of that group or session carrying :func:`spawn`'s mark are signalled, none of a group it
-    did not start."""
+    of that group or session carrying :func:`spawn`'s mark, or any of it while no other process
+    holds the leader's pid (a process title may overwrite the mark), are signalled, none of a
+    group it did not start."""
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -315,12 +316,18 @@ def kill_group(proc: subprocess.Popen, wait_s: float = 30.0) -> None:
 
         def ours(pid: int) -> bool:
             stat = _proc_stat(pid)
-            return stat is not None and proc.pid in (stat[2], stat[3]) and mark is not None and _marked(pid, mark)
+            if stat is None or proc.pid not in (stat[2], stat[3]) or mark is None:
+                return False
+            # Ray's agents set their process title, which overwrites the environment the mark is
+            # in (ray::DashboardAgent, ray::RuntimeEnvAgent survived a stop so). Linux gives no
+            # process a pid that is still the id of a group or session with members, and the
+            # reaped leader is gone: while no process holds its pid, its session is the one it led.
+            return _marked(pid, mark) or _proc_stat(proc.pid) is None
 
         def running() -> list[int]:
             if mark is None or not Path("/proc/self/stat").exists():
                 return []
-            return [pid for pid in _session(proc.pid) if _marked(pid, mark)]
+            return [pid for pid in _session(proc.pid) if ours(pid)]
 
     deadline = time.monotonic() + wait_s
     while (left := running()) and time.monotonic() < deadline:

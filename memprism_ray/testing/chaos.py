@@ -16,6 +16,7 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -100,21 +101,29 @@ class ChaosMonkey:
         self.add_node = add_node
         self.log = log
         self.done: list[dict[str, Any]] = []
+        self._starting: list[threading.Thread] = []
 
     def play(self, faults: Sequence[Fault], job: Any, timeout_s: float = 600.0) -> list[dict[str, Any]]:
         """Fire ``faults`` in order while ``job`` (a ``Popen``) runs; what was done, in order. A
-        fault whose moment the job never reaches (it ended first) is reported as not fired."""
+        fault whose moment the job never reaches (it ended first) is reported as not fired.
+        Replacement nodes start in the background (a node takes seconds to start, an iteration
+        of a short run about one): the next fault does not wait for them."""
         deadline = time.monotonic() + timeout_s
-        for fault in faults:
-            while len(grpo_rows(self.run_dir)) < fault.after:
+        try:
+            for fault in faults:
+                while len(grpo_rows(self.run_dir)) < fault.after and job.poll() is None:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
+                time.sleep(fault.delay_s)
                 if job.poll() is not None or time.monotonic() > deadline:
                     self.done.append({**asdict(fault), "fired": False, "why": "the job ended or timed out first"})
-                    break
-                time.sleep(0.1)
-            else:
-                time.sleep(fault.delay_s)
+                    continue
                 self.done.append({**asdict(fault), **self._fire(fault, deadline)})
                 self.log(f"chaos: {self.done[-1]}")
+        finally:
+            for thread in self._starting:
+                thread.join()
         return self.done
 
     def _fire(self, fault: Fault, deadline: float) -> dict[str, Any]:
@@ -147,8 +156,10 @@ class ChaosMonkey:
         if not pick:
             return None
         pick[0].kill()
-        fresh = self.add_node()
-        return {"node_id": pick[0].node_id, "replaced_by": getattr(fresh, "node_id", "")}
+        thread = threading.Thread(target=self.add_node, name="chaos-add-node", daemon=True)
+        thread.start()
+        self._starting.append(thread)
+        return {"node_id": pick[0].node_id}
 
     def _node(self, node_id: str) -> Any:
         return next((n for n in self.cluster.nodes if n.alive() and n.node_id == node_id), None)

@@ -122,6 +122,8 @@ class LearnerSeat:
         replayed = max(0, done - start)
         self.replayed += replayed
         logger.rewind(start)
+        # A row of its own, so a restart after the last iteration's row is in the log too.
+        logger.log("learner_restart", start, {"restarts": self.restarts, "replayed": replayed})
         source = checkpoint.name if checkpoint is not None else "the D1 reference (no checkpoint yet)"
         span = f"iterations {start + 1}-{done} replayed" if replayed else "no iteration replayed"
         say_grpo(
