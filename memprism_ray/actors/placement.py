@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from memprism_ray.actors.waits import WaitTimeout
 from memprism_ray.benchmark.job_spec import joins_cluster
 
 if TYPE_CHECKING:
@@ -100,13 +101,14 @@ def placement_summary(requests: dict[str, dict[str, Any]], available: dict[str, 
 
 
 def wait_placed(refs: list[Any], what: str, options: dict[str, Any], timeout_s: float) -> list[Any]:
-    """``ray.get(refs)`` with a deadline; on timeout a one-line error naming the resource request."""
+    """``ray.get(refs)`` with a deadline; on timeout a one-line error naming the resource request
+    (a :class:`~memprism_ray.actors.waits.WaitTimeout`: the job ends in that line)."""
     ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     if pending:
         asked = {k: v for k, v in options.items() if k in ("num_gpus", "num_cpus", "resources")}
         for bundle in pending_demand():
             log.warning("pending resource demand: %s", bundle)
-        raise TimeoutError(
+        raise WaitTimeout(
             f"{len(pending)} of {len(refs)} {what} not placed within {timeout_s:.0f}s; they ask for {asked} and the "
             f"cluster has {dict(ray.cluster_resources())}: add GPU nodes (or let the autoscaler), or lower the request"
         )
