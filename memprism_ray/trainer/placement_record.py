@@ -107,14 +107,17 @@ def node_lost(node_id: str, timeout_s: float = 45.0) -> bool:
         return True
     probe = _probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
     deadline = time.monotonic() + timeout_s
+    pending = [probe]
     while time.monotonic() < deadline:
-        done, _ = ray.wait([probe], timeout=1.0)
+        done, pending = ray.wait(pending, timeout=1.0) if pending else ([], [])
         if done:
             try:
                 ray.get(probe)
                 return False  # it ran there
-            except Exception:  # unschedulable: the node went while the probe waited
-                return not node_alive(node_id)
+            except Exception:  # unschedulable: the node is going; Ray's verdict decides
+                pass
         if not node_alive(node_id):
             return True
+        if not pending:
+            time.sleep(0.2)
     return False

@@ -55,3 +55,21 @@ def test_a_torn_last_row_is_said_and_the_summary_still_printed(tmp_path: Path) -
     assert training_plot(tmp_path, said.append) == tmp_path / "eval" / "training_success.png"
     assert said[-1] == "training success: first 5 iterations 0.000, last 5 1.000"
     assert any("line 11" in s and "torn" in s for s in said[:-1]), said
+
+
+def test_a_worker_lost_with_its_node_counts_when_ray_marks_the_node_dead_late(ray_session, monkeypatch) -> None:
+    """Issue 40: Ray marks a killed node dead only when its health checks fail (about 15 s by
+    default); an iteration that ended first counted its workers as replaced, not lost
+    (``workers_lost`` read 0). Ray's verdict is awaited now: here the node is listed alive
+    twice, runs no probe, then is dead."""
+    import itertools
+
+    from memprism_ray.trainer import placement_record
+
+    verdicts = itertools.chain([True, True], itertools.repeat(False))
+    monkeypatch.setattr(placement_record, "node_alive", lambda node_id: next(verdicts))
+    assert placement_record.node_lost("ab" * 28, timeout_s=30) is True
+    # A node that runs the probe is alive whatever Ray's table says at first (a process died, not a node).
+    here = ray_session.get_runtime_context().get_node_id()
+    monkeypatch.setattr(placement_record, "node_alive", lambda node_id: True)
+    assert placement_record.node_lost(here, timeout_s=30) is False
