@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -73,6 +74,8 @@ def main() -> int:
     p.add_argument("--nodes", type=int, default=2, help="worker nodes of 1 CPU")
     p.add_argument("--keep", action="store_true", help="keep the runs' folder (printed)")
     args = p.parse_args()
+    # A SIGTERM (a timeout, a kill) unwinds through the finally below: the cluster is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     tmp = Path(tempfile.mkdtemp(prefix="memprism-chaos-"))
     cache, runs, corpus = tmp / "cache", tmp / "runs", tmp / "corpus"

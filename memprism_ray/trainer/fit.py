@@ -201,7 +201,7 @@ def creation_failure(message: str) -> str:
     ``ActorDiedError`` holding only the text of the creation task's traceback (no ``.cause``),
     so the actor's class, its node and the exception's first line are read from that text."""
     lines = [_ANSI.sub("", line) for line in message.splitlines()]
-    head = re.search(r"ray::(\w+)\.__init__\(\).*?\bip=([\w.:]+)", " ".join(lines[:2]))
+    head = re.search(r"ray::(?:[^\s:]+:)?(\w+)\.__init__\(\).*?\bip=([\w.:]+)", " ".join(lines[:2]))
     actor, where = (head.group(1), f" on {head.group(2)}") if head else ("an actor", "")
     # The exception's own line is the first unindented one after the last frame of the traceback.
     frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]

@@ -17,7 +17,7 @@ from ray.exceptions import RayActorError
 from tqdm import tqdm
 
 from memprism_ray.actors import metrics, waits
-from memprism_ray.actors.learner import Learner
+from memprism_ray.actors.learner import Learner, state_to_numpy
 from memprism_ray.actors.node_data import NodeData
 from memprism_ray.actors.placement import (
     actor_name,
@@ -58,8 +58,6 @@ class LearnerSeat:
     record: PlacementRecord | None = None
     actor: Any = None
     name: str = ""
-    full_ref: Any = None
-    """the Learner's full weights, which a rollout worker starting later loads"""
     restarts: int = 0
     replayed: int = 0
     """iterations played again after restarts, in all"""
@@ -88,8 +86,25 @@ class LearnerSeat:
             self.record.actor(
                 "learner", waits.get(self.actor.placed.remote(), cfg.run.call_timeout_s, "the learner's node")
             )
-        self.full_ref = self.actor.full_weights.remote()  # resolved by each rollout worker, not fetched here
         return int(done[0])
+
+    def start_first(self, resume_from: Path | None) -> int:
+        """:meth:`start`, again (within ``run.learner_restarts``) when the Learner or its node is
+        lost while it starts: nothing was trained yet, so nothing is replayed."""
+        while True:
+            try:
+                return self.start(resume_from)
+            except RayActorError as exc:
+                if exc.actor_init_failed or self.restarts >= self.cfg.run.learner_restarts:
+                    raise
+                self.restarts += 1
+                say_grpo(
+                    f"the Learner was lost while it started ({type(exc).__name__}); restart {self.restarts} of "
+                    f"{self.cfg.run.learner_restarts}"
+                )
+                if self.record is not None:
+                    self.record.gone(self.name, f"lost while it started: {type(exc).__name__}")
+                    self.record.event("learner_restarted", iteration=0, restarts=self.restarts, replayed=0)
 
     def call(self, ref: Any, timeout_s: float, what: str) -> Any:
         """``waits.get`` of a Learner call; its death raised as :class:`LearnerLost`."""
@@ -173,7 +188,7 @@ def start_training_actors(
         say(line)
     data = data or NodeData()
     learner = LearnerSeat(cfg, reference, say, record)
-    start = learner.start(resume_from)
+    start = learner.start_first(resume_from)
     if resume_from is not None:
         say(f"resumed from {resume_from} (iteration {checkpoint_iteration(resume_from)})")
     ro = cfg.rollout
@@ -197,17 +212,23 @@ def start_training_actors(
             for place in waits.get(refs, cfg.run.call_timeout_s * 4, f"start of the {role}s"):
                 record.actor(role, place)
     needs_text = needs_view_text(cfg.policy, get_benchmark(cfg.corpus.benchmark).task_contract())
+    # A rollout worker starts from the reference's weights, put here once (the driver holds
+    # them: a worker started after the Learner was lost does not depend on it); the planner's
+    # current weights come with its first group. The reference's frozen parts are the trained
+    # Router's too (D2 trains the planner and head only).
+    from memprism_ray.adapter.checkpoint import load_model
+
+    start_weights = ray.put(state_to_numpy(load_model(str(reference)).state_dict()))
 
     def make_rollout_worker(i: int, generation: int) -> object:
         # SPREAD: seats go to different nodes while they have room, so the environments' CPU
         # load is shared and a lost node takes as few groups with it as possible. Each seat
         # reserves its EnvWorkers' CPUs too (they run on its node: RolloutWorker._setup).
-        # learner.full_ref: the current Learner's (a restarted one's after a loss).
         return RolloutWorker.options(
             name=actor_name(cfg.run.name, f"rollout-worker-{i}"),
             num_cpus=ro.seat_cpus(),
             scheduling_strategy="SPREAD",
-        ).remote(cfg, i, learner.full_ref, phi_pool, view_pool, replicas, needs_text, cfg.run.name, generation, data)
+        ).remote(cfg, i, start_weights, phi_pool, view_pool, replicas, needs_text, cfg.run.name, generation, data)
 
     seats = cfg.grpo.groups_per_iteration if ro.elastic else ro.num_workers
     fleet = RolloutFleet.start(
