@@ -90,7 +90,8 @@ class LearnerSeat:
 
     def start_first(self, resume_from: Path | None) -> int:
         """:meth:`start`, again (within ``run.learner_restarts``) when the Learner or its node is
-        lost while it starts: nothing was trained yet, so nothing is replayed."""
+        lost while it starts (the first start, or a restart's: a node may die while the next one
+        loads, as when two nodes go at once): nothing trained since, nothing to replay."""
         while True:
             try:
                 return self.start(resume_from)
@@ -133,7 +134,7 @@ class LearnerSeat:
         checkpoint, corrupt = find_valid_checkpoint(run_dir)
         for path, error in corrupt:
             self.say(f"checkpoint {path.name} does not verify ({error}); not used")
-        start = self.start(checkpoint)
+        start = self.start_first(checkpoint)
         replayed = max(0, done - start)
         self.replayed += replayed
         logger.rewind(start)
