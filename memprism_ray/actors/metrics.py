@@ -45,7 +45,7 @@ _COUNTERS = {
     "workers_replaced": "rollout workers replaced (hung, dead, failing)",
     "workers_lost": "rollout workers lost with their node",
     "learner_restarts": "times a lost Learner was started again from the last checkpoint",
-    "iterations_replayed": "iterations played again after Learner restarts",
+    "iterations_replayed": "iterations played again (after a Learner restart, or step tables lost with a node)",
     "decisions": "view decisions taken",
     "view_selections": "view decisions by factor value",
 }

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import ObjectLostError, RayActorError
 from tqdm import tqdm
 
 from memprism_ray.actors import metrics, waits
@@ -43,6 +43,15 @@ if TYPE_CHECKING:
 
 class LearnerLost(RuntimeError):
     """The Learner's actor or its node died; the Ray error is ``__cause__``."""
+
+
+class StepsLost(RuntimeError):
+    """A played group's step table was lost with its node before the Learner read it: the
+    update did not run, so the iteration is played again (same tasks and seeds: same result)."""
+
+
+#: Times one iteration is played again for step tables lost with their node, before it fails.
+STEPS_LOST_REPLAYS = 3
 
 
 @dataclass
@@ -279,6 +288,7 @@ def run_grpo_iterations(
     seen_size = actors.fleet.size()
     it = logged = actors.start_iteration  # the next iteration to play, the last one logged
     restarts_seen = replayed_seen = 0
+    steps_lost: dict[int, int] = {}  # iteration -> times played again for lost step tables
     while True:
         try:
             if it == cfg.grpo.iterations:
@@ -318,6 +328,12 @@ def run_grpo_iterations(
             it = logged = learner.restart(lost, logged, run_dir, logger)
             bar.n = it
             bar.refresh()
+        except StepsLost as lost:
+            steps_lost[it] = steps_lost.get(it, 0) + 1
+            if steps_lost[it] > STEPS_LOST_REPLAYS:
+                raise IterationFailed(f"{lost}, {STEPS_LOST_REPLAYS + 1} times: nodes keep failing") from None
+            learner.replayed += 1
+            say_grpo(f"{lost}: the update did not run; playing the iteration again")
 
 
 def _iteration(
@@ -351,7 +367,10 @@ def _iteration(
         )
     fleet_changes(actors.fleet, rollout, it + 1, seen_size)
     update = learner.actor.update.remote(*rollout.steps_refs)
-    stats = learner.call(update, cfg.run.call_timeout_s * 4, f"learner update of iteration {it + 1}")
+    try:
+        stats = learner.call(update, cfg.run.call_timeout_s * 4, f"learner update of iteration {it + 1}")
+    except ObjectLostError as exc:  # a group's step table lived only on a node lost since it played
+        raise StepsLost(f"iteration {it + 1}: a group's step table was lost ({type(exc).__name__})") from None
     stats.update(iteration_stats(rollout))
     t_end = time.perf_counter()
     stats.update(
