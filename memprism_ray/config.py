@@ -192,7 +192,7 @@ class RolloutConfig:
     )
     rerun_failed: bool = field(True, help="re-run a group once when some of its trajectories failed")
     group_timeout_s: float = field(
-        900.0, help="longest wait for one group; then its rollout worker is killed and replaced, the group re-run once"
+        900.0, help="longest wait for one group; then its rollout worker is killed and replaced, the group played again"
     )
 
     @property

@@ -32,7 +32,7 @@ from memprism_ray.benchmark import DataTree, get_benchmark
 from memprism_ray.benchmark.job_spec import joins_cluster
 from memprism_ray.io_atomic import write_files
 from memprism_ray.policy.factory import needs_view_text
-from memprism_ray.trainer.placement_record import PlacementRecord
+from memprism_ray.trainer.placement_record import PlacementRecord, node_alive
 from memprism_ray.trainer.rollouts import IterationFailed, RolloutFleet, iteration_stats, run_groups, sample_groups
 from memprism_ray.trainer.rollouts import say as say_grpo
 from memprism_ray.trainer.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration, find_valid_checkpoint
@@ -67,6 +67,7 @@ class LearnerSeat:
     record: PlacementRecord | None = None
     actor: Any = None
     name: str = ""
+    node_id: str = ""
     restarts: int = 0
     replayed: int = 0
     """iterations played again after restarts, in all"""
@@ -91,10 +92,10 @@ class LearnerSeat:
             ship(trees),
         )
         done = wait_placed([self.actor.iteration.remote()], "learner", learner_options(cfg), cfg.run.call_timeout_s * 4)
+        place = waits.get(self.actor.placed.remote(), cfg.run.call_timeout_s, "the learner's node")
+        self.node_id = place["node_id"]
         if self.record is not None:
-            self.record.actor(
-                "learner", waits.get(self.actor.placed.remote(), cfg.run.call_timeout_s, "the learner's node")
-            )
+            self.record.actor("learner", place)
         return int(done[0])
 
     def start_first(self, resume_from: Path | None) -> int:
@@ -117,11 +118,24 @@ class LearnerSeat:
                     self.record.event("learner_restarted", iteration=0, restarts=self.restarts, replayed=0)
 
     def call(self, ref: Any, timeout_s: float, what: str) -> Any:
-        """``waits.get`` of a Learner call; its death raised as :class:`LearnerLost`."""
+        """``waits.get`` of a Learner call; its death raised as :class:`LearnerLost`. The wait
+        looks at the Learner's node every few seconds: a result made just before the node was
+        lost (a checkpoint's files) went with it, and fetching it waited out the whole timeout
+        (bench_chaos: "checkpoint 1: no result within 120s")."""
+        deadline = time.monotonic() + timeout_s
+        while not ray.wait([ref], timeout=min(5.0, max(0.0, deadline - time.monotonic())))[0]:
+            if not node_alive(self.node_id):
+                raise LearnerLost(f"{what}: the Learner's node is gone")
+            if time.monotonic() >= deadline:
+                break
         try:
-            return waits.get(ref, timeout_s, what)
+            return waits.get(ref, max(1.0, deadline - time.monotonic()), what)
         except RayActorError as exc:
             raise LearnerLost(f"{what}: {type(exc).__name__}") from exc
+        except ObjectLostError as exc:
+            if not node_alive(self.node_id):  # the result went with the Learner's node
+                raise LearnerLost(f"{what}: {type(exc).__name__}") from exc
+            raise
 
     def check(self) -> None:
         """Raise :class:`LearnerLost` when the Learner no longer answers (a cheap call: it runs

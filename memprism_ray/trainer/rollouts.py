@@ -3,7 +3,8 @@ per iteration, group dispatch to rollout workers with fault handling, iteration 
 
 Faults: a rollout worker whose group does not finish within ``rollout.group_timeout_s``
 (hung), or whose process died, is killed (``ray.kill``: Ray 2.60 rejects
-``ray.cancel(force=True)`` on actor tasks) and replaced; its group is re-run once. A worker
+``ray.cancel(force=True)`` on actor tasks) and replaced; its group is played again (at most
+:data:`GROUP_ATTEMPTS` times in all). A worker
 that returns groups with failed trajectories twice in a row is replaced too; a seat replaced
 more than ``rollout.max_restarts`` times is retired. All of it is counted in the statistics.
 """
@@ -33,6 +34,12 @@ TICK_S = 15.0
 
 #: Consecutive groups with failed trajectories after which a worker is replaced.
 STRIKES_TO_REPLACE = 2
+
+#: Times a group with failed trajectories is played at most (``rollout.rerun_failed``): one more
+#: than the strikes that replace a worker, so a group that failed twice on a bad worker is played
+#: by its replacement; and two faults can hit one group (bench_chaos: its worker lost with a node,
+#: then the re-run's EnvWorker killed), after which it was left out and the weights differed.
+GROUP_ATTEMPTS = 3
 
 
 def say(msg: str) -> None:
@@ -393,7 +400,8 @@ def run_groups(
     watch: Callable[[], None] | None = None,
 ) -> RolloutResult:
     """Dispatch groups to idle rollout workers (faults: the module docstring). A group with
-    failed trajectories is re-run once when ``rollout.rerun_failed``, else the learner leaves
+    failed trajectories is played again (at most :data:`GROUP_ATTEMPTS` times in all) when
+    ``rollout.rerun_failed``, else the learner leaves
     them out. ``weights_ref`` (``None``: keep the workers' weights) is waited for unfetched.
     ``tick(groups done, groups)`` is called as groups finish and at least every ``TICK_S``;
     ``watch()`` while the fleet waits for a worker (it raises to end the wait)."""
@@ -422,8 +430,9 @@ def run_groups(
     def finish_or_rerun(spec: GroupSpec, outcome: GroupOutcome) -> None:
         n = outcome.summary.failed
         cause = f" (first: {note_failure(outcome.summary)})" if n else ""
-        if n and cfg.rollout.rerun_failed and attempts[spec.group_id] < 2:
-            say(f"group {spec.group_id}: {n} of {len(spec.episode_ids)} trajectories failed{cause}; re-running it once")
+        if n and cfg.rollout.rerun_failed and attempts[spec.group_id] < GROUP_ATTEMPTS:
+            again = f"playing it again ({attempts[spec.group_id] + 1} of {GROUP_ATTEMPTS})"
+            say(f"group {spec.group_id}: {n} of {len(spec.episode_ids)} trajectories failed{cause}; {again}")
             out.groups_rerun += 1
             pending.append(spec)
         else:

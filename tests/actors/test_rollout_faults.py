@@ -141,7 +141,8 @@ def test_a_dead_rollout_worker_is_replaced_and_one_that_keeps_dying_is_retired(r
 @pytest.mark.timeout(600)
 def test_a_worker_that_keeps_failing_groups_is_replaced(ray_session, fleet_parts) -> None:
     """Two groups in a row with failed trajectories: the worker stops taking groups (it is
-    replaced); the group that failed twice stays failed, counted and excluded."""
+    replaced); the group that failed twice is played a third time, by the replacement, and every
+    failure is counted."""
     from memprism_ray.trainer.rollouts import STRIKES_TO_REPLACE, iteration_stats, run_groups
 
     ray = ray_session
@@ -153,10 +154,10 @@ def test_a_worker_that_keeps_failing_groups_is_replaced(ray_session, fleet_parts
     specs = _specs(cfg, 4, 1)
     stats = iteration_stats(result := run_groups(fleet, specs, None, 1, cfg))
     g = cfg.grpo.group_size
-    assert STRIKES_TO_REPLACE == 2 and stats["groups_rerun"] == 1 and stats["workers_replaced"] == 1
-    assert stats["failed_trajectories"] == 2 * g and stats["failed_excluded"] == g and stats["trajectories"] == g
-    assert all("injected fault" in e["error"] for e in result.groups[0].summary.episodes)
-    assert result.groups[0].steps is None  # nothing for the learner from this group
+    assert STRIKES_TO_REPLACE == 2 and stats["groups_rerun"] == 2 and stats["workers_replaced"] == 1
+    assert stats["failed_trajectories"] == 2 * g and stats["failed_excluded"] == 0 and stats["trajectories"] == g
+    assert all(e["status"] != "failed" for e in result.groups[0].summary.episodes)
+    assert result.groups[0].steps is not None  # the replacement's play reaches the learner
     assert fleet.workers[0] is not old
     # The replacement is healthy: the next iteration's group runs normally on it.
     again = run_groups(fleet, _specs(cfg, 5, 1), None, 2, cfg)
