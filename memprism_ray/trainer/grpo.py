@@ -33,7 +33,14 @@ from memprism_ray.benchmark.job_spec import joins_cluster
 from memprism_ray.io_atomic import write_files
 from memprism_ray.policy.factory import needs_view_text
 from memprism_ray.trainer.placement_record import PlacementRecord, node_alive
-from memprism_ray.trainer.rollouts import IterationFailed, RolloutFleet, iteration_stats, run_groups, sample_groups
+from memprism_ray.trainer.rollouts import (
+    IterationFailed,
+    RolloutFleet,
+    RolloutResult,
+    iteration_stats,
+    run_groups,
+    sample_groups,
+)
 from memprism_ray.trainer.rollouts import say as say_grpo
 from memprism_ray.trainer.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration, find_valid_checkpoint
 
@@ -303,6 +310,7 @@ def run_grpo_iterations(
     it = logged = actors.start_iteration  # the next iteration to play, the last one logged
     restarts_seen = replayed_seen = 0
     steps_lost: dict[int, int] = {}  # iteration -> times played again for lost step tables
+    carried: dict[str, int] = {}  # failures counted in iterations played again: in the next row
     while True:
         try:
             if it == cfg.grpo.iterations:
@@ -311,7 +319,7 @@ def run_grpo_iterations(
                 )
                 bar.close()
                 return final
-            stats = _iteration(cfg, actors, games, it, bar, seen_size)
+            stats = _iteration(cfg, actors, games, it, bar, seen_size, carried)
             seen_size = stats["fleet_size_end"]
             stats.update(
                 learner_restarts=learner.restarts - restarts_seen, iterations_replayed=learner.replayed - replayed_seen
@@ -351,16 +359,45 @@ def run_grpo_iterations(
 
 
 def _iteration(
-    cfg: ExperimentConfig, actors: TrainingActors, games: list[Any], it: int, bar: Any, seen_size: int
+    cfg: ExperimentConfig,
+    actors: TrainingActors,
+    games: list[Any],
+    it: int,
+    bar: Any,
+    seen_size: int,
+    carried: dict[str, int],
 ) -> dict[str, Any]:
     """Iteration ``it`` (0-based): its groups played and the Learner updated; its statistics.
-    :class:`LearnerLost` when the Learner died on the way (the iteration is then played again)."""
+    :class:`LearnerLost` when the Learner died on the way (the iteration is then played again):
+    what its rollouts counted (a node's lost workers) is added to ``carried``, which the next
+    iteration to finish adds to its row and empties."""
+    rollout = RolloutResult()
+    try:
+        stats = _play(cfg, actors, games, it, bar, seen_size, rollout)
+    except (LearnerLost, StepsLost):
+        rollout.carry(carried)
+        raise
+    for k, n in carried.items():
+        stats[k] += n
+    carried.clear()
+    return stats
+
+
+def _play(
+    cfg: ExperimentConfig,
+    actors: TrainingActors,
+    games: list[Any],
+    it: int,
+    bar: Any,
+    seen_size: int,
+    rollout: RolloutResult,
+) -> dict[str, Any]:
     learner = actors.learner
     t0 = time.perf_counter()
     version = it + 1
     weights_ref = learner.actor.planner_weights.remote()
     learner.check()  # the weights exist before any group waits for them
-    rollout = run_groups(
+    run_groups(
         actors.fleet,
         sample_groups(games, cfg, it),
         weights_ref,
@@ -369,6 +406,7 @@ def _iteration(
         tick=lambda done, n: bar.set_description(f"GRPO (groups {done}/{n})"),
         # While the fleet waits for a node, a lost Learner ends the wait at once.
         watch=learner.check,
+        out=rollout,
     )
     t_rollout = time.perf_counter() - t0
     # Groups that failed because the weights went with the Learner's node are not the fleet's

@@ -368,6 +368,10 @@ class GroupOutcome:
 class RolloutResult:
     """An iteration's groups (in spec order) and what went wrong on the way."""
 
+    COUNTERS = ("failed_trajectories", "groups_rerun", "workers_replaced", "workers_retired", "workers_lost")
+    """What went wrong, counted: an iteration abandoned on the way (its Learner lost) hands them
+    to the next row rather than dropping them (:meth:`carry`)."""
+
     groups: list[GroupOutcome] = field(default_factory=list)
     failed_trajectories: int = 0  # every failed trajectory seen, whether its group was re-run or not
     groups_rerun: int = 0
@@ -385,6 +389,11 @@ class RolloutResult:
     def steps_refs(self) -> list[Any]:
         return [g.steps for g in self.groups if g.steps is not None]
 
+    def carry(self, into: dict[str, int]) -> None:
+        """Add this (abandoned) iteration's counters to ``into``."""
+        for k in self.COUNTERS:
+            into[k] = into.get(k, 0) + getattr(self, k)
+
 
 class IterationFailed(RuntimeError):
     """An iteration in which no group produced a decision (one line with the first cause)."""
@@ -398,18 +407,20 @@ def run_groups(
     cfg: ExperimentConfig,
     tick: Callable[[int, int], None] | None = None,
     watch: Callable[[], None] | None = None,
+    out: RolloutResult | None = None,
 ) -> RolloutResult:
     """Dispatch groups to idle rollout workers (faults: the module docstring). A group with
     failed trajectories is played again (at most :data:`GROUP_ATTEMPTS` times in all) when
     ``rollout.rerun_failed``, else the learner leaves
     them out. ``weights_ref`` (``None``: keep the workers' weights) is waited for unfetched.
     ``tick(groups done, groups)`` is called as groups finish and at least every ``TICK_S``;
-    ``watch()`` while the fleet waits for a worker (it raises to end the wait)."""
+    ``watch()`` while the fleet waits for a worker (it raises to end the wait). ``out``: the
+    result to fill, which keeps what was counted when the wait is ended by a raise."""
     from memprism_ray.trainer.placement_record import node_alive, node_lost
 
     if weights_ref is not None:
         waits.ready([weights_ref], cfg.run.call_timeout_s, f"Router weights version {version} from the learner")
-    out = RolloutResult()
+    out = RolloutResult() if out is None else out
     retired_before = len(fleet.retired)
     fleet.settle(log=say)
     out.fleet_size = fleet.size()
@@ -454,75 +465,77 @@ def run_groups(
             out.workers_replaced += 1
         finish_or_rerun(spec, GroupOutcome(_failed_summary(spec, version, reason, where)))
 
-    while pending or in_flight:
-        if pending and not idle and not in_flight:
-            fleet.wait_for_one(f"{len(pending)} group(s) of iteration version {version}", watch)
-        if pending:  # a replacement (or a seat placed on a new node) that started meanwhile joins now
-            fleet.poll(log=say)
-            busy = {w for w, *_ in in_flight.values()}
-            idle.extend(i for i in fleet.ready() if i not in idle and i not in busy)
-        while pending and idle:
-            w = idle.pop(0)
-            spec = pending.pop(0)
-            attempts[spec.group_id] += 1
-            summary_ref, steps_ref = fleet.workers[w].run_group.remote(spec, weights_ref, version)
-            in_flight[summary_ref] = (w, spec, steps_ref, time.monotonic())
-        if not in_flight:
-            continue
-        now = time.monotonic()
-        next_deadline = min(started + timeout_s for _, _, _, started in in_flight.values())
-        ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=max(0.0, min(5.0, next_deadline - now)))
-        if tick is not None and (ready or now - last_tick >= TICK_S):
-            tick(len(done) + len(ready), len(specs))
-            last_tick = now
-        for ref in ready:
-            w, spec, steps_ref, _ = in_flight.pop(ref)
-            try:
-                summary = waits.get(ref, cfg.run.call_timeout_s, f"summary of group {spec.group_id}")
-            except RayActorError as exc:
-                if not isinstance(exc, RayTaskError) and _about(exc, fleet.workers[w]):
-                    worker_failed(w, spec, f"rollout worker died ({type(exc).__name__})", died=True)
-                    continue
-                # run_group failed on something else that died (the Learner holding the weights,
-                # whose error an argument carries in): that is the cause to act on, when watched.
-                if watch is not None:
-                    watch()
-                cause = getattr(exc, "cause", None) or exc
-                summary = _failed_summary(spec, version, f"run_group: {one_line(cause)}")
-                steps_ref = None
-            except Exception as exc:  # run_group raised: every trajectory of the group failed
-                cause = getattr(exc, "cause", None) or exc  # RayTaskError: the worker's own exception
-                where = node_label(fleet.seats[w].place) if (fleet.seats[w].place or {}).get("node_id") else ""
-                summary = _failed_summary(spec, version, f"run_group: {one_line(cause)}", where)
-                steps_ref = None
-            out.failed_trajectories += summary.failed
-            seat = fleet.seats[w]
-            if summary.failed:
-                seat.strikes += 1
-                if seat.strikes >= STRIKES_TO_REPLACE:
-                    if fleet.replace(w, f"{seat.strikes} groups in a row with failed trajectories"):
-                        out.workers_replaced += 1
+    try:
+        while pending or in_flight:
+            if pending and not idle and not in_flight:
+                fleet.wait_for_one(f"{len(pending)} group(s) of iteration version {version}", watch)
+            if pending:  # a replacement (or a seat placed on a new node) that started meanwhile joins now
+                fleet.poll(log=say)
+                busy = {w for w, *_ in in_flight.values()}
+                idle.extend(i for i in fleet.ready() if i not in idle and i not in busy)
+            while pending and idle:
+                w = idle.pop(0)
+                spec = pending.pop(0)
+                attempts[spec.group_id] += 1
+                summary_ref, steps_ref = fleet.workers[w].run_group.remote(spec, weights_ref, version)
+                in_flight[summary_ref] = (w, spec, steps_ref, time.monotonic())
+            if not in_flight:
+                continue
+            now = time.monotonic()
+            next_deadline = min(started + timeout_s for _, _, _, started in in_flight.values())
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=max(0.0, min(5.0, next_deadline - now)))
+            if tick is not None and (ready or now - last_tick >= TICK_S):
+                tick(len(done) + len(ready), len(specs))
+                last_tick = now
+            for ref in ready:
+                w, spec, steps_ref, _ = in_flight.pop(ref)
+                try:
+                    summary = waits.get(ref, cfg.run.call_timeout_s, f"summary of group {spec.group_id}")
+                except RayActorError as exc:
+                    if not isinstance(exc, RayTaskError) and _about(exc, fleet.workers[w]):
+                        worker_failed(w, spec, f"rollout worker died ({type(exc).__name__})", died=True)
+                        continue
+                    # run_group failed on something else that died (the Learner holding the weights,
+                    # whose error an argument carries in): that is the cause to act on, when watched.
+                    if watch is not None:
+                        watch()
+                    cause = getattr(exc, "cause", None) or exc
+                    summary = _failed_summary(spec, version, f"run_group: {one_line(cause)}")
+                    steps_ref = None
+                except Exception as exc:  # run_group raised: every trajectory of the group failed
+                    cause = getattr(exc, "cause", None) or exc  # RayTaskError: the worker's own exception
+                    where = node_label(fleet.seats[w].place) if (fleet.seats[w].place or {}).get("node_id") else ""
+                    summary = _failed_summary(spec, version, f"run_group: {one_line(cause)}", where)
+                    steps_ref = None
+                out.failed_trajectories += summary.failed
+                seat = fleet.seats[w]
+                if summary.failed:
+                    seat.strikes += 1
+                    if seat.strikes >= STRIKES_TO_REPLACE:
+                        if fleet.replace(w, f"{seat.strikes} groups in a row with failed trajectories"):
+                            out.workers_replaced += 1
+                    else:
+                        idle.append(w)
                 else:
+                    seat.strikes = 0
                     idle.append(w)
-            else:
-                seat.strikes = 0
-                idle.append(w)
-            finish_or_rerun(spec, GroupOutcome(summary, steps_ref if summary.num_steps else None))
-        now = time.monotonic()
-        for ref, (w, spec, _, started) in list(in_flight.items()):
-            if now - started > timeout_s:
-                in_flight.pop(ref)
-                worker_failed(w, spec, f"hung: no result within rollout.group_timeout_s={timeout_s:g}s")
-    out.workers_retired = len(fleet.retired) - retired_before
-    # Lost with their node: the deaths whose node is gone (node_lost asks the node itself).
-    lost = {n for n in set(deaths) if node_lost(n)}
-    out.workers_lost = sum(n in lost for n in deaths)
-    if fleet.record is not None:
-        for n in sorted(lost):
-            fleet.record.event(
-                "node_lost", iteration=specs[0].iteration + 1 if specs else None, node_id=n, workers=deaths.count(n)
-            )
-    out.fleet_size_end = fleet.size()
+                finish_or_rerun(spec, GroupOutcome(summary, steps_ref if summary.num_steps else None))
+            now = time.monotonic()
+            for ref, (w, spec, _, started) in list(in_flight.items()):
+                if now - started > timeout_s:
+                    in_flight.pop(ref)
+                    worker_failed(w, spec, f"hung: no result within rollout.group_timeout_s={timeout_s:g}s")
+    finally:  # also when watch() ended the wait: a dead node's workers stay counted
+        out.workers_retired = len(fleet.retired) - retired_before
+        # Lost with their node: the deaths whose node is gone (node_lost asks the node itself).
+        lost = {n for n in set(deaths) if node_lost(n)}
+        out.workers_lost = sum(n in lost for n in deaths)
+        if fleet.record is not None:
+            for n in sorted(lost):
+                fleet.record.event(
+                    "node_lost", iteration=specs[0].iteration + 1 if specs else None, node_id=n, workers=deaths.count(n)
+                )
+        out.fleet_size_end = fleet.size()
     order = {s.group_id: i for i, s in enumerate(specs)}
     out.groups = sorted(done, key=lambda g: order[g.summary.group_id])
     return out

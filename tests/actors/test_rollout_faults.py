@@ -209,3 +209,45 @@ def test_d1_stage_waits_are_bounded_by_the_call_timeout(ray_session, actors_tiny
     with pytest.raises(waits.WaitTimeout, match=r"D1: reference-trajectory tasks: no result within 0\.01s"):
         collect_reference(cfg, get_benchmark("alfworld"), games, [], tmp_path, log=lambda m: None)
     assert not (tmp_path / "expert_trajectories.parquet").exists()
+
+
+@pytest.mark.timeout(600)
+def test_workers_lost_before_the_learner_stay_counted_in_the_abandoned_iteration(
+    ray_session, fleet_parts, monkeypatch
+) -> None:
+    """Issue 40 (a CI run of the chaos test): a worker node lost a second before the Learner's
+    node. The wait for the dead worker's replacement sees the Learner gone and ends the
+    iteration; the worker lost with its node stays counted in the result the caller holds, which
+    hands it to the next row (the row of the iteration played again read ``workers_lost`` 0)."""
+    from memprism_ray.trainer import placement_record
+    from memprism_ray.trainer.rollouts import RolloutResult, run_groups
+
+    ray = ray_session
+    cfg, make = fleet_parts
+    cfg = _cfg(cfg, group_timeout_s=600.0, rerun_failed=True)
+    fleet = _fleet(make)
+    ray.get(fleet.workers[0].inject_fault.remote("crash", 2), timeout=60)
+    asked: list[str] = []
+    monkeypatch.setattr(placement_record, "node_lost", lambda node_id, timeout_s=45.0: asked.append(node_id) or True)
+
+    class LearnerGone(RuntimeError):
+        pass
+
+    def watch() -> None:
+        raise LearnerGone("the Learner's node is gone")
+
+    out = RolloutResult()
+    with pytest.raises(LearnerGone):
+        run_groups(fleet, _specs(cfg, 6, 1), None, 1, cfg, watch=watch, out=out)
+    assert len(asked) == 1 and out.workers_lost == 1 and out.workers_replaced == 1
+    assert out.failed_trajectories == cfg.grpo.group_size and out.groups_rerun == 1
+    carried = {"workers_lost": 2}
+    out.carry(carried)
+    assert carried == {
+        "workers_lost": 3,
+        "failed_trajectories": cfg.grpo.group_size,
+        "groups_rerun": 1,
+        "workers_replaced": 1,
+        "workers_retired": 0,
+    }
+    fleet.kill_all()
