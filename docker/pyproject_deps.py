@@ -167,8 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     raise ValueError(f"--check {args.check}: no such file") from None
                 if before != lines:
                     changed = sorted(set(before) ^ set(lines))
-                    print(f"pyproject_deps: the GPU stack changed since {args.check}: {', '.join(changed)}",
-                          file=sys.stderr)
+                    print(
+                        f"pyproject_deps: the GPU stack changed since {args.check}: {', '.join(changed)}",
+                        file=sys.stderr,
+                    )
                     return 1
     except (ValueError, RuntimeError) as exc:
         print(f"pyproject_deps: error: {exc}", file=sys.stderr)

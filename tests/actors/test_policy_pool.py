@@ -60,9 +60,7 @@ def replicas(ray_session):
 
     factory = functools.partial(fake_engine_factory, step_s=0.01, tokens=5)
     # The config asks for a GPU; these CPU replicas override only the resource request.
-    handles = [
-        PolicyReplica.options(num_cpus=0.01, max_concurrency=256).remote(VLLM_POLICY, factory) for _ in range(3)
-    ]
+    handles = [PolicyReplica.options(num_cpus=0.01, max_concurrency=256).remote(VLLM_POLICY, factory) for _ in range(3)]
     ray_session.get([h.load.remote() for h in handles], timeout=120)
     yield handles
     for h in handles:

@@ -73,9 +73,14 @@ def test_game_is_deterministic_and_respects_start_constraints(train_specs: list[
         rtypes = {r: t for r, t in _facts(a.pddl_problem, "receptacleType")}
         target_objs = [o for o, t in types.items() if t == f"{spec.object_target}Type"]
         assert len(target_objs) >= (2 if task == "pick_two_obj_and_place" else 1)
-        banned = {spec.parent_target, {"pick_clean_then_place_in_recep": "SinkBasin",
-                                       "pick_heat_then_place_in_recep": "Microwave",
-                                       "pick_cool_then_place_in_recep": "Fridge"}.get(task, "")} - {""}
+        banned = {
+            spec.parent_target,
+            {
+                "pick_clean_then_place_in_recep": "SinkBasin",
+                "pick_heat_then_place_in_recep": "Microwave",
+                "pick_cool_then_place_in_recep": "Fridge",
+            }.get(task, ""),
+        } - {""}
         for obj, recep in _facts(a.pddl_problem, "inReceptacle"):
             if obj in target_objs:
                 assert rtypes[recep][: -len("Type")] not in banned, (task, obj, recep)

@@ -287,9 +287,7 @@ def test_local_stub_server_end_to_end_mind2web_prompt() -> None:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        config = LLMTeacherConfig(
-            base_url=f"http://127.0.0.1:{server.server_port}/v1", model="stub", timeout_s=10
-        )
+        config = LLMTeacherConfig(base_url=f"http://127.0.0.1:{server.server_port}/v1", model="stub", timeout_s=10)
         with Mind2WebLLMTeacher(config) as teacher:
             label = teacher.label(
                 {

@@ -77,7 +77,6 @@ def test_without_resume_drops_every_spelling() -> None:
     assert fit_module._without_resume(args) == ["--a", "1", "--b"]
 
 
-
 @pytest.mark.ray
 def test_an_actor_that_fails_in_init_is_one_line_naming_its_cause(ray_session, tmp_path: Path) -> None:
     """Ray keeps only the text of an exception raised in ``__init__`` (an ``ActorDiedError``

@@ -87,8 +87,11 @@ def test_parse_job_args_exits_2_with_the_error(
     with pytest.raises(SystemExit) as exc:
         parse_job_args("x", ["--config", "configs/local.yaml", "--label.teacher", "llm"], job=narrow)
     assert exc.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
-        "error: label.teacher='llm' is not supported by the grpo_alfworld job; it supports: counterfactual"
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .endswith("error: label.teacher='llm' is not supported by the grpo_alfworld job; it supports: counterfactual")
     )
     _, cfg = parse_job_args("x", ["--config", "configs/local.yaml", "--label.teacher", "llm"])
     assert cfg.label.teacher == "llm"  # without a job name nothing job-specific is checked
@@ -121,10 +124,14 @@ def test_the_paper_preset_fails_before_ray_or_d1_without_vllm(tmp_path: Path) ->
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].endswith(
-        "error: policy.backend=vllm needs vLLM, which is not importable here: install it on a GPU machine "
-        "(clusters/node_setup.sh install gpu, or docker/Dockerfile.gpu; see clusters/README.md) or pick another "
-        "backend (--policy.backend openai|hf|scripted)"
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "error: policy.backend=vllm needs vLLM, which is not importable here: install it on a GPU machine "
+            "(clusters/node_setup.sh install gpu, or docker/Dockerfile.gpu; see clusters/README.md) or pick another "
+            "backend (--policy.backend openai|hf|scripted)"
+        )
     )
     assert list(tmp_path.iterdir()) == []  # no run directory, no D1
 

@@ -78,9 +78,10 @@ def main() -> None:
                         steps += 1
                         entry = templates.setdefault(feedback_template(tr.feedback), {"count": 0, "examples": []})
                         entry["count"] += 1
-                        if len(entry["examples"]) < 3 and {"action": action, "feedback": tr.feedback} not in entry[
-                            "examples"
-                        ]:
+                        if (
+                            len(entry["examples"]) < 3
+                            and {"action": action, "feedback": tr.feedback} not in entry["examples"]
+                        ):
                             entry["examples"].append({"action": action, "feedback": tr.feedback})
                         admissible, meta = tr.admissible, tr.meta
                         if tr.done:

@@ -108,9 +108,7 @@ def test_api_key_is_sent_as_bearer(monkeypatch: pytest.MonkeyPatch) -> None:
         return httpx.Response(200, json={"choices": [{"message": {"content": "{}"}}]})
 
     monkeypatch.setenv("PHI_TEST_KEY", "sekret")
-    client = PhiEndpoint(
-        cfg("http://stub/v1", api_key_env="PHI_TEST_KEY"), transport=httpx.MockTransport(handler)
-    )
+    client = PhiEndpoint(cfg("http://stub/v1", api_key_env="PHI_TEST_KEY"), transport=httpx.MockTransport(handler))
     assert client([("p", [])]) == ["{}"]
     assert seen["auth"] == "Bearer sekret"
     assert client.counters["no_usage"] == 1 and client.counters["prompt_tokens"] == 0

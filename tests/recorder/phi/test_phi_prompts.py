@@ -34,6 +34,7 @@ def unfilled_placeholders(name: str, text: str) -> list[str]:
     slots = dict(prompt.literal_slots)
     return sorted(f for f in prompt.fields if slots.get(f, f"{{{f}}}") in text or f"{{{f}}}" in text)
 
+
 PAPER = Path("/work/shared/seeds/000_e8ab49c9613c1996.txt")
 TITLES = {
     "alfworld": "ALFWorld Phi Event Extraction",
