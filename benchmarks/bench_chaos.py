@@ -39,8 +39,8 @@ from typing import Any
 from _results import ROOT, write_result
 
 from memprism_ray.adapter.checkpoint import WEIGHTS_FILE
-from memprism_ray.local.cluster import LocalCluster, can_isolate_disks
 from memprism_ray.testing.chaos import ChaosMonkey, grpo_rows, random_schedule
+from memprism_ray.testing.local_cluster import LocalCluster, can_isolate_disks
 
 #: Node failures detected in about a second (Ray's default health checks take about 15 s).
 FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "300", "RAY_health_check_failure_threshold": "3"}

@@ -59,6 +59,7 @@ def main() -> int:
     from memprism_ray.agent import Agent, EpisodeSpec, LocalServices
     from memprism_ray.baselines import RouterSelector
     from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.cluster.fleet import RolloutFleet
     from memprism_ray.config import load_config
     from memprism_ray.envs.alfworld import AlfworldEnv, list_games
     from memprism_ray.envs.base import GameRef
@@ -67,7 +68,7 @@ def main() -> int:
     from memprism_ray.router.encoder import TextEncoder
     from memprism_ray.router.features import FeatureExtractor
     from memprism_ray.router.model import ViewPolicyModel
-    from memprism_ray.trainer.rollouts import RolloutFleet, run_groups, sample_groups
+    from memprism_ray.trainer.rollouts import run_groups, sample_groups
     from memprism_ray.views import ViewService
 
     torch.set_num_threads(1)

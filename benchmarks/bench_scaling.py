@@ -2,7 +2,7 @@
 projection on paper for the paper's run (issue 34 item 6; docs/cluster.md).
 
 What runs: a real multi-node Ray cluster on this machine
-(:class:`memprism_ray.local.cluster.LocalCluster`, ``ray start`` processes): a head of 0 CPUs,
+(:class:`memprism_ray.testing.local_cluster.LocalCluster`, ``ray start`` processes): a head of 0 CPUs,
 one *policy node* (0 CPUs and the custom resource ``scaling_policy``) holding the one
 :class:`~memprism_ray.actors.workers.PolicyReplica`, and N *worker nodes* of
 ``rollout.seat_cpus()`` CPUs each (1: ``rollout_cpus`` 0.5 + one EnvWorker of ``env_cpus``
@@ -10,7 +10,7 @@ one *policy node* (0 CPUs and the custom resource ``scaling_policy``) holding th
 RolloutWorker` actors are created as the job creates them (``scheduling_strategy="SPREAD"``,
 ``num_cpus=seat_cpus()``, their EnvWorker on their node) and the iteration's groups are
 dispatched by the job's own :func:`~memprism_ray.trainer.rollouts.run_groups` over a
-:class:`~memprism_ray.trainer.rollouts.RolloutFleet`; the script checks that the N workers sit
+:class:`~memprism_ray.cluster.fleet.RolloutFleet`; the script checks that the N workers sit
 on N distinct worker nodes. The cluster is started once and grows (1 -> 2 -> 4 worker
 nodes), so when N is measured it has exactly N worker nodes; workers already started stay
 warm, and each new worker plays one warm-up group before anything is timed (actor start-up
@@ -397,7 +397,7 @@ def _config(args: argparse.Namespace, groups: int) -> Any:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Start the cluster, grow it through ``args.nodes``, time ``args.repeats`` iterations
     at each size; per N the decisions/s, the CPU by role, the stage timings, the actions."""
-    from memprism_ray.local.head import new_auth_token, token_auth_env
+    from memprism_ray.cluster.head import new_auth_token, token_auth_env
 
     # This process is the cluster's driver. Ray reads a driver's auth settings and whether
     # 127.0.0.1 stays 127.0.0.1 (the cluster listens on loopback only) when `ray` is first
@@ -415,12 +415,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from memprism_ray.actors.rollout import RolloutWorker
     from memprism_ray.actors.workers import PolicyReplica
     from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.cluster.fleet import RolloutFleet
     from memprism_ray.envs.alfworld import list_games
-    from memprism_ray.local.cluster import LocalCluster
     from memprism_ray.policy.factory import needs_view_text
     from memprism_ray.router.model import ViewPolicyModel
     from memprism_ray.testing.fake_vllm import fake_engine_factory
-    from memprism_ray.trainer.rollouts import RolloutFleet, run_groups, sample_groups
+    from memprism_ray.testing.local_cluster import LocalCluster
+    from memprism_ray.trainer.rollouts import run_groups, sample_groups
 
     torch.set_num_threads(1)
     max_n = max(args.nodes)

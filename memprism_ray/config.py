@@ -8,8 +8,9 @@ this module adds the jobs' own sections and loads presets::
 from __future__ import annotations
 
 import math
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -40,6 +41,13 @@ def check_run_name(name: str) -> str:
             "starting with a letter or digit (no '/', no '..', not an absolute path)"
         )
     return name
+
+
+def joins_cluster(address: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a job with ``run.ray_address`` ``address`` joins a running cluster (``"auto"``
+    under ``ray job submit``, which sets ``RAY_ADDRESS``) rather than starting a local Ray on
+    this machine: then its actors may run on other nodes (docs/gpu.md "Placement")."""
+    return address == "auto" and bool(environ.get("RAY_ADDRESS"))
 
 
 @dataclass

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memprism_ray.local.head import new_auth_token, start_head, submit_and_wait  # noqa: E402
+from memprism_ray.cluster.head import new_auth_token, start_head, submit_and_wait  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

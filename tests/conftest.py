@@ -50,7 +50,7 @@ def memprism_test_cache() -> Path:
 def ray_session(tmp_path_factory: pytest.TempPathFactory):
     import ray
 
-    from memprism_ray.actors.placement import init_ray
+    from memprism_ray.cluster.placement import init_ray
 
     # The same loopback-only local instance the jobs start (issue 10: no listener off 127.0.0.1).
     init_ray(address="local", num_cpus=2, log_to_driver=False)

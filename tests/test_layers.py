@@ -28,9 +28,10 @@ LAYERS = (
     ("eval",),
     ("config",),
     ("benchmark",),
+    ("cluster",),
     ("actors",),
     ("trainer",),
-    ("cli", "__main__", "local"),
+    ("cli", "__main__"),
     ("testing",),  # test doubles and fixture generators: nothing in the product imports them
 )
 CORE = ("view_space", "recorder", "router", "composer", "render", "adapter", "envs", "policy", "agent", "formats")

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from memprism_ray.actors.node_data import NodeData
-from memprism_ray.actors.placement import set_ray_env
+from memprism_ray.cluster.node_data import NodeData
+from memprism_ray.cluster.placement import set_ray_env
 
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig

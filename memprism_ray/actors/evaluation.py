@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from memprism_ray.actors.node_data import NodeData, node_label, node_place
-from memprism_ray.actors.placement import set_ray_env
 from memprism_ray.actors.services import task_token_counter
+from memprism_ray.cluster.node_data import NodeData, node_label, node_place
+from memprism_ray.cluster.placement import set_ray_env
 
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
-from memprism_ray.actors.node_data import NodeData, node_place
+from memprism_ray.cluster.node_data import NodeData, node_place
 
 if TYPE_CHECKING:
     from memprism_ray.adapter.grpo_update import GRPOConfig

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
-from memprism_ray.actors.node_data import NodeData, node_label, node_place
-from memprism_ray.actors.placement import set_ray_env
 from memprism_ray.actors.services import PolicyPool, Pool, RayServices, RemoteViews, task_token_counter
 from memprism_ray.actors.workers import EnvWorker
 from memprism_ray.benchmark import get_benchmark
+from memprism_ray.cluster.node_data import NodeData, node_label, node_place
+from memprism_ray.cluster.placement import set_ray_env
 
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig

@@ -10,7 +10,7 @@ from typing import Any
 
 import ray
 
-from memprism_ray.actors import waits
+from memprism_ray.cluster import waits
 from memprism_ray.policy.base import PolicyInput
 
 #: Ray's inline-argument limit: larger payloads go through the object store by reference.

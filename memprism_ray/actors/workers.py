@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from memprism_ray.actors.node_data import node_place
 from memprism_ray.actors.wire import PolicyRequest, from_request
 from memprism_ray.agent import each_request
+from memprism_ray.cluster.node_data import node_place
 from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent
@@ -24,7 +24,7 @@ from memprism_ray.recorder.phi.base import Extraction
 from memprism_ray.views import DeltaViewRequest, RenderedView
 
 if TYPE_CHECKING:
-    from memprism_ray.actors.node_data import NodeData
+    from memprism_ray.cluster.node_data import NodeData
     from memprism_ray.config import ExperimentConfig
     from memprism_ray.policy.config import PolicyConfig
     from memprism_ray.recorder.phi.config import PhiConfig
@@ -327,7 +327,7 @@ def start_policy_replicas(
     for (whatever has joined yet), returned once each answers. With ``backend: vllm`` one log
     line gives the scheduler settings replica 0's engine resolved (issue 31: vLLM's defaults
     differ by usage context, so the line says what actually runs)."""
-    from memprism_ray.actors.placement import actor_name, policy_replica_options, wait_placed
+    from memprism_ray.cluster.placement import actor_name, policy_replica_options, wait_placed
 
     opts = policy_replica_options(cfg)
     handles = [

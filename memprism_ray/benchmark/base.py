@@ -43,7 +43,7 @@ class EvalPlan:
 class DataTree:
     """A file or folder the actors read (docs/cluster.md "What each node needs on disk"):
     ``owned`` (the job built or holds it) is shipped to every node that needs it
-    (:mod:`memprism_ray.actors.node_data`); the user's is checked where an actor starts."""
+    (:mod:`memprism_ray.cluster.node_data`); the user's is checked where an actor starts."""
 
     path: str  # absolute, as the driver sees it; the actors' configs and games name it so
     what: str  # what it is, in a refusal or a progress line ("corpus.data_root")

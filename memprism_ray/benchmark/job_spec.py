@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memprism_ray.config import ExperimentConfig
+from memprism_ray.config import ExperimentConfig, joins_cluster
 from memprism_ray.config_tree import get_path
 
 
@@ -21,13 +21,6 @@ class JobSpec:
 
     name: str  # the job, as its refusals name it (``grpo_alfworld``)
     supports: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # dotted key -> values it implements
-
-
-def joins_cluster(address: str, environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether a job with ``run.ray_address`` ``address`` joins a running cluster (``"auto"``
-    under ``ray job submit``, which sets ``RAY_ADDRESS``) rather than starting a local Ray on
-    this machine: then its actors may run on other nodes (docs/gpu.md "Placement")."""
-    return address == "auto" and bool(environ.get("RAY_ADDRESS"))
 
 
 def check_job(job: JobSpec, cfg: ExperimentConfig, environ: Mapping[str, str] = os.environ) -> None:

@@ -1,4 +1,4 @@
-"""Seeded fault schedules for a GRPO job on a :class:`~memprism_ray.local.cluster.LocalCluster`
+"""Seeded fault schedules for a GRPO job on a :class:`~memprism_ray.testing.local_cluster.LocalCluster`
 (issue 40 item 8): a rollout worker, an EnvWorker, a worker node and the Learner's node killed
 at chosen points of one run, as machines and processes fail on a real cluster. The suite's
 chaos test plays one fixed schedule; ``benchmarks/bench_chaos.py`` plays N random ones.

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from memprism_ray.actors import waits
 from memprism_ray.actors.d1_tasks import label_task, reference_task, sft_task
-from memprism_ray.actors.node_data import NodeData
-from memprism_ray.actors.placement import learner_options
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.benchmark import Benchmark
+from memprism_ray.cluster import waits
+from memprism_ray.cluster.node_data import NodeData
+from memprism_ray.cluster.placement import learner_options
 from memprism_ray.io_atomic import write_files
 from memprism_ray.view_space import ALL_ACTIONS
 

@@ -14,10 +14,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 from tqdm import tqdm
 
-from memprism_ray.actors import waits
 from memprism_ray.actors.evaluation import EvalWorker
-from memprism_ray.actors.node_data import NodeData
-from memprism_ray.actors.placement import actor_name
 from memprism_ray.actors.services import task_token_counter
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
 from memprism_ray.agent import EpisodeResult, EpisodeSpec
@@ -25,8 +22,11 @@ from memprism_ray.baselines.conditions import condition_needs
 from memprism_ray.baselines.external import MemoryBaselineConfig
 from memprism_ray.benchmark import Benchmark, EvalPlan
 from memprism_ray.benchmark.base import EvalRun, Played
+from memprism_ray.cluster import waits
+from memprism_ray.cluster.node_data import NodeData
+from memprism_ray.cluster.placement import actor_name
+from memprism_ray.cluster.placement_record import PlacementRecord
 from memprism_ray.policy.config import PolicyConfig
-from memprism_ray.trainer.placement_record import PlacementRecord
 
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig

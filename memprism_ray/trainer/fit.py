@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memprism_ray.benchmark import Benchmark, BenchmarkConfigError, get_benchmark
-from memprism_ray.benchmark.job_spec import joins_cluster
+from memprism_ray.config import joins_cluster
 from memprism_ray.trainer.job_args import parse_job_args
 from memprism_ray.trainer.run_dir import (
     RunDirError,
@@ -62,8 +62,8 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
     """D1, GRPO and the final evaluation of ``cfg`` on ``benchmark``; the exit status.
     ``argv``: the job's arguments, for the ``--resume auto`` command printed on a failure."""
 
-    from memprism_ray.actors.placement import init_ray
-    from memprism_ray.trainer.placement_record import PlacementRecord
+    from memprism_ray.cluster.placement import init_ray
+    from memprism_ray.cluster.placement_record import PlacementRecord
 
     # 1-2. Run directory and data: every refusal before any work, in one line; a run directory
     # made by this call is removed again when the start is refused.
@@ -87,8 +87,8 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
     def train() -> int:  # once Ray is up
         from ray.exceptions import RayActorError
 
-        from memprism_ray.actors.node_data import ship
         from memprism_ray.actors.workers import stop_policy_replicas
+        from memprism_ray.cluster.node_data import ship
         from memprism_ray.trainer.d1 import d1_cost_line, run_d1
         from memprism_ray.trainer.evaluate import evaluate
         from memprism_ray.trainer.grpo import (
@@ -179,9 +179,10 @@ def explained(work: Any, error: Any) -> int:
 
 def run_failure(exc: BaseException) -> str | None:
     """The one line a job ends with for a failure it can explain, else ``None``."""
-    from memprism_ray.actors.node_data import NodeDataError
-    from memprism_ray.actors.waits import WaitTimeout
-    from memprism_ray.trainer.rollouts import FleetError, IterationFailed
+    from memprism_ray.cluster.fleet import FleetError
+    from memprism_ray.cluster.node_data import NodeDataError
+    from memprism_ray.cluster.waits import WaitTimeout
+    from memprism_ray.trainer.rollouts import IterationFailed
 
     cause = getattr(exc, "cause", None) or exc  # a Ray task error carries the actor's own exception
     if getattr(cause, "actor_init_failed", False):
@@ -244,7 +245,7 @@ def run_evaluation(
     """A standalone evaluation (``jobs/eval_<benchmark>.py``, ``memprism eval``; paper appendix C)
     of ``eval.conditions`` into ``out_dir``. The exit status: 2 when the start is refused (one
     line through ``error``, before any work), 1 when any episode failed, else 0."""
-    from memprism_ray.actors.placement import init_ray
+    from memprism_ray.cluster.placement import init_ray
     from memprism_ray.eval.report import check_fresh_output
     from memprism_ray.trainer.evaluate import check_memory_conditions, evaluate, given_marginal, router_state_for
 
@@ -260,7 +261,7 @@ def run_evaluation(
         error(str(exc))
         return 2
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
-    from memprism_ray.actors.node_data import ship
+    from memprism_ray.cluster.node_data import ship
 
     def play() -> int:
         data = ship(benchmark.data_trees(cfg), say)
@@ -277,7 +278,7 @@ def run_evaluation(
 
 def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None, *, train: bool = True) -> int:
     """``jobs/label_views.py`` (``train=False``: the D1 data only) and ``jobs/sft_alfworld.py``."""
-    from memprism_ray.actors.placement import init_ray
+    from memprism_ray.cluster.placement import init_ray
     from memprism_ray.trainer.d1 import run_d1
 
     _, cfg = parse_job_args(description, argv)
@@ -288,7 +289,7 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
         error(str(exc))
         return 2
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
-    from memprism_ray.actors.node_data import ship
+    from memprism_ray.cluster.node_data import ship
 
     target = d1_dir(cfg.run.dir, cfg)  # keyed by the config sections that make D1 (as in the GRPO job)
 

@@ -16,32 +16,27 @@ import ray
 from ray.exceptions import ObjectLostError, RayActorError
 from tqdm import tqdm
 
-from memprism_ray.actors import metrics, waits
+from memprism_ray.actors import metrics
 from memprism_ray.actors.learner import Learner, state_to_numpy
-from memprism_ray.actors.node_data import NodeData
-from memprism_ray.actors.placement import (
+from memprism_ray.actors.rollout import RolloutWorker
+from memprism_ray.actors.workers import PhiWorker, ViewWorker, start_policy_replicas
+from memprism_ray.benchmark import DataTree, get_benchmark
+from memprism_ray.cluster import waits
+from memprism_ray.cluster.fleet import RolloutFleet
+from memprism_ray.cluster.fleet import say as say_grpo
+from memprism_ray.cluster.node_data import NodeData
+from memprism_ray.cluster.placement import (
     actor_name,
     learner_options,
     placement_summary,
     policy_replica_options,
     wait_placed,
 )
-from memprism_ray.actors.rollout import RolloutWorker
-from memprism_ray.actors.workers import PhiWorker, ViewWorker, start_policy_replicas
-from memprism_ray.benchmark import DataTree, get_benchmark
-from memprism_ray.benchmark.job_spec import joins_cluster
+from memprism_ray.cluster.placement_record import PlacementRecord, node_alive
+from memprism_ray.config import joins_cluster
 from memprism_ray.io_atomic import write_files
 from memprism_ray.policy.factory import needs_view_text
-from memprism_ray.trainer.placement_record import PlacementRecord, node_alive
-from memprism_ray.trainer.rollouts import (
-    IterationFailed,
-    RolloutFleet,
-    RolloutResult,
-    iteration_stats,
-    run_groups,
-    sample_groups,
-)
-from memprism_ray.trainer.rollouts import say as say_grpo
+from memprism_ray.trainer.rollouts import IterationFailed, RolloutResult, iteration_stats, run_groups, sample_groups
 from memprism_ray.trainer.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration, find_valid_checkpoint
 
 if TYPE_CHECKING:
@@ -82,8 +77,8 @@ class LearnerSeat:
     def start(self, resume_from: Path | None) -> int:
         """Start the Learner (from ``resume_from``, else from the reference); the iterations it has done.
         Its checkpoints are shipped, so a Learner on a node without the run directory finds them."""
-        from memprism_ray.actors.node_data import ship
         from memprism_ray.adapter.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+        from memprism_ray.cluster.node_data import ship
 
         cfg = self.cfg
         # The reference is only read for its weights (load_model): its optimizer state stays behind.

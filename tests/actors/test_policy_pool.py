@@ -290,7 +290,7 @@ def test_pool_policy_is_a_task_policy_whose_caller_is_one_group(ray_session, rep
 def test_replica_engine_gets_the_explicit_scheduler_and_the_job_logs_it(ray_session, monkeypatch) -> None:
     """The engine kwargs the replica passes (the fake factory keeps what a vLLM engine would
     get) carry the LLM-class scheduler, and start_policy_replicas says so in one line."""
-    import memprism_ray.actors.placement as placement
+    import memprism_ray.cluster.placement as placement
     from memprism_ray.actors.workers import start_policy_replicas, stop_policy_replicas
     from memprism_ray.config import load_config
 

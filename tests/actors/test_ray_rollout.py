@@ -162,7 +162,8 @@ def test_weights_reach_the_workers_as_the_learners_object_ref(system) -> None:
     after the group holds exactly the learner's weights (updated by the previous test)."""
     import ray
 
-    from memprism_ray.trainer.rollouts import RolloutFleet, run_groups
+    from memprism_ray.cluster.fleet import RolloutFleet
+    from memprism_ray.trainer.rollouts import run_groups
 
     cfg, worker, learner = system["cfg"], system["worker"], system["learner"]
     weights_ref = learner.planner_weights.remote()
@@ -182,7 +183,8 @@ def test_killing_an_env_worker_mid_iteration_fails_only_its_trajectories(system)
 
     import ray
 
-    from memprism_ray.trainer.rollouts import RolloutFleet, iteration_stats, run_groups
+    from memprism_ray.cluster.fleet import RolloutFleet
+    from memprism_ray.trainer.rollouts import iteration_stats, run_groups
 
     cfg, worker = system["cfg"], system["worker"]
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, rerun_failed=True))
@@ -207,7 +209,8 @@ def test_failed_trajectories_are_excluded_without_rerun(system) -> None:
     import ray
 
     from memprism_ray.adapter.grpo_update import GRPOBatch
-    from memprism_ray.trainer.rollouts import RolloutFleet, iteration_stats, run_groups
+    from memprism_ray.cluster.fleet import RolloutFleet
+    from memprism_ray.trainer.rollouts import iteration_stats, run_groups
 
     cfg, worker = system["cfg"], system["worker"]
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, rerun_failed=False))

@@ -55,7 +55,7 @@ def _specs(cfg, iteration: int, n: int):
 
 
 def _fleet(make, max_replacements: int = 2):
-    from memprism_ray.trainer.rollouts import RolloutFleet
+    from memprism_ray.cluster.fleet import RolloutFleet
 
     return RolloutFleet.start(1, make, max_replacements=max_replacements, ping_timeout_s=300)
 
@@ -169,9 +169,11 @@ def test_a_worker_that_keeps_failing_groups_is_replaced(ray_session, fleet_parts
 def test_waits_on_a_hung_actor_end_with_an_error_naming_the_wait(ray_session, actors_tiny_cfg, monkeypatch) -> None:
     """Issue 10 item 4: a call that never returns ends the waiting function within its bound
     (today ``wire.from_request`` waits forever on a view PNG ref)."""
-    from memprism_ray.actors import waits, wire
+    from memprism_ray.actors import wire
+    from memprism_ray.cluster import waits
+    from memprism_ray.cluster.fleet import RolloutFleet
     from memprism_ray.policy.base import PolicyInput
-    from memprism_ray.trainer.rollouts import RolloutFleet, run_groups
+    from memprism_ray.trainer.rollouts import run_groups
 
     ray = ray_session
     cfg = actors_tiny_cfg
@@ -198,8 +200,8 @@ def test_waits_on_a_hung_actor_end_with_an_error_naming_the_wait(ray_session, ac
 def test_d1_stage_waits_are_bounded_by_the_call_timeout(ray_session, actors_tiny_cfg, tmp_path: Path) -> None:
     """A D1 stage that outlives its bound (``run.call_timeout_s`` per game) ends with an
     error naming the stage (today ``collect_reference`` waits without a bound)."""
-    from memprism_ray.actors import waits
     from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.cluster import waits
     from memprism_ray.envs.alfworld import list_games
     from memprism_ray.trainer.d1 import collect_reference
 
@@ -219,7 +221,7 @@ def test_workers_lost_before_the_learner_stay_counted_in_the_abandoned_iteration
     node. The wait for the dead worker's replacement sees the Learner gone and ends the
     iteration; the worker lost with its node stays counted in the result the caller holds, which
     hands it to the next row (the row of the iteration played again read ``workers_lost`` 0)."""
-    from memprism_ray.trainer import placement_record
+    from memprism_ray.cluster import placement_record
     from memprism_ray.trainer.rollouts import RolloutResult, run_groups
 
     ray = ray_session

@@ -177,7 +177,7 @@ def test_nested_marginal_json_is_a_one_line_error(tmp_path: Path, content: objec
 
 def test_a_short_marginal_is_a_one_line_error_before_any_worker(tmp_path: Path, capsys, monkeypatch) -> None:
     """A flat list of the wrong length used to pass the start and fail every freq_random episode."""
-    import memprism_ray.actors.placement as placement
+    import memprism_ray.cluster.placement as placement
 
     monkeypatch.setattr(placement, "init_ray", lambda *a, **k: pytest.fail("Ray started before the refusal"))
     path = tmp_path / "marginal.json"

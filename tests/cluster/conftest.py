@@ -11,7 +11,7 @@ from cluster_rig import FAST_HEALTH_CHECKS, ClusterRig
 
 @pytest.fixture(scope="package")
 def rig(tmp_path_factory: pytest.TempPathFactory, memprism_tiny_corpus: Path, memprism_test_cache: Path):
-    from memprism_ray.local.cluster import LocalCluster, can_isolate_disks
+    from memprism_ray.testing.local_cluster import LocalCluster, can_isolate_disks
 
     why = can_isolate_disks()
     if why:

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 def test_the_job_makes_the_autoscaler_add_nodes_from_zero(
     memprism_tiny_corpus: Path, actors_reference_ckpt: Path, tmp_path: Path
 ) -> None:
-    from memprism_ray.local.cluster import LocalCluster
+    from memprism_ray.testing.local_cluster import LocalCluster
 
     autoscale = {"cpu-1": {"resources": {"CPU": 1}, "max_workers": 2}}
     with LocalCluster(tmp_path / "ray", autoscale=autoscale) as cluster:

@@ -413,7 +413,7 @@ import json, re, shutil, socket, sys, tempfile, time, urllib.request
 import ray
 
 from memprism_ray.actors import metrics
-from memprism_ray.actors.placement import init_ray
+from memprism_ray.cluster.placement import init_ray
 
 expected = set(json.loads(sys.argv[1]))
 iteration, row = json.loads(sys.argv[2])

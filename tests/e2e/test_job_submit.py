@@ -57,7 +57,7 @@ def scrape_metrics(port: int, prefix: str = "ray_memprism_") -> dict[str, float]
 def test_ray_job_submit_runs_the_grpo_job(
     memprism_tiny_corpus: Path, actors_reference_ckpt: Path, memprism_tiny_overrides, tmp_path: Path
 ) -> None:
-    from memprism_ray.local.head import (
+    from memprism_ray.cluster.head import (
         auth_headers,
         new_auth_token,
         start_head,

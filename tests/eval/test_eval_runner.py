@@ -155,7 +155,7 @@ def test_bad_condition_names_fail_when_the_config_is_built(conditions, message, 
      (("freq_random",), {"marginal": "/nonexistent/report.json"}, "does not exist")],
 )  # fmt: skip
 def test_bad_conditions_fail_before_any_work(conditions, kw, message, tmp_path: Path, monkeypatch) -> None:
-    import memprism_ray.actors.placement as placement
+    import memprism_ray.cluster.placement as placement
     from memprism_ray.trainer.fit import run_evaluation
 
     monkeypatch.setattr(placement, "init_ray", lambda *a, **k: pytest.fail("Ray started before the refusal"))
@@ -177,7 +177,7 @@ def test_a_bad_marginal_fails_before_any_worker(content, message, tmp_path: Path
     """eval.marginal is checked as each worker's freq_random selector checks it, once, before Ray
     starts: it used to pass the start when short (then every freq_random episode failed) or
     escape as a TypeError when it held objects."""
-    import memprism_ray.actors.placement as placement
+    import memprism_ray.cluster.placement as placement
     from memprism_ray.trainer.fit import run_evaluation
 
     monkeypatch.setattr(placement, "init_ray", lambda *a, **k: pytest.fail("Ray started before the refusal"))

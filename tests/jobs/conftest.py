@@ -60,7 +60,7 @@ def run_job_captured() -> Callable[[str, list[str]], tuple[int, str, str]]:
 @pytest.fixture
 def no_ray_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fails the test if the job would start (or join) Ray: its refusal must come first."""
-    import memprism_ray.actors.placement as placement
+    import memprism_ray.cluster.placement as placement
 
     def refuse(*args, **kwargs):
         raise AssertionError("the job reached init_ray before refusing")

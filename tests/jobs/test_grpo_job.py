@@ -122,7 +122,7 @@ def test_killed_driver_resumes_to_the_same_state(
     assert "Traceback" not in refused.stderr and refused.stderr.strip().count("\n") == 0, refused.stderr
 
     # Resuming with a different config is refused before any Ray starts, naming the setting.
-    import memprism_ray.actors.placement as placement
+    import memprism_ray.cluster.placement as placement
 
     with monkeypatch.context() as m:
         m.setattr(placement, "init_ray", lambda *a, **k: pytest.fail("init_ray reached before the refusal"))

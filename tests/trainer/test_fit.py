@@ -51,13 +51,13 @@ def test_a_dead_learner_is_one_line_with_the_command_that_continues(
 ) -> None:
     from ray.exceptions import ActorDiedError
 
-    from memprism_ray.actors import placement
+    from memprism_ray.cluster import placement
     from memprism_ray.trainer import grpo
 
     def died(*_args: object, **_kwargs: object) -> None:
         raise ActorDiedError()
 
-    from memprism_ray.actors import node_data
+    from memprism_ray.cluster import node_data
 
     monkeypatch.setattr(placement, "init_ray", lambda *a, **k: {"CPU": 2.0})
     monkeypatch.setattr(node_data, "ship", lambda *a, **k: node_data.NodeData())
@@ -83,9 +83,9 @@ def test_an_actor_that_fails_in_init_is_one_line_naming_its_cause(ray_session, t
     with no ``.cause``); the job still ends in one line naming the actor, its node and the
     cause (issue 40: it ended in a traceback)."""
     from memprism_ray.actors.learner import Learner
-    from memprism_ray.actors.node_data import NodeData
     from memprism_ray.adapter.grpo_update import GRPOConfig
     from memprism_ray.benchmark import DataTree
+    from memprism_ray.cluster.node_data import NodeData
 
     missing = tmp_path / "not-here" / "ckpt"
     data = NodeData(checked=(DataTree(str(missing.parent), "corpus.data_root", owned=False, fix="mount it"),))

@@ -64,7 +64,7 @@ def test_a_worker_lost_with_its_node_counts_when_ray_marks_the_node_dead_late(ra
     twice, runs no probe, then is dead."""
     import itertools
 
-    from memprism_ray.trainer import placement_record
+    from memprism_ray.cluster import placement_record
 
     verdicts = itertools.chain([True, True], itertools.repeat(False))
     monkeypatch.setattr(placement_record, "node_alive", lambda node_id: next(verdicts))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from memprism_ray.benchmark import get_benchmark
-from memprism_ray.benchmark.job_spec import JobSpec, check_job, joins_cluster
-from memprism_ray.config import load_config
+from memprism_ray.benchmark.job_spec import JobSpec, check_job
+from memprism_ray.config import joins_cluster, load_config
 from memprism_ray.trainer.job_args import parse_job_args
 
 GRPO_ALFWORLD = get_benchmark("alfworld").job_spec("grpo")

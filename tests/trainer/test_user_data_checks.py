@@ -27,7 +27,7 @@ REGENERATE = "regenerate it from the release's scores_all_data.pkl with `python 
 
 @pytest.fixture(autouse=True)
 def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    from memprism_ray.actors import placement
+    from memprism_ray.cluster import placement
 
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("Ray was started before the bad file was refused")

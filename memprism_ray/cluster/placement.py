@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from memprism_ray.actors.waits import WaitTimeout
-from memprism_ray.benchmark.job_spec import joins_cluster
+from memprism_ray.cluster.waits import WaitTimeout
+from memprism_ray.config import joins_cluster
 
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig
@@ -51,7 +51,7 @@ def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[st
         # alone does not move them. Measured with Ray 2.60 (`ss -ltnp`, docs/cluster.md): the
         # setting off keeps every listener on 127.0.0.1. The environment variable carries it
         # to Ray's child processes; the constant covers a `ray` this process already imported.
-        # Internal to Ray: tests/actors/test_local_listeners.py re-checks it on upgrades.
+        # Internal to Ray: tests/cluster/test_local_listeners.py re-checks it on upgrades.
         import ray._private.ray_constants as ray_constants
 
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -102,7 +102,7 @@ def placement_summary(requests: dict[str, dict[str, Any]], available: dict[str, 
 
 def wait_placed(refs: list[Any], what: str, options: dict[str, Any], timeout_s: float) -> list[Any]:
     """``ray.get(refs)`` with a deadline; on timeout a one-line error naming the resource request
-    (a :class:`~memprism_ray.actors.waits.WaitTimeout`: the job ends in that line)."""
+    (a :class:`~memprism_ray.cluster.waits.WaitTimeout`: the job ends in that line)."""
     ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     if pending:
         asked = {k: v for k, v in options.items() if k in ("num_gpus", "num_cpus", "resources")}

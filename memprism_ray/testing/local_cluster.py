@@ -3,7 +3,7 @@
 a worker node starts in its own mount namespace with an empty tmpfs over each private folder,
 as on separate machines. Measured here with Ray 2.60: a head of 0 CPUs up in 3 s, a worker node
 in 5-6 s; two nodes started at the same moment can time out, so nodes start one at a time
-(:func:`~memprism_ray.local.head.start_ray_node`, which also starts a node that dies at start
+(:func:`~memprism_ray.cluster.head.start_ray_node`, which also starts a node that dies at start
 again). Every node is stopped by its process group, never with ``ray stop`` (every Ray process
 of the machine, other tests' included).
 
@@ -33,7 +33,7 @@ driver and an actor on each worker node: before, 27 listeners, 13 on ``*``, 3 on
 on the interface address, and 64 of 84 connections over it; with this, 23 listeners and 86
 connections, all on 127.0.0.1. Two of Ray's internal names are relied on
 (``services.resolve_ip_for_localhost``, ``ray_constants.ENABLE_RAY_CLUSTER``):
-``tests/local/test_cluster.py`` re-checks every listener on upgrades.
+``tests/cluster/test_local_cluster.py`` re-checks every listener on upgrades.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memprism_ray.local.head import (
+from memprism_ray.cluster.head import (
     NodeLaunch,
     exited,
     free_ports,
@@ -82,7 +82,7 @@ import sys
 from ray._private import ray_constants, services
 from ray.scripts.scripts import main
 if not hasattr(services, "resolve_ip_for_localhost") or not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
-    sys.exit("memprism_ray.local.cluster: this Ray lacks services.resolve_ip_for_localhost or "
+    sys.exit("memprism_ray.testing.local_cluster: this Ray lacks services.resolve_ip_for_localhost or "
              "ray_constants.ENABLE_RAY_CLUSTER; update LOOPBACK_WORKER for it")
 ray_constants.ENABLE_RAY_CLUSTER = True  # lets `ray start` add a worker node ...
 services.resolve_ip_for_localhost = lambda host: host  # ... on 127.0.0.1, as given
@@ -112,7 +112,7 @@ class LocalNode:
         kill_group(self.process)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """:func:`~memprism_ray.local.head.stop_group`: SIGTERM to ``ray start``, then a SIGKILL sweep."""
+        """:func:`~memprism_ray.cluster.head.stop_group`: SIGTERM to ``ray start``, then a SIGKILL sweep."""
         stop_group(self.process, timeout)
 
 
@@ -125,7 +125,7 @@ class LocalCluster:
     file for every node; a driver joins with :meth:`driver_env` (a driver in this process sets
     those variables before it first imports ``ray``, which reads them then, and passes its
     token as ``auth_token``). ``start_attempts``: how often a node that dies at start is
-    started (:func:`~memprism_ray.local.head.start_ray_node`); ``restarts`` says why."""
+    started (:func:`~memprism_ray.cluster.head.start_ray_node`); ``restarts`` says why."""
 
     def __init__(
         self,
@@ -184,7 +184,7 @@ class LocalCluster:
         self.head = LocalNode(proc, log, head_cpus)
 
     def _node_env(self, extra: dict[str, str]) -> dict[str, str]:
-        """A node's environment: :func:`~memprism_ray.local.head.head_env` (Ray's settings,
+        """A node's environment: :func:`~memprism_ray.cluster.head.head_env` (Ray's settings,
         ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), the cluster's auth, ``extra``."""
         return head_env({**self.auth_env, **extra})
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.local import head as local_head
+from memprism_ray.cluster import head as local_head
 
 needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
 
@@ -97,7 +97,7 @@ def test_one_node_start_at_a_time_per_machine(tmp_path: Path) -> None:
     one wait, and a wait past its timeout says who holds what."""
     lock = tmp_path / "start.lock"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from memprism_ray.local.head import node_start_lock\n"
+        [sys.executable, "-c", "import sys; from memprism_ray.cluster.head import node_start_lock\n"
          f"with node_start_lock(5, __import__('pathlib').Path({str(lock)!r})):\n"
          "    print('held', flush=True); sys.stdin.readline()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

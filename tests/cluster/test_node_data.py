@@ -18,9 +18,9 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-import memprism_ray.actors.node_data as nd
-from memprism_ray.actors.node_data import NodeData, NodeDataError, ShippedTree, _rebase, ship
+import memprism_ray.cluster.node_data as nd
 from memprism_ray.benchmark import DataTree
+from memprism_ray.cluster.node_data import NodeData, NodeDataError, ShippedTree, _rebase, ship
 from memprism_ray.io_atomic import file_lock, sha256_path
 
 pytestmark = [pytest.mark.ray]
@@ -76,7 +76,7 @@ def test_rebase_rewrites_every_path_under_a_root_and_nothing_else() -> None:
 def test_a_node_without_the_drivers_copy_unpacks_the_shipped_tree(
     ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import memprism_ray.actors.node_data as nd
+    import memprism_ray.cluster.node_data as nd
 
     monkeypatch.setenv("MEMPRISM_CACHE", str(tmp_path / "node-cache"))
     monkeypatch.setattr(nd, "_LOCAL", {})
@@ -104,7 +104,7 @@ def test_only_the_named_files_of_a_folder_are_shipped(
 ) -> None:
     """The D1 reference goes without its optimizer state: a folder shipped with ``files`` is
     identified and unpacked by those files only."""
-    import memprism_ray.actors.node_data as nd
+    import memprism_ray.cluster.node_data as nd
 
     monkeypatch.setenv("MEMPRISM_CACHE", str(tmp_path / "node-cache"))
     monkeypatch.setattr(nd, "_LOCAL", {})
@@ -122,7 +122,7 @@ def test_only_the_named_files_of_a_folder_are_shipped(
 def test_a_tree_that_changed_after_it_was_shipped_is_refused_not_used(
     ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import memprism_ray.actors.node_data as nd
+    import memprism_ray.cluster.node_data as nd
 
     monkeypatch.setenv("MEMPRISM_CACHE", str(tmp_path / "node-cache"))
     monkeypatch.setattr(nd, "_LOCAL", {})

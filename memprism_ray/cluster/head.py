@@ -2,7 +2,7 @@
 every Ray process on the machine), and submit jobs to it through the Job API (``make run``, the
 end-to-end test; docs/embedded-default.md). Every listener is bound to 127.0.0.1.
 
-What every node start here shares with :mod:`memprism_ray.local.cluster` (issue 40 item 6):
+What every node start here shares with :mod:`memprism_ray.testing.local_cluster` (issue 40 item 6):
 
 - **Ports**: the ports a node must be told are chosen by :func:`free_ports` outside the
   kernel's ephemeral range (:func:`ephemeral_range`), so no outgoing connection can take one
@@ -639,7 +639,7 @@ def auth_headers(token: str | None) -> dict[str, str]:
 def head_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for the head and the CLI: explicit Ray settings, this Python first on PATH
     (a job's ``python`` entrypoint is the first on the head's PATH)."""
-    from memprism_ray.actors.placement import RAY_ENV
+    from memprism_ray.cluster.placement import RAY_ENV
 
     env = dict(os.environ)
     env.update(
@@ -766,7 +766,7 @@ def submit_and_wait(
     ``(status, logs)``. ``agent_wait_s``: how long the head's job agent may take to accept it."""
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    from memprism_ray.actors.placement import RAY_ENV
+    from memprism_ray.cluster.placement import RAY_ENV
 
     client = JobSubmissionClient(address, headers=auth_headers(auth_token) or None)
     runtime_env = {

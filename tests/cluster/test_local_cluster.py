@@ -1,4 +1,4 @@
-"""Issue 40 item 6 on a real :class:`~memprism_ray.local.cluster.LocalCluster` (a head and two
+"""Issue 40 item 6 on a real :class:`~memprism_ray.testing.local_cluster.LocalCluster` (a head and two
 1-CPU worker nodes): a node that dies at start is seen and started again before anything is
 placed (a worker whose runtime_env_agent finds its port taken, as in CI; a head whose Ray
 client port another process listens on), every listener of every node and of a driver's
@@ -45,7 +45,7 @@ DRIVER = textwrap.dedent(
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A cluster whose head found its Ray client port listened on by another process at its
     first start (the port taken between the choice and Ray's bind)."""
-    from memprism_ray.local import cluster as local_cluster
+    from memprism_ray.testing import local_cluster
 
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -111,7 +111,7 @@ def test_a_worker_node_that_dies_at_start_is_started_again(cluster, monkeypatch:
 
 def _listeners_of(sessions: set[int]) -> dict[str, str]:
     """``address:port`` -> process name of every listening socket of processes in ``sessions``."""
-    from memprism_ray.local import head
+    from memprism_ray.cluster import head
 
     listening = {inode: port for port, inodes in head._listening().items() for inode in inodes}
     addresses = {}
@@ -142,7 +142,7 @@ def _loopback(address: str) -> bool:
 
 def test_every_listener_is_on_loopback_and_a_driver_joins_with_the_token(cluster, tmp_path: Path) -> None:
     """Ray 2.60 turns ``--node-ip-address=127.0.0.1`` into the interface address for a worker
-    node and listens on ``*`` (module docstring of memprism_ray/local/cluster.py): measured
+    node and listens on ``*`` (module docstring of memprism_ray/testing/local_cluster.py): measured
     before, 13 of 27 listeners of such a cluster on ``*`` and 7 on the interface address."""
     while len([n for n in cluster.nodes if n.alive()]) < 2:
         cluster.add_node(1)

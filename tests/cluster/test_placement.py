@@ -45,7 +45,7 @@ def test_experiment_config_ties_learner_device_to_its_gpus() -> None:
 
 
 def test_paper_and_gpu_smoke_presets_ask_for_gpus_and_label_with_the_llm_teacher() -> None:
-    from memprism_ray.actors.placement import learner_options, policy_replica_options
+    from memprism_ray.cluster.placement import learner_options, policy_replica_options
 
     paper = load_config("configs/alfworld_paper.yaml")
     assert paper.label.teacher == "llm" and paper.label.llm.source == "pool"
@@ -74,8 +74,8 @@ def test_a_gpu_replica_on_a_cpu_cluster_is_pending_demand_never_a_cpu_fallback(
     """On a cluster with no GPU yet the replica's request stays pending (what tells the
     autoscaler to add a GPU node) and the job gets a clear timeout, not a CPU replica."""
     from memprism_ray.actors import workers
-    from memprism_ray.actors.placement import pending_demand, policy_replica_options, wait_placed
     from memprism_ray.actors.workers import PolicyReplica, start_policy_replicas
+    from memprism_ray.cluster.placement import pending_demand, policy_replica_options, wait_placed
     from memprism_ray.testing.fake_vllm import fake_engine_factory
 
     # After the placement timeout start_policy_replicas asks each replica to stop its engine and
@@ -115,9 +115,9 @@ def test_seats_that_cannot_be_placed_are_named_with_what_they_lack(ray_session, 
     PLACEMENT_NOTICE_S on a Ray no node can join, naming the resource (it used to wait
     4 x call_timeout_s, 480 s, and end in "no result within 480s")."""
     from memprism_ray.actors.rollout import RolloutWorker
-    from memprism_ray.trainer import rollouts
+    from memprism_ray.cluster import fleet
 
-    monkeypatch.setattr(rollouts, "PLACEMENT_NOTICE_S", 1.0)
+    monkeypatch.setattr(fleet, "PLACEMENT_NOTICE_S", 1.0)
     started = []
 
     def make(index: int, generation: int):
@@ -128,8 +128,8 @@ def test_seats_that_cannot_be_placed_are_named_with_what_they_lack(ray_session, 
         return w
 
     t0 = time.monotonic()
-    with pytest.raises(rollouts.FleetError) as caught:
-        rollouts.RolloutFleet.start(
+    with pytest.raises(fleet.FleetError) as caught:
+        fleet.RolloutFleet.start(
             2, make, ping_timeout_s=300, seat_request={"memprism_test_seat": 1}, nodes_may_join=False
         )
     assert time.monotonic() - t0 < 30
@@ -150,10 +150,10 @@ def test_a_transient_data_failure_starts_the_seat_again_and_a_permanent_one_reti
     on its node (permanent) is retired at once. Every NodeDataError used to retire the seat."""
     import dataclasses
 
-    from memprism_ray.actors.node_data import NodeData, ShippedTree
     from memprism_ray.actors.rollout import RolloutWorker
     from memprism_ray.benchmark import DataTree
-    from memprism_ray.trainer import rollouts
+    from memprism_ray.cluster import fleet
+    from memprism_ray.cluster.node_data import NodeData, ShippedTree
 
     gone = tmp_path / "gone"
     cfg = dataclasses.replace(
@@ -163,22 +163,22 @@ def test_a_transient_data_failure_starts_the_seat_again_and_a_permanent_one_reti
     missing = NodeData(checked=(DataTree(str(gone), "corpus.data_root", owned=False),))
     started = []
 
-    def fleet(data: NodeData) -> rollouts.RolloutFleet:
+    def fleet_on(data: NodeData) -> fleet.RolloutFleet:
         def make(index: int, generation: int):
             w = RolloutWorker.options(num_cpus=0).remote(cfg, index, {}, [], [], [], False, "seat", generation, data)
             started.append(w)
             return w
 
-        f = rollouts.RolloutFleet(None, make, max_replacements=2, ping_timeout_s=120, elastic=True)
-        f.seats = [rollouts.Seat(0)]
+        f = fleet.RolloutFleet(None, make, max_replacements=2, ping_timeout_s=120, elastic=True)
+        f.seats = [fleet.Seat(0)]
         f._launch(f.seats[0])
         with pytest.raises(Exception, match="corpus"):
             f.wait_for_one("the test", log=None)
         return f
 
-    transient = fleet(unreachable)
+    transient = fleet_on(unreachable)
     assert transient.seats[0].retired and transient.seats[0].replacements == 2  # started again twice
-    permanent = fleet(missing)
+    permanent = fleet_on(missing)
     assert permanent.seats[0].retired and permanent.seats[0].replacements == 0
     for w in started:
         ray_session.kill(w)

@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     """
     import sys
     import ray  # imported before init_ray, as the job scripts do
-    from memprism_ray.actors.placement import init_ray
+    from memprism_ray.cluster.placement import init_ray
 
     init_ray("local", 1, log_to_driver=False, _temp_dir=sys.argv[1])
 

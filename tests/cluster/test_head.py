@@ -34,7 +34,7 @@ class _AgentlessClient:
 def test_submission_waits_for_the_job_agent_then_fails_clearly(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     import ray.job_submission
 
-    from memprism_ray.local import head as local_head
+    from memprism_ray.cluster import head as local_head
 
     monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", _AgentlessClient)
     monkeypatch.setattr(local_head.time, "sleep", lambda s: None)
@@ -59,7 +59,7 @@ class _OversizeClient:
 def test_an_oversized_working_dir_fails_at_once_and_says_what_to_move(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray.job_submission
 
-    from memprism_ray.local import head as local_head
+    from memprism_ray.cluster import head as local_head
 
     monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", _OversizeClient)
     with pytest.raises(RuntimeError, match=r"(?s)413.*working_dir.*\.gitignore or a \.rayignore"):
@@ -91,7 +91,7 @@ def _wait_for_members(pgid: int, count: int) -> None:
 def test_stop_sweeps_the_children_of_a_crashed_head() -> None:
     import os
 
-    from memprism_ray.local.head import start_head
+    from memprism_ray.cluster.head import start_head
 
     ray_tmp = Path(tempfile.mkdtemp(prefix="mpa-"))
     head = start_head(ray_tmp, num_cpus=1, dashboard_port=0, metrics_port=0)
@@ -119,7 +119,7 @@ def test_stop_group_terms_the_leader_then_sweeps_its_group() -> None:
     a child that outlives it, or a leader that ignores SIGTERM, is SIGKILLed with the group."""
     import subprocess
 
-    from memprism_ray.local.head import stop_group
+    from memprism_ray.cluster.head import stop_group
 
     # The leader exits on SIGTERM; its background child (like Ray's GCS) lives on.
     leader = subprocess.Popen(["sh", "-c", "sleep 300 & wait"], start_new_session=True)
@@ -147,7 +147,7 @@ def test_kill_group_returns_only_once_every_member_is_gone(monkeypatch: pytest.M
     import subprocess
     import threading
 
-    from memprism_ray.local import head as local_head
+    from memprism_ray.cluster import head as local_head
 
     real_killpg = os.killpg
     timers: list[threading.Timer] = []
@@ -176,7 +176,7 @@ def test_free_ports_are_distinct_and_keep_a_free_preferred_port() -> None:
     runtime-env agent and the metrics export). Chosen together, they never are."""
     import socket
 
-    from memprism_ray.local.head import free_ports
+    from memprism_ray.cluster.head import free_ports
 
     ports = free_ports(*[None] * 64)
     assert len(set(ports)) == 64 and all(p > 0 for p in ports)
