@@ -12,14 +12,41 @@ shared packages hold no table or branch keyed by a benchmark's name
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from memprism_ray.adapter.grpo_update import GRPOConfig
+    from memprism_ray.adapter.sft import SFTConfig
+    from memprism_ray.agent import EpisodeResult, EpisodeSpec
+    from memprism_ray.benchmark.job_spec import JobSpec
     from memprism_ray.config import ExperimentConfig
+    from memprism_ray.envs.base import Env, GameRef
+    from memprism_ray.eval.episodes import EpisodeList
+    from memprism_ray.eval.manifest import RunManifest
+    from memprism_ray.policy.contract import TaskContract
+    from memprism_ray.recorder.phi.base import Phi
+    from memprism_ray.recorder.phi.spec import PhiSpec
+    from memprism_ray.recorder.stream import EventStream
     from memprism_ray.router.teacher import LLMTeacherConfig, LLMViewTeacher
+
+#: A JSON-like report or metrics row (what the evaluation files and ``metrics.jsonl`` hold).
+Report = dict[str, Any]
+
+#: A GRPO return (Table A.4 ``grpo.reward``; TRL's ``reward_funcs`` are callables too): a played
+#: trajectory's result and the GRPO settings -> the trajectory's return. A module-level function,
+#: so Ray ships it by reference to the rollout workers.
+Reward = Callable[["EpisodeResult", "GRPOConfig"], float]
+
+
+def success_reward(result: EpisodeResult, grpo: GRPOConfig) -> float:
+    """Terminal success; with ``grpo.progress_reward_coef > 0`` (EB-ALFRED) the env's summed
+    reward (success + coef x goal-condition progress)."""
+    if grpo.progress_reward_coef > 0:
+        return float(result.reward)
+    return 1.0 if result.won else 0.0
 
 
 class BenchmarkConfigError(ValueError):
@@ -30,8 +57,8 @@ class BenchmarkConfigError(ValueError):
 class EvalPlan:
     """The final evaluation's ordered plan: every condition plays exactly these episodes."""
 
-    episodes: Any  # the EpisodeList the manifest records
-    specs: list[Any]  # an EpisodeSpec per episode, in plan order
+    episodes: EpisodeList  # what the manifest records
+    specs: list[EpisodeSpec]  # one per episode, in plan order
     workers: int  # evaluation actors
     slots: int  # episodes each actor plays step-synchronously
     #: game id -> error: episodes that fail without being played (kept in every denominator)
@@ -57,8 +84,8 @@ class Played:
     """One condition played on the whole plan: a result per planned episode, and the step rows."""
 
     condition: str
-    results: list[Any]
-    rows: list[dict[str, Any]]
+    results: list[EpisodeResult]
+    rows: list[Report]
 
 
 @dataclass
@@ -71,7 +98,16 @@ class EvalRun:
     tokenizer: str  # the task model's tokenizer that counted the prompt tokens
 
 
-def rerecord_episodes(episodes: list[Any], phi: Any) -> list[Any]:
+class Recorded(Protocol):
+    """A recorded episode (a D1 reference's ``ExpertEpisode``): a dataclass with its stream."""
+
+    stream: EventStream
+
+
+E = TypeVar("E", bound=Recorded)
+
+
+def rerecord_episodes(episodes: list[E], phi: Phi | None) -> list[E]:
     """``episodes`` with their streams re-extracted from the raw events by ``phi`` (an LLM Phi), so
     D1 data and rollouts are recorded by the same Phi; unchanged when ``phi`` is ``None``."""
     if phi is None:
@@ -107,17 +143,18 @@ class Benchmark:
     task_noun: ClassVar[str] = "games"
     success_label: ClassVar[str] = "success"  # what the training plot calls a trajectory's success
     summary_file: ClassVar[str] = "summary.md"  # the evaluation file printed at the end of a job
-    rewards: ClassVar[tuple[str, ...]] = ("success",)  # its ``grpo.reward`` values (trajectory_return)
+    #: its ``grpo.reward`` values, each a :data:`Reward` (:meth:`trajectory_return` calls it)
+    rewards: ClassVar[Mapping[str, Reward]] = {"success": success_reward}
     #: ``module:attribute`` of its task contract (appendix E.3-E.5: prompt, parser, CPU stand-in)
     contract: ClassVar[str]
     #: ``module:attribute`` of its Phi (appendix D.2, E.1: rule extractor, Phi prompt, answer schema)
     phi: ClassVar[str]
     table_a4_row: ClassVar[str]  # its row of Table A.4 (``--preset`` of ``memprism router sft``)
-    sft_row: ClassVar[Mapping[str, Any]] = {}  # the row's D1 settings beside SFTConfig's defaults
-    grpo_row: ClassVar[Mapping[str, Any]] = {}  # the row's GRPO settings beside GRPOConfig's (ALFWorld's)
+    sft_row: ClassVar[Mapping[str, object]] = {}  # the row's D1 settings beside SFTConfig's defaults
+    grpo_row: ClassVar[Mapping[str, object]] = {}  # the row's GRPO settings beside GRPOConfig's (ALFWorld's)
     #: per job (``grpo``, ``eval``), dotted key -> the values the job implements where the config
     #: accepts more (:meth:`job_spec`)
-    job_supports: ClassVar[Mapping[str, Mapping[str, tuple[Any, ...]]]] = {}
+    job_supports: ClassVar[Mapping[str, Mapping[str, tuple[object, ...]]]] = {}
 
     # ------------------------------------------------------------------ config and tasks
     def check(self, cfg: ExperimentConfig) -> None:
@@ -133,7 +170,7 @@ class Benchmark:
                 f"grpo.reward={cfg.grpo.reward!r} is not defined for {self.name}; it defines: {', '.join(self.rewards)}"
             )
 
-    def prepare(self, cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
+    def prepare(self, cfg: ExperimentConfig, log: Callable[[str], None] = print) -> ExperimentConfig:
         """The config with its data resolved (a corpus built, a fixture generated, a release
         root checked); called once by the driver before Ray starts."""
         return cfg
@@ -142,11 +179,11 @@ class Benchmark:
         """What the actors read besides the config, once :meth:`prepare` resolved it (issue 34)."""
         return []
 
-    def train_games(self, cfg: ExperimentConfig) -> list[Any]:
+    def train_games(self, cfg: ExperimentConfig) -> list[GameRef]:
         """The training tasks GRPO groups are drawn from."""
         raise NotImplementedError
 
-    def d1_games(self, cfg: ExperimentConfig) -> list[Any]:
+    def d1_games(self, cfg: ExperimentConfig) -> list[GameRef]:
         """The tasks D1's reference trajectories are played on (first ``label.games``, then
         the roll-ins); by default the GRPO training tasks."""
         return self.train_games(cfg)
@@ -167,52 +204,49 @@ class Benchmark:
                 f"also training tasks (e.g. {shared[0]}): change {keys} so they do not overlap"
             )
 
-    def job_spec(self, kind: str) -> Any:
+    def job_spec(self, kind: str) -> JobSpec:
         """What ``jobs/<kind>_<name>.py`` can do (``kind``: ``grpo`` or ``eval``)."""
         from memprism_ray.benchmark.job_spec import JobSpec
 
         return JobSpec(f"{kind}_{self.name}", dict(self.job_supports.get(kind, {})))
 
-    def sft_preset(self, **overrides: Any) -> Any:
+    def sft_preset(self, **overrides: object) -> SFTConfig:
         """Table A.4's D1 settings of this benchmark's row (:class:`~memprism_ray.adapter.sft.SFTConfig`)."""
         from memprism_ray.adapter.sft import SFTConfig
 
         return SFTConfig.from_row(self.table_a4_row, self.sft_row, **overrides)
 
-    def grpo_preset(self, **overrides: Any) -> Any:
+    def grpo_preset(self, **overrides: object) -> GRPOConfig:
         """Table A.4's GRPO settings of this benchmark's row (``GRPOConfig``)."""
         from memprism_ray.adapter.grpo_update import GRPOConfig
 
         return GRPOConfig.from_row(self.table_a4_row, self.grpo_row, **overrides)
 
     # ------------------------------------------------------------------ env, task contract, Phi, reward
-    def env_options(self, cfg: ExperimentConfig) -> dict[str, Any]:
+    def env_options(self, cfg: ExperimentConfig) -> dict[str, object]:
         """Keyword arguments of the env factory (sent with each actor's constructor)."""
         return {}
 
-    def make_env(self, num_slots: int, options: Mapping[str, Any] | None = None) -> Any:
+    def make_env(self, num_slots: int, options: Mapping[str, object] | None = None) -> Env:
         return _load(self.env_factory)(num_slots=num_slots, **dict(options or {}))
 
-    def task_contract(self) -> Any:
+    def task_contract(self) -> TaskContract:
         """Its :class:`~memprism_ray.policy.contract.TaskContract`, which every task policy is built with."""
         return _load(self.contract)
 
-    def phi_spec(self) -> Any:
+    def phi_spec(self) -> PhiSpec:
         """Its :class:`~memprism_ray.recorder.phi.spec.PhiSpec`, which the configured Phi is built from."""
         return _load(self.phi)
 
-    def trajectory_return(self, result: Any, grpo: Any) -> float:
-        """The GRPO return of one played trajectory (Table A.4 ``grpo.reward``): ``success`` is the
-        terminal success, or with ``grpo.progress_reward_coef > 0`` (EB-ALFRED) the env's summed
-        reward (success + coef x progress); ``action_correct`` (Mind2Web) the mean 1[action correct]."""
-        if grpo.reward == "action_correct":
-            return float(result.reward) / result.steps if result.steps else 0.0
-        if grpo.progress_reward_coef > 0:
-            return float(result.reward)
-        return 1.0 if result.won else 0.0
+    def trajectory_return(self, result: EpisodeResult, grpo: GRPOConfig) -> float:
+        """The GRPO return of one played trajectory: the :data:`Reward` ``grpo.reward`` names in
+        :attr:`rewards` (checked at load by :meth:`check`)."""
+        return self.rewards[grpo.reward](result, grpo)
 
     # ------------------------------------------------------------------ D1
-    def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+    def reference_table(
+        self, cfg: ExperimentConfig, games: Sequence[GameRef], rollin: Sequence[GameRef], phi: Phi | None
+    ) -> bytes:
         """D1's reference trajectories of ``games`` (and roll-ins on ``rollin``) as the
         expert-trajectory Parquet (``envs/alfworld/expert_data.py``); ``phi``: an LLM Phi to
         re-record the streams with (``None``: the rule Phi's records)."""
@@ -229,7 +263,7 @@ class Benchmark:
         return LLMViewTeacher(config)
 
     # ------------------------------------------------------------------ evaluation report
-    def write_condition(self, played: Played, out_dir: Path, manifest: Any, ctx: EvalRun) -> dict[str, Any]:
+    def write_condition(self, played: Played, out_dir: Path, manifest: RunManifest, ctx: EvalRun) -> Report:
         """One condition's report (the shared tables, artifacts, manifest, plots)."""
         from memprism_ray.eval.report import write_condition
 
@@ -239,22 +273,22 @@ class Benchmark:
             tokenizer=ctx.tokenizer, max_steps=cfg.agent.max_steps, artifacts=cfg.eval.artifacts,
         )  # fmt: skip
 
-    def condition_line(self, rep: Mapping[str, Any]) -> str:
+    def condition_line(self, rep: Report) -> str:
         """One progress line for a finished condition."""
         failed = f", {rep['failed_episodes']} failed" if rep["failed_episodes"] else ""
         return f"{rep['successes']}/{rep['n']} = {100 * rep['sr']:.1f}%{failed}"
 
-    def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
+    def write_summary(self, reports: list[Report], played: list[Played], ctx: EvalRun) -> Report:
         """The side-by-side summary of every condition; returns it (``failed_episodes`` set)."""
         from memprism_ray.eval.report import write_summary
 
         return write_summary(ctx.out_dir, reports, {p.condition: p.results for p in played}, seed=ctx.cfg.run.seed)
 
-    def eval_metrics(self, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def eval_metrics(self, summary: Report) -> list[Report]:
         """Per-condition metrics rows the run's metrics log records after the evaluation."""
         return [{"condition": rep["condition"], "sr": rep["sr"]} for rep in summary["conditions"]]
 
-    def failures(self, summary: Mapping[str, Any]) -> str | None:
+    def failures(self, summary: Report) -> str | None:
         """One line on the evaluation's failed episodes (``None`` when none failed)."""
         from memprism_ray.eval.report import failure_message
 

@@ -19,7 +19,14 @@ from memprism_ray.envs.base import GameRef, cache_base
 from memprism_ray.router.teacher import PROMPT_DIR, LLMTeacherConfig, LLMViewTeacher, TeacherPrompt
 
 if TYPE_CHECKING:
+    from memprism_ray.adapter.grpo_update import GRPOConfig
+    from memprism_ray.agent import EpisodeResult
     from memprism_ray.config import ExperimentConfig
+
+
+def action_correct_reward(result: EpisodeResult, grpo: GRPOConfig) -> float:
+    """The mean reward 1[action correct] over the trajectory's steps (Table A.4 "GRPO, Mind2Web")."""
+    return float(result.reward) / result.steps if result.steps else 0.0
 
 
 class Mind2Web(Benchmark):
@@ -39,7 +46,7 @@ class Mind2Web(Benchmark):
     task_noun = "tasks"
     success_label = "exact success"
     summary_file = "mind2web.md"
-    rewards = ("action_correct",)
+    rewards = {"action_correct": action_correct_reward}  # noqa: RUF012 - a class constant
     contract = "memprism_ray.policy.mind2web:MIND2WEB"
     phi = "memprism_ray.recorder.phi.mind2web:MIND2WEB_PHI"
     table_a4_row = "mind2web"

@@ -10,6 +10,7 @@ driver's working directory (the repository root, which Ray puts on every worker'
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ def toy_config(out_dir: Path) -> Any:
         "grpo.groups_per_iteration": "2",
         "grpo.group_size": "3",
         "grpo.max_steps": "10",
+        "grpo.reward": "fewest_adds",
         "grpo.update_batch_size": "16",
         "rollout.num_workers": "1",
         "rollout.env_slots_per_worker": "3",
@@ -86,6 +88,20 @@ def test_the_toy_brings_every_part_of_a_benchmark(tmp_path: Path) -> None:
     assert ex.evidence["phi"] == "llm" and [(d.key, d.new_value) for d in ex.delta] == [("counter.value", "2")]
     assert toy.phi_spec().rule().extract(RawEvent("o", "add 2", "Nothing happens."), {}).failed
     assert toy.sft_preset().preset_name == toy.grpo_preset().preset_name == "toy"
+    # Its own reward, declared in its module: what GRPO trains on (issue 42 item 3).
+    from memprism_ray.agent import EpisodeResult, EpisodeSpec
+    from memprism_ray.benchmark import BenchmarkConfigError
+    from tests.benchmark.toy_benchmark import game
+
+    spec = EpisodeSpec("e", game(7, "train"))
+    returns = [
+        toy.trajectory_return(EpisodeResult(spec, won=w, steps=n), cfg.grpo) for w, n in ((1, 4), (1, 5), (0, 3))
+    ]
+    assert returns == [1.0, 0.8, 0.0]  # ceil(7 / 2) = 4 adds at best
+    with pytest.raises(
+        BenchmarkConfigError, match=r"grpo\.reward='success' is not defined for toy; it defines: fewest_adds"
+    ):
+        toy.check(dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, reward="success")))
 
 
 @pytest.mark.ray

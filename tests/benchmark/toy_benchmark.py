@@ -11,7 +11,7 @@ forgets how far it got overshoots: what the memory view shows decides.
   Phi prompt kept here (:data:`TOY_PHI`);
 * its task contract: the prompt, the parser and the scripted CPU stand-in :class:`ToyPolicy`
   (:data:`CONTRACT`);
-* the benchmark: tasks, D1's expert, the reward (binary success) and its report (:class:`Toy`).
+* the benchmark: tasks, D1's expert, its own reward (:func:`fewest_adds`) and its report (:class:`Toy`).
 """
 
 from __future__ import annotations
@@ -178,8 +178,17 @@ class ToyPolicy:
 
 
 # --------------------------------------------------------------------------------- the benchmark
+def fewest_adds(result: Any, grpo: Any) -> float:
+    """The toy's own GRPO return: a win in the fewest adds (ceil(N / 2)) is 1, a longer win
+    less, a loss 0 (a :data:`~memprism_ray.benchmark.base.Reward`)."""
+    if not result.won or not result.steps:
+        return 0.0
+    return -(-target_of(result.spec.game) // 2) / result.steps
+
+
 class Toy(Benchmark):
     name = "toy"
+    rewards = {"fewest_adds": fewest_adds}  # noqa: RUF012 - a class constant
     env_factory = f"{MODULE}:ToyEnv"
     contract = f"{MODULE}:CONTRACT"
     phi = f"{MODULE}:TOY_PHI"
