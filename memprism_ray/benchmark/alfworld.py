@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,8 @@ from memprism_ray.benchmark.base import Benchmark, DataTree, EvalPlan
 
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig
+    from memprism_ray.envs.base import GameRef
+    from memprism_ray.recorder.phi.base import Phi
 
 
 class Alfworld(Benchmark):
@@ -29,7 +31,7 @@ class Alfworld(Benchmark):
     sft_row = {"epochs": 50, "lambda_cost": 0.02, "bf16": True}  # noqa: RUF012 - a class constant
     job_supports = {"grpo": {"label.teacher": ("counterfactual", "llm")}}  # noqa: RUF012
 
-    def prepare(self, cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
+    def prepare(self, cfg: ExperimentConfig, log: Callable[[str], None] = print) -> ExperimentConfig:
         """``corpus.data_root`` (or ``$ALFWORLD_DATA``) checked, or the embedded corpus built on first use."""
         root = cfg.corpus.data_root or _official_root()
         if not root:
@@ -59,7 +61,7 @@ class Alfworld(Benchmark):
         )
         return [DataTree(root, "corpus.data_root", owned=False, fix=fix)]
 
-    def train_games(self, cfg: ExperimentConfig) -> list[Any]:
+    def train_games(self, cfg: ExperimentConfig) -> list[GameRef]:
         from memprism_ray.envs.alfworld import list_games
 
         return list_games(cfg.corpus.train_split, cfg.corpus.data_root)
@@ -79,7 +81,9 @@ class Alfworld(Benchmark):
             bool(cfg.label.rollin_games) and cfg.label.teacher == "counterfactual" and cfg.policy.backend == "scripted"
         )
 
-    def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+    def reference_table(
+        self, cfg: ExperimentConfig, games: Sequence[GameRef], rollin: Sequence[GameRef], phi: Phi | None
+    ) -> bytes:
         """ALFWorld's handcoded expert on ``games``, then the scripted policy's roll-ins on ``rollin``
         (a uniform view per step; the expert's next command is each reached state's reference)."""
         from memprism_ray.envs.alfworld import collect_expert_trajectories

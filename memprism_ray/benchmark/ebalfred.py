@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,11 @@ from memprism_ray.benchmark.base import (
 )
 
 if TYPE_CHECKING:
+    from memprism_ray.benchmark.base import Report
     from memprism_ray.config import ExperimentConfig
+    from memprism_ray.envs.base import GameRef
+    from memprism_ray.eval.manifest import RunManifest
+    from memprism_ray.recorder.phi.base import Phi
 
 
 class EbAlfred(Benchmark):
@@ -57,7 +61,7 @@ class EbAlfred(Benchmark):
     # D1 labels with the LLM view teacher (docs/ebalfred.md "D1 and D2 on the ALFRED path").
     job_supports = {"grpo": {"label.teacher": ("llm",)}}  # noqa: RUF012
 
-    def prepare(self, cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
+    def prepare(self, cfg: ExperimentConfig, log: Callable[[str], None] = print) -> ExperimentConfig:
         """The fixture built on first use (``ebalfred.controller: fake``), and the scripted stand-in's
         settings in ``policy.scripted`` (they reach every actor with the config)."""
         eb = cfg.ebalfred
@@ -95,7 +99,7 @@ class EbAlfred(Benchmark):
                 trees.append(DataTree(path, f"ebalfred.{key}", owned=False, fix=fix))
         return trees
 
-    def train_games(self, cfg: ExperimentConfig) -> list[Any]:
+    def train_games(self, cfg: ExperimentConfig) -> list[GameRef]:
         from memprism_ray.envs.ebalfred.data import list_games
 
         eb = cfg.ebalfred
@@ -128,12 +132,14 @@ class EbAlfred(Benchmark):
         specs = [EpisodeSpec(e, games[g]) for e, g in zip(episodes.episode_ids, episodes.game_ids, strict=True)]
         return EvalPlan(episodes, specs, cfg.ebalfred.eval_workers, cfg.ebalfred.eval_slots)
 
-    def env_options(self, cfg: ExperimentConfig) -> dict[str, Any]:
+    def env_options(self, cfg: ExperimentConfig) -> dict[str, object]:
         from memprism_ray.envs.ebalfred.section import env_options
 
         return env_options(cfg)
 
-    def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+    def reference_table(
+        self, cfg: ExperimentConfig, games: Sequence[GameRef], rollin: Sequence[GameRef], phi: Phi | None
+    ) -> bytes:
         """The expert plans of ``games`` (ALFRED annotations or the fixture's) played through one env."""
         from memprism_ray.envs.ebalfred.expert import annotation_plans, play_expert, write_expert_table
         from memprism_ray.envs.ebalfred.fixture import ALFRED_DIR
@@ -151,20 +157,20 @@ class EbAlfred(Benchmark):
             return write_expert_table(episodes, Path(tmp) / "expert.parquet").read_bytes()
 
     # ------------------------------------------------------------------ evaluation report
-    def write_condition(self, played: Played, out_dir: Path, manifest: Any, ctx: EvalRun) -> dict[str, Any]:
+    def write_condition(self, played: Played, out_dir: Path, manifest: RunManifest, ctx: EvalRun) -> Report:
         from memprism_ray.eval.ebalfred import episode_rows, subset_report
 
         rep = super().write_condition(played, out_dir, manifest, ctx)
         rep["ebalfred"] = subset_report(episode_rows(played.results))
         return rep
 
-    def condition_line(self, rep: Mapping[str, Any]) -> str:
+    def condition_line(self, rep: Report) -> str:
         table = rep["ebalfred"]
         failed = f", {len(table['failed_episodes'])} failed" if table["failed_episodes"] else ""
         pooled = table["pooled"]
         return f"average SR {100 * table['average_sr']:.1f}% ({pooled['successes']}/{pooled['n']}){failed}"
 
-    def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
+    def write_summary(self, reports: list[Report], played: list[Played], ctx: EvalRun) -> Report:
         """``summary.md`` (the paper's table, a row per condition) and ``ebalfred_report.json``."""
         from memprism_ray.eval.ebalfred import report_markdown
         from memprism_ray.io_atomic import atomic_write_text
@@ -179,9 +185,9 @@ class EbAlfred(Benchmark):
         atomic_write_text(ctx.out_dir / "ebalfred_report.json", json.dumps(tables, indent=1) + "\n")
         return {"conditions": tables, "failed_episodes": sum(len(t["failed_episodes"]) for t in tables.values())}
 
-    def eval_metrics(self, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def eval_metrics(self, summary: Report) -> list[Report]:
         return [{"condition": c, "sr": t["average_sr"]} for c, t in summary["conditions"].items()]
 
-    def failures(self, summary: Mapping[str, Any]) -> str | None:
+    def failures(self, summary: Report) -> str | None:
         n = summary["failed_episodes"]
         return f"{n} episode(s) failed" if n else None

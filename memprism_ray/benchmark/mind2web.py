@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,10 @@ from memprism_ray.router.teacher import PROMPT_DIR, LLMTeacherConfig, LLMViewTea
 if TYPE_CHECKING:
     from memprism_ray.adapter.grpo_update import GRPOConfig
     from memprism_ray.agent import EpisodeResult
+    from memprism_ray.benchmark.base import Report
     from memprism_ray.config import ExperimentConfig
+    from memprism_ray.eval.manifest import RunManifest
+    from memprism_ray.recorder.phi.base import Phi
 
 
 def action_correct_reward(result: EpisodeResult, grpo: GRPOConfig) -> float:
@@ -67,7 +70,7 @@ class Mind2Web(Benchmark):
         "eval": {"eval.episodes": (0,)},
     }
 
-    def prepare(self, cfg: ExperimentConfig, log: Any = print) -> ExperimentConfig:
+    def prepare(self, cfg: ExperimentConfig, log: Callable[[str], None] = print) -> ExperimentConfig:
         """``corpus.data_root`` set to a checked release root, or the fixture (``mind2web.fixture``)."""
         from memprism_ray.envs.mind2web.data import resolve_data_root
         from memprism_ray.envs.mind2web.fixture import ensure_fixture
@@ -94,7 +97,7 @@ class Mind2Web(Benchmark):
         if cfg.mind2web.candidate_scores:
             check_ranked(cfg, self.d1_games(cfg), "the training split")
 
-    def env_options(self, cfg: ExperimentConfig) -> dict[str, Any]:
+    def env_options(self, cfg: ExperimentConfig) -> dict[str, object]:
         """The replay env's candidate pool: ``mind2web.candidate_scores`` resolved, and the cut."""
         from memprism_ray.envs.mind2web.candidates import resolve_scores_path
 
@@ -142,7 +145,9 @@ class Mind2Web(Benchmark):
         return EvalPlan(episodes, specs, cfg.eval.workers, cfg.eval.slots, expected_steps=expected)
 
     # ------------------------------------------------------------------ D1
-    def reference_table(self, cfg: ExperimentConfig, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+    def reference_table(
+        self, cfg: ExperimentConfig, games: Sequence[GameRef], rollin: Sequence[GameRef], phi: Phi | None
+    ) -> bytes:
         """Each task's human trajectory replayed and recorded with the rule Phi; a state's admissible
         set is its snapshot's element refs, its reference the human action."""
         import pyarrow.parquet as pq
@@ -163,7 +168,7 @@ class Mind2Web(Benchmark):
         return Mind2WebLLMTeacher(config)
 
     # ------------------------------------------------------------------ evaluation report
-    def write_condition(self, played: Played, out_dir: Path, manifest: Any, ctx: EvalRun) -> dict[str, Any]:
+    def write_condition(self, played: Played, out_dir: Path, manifest: RunManifest, ctx: EvalRun) -> Report:
         """The shared condition report, then the Mind2Web metrics beside it."""
         from memprism_ray.eval import mind2web as m2w
 
@@ -174,7 +179,7 @@ class Mind2Web(Benchmark):
             expected_steps=ctx.plan.expected_steps, candidate_pool=pool, in_pool=in_pool,
         )  # fmt: skip
 
-    def condition_line(self, rep: Mapping[str, Any]) -> str:
+    def condition_line(self, rep: Report) -> str:
         o = rep["mind2web"]["overall"]
         acc, ok, mp = o["step_accuracy"], o["episode_success"], o["metric_py"]
         el, sr, task = mp["element_accuracy"], mp["step_success"], mp["task_success"]
@@ -186,7 +191,7 @@ class Mind2Web(Benchmark):
             f"{task['correct']}/{task['n']} on the {rep['mind2web_pool']['protocol']} candidate pool"
         )
 
-    def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
+    def write_summary(self, reports: list[Report], played: list[Played], ctx: EvalRun) -> Report:
         """The generic ``summary.md`` and ``mind2web.md`` / ``mind2web.json``."""
         from memprism_ray.eval import mind2web as m2w
 
@@ -200,10 +205,10 @@ class Mind2Web(Benchmark):
         summary["generic"] = generic
         return summary
 
-    def failures(self, summary: Mapping[str, Any]) -> str | None:
+    def failures(self, summary: Report) -> str | None:
         return super().failures(summary["generic"])
 
-    def eval_metrics(self, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def eval_metrics(self, summary: Report) -> list[Report]:
         return [
             {
                 "condition": c,

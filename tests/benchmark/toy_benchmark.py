@@ -21,9 +21,9 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from memprism_ray.benchmark.base import Benchmark, EvalPlan, EvalRun, Played, rerecord_episodes
+from memprism_ray.benchmark.base import Benchmark, EvalPlan, EvalRun, Played, Report, rerecord_episodes
 from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.io_atomic import atomic_write_text
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
@@ -37,6 +37,12 @@ from memprism_ray.recorder.phi.base import Extraction, record_event
 from memprism_ray.recorder.phi.prompt import PhiPrompt
 from memprism_ray.recorder.phi.spec import AnswerSpec, PhiSpec, prompt_json
 from memprism_ray.recorder.stream import EventStream
+
+if TYPE_CHECKING:
+    from memprism_ray.adapter.grpo_update import GRPOConfig
+    from memprism_ray.agent import EpisodeResult
+    from memprism_ray.config import ExperimentConfig
+    from memprism_ray.recorder.phi.base import Phi
 
 MODULE = "tests.benchmark.toy_benchmark"
 ACTIONS = ("add 1", "add 2")
@@ -178,7 +184,7 @@ class ToyPolicy:
 
 
 # --------------------------------------------------------------------------------- the benchmark
-def fewest_adds(result: Any, grpo: Any) -> float:
+def fewest_adds(result: EpisodeResult, grpo: GRPOConfig) -> float:
     """The toy's own GRPO return: a win in the fewest adds (ceil(N / 2)) is 1, a longer win
     less, a loss 0 (a :data:`~memprism_ray.benchmark.base.Reward`)."""
     if not result.won or not result.steps:
@@ -197,10 +203,10 @@ class Toy(Benchmark):
     table_a4_row = "toy"
     summary_file = "toy.md"
 
-    def train_games(self, cfg: Any) -> list[GameRef]:
+    def train_games(self, cfg: ExperimentConfig) -> list[GameRef]:
         return [game(n, "train") for n in TRAIN_TARGETS]
 
-    def eval_plan(self, cfg: Any) -> EvalPlan:
+    def eval_plan(self, cfg: ExperimentConfig) -> EvalPlan:
         from memprism_ray.agent import EpisodeSpec
         from memprism_ray.eval.episodes import build_episode_list
 
@@ -209,7 +215,9 @@ class Toy(Benchmark):
         specs = [EpisodeSpec(e, games[g]) for e, g in zip(episodes.episode_ids, episodes.game_ids, strict=True)]
         return EvalPlan(episodes, specs, cfg.eval.workers, cfg.eval.slots)
 
-    def reference_table(self, cfg: Any, games: Sequence[Any], rollin: Sequence[Any], phi: Any) -> bytes:
+    def reference_table(
+        self, cfg: ExperimentConfig, games: Sequence[GameRef], rollin: Sequence[GameRef], phi: Phi | None
+    ) -> bytes:
         """The expert: add 2 while two or more are left, then add 1."""
         import pyarrow.parquet as pq
 
@@ -230,7 +238,7 @@ class Toy(Benchmark):
         pq.write_table(episodes_to_arrow(rerecord_episodes(episodes, phi)), buf)
         return buf.getvalue()
 
-    def write_summary(self, reports: list[dict[str, Any]], played: list[Played], ctx: EvalRun) -> dict[str, Any]:
+    def write_summary(self, reports: list[Report], played: list[Played], ctx: EvalRun) -> Report:
         """The shared ``summary.md`` and the toy's own ``toy.md``: targets reached per condition."""
         summary = super().write_summary(reports, played, ctx)
         lines = ["# Toy: reach N", "", "| condition | reached | SR |", "|---|---|---|"]
