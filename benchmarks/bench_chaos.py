@@ -53,7 +53,7 @@ def job_args(corpus_cache: Path, runs: Path, name: str, iterations: int, *extra:
         "--corpus.cache_dir", str(corpus_cache), "--corpus.train_games", "6", "--corpus.eval_games", "6",
         "--corpus.seed", "11", "--run.out_dir", str(runs), "--run.name", name, "--run.tensorboard", "false",
         "--run.call_timeout_s", "120", "--run.checkpoint_every", "1",
-        "--agent.max_steps", "8", "--grpo.max_steps", "8", "--grpo.iterations", str(iterations),
+        "--agent.max_steps", "8", "--grpo.iterations", str(iterations),
         "--grpo.groups_per_iteration", str(GROUPS), "--grpo.group_size", str(GROUP_SIZE),
         "--grpo.update_batch_size", "16", "--grpo.replay_first", "0", "--rollout.env_slots_per_worker", "3",
         "--rollout.num_workers", "auto", "--eval.enabled", "false",

@@ -195,7 +195,7 @@ def paper_preset_calls(cfg: Any, expert_decisions_per_game: float = EXPERT_DECIS
     an episode that succeeds ends early (random weights never do)."""
     return {
         "d1_teacher": cfg.label.games * expert_decisions_per_game,
-        "d2_rollout": cfg.grpo.iterations * cfg.grpo.groups_per_iteration * cfg.grpo.group_size * cfg.grpo.max_steps,
+        "d2_rollout": cfg.grpo.iterations * cfg.grpo.groups_per_iteration * cfg.grpo.group_size * cfg.agent.max_steps,
         "evaluation": cfg.eval.episodes * len(cfg.eval.conditions) * cfg.agent.max_steps,
     }
 

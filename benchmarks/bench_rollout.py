@@ -80,8 +80,6 @@ def main() -> int:
             str(args.groups),
             "--grpo.group_size",
             str(g),
-            "--grpo.max_steps",
-            str(s),
             "--agent.max_steps",
             str(s),
             "--rollout.env_slots_per_worker",

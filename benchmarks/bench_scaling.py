@@ -384,7 +384,7 @@ def _config(args: argparse.Namespace, groups: int) -> Any:
         [
             "--run.name", "scaling",
             "--grpo.groups_per_iteration", str(groups), "--grpo.group_size", str(g),
-            "--grpo.max_steps", str(s), "--agent.max_steps", str(s),
+            "--agent.max_steps", str(s),
             "--rollout.num_workers", str(max(args.nodes)), "--rollout.env_slots_per_worker", str(g),
             "--rollout.env_workers_per_rollout", "1", "--rollout.env_cpus", "0.5", "--rollout.rollout_cpus", "0.5",
             "--rollout.phi_workers", "0", "--rollout.view_workers", "0",

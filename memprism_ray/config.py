@@ -354,11 +354,6 @@ class ExperimentConfig:
                 f"rollout.env_slots_per_worker ({self.rollout.env_slots_per_worker}) must be >= grpo.group_size "
                 f"({self.grpo.group_size}): a rollout worker plays a whole group step-synchronously"
             )
-        if self.agent.max_steps != self.grpo.max_steps:
-            raise ValueError(
-                f"agent.max_steps ({self.agent.max_steps}) and grpo.max_steps ({self.grpo.max_steps}) disagree; "
-                "set both"
-            )
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> ExperimentConfig:

@@ -3,7 +3,8 @@
 Every setting is a dataclass field with a one-line help; presets are YAML files that set a
 subset of fields, and ``--section.field VALUE`` overrides one leaf. Unknown keys are errors
 that list the valid ones; an old key a dataclass lists in its ``RENAMED`` (old name -> new
-dotted name) is a one-line error naming the new key. Values are coerced to the field's type
+dotted name under the same section, or ``/`` and the full dotted name where it moved to another
+section) is a one-line error naming the new key. Values are coerced to the field's type
 (``nan`` is never a valid setting) and validated by each ``__post_init__``, the entries of a
 ``dict`` field that names a ``schema`` dataclass too.
 """
@@ -146,6 +147,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+def _renamed_to(prefix: str, new: str) -> str:
+    """A ``RENAMED`` value as a dotted key: ``/agent.max_steps`` is absolute, else under ``prefix``."""
+    return new[1:] if new.startswith("/") else f"{prefix}{new}"
+
+
 def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
     """Build dataclass ``cls`` from a (possibly partial) nested mapping."""
     if not isinstance(data, Mapping):
@@ -158,7 +164,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
         renamed = getattr(cls, "RENAMED", {})
         if any(k in renamed for k in unknown):  # an old key: say its new name, not the whole list
             raise ValueError(
-                "; ".join(f"{prefix}{k} was renamed {prefix}{renamed[k]}" for k in unknown if k in renamed)
+                "; ".join(f"{prefix}{k} was renamed {_renamed_to(prefix, renamed[k])}" for k in unknown if k in renamed)
             )
         raise ValueError(
             f"unknown setting(s) {', '.join(prefix + k for k in unknown)}; "

@@ -89,8 +89,6 @@ def tiny_overrides(corpus: Path, out_dir: Path, name: str) -> list[str]:
         "120",
         "--agent.max_steps",
         "8",
-        "--grpo.max_steps",
-        "8",
         "--grpo.iterations",
         "2",
         "--grpo.groups_per_iteration",

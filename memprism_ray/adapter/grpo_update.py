@@ -30,7 +30,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -65,6 +65,9 @@ class GRPOConfig(TableA4Config):
     """D2 settings; the defaults are Table A.4's ALFWorld rows. Each benchmark's row is its own
     (:meth:`memprism_ray.benchmark.Benchmark.grpo_preset`, built by :meth:`from_row`)."""
 
+    #: one step budget, the decision loop's: GRPO's own copy had to equal it (issue 42)
+    RENAMED: ClassVar[dict[str, str]] = {"max_steps": "/agent.max_steps"}
+
     preset_name: str = field(default="alfworld", metadata={"help": "Table A.4 row these settings came from"})
     lr: float = field(default=3e-6, metadata={"help": "AdamW learning rate (constant)"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
@@ -90,7 +93,6 @@ class GRPOConfig(TableA4Config):
         },
     )
     group_size: int = field(default=16, metadata={"help": "trajectories per task group"})
-    max_steps: int = field(default=50, metadata={"help": "environment step limit per trajectory"})
     progress_reward_coef: float = field(default=0.0, metadata={"help": "goal-progress reward weight (ALFRED 0.2)"})
     reward: str = field(
         default="success", metadata={"help": "the return, by name among the benchmark's rewards (Benchmark.rewards)"}
@@ -110,7 +112,7 @@ class GRPOConfig(TableA4Config):
         self.check_optimizer()
         if self.beta_kl < 0 or self.beta_entropy < 0:
             raise ValueError("GRPOConfig.beta_kl and beta_entropy must be >= 0")
-        steps = ("update_batch_size", "update_epochs", "iterations", "groups_per_iteration", "max_steps")
+        steps = ("update_batch_size", "update_epochs", "iterations", "groups_per_iteration")
         for name in steps:
             if getattr(self, name) < 1:
                 raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")

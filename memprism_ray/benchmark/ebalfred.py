@@ -57,7 +57,8 @@ class EbAlfred(Benchmark):
     phi = "memprism_ray.recorder.phi.ebalfred:EBALFRED_PHI"
     table_a4_row = "alfred"  # "D1, ALFRED path" and "GRPO, ALFRED path"
     sft_row = {"epochs": 20, "lambda_cost": 0.0, "bf16": False}  # noqa: RUF012 - a class constant
-    grpo_row = {"max_steps": 30, "progress_reward_coef": 0.2, "beta_entropy": 0.0}  # noqa: RUF012
+    # The row's 30 steps are the decision loop's budget: agent.max_steps in its presets (configs/ebalfred_*.yaml).
+    grpo_row = {"progress_reward_coef": 0.2, "beta_entropy": 0.0}  # noqa: RUF012
     # D1 labels with the LLM view teacher (docs/ebalfred.md "D1 and D2 on the ALFRED path").
     job_supports = {"grpo": {"label.teacher": ("llm",)}}  # noqa: RUF012
 

@@ -24,7 +24,7 @@ OPTION_KEYS: dict[str, tuple[str, ...]] = {
     "data_root": ("corpus.data_root",),
     "slots": ("eval.slots",),
     "workers": ("eval.workers",),
-    "max_steps": ("agent.max_steps", "grpo.max_steps"),
+    "max_steps": ("agent.max_steps",),
     "short_history": ("agent.short_history",),
     "policy": ("policy.backend",),
     "artifacts": ("eval.artifacts",),
@@ -38,7 +38,6 @@ DEFAULTS: dict[str, Any] = {
     "run": {"name": "memprism-eval", "seed": 0},
     "eval": {"split": "eval_out_of_distribution", "episodes": 0, "slots": 8, "artifacts": 3},
     "agent": {"max_steps": 50, "short_history": 2},
-    "grpo": {"max_steps": 50},
     "policy": {"backend": "scripted"},
 }
 

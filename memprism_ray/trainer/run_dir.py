@@ -42,6 +42,9 @@ RESUME_FREE_KEYS = frozenset(
     }
 )
 RESUME_FREE_SECTIONS = ("eval",)
+#: Keys a later version removed whose value a checkpoint's code could not set on its own:
+#: ``grpo.max_steps`` had to equal ``agent.max_steps``, which is compared (issue 42).
+REMOVED_KEYS = frozenset({"grpo.max_steps"})
 # The config sections that produce the D1 artifacts (expert data, labels, D1 checkpoint).
 D1_SECTIONS = ("corpus", "label", "encoder", "render", "agent", "policy", "router", "sft")
 
@@ -200,7 +203,7 @@ def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: Experime
         changed = ["(the checkpoint records no config hash)"]
     else:
         # A key made resume-free later (run.checkpoint_every) is no change either.
-        old = {k: v for k, v in (extra.get("config") or {}).items() if k not in RESUME_FREE_KEYS}
+        old = {k: v for k, v in (extra.get("config") or {}).items() if k not in RESUME_FREE_KEYS | REMOVED_KEYS}
         new = resume_relevant_config(config)
         # A setting added by a later version of the code, at its default value, computes what the
         # checkpoint's code computed: not a change (e.g. the `phi` section, added at `kind: rules`).

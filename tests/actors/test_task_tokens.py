@@ -27,7 +27,7 @@ def pool(ray_session, memprism_tiny_corpus: Path, tmp_path_factory: pytest.TempP
     cfg = load_config(
         "configs/local.yaml",
         ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.episodes", "1", "--eval.artifacts", "0",
-         "--agent.max_steps", "2", "--grpo.max_steps", "2", "--grpo.group_size", "2",
+         "--agent.max_steps", "2", "--grpo.group_size", "2",
          "--agent.token_counter", "task",
          "--policy.backend", "vllm", "--policy.num_replicas", "1", "--policy.gpus_per_replica", "1",
          "--policy.vllm.chat_template", "qwen2_vl", "--policy.vllm.model", str(model),

@@ -314,10 +314,10 @@ def test_config_presets_follow_table_a4() -> None:
     alf = grpo_preset("alfworld")
     assert (alf.lr, alf.weight_decay, alf.clip_eps, alf.beta_kl, alf.beta_entropy) == (3e-6, 0.0, 0.2, 0.2, 0.003)
     assert (alf.update_batch_size, alf.update_epochs, alf.grad_norm, alf.rollout_temperature) == (512, 1, 1.0, 1.0)
-    assert (alf.iterations, alf.groups_per_iteration, alf.group_size, alf.max_steps) == (100, 8, 16, 50)
+    assert (alf.iterations, alf.groups_per_iteration, alf.group_size) == (100, 8, 16)
     assert alf.eps_low == alf.eps_high == 0.2 and alf.lr_schedule == "constant"
     alfred = grpo_preset("alfred")
-    assert (alfred.max_steps, alfred.progress_reward_coef, alfred.beta_entropy, alfred.beta_kl) == (30, 0.2, 0.0, 0.2)
+    assert (alfred.progress_reward_coef, alfred.beta_entropy, alfred.beta_kl) == (0.2, 0.0, 0.2)
     m2w = grpo_preset("mind2web", device="cpu")
     assert (m2w.lr, m2w.eps_low, m2w.eps_high, m2w.beta_kl, m2w.top_p) == (1e-6, 0.1, 0.15, 0.01, 0.85)
     assert (m2w.iterations, m2w.groups_per_iteration, m2w.group_size, m2w.reward) == (150, 8, 16, "action_correct")

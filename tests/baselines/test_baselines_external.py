@@ -558,7 +558,6 @@ def test_mem0_eval_report_counts_the_servers_usage(ray_session, fake_llm, mempri
             "eval": {"conditions": ["mem0"], "split": "eval_out_of_distribution", "episodes": 2, "slots": 2,
                      "artifacts": 0, "workers": 1, "memory": {"base_url": fake_llm.base_url, "model": "fake"}},
             "agent": {"max_steps": 4, "token_counter": "words"},
-            "grpo": {"max_steps": 4},
             "rollout": {"env_cpus": 0.1},
             "policy": {"backend": "scripted", "scripted": {"temperature": 0.0, "seed": 1}},
         },

@@ -180,7 +180,6 @@ def _eval_cfg(corpus: Path, conditions: tuple[str, ...], **memory: str):
         "eval": {"conditions": list(conditions), "split": "eval_out_of_distribution", "episodes": 2, "slots": 2,
                  "artifacts": 0, "workers": 1, "memory": memory},
         "agent": {"max_steps": 6, "token_counter": "words"},
-        "grpo": {"max_steps": 6},
         "rollout": {"env_cpus": 0.1},
         "policy": {"backend": "scripted", "scripted": {"temperature": 0.0, "seed": 1}},
     }  # fmt: skip

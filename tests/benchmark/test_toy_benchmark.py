@@ -46,7 +46,6 @@ def toy_config(out_dir: Path) -> Any:
         "grpo.replay_first": "0",
         "grpo.groups_per_iteration": "2",
         "grpo.group_size": "3",
-        "grpo.max_steps": "10",
         "grpo.reward": "fewest_adds",
         "grpo.update_batch_size": "16",
         "rollout.num_workers": "1",

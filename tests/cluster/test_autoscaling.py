@@ -32,7 +32,7 @@ def test_the_job_makes_the_autoscaler_add_nodes_from_zero(
             "--run.out_dir", str(tmp_path / "runs"), "--run.name", "autoscaled", "--run.tensorboard", "false",
             "--run.call_timeout_s", "120", "--init_checkpoint", str(actors_reference_ckpt),
             "--grpo.iterations", "1", "--grpo.groups_per_iteration", "2", "--grpo.group_size", "2",
-            "--agent.max_steps", "6", "--grpo.max_steps", "6", "--rollout.num_workers", "auto",
+            "--agent.max_steps", "6", "--rollout.num_workers", "auto",
             "--rollout.env_slots_per_worker", "2", "--eval.enabled", "false",
         ]  # fmt: skip
         done = subprocess.run(

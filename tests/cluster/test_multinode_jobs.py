@@ -28,7 +28,7 @@ def _alfworld(rig, test_cache: Path, name: str, *extra: str) -> list[str]:
         "--corpus.seed", "11",
         "--run.out_dir", str(rig.runs), "--run.name", name, "--run.tensorboard", "false",
         "--run.call_timeout_s", "120", "--run.checkpoint_every", "1",
-        "--agent.max_steps", "8", "--grpo.max_steps", "8", "--grpo.iterations", str(ITERATIONS),
+        "--agent.max_steps", "8", "--grpo.iterations", str(ITERATIONS),
         "--grpo.groups_per_iteration", "2", "--grpo.group_size", "3", "--grpo.update_batch_size", "16",
         "--grpo.replay_first", "0", "--rollout.env_slots_per_worker", "3",
         *extra,

@@ -36,7 +36,6 @@ def _cfg(corpus: Path, conditions: tuple[str, ...], **kw: Any) -> ExperimentConf
         "eval": merge({"conditions": list(conditions), "split": SPLIT, "episodes": 4, "slots": 4, "artifacts": 1,
                        "workers": 1}, kw),
         "agent": {"max_steps": steps, "token_counter": "words"},
-        "grpo": {"max_steps": steps},
         "rollout": {"env_cpus": 0.1},
         "policy": {"backend": "scripted", "scripted": {"temperature": 0.3, "seed": 3}},
     }  # fmt: skip

@@ -38,7 +38,7 @@ def _data(corpus: Path, root: Path, n: int, broken: int) -> Path:
 def _overrides(data: Path) -> list[str]:
     return ["--corpus.data_root", str(data), "--eval.episodes", "4", "--eval.conditions", "no_memory,recent4",
             "--eval.split", SPLIT, "--eval.workers", "2", "--eval.slots", "2", "--eval.artifacts", "0",
-            "--agent.max_steps", "3", "--grpo.max_steps", "3", "--rollout.env_cpus", "0.1"]  # fmt: skip
+            "--agent.max_steps", "3", "--rollout.env_cpus", "0.1"]  # fmt: skip
 
 
 def test_broken_games_are_failures_and_the_job_exits_1(

@@ -22,8 +22,7 @@ def test_waves_report_progress_and_results_keep_plan_order(
     cfg = load_config(
         "configs/local.yaml",
         ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.episodes", "5", "--eval.workers", "2",
-         "--eval.slots", "1", "--eval.artifacts", "0", "--agent.max_steps", "2", "--grpo.max_steps", "2",
-         "--rollout.env_cpus", "0.1",
+         "--eval.slots", "1", "--eval.artifacts", "0", "--agent.max_steps", "2", "--rollout.env_cpus", "0.1",
          "--run.out_dir", str(tmp_path), "--run.name", "waves"],
     )  # fmt: skip
     alf = get_benchmark("alfworld")
@@ -58,8 +57,8 @@ def test_freq_random_plays_the_memprism_marginal_on_every_wave(
     cfg = load_config(
         "configs/local.yaml",
         ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.episodes", "4", "--eval.workers", "2",
-         "--eval.slots", "1", "--eval.artifacts", "0", "--agent.max_steps", "2", "--grpo.max_steps", "2",
-         "--rollout.env_cpus", "0.1", "--eval.conditions", "memprism,freq_random",
+         "--eval.slots", "1", "--eval.artifacts", "0", "--agent.max_steps", "2", "--rollout.env_cpus", "0.1",
+         "--eval.conditions", "memprism,freq_random",
          "--run.out_dir", str(tmp_path), "--run.name", "fmr"],
     )  # fmt: skip
     state = router_state_for(cfg, str(actors_reference_ckpt))

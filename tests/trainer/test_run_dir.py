@@ -275,6 +275,24 @@ def test_settings_added_later_at_their_defaults_do_not_block_resume(tmp_path: Pa
         prepare_run_dir(c.run.dir, "auto", cfg(tmp_path, "--phi.kind", "llm", "--phi.model", "m"))
 
 
+def test_a_checkpoint_made_with_grpo_max_steps_resumes(tmp_path: Path) -> None:
+    """Issue 42: ``grpo.max_steps`` is gone (it had to equal ``agent.max_steps``); a checkpoint
+    that recorded it resumes, and its ``agent.max_steps`` is still compared."""
+    c = cfg(tmp_path)
+    prepare_run_dir(c.run.dir, "", c)
+    path = checkpoint_dir(c.run.dir, 1)
+    extra = checkpoint_extra(c)
+    extra["config"] = {**extra["config"], "grpo.max_steps": extra["config"]["agent.max_steps"]}
+    extra["config_sha256"] = "0" * 64
+    model = ViewPolicyModel(TINY)
+    trainer = GRPOUpdater(model, ViewPolicyModel(TINY), GRPOConfig(lr=1e-3))
+    trainer.iteration = 1
+    save_checkpoint(path, model, trainer=trainer, stage="d2", extra=extra)
+    assert prepare_run_dir(c.run.dir, "auto", c) == path
+    with pytest.raises(RunDirError, match=r"agent\.max_steps"):
+        prepare_run_dir(c.run.dir, "auto", cfg(tmp_path, "--agent.max_steps", "3"))
+
+
 def test_d1_key_covers_phi_only_when_an_llm_phi_extracts(tmp_path: Path) -> None:
     c = cfg(tmp_path)
     assert d1_key(cfg(tmp_path, "--phi.base_url", "http://127.0.0.1:9/v1")) == d1_key(c)
