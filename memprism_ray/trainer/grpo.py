@@ -307,6 +307,7 @@ def run_grpo_iterations(
     steps_lost: dict[int, int] = {}  # iteration -> times played again for lost step tables
     carried: dict[str, int] = {}  # failures counted in iterations played again: in the next row
     while True:
+        rollout: RolloutResult | None = None
         try:
             if it == cfg.grpo.iterations:
                 final = learner.call(
@@ -314,7 +315,12 @@ def run_grpo_iterations(
                 )
                 bar.close()
                 return final
-            stats = _iteration(cfg, actors, games, it, bar, seen_size, carried)
+            rollout = RolloutResult()
+            stats = _iteration(cfg, actors, games, it, bar, seen_size, rollout)
+            rollout = None  # counted in this row, with what abandoned iterations counted
+            for k, n in carried.items():
+                stats[k] += n
+            carried.clear()
             seen_size = stats["fleet_size_end"]
             stats.update(
                 learner_restarts=learner.restarts - restarts_seen, iterations_replayed=learner.replayed - replayed_seen
@@ -342,10 +348,14 @@ def run_grpo_iterations(
                 logger.log("checkpoint", it + 1, {"sha256": ck["sha256"]})
             it += 1
         except LearnerLost as lost:
+            if rollout is not None:  # the iteration was abandoned: what it counted goes to the next row
+                rollout.carry(carried)
             it = logged = learner.restart(lost, logged, run_dir, logger)
             bar.n = it
             bar.refresh()
         except StepsLost as lost:
+            if rollout is not None:
+                rollout.carry(carried)
             steps_lost[it] = steps_lost.get(it, 0) + 1
             if steps_lost[it] > STEPS_LOST_REPLAYS:
                 raise IterationFailed(f"{lost}, {STEPS_LOST_REPLAYS + 1} times: nodes keep failing") from None
@@ -360,33 +370,11 @@ def _iteration(
     it: int,
     bar: Any,
     seen_size: int,
-    carried: dict[str, int],
-) -> dict[str, Any]:
-    """Iteration ``it`` (0-based): its groups played and the Learner updated; its statistics.
-    :class:`LearnerLost` when the Learner died on the way (the iteration is then played again):
-    what its rollouts counted (a node's lost workers) is added to ``carried``, which the next
-    iteration to finish adds to its row and empties."""
-    rollout = RolloutResult()
-    try:
-        stats = _play(cfg, actors, games, it, bar, seen_size, rollout)
-    except (LearnerLost, StepsLost):
-        rollout.carry(carried)
-        raise
-    for k, n in carried.items():
-        stats[k] += n
-    carried.clear()
-    return stats
-
-
-def _play(
-    cfg: ExperimentConfig,
-    actors: TrainingActors,
-    games: list[Any],
-    it: int,
-    bar: Any,
-    seen_size: int,
     rollout: RolloutResult,
 ) -> dict[str, Any]:
+    """Iteration ``it`` (0-based): its groups played (into ``rollout``, which keeps what was
+    counted when the iteration ends on the way) and the Learner updated; its statistics.
+    :class:`LearnerLost` when the Learner died on the way (the iteration is then played again)."""
     learner = actors.learner
     t0 = time.perf_counter()
     version = it + 1

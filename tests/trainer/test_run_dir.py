@@ -256,19 +256,26 @@ def test_d1_artifacts_are_keyed_by_the_sections_that_make_them(tmp_path: Path) -
     assert about["run.seed"] == c.run.seed
 
 
-def test_settings_added_later_at_their_defaults_do_not_block_resume(tmp_path: Path) -> None:
-    c = cfg(tmp_path)
+def _older_checkpoint(c, edit) -> Path:
+    """Iteration 1's checkpoint of run ``c`` as an older version wrote it: its recorded config
+    ``edit``-ed (keys that version lacked or had), its config hash another."""
     prepare_run_dir(c.run.dir, "", c)
     path = checkpoint_dir(c.run.dir, 1)
-    # A checkpoint written before the `phi` section existed: its recorded config lacks phi.*.
     extra = checkpoint_extra(c)
-    extra["config"] = {k: v for k, v in extra["config"].items() if not k.startswith("phi.")}
+    extra["config"] = edit(extra["config"])
     extra["config_sha256"] = "0" * 64
     torch.manual_seed(1)
     model = ViewPolicyModel(TINY)
     trainer = GRPOUpdater(model, ViewPolicyModel(TINY), GRPOConfig(lr=1e-3))
     trainer.iteration = 1
     save_checkpoint(path, model, trainer=trainer, stage="d2", extra=extra)
+    return path
+
+
+def test_settings_added_later_at_their_defaults_do_not_block_resume(tmp_path: Path) -> None:
+    c = cfg(tmp_path)
+    # A checkpoint written before the `phi` section existed: its recorded config lacks phi.*.
+    path = _older_checkpoint(c, lambda config: {k: v for k, v in config.items() if not k.startswith("phi.")})
     assert prepare_run_dir(c.run.dir, "auto", c) == path
     # The same missing section at a non-default value is a change.
     with pytest.raises(RunDirError, match=r"phi\.kind"):
@@ -279,15 +286,7 @@ def test_a_checkpoint_made_with_grpo_max_steps_resumes(tmp_path: Path) -> None:
     """Issue 42: ``grpo.max_steps`` is gone (it had to equal ``agent.max_steps``); a checkpoint
     that recorded it resumes, and its ``agent.max_steps`` is still compared."""
     c = cfg(tmp_path)
-    prepare_run_dir(c.run.dir, "", c)
-    path = checkpoint_dir(c.run.dir, 1)
-    extra = checkpoint_extra(c)
-    extra["config"] = {**extra["config"], "grpo.max_steps": extra["config"]["agent.max_steps"]}
-    extra["config_sha256"] = "0" * 64
-    model = ViewPolicyModel(TINY)
-    trainer = GRPOUpdater(model, ViewPolicyModel(TINY), GRPOConfig(lr=1e-3))
-    trainer.iteration = 1
-    save_checkpoint(path, model, trainer=trainer, stage="d2", extra=extra)
+    path = _older_checkpoint(c, lambda config: {**config, "grpo.max_steps": config["agent.max_steps"]})
     assert prepare_run_dir(c.run.dir, "auto", c) == path
     with pytest.raises(RunDirError, match=r"agent\.max_steps"):
         prepare_run_dir(c.run.dir, "auto", cfg(tmp_path, "--agent.max_steps", "3"))

@@ -172,23 +172,20 @@ def test_a_bad_eval_marginal_is_one_line_before_ray_not_after_training(
     tmp_path: Path, memprism_tiny_corpus: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``eval.marginal`` is read by the final evaluation; a training job reads it at its start."""
-    bad = tmp_path / "marginal.json"
-    bad.write_text("[0.5, 0.5,\n")
-    cfg = load_config(
-        "configs/local.yaml",
-        ["--corpus.data_root", str(memprism_tiny_corpus), "--run.out_dir", str(tmp_path / "runs"),
-         "--run.name", "r", "--eval.marginal", str(bad)],
-    )  # fmt: skip
-    line = _refused(cfg, "alfworld", capsys)
+
+    def refusal(name: str, text: str) -> tuple[Path, str]:
+        marginal = tmp_path / name
+        marginal.write_text(text)
+        cfg = load_config(
+            "configs/local.yaml",
+            ["--corpus.data_root", str(memprism_tiny_corpus), "--run.out_dir", str(tmp_path / "runs"),
+             "--run.name", "r", "--eval.marginal", str(marginal)],
+        )  # fmt: skip
+        return marginal, _refused(cfg, "alfworld", capsys)
+
+    bad, line = refusal("marginal.json", "[0.5, 0.5,\n")
     assert line.startswith(f"[grpo] error: {bad}: not valid JSON (") and "line 2" in line, line
-    short = tmp_path / "short.json"
-    short.write_text("[0.5, 0.5]\n")
-    cfg = load_config(
-        "configs/local.yaml",
-        ["--corpus.data_root", str(memprism_tiny_corpus), "--run.out_dir", str(tmp_path / "runs"),
-         "--run.name", "r", "--eval.marginal", str(short)],
-    )  # fmt: skip
-    line = _refused(cfg, "alfworld", capsys)
+    short, line = refusal("short.json", "[0.5, 0.5]\n")
     assert line == f"[grpo] error: {short}: the view marginal needs 144 probabilities (one per view), got 2"
 
 
