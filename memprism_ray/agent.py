@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -37,9 +37,12 @@ from memprism_ray.views import RenderedView, ViewRequest, ViewService, each_requ
 @dataclass
 class AgentConfig:
     """Settings of the decision loop (paper "Experiment Setup": ALFWorld allows at most 50
-    environment steps with binary terminal success as reward)."""
+    environment steps with binary terminal success as reward). The benchmark is the task
+    contract's (:attr:`Agent.contract`), which the job takes from ``corpus.benchmark``."""
 
-    benchmark: str = cfg_field("alfworld", help="benchmark whose prompt and action contract the policy uses")
+    #: one name for the benchmark (issue 42): the decision loop's copy had to equal it
+    RENAMED: ClassVar[dict[str, str]] = {"benchmark": "/corpus.benchmark"}
+
     max_steps: int = cfg_field(50, help="environment steps per episode before it is cut off")
     short_history: int = cfg_field(2, help="steps of text history H_short in the prompt for view conditions")
     keep_views: bool = cfg_field(False, help="keep each step's view (PNG/text) for the trajectory viewer")
@@ -282,11 +285,6 @@ class Agent:
         self.contract = contract if contract is not None else getattr(policy, "contract", None)
         if self.contract is None:
             raise ValueError("the agent needs the benchmark's task contract: contract=... or services.policy.contract")
-        if self.contract.name != self.config.benchmark:
-            raise ValueError(
-                f"agent.benchmark={self.config.benchmark!r}, but the policy speaks the {self.contract.name} "
-                "task contract"
-            )
         self.step_meta = dict(step_meta or {})
         self.new_memory = getattr(selector, "new_memory", None)
 
@@ -369,7 +367,7 @@ class Agent:
                     "episode_id": spec.episode_id,
                     "game_id": spec.game.game_id,
                     "task_type": spec.game.task_type,
-                    "benchmark": self.config.benchmark,
+                    "benchmark": self.contract.name,
                 }
             )
             if self.new_memory is not None:
@@ -452,7 +450,7 @@ class Agent:
             if view_image is not None and self.needs_view_text:
                 meta["view_text"] = mv.image_text
         return PolicyInput(
-            benchmark=self.config.benchmark,
+            benchmark=self.contract.name,
             goal=lv.result.goal,
             observation=lv.obs,
             admissible=lv.admissible,

@@ -10,7 +10,6 @@ connection error, a timeout or HTTP 408/409/429/5xx; another 4xx is final. Costs
 from __future__ import annotations
 
 import base64
-import dataclasses
 import email.utils
 import math
 import os
@@ -20,6 +19,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from memprism_ray.config_tree import field as cfg_field
 
 if TYPE_CHECKING:  # httpx loads with the first client: importing a config stays light
     import httpx
@@ -32,11 +33,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def _field(default: Any, help: str) -> Any:
-    # The metadata config_tree reads for --help (this module imports nothing of the project).
-    return dataclasses.field(default=default, metadata={"help": help})
-
-
 @dataclass
 class EndpointConfig:
     """Where an OpenAI-compatible endpoint is and how hard to try it; a subclass names its config
@@ -46,13 +42,13 @@ class EndpointConfig:
     #: False where an empty ``base_url`` means "not configured" (checked by the user).
     BASE_URL_REQUIRED: ClassVar[bool] = True
 
-    base_url: str = _field("http://127.0.0.1:8000/v1", "endpoint root (…/v1); /chat/completions is appended")
-    model: str = _field("", "model name sent in each request")
-    api_key_env: str = _field("OPENAI_API_KEY", "environment variable holding the bearer key ('': none)")
-    timeout_s: float = _field(120.0, "per-request timeout in seconds")
-    max_retries: int = _field(3, "retries after a timeout, connection error or HTTP 408/409/429/5xx")
-    backoff_s: float = _field(0.5, "first retry delay in seconds, doubled each retry")
-    max_backoff_s: float = _field(20.0, "longest retry delay in seconds (also caps the server's Retry-After)")
+    base_url: str = cfg_field("http://127.0.0.1:8000/v1", help="endpoint root (…/v1); /chat/completions is appended")
+    model: str = cfg_field("", help="model name sent in each request")
+    api_key_env: str = cfg_field("OPENAI_API_KEY", help="environment variable holding the bearer key ('': none)")
+    timeout_s: float = cfg_field(120.0, help="per-request timeout in seconds")
+    max_retries: int = cfg_field(3, help="retries after a timeout, connection error or HTTP 408/409/429/5xx")
+    backoff_s: float = cfg_field(0.5, help="first retry delay in seconds, doubled each retry")
+    max_backoff_s: float = cfg_field(20.0, help="longest retry delay in seconds (also caps the server's Retry-After)")
 
     def __post_init__(self) -> None:
         s = self.SECTION

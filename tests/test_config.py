@@ -52,6 +52,7 @@ PRESET = "configs/local.yaml"
       "label.page_token_temperature was renamed label.counterfactual.page_token_temperature"),
      # One step budget (issue 42): GRPO's copy of it is gone, and says where it went.
      (["--grpo.max_steps", "8"], "grpo.max_steps was renamed agent.max_steps"),
+     (["--agent.benchmark", "mind2web"], "agent.benchmark was renamed corpus.benchmark"),
      (["--label.rollin_games", "-1"], "label.rollin_games must be >= 0, got -1"),
      (["--policy.scripted.temperature", "-1"], "policy.scripted.temperature must be >= 0 (0 = greedy), got -1.0"),
      (["--policy.scripted.temperature", "warm"], "policy.scripted.temperature: expected a number, got 'warm'"),

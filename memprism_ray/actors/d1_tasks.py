@@ -109,7 +109,7 @@ def label_task(
         extractor,
         label_policy(cfg, pool, key),
         cfg.label.counterfactual,
-        benchmark=cfg.agent.benchmark,
+        benchmark=cfg.corpus.benchmark,
         render_config=cfg.render,
         short_history=cfg.agent.short_history,
     )

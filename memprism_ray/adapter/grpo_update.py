@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -38,6 +38,7 @@ from torch import Tensor
 
 from memprism_ray.adapter.checkpoint import TableA4Config, TrainerState
 from memprism_ray.adapter.tables import matrix_column
+from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.router.features import FEATURE_DIMS
 from memprism_ray.router.model import ViewPolicyModel
 from memprism_ray.router.sampling import view_log_probs
@@ -68,39 +69,35 @@ class GRPOConfig(TableA4Config):
     #: one step budget, the decision loop's: GRPO's own copy had to equal it (issue 42)
     RENAMED: ClassVar[dict[str, str]] = {"max_steps": "/agent.max_steps"}
 
-    preset_name: str = field(default="alfworld", metadata={"help": "Table A.4 row these settings came from"})
-    lr: float = field(default=3e-6, metadata={"help": "AdamW learning rate (constant)"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    clip_eps: float = field(default=0.2, metadata={"help": "symmetric ratio clip epsilon"})
-    clip_eps_low: float | None = field(default=None, metadata={"help": "lower clip epsilon (with clip_eps_high)"})
-    clip_eps_high: float | None = field(default=None, metadata={"help": "upper clip epsilon (with clip_eps_low)"})
-    beta_kl: float = field(default=0.2, metadata={"help": "weight of KL(pi_ref || pi_theta)"})
-    beta_entropy: float = field(default=0.003, metadata={"help": "weight of the entropy bonus"})
-    update_batch_size: int = field(default=512, metadata={"help": "view decisions per optimizer step"})
-    update_epochs: int = field(default=1, metadata={"help": "passes over each iteration's decisions"})
-    grad_norm: float = field(default=1.0, metadata={"help": "gradient-norm cap"})
-    lr_schedule: str = field(default="constant", metadata={"help": "learning-rate schedule (constant)"})
-    rollout_temperature: float = field(default=1.0, metadata={"help": "Router sampling temperature in rollouts"})
-    top_p: float = field(default=1.0, metadata={"help": "Router nucleus sampling in rollouts (1: off)"})
-    iterations: int = field(default=100, metadata={"help": "GRPO iterations (Mind2Web: training steps)"})
-    groups_per_iteration: int = field(default=8, metadata={"help": "task groups per iteration"})
-    replay_first: int = field(
-        default=0,
-        metadata={
-            "help": "the last N iterations (at most iterations // 2) replay the tasks of the first N with fresh "
-            "trajectory seeds, so first-N vs last-N training success compares the same tasks (0: every "
-            "iteration draws its own)"
-        },
+    preset_name: str = cfg_field("alfworld", help="Table A.4 row these settings came from")
+    lr: float = cfg_field(3e-6, help="AdamW learning rate (constant)")
+    weight_decay: float = cfg_field(0.0, help="AdamW weight decay")
+    clip_eps: float = cfg_field(0.2, help="symmetric ratio clip epsilon")
+    clip_eps_low: float | None = cfg_field(None, help="lower clip epsilon (with clip_eps_high)")
+    clip_eps_high: float | None = cfg_field(None, help="upper clip epsilon (with clip_eps_low)")
+    beta_kl: float = cfg_field(0.2, help="weight of KL(pi_ref || pi_theta)")
+    beta_entropy: float = cfg_field(0.003, help="weight of the entropy bonus")
+    update_batch_size: int = cfg_field(512, help="view decisions per optimizer step")
+    update_epochs: int = cfg_field(1, help="passes over each iteration's decisions")
+    grad_norm: float = cfg_field(1.0, help="gradient-norm cap")
+    lr_schedule: str = cfg_field("constant", help="learning-rate schedule (constant)")
+    rollout_temperature: float = cfg_field(1.0, help="Router sampling temperature in rollouts")
+    top_p: float = cfg_field(1.0, help="Router nucleus sampling in rollouts (1: off)")
+    iterations: int = cfg_field(100, help="GRPO iterations (Mind2Web: training steps)")
+    groups_per_iteration: int = cfg_field(8, help="task groups per iteration")
+    replay_first: int = cfg_field(
+        0,
+        help="the last N iterations (at most iterations // 2) replay the tasks of the first N with fresh "
+        "trajectory seeds, so first-N vs last-N training success compares the same tasks (0: every "
+        "iteration draws its own)",
     )
-    group_size: int = field(default=16, metadata={"help": "trajectories per task group"})
-    progress_reward_coef: float = field(default=0.0, metadata={"help": "goal-progress reward weight (ALFRED 0.2)"})
-    reward: str = field(
-        default="success", metadata={"help": "the return, by name among the benchmark's rewards (Benchmark.rewards)"}
-    )
-    adv_eps: float = field(default=1e-6, metadata={"help": "eps of the advantage rule (threshold and denominator)"})
-    planner_train_mode: bool = field(default=True, metadata={"help": "dropout active in the planner during updates"})
-    seed: int = field(default=7, metadata={"help": "seed of the update shuffling and dropout"})
-    device: str = field(default="cpu", metadata={"help": "torch device of the learner"})
+    group_size: int = cfg_field(16, help="trajectories per task group")
+    progress_reward_coef: float = cfg_field(0.0, help="goal-progress reward weight (ALFRED 0.2)")
+    reward: str = cfg_field("success", help="the return, by name among the benchmark's rewards (Benchmark.rewards)")
+    adv_eps: float = cfg_field(1e-6, help="eps of the advantage rule (threshold and denominator)")
+    planner_train_mode: bool = cfg_field(True, help="dropout active in the planner during updates")
+    seed: int = cfg_field(7, help="seed of the update shuffling and dropout")
+    device: str = cfg_field("cpu", help="torch device of the learner")
 
     def __post_init__(self) -> None:
         if (self.clip_eps_low is None) != (self.clip_eps_high is None):

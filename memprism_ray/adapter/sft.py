@@ -24,6 +24,7 @@ from torch import Tensor
 
 from memprism_ray.adapter.checkpoint import TableA4Config, TrainerState
 from memprism_ray.adapter.tables import check_metadata, fixed_list_array, matrix_column, read_parquet, schema_metadata
+from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.router.features import FEATURE_DIMS, FeatureExtractor, RouterFeatures
 from memprism_ray.router.model import ViewPolicyModel
 from memprism_ray.router.teacher import DecisionState, TeacherError, TeacherLabel
@@ -42,18 +43,18 @@ class SFTConfig(TableA4Config):
     """D1 optimisation settings (Table A.4). Each benchmark's row is its own
     (:meth:`memprism_ray.benchmark.Benchmark.sft_preset`, built by :meth:`from_row`)."""
 
-    preset_name: str = field(default="custom", metadata={"help": "Table A.4 row these settings came from"})
-    epochs: int = field(default=50, metadata={"help": "passes over the labelled dataset"})
-    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    batch_size: int = field(default=256, metadata={"help": "decisions per optimizer step"})
-    grad_norm: float = field(default=1.0, metadata={"help": "gradient-norm cap"})
-    lambda_cost: float = field(default=0.02, metadata={"help": "weight of the expected structural cost"})
-    schedule: str = field(default="cosine", metadata={"help": "learning-rate schedule: cosine or constant"})
-    min_lr_ratio: float = field(default=0.01, metadata={"help": "final lr / lr of the cosine schedule"})
-    seed: int = field(default=7, metadata={"help": "seed of dropout and shuffling"})
-    bf16: bool = field(default=False, metadata={"help": "BF16 autocast (applied on CUDA; recorded on CPU)"})
-    device: str = field(default="cpu", metadata={"help": "torch device"})
+    preset_name: str = cfg_field("custom", help="Table A.4 row these settings came from")
+    epochs: int = cfg_field(50, help="passes over the labelled dataset")
+    lr: float = cfg_field(1e-4, help="AdamW learning rate")
+    weight_decay: float = cfg_field(0.01, help="AdamW weight decay")
+    batch_size: int = cfg_field(256, help="decisions per optimizer step")
+    grad_norm: float = cfg_field(1.0, help="gradient-norm cap")
+    lambda_cost: float = cfg_field(0.02, help="weight of the expected structural cost")
+    schedule: str = cfg_field("cosine", help="learning-rate schedule: cosine or constant")
+    min_lr_ratio: float = cfg_field(0.01, help="final lr / lr of the cosine schedule")
+    seed: int = cfg_field(7, help="seed of dropout and shuffling")
+    bf16: bool = cfg_field(False, help="BF16 autocast (applied on CUDA; recorded on CPU)")
+    device: str = cfg_field("cpu", help="torch device")
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:

@@ -158,13 +158,12 @@ class Benchmark:
 
     # ------------------------------------------------------------------ config and tasks
     def check(self, cfg: ExperimentConfig) -> None:
-        """``corpus.benchmark`` and ``agent.benchmark`` must both name this benchmark."""
-        for key, value in (("corpus.benchmark", cfg.corpus.benchmark), ("agent.benchmark", cfg.agent.benchmark)):
-            if value != self.name:
-                raise BenchmarkConfigError(
-                    f"{key}={value!r}: the {self.name} jobs need {self.name} (set corpus.benchmark and "
-                    f"agent.benchmark, or use the {value} job)"
-                )
+        """``corpus.benchmark`` must name this benchmark, and ``grpo.reward`` one of its rewards."""
+        if cfg.corpus.benchmark != self.name:
+            raise BenchmarkConfigError(
+                f"corpus.benchmark={cfg.corpus.benchmark!r}: the {self.name} jobs need {self.name} (set "
+                f"corpus.benchmark, or use the {cfg.corpus.benchmark} job)"
+            )
         if cfg.grpo.reward not in self.rewards:
             raise BenchmarkConfigError(
                 f"grpo.reward={cfg.grpo.reward!r} is not defined for {self.name}; it defines: {', '.join(self.rewards)}"

@@ -16,7 +16,7 @@ from memprism_ray.cli import CliError
 
 #: option -> the config keys it sets (``--max-steps`` sets both horizons, which must agree).
 OPTION_KEYS: dict[str, tuple[str, ...]] = {
-    "benchmark": ("corpus.benchmark", "agent.benchmark"),
+    "benchmark": ("corpus.benchmark",),
     "condition": ("eval.conditions",),
     "split": ("eval.split",),
     "episodes": ("eval.episodes",),

@@ -4,7 +4,9 @@ sensitivity" varies only the maximum long side: 448, 672 (default), 896)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
+
+from memprism_ray.config_tree import field as cfg_field
 
 PATCH = 28  # Qwen2.5-VL pixels per visual token side: sides at multiples of 28 are never resized.
 _HEX = re.compile(r"^#[0-9a-fA-F]{6}$")
@@ -14,19 +16,19 @@ _HEX = re.compile(r"^#[0-9a-fA-F]{6}$")
 class RenderColors:
     """The fixed palette of the visual grammar (``#rrggbb``)."""
 
-    background: str = field(default="#ffffff", metadata={"help": "page background"})
-    text: str = field(default="#1f2328", metadata={"help": "body text"})
-    dim: str = field(default="#656d76", metadata={"help": "secondary text: steps, counts, collapsed runs"})
-    rule: str = field(default="#c9d1d9", metadata={"help": "card borders and table rules"})
-    header_bg: str = field(default="#eaeef2", metadata={"help": "header bar and table column-title background"})
-    accent: str = field(default="#9a6700", metadata={"help": "goal-relevant evidence: goal terms and row bars"})
-    goal_bg: str = field(default="#fff8c5", metadata={"help": "background of goal-relevant rows"})
-    exception: str = field(default="#cf222e", metadata={"help": "exception outcome text"})
-    exception_bg: str = field(default="#ffebe9", metadata={"help": "background of failed (exception) rows"})
-    update: str = field(default="#1a7f37", metadata={"help": "state_update outcome text"})
-    arrow: str = field(default="#0969da", metadata={"help": "change arrows, anchor frame, dependency links"})
-    link: str = field(default="#8250df", metadata={"help": "dependency link labels"})
-    card_bg: str = field(default="#f6f8fa", metadata={"help": "ActionEffect / anchor card background"})
+    background: str = cfg_field("#ffffff", help="page background")
+    text: str = cfg_field("#1f2328", help="body text")
+    dim: str = cfg_field("#656d76", help="secondary text: steps, counts, collapsed runs")
+    rule: str = cfg_field("#c9d1d9", help="card borders and table rules")
+    header_bg: str = cfg_field("#eaeef2", help="header bar and table column-title background")
+    accent: str = cfg_field("#9a6700", help="goal-relevant evidence: goal terms and row bars")
+    goal_bg: str = cfg_field("#fff8c5", help="background of goal-relevant rows")
+    exception: str = cfg_field("#cf222e", help="exception outcome text")
+    exception_bg: str = cfg_field("#ffebe9", help="background of failed (exception) rows")
+    update: str = cfg_field("#1a7f37", help="state_update outcome text")
+    arrow: str = cfg_field("#0969da", help="change arrows, anchor frame, dependency links")
+    link: str = cfg_field("#8250df", help="dependency link labels")
+    card_bg: str = cfg_field("#f6f8fa", help="ActionEffect / anchor card background")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -43,23 +45,19 @@ class RenderColors:
 class RenderConfig:
     """How a view becomes pixels. Same view + same config -> same bytes."""
 
-    max_side: int = field(default=672, metadata={"help": "long-side cap in pixels (multiple of 28; 448/672/896)"})
-    font_size: int = field(default=12, metadata={"help": "DejaVu Sans Mono pixel size"})
-    fine_fit: str = field(
-        default="shrink",
-        metadata={
-            "help": "a fine view the page cannot hold: shrink (smaller rows, down to min_font_size, so every "
-            "selected item is shown) | drop (keep font_size, leave the oldest entries out with a count)"
-        },
+    max_side: int = cfg_field(672, help="long-side cap in pixels (multiple of 28; 448/672/896)")
+    font_size: int = cfg_field(12, help="DejaVu Sans Mono pixel size")
+    fine_fit: str = cfg_field(
+        "shrink",
+        help="a fine view the page cannot hold: shrink (smaller rows, down to min_font_size, so every "
+        "selected item is shown) | drop (keep font_size, leave the oldest entries out with a count)",
     )
-    min_font_size: int = field(default=8, metadata={"help": "smallest font size a fine view shrinks to (>= 8)"})
-    line_gap: int = field(default=1, metadata={"help": "extra pixels between text rows"})
-    margin: int = field(default=8, metadata={"help": "page margin in pixels (goal bars sit in it)"})
-    compress_level: int = field(default=1, metadata={"help": "PNG zlib level 0-9 (1: fast, images are tiny)"})
-    image_mode: str = field(
-        default="P", metadata={"help": "P: exact-colour palette image (fast, small PNG) or RGB: converted copy"}
-    )
-    colors: RenderColors = field(default_factory=RenderColors, metadata={"help": "the palette"})
+    min_font_size: int = cfg_field(8, help="smallest font size a fine view shrinks to (>= 8)")
+    line_gap: int = cfg_field(1, help="extra pixels between text rows")
+    margin: int = cfg_field(8, help="page margin in pixels (goal bars sit in it)")
+    compress_level: int = cfg_field(1, help="PNG zlib level 0-9 (1: fast, images are tiny)")
+    image_mode: str = cfg_field("P", help="P: exact-colour palette image (fast, small PNG) or RGB: converted copy")
+    colors: RenderColors = cfg_field(default_factory=RenderColors, help="the palette")
 
     def __post_init__(self) -> None:
         check_int(self, "max_side", 224, 4032)

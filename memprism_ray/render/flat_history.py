@@ -14,11 +14,12 @@ the pinned Pillow.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 from PIL import Image, ImageDraw, ImageFont, ImageOps
 
+from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.formats.history import HistoryRecord
 from memprism_ray.render.config import check_int
 from memprism_ray.render.font import font_path
@@ -35,17 +36,15 @@ ACTION_TAG = "[Action]:"
 class FlatHistoryConfig:
     """AgentOCR's ALFWorld rendering settings (see the module docstring for their source)."""
 
-    font_size: int = field(default=10, metadata={"help": "DejaVu Sans Mono pixel size (AgentOCR ocr.font_size)"})
-    width: int = field(default=392, metadata={"help": "text width in pixels before the border (ocr.max_width)"})
-    padding: int = field(default=5, metadata={"help": "white border added around the stacked lines (ocr.padding)"})
-    min_side: int = field(default=28, metadata={"help": "side of the blank image without history (ocr.min_*)"})
-    max_segment_height: int = field(
-        default=4096, metadata={"help": "cap on one step's rendered height; lines past it are cut (ocr.max_height)"}
+    font_size: int = cfg_field(10, help="DejaVu Sans Mono pixel size (AgentOCR ocr.font_size)")
+    width: int = cfg_field(392, help="text width in pixels before the border (ocr.max_width)")
+    padding: int = cfg_field(5, help="white border added around the stacked lines (ocr.padding)")
+    min_side: int = cfg_field(28, help="side of the blank image without history (ocr.min_*)")
+    max_segment_height: int = cfg_field(
+        4096, help="cap on one step's rendered height; lines past it are cut (ocr.max_height)"
     )
-    history_length: int = field(default=50, metadata={"help": "most recent steps drawn (env.history_length)"})
-    highlight: bool = field(
-        default=True, metadata={"help": "draw [Observation]: blue and [Action]: red (HIGHLIGHT_CONFIGS)"}
-    )
+    history_length: int = cfg_field(50, help="most recent steps drawn (env.history_length)")
+    highlight: bool = cfg_field(True, help="draw [Observation]: blue and [Action]: red (HIGHLIGHT_CONFIGS)")
 
     def __post_init__(self) -> None:
         check_int(self, "font_size", 6, 32)

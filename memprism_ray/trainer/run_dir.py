@@ -43,8 +43,9 @@ RESUME_FREE_KEYS = frozenset(
 )
 RESUME_FREE_SECTIONS = ("eval",)
 #: Keys a later version removed whose value a checkpoint's code could not set on its own:
-#: ``grpo.max_steps`` had to equal ``agent.max_steps``, which is compared (issue 42).
-REMOVED_KEYS = frozenset({"grpo.max_steps"})
+#: ``grpo.max_steps`` had to equal ``agent.max_steps``, ``agent.benchmark`` ``corpus.benchmark``,
+#: which are compared (issue 42).
+REMOVED_KEYS = frozenset({"grpo.max_steps", "agent.benchmark"})
 # The config sections that produce the D1 artifacts (expert data, labels, D1 checkpoint).
 D1_SECTIONS = ("corpus", "label", "encoder", "render", "agent", "policy", "router", "sft")
 

@@ -30,7 +30,6 @@ def toy_config(out_dir: Path) -> Any:
 
     tiny = {
         "corpus.benchmark": "toy",
-        "agent.benchmark": "toy",
         "run.out_dir": str(out_dir),
         "run.name": "toy",
         "run.tensorboard": "false",

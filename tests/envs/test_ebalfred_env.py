@@ -372,7 +372,7 @@ def test_agent_episode_with_unparsed_outputs_ends_as_embodiedbench_s(fixture_roo
 
     policy = _TalkingPolicy()
     services = LocalServices(_env(fixture_root), EbAlfredPhi(), policy)
-    config = AgentConfig(benchmark="ebalfred", short_history=2, max_steps=30, token_counter="words")
+    config = AgentConfig(short_history=2, max_steps=30, token_counter="words")
     agent = Agent(services, make_selector("no_memory"), config)
     (res,) = agent.run([EpisodeSpec("ep", game_ref("base", 1, fixture_root / "splits.json"))])
     assert res.status == "ok" and res.steps == 10 and not res.won
@@ -408,7 +408,7 @@ def _play(env: EbAlfredEnv, policy: _ScriptedPolicy, max_steps: int, root: Path)
     from memprism_ray.agent import Agent, AgentConfig, EpisodeSpec, LocalServices
     from memprism_ray.baselines import make_selector
 
-    config = AgentConfig(benchmark="ebalfred", short_history=2, max_steps=max_steps, token_counter="words")
+    config = AgentConfig(short_history=2, max_steps=max_steps, token_counter="words")
     agent = Agent(LocalServices(env, EbAlfredPhi(), policy), make_selector("no_memory"), config)
     (res,) = agent.run([EpisodeSpec("ep", game_ref("base", 1, root / "splits.json"))])
     return res

@@ -152,7 +152,7 @@ def test_agent_records_events_from_the_human_trajectory(game) -> None:
 
     policy = _WrongPolicy()
     services = LocalServices(get_benchmark("mind2web").make_env(1), Mind2WebPhi(), policy)
-    agent = Agent(services, make_selector("full_history"), AgentConfig(benchmark="mind2web", short_history=2))
+    agent = Agent(services, make_selector("full_history"), AgentConfig(short_history=2))
     (res,) = agent.run([EpisodeSpec("ep", game)])
     human = [json.dumps({"op": o, "ref": r, "value": v}, separators=(",", ":")) for o, r, v in _human(game)]
     assert res.status == "ok" and res.steps == len(human) and not res.won

@@ -117,8 +117,8 @@ def test_job_settings_are_checked() -> None:
     five = load_config("configs/mind2web_smoke.yaml", ["--eval.episodes", "5"])
     with pytest.raises(ValueError, match=r"eval\.episodes=5 is not supported by the eval_mind2web job"):
         check_job(get_benchmark("mind2web").job_spec("eval"), five)
-    with pytest.raises(ValueError, match=r"agent\.benchmark='alfworld'"):
-        check_benchmark(load_config("configs/mind2web_smoke.yaml", ["--agent.benchmark", "alfworld"]))
+    with pytest.raises(ValueError, match=r"corpus\.benchmark='alfworld': the mind2web jobs need mind2web"):
+        check_benchmark(load_config("configs/mind2web_smoke.yaml", ["--corpus.benchmark", "alfworld"]))
     paper = load_config("configs/mind2web_paper.yaml")
     assert (paper.grpo.top_p, paper.grpo.reward, paper.grpo.lr, paper.grpo.iterations) == (
         0.85, "action_correct", 1e-6, 150

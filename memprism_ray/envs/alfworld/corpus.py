@@ -26,10 +26,11 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.envs.alfworld.generator import (
     SPLIT_DIRS,
     TASK_TYPES,
@@ -74,13 +75,13 @@ TASK_WEIGHTS: dict[str, float] = {
 class CorpusConfig:
     """Settings of one corpus build."""
 
-    out: Path = field(metadata={"help": "output folder (the ALFWORLD_DATA root of the new tree)"})
-    train: int = field(default=ALFWORLD_TRAIN_GAMES, metadata={"help": "number of training games"})
-    eval: int = field(default=ALFWORLD_EVAL_GAMES, metadata={"help": "games per evaluation split (ID and OOD)"})
-    seed: int = field(default=DEFAULT_SEED, metadata={"help": "corpus seed; the corpus is a function of it"})
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1, metadata={"help": "worker processes"})
-    max_attempts: int = field(default=8, metadata={"help": "games tried per slot before the build fails"})
-    expert_max_steps: int = field(default=120, metadata={"help": "commands the expert may use to win a game"})
+    out: Path = cfg_field(help="output folder (the ALFWORLD_DATA root of the new tree)")
+    train: int = cfg_field(ALFWORLD_TRAIN_GAMES, help="number of training games")
+    eval: int = cfg_field(ALFWORLD_EVAL_GAMES, help="games per evaluation split (ID and OOD)")
+    seed: int = cfg_field(DEFAULT_SEED, help="corpus seed; the corpus is a function of it")
+    workers: int = cfg_field(default_factory=lambda: os.cpu_count() or 1, help="worker processes")
+    max_attempts: int = cfg_field(8, help="games tried per slot before the build fails")
+    expert_max_steps: int = cfg_field(120, help="commands the expert may use to win a game")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Path(self.out))

@@ -213,7 +213,7 @@ def test_fixture_episode_grounds_with_exact_boxes(tmp_path: Path) -> None:
     agent = Agent(
         LocalServices(env, phi, FixturePolicy(root)),
         make_selector("no_memory"),
-        AgentConfig(benchmark="ebalfred", max_steps=30, token_counter="words"),
+        AgentConfig(max_steps=30, token_counter="words"),
     )
     (res,) = agent.run([EpisodeSpec("e0", game_ref("base", 1))])
     assert res.won and res.steps == len(ep["steps"]) and res.reward == pytest.approx(1.2)
