@@ -180,7 +180,7 @@ def ray_bin() -> str:
     return str(ray) if ray.exists() else "ray"
 
 
-def _proc_stat(pid: str | int) -> tuple[str, str, int, int] | None:
+def proc_stat(pid: str | int) -> tuple[str, str, int, int] | None:
     """``(comm, state, pgid, sid)`` of a process from ``/proc/<pid>/stat``; None once it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
@@ -199,7 +199,7 @@ def _session(leader: int) -> dict[int, str]:
     members = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            stat = _proc_stat(entry.name)
+            stat = proc_stat(entry.name)
             if stat is not None and leader in (stat[2], stat[3]) and stat[1] not in ("Z", "X"):
                 members[int(entry.name)] = stat[0]
     return members
@@ -262,7 +262,7 @@ def _marked(pid: int, mark: str) -> bool:
     return f"{GROUP_MARK}={mark}".encode() in environ.split(b"\0")
 
 
-def _kill_if(pid: int, ours: Callable[[int], bool]) -> None:
+def kill_if(pid: int, ours: Callable[[int], bool]) -> None:
     """SIGKILL ``pid`` if ``ours(pid)`` holds for the process a pidfd pins (a pid read from
     /proc may have been reused by the time it is signalled); without pidfds (Linux < 5.3),
     checked and signalled by pid."""
@@ -303,7 +303,7 @@ def kill_group(proc: subprocess.Popen, wait_s: float = 30.0) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
         def ours(pid: int) -> bool:
-            stat = _proc_stat(pid)
+            stat = proc_stat(pid)
             return stat is not None and proc.pid in (stat[2], stat[3])
 
         def running() -> list[int]:
@@ -315,14 +315,14 @@ def kill_group(proc: subprocess.Popen, wait_s: float = 30.0) -> None:
         mark = _MARKS.get(proc)
 
         def ours(pid: int) -> bool:
-            stat = _proc_stat(pid)
+            stat = proc_stat(pid)
             if stat is None or proc.pid not in (stat[2], stat[3]) or mark is None:
                 return False
             # Ray's agents set their process title, which overwrites the environment the mark is
             # in (ray::DashboardAgent, ray::RuntimeEnvAgent survived a stop so). Linux gives no
             # process a pid that is still the id of a group or session with members, and the
             # reaped leader is gone: while no process holds its pid, its session is the one it led.
-            return _marked(pid, mark) or _proc_stat(proc.pid) is None
+            return _marked(pid, mark) or proc_stat(proc.pid) is None
 
         def running() -> list[int]:
             if mark is None or not Path("/proc/self/stat").exists():
@@ -333,7 +333,7 @@ def kill_group(proc: subprocess.Popen, wait_s: float = 30.0) -> None:
     while (left := running()) and time.monotonic() < deadline:
         for pid in left:
             if pid != proc.pid:  # the session's other groups, and whatever killpg's walk missed
-                _kill_if(pid, ours)
+                kill_if(pid, ours)
         time.sleep(0.05)
     if proc.returncode is None and not running():
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -6,22 +6,24 @@ chaos test plays one fixed schedule; ``benchmarks/bench_chaos.py`` plays N rando
 A fault fires once ``metrics.jsonl`` holds ``after`` GRPO rows, ``delay_s`` later (so it lands
 inside the next iteration, while groups play). What it kills is found from the outside, as an
 operator would: the actors' process ids and nodes from the run's ``cluster.json``, EnvWorkers
-by the process title Ray gives them. A killed node is replaced by a fresh one (its own empty
-disks), so the run keeps the room it started with.
+by the process title Ray gives them, among the processes of this cluster's own nodes only (a
+second Ray on the machine, another test's or a user's, is never touched: CI once lost a
+parallel test's EnvWorker to a schedule that matched titles machine-wide). A killed node is
+replaced by a fresh one (its own empty disks), so the run keeps the room it started with.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from memprism_ray.cluster.head import kill_if, proc_stat
 
 #: What a schedule can kill.
 KINDS = ("rollout_worker", "env_worker", "worker_node", "learner_node")
@@ -77,15 +79,20 @@ def _live(run_dir: Path, role: str) -> list[dict[str, Any]]:
     return [a for a in _placement(run_dir).get("actors", []) if a["role"] == role and a.get("gone") is None]
 
 
-def _titled(prefix: str) -> list[int]:
-    """Process ids whose command line (Ray's process title) starts with ``prefix``."""
+def titled(prefix: str, sessions: Collection[int]) -> list[int]:
+    """Process ids whose command line (Ray's process title) starts with ``prefix``, of the
+    sessions ``sessions`` lead (a :class:`LocalNode`'s ``ray start`` leads its node's session:
+    Ray's workers run in process groups of their own within it)."""
     pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if cmdline.read_bytes().startswith(prefix.encode()):
-                pids.append(int(cmdline.parent.name))
+            if not cmdline.read_bytes().startswith(prefix.encode()):
+                continue
         except OSError:
             continue
+        stat = proc_stat(cmdline.parent.name)
+        if stat is not None and stat[3] in sessions:
+            pids.append(int(cmdline.parent.name))
     return sorted(pids)
 
 
@@ -139,13 +146,13 @@ class ChaosMonkey:
             workers = [w for w in _live(self.run_dir, "rollout-worker") if self._node(w["node_id"]) is not None]
             if not workers:
                 return None
-            os.kill(int(workers[0]["pid"]), signal.SIGKILL)
+            kill_if(int(workers[0]["pid"]), self._ours)
             return {"pid": workers[0]["pid"], "name": workers[0]["name"]}
         if kind == "env_worker":
-            pids = _titled("ray::EnvWorker")
+            pids = titled("ray::EnvWorker", self._sessions())
             if not pids:
                 return None
-            os.kill(pids[0], signal.SIGKILL)
+            kill_if(pids[0], self._ours)
             return {"pid": pids[0]}
         learners = _live(self.run_dir, "learner")
         if not learners:
@@ -160,6 +167,15 @@ class ChaosMonkey:
         thread.start()
         self._starting.append(thread)
         return {"node_id": pick[0].node_id}
+
+    def _sessions(self) -> set[int]:
+        return {n.process.pid for n in [self.cluster.head, *self.cluster.nodes] if n.alive()}
+
+    def _ours(self, pid: int) -> bool:
+        """Whether ``pid`` is a process of one of this cluster's live nodes (checked on the
+        process a pidfd pins, so a reused pid is never signalled)."""
+        stat = proc_stat(pid)
+        return stat is not None and stat[3] in self._sessions()
 
     def _node(self, node_id: str) -> Any:
         return next((n for n in self.cluster.nodes if n.alive() and n.node_id == node_id), None)
