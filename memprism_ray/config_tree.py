@@ -7,6 +7,10 @@ dotted name under the same section, or ``/`` and the full dotted name where it m
 section) is a one-line error naming the new key. Values are coerced to the field's type
 (``nan`` is never a valid setting) and validated by each ``__post_init__``, the entries of a
 ``dict`` field that names a ``schema`` dataclass too.
+
+A tree may also hold sections it does not declare itself (:func:`sections_field`: each
+benchmark's own, from the registry): they read and write as top-level sections
+(``--mind2web.eval_tasks``), and :func:`to_dict` writes them so.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -38,6 +42,21 @@ def field(
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def sections_field(provider: Callable[[], Mapping[str, type]], *, help: str) -> Any:
+    """A ``dict[str, section]`` field whose entries are top-level sections of the tree, named
+    and typed by ``provider()`` (name -> section dataclass) when the tree is read."""
+    return dataclasses.field(default_factory=dict, metadata={"help": help, "sections": provider})
+
+
+def _open_sections(cls: type) -> tuple[str, dict[str, type]] | None:
+    """The :func:`sections_field` of ``cls`` and its sections (name -> type), if it has one."""
+    for f in dataclasses.fields(cls):
+        provider = f.metadata.get("sections")
+        if provider is not None:
+            return f.name, dict(provider())
+    return None
 
 
 def coerce_settings(schema: type, data: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -158,7 +177,12 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
         raise ValueError(f"{_where or cls.__name__}: expected a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = [k for k in data if k not in fields]
+    opened = _open_sections(cls)
+    extra: dict[str, type] = {}
+    if opened is not None:
+        fields.pop(opened[0])
+        extra = {k: tp for k, tp in opened[1].items() if k not in fields}
+    unknown = [k for k in data if k not in fields and k not in extra]
     if unknown:
         prefix = f"{_where}." if _where else ""
         renamed = getattr(cls, "RENAMED", {})
@@ -168,10 +192,16 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
             )
         raise ValueError(
             f"unknown setting(s) {', '.join(prefix + k for k in unknown)}; "
-            f"valid keys{' under ' + _where if _where else ''}: {', '.join(fields)}"
+            f"valid keys{' under ' + _where if _where else ''}: {', '.join([*fields, *extra])}"
         )
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
+    if opened is not None:
+        kwargs[opened[0]] = {
+            k: from_dict(extra[k], v, _where=f"{_where}.{k}" if _where else k) for k, v in data.items() if k in extra
+        }
     for name, value in data.items():
+        if name in extra:
+            continue
         where = f"{_where}.{name}" if _where else name
         schema = fields[name].metadata.get("schema")
         if schema is not None and isinstance(value, Mapping):
@@ -187,7 +217,13 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
 def to_dict(obj: Any) -> Any:
     """Plain nested dict of a config tree (tuples become lists, Paths strings)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {}
+        for f in dataclasses.fields(obj):
+            if "sections" in f.metadata:  # written as the tree's own top-level sections
+                out.update({k: to_dict(v) for k, v in getattr(obj, f.name).items()})
+            else:
+                out[f.name] = to_dict(getattr(obj, f.name))
+        return out
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -276,6 +312,10 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     hints = get_type_hints(cls)
     for f in dataclasses.fields(cls):
         name = f"{prefix}{f.name}"
+        if "sections" in f.metadata:
+            for section, tp in f.metadata["sections"]().items():
+                rows.extend(describe(tp, f"{prefix}{section}."))
+            continue
         tp = hints[f.name]
         if _is_dataclass_type(tp):
             rows.extend(describe(tp, name + "."))

@@ -29,9 +29,10 @@ NAMES = frozenset(BENCHMARKS)
 
 
 def is_benchmark_module(rel: Path) -> bool:
-    """``memprism_ray/benchmark/**`` or a module or package named for a benchmark."""
+    """``memprism_ray/benchmark/**``, a module or package named for a benchmark, or the registry
+    (``memprism_ray/registry.py``: the one table of the benchmarks and the default)."""
     parts = rel.with_suffix("").parts
-    return parts[0] == "benchmark" or any(p.startswith(tuple(NAMES)) for p in parts)
+    return parts[0] in ("benchmark", "registry") or any(p.startswith(tuple(NAMES)) for p in parts)
 
 
 def _names_in(node: ast.AST) -> bool:

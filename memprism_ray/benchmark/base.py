@@ -149,6 +149,9 @@ class Benchmark:
     contract: ClassVar[str]
     #: ``module:attribute`` of its Phi (appendix D.2, E.1: rule extractor, Phi prompt, answer schema)
     phi: ClassVar[str]
+    #: ``module:Class`` of its own settings section (a config dataclass, ``config_tree.field`` per
+    #: setting), read as ``--<name>.<key>`` and reached as ``cfg.<name>``; empty: none
+    section: ClassVar[str] = ""
     table_a4_row: ClassVar[str]  # its row of Table A.4 (``--preset`` of ``memprism router sft``)
     sft_row: ClassVar[Mapping[str, object]] = {}  # the row's D1 settings beside SFTConfig's defaults
     grpo_row: ClassVar[Mapping[str, object]] = {}  # the row's GRPO settings beside GRPOConfig's (ALFWorld's)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 class EbAlfred(Benchmark):
     name = "ebalfred"
+    section = "memprism_ray.envs.ebalfred.section:EbAlfredSection"
     env_factory = "memprism_ray.envs.ebalfred:EbAlfredEnv"
     train_keys = ("ebalfred.train_splits", "ebalfred.train_subsets")
     eval_keys = ("ebalfred.splits", "ebalfred.subsets")
@@ -79,7 +80,7 @@ class EbAlfred(Benchmark):
             log(f"EB-ALFRED fixture built at {root}")
         # The actors are told where the fixture is (never left to derive it from their own run
         # directory, which a worker node does not have): data_trees ships it.
-        cfg = dataclasses.replace(cfg, ebalfred=dataclasses.replace(eb, fixture=str(root)))
+        cfg = cfg.with_section("ebalfred", dataclasses.replace(eb, fixture=str(root)))
         if cfg.policy.backend != "scripted":
             return cfg
         scripted = {**cfg.policy.scripted, "ebalfred_fixture": str(root), "ebalfred_epsilon": eb.policy_epsilon}

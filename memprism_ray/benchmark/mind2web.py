@@ -11,10 +11,12 @@ import dataclasses
 import functools
 import io
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memprism_ray.benchmark.base import Benchmark, DataTree, EvalPlan, EvalRun, Played, rerecord_episodes
+from memprism_ray.config_tree import field
 from memprism_ray.envs.base import GameRef, cache_base
 from memprism_ray.router.teacher import PROMPT_DIR, LLMTeacherConfig, LLMViewTeacher, TeacherPrompt
 
@@ -32,8 +34,43 @@ def action_correct_reward(result: EpisodeResult, grpo: GRPOConfig) -> float:
     return float(result.reward) / result.steps if result.steps else 0.0
 
 
+@dataclass
+class Mind2WebSection:
+    """Mind2Web jobs (docs/mind2web.md): which splits and how many tasks; the data root is
+    ``corpus.data_root`` (or ``$MIND2WEB_DATA``)."""
+
+    eval_splits: tuple[str, ...] = field(
+        ("test_task", "test_website", "test_domain"), help="Mind2Web splits the evaluation reports, each separately"
+    )
+    eval_tasks: int = field(0, help="tasks per evaluation split (0: every task of the split)")
+    train_tasks: int = field(0, help="training tasks that form GRPO groups (0: every task of the train split)")
+    fixture: bool = field(False, help="build and use the small generated fixture (CPU smoke runs), not the release")
+    fixture_tasks_per_site: int = field(3, help="fixture: tasks per site template and split")
+    candidate_scores: str = field(
+        "",
+        help="converted candidate ranks of the release (scores_all_data.pkl as .parquet/.jsonl/.json; relative: "
+        "under corpus.data_root): MindAct's top-k candidate pool; empty: the project's pool (docs/mind2web.md)",
+    )
+    candidate_top_k: int = field(50, help="MindAct's pool: candidates ranked below this (metric.py top_k)")
+
+    def __post_init__(self) -> None:
+        from memprism_ray.envs.mind2web.candidates import check_format
+        from memprism_ray.envs.mind2web.data import EVAL_SPLITS
+
+        bad = [s for s in self.eval_splits if s not in EVAL_SPLITS]
+        if bad or not self.eval_splits:
+            raise ValueError(f"mind2web.eval_splits={list(self.eval_splits)} is invalid; choose from {EVAL_SPLITS}")
+        if self.eval_tasks < 0 or self.train_tasks < 0 or self.fixture_tasks_per_site < 1:
+            raise ValueError("mind2web.eval_tasks and train_tasks must be >= 0, fixture_tasks_per_site >= 1")
+        if self.candidate_top_k < 1:
+            raise ValueError(f"mind2web.candidate_top_k must be >= 1, got {self.candidate_top_k}")
+        if self.candidate_scores:
+            check_format(self.candidate_scores)  # a pickle is refused here, before any job starts
+
+
 class Mind2Web(Benchmark):
     name = "mind2web"
+    section = "memprism_ray.benchmark.mind2web:Mind2WebSection"
     env_factory = "memprism_ray.envs.mind2web.env:Mind2WebReplayEnv"
     train_keys = ("mind2web.train_tasks",)
     eval_keys = ("mind2web.eval_splits",)
@@ -83,7 +120,7 @@ class Mind2Web(Benchmark):
             log(f"data: Mind2Web release at {root}")
         cfg = dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, data_root=str(root)))
         pool = self.env_options(cfg)
-        cfg = dataclasses.replace(cfg, mind2web=dataclasses.replace(cfg.mind2web, **pool))
+        cfg = cfg.with_section("mind2web", dataclasses.replace(cfg.mind2web, **pool))
         if pool["candidate_scores"]:
             specs, _ = plan_episodes(root, cfg.mind2web.eval_splits, cfg.mind2web.eval_tasks)
             check_ranked(cfg, [s.game for s in specs], "the evaluation tasks")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.cli import CliError
+from memprism_ray.registry import DEFAULT_BENCHMARK, known_benchmarks
 
 #: option -> the config keys it sets (``--max-steps`` sets both horizons, which must agree).
 OPTION_KEYS: dict[str, tuple[str, ...]] = {
@@ -66,7 +67,11 @@ def register(sub: Any) -> None:
     p.add_argument("--condition", required=True, help="condition name(s), comma-separated (eval.conditions)")
     p.add_argument("--out", required=True, help="output directory (refused when it already holds an evaluation)")
     p.add_argument("--config", default=None, help="YAML preset whose values replace the defaults named here")
-    p.add_argument("--benchmark", default=None, help="alfworld (default), ebalfred or mind2web (corpus.benchmark)")
+    p.add_argument(
+        "--benchmark",
+        default=None,
+        help=f"{', '.join(known_benchmarks())} (corpus.benchmark; default {DEFAULT_BENCHMARK})",
+    )
     p.add_argument("--split", default=None, help="ALFWorld split (default eval_out_of_distribution), train, ...")
     p.add_argument("--episodes", type=int, default=None, help="ALFWorld episodes (default 0: each game once)")
     p.add_argument("--seed", type=int, default=None, help="episode order and policy seed (default 0)")
