@@ -21,8 +21,15 @@ from memprism_ray.adapter.sft import SFTConfig
 from memprism_ray.agent import AgentConfig
 from memprism_ray.baselines.conditions import check_condition_names, condition_needs
 from memprism_ray.baselines.external import MemoryBaselineConfig
-from memprism_ray.config_tree import field, from_dict, load_yaml, merge, parse_overrides, sections_field
-from memprism_ray.envs.alfworld.data import check_split
+from memprism_ray.config_tree import (
+    field,
+    from_dict,
+    load_yaml,
+    loadable_sections,
+    merge,
+    parse_overrides,
+    sections_field,
+)
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.recorder.phi.config import PhiConfig
 from memprism_ray.registry import DEFAULT_BENCHMARK, section_types
@@ -104,12 +111,13 @@ class CorpusSection:
     eval_games: int = field(48, help="embedded corpus: games per evaluation split built on first use")
     seed: int = field(0, help="embedded corpus seed")
     cache_dir: str = field("", help="embedded corpus location ('' : $MEMPRISM_CACHE or ~/.cache/memprism)")
-    train_split: str = field("train", help="split whose games form GRPO groups and D1 data")
+
+    #: ALFWorld's split names are its own section's (issue 42)
+    RENAMED: ClassVar[dict[str, str]] = {"train_split": "/alfworld.train_split"}
 
     def __post_init__(self) -> None:
         if self.train_games < 1 or self.eval_games < 0:
             raise ValueError("corpus.train_games must be >= 1 and corpus.eval_games >= 0")
-        check_split(self.train_split, "corpus.train_split")
         # The benchmark's name is checked where it is looked up (get_benchmark, above this layer).
 
 
@@ -241,8 +249,10 @@ class RolloutConfig:
 class FinalEvalConfig:
     """The evaluation a training job ends with (and ``jobs/eval_<benchmark>.py`` and ``memprism eval`` run)."""
 
+    #: ALFWorld's split names are its own section's (issue 42)
+    RENAMED: ClassVar[dict[str, str]] = {"split": "/alfworld.eval_split"}
+
     enabled: bool = field(True, help="evaluate the trained Router at the end of the job")
-    split: str = field("eval_out_of_distribution", help="evaluation split")
     episodes: int = field(0, help="episodes (0: every game of the split once)")
     conditions: tuple[str, ...] = field(
         ("memprism", "freq_random"), help="conditions; freq_random uses the memprism run's view marginal"
@@ -262,7 +272,6 @@ class FinalEvalConfig:
             raise ValueError("eval.workers and eval.slots must be >= 1, eval.episodes >= 0")
         if self.artifacts < 0:
             raise ValueError(f"eval.artifacts must be >= 0, got {self.artifacts}")
-        check_split(self.split, "eval.split")
         check_condition_names(self.conditions, "eval.conditions")
         for condition in self.conditions:
             if "memory_llm" in condition_needs(condition) and not self.memory.base_url:
@@ -302,7 +311,7 @@ class ExperimentConfig:
     )
 
     def __post_init__(self) -> None:
-        types = section_types()
+        types = loadable_sections(section_types)
         self.sections = dict(self.sections)  # a replace() must not share the dict it fills
         for name, section in self.sections.items():
             if name not in types or not isinstance(section, types[name]):

@@ -44,19 +44,25 @@ def field(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def sections_field(provider: Callable[[], Mapping[str, type]], *, help: str) -> Any:
+def sections_field(provider: Callable[[], Mapping[str, type | Exception]], *, help: str) -> Any:
     """A ``dict[str, section]`` field whose entries are top-level sections of the tree, named
-    and typed by ``provider()`` (name -> section dataclass) when the tree is read."""
+    and typed by ``provider()`` (name -> section dataclass, or the error that stands for one
+    that cannot be loaded here: raised only when the tree names that section)."""
     return dataclasses.field(default_factory=dict, metadata={"help": help, "sections": provider})
 
 
-def _open_sections(cls: type) -> tuple[str, dict[str, type]] | None:
-    """The :func:`sections_field` of ``cls`` and its sections (name -> type), if it has one."""
+def _open_sections(cls: type) -> tuple[str, dict[str, type | Exception]] | None:
+    """The :func:`sections_field` of ``cls`` and its sections (name -> type or error), if it has one."""
     for f in dataclasses.fields(cls):
         provider = f.metadata.get("sections")
         if provider is not None:
             return f.name, dict(provider())
     return None
+
+
+def loadable_sections(provider: Callable[[], Mapping[str, type | Exception]]) -> dict[str, type]:
+    """The sections ``provider`` could load (name -> section dataclass)."""
+    return {k: tp for k, tp in provider().items() if isinstance(tp, type)}
 
 
 def coerce_settings(schema: type, data: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -181,7 +187,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
     extra: dict[str, type] = {}
     if opened is not None:
         fields.pop(opened[0])
-        extra = {k: tp for k, tp in opened[1].items() if k not in fields}
+        for k, tp in opened[1].items():
+            if isinstance(tp, Exception) and k in data:
+                raise ValueError(f"{k}: {tp}") from None
+        extra = {k: tp for k, tp in opened[1].items() if k not in fields and isinstance(tp, type)}
     unknown = [k for k in data if k not in fields and k not in extra]
     if unknown:
         prefix = f"{_where}." if _where else ""
@@ -313,7 +322,7 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     for f in dataclasses.fields(cls):
         name = f"{prefix}{f.name}"
         if "sections" in f.metadata:
-            for section, tp in f.metadata["sections"]().items():
+            for section, tp in loadable_sections(f.metadata["sections"]).items():
                 rows.extend(describe(tp, f"{prefix}{section}."))
             continue
         tp = hints[f.name]

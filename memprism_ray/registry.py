@@ -67,13 +67,23 @@ def benchmark_class(name: str) -> Any:
     return load(entries[name], f"benchmark {name!r}")
 
 
-def section_types() -> dict[str, type]:
+def section_types() -> dict[str, type | ValueError]:
     """name -> the settings section (a config dataclass) of every registered benchmark that
     declares one (its ``section``: ``module:Class``), in name order: the config tree's
-    ``--<name>.<key>`` settings."""
-    out = {}
+    ``--<name>.<key>`` settings.
+
+    A benchmark registered outside the package whose module this process cannot import (a
+    script run from another directory inherits ``$MEMPRISM_BENCHMARKS`` too) maps to the
+    error instead, raised where its section is used, so it does not break jobs that do not
+    use it; the package's own benchmarks always load."""
+    out: dict[str, type | ValueError] = {}
     for name in known_benchmarks():
-        target = getattr(benchmark_class(name), "section", "")
-        if target:
-            out[name] = load(target, f"the settings section of benchmark {name!r}")
+        try:
+            target = getattr(benchmark_class(name), "section", "")
+            if target:
+                out[name] = load(target, f"the settings section of benchmark {name!r}")
+        except ValueError as exc:
+            if name in BENCHMARKS:
+                raise
+            out[name] = exc
     return out

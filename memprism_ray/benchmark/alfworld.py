@@ -9,10 +9,12 @@ import dataclasses
 import os
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memprism_ray.benchmark.base import Benchmark, DataTree, EvalPlan
+from memprism_ray.config_tree import field
 
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig
@@ -20,11 +22,27 @@ if TYPE_CHECKING:
     from memprism_ray.recorder.phi.base import Phi
 
 
+@dataclass
+class AlfworldSection:
+    """ALFWorld's own settings (``--alfworld.<key>``): which splits it trains and evaluates on."""
+
+    train_split: str = field("train", help="split whose games form GRPO groups and D1 data")
+    eval_split: str = field("eval_out_of_distribution", help="split the final evaluation plays")
+
+    def __post_init__(self) -> None:
+        from memprism_ray.envs.alfworld.data import check_split
+
+        check_split(self.train_split, "alfworld.train_split")
+        check_split(self.eval_split, "alfworld.eval_split")
+
+
 class Alfworld(Benchmark):
     name = "alfworld"
     env_factory = "memprism_ray.envs.alfworld:AlfworldEnv"
-    train_keys = ("corpus.train_split",)
-    eval_keys = ("eval.split", "corpus.data_root")
+    section = "memprism_ray.benchmark.alfworld:AlfworldSection"
+    train_keys = ("alfworld.train_split",)
+    eval_keys = ("alfworld.eval_split", "corpus.data_root")
+    d1_keys = ("alfworld.train_split",)  # D1 plays the training split's games
     contract = "memprism_ray.policy.alfworld:ALFWORLD"
     phi = "memprism_ray.recorder.phi.alfworld:ALFWORLD_PHI"
     table_a4_row = "alfworld"
@@ -64,10 +82,12 @@ class Alfworld(Benchmark):
     def train_games(self, cfg: ExperimentConfig) -> list[GameRef]:
         from memprism_ray.envs.alfworld import list_games
 
-        return list_games(cfg.corpus.train_split, cfg.corpus.data_root)
+        return list_games(cfg.alfworld.train_split, cfg.corpus.data_root)
 
     def eval_plan(self, cfg: ExperimentConfig) -> EvalPlan:
-        episodes, specs, broken = plan_episodes(cfg.eval.split, cfg.corpus.data_root, cfg.eval.episodes, cfg.run.seed)
+        episodes, specs, broken = plan_episodes(
+            cfg.alfworld.eval_split, cfg.corpus.data_root, cfg.eval.episodes, cfg.run.seed
+        )
         return EvalPlan(episodes, specs, cfg.eval.workers, cfg.eval.slots, broken=broken)
 
     def printed_summary(self, out_dir: Path) -> Path:

@@ -19,7 +19,7 @@ from memprism_ray.registry import DEFAULT_BENCHMARK, known_benchmarks
 OPTION_KEYS: dict[str, tuple[str, ...]] = {
     "benchmark": ("corpus.benchmark",),
     "condition": ("eval.conditions",),
-    "split": ("eval.split",),
+    "split": ("alfworld.eval_split",),
     "episodes": ("eval.episodes",),
     "seed": ("run.seed",),
     "data_root": ("corpus.data_root",),
@@ -37,7 +37,7 @@ OPTION_KEYS: dict[str, tuple[str, ...]] = {
 #: the scripted stand-in also gets temperature 0.3 and the run's seed).
 DEFAULTS: dict[str, Any] = {
     "run": {"name": "memprism-eval", "seed": 0},
-    "eval": {"split": "eval_out_of_distribution", "episodes": 0, "slots": 8, "artifacts": 3},
+    "eval": {"episodes": 0, "slots": 8, "artifacts": 3},
     "agent": {"max_steps": 50, "short_history": 2},
     "policy": {"backend": "scripted"},
 }

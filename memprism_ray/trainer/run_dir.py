@@ -46,6 +46,9 @@ RESUME_FREE_SECTIONS = ("eval",)
 #: ``grpo.max_steps`` had to equal ``agent.max_steps``, ``agent.benchmark`` ``corpus.benchmark``,
 #: which are compared (issue 42).
 REMOVED_KEYS = frozenset({"grpo.max_steps", "agent.benchmark"})
+#: Keys a later version moved, old -> new: a checkpoint's recorded value is compared under the
+#: new name (ALFWorld's split names went to its own section, issue 42).
+MOVED_KEYS = {"corpus.train_split": "alfworld.train_split", "eval.split": "alfworld.eval_split"}
 # The config sections that produce the D1 artifacts (expert data, labels, D1 checkpoint).
 D1_SECTIONS = ("corpus", "label", "encoder", "render", "agent", "policy", "router", "sft")
 
@@ -98,9 +101,8 @@ def _d1_parts(config: ExperimentConfig) -> dict[str, Any]:
     tree = to_dict(config)
     parts = {s: tree.get(s) for s in D1_SECTIONS}
     parts["run.seed"] = tree.get("run", {}).get("seed")
-    # Only the benchmark settings that make its D1 data (Mind2Web: its candidate pool), never
-    # its evaluation settings. ALFWorld declares none, so its keys are those of runs made
-    # before the benchmarks had sections.
+    # Only the benchmark settings that make its D1 data (Mind2Web: its candidate pool, ALFWorld:
+    # its training split), never its evaluation settings.
     for key in get_benchmark(config.corpus.benchmark).d1_keys:
         parts[key] = to_dict(get_path(config, key))
     phi = tree.get("phi") or {}
@@ -204,7 +206,8 @@ def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: Experime
         changed = ["(the checkpoint records no config hash)"]
     else:
         # A key made resume-free later (run.checkpoint_every) is no change either.
-        old = {k: v for k, v in (extra.get("config") or {}).items() if k not in RESUME_FREE_KEYS | REMOVED_KEYS}
+        recorded = {MOVED_KEYS.get(k, k): v for k, v in (extra.get("config") or {}).items()}
+        old = {k: v for k, v in recorded.items() if k not in RESUME_FREE_KEYS | REMOVED_KEYS}
         new = resume_relevant_config(config)
         # A setting added by a later version of the code, at its default value, computes what the
         # checkpoint's code computed: not a change (e.g. the `phi` section, added at `kind: rules`).

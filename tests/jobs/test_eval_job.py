@@ -37,7 +37,7 @@ def _data(corpus: Path, root: Path, n: int, broken: int) -> Path:
 
 def _overrides(data: Path) -> list[str]:
     return ["--corpus.data_root", str(data), "--eval.episodes", "4", "--eval.conditions", "no_memory,recent4",
-            "--eval.split", SPLIT, "--eval.workers", "2", "--eval.slots", "2", "--eval.artifacts", "0",
+            "--alfworld.eval_split", SPLIT, "--eval.workers", "2", "--eval.slots", "2", "--eval.artifacts", "0",
             "--agent.max_steps", "3", "--rollout.env_cpus", "0.1"]  # fmt: skip
 
 
