@@ -21,9 +21,9 @@ DEFAULT_BENCHMARK = "alfworld"
 
 #: name -> ``module:Class`` of its Benchmark.
 BENCHMARKS: dict[str, str] = {
-    "alfworld": "memprism_ray.benchmark.alfworld:Alfworld",
-    "ebalfred": "memprism_ray.benchmark.ebalfred:EbAlfred",
-    "mind2web": "memprism_ray.benchmark.mind2web:Mind2Web",
+    "alfworld": "memprism_ray.benchmark.alfworld.benchmark:Alfworld",
+    "ebalfred": "memprism_ray.benchmark.ebalfred.benchmark:EbAlfred",
+    "mind2web": "memprism_ray.benchmark.mind2web.benchmark:Mind2Web",
 }
 
 #: Benchmarks registered outside the package, inherited by child processes (:func:`register_benchmark`).

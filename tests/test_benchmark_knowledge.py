@@ -1,7 +1,7 @@
 """Benchmark knowledge lives with its benchmark (issue 36 item 1): an ``ast`` walk of every module
 of ``memprism_ray`` outside the benchmark modules finds no table or branch keyed by a benchmark's
 name. A benchmark's modules are ``memprism_ray/benchmark/**`` and the modules and packages named
-for it (``envs/alfworld/``, ``policy/mind2web.py``, ``recorder/phi/ebalfred.py``, ...), which the
+for it (``benchmark/alfworld/``, ``benchmark/mind2web/contract.py``, ``benchmark/ebalfred/phi.py``, ...), which the
 shared code reaches only through the :class:`~memprism_ray.benchmark.Benchmark` object.
 
 Counted, in the shared modules, with a registered name as a string literal:
@@ -111,5 +111,7 @@ print(f"rule:{DEFAULT}")
             "keyword named for a benchmark",
         ]
     )
-    assert is_benchmark_module(Path("envs/alfworld/env.py")) and is_benchmark_module(Path("policy/mind2web.py"))
+    assert is_benchmark_module(Path("benchmark/alfworld/env.py")) and is_benchmark_module(
+        Path("benchmark/mind2web/contract.py")
+    )
     assert not is_benchmark_module(Path("policy/prompts.py"))

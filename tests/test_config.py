@@ -123,7 +123,7 @@ def test_benchmark_sections_come_from_the_registry_and_read_as_sections_of_the_t
     from memprism_ray.registry import ENV_VAR, section_types
 
     types = section_types()
-    assert set(types) == {"alfworld", "ebalfred", "mind2web"}  # each benchmark declares its own
+    assert {"alfworld", "ebalfred", "mind2web"} <= set(types)  # each benchmark declares its own
     cfg = load_config(None, ["--mind2web.eval_tasks", "3", "--ebalfred.fixture_episodes", "2"])
     assert cfg.mind2web.eval_tasks == 3 and cfg.ebalfred.fixture_episodes == 2
     assert type(cfg.mind2web) is types["mind2web"]

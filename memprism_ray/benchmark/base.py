@@ -250,7 +250,7 @@ class Benchmark:
         self, cfg: ExperimentConfig, games: Sequence[GameRef], rollin: Sequence[GameRef], phi: Phi | None
     ) -> bytes:
         """D1's reference trajectories of ``games`` (and roll-ins on ``rollin``) as the
-        expert-trajectory Parquet (``envs/alfworld/expert_data.py``); ``phi``: an LLM Phi to
+        expert-trajectory Parquet (``benchmark/alfworld/expert_data.py``); ``phi``: an LLM Phi to
         re-record the streams with (``None``: the rule Phi's records)."""
         raise NotImplementedError
 

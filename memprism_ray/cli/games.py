@@ -76,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from memprism_ray.envs.alfworld.corpus import CorpusConfig, build_corpus
+    from memprism_ray.benchmark.alfworld.corpus import CorpusConfig, build_corpus
 
     keys = ("out", "train", "eval", "seed", "workers", "max_attempts")
     cfg = CorpusConfig(**{k: getattr(args, k) for k in keys})
@@ -93,7 +93,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from memprism_ray.envs.alfworld.data import list_games
+    from memprism_ray.benchmark.alfworld.data import list_games
 
     for g in list_games(args.split, args.data_root):
         if args.json:
@@ -104,8 +104,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _expert(args: argparse.Namespace) -> int:
-    from memprism_ray.envs.alfworld.data import list_games
-    from memprism_ray.envs.alfworld.expert_data import collect_expert_trajectories
+    from memprism_ray.benchmark.alfworld.data import list_games
+    from memprism_ray.benchmark.alfworld.expert_data import collect_expert_trajectories
 
     games = list_games(args.split, args.data_root)
     if args.games is not None:

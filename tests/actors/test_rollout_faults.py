@@ -48,7 +48,7 @@ def _cfg(cfg, **rollout):
 
 
 def _specs(cfg, iteration: int, n: int):
-    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.benchmark.alfworld import list_games
     from memprism_ray.trainer.rollouts import sample_groups
 
     return sample_groups(list_games("train", cfg.corpus.data_root), cfg, iteration)[:n]
@@ -201,8 +201,8 @@ def test_d1_stage_waits_are_bounded_by_the_call_timeout(ray_session, actors_tiny
     """A D1 stage that outlives its bound (``run.call_timeout_s`` per game) ends with an
     error naming the stage (today ``collect_reference`` waits without a bound)."""
     from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.benchmark.alfworld import list_games
     from memprism_ray.cluster import waits
-    from memprism_ray.envs.alfworld import list_games
     from memprism_ray.trainer.d1 import collect_reference
 
     cfg = actors_tiny_cfg

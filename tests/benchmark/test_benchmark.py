@@ -132,7 +132,7 @@ def test_ebalfred_d1_plays_the_fixture_annotations_with_instance_names(tmp_path:
 
     import pyarrow.parquet as pq
 
-    from memprism_ray.recorder.phi.ebalfred import EbAlfredRulePhi
+    from memprism_ray.benchmark.ebalfred.phi import EbAlfredRulePhi
 
     eb = get_benchmark("ebalfred")
     overrides = ["--run.out_dir", str(tmp_path), "--ebalfred.resolution", "64"]

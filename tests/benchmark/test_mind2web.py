@@ -13,11 +13,11 @@ import pytest
 
 from memprism_ray.adapter.d1_labels import counterfactual_labels, expert_states
 from memprism_ray.benchmark import get_benchmark
-from memprism_ray.benchmark import mind2web as pm
+from memprism_ray.benchmark.mind2web import benchmark as pm
+from memprism_ray.benchmark.mind2web import list_games
+from memprism_ray.benchmark.mind2web.data import Mind2WebDataError, load_task
+from memprism_ray.benchmark.mind2web.fixture import build_fixture
 from memprism_ray.config import load_config
-from memprism_ray.envs.mind2web import list_games
-from memprism_ray.envs.mind2web.data import Mind2WebDataError, load_task
-from memprism_ray.envs.mind2web.fixture import build_fixture
 
 M2W = get_benchmark("mind2web")
 
@@ -57,7 +57,7 @@ def test_human_streams_and_action_conditioned_states(root: Path) -> None:
 
 
 def test_counterfactual_labels_read_mind2web_prompts(root: Path) -> None:
-    from memprism_ray.policy.mind2web_scripted import Mind2WebScriptedPolicy
+    from memprism_ray.benchmark.mind2web.stand_in import Mind2WebScriptedPolicy
     from memprism_ray.router.encoder import TextEncoder
     from memprism_ray.router.features import FeatureExtractor
     from memprism_ray.router.teacher import CounterfactualConfig
@@ -124,8 +124,8 @@ def test_prepare_resolves_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_candidate_pool_reaches_the_env_d1_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35 item 4: mind2web.candidate_scores (relative: under the data root) is resolved by
     prepare, sent to every env with env_options, used by D1's human replay, and named in reports."""
-    from memprism_ray.envs.mind2web.candidates import pool_info
-    from memprism_ray.envs.mind2web.fixture import SCORES_FILE
+    from memprism_ray.benchmark.mind2web.candidates import pool_info
+    from memprism_ray.benchmark.mind2web.fixture import SCORES_FILE
 
     monkeypatch.delenv("MIND2WEB_DATA", raising=False)
     logged: list[str] = []

@@ -240,7 +240,7 @@ class Toy(Benchmark):
         """The expert: add 2 while two or more are left, then add 1."""
         import pyarrow.parquet as pq
 
-        from memprism_ray.envs.alfworld.expert_data import ExpertEpisode, episodes_to_arrow
+        from memprism_ray.adapter.reference_table import ExpertEpisode, episodes_to_arrow
 
         env, rules, episodes = ToyEnv(1), ToyPhi(), []
         for g in games:

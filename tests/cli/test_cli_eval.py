@@ -105,7 +105,7 @@ def test_broken_games_are_failures_and_the_exit_code_says_so(
     # Issue 10's report: four games of which three are broken printed "0 / 1" and exited 0.
     import shutil
 
-    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.benchmark.alfworld import list_games
 
     games = list_games(SPLIT, memprism_tiny_corpus)[:4]
     for i, g in enumerate(games):

@@ -20,7 +20,7 @@ def alfworld_tiny_config() -> dict[str, int]:
 
 @pytest.fixture(scope="session")
 def alfworld_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from memprism_ray.envs.alfworld.corpus import CorpusConfig, build_corpus
+    from memprism_ray.benchmark.alfworld.corpus import CorpusConfig, build_corpus
 
     root = tmp_path_factory.mktemp("alfworld-corpus")
     build_corpus(CorpusConfig(out=root, workers=2, **ALFWORLD_TINY), progress=False)
@@ -29,14 +29,14 @@ def alfworld_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def alfworld_games(alfworld_corpus: Path) -> dict[str, list]:
-    from memprism_ray.envs.alfworld.data import SPLITS, list_games
+    from memprism_ray.benchmark.alfworld.data import SPLITS, list_games
 
     return {split: list_games(split, alfworld_corpus) for split in SPLITS}
 
 
 @pytest.fixture(scope="session")
 def alfworld_env():
-    from memprism_ray.envs.alfworld.env import AlfworldEnv
+    from memprism_ray.benchmark.alfworld.env import AlfworldEnv
 
     env = AlfworldEnv(num_slots=2, expert=True)
     yield env

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.envs.alfworld.corpus import (
+from memprism_ray.benchmark.alfworld.corpus import (
     DEFAULT_EVAL_GAMES,
     DEFAULT_SEED,
     DEFAULT_TRAIN_GAMES,
@@ -22,7 +22,7 @@ from memprism_ray.envs.alfworld.corpus import (
     ensure_default_corpus,
     read_manifest,
 )
-from memprism_ray.envs.alfworld.generator import TASK_TYPES
+from memprism_ray.benchmark.alfworld.generator import TASK_TYPES
 from memprism_ray.io_atomic import sha256_file
 
 
@@ -57,7 +57,7 @@ def test_tree_layout_and_manifest(alfworld_corpus: Path, alfworld_games: dict, a
 
 
 def test_walkthroughs_win_on_the_eval_games(alfworld_games: dict) -> None:
-    from memprism_ray.envs.alfworld.env import AlfworldEnv
+    from memprism_ray.benchmark.alfworld.env import AlfworldEnv
 
     with AlfworldEnv(1) as env:
         for split in ("eval_in_distribution", "eval_out_of_distribution"):
@@ -75,7 +75,7 @@ def test_alfworlds_own_alfredtwenv_loads_and_plays_the_tree(
 ) -> None:
     from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
 
-    from memprism_ray.envs.alfworld import engine
+    from memprism_ray.benchmark.alfworld import engine
 
     engine.uninstall_engine_caches()  # ALFWorld exactly as shipped
     monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_corpus))
@@ -113,7 +113,7 @@ def test_alfworlds_own_alfredtwenv_loads_and_plays_the_tree(
 def _build_cmd(out: Path, **kw: int) -> list[str]:
     code = (
         "import sys; from pathlib import Path; "
-        "from memprism_ray.envs.alfworld.corpus import CorpusConfig, build_corpus; "
+        "from memprism_ray.benchmark.alfworld.corpus import CorpusConfig, build_corpus; "
         f"build_corpus(CorpusConfig(out=Path({str(out)!r}), **{kw!r}), progress=False)"
     )
     return [sys.executable, "-c", code]
@@ -155,7 +155,7 @@ def test_config_validation(tmp_path: Path) -> None:
 def test_ensure_default_corpus_is_safe_under_concurrency(tmp_path: Path) -> None:
     cache = tmp_path / "cache" / "corpus"
     code = (
-        "from pathlib import Path; from memprism_ray.envs.alfworld.corpus import ensure_default_corpus; "
+        "from pathlib import Path; from memprism_ray.benchmark.alfworld.corpus import ensure_default_corpus; "
         f"print(ensure_default_corpus(Path({str(cache)!r}), train=2, eval=0, seed=4, workers=1))"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
@@ -186,8 +186,8 @@ def test_default_cache_folders_are_per_size(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_full_size_plan_keeps_eval_combinations_unseen_in_train(tmp_path: Path) -> None:
-    from memprism_ray.envs.alfworld.corpus import plan_slots
-    from memprism_ray.envs.alfworld.layouts import test_scenes as held_out
+    from memprism_ray.benchmark.alfworld.corpus import plan_slots
+    from memprism_ray.benchmark.alfworld.layouts import test_scenes as held_out
 
     slots = plan_slots(CorpusConfig(out=tmp_path))  # ALFWorld's sizes: 3,827 + 140 + 140
     by_split: dict[str, set] = {}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.envs.alfworld.data import SPLITS, game_ref_from_path, list_games, resolve_data_root
+from memprism_ray.benchmark.alfworld.data import SPLITS, game_ref_from_path, list_games, resolve_data_root
 
 
 def test_splits_are_sorted_stable_and_typed(alfworld_corpus: Path, alfworld_games: dict) -> None:
@@ -24,7 +24,7 @@ def test_splits_are_sorted_stable_and_typed(alfworld_corpus: Path, alfworld_game
     # a second listing is identical (stable ids)
     assert list_games("train", alfworld_corpus) == alfworld_games["train"]
     # eval-out-of-distribution games use ALFRED's held-out scenes only
-    from memprism_ray.envs.alfworld.layouts import test_scenes as held_out
+    from memprism_ray.benchmark.alfworld.layouts import test_scenes as held_out
 
     for g in alfworld_games["eval_out_of_distribution"]:
         assert int(g.game_id.split("/")[0].rsplit("-", 1)[1]) in held_out()
@@ -87,7 +87,7 @@ def test_game_ref_from_path(alfworld_games: dict, tmp_path: Path) -> None:
 def test_alfworlds_own_placeholder_is_not_an_error(
     alfworld_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import memprism_ray.envs.alfworld.corpus as corpus
+    import memprism_ray.benchmark.alfworld.corpus as corpus
 
     # importing alfworld.info sets ALFWORLD_DATA=~/.cache/alfworld (an empty folder)
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -114,7 +114,7 @@ def _copy_split(games: list, root: Path, n: int) -> list[Path]:
 def test_broken_game_files_are_reported_not_dropped_silently(
     alfworld_corpus: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from memprism_ray.envs.alfworld.data import scan_split
+    from memprism_ray.benchmark.alfworld.data import scan_split
 
     src = list_games("train", alfworld_corpus)
     _good, bad_game, bad_traj, not_object = _copy_split(src, tmp_path, 4)
@@ -131,13 +131,13 @@ def test_broken_game_files_are_reported_not_dropped_silently(
     assert {b.game.split for b in scan.broken} == {"train"}
     assert "3 broken" in scan.summary
     # list_games (training jobs) leaves them out, but says so, naming them.
-    with caplog.at_level("WARNING", logger="memprism_ray.envs.alfworld.data"):
+    with caplog.at_level("WARNING", logger="memprism_ray.benchmark.alfworld.data"):
         assert list_games("train", tmp_path) == scan.games
     assert "3 broken game file(s)" in caplog.text and src[1].game_id in caplog.text
 
 
 def test_a_split_of_only_broken_games_is_an_error_naming_them(alfworld_corpus: Path, tmp_path: Path) -> None:
-    from memprism_ray.envs.alfworld.data import scan_split
+    from memprism_ray.benchmark.alfworld.data import scan_split
 
     src = list_games("train", alfworld_corpus)
     (folder,) = _copy_split(src, tmp_path, 1)

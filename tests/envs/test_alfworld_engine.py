@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from memprism_ray.envs.alfworld import engine
+from memprism_ray.benchmark.alfworld import engine
 
 
 def _goto_context(pddl: Any) -> tuple[str, dict[str, Any]]:
@@ -99,7 +99,7 @@ def test_without_the_memo_derivation_is_stock(loaded: Any) -> None:
 
 
 def _transcript(game: Any, steps: int = 6) -> list[tuple[str, tuple[str, ...], bool]]:
-    from memprism_ray.envs.alfworld import AlfworldEnv
+    from memprism_ray.benchmark.alfworld import AlfworldEnv
 
     with AlfworldEnv(1) as env:
         obs = env.reset(game)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.envs.alfworld.env import AlfworldEnv, goal_from_intro
+from memprism_ray.benchmark.alfworld.env import AlfworldEnv, goal_from_intro
 from memprism_ray.envs.base import Observation, Transition
 
 TRANSCRIPT = Path(__file__).parents[1] / "recorder" / "phi" / "data" / "alfworld_transcript.json"
@@ -98,7 +98,7 @@ def test_slots_are_independent(alfworld_games: dict) -> None:
 
 
 def test_engine_caches_keep_transcripts_identical_to_stock(alfworld_games: dict) -> None:
-    from memprism_ray.envs.alfworld import engine
+    from memprism_ray.benchmark.alfworld import engine
 
     games = alfworld_games["eval_out_of_distribution"][:3]
     with AlfworldEnv(1) as fast:
@@ -118,9 +118,9 @@ def test_engine_caches_keep_transcripts_identical_to_stock(alfworld_games: dict)
 
 
 def test_live_feedback_is_parsed_and_known_to_the_phi_fixture(alfworld_env: AlfworldEnv, alfworld_games: dict) -> None:
+    from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
     from memprism_ray.recorder import EventStream, RawEvent
     from memprism_ray.recorder.phi import record_event
-    from memprism_ray.recorder.phi.alfworld import AlfworldPhi
     from tests.recorder.phi.make_alfworld_transcript import feedback_template
 
     known = set(json.loads(TRANSCRIPT.read_text())["templates"])

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from memprism_ray.envs.alfworld.engine import make_engine
-from memprism_ray.envs.alfworld.expert import ExpertFailed, FixedAlfredExpert, expert_walkthrough
+from memprism_ray.benchmark.alfworld.engine import make_engine
+from memprism_ray.benchmark.alfworld.expert import ExpertFailed, FixedAlfredExpert, expert_walkthrough
 
 
 def test_stock_expert_loops_on_pick_two_and_the_fix_wins(alfworld_games: dict) -> None:
@@ -48,7 +48,7 @@ def test_the_expert_reads_the_facts_in_an_order_independent_of_the_hash_seed() -
     seed; the fixed expert's task policies see them sorted, so two processes see one order."""
     from types import SimpleNamespace
 
-    from memprism_ray.envs.alfworld.expert import _POLICIES
+    from memprism_ray.benchmark.alfworld.expert import _POLICIES
 
     def fact(name: str, *args: str) -> SimpleNamespace:
         return SimpleNamespace(name=name, names=list(args))

@@ -7,12 +7,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from memprism_ray.envs.alfworld.expert_data import (
-    OUTPUT_NAME,
-    collect_expert_trajectories,
-    load_expert_stream,
-)
-from memprism_ray.recorder.phi.alfworld import parse_command
+from memprism_ray.adapter.reference_table import OUTPUT_NAME, load_expert_stream
+from memprism_ray.benchmark.alfworld.expert_data import collect_expert_trajectories
+from memprism_ray.benchmark.alfworld.phi import parse_command
 
 
 def test_collect_writes_reference_actions_and_streams(alfworld_games: dict, tmp_path: Path) -> None:
@@ -43,7 +40,7 @@ def test_collect_writes_reference_actions_and_streams(alfworld_games: dict, tmp_
 
 
 def test_walkthrough_fallback_and_empty_input(alfworld_games: dict, tmp_path: Path, monkeypatch) -> None:
-    import memprism_ray.envs.alfworld.expert_data as ed
+    import memprism_ray.benchmark.alfworld.expert_data as ed
 
     def broken(*args, **kwargs):
         raise NameError("expert gave up")
@@ -62,7 +59,7 @@ def test_walkthrough_fallback_and_empty_input(alfworld_games: dict, tmp_path: Pa
 def test_an_llm_phi_re_extracts_the_expert_streams(alfworld_games: dict, tmp_path: Path) -> None:
     """phi.kind: llm in D1: the expert plays with the rules, every stream is then re-extracted
     by the LLM Phi from its raw events (one batch per step), so D1 and rollouts share one Phi."""
-    from memprism_ray.recorder.phi.alfworld import ALFWORLD_PHI, AlfworldPhi
+    from memprism_ray.benchmark.alfworld.phi import ALFWORLD_PHI, AlfworldPhi
     from memprism_ray.recorder.phi.llm import LLMPhi
 
     batches: list[int] = []
@@ -87,7 +84,7 @@ def test_a_rollin_is_played_by_the_policy_and_labelled_by_the_expert(alfworld_ga
     """label.rollin_games: the task policy acts under a random view per step, the expert's
     next command is each state's reference, and the label states carry that reference."""
     from memprism_ray.adapter.d1_labels import expert_states, rollin_chooser
-    from memprism_ray.policy.scripted import ScriptedPolicy
+    from memprism_ray.benchmark.alfworld.scripted import ScriptedPolicy
 
     expert_game, *rollin = alfworld_games["train"][:3]
     choose = rollin_chooser(ScriptedPolicy(temperature=0.5, seed=0), seed=0, benchmark="alfworld")

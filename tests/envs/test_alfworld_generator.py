@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from memprism_ray.envs.alfworld.generator import (
+from memprism_ray.benchmark.alfworld.generator import (
     LAMP,
     TASK_TYPES,
     TaskSpec,
@@ -18,8 +18,8 @@ from memprism_ray.envs.alfworld.generator import (
     goal_sentence,
     pddl_name,
 )
-from memprism_ray.envs.alfworld.layouts import load_scene, receptacle_type, room_type, train_scenes
-from memprism_ray.envs.alfworld.layouts import test_scenes as held_out_scenes
+from memprism_ray.benchmark.alfworld.layouts import load_scene, receptacle_type, room_type, train_scenes
+from memprism_ray.benchmark.alfworld.layouts import test_scenes as held_out_scenes
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.envs.ebalfred.data import (
+from memprism_ray.benchmark.ebalfred import skills as sk
+from memprism_ray.benchmark.ebalfred.data import (
     SPLITS_ENV,
     SUBSETS,
     game_ref,
@@ -16,9 +17,8 @@ from memprism_ray.envs.ebalfred.data import (
     parse_game_id,
     plan_from_high_pddl,
 )
-from memprism_ray.envs.ebalfred.fixture import build_fixture
-from memprism_ray.formats import ebalfred_skills as sk
-from memprism_ray.formats.ebalfred_skills import AlfredNameError
+from memprism_ray.benchmark.ebalfred.fixture import build_fixture
+from memprism_ray.benchmark.ebalfred.skills import AlfredNameError
 
 
 def test_subsets_are_the_papers_six() -> None:

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from memprism_ray.benchmark.ebalfred.contract import EBALFRED
+from memprism_ray.benchmark.ebalfred.data import game_ref, list_games
+from memprism_ray.benchmark.ebalfred.env import EbAlfredConfig, EbAlfredEnv, make_embodiedbench_controller
+from memprism_ray.benchmark.ebalfred.fixture import build_fixture
+from memprism_ray.benchmark.ebalfred.fixture_format import load_transcripts
+from memprism_ray.benchmark.ebalfred.phi import EbAlfredPhi
 from memprism_ray.envs.base import Env
-from memprism_ray.envs.ebalfred.data import game_ref, list_games
-from memprism_ray.envs.ebalfred.env import EbAlfredConfig, EbAlfredEnv, make_embodiedbench_controller
-from memprism_ray.envs.ebalfred.fixture import build_fixture
-from memprism_ray.formats.ebalfred_fixture import load_transcripts
-from memprism_ray.policy.ebalfred import EBALFRED
-from memprism_ray.recorder.phi.ebalfred import EbAlfredPhi
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +250,7 @@ def test_fake_controller_stops_on_a_non_skill_string_like_thor_connector(fixture
     open / close / turn on / turn off / slice / drop and ends anything else in ``assert False,
     'instruction not supported'``; a prefixed string it cannot carry out fails with the
     skill's own message (``nav_obj``: "Cannot find X. This object may not exist ...")."""
-    from memprism_ray.envs.ebalfred.fake import FakeController
+    from memprism_ray.benchmark.ebalfred.fake import FakeController
 
     ctrl = FakeController("base", 64, fixture=fixture_root)
     ctrl.reset()
@@ -311,8 +311,8 @@ def test_games_are_played_from_the_list_they_came_from(fixture_root: Path) -> No
     """A training episode (subset alfred_train, its own list) is played from that list, on
     a slot whose controller was built on an evaluation subset (EBAlfEnv's constructor takes
     no other) and back; a list the node cannot read is an error, never the default list."""
+    from memprism_ray.benchmark.ebalfred.fixture import TRAIN_FILE
     from memprism_ray.envs.base import GameRef
-    from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE
 
     doc = load_transcripts(fixture_root)
     train = list_games(["alfred_train"], fixture_root / TRAIN_FILE)
@@ -333,7 +333,7 @@ def test_games_are_played_from_the_list_they_came_from(fixture_root: Path) -> No
 def test_observation_carries_embodiedbench_s_in_context_examples(fixture_root: Path, tmp_path: Path) -> None:
     import json
 
-    from memprism_ray.envs.ebalfred.examples import format_examples, parse_example
+    from memprism_ray.benchmark.ebalfred.examples import format_examples, parse_example
 
     ob = _env(fixture_root).reset(game_ref("base", 0))
     examples = json.loads((fixture_root / "examples" / "alfred_examples.json").read_text())
@@ -443,7 +443,7 @@ def test_decisions_that_take_no_step_are_bounded_too(fixture_root: Path) -> None
     """An env that never ends an episode on invalid outputs (here the controller's
     10-invalid limit lifted) still cannot keep it going: decisions that take no step stop at
     ``max_steps`` as well."""
-    from memprism_ray.envs.ebalfred.env import make_controller
+    from memprism_ray.benchmark.ebalfred.env import make_controller
 
     def lenient(eval_set: str, config: EbAlfredConfig):  # type: ignore[no-untyped-def]
         ctrl = make_controller(eval_set, config)
@@ -480,7 +480,7 @@ def test_step_rows_say_what_happened_to_each_action(fixture_root: Path) -> None:
     EmbodiedBench's, reaches the simulator through the fallback and takes a step (before, its row
     said only valid=False); a listed skill is executed. ``invalid_actions`` counts as EmbodiedBench
     does (rejected outputs + failed skills) and the report shows each."""
-    from memprism_ray.eval.ebalfred import episode_rows, report_markdown, subset_report
+    from memprism_ray.benchmark.ebalfred.report import episode_rows, report_markdown, subset_report
 
     env = _env(fixture_root)
     shown = env.reset(game_ref("base", 1)).admissible  # the ladle episode, as _play plays
@@ -515,7 +515,7 @@ def test_the_scene_at_reset_names_its_instances(fixture_root: Path) -> None:
     """Issue 41 item 1: the reset keeps the scene's objects, EmbodiedBench's instance names (the
     controller's ``id_to_name_dict``) and its full list; the fake controller maps a name to an
     instance as ``EBAlfEnv.step`` does, so ``find a Drawer`` is not the record ``find a Drawer_2``."""
-    from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE
+    from memprism_ray.benchmark.ebalfred.fixture import TRAIN_FILE
 
     env = _env(fixture_root)
     with pytest.raises(RuntimeError, match="no scene before the first reset"):

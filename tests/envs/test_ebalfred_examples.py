@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.envs.ebalfred.examples import (
+from memprism_ray.benchmark.ebalfred.contract import EBALFRED, ebalfred_instruction
+from memprism_ray.benchmark.ebalfred.examples import (
     N_SHOTS,
     Example,
     example_file,
@@ -20,9 +21,8 @@ from memprism_ray.envs.ebalfred.examples import (
     parse_example,
     render_example,
 )
-from memprism_ray.envs.ebalfred.fixture import build_fixture
+from memprism_ray.benchmark.ebalfred.fixture import build_fixture
 from memprism_ray.policy.base import PolicyInput
-from memprism_ray.policy.ebalfred import EBALFRED, ebalfred_instruction
 
 #: An example string in the shape of EmbodiedBench's ``alfred_examples.json`` (b247936): a
 #: whole plan as one JSON answer, with ids of EmbodiedBench's 162 global skills.

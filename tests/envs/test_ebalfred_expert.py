@@ -8,11 +8,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from memprism_ray.envs.ebalfred.data import PlanStep, SceneInstances, list_games, resolve_plan
-from memprism_ray.envs.ebalfred.env import EbAlfredConfig, EbAlfredEnv
-from memprism_ray.envs.ebalfred.expert import annotation_plans, play_expert, write_expert_table
-from memprism_ray.envs.ebalfred.fixture import build_fixture
-from memprism_ray.formats.ebalfred_fixture import load_transcripts
+from memprism_ray.benchmark.ebalfred.data import PlanStep, SceneInstances, list_games, resolve_plan
+from memprism_ray.benchmark.ebalfred.env import EbAlfredConfig, EbAlfredEnv
+from memprism_ray.benchmark.ebalfred.expert import annotation_plans, play_expert, write_expert_table
+from memprism_ray.benchmark.ebalfred.fixture import build_fixture
+from memprism_ray.benchmark.ebalfred.fixture_format import load_transcripts
 
 
 def fixture_plans(fixture: Path) -> dict[str, list[str]]:
@@ -64,8 +64,8 @@ def test_annotation_plans_need_every_annotation(tmp_path: Path) -> None:
 
 def _scenes(root: Path) -> tuple[dict[str, SceneInstances], dict[str, SceneInstances]]:
     """Each fixture episode's scene at reset, by game id and by ALFRED task."""
-    from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE
-    from memprism_ray.formats.ebalfred_skills import instance_names
+    from memprism_ray.benchmark.ebalfred.fixture import TRAIN_FILE
+    from memprism_ray.benchmark.ebalfred.skills import instance_names
 
     episodes = load_transcripts(root)["episodes"]
     by_game, by_task = {}, {}
@@ -86,8 +86,8 @@ def test_plans_from_alfred_s_lower_case_names_play_without_an_invalid_action(tmp
     episode (evaluation and training, with or without ALFRED's low actions), and played through
     the env no action is invalid and every episode is won. Before, ``find a Diningtable`` was no
     skill: an invalid output, and the episode lost."""
-    from memprism_ray.envs.ebalfred.data import plan_from_high_pddl
-    from memprism_ray.envs.ebalfred.fixture import ALFRED_DIR, TRAIN_FILE
+    from memprism_ray.benchmark.ebalfred.data import plan_from_high_pddl
+    from memprism_ray.benchmark.ebalfred.fixture import ALFRED_DIR, TRAIN_FILE
 
     root = build_fixture(tmp_path / "fx", episodes_per_subset=2)
     evaluation, train = list_games(path=root / "splits.json"), list_games(["alfred_train"], root / TRAIN_FILE)
@@ -129,7 +129,7 @@ def test_two_instances_of_a_type_old_plans_lose_new_plans_win(tmp_path: Path) ->
     on the desk; a plan that opens "the Drawer" opens the first drawer, not the one holding the
     CD. The plans from the annotations' objectIds name the instances and win, through the env
     and the fake controller's instance table; the bare names (the translation before) lose."""
-    from memprism_ray.envs.ebalfred.fixture import ALFRED_DIR, TRAIN_FILE
+    from memprism_ray.benchmark.ebalfred.fixture import ALFRED_DIR, TRAIN_FILE
 
     root = build_fixture(tmp_path / "fx", episodes_per_subset=1)
     train = list_games(["alfred_train"], root / TRAIN_FILE)
@@ -152,7 +152,7 @@ def test_two_instances_of_a_type_old_plans_lose_new_plans_win(tmp_path: Path) ->
 def test_an_instance_that_cannot_be_named_leaves_the_plan_out(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Never a guess: a find of a type with two instances in the scene whose annotation names
     no objectId is not played; the game is counted with its reason and one warning says so."""
-    from memprism_ray.envs.ebalfred.fixture import ALFRED_DIR, TRAIN_FILE
+    from memprism_ray.benchmark.ebalfred.fixture import ALFRED_DIR, TRAIN_FILE
 
     root = build_fixture(tmp_path / "fx", episodes_per_subset=1)
     train = list_games(["alfred_train"], root / TRAIN_FILE)
@@ -161,7 +161,7 @@ def test_an_instance_that_cannot_be_named_leaves_the_plan_out(tmp_path: Path, ca
     plans[books.game_id] = [PlanStep("find a Book"), *plans[books.game_id][1:]]  # no objectId
     env = EbAlfredEnv(1, EbAlfredConfig(controller="fake", fixture=str(root)))
     unresolved: dict[str, list[str]] = {}
-    with caplog.at_level("WARNING", logger="memprism_ray.envs.ebalfred.expert"):
+    with caplog.at_level("WARNING", logger="memprism_ray.benchmark.ebalfred.expert"):
         episodes = play_expert(env, train, plans, unresolved=unresolved)
     assert list(unresolved) == [books.game_id] and "2 Books in the scene" in unresolved[books.game_id][0]
     assert len(episodes) == len(train) - 1 and books.game_id not in {ep.game.game_id for ep in episodes}
@@ -182,11 +182,11 @@ def _traj(task_type: str, high: list, low: list, poses: tuple[str, ...] = ()) ->
 
 
 def test_the_audit_counts_plans_without_the_simulator(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """``python -m memprism_ray.envs.ebalfred.expert``: each file resolved in the scene ALFRED's
+    """``python -m memprism_ray.benchmark.ebalfred.expert``: each file resolved in the scene ALFRED's
     layout and the annotation show, in both orders; a basin named only when it is not the first
     (``SinkBasin`` is no skill) depends on the simulator's order; a find of a two-drawer type
     with no objectId cannot be named; a pick_two plan picks at two finds (before: one)."""
-    from memprism_ray.envs.ebalfred.expert import audit_annotations, main
+    from memprism_ray.benchmark.ebalfred.expert import audit_annotations, main
 
     layouts = tmp_path / "layouts"
     layouts.mkdir()

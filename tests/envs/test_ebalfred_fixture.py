@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from memprism_ray.envs.ebalfred.data import SUBSETS, TRAIN_SUBSET, load_splits
-from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE, build_fixture, object_box
-from memprism_ray.formats.ebalfred_fixture import load_transcripts
-from memprism_ray.formats.ebalfred_skills import global_skills, instance_names, language_skill_set, scene_filter
+from memprism_ray.benchmark.ebalfred.data import SUBSETS, TRAIN_SUBSET, load_splits
+from memprism_ray.benchmark.ebalfred.fixture import TRAIN_FILE, build_fixture, object_box
+from memprism_ray.benchmark.ebalfred.fixture_format import load_transcripts
+from memprism_ray.benchmark.ebalfred.skills import global_skills, instance_names, language_skill_set, scene_filter
 
 
 def _digest(root: Path) -> str:

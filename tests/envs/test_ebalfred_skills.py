@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from memprism_ray.formats import ebalfred_skills as sk
+from memprism_ray.benchmark.ebalfred import skills as sk
 
 #: (action id, name) pairs that EmbodiedBench's own in-context examples use
 #: (embodiedbench/evaluator/config/alfred_examples.json, b247936): ids of the global list.

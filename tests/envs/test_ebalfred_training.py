@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.envs.ebalfred.data import TRAIN_SUBSET, game_ref, list_games
-from memprism_ray.envs.ebalfred.fixture import TRAIN_FILE, build_fixture
-from memprism_ray.envs.ebalfred.training import (
+from memprism_ray.benchmark.ebalfred.data import TRAIN_SUBSET, game_ref, list_games
+from memprism_ray.benchmark.ebalfred.fixture import TRAIN_FILE, build_fixture
+from memprism_ray.benchmark.ebalfred.training import (
     main,
     read_alfred_split,
     shared_trajectories,

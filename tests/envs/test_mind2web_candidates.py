@@ -13,21 +13,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memprism_ray.envs.mind2web import Mind2WebReplayEnv, list_games
-from memprism_ray.envs.mind2web.candidates import (
+from memprism_ray.benchmark.mind2web import Mind2WebReplayEnv, list_games
+from memprism_ray.benchmark.mind2web.candidates import (
     CONVERTER,
     load_candidate_ranks,
     resolve_scores_path,
     sample_id,
     write_scores,
 )
-from memprism_ray.envs.mind2web.convert_scores import convert, main
-from memprism_ray.envs.mind2web.data import EVAL_SPLITS, Mind2WebDataError, load_task
-from memprism_ray.envs.mind2web.fixture import SCORES_FILE, build_fixture, positive_cut
-from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
-from memprism_ray.eval.mind2web import mind2web_metrics
-from memprism_ray.formats.mind2web_snapshot import ref_of
-from memprism_ray.policy.mind2web import encode_mind2web_action
+from memprism_ray.benchmark.mind2web.contract import encode_mind2web_action
+from memprism_ray.benchmark.mind2web.convert_scores import convert, main
+from memprism_ray.benchmark.mind2web.data import EVAL_SPLITS, Mind2WebDataError, load_task
+from memprism_ray.benchmark.mind2web.fixture import SCORES_FILE, build_fixture, positive_cut
+from memprism_ray.benchmark.mind2web.report import mind2web_metrics
+from memprism_ray.benchmark.mind2web.snapshot import build_snapshot, human_refs
+from memprism_ray.benchmark.mind2web.snapshot_format import ref_of
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.envs.mind2web import data
-from memprism_ray.envs.mind2web.data import Mind2WebDataError, Task, list_games, load_task, resolve_data_root
-from memprism_ray.envs.mind2web.fixture import SPLIT_SITES, build_fixture
+from memprism_ray.benchmark.mind2web import data
+from memprism_ray.benchmark.mind2web.data import Mind2WebDataError, Task, list_games, load_task, resolve_data_root
+from memprism_ray.benchmark.mind2web.fixture import SPLIT_SITES, build_fixture
 
 
 def load_split(split: str, root: Path | None = None) -> list[Task]:

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from memprism_ray.benchmark import get_benchmark
+from memprism_ray.benchmark.mind2web import Mind2WebReplayEnv, list_games
+from memprism_ray.benchmark.mind2web.contract import MIND2WEB, encode_mind2web_action
+from memprism_ray.benchmark.mind2web.data import load_task
+from memprism_ray.benchmark.mind2web.fixture import build_fixture
+from memprism_ray.benchmark.mind2web.phi import Mind2WebPhi
 from memprism_ray.envs.base import Env
-from memprism_ray.envs.mind2web import Mind2WebReplayEnv, list_games
-from memprism_ray.envs.mind2web.data import load_task
-from memprism_ray.envs.mind2web.fixture import build_fixture
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
-from memprism_ray.policy.mind2web import MIND2WEB, encode_mind2web_action
-from memprism_ray.recorder.phi.mind2web import Mind2WebPhi
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +166,7 @@ def test_agent_records_events_from_the_human_trajectory(game) -> None:
     assert first.act == "type" and first.delta[0].key == "field_value"
     # The prompt names each snapshot's source (the fixture hides one candidate per page).
     assert policy.sources == ["mixed"] * len(human)
-    # Mind2Web's own step scores reach the rows (eval/mind2web.py reads them from there).
+    # Mind2Web's own step scores reach the rows (benchmark/mind2web/report.py reads them from there).
     assert all(isinstance(r["element_correct"], bool) and 0.0 <= r["op_f1"] <= 1.0 for r in res.rows)
     assert [r["element_correct"] and r["op_f1"] == 1.0 for r in res.rows] == [r["correct"] for r in res.rows]
 
@@ -189,7 +189,7 @@ OFFICIAL_F1_CASES = [
 
 @pytest.mark.parametrize(("pop", "pval", "hop", "hval", "f1", "paper"), OFFICIAL_F1_CASES)
 def test_operation_f1_is_mind2web_metric_py(pop, pval, hop, hval, f1, paper) -> None:
-    from memprism_ray.envs.mind2web.env import normalize_action, operation_f1, operation_string
+    from memprism_ray.benchmark.mind2web.env import normalize_action, operation_f1, operation_string
 
     got = operation_f1(operation_string(pop, pval), operation_string(hop, hval))
     assert got == pytest.approx(f1, abs=1e-12)
@@ -198,7 +198,7 @@ def test_operation_f1_is_mind2web_metric_py(pop, pval, hop, hval, f1, paper) -> 
 
 
 def test_operation_string_reads_the_value_as_metric_py_does() -> None:
-    from memprism_ray.envs.mind2web.env import operation_f1, operation_string
+    from memprism_ray.benchmark.mind2web.env import operation_f1, operation_string
 
     assert operation_string("TYPE", " New York \nsecond line") == "TYPE New York"  # `Value: (.*)$`: first line
     assert operation_string("CLICK", "ignored") == "CLICK "  # no Value line for CLICK
@@ -209,8 +209,8 @@ def test_steps_carry_element_correctness_and_op_f1(game) -> None:
     """The env scores a step both ways and returns both in the transition's meta."""
     import dataclasses
 
-    from memprism_ray.envs.mind2web.env import score_prediction
-    from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
+    from memprism_ray.benchmark.mind2web.env import score_prediction
+    from memprism_ray.benchmark.mind2web.snapshot import build_snapshot, human_refs
 
     task = load_task(game)
     step = dataclasses.replace(next(s for s in task.steps if s.op == "TYPE"), value="New York")
@@ -258,9 +258,9 @@ EDGE_CASES = [
 def test_edge_cases_follow_the_paper_and_metric_py(game, hop, hval, fields, paper, f1) -> None:
     import dataclasses
 
-    from memprism_ray.envs.mind2web.env import human_action, score_prediction
-    from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
-    from memprism_ray.policy.mind2web import parse_mind2web
+    from memprism_ray.benchmark.mind2web.contract import parse_mind2web
+    from memprism_ray.benchmark.mind2web.env import human_action, score_prediction
+    from memprism_ray.benchmark.mind2web.snapshot import build_snapshot, human_refs
 
     task = load_task(game)
     step = dataclasses.replace(task.steps[0], op=hop, value=hval)
@@ -276,8 +276,8 @@ def test_edge_cases_follow_the_paper_and_metric_py(game, hop, hval, fields, pape
 
 
 def test_type_and_select_still_need_a_string_value(game) -> None:
-    from memprism_ray.envs.mind2web.env import score_prediction
-    from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
+    from memprism_ray.benchmark.mind2web.env import score_prediction
+    from memprism_ray.benchmark.mind2web.snapshot import build_snapshot, human_refs
 
     step = load_task(game).steps[0]
     assert step.op == "TYPE" and len(step.value.split()) == 1  # label tokens {TYPE, <value>}
@@ -299,8 +299,8 @@ def test_an_output_that_does_not_parse_scores_what_it_wrote_under_metric_py(game
     """Issue 41 item 3: metric.py's ``postprocess_action`` reads the element and ``Action:``/``Value:``
     of any output; an output the paper's parser rejects is wrong by the paper's rule and, under
     metric.py, scored on the ref, op and value it wrote (before: op F1 0, element wrong)."""
-    from memprism_ray.envs.mind2web.env import score_prediction
-    from memprism_ray.envs.mind2web.snapshot import build_snapshot, human_refs
+    from memprism_ray.benchmark.mind2web.env import score_prediction
+    from memprism_ray.benchmark.mind2web.snapshot import build_snapshot, human_refs
 
     step = load_task(game).steps[0]
     snap = build_snapshot(step)
@@ -327,7 +327,7 @@ def test_an_output_that_does_not_parse_scores_what_it_wrote_under_metric_py(game
 
 
 def test_metric_operation_reads_what_was_written() -> None:
-    from memprism_ray.envs.mind2web.env import metric_operation
+    from memprism_ray.benchmark.mind2web.env import metric_operation
 
     assert metric_operation("CLICK", "x") == "CLICK x"  # a CLICK's Value line is read
     assert metric_operation("click", "x") == " x" and metric_operation(None, None) == " "

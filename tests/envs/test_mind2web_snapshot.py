@@ -3,10 +3,10 @@ snippets as fallback, ``[ref=eN]`` markers the parser accepts."""
 
 from __future__ import annotations
 
-from memprism_ray.envs.mind2web.data import Candidate, Step
-from memprism_ray.envs.mind2web.snapshot import SnapshotConfig, build_snapshot, human_refs
-from memprism_ray.formats.mind2web_snapshot import describe, parse_snapshot
-from memprism_ray.policy.mind2web import snapshot_refs
+from memprism_ray.benchmark.mind2web.contract import snapshot_refs
+from memprism_ray.benchmark.mind2web.data import Candidate, Step
+from memprism_ray.benchmark.mind2web.snapshot import SnapshotConfig, build_snapshot, human_refs
+from memprism_ray.benchmark.mind2web.snapshot_format import describe, parse_snapshot
 
 HTML = (
     '<html><body><a backend_node_id="1" href="/home">Home</a>'

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memprism_ray.eval.ebalfred import report_markdown, subset_report
+from memprism_ray.benchmark.ebalfred.report import report_markdown, subset_report
 from memprism_ray.eval.stats import wilson_interval
 
 

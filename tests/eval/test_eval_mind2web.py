@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from memprism_ray.agent import EpisodeResult, EpisodeSpec
+from memprism_ray.benchmark.mind2web import report as m2w
+from memprism_ray.benchmark.mind2web.candidates import pool_info
 from memprism_ray.envs.base import GameRef
-from memprism_ray.envs.mind2web.candidates import pool_info
-from memprism_ray.eval import mind2web as m2w
 from memprism_ray.eval.stats import wilson_interval
 
 PROJECT_POOL = pool_info("", 50, 32)
@@ -235,11 +235,11 @@ def test_mindact_columns_agree_with_a_hand_computation_on_the_fixture(tmp_path: 
     SR, task SR and their macro means per split equal a hand computation of metric.py's rules
     from the fixture's raw files (a step whose positive is ranked >= 50 scores 0; an output
     that does not parse scores the tokens it wrote: before, op F1 0)."""
-    from memprism_ray.envs.mind2web import Mind2WebReplayEnv, list_games
-    from memprism_ray.envs.mind2web.candidates import sample_id
-    from memprism_ray.envs.mind2web.data import EVAL_SPLITS
-    from memprism_ray.envs.mind2web.fixture import SCORES_FILE, build_fixture
-    from memprism_ray.formats.mind2web_snapshot import ref_of
+    from memprism_ray.benchmark.mind2web import Mind2WebReplayEnv, list_games
+    from memprism_ray.benchmark.mind2web.candidates import sample_id
+    from memprism_ray.benchmark.mind2web.data import EVAL_SPLITS
+    from memprism_ray.benchmark.mind2web.fixture import SCORES_FILE, build_fixture
+    from memprism_ray.benchmark.mind2web.snapshot_format import ref_of
 
     root = build_fixture(tmp_path / "m2w", tasks_per_site=2, seed=3)
     ranks = {r["sample_id"]: r["ranks"] for r in map(json.loads, (root / SCORES_FILE).read_text().splitlines())}

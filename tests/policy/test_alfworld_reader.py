@@ -1,4 +1,4 @@
-"""What the scripted policy can learn from text it is shown (policy/alfworld_reader.py):
+"""What the scripted policy can learn from text it is shown (benchmark/alfworld/reader.py):
 ALFWorld feedback sentences, commands in histories and views, and the rule Phi's state keys
 as the text renderer prints them."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
+from memprism_ray.benchmark.alfworld.reader import EpisodeFacts, instance_type, read_facts
 from memprism_ray.composer import compose
-from memprism_ray.policy.alfworld_reader import EpisodeFacts, instance_type, read_facts
 from memprism_ray.recorder.events import RawEvent
-from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 from memprism_ray.recorder.stream import EventStream
 from memprism_ray.render import render_text
 from memprism_ray.view_space import ViewAction

@@ -3,11 +3,11 @@ deterministic, can be wrong, and reads memory (the view or history) for what it 
 
 from __future__ import annotations
 
+from memprism_ray.benchmark.mind2web.contract import MIND2WEB, decode_mind2web_action
+from memprism_ray.benchmark.mind2web.stand_in import Mind2WebScriptedPolicy, goal_values
 from memprism_ray.policy.base import HistoryRecord, PolicyInput
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.policy.factory import make_policy
-from memprism_ray.policy.mind2web import MIND2WEB, decode_mind2web_action
-from memprism_ray.policy.mind2web_scripted import Mind2WebScriptedPolicy, goal_values
 
 PAGE = "\n".join(
     [

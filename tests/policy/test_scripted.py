@@ -14,12 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memprism_ray.policy.alfworld import parse_alfworld
+from memprism_ray.benchmark.alfworld.contract import parse_alfworld
+from memprism_ray.benchmark.alfworld.scripted import Goal, ScriptedPolicy, belief, decide, parse_goal
+from memprism_ray.benchmark.ebalfred.contract import EBALFRED
 from memprism_ray.policy.base import HistoryRecord, PolicyInput
 from memprism_ray.policy.config import PolicyConfig
-from memprism_ray.policy.ebalfred import EBALFRED
 from memprism_ray.policy.factory import make_policy
-from memprism_ray.policy.scripted import Goal, ScriptedPolicy, belief, decide, parse_goal
 
 TASK_OF = {
     "place": "pick_and_place_simple",
@@ -36,7 +36,7 @@ APPLIANCE = {"clean": "sinkbasin", "heat": "microwave", "cool": "fridge"}
 
 @pytest.fixture(scope="module")
 def agent_env():
-    from memprism_ray.envs.alfworld import AlfworldEnv
+    from memprism_ray.benchmark.alfworld import AlfworldEnv
 
     env = AlfworldEnv(num_slots=18)
     yield env
@@ -45,7 +45,7 @@ def agent_env():
 
 @pytest.fixture(scope="module")
 def agent_all_games(memprism_tiny_corpus: Path) -> list:
-    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.benchmark.alfworld import list_games
 
     return [g for s in ("train", "eval_in_distribution", "eval_out_of_distribution")
             for g in list_games(s, memprism_tiny_corpus)]  # fmt: skip
@@ -245,7 +245,7 @@ def test_goal_dataclass_roundtrip() -> None:
 def _play(env, games, condition: str, seeds: Sequence[int], short_history: int) -> list:
     from memprism_ray.agent import Agent, AgentConfig, EpisodeSpec, LocalServices
     from memprism_ray.baselines import make_selector
-    from memprism_ray.recorder.phi.alfworld import AlfworldPhi
+    from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
 
     results = []
     for seed in seeds:
@@ -294,8 +294,8 @@ def _walk_to_treated(env, game) -> tuple[object, list[tuple[str, str, object]]]:
 
 
 def _record(steps: list[tuple[str, str, object]], goal: str):
+    from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
     from memprism_ray.recorder.events import RawEvent
-    from memprism_ray.recorder.phi.alfworld import AlfworldPhi
     from memprism_ray.recorder.stream import EventStream
 
     phi, stream = AlfworldPhi(), EventStream({"goal": goal})
@@ -334,7 +334,7 @@ def test_view_sensitivity_a_view_without_the_evidence_misleads(agent_env, agent_
     Views are composed with window-only goal restore, so that a view's scope decides what
     it shows (the paper's whole-history restore, the default, is tested in
     tests/composer/test_composer_select.py)."""
-    from memprism_ray.policy.alfworld_reader import instance_type, read_facts
+    from memprism_ray.benchmark.alfworld.reader import instance_type, read_facts
     from memprism_ray.view_space import ViewAction
 
     games = [g for g in agent_all_games if g.task_type in TREAT_VERB]

@@ -4,9 +4,9 @@ step with no key, explicit failure -> exception."""
 
 from __future__ import annotations
 
+from memprism_ray.benchmark.mind2web.phi import KEYS, Mind2WebPhi
 from memprism_ray.recorder.events import Outcome, RawEvent
 from memprism_ray.recorder.phi.base import Phi, record_event
-from memprism_ray.recorder.phi.mind2web import KEYS, Mind2WebPhi
 from memprism_ray.recorder.stream import EventStream
 
 FORM = "\n".join(

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from make_alfworld_transcript import feedback_template
 
-from memprism_ray.recorder import EventStream, Outcome, RawEvent, StateDelta
-from memprism_ray.recorder.phi import Phi, record_event
-from memprism_ray.recorder.phi.alfworld import (
+from memprism_ray.benchmark.alfworld.phi import (
     AlfworldPhi,
     classify_feedback,
     list_items,
     parse_command,
 )
+from memprism_ray.recorder import EventStream, Outcome, RawEvent, StateDelta
+from memprism_ray.recorder.phi import Phi, record_event
 
 TRANSCRIPT = Path(__file__).with_name("data") / "alfworld_transcript.json"
 
