@@ -58,7 +58,7 @@ def _translator_version() -> str:
 def _parsed_task(domain: str, problem: str) -> Any:
     """The PDDL task as ``pddl2sas`` returns it, without translating it: parsed and normalised
     (``PddlState`` reads its actions, types, objects and initial atoms, which translation does
-    not change; ``tests/envs/test_alfworld_engine.py`` compares them on every test game)."""
+    not change; ``tests/benchmark/alfworld/test_alfworld_engine.py`` compares them on every test game)."""
     import sys
 
     # The translator's ``options`` module parses ``sys.argv`` when first imported (as in

@@ -3,7 +3,7 @@
 ``data/alfworld_transcript.json`` holds every distinct feedback template the real engine
 emitted over 216 generated episodes (expert, partly random and random commands; see
 ``make_alfworld_transcript.py``, which regenerates it in ~2 minutes). A live cross-check on
-freshly played games is in ``tests/envs/test_alfworld_env.py``.
+freshly played games is in ``tests/benchmark/alfworld/test_alfworld_env.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from memprism_ray.benchmark.alfworld.env import AlfworldEnv, goal_from_intro
 from memprism_ray.envs.base import Observation, Transition
 
-TRANSCRIPT = Path(__file__).parents[1] / "recorder" / "phi" / "data" / "alfworld_transcript.json"
+TRANSCRIPT = Path(__file__).parents[2] / "recorder" / "phi" / "data" / "alfworld_transcript.json"
 
 
 def test_reset_observation(alfworld_env: AlfworldEnv, alfworld_games: dict) -> None:

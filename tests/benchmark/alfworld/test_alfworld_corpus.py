@@ -158,7 +158,7 @@ def test_ensure_default_corpus_is_safe_under_concurrency(tmp_path: Path) -> None
         "from pathlib import Path; from memprism_ray.benchmark.alfworld.corpus import ensure_default_corpus; "
         f"print(ensure_default_corpus(Path({str(cache)!r}), train=2, eval=0, seed=4, workers=1))"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
     pipe = subprocess.PIPE
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=pipe, stderr=pipe, text=True, env=env) for _ in "ab"]
     outs = [p.communicate(timeout=300) for p in procs]
