@@ -62,7 +62,7 @@ def joins_cluster(address: str, environ: Mapping[str, str] = os.environ) -> bool
 class RunConfig:
     """Where a job writes and how it resumes."""
 
-    name: str = field("grpo-alfworld", help="run name: the run directory is <out_dir>/<name>")
+    name: str = field(f"grpo-{DEFAULT_BENCHMARK}", help="run name: the run directory is <out_dir>/<name>")
     out_dir: str = field("runs", help="parent directory of run directories")
     seed: int = field(0, help="job seed: task sampling, rollout sampling, final evaluation order")
     resume: str = field("", help="'' (fresh; refuses a non-empty run dir), 'auto' (latest checkpoint) or a path")
@@ -111,9 +111,6 @@ class CorpusSection:
     eval_games: int = field(48, help="embedded corpus: games per evaluation split built on first use")
     seed: int = field(0, help="embedded corpus seed")
     cache_dir: str = field("", help="embedded corpus location ('' : $MEMPRISM_CACHE or ~/.cache/memprism)")
-
-    #: ALFWorld's split names are its own section's (issue 42)
-    RENAMED: ClassVar[dict[str, str]] = {"train_split": "/alfworld.train_split"}
 
     def __post_init__(self) -> None:
         if self.train_games < 1 or self.eval_games < 0:
@@ -248,9 +245,6 @@ class RolloutConfig:
 @dataclass
 class FinalEvalConfig:
     """The evaluation a training job ends with (and ``jobs/eval_<benchmark>.py`` and ``memprism eval`` run)."""
-
-    #: ALFWorld's split names are its own section's (issue 42)
-    RENAMED: ClassVar[dict[str, str]] = {"split": "/alfworld.eval_split"}
 
     enabled: bool = field(True, help="evaluate the trained Router at the end of the job")
     episodes: int = field(0, help="episodes (0: every game of the split once)")

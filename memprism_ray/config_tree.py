@@ -177,6 +177,42 @@ def _renamed_to(prefix: str, new: str) -> str:
     return new[1:] if new.startswith("/") else f"{prefix}{new}"
 
 
+def _section_moves(sections: Mapping[str, type | Exception], prefix: str) -> dict[str, str]:
+    """``{old dotted key: new dotted key}`` of the keys open sections took over from others
+    (a section's ``MOVED_FROM``: old dotted key -> its own key)."""
+    return {
+        f"{prefix}{old}": f"{prefix}{name}.{new}"
+        for name, tp in sections.items()
+        if isinstance(tp, type)
+        for old, new in getattr(tp, "MOVED_FROM", {}).items()
+    }
+
+
+def get_nested(data: Mapping[str, Any], key: str) -> Any:
+    """``data[a][b]`` for ``key`` ``"a.b"``; None where a step is missing or not a mapping."""
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+def moved_keys(cls: type, prefix: str = "") -> dict[str, str]:
+    """Every key of the tree ``cls`` that moved to another section (a ``RENAMED`` entry to an
+    absolute key, or an open section's ``MOVED_FROM``), as ``{old dotted key: new dotted key}``
+    (for reading what an older version recorded)."""
+    out = {f"{prefix}{old}": new[1:] for old, new in getattr(cls, "RENAMED", {}).items() if new.startswith("/")}
+    opened = _open_sections(cls)
+    if opened is not None:
+        out.update(_section_moves(opened[1], prefix))
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if _is_dataclass_type(hints.get(f.name)):
+            out.update(moved_keys(hints[f.name], f"{prefix}{f.name}."))
+    return out
+
+
 def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
     """Build dataclass ``cls`` from a (possibly partial) nested mapping."""
     if not isinstance(data, Mapping):
@@ -190,6 +226,11 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
         for k, tp in opened[1].items():
             if isinstance(tp, Exception) and k in data:
                 raise ValueError(f"{k}: {tp}") from None
+        for old, new in _section_moves(opened[1], f"{_where}." if _where else "").items():
+            section, _, key = old.rpartition(".")
+            node = get_nested(data, section)
+            if isinstance(node, Mapping) and key in node:
+                raise ValueError(f"{old} was renamed {new}")
         extra = {k: tp for k, tp in opened[1].items() if k not in fields and isinstance(tp, type)}
     unknown = [k for k in data if k not in fields and k not in extra]
     if unknown:

@@ -152,6 +152,10 @@ class Benchmark:
     #: ``module:Class`` of its own settings section (a config dataclass, ``config_tree.field`` per
     #: setting), read as ``--<name>.<key>`` and reached as ``cfg.<name>``; empty: none
     section: ClassVar[str] = ""
+    #: its own options of ``memprism eval``: option -> (the config key it sets, help text)
+    eval_options: ClassVar[Mapping[str, tuple[str, str]]] = {}
+    #: module of its own ``memprism`` subcommands (a ``register(subparsers)`` function); empty: none
+    commands: ClassVar[str] = ""
     table_a4_row: ClassVar[str]  # its row of Table A.4 (``--preset`` of ``memprism router sft``)
     sft_row: ClassVar[Mapping[str, object]] = {}  # the row's D1 settings beside SFTConfig's defaults
     grpo_row: ClassVar[Mapping[str, object]] = {}  # the row's GRPO settings beside GRPOConfig's (ALFWorld's)

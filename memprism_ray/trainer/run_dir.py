@@ -12,15 +12,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memprism_ray.benchmark import get_benchmark
-from memprism_ray.config import check_run_name
-from memprism_ray.config_tree import get_path, to_dict
+from memprism_ray.config import ExperimentConfig, check_run_name
+from memprism_ray.config_tree import get_path, moved_keys, to_dict
 from memprism_ray.io_atomic import atomic_write_text, read_jsonl, seal_jsonl
-
-if TYPE_CHECKING:
-    from memprism_ray.config import ExperimentConfig
 
 CHECKPOINT_PREFIX = "iter_"
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
@@ -46,9 +43,6 @@ RESUME_FREE_SECTIONS = ("eval",)
 #: ``grpo.max_steps`` had to equal ``agent.max_steps``, ``agent.benchmark`` ``corpus.benchmark``,
 #: which are compared (issue 42).
 REMOVED_KEYS = frozenset({"grpo.max_steps", "agent.benchmark"})
-#: Keys a later version moved, old -> new: a checkpoint's recorded value is compared under the
-#: new name (ALFWorld's split names went to its own section, issue 42).
-MOVED_KEYS = {"corpus.train_split": "alfworld.train_split", "eval.split": "alfworld.eval_split"}
 # The config sections that produce the D1 artifacts (expert data, labels, D1 checkpoint).
 D1_SECTIONS = ("corpus", "label", "encoder", "render", "agent", "policy", "router", "sft")
 
@@ -206,7 +200,10 @@ def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: Experime
         changed = ["(the checkpoint records no config hash)"]
     else:
         # A key made resume-free later (run.checkpoint_every) is no change either.
-        recorded = {MOVED_KEYS.get(k, k): v for k, v in (extra.get("config") or {}).items()}
+        # A key a later version moved to another section (its RENAMED entry) is compared under
+        # its new name (e.g. ALFWorld's split names, now its own section's; issue 42).
+        moved = moved_keys(ExperimentConfig)
+        recorded = {moved.get(k, k): v for k, v in (extra.get("config") or {}).items()}
         old = {k: v for k, v in recorded.items() if k not in RESUME_FREE_KEYS | REMOVED_KEYS}
         new = resume_relevant_config(config)
         # A setting added by a later version of the code, at its default value, computes what the

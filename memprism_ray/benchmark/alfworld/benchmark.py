@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from memprism_ray.benchmark.base import Benchmark, DataTree, EvalPlan
 from memprism_ray.config_tree import field
@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 @dataclass
 class AlfworldSection:
     """ALFWorld's own settings (``--alfworld.<key>``): which splits it trains and evaluates on."""
+
+    #: shared keys these settings were before they were ALFWorld's (issue 42): refused naming
+    #: the new key, and read under it from an older checkpoint's config
+    MOVED_FROM: ClassVar[dict[str, str]] = {"corpus.train_split": "train_split", "eval.split": "eval_split"}
 
     train_split: str = field("train", help="split whose games form GRPO groups and D1 data")
     eval_split: str = field("eval_out_of_distribution", help="split the final evaluation plays")
@@ -40,6 +44,8 @@ class Alfworld(Benchmark):
     name = "alfworld"
     env_factory = "memprism_ray.benchmark.alfworld:AlfworldEnv"
     section = "memprism_ray.benchmark.alfworld.benchmark:AlfworldSection"
+    commands = "memprism_ray.benchmark.alfworld.cli"  # memprism games build / list / expert
+    eval_options = {"split": ("alfworld.eval_split", "ALFWorld split: eval_out_of_distribution (default), train, ...")}  # noqa: RUF012
     train_keys = ("alfworld.train_split",)
     eval_keys = ("alfworld.eval_split", "corpus.data_root")
     d1_keys = ("alfworld.train_split",)  # D1 plays the training split's games

@@ -1,4 +1,5 @@
-"""``memprism games``: build the offline ALFWorld corpus, list games, record expert data.
+"""``memprism games``: build the offline ALFWorld corpus, list games, record expert data
+(ALFWorld's own commands: :attr:`Alfworld.commands <memprism_ray.benchmark.base.Benchmark.commands>`).
 
     memprism games build --out DIR [--train N] [--eval N] [--seed S] [--workers K]
     memprism games list --split SPLIT [--data-root DIR]
@@ -15,8 +16,6 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-
-from memprism_ray.cli import CliError
 
 _SPLITS = ("train", "eval_in_distribution", "eval_out_of_distribution")
 
@@ -83,7 +82,7 @@ def _build(args: argparse.Namespace) -> int:
     try:
         manifest_path = build_corpus(cfg, progress=not args.quiet)
     except RuntimeError as exc:
-        raise CliError(str(exc)) from None
+        raise ValueError(str(exc)) from None  # the command line prints it as one line
     manifest = json.loads(manifest_path.read_text())
     for split, counts in manifest["counts"].items():
         print(f"{split}: {sum(counts.values())} games " + ", ".join(f"{t}={n}" for t, n in counts.items()))
