@@ -135,8 +135,8 @@ def _pss_mb() -> float:
 
 
 def pick_games(data_root: str | None, n: int) -> list[Any]:
-    from memprism_ray.envs.alfworld.data import SPLITS, list_games
-    from memprism_ray.envs.alfworld.generator import TASK_TYPES
+    from memprism_ray.benchmark.alfworld.data import SPLITS, list_games
+    from memprism_ray.benchmark.alfworld.generator import TASK_TYPES
 
     pool = [g for split in SPLITS for g in list_games(split, data_root)]
     by_type = {t: [g for g in pool if g.task_type == t] for t in TASK_TYPES}
@@ -182,8 +182,8 @@ def main() -> None:
         stock_wall = time.perf_counter() - t0
         stock = json.loads(out_file.read_text())
 
-    from memprism_ray.envs.alfworld import engine
-    from memprism_ray.envs.alfworld.env import AlfworldEnv
+    from memprism_ray.benchmark.alfworld import engine
+    from memprism_ray.benchmark.alfworld.env import AlfworldEnv
 
     # An empty translation directory: the first reset of a game translates it, as in a
     # process that meets the game first; the "disk" pass below reads those files back.

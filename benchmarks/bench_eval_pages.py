@@ -42,16 +42,16 @@ def main() -> None:
     from memprism_ray.agent import Agent, LocalServices
     from memprism_ray.baselines import make_selector
     from memprism_ray.benchmark import get_benchmark
-    from memprism_ray.benchmark.alfworld import plan_episodes
+    from memprism_ray.benchmark.alfworld import AlfworldEnv
+    from memprism_ray.benchmark.alfworld.benchmark import plan_episodes
+    from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
     from memprism_ray.config import load_config
-    from memprism_ray.envs.alfworld import AlfworldEnv
     from memprism_ray.policy.factory import make_policy
-    from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 
     cfg = get_benchmark("alfworld").prepare(
         load_config(ROOT / "configs" / "local.yaml", []), lambda m: print(m, file=sys.stderr)
     )
-    _, plan, _ = plan_episodes(cfg.eval.split, cfg.corpus.data_root, args.episodes, cfg.run.seed)
+    _, plan, _ = plan_episodes(cfg.alfworld.eval_split, cfg.corpus.data_root, args.episodes, cfg.run.seed)
     slots = cfg.eval.slots
     policy = make_policy(cfg.policy, get_benchmark("alfworld").task_contract())
     env, phi = AlfworldEnv(num_slots=slots), AlfworldPhi()

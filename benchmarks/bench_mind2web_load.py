@@ -1,4 +1,4 @@
-"""Why ``envs/mind2web/data.py`` keeps the last few parsed split files (``load_file``'s cache).
+"""Why ``benchmark/mind2web/data.py`` keeps the last few parsed split files (``load_file``'s cache).
 
 A GRPO group replays one task 16 times and an evaluation worker resets its slots on tasks
 of the same split file over and over; without the cache each reset re-reads and re-parses
@@ -24,9 +24,9 @@ from pathlib import Path
 
 from _results import write_result
 
+from memprism_ray.benchmark.mind2web import data
+from memprism_ray.benchmark.mind2web.env import Mind2WebReplayEnv
 from memprism_ray.envs.base import GameRef
-from memprism_ray.envs.mind2web import data
-from memprism_ray.envs.mind2web.env import Mind2WebReplayEnv
 
 
 def _file(root: Path, tasks: int, steps: int, raw_kb: int, clean_kb: int) -> Path:

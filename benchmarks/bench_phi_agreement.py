@@ -54,7 +54,7 @@ from memprism_ray.recorder.phi.factory import record_lockstep
 
 def play_transcripts(data_root: str, games: int, max_steps: int, random_rate: float, seed: int) -> list[list[RawEvent]]:
     """Expert episodes with seeded random detours, as the agent records raw events."""
-    from memprism_ray.envs.alfworld import AlfworldEnv, list_games
+    from memprism_ray.benchmark.alfworld import AlfworldEnv, list_games
 
     rng = random.Random(seed)
     refs = list_games("train", data_root)
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retries", type=int, default=2)
     args = ap.parse_args(argv)
 
-    from memprism_ray.recorder.phi.alfworld import AlfworldPhi
+    from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
 
     t0 = time.perf_counter()
     if args.streams:
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         write_result("bench_phi_agreement", {**result, "llm": None}, variant="rule-only", argv=argv)
         return 0
 
-    from memprism_ray.recorder.phi.alfworld import ALFWORLD_PHI
+    from memprism_ray.benchmark.alfworld.phi import ALFWORLD_PHI
     from memprism_ray.recorder.phi.config import PhiConfig
     from memprism_ray.recorder.phi.llm import LLMPhi
     from memprism_ray.recorder.phi.llm_client import PhiEndpoint

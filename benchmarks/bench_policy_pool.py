@@ -342,7 +342,7 @@ class Solo:
         return engine_settings(getattr(self.engine, "llm_engine", None), self.config)
 
     def decide(self, inputs: list[PolicyInput]) -> dict[str, Any]:
-        from memprism_ray.policy.alfworld import ALFWORLD
+        from memprism_ray.benchmark.alfworld.contract import ALFWORLD
         from memprism_ray.policy.vllm_backend import build_vllm_request
 
         t0 = time.perf_counter()

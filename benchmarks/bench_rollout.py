@@ -59,12 +59,12 @@ def main() -> int:
     from memprism_ray.agent import Agent, EpisodeSpec, LocalServices
     from memprism_ray.baselines import RouterSelector
     from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.benchmark.alfworld import AlfworldEnv, list_games
+    from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
     from memprism_ray.cluster.fleet import RolloutFleet
     from memprism_ray.config import load_config
-    from memprism_ray.envs.alfworld import AlfworldEnv, list_games
     from memprism_ray.envs.base import GameRef
     from memprism_ray.policy.factory import make_policy, needs_view_text
-    from memprism_ray.recorder.phi.alfworld import AlfworldPhi
     from memprism_ray.router.encoder import TextEncoder
     from memprism_ray.router.features import FeatureExtractor
     from memprism_ray.router.model import ViewPolicyModel

@@ -415,8 +415,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from memprism_ray.actors.rollout import RolloutWorker
     from memprism_ray.actors.workers import PolicyReplica
     from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.benchmark.alfworld import list_games
     from memprism_ray.cluster.fleet import RolloutFleet
-    from memprism_ray.envs.alfworld import list_games
     from memprism_ray.policy.factory import needs_view_text
     from memprism_ray.router.model import ViewPolicyModel
     from memprism_ray.testing.fake_vllm import fake_engine_factory

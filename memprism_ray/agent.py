@@ -540,7 +540,7 @@ class Agent:
         if recorded is not None:  # teacher-forced replay (Mind2Web): the predicted action is scored, not executed
             row["recorded_action"] = recorded
             row["correct"] = bool(tr.meta.get("correct", False))
-            for key in REPLAY_SCORE_KEYS:  # Mind2Web's own step metrics (eval/mind2web.py)
+            for key in REPLAY_SCORE_KEYS:  # Mind2Web's own step metrics (benchmark/mind2web/report.py)
                 if key in tr.meta:
                     row[key] = tr.meta[key]
         row.update((k, tr.meta[k]) for k in STEP_ROW_META_KEYS if k in tr.meta)
@@ -619,7 +619,7 @@ class Agent:
 REPLAY_SCORE_KEYS = ("element_correct", "op_f1")
 
 #: Transition meta keys copied into the step row when the env sets them: what happened to the action
-#: EB-ALFRED executed or rejected, and its invalid-action count (envs/ebalfred/env.py; issue 41 item 2).
+#: EB-ALFRED executed or rejected, and its invalid-action count (benchmark/ebalfred/env.py; issue 41 item 2).
 STEP_ROW_META_KEYS = ("execution", "invalid_actions")
 
 #: Observation meta keys passed into the prompt's meta when set (:data:`STEP_PROMPT_KEYS`: renewed each step).

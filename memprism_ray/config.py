@@ -7,24 +7,32 @@ this module adds the jobs' own sections and loads presets::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from memprism_ray.adapter.grpo_update import GRPOConfig
 from memprism_ray.adapter.sft import SFTConfig
 from memprism_ray.agent import AgentConfig
 from memprism_ray.baselines.conditions import check_condition_names, condition_needs
 from memprism_ray.baselines.external import MemoryBaselineConfig
-from memprism_ray.config_tree import field, from_dict, load_yaml, merge, parse_overrides
-from memprism_ray.envs.alfworld.data import check_split
-from memprism_ray.envs.ebalfred.section import EbAlfredSection
+from memprism_ray.config_tree import (
+    field,
+    from_dict,
+    load_yaml,
+    loadable_sections,
+    merge,
+    parse_overrides,
+    sections_field,
+)
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.recorder.phi.config import PhiConfig
+from memprism_ray.registry import DEFAULT_BENCHMARK, section_types
 from memprism_ray.render.config import RenderConfig
 from memprism_ray.router.encoder import EncoderConfig
 from memprism_ray.router.model import RouterConfig
@@ -54,7 +62,7 @@ def joins_cluster(address: str, environ: Mapping[str, str] = os.environ) -> bool
 class RunConfig:
     """Where a job writes and how it resumes."""
 
-    name: str = field("grpo-alfworld", help="run name: the run directory is <out_dir>/<name>")
+    name: str = field(f"grpo-{DEFAULT_BENCHMARK}", help="run name: the run directory is <out_dir>/<name>")
     out_dir: str = field("runs", help="parent directory of run directories")
     seed: int = field(0, help="job seed: task sampling, rollout sampling, final evaluation order")
     resume: str = field("", help="'' (fresh; refuses a non-empty run dir), 'auto' (latest checkpoint) or a path")
@@ -95,18 +103,18 @@ class RunConfig:
 class CorpusSection:
     """Which games the job plays: an ALFWorld data root, or the embedded generated corpus."""
 
-    benchmark: str = field("alfworld", help="benchmark the job trains and evaluates on (memprism_ray/benchmark/)")
+    benchmark: str = field(
+        DEFAULT_BENCHMARK, help="benchmark the job trains and evaluates on (memprism_ray/benchmark/)"
+    )
     data_root: str = field("", help="ALFWorld data root ('' : $ALFWORLD_DATA, else the embedded generated corpus)")
     train_games: int = field(48, help="embedded corpus: training games built on first use")
     eval_games: int = field(48, help="embedded corpus: games per evaluation split built on first use")
     seed: int = field(0, help="embedded corpus seed")
     cache_dir: str = field("", help="embedded corpus location ('' : $MEMPRISM_CACHE or ~/.cache/memprism)")
-    train_split: str = field("train", help="split whose games form GRPO groups and D1 data")
 
     def __post_init__(self) -> None:
         if self.train_games < 1 or self.eval_games < 0:
             raise ValueError("corpus.train_games must be >= 1 and corpus.eval_games >= 0")
-        check_split(self.train_split, "corpus.train_split")
         # The benchmark's name is checked where it is looked up (get_benchmark, above this layer).
 
 
@@ -239,7 +247,6 @@ class FinalEvalConfig:
     """The evaluation a training job ends with (and ``jobs/eval_<benchmark>.py`` and ``memprism eval`` run)."""
 
     enabled: bool = field(True, help="evaluate the trained Router at the end of the job")
-    split: str = field("eval_out_of_distribution", help="evaluation split")
     episodes: int = field(0, help="episodes (0: every game of the split once)")
     conditions: tuple[str, ...] = field(
         ("memprism", "freq_random"), help="conditions; freq_random uses the memprism run's view marginal"
@@ -259,7 +266,6 @@ class FinalEvalConfig:
             raise ValueError("eval.workers and eval.slots must be >= 1, eval.episodes >= 0")
         if self.artifacts < 0:
             raise ValueError(f"eval.artifacts must be >= 0, got {self.artifacts}")
-        check_split(self.split, "eval.split")
         check_condition_names(self.conditions, "eval.conditions")
         for condition in self.conditions:
             if "memory_llm" in condition_needs(condition) and not self.memory.base_url:
@@ -274,40 +280,6 @@ class FinalEvalConfig:
                     f"eval.conditions: {condition!r} samples the view marginal of this run's memprism condition; "
                     f"list memprism before it (got {', '.join(self.conditions)}), or name one in eval.marginal"
                 )
-
-
-@dataclass
-class Mind2WebSection:
-    """Mind2Web jobs (docs/mind2web.md): which splits and how many tasks; the data root is
-    ``corpus.data_root`` (or ``$MIND2WEB_DATA``)."""
-
-    eval_splits: tuple[str, ...] = field(
-        ("test_task", "test_website", "test_domain"), help="Mind2Web splits the evaluation reports, each separately"
-    )
-    eval_tasks: int = field(0, help="tasks per evaluation split (0: every task of the split)")
-    train_tasks: int = field(0, help="training tasks that form GRPO groups (0: every task of the train split)")
-    fixture: bool = field(False, help="build and use the small generated fixture (CPU smoke runs), not the release")
-    fixture_tasks_per_site: int = field(3, help="fixture: tasks per site template and split")
-    candidate_scores: str = field(
-        "",
-        help="converted candidate ranks of the release (scores_all_data.pkl as .parquet/.jsonl/.json; relative: "
-        "under corpus.data_root): MindAct's top-k candidate pool; empty: the project's pool (docs/mind2web.md)",
-    )
-    candidate_top_k: int = field(50, help="MindAct's pool: candidates ranked below this (metric.py top_k)")
-
-    def __post_init__(self) -> None:
-        from memprism_ray.envs.mind2web.candidates import check_format
-        from memprism_ray.envs.mind2web.data import EVAL_SPLITS
-
-        bad = [s for s in self.eval_splits if s not in EVAL_SPLITS]
-        if bad or not self.eval_splits:
-            raise ValueError(f"mind2web.eval_splits={list(self.eval_splits)} is invalid; choose from {EVAL_SPLITS}")
-        if self.eval_tasks < 0 or self.train_tasks < 0 or self.fixture_tasks_per_site < 1:
-            raise ValueError("mind2web.eval_tasks and train_tasks must be >= 0, fixture_tasks_per_site >= 1")
-        if self.candidate_top_k < 1:
-            raise ValueError(f"mind2web.candidate_top_k must be >= 1, got {self.candidate_top_k}")
-        if self.candidate_scores:
-            check_format(self.candidate_scores)  # a pickle is refused here, before any job starts
 
 
 @dataclass
@@ -327,11 +299,19 @@ class ExperimentConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig, help="frozen task policy")
     eval: FinalEvalConfig = field(default_factory=FinalEvalConfig, help="final evaluation")
     phi: PhiConfig = field(default_factory=PhiConfig, help="event extractor Phi: rules or LLM (docs/phi.md)")
-    mind2web: Mind2WebSection = field(default_factory=Mind2WebSection, help="Mind2Web splits and task counts")
     init_checkpoint: str = field("", help="Router checkpoint GRPO starts from ('' : run D1 first, in this job)")
-    ebalfred: EbAlfredSection = field(default_factory=EbAlfredSection, help="EB-ALFRED episodes and simulator")
+    sections: dict[str, Any] = sections_field(
+        section_types, help="each benchmark's own settings section (its Benchmark.section), read as --<name>.<key>"
+    )
 
     def __post_init__(self) -> None:
+        types = loadable_sections(section_types)
+        self.sections = dict(self.sections)  # a replace() must not share the dict it fills
+        for name, section in self.sections.items():
+            if name not in types or not isinstance(section, types[name]):
+                raise ValueError(f"{name}: not a benchmark settings section (known: {', '.join(types)})")
+        for name, tp in types.items():
+            self.sections.setdefault(name, tp())
         for name, device in (("grpo.device", self.grpo.device), ("sft.device", self.sft.device)):
             if device.startswith("cuda") and self.rollout.learner_gpus <= 0:
                 raise ValueError(f"{name}={device} needs rollout.learner_gpus > 0 (e.g. 0.1), got 0")
@@ -354,6 +334,18 @@ class ExperimentConfig:
                 f"rollout.env_slots_per_worker ({self.rollout.env_slots_per_worker}) must be >= grpo.group_size "
                 f"({self.grpo.group_size}): a rollout worker plays a whole group step-synchronously"
             )
+
+    def __getattr__(self, name: str) -> Any:
+        # A benchmark's section reads as a section of the tree (cfg.mind2web); only called for
+        # names that are not attributes, and never for dunders (pickle, copy probe those first).
+        sections = self.__dict__.get("sections")
+        if name.startswith("__") or sections is None or name not in sections:
+            raise AttributeError(f"{type(self).__name__!r} has no attribute or benchmark section {name!r}")
+        return sections[name]
+
+    def with_section(self, name: str, section: Any) -> ExperimentConfig:
+        """This config with benchmark ``name``'s settings section replaced by ``section``."""
+        return dataclasses.replace(self, sections={**self.sections, name: section})
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> ExperimentConfig:

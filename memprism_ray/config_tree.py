@@ -7,6 +7,10 @@ dotted name under the same section, or ``/`` and the full dotted name where it m
 section) is a one-line error naming the new key. Values are coerced to the field's type
 (``nan`` is never a valid setting) and validated by each ``__post_init__``, the entries of a
 ``dict`` field that names a ``schema`` dataclass too.
+
+A tree may also hold sections it does not declare itself (:func:`sections_field`: each
+benchmark's own, from the registry): they read and write as top-level sections
+(``--mind2web.eval_tasks``), and :func:`to_dict` writes them so.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -38,6 +42,27 @@ def field(
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def sections_field(provider: Callable[[], Mapping[str, type | Exception]], *, help: str) -> Any:
+    """A ``dict[str, section]`` field whose entries are top-level sections of the tree, named
+    and typed by ``provider()`` (name -> section dataclass, or the error that stands for one
+    that cannot be loaded here: raised only when the tree names that section)."""
+    return dataclasses.field(default_factory=dict, metadata={"help": help, "sections": provider})
+
+
+def _open_sections(cls: type) -> tuple[str, dict[str, type | Exception]] | None:
+    """The :func:`sections_field` of ``cls`` and its sections (name -> type or error), if it has one."""
+    for f in dataclasses.fields(cls):
+        provider = f.metadata.get("sections")
+        if provider is not None:
+            return f.name, dict(provider())
+    return None
+
+
+def loadable_sections(provider: Callable[[], Mapping[str, type | Exception]]) -> dict[str, type]:
+    """The sections ``provider`` could load (name -> section dataclass)."""
+    return {k: tp for k, tp in provider().items() if isinstance(tp, type)}
 
 
 def coerce_settings(schema: type, data: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -152,13 +177,62 @@ def _renamed_to(prefix: str, new: str) -> str:
     return new[1:] if new.startswith("/") else f"{prefix}{new}"
 
 
+def _section_moves(sections: Mapping[str, type | Exception], prefix: str) -> dict[str, str]:
+    """``{old dotted key: new dotted key}`` of the keys open sections took over from others
+    (a section's ``MOVED_FROM``: old dotted key -> its own key)."""
+    return {
+        f"{prefix}{old}": f"{prefix}{name}.{new}"
+        for name, tp in sections.items()
+        if isinstance(tp, type)
+        for old, new in getattr(tp, "MOVED_FROM", {}).items()
+    }
+
+
+def get_nested(data: Mapping[str, Any], key: str) -> Any:
+    """``data[a][b]`` for ``key`` ``"a.b"``; None where a step is missing or not a mapping."""
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+def moved_keys(cls: type, prefix: str = "") -> dict[str, str]:
+    """Every key of the tree ``cls`` that moved to another section (a ``RENAMED`` entry to an
+    absolute key, or an open section's ``MOVED_FROM``), as ``{old dotted key: new dotted key}``
+    (for reading what an older version recorded)."""
+    out = {f"{prefix}{old}": new[1:] for old, new in getattr(cls, "RENAMED", {}).items() if new.startswith("/")}
+    opened = _open_sections(cls)
+    if opened is not None:
+        out.update(_section_moves(opened[1], prefix))
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if _is_dataclass_type(hints.get(f.name)):
+            out.update(moved_keys(hints[f.name], f"{prefix}{f.name}."))
+    return out
+
+
 def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
     """Build dataclass ``cls`` from a (possibly partial) nested mapping."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{_where or cls.__name__}: expected a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = [k for k in data if k not in fields]
+    opened = _open_sections(cls)
+    extra: dict[str, type] = {}
+    if opened is not None:
+        fields.pop(opened[0])
+        for k, tp in opened[1].items():
+            if isinstance(tp, Exception) and k in data:
+                raise ValueError(f"{k}: {tp}") from None
+        for old, new in _section_moves(opened[1], f"{_where}." if _where else "").items():
+            section, _, key = old.rpartition(".")
+            node = get_nested(data, section)
+            if isinstance(node, Mapping) and key in node:
+                raise ValueError(f"{old} was renamed {new}")
+        extra = {k: tp for k, tp in opened[1].items() if k not in fields and isinstance(tp, type)}
+    unknown = [k for k in data if k not in fields and k not in extra]
     if unknown:
         prefix = f"{_where}." if _where else ""
         renamed = getattr(cls, "RENAMED", {})
@@ -168,10 +242,16 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
             )
         raise ValueError(
             f"unknown setting(s) {', '.join(prefix + k for k in unknown)}; "
-            f"valid keys{' under ' + _where if _where else ''}: {', '.join(fields)}"
+            f"valid keys{' under ' + _where if _where else ''}: {', '.join([*fields, *extra])}"
         )
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
+    if opened is not None:
+        kwargs[opened[0]] = {
+            k: from_dict(extra[k], v, _where=f"{_where}.{k}" if _where else k) for k, v in data.items() if k in extra
+        }
     for name, value in data.items():
+        if name in extra:
+            continue
         where = f"{_where}.{name}" if _where else name
         schema = fields[name].metadata.get("schema")
         if schema is not None and isinstance(value, Mapping):
@@ -187,7 +267,13 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
 def to_dict(obj: Any) -> Any:
     """Plain nested dict of a config tree (tuples become lists, Paths strings)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {}
+        for f in dataclasses.fields(obj):
+            if "sections" in f.metadata:  # written as the tree's own top-level sections
+                out.update({k: to_dict(v) for k, v in getattr(obj, f.name).items()})
+            else:
+                out[f.name] = to_dict(getattr(obj, f.name))
+        return out
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -276,6 +362,10 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     hints = get_type_hints(cls)
     for f in dataclasses.fields(cls):
         name = f"{prefix}{f.name}"
+        if "sections" in f.metadata:
+            for section, tp in loadable_sections(f.metadata["sections"]).items():
+                rows.extend(describe(tp, f"{prefix}{section}."))
+            continue
         tp = hints[f.name]
         if _is_dataclass_type(tp):
             rows.extend(describe(tp, name + "."))

@@ -30,8 +30,8 @@ def test_cache_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def memprism_tiny_corpus() -> Path:
-    from memprism_ray.envs.alfworld import ensure_default_corpus
-    from memprism_ray.envs.alfworld.corpus import default_cache_dir
+    from memprism_ray.benchmark.alfworld import ensure_default_corpus
+    from memprism_ray.benchmark.alfworld.corpus import default_cache_dir
 
     c = TINY_CORPUS
     # Where a job's embedded corpus with these sizes lives under --corpus.cache_dir test_cache_dir():

@@ -28,10 +28,10 @@ from memprism_ray.agent import (
     rows_to_arrow,
 )
 from memprism_ray.baselines import FixedView, make_selector
-from memprism_ray.policy.alfworld import ALFWORLD
+from memprism_ray.benchmark.alfworld.contract import ALFWORLD
+from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
+from memprism_ray.benchmark.alfworld.scripted import ScriptedPolicy
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
-from memprism_ray.policy.scripted import ScriptedPolicy
-from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 from memprism_ray.recorder.stream import EventStream
 from memprism_ray.render.visual_tokens import qwen25vl_tokens
 from memprism_ray.view_space import ViewAction
@@ -128,7 +128,7 @@ class ScriptedWithGlitch(ScriptedPolicy):
 
 @pytest.fixture(scope="module")
 def agent_env():
-    from memprism_ray.envs.alfworld import AlfworldEnv
+    from memprism_ray.benchmark.alfworld import AlfworldEnv
 
     env = AlfworldEnv(num_slots=6)
     yield env
@@ -137,7 +137,7 @@ def agent_env():
 
 @pytest.fixture(scope="module")
 def agent_games(memprism_tiny_corpus: Path) -> list:
-    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.benchmark.alfworld import list_games
 
     games = list_games("eval_out_of_distribution", memprism_tiny_corpus)
     assert len(games) == 6

@@ -1,7 +1,7 @@
 """Benchmark knowledge lives with its benchmark (issue 36 item 1): an ``ast`` walk of every module
 of ``memprism_ray`` outside the benchmark modules finds no table or branch keyed by a benchmark's
 name. A benchmark's modules are ``memprism_ray/benchmark/**`` and the modules and packages named
-for it (``envs/alfworld/``, ``policy/mind2web.py``, ``recorder/phi/ebalfred.py``, ...), which the
+for it (``benchmark/alfworld/``, ``benchmark/mind2web/contract.py``, ``benchmark/ebalfred/phi.py``, ...), which the
 shared code reaches only through the :class:`~memprism_ray.benchmark.Benchmark` object.
 
 Counted, in the shared modules, with a registered name as a string literal:
@@ -20,6 +20,7 @@ adapter/grpo_update, adapter/sft and pipeline/jobs); the issue counted 13 by coa
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from memprism_ray.benchmark import BENCHMARKS
@@ -29,9 +30,10 @@ NAMES = frozenset(BENCHMARKS)
 
 
 def is_benchmark_module(rel: Path) -> bool:
-    """``memprism_ray/benchmark/**`` or a module or package named for a benchmark."""
+    """``memprism_ray/benchmark/**``, a module or package named for a benchmark, or the registry
+    (``memprism_ray/registry.py``: the one table of the benchmarks and the default)."""
     parts = rel.with_suffix("").parts
-    return parts[0] == "benchmark" or any(p.startswith(tuple(NAMES)) for p in parts)
+    return parts[0] in ("benchmark", "registry") or any(p.startswith(tuple(NAMES)) for p in parts)
 
 
 def _names_in(node: ast.AST) -> bool:
@@ -110,5 +112,65 @@ print(f"rule:{DEFAULT}")
             "keyword named for a benchmark",
         ]
     )
-    assert is_benchmark_module(Path("envs/alfworld/env.py")) and is_benchmark_module(Path("policy/mind2web.py"))
+    assert is_benchmark_module(Path("benchmark/alfworld/env.py")) and is_benchmark_module(
+        Path("benchmark/mind2web/contract.py")
+    )
     assert not is_benchmark_module(Path("policy/prompts.py"))
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def naming_sites(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, what)`` where code names a benchmark: an import of one of its modules, or a
+    string that is its name, one of its module paths or one of its settings (``alfworld.x``).
+    Prose (docstrings, help text) that mentions one is not counted."""
+    names = "|".join(sorted(NAMES))
+    module = re.compile(rf"(^|\.)({names})(\.|$)")
+    data = re.compile(rf"^/?({names})(\.\w+)?$|memprism_ray\.(\w+\.)*({names})\b")
+    skip = _docstrings(tree)
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            imported = [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            imported = []
+        if any(module.search(m) for m in imported):
+            out.append((node.lineno, "imports a benchmark's module"))
+        is_code_text = isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+        if is_code_text and data.search(node.value):
+            out.append((node.lineno, f"names a benchmark: {node.value[:60]!r}"))
+    return out
+
+
+def test_only_the_registry_names_a_benchmark() -> None:
+    """Issue 42's target: outside the benchmarks' folders (and the test doubles), no module
+    imports a benchmark's module or names one in code, but the registry, which names the
+    benchmarks and the default once (f519d3d: 11 modules)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] == "testing" or (rel.parts[0] == "benchmark" and len(rel.parts) > 2):
+            continue
+        for line, what in naming_sites(ast.parse(path.read_text(encoding="utf-8"))):
+            found.append(f"memprism_ray/{rel}:{line}: {what}")
+    assert {f.split(":")[0] for f in found} == {"memprism_ray/registry.py"}, "\n".join(found)
+    source = """
+\"\"\"ALFWorld is mentioned here, in prose.\"\"\"
+from memprism_ray.benchmark.alfworld.data import list_games
+import memprism_ray.benchmark.mind2web.report
+KEY = "alfworld.eval_split"
+TARGET = "memprism_ray.benchmark.ebalfred.benchmark:EbAlfred"
+DEFAULT = "alfworld"
+HELP = "an ALFWorld split"
+"""
+    assert [line for line, _ in naming_sites(ast.parse(source))] == [3, 4, 5, 6, 7]

@@ -3,10 +3,13 @@ is read, with the key, the value and what is allowed (issue 10 item 2), never af
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import pytest
 
 from memprism_ray.benchmark import get_benchmark
-from memprism_ray.config import RolloutConfig, load_config
+from memprism_ray.config import ExperimentConfig, RolloutConfig, load_config
 from memprism_ray.config_tree import describe
 from memprism_ray.policy.factory import make_policy
 
@@ -21,8 +24,8 @@ PRESET = "configs/local.yaml"
      (["--eval.conditions", "freq_random,memprism"],
       "eval.conditions: 'freq_random' samples the view marginal of this run's memprism condition; list memprism "
       "before it"),
-     (["--eval.split", "test"], "eval.split: unknown ALFWorld split 'test'; valid splits: train, "),
-     (["--corpus.train_split", "valid_seen"], "corpus.train_split: unknown ALFWorld split 'valid_seen'"),
+     (["--alfworld.eval_split", "test"], "alfworld.eval_split: unknown ALFWorld split 'test'; valid splits: train, "),
+     (["--alfworld.train_split", "valid_seen"], "alfworld.train_split: unknown ALFWorld split 'valid_seen'"),
      (["--label.policy_temperature", "-0.5"], "label.policy_temperature must be >= 0 (0 = greedy), got -0.5"),
      (["--label.counterfactual.cost_temperature", "0"], "label.counterfactual.cost_temperature must be > 0, got 0.0"),
      (["--label.counterfactual.uninformative", "drop"],
@@ -106,3 +109,47 @@ def test_the_presets_load_and_list_the_scripted_keys() -> None:
         load_config(preset)
     names = {name for name, _, _ in describe(type(load_config(PRESET)))}
     assert {"policy.scripted.temperature", "policy.scripted.seed", "rollout.group_timeout_s"} <= names
+
+
+def test_benchmark_sections_come_from_the_registry_and_read_as_sections_of_the_tree(monkeypatch) -> None:
+    """Issue 42 item 2: the config declares no benchmark's section; each benchmark declares its
+    own (``Benchmark.section``) and the tree takes them from the registry, read and written as
+    top-level sections (``--mind2web.eval_tasks``), so presets, checkpoints' config hashes and
+    resumed runs see the same tree as before."""
+    import pickle
+
+    import cloudpickle
+
+    from memprism_ray.config_tree import from_dict, to_dict
+    from memprism_ray.registry import ENV_VAR, section_types
+
+    types = section_types()
+    assert {"alfworld", "ebalfred", "mind2web"} <= set(types)  # each benchmark declares its own
+    cfg = load_config(None, ["--mind2web.eval_tasks", "3", "--ebalfred.fixture_episodes", "2"])
+    assert cfg.mind2web.eval_tasks == 3 and cfg.ebalfred.fixture_episodes == 2
+    assert type(cfg.mind2web) is types["mind2web"]
+    tree = to_dict(cfg)
+    assert "sections" not in tree and tree["mind2web"]["eval_tasks"] == 3 and tree["ebalfred"]["fixture_episodes"] == 2
+    assert from_dict(ExperimentConfig, tree) == cfg
+    assert pickle.loads(pickle.dumps(cfg)) == cfg and cloudpickle.loads(cloudpickle.dumps(cfg)) == cfg
+    assert ExperimentConfig().mind2web == types["mind2web"]()  # defaults filled in
+    moved = cfg.with_section("mind2web", dataclasses.replace(cfg.mind2web, eval_tasks=5))
+    assert moved.mind2web.eval_tasks == 5 and cfg.mind2web.eval_tasks == 3 and moved.ebalfred == cfg.ebalfred
+    with pytest.raises(AttributeError, match="no attribute or benchmark section 'mind2wbe'"):
+        _ = cfg.mind2wbe
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) mind2wbe; valid keys: run, .*mind2web"):
+        load_config(None, ["--mind2wbe.eval_tasks", "3"])
+    with pytest.raises(ValueError, match=r"mind2web.eval_tasks and train_tasks must be >= 0"):
+        load_config(None, ["--mind2web.eval_tasks", "-1"])
+    with pytest.raises(ValueError, match=r"nope: not a benchmark settings section"):
+        ExperimentConfig(sections={"nope": types["mind2web"]()})
+    with pytest.raises(ValueError, match=r"ebalfred: not a benchmark settings section"):
+        ExperimentConfig(sections={"ebalfred": types["mind2web"]()})
+    # A benchmark registered outside the package that this process cannot import (a job script
+    # inherits $MEMPRISM_BENCHMARKS from a shell that registered one): jobs that do not use it
+    # run; naming its section is one line with the cause.
+    registered = os.environ.get(ENV_VAR, "")  # the toy, when its test module was collected
+    monkeypatch.setenv(ENV_VAR, ",".join(filter(None, [registered, "broken=no_such_module:Nope"])))
+    assert load_config(None, ["--mind2web.eval_tasks", "3"]) == cfg.with_section("ebalfred", types["ebalfred"]())
+    with pytest.raises(ValueError, match=r"^broken: benchmark 'broken': cannot load 'no_such_module:Nope' \(ModuleNot"):
+        load_config(None, ["--broken.x", "1"])

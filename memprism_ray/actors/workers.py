@@ -21,6 +21,7 @@ from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.phi.base import Extraction
+from memprism_ray.registry import DEFAULT_BENCHMARK
 from memprism_ray.views import DeltaViewRequest, RenderedView
 
 if TYPE_CHECKING:
@@ -36,7 +37,9 @@ class EnvWorker:
     """Many game slots of one benchmark in one process (fractional CPUs). After a restart the
     slots are empty; the trajectories that were running there are reported failed."""
 
-    def __init__(self, num_slots: int, benchmark: str = "alfworld", options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, num_slots: int, benchmark: str = DEFAULT_BENCHMARK, options: dict[str, Any] | None = None
+    ) -> None:
         from memprism_ray.benchmark import get_benchmark
 
         self.env = get_benchmark(benchmark).make_env(num_slots, options)
@@ -67,7 +70,7 @@ class PhiWorker:
 
     def __init__(
         self,
-        benchmark: str = "alfworld",
+        benchmark: str = DEFAULT_BENCHMARK,
         phi_config: PhiConfig | None = None,
         pool: list[Any] | None = None,
         key: str = "phi",
@@ -138,7 +141,7 @@ class PolicyReplica:
         policy_config: PolicyConfig,
         engine_factory: Any = None,
         data: NodeData | None = None,
-        benchmark: str = "alfworld",
+        benchmark: str = DEFAULT_BENCHMARK,
     ) -> None:
         import asyncio
 

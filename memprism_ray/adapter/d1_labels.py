@@ -53,7 +53,7 @@ class LabelState:
 
 def expert_states(table: Any, episodes: Sequence[int] | None = None) -> list[LabelState]:
     """Decision states of an expert-trajectory table (``memprism games expert`` output)."""
-    from memprism_ray.envs.alfworld.expert_data import load_expert_stream
+    from memprism_ray.adapter.reference_table import load_expert_stream
     from memprism_ray.router.teacher import decision_states
 
     all_eps = sorted(set(table.column("episode").to_pylist()))

@@ -39,6 +39,7 @@ from torch import Tensor
 from memprism_ray.adapter.checkpoint import TableA4Config, TrainerState
 from memprism_ray.adapter.tables import matrix_column
 from memprism_ray.config_tree import field as cfg_field
+from memprism_ray.registry import DEFAULT_BENCHMARK
 from memprism_ray.router.features import FEATURE_DIMS
 from memprism_ray.router.model import ViewPolicyModel
 from memprism_ray.router.sampling import view_log_probs
@@ -69,7 +70,7 @@ class GRPOConfig(TableA4Config):
     #: one step budget, the decision loop's: GRPO's own copy had to equal it (issue 42)
     RENAMED: ClassVar[dict[str, str]] = {"max_steps": "/agent.max_steps"}
 
-    preset_name: str = cfg_field("alfworld", help="Table A.4 row these settings came from")
+    preset_name: str = cfg_field(DEFAULT_BENCHMARK, help="Table A.4 row these settings came from")
     lr: float = cfg_field(3e-6, help="AdamW learning rate (constant)")
     weight_decay: float = cfg_field(0.0, help="AdamW weight decay")
     clip_eps: float = cfg_field(0.2, help="symmetric ratio clip epsilon")

@@ -149,6 +149,13 @@ class Benchmark:
     contract: ClassVar[str]
     #: ``module:attribute`` of its Phi (appendix D.2, E.1: rule extractor, Phi prompt, answer schema)
     phi: ClassVar[str]
+    #: ``module:Class`` of its own settings section (a config dataclass, ``config_tree.field`` per
+    #: setting), read as ``--<name>.<key>`` and reached as ``cfg.<name>``; empty: none
+    section: ClassVar[str] = ""
+    #: its own options of ``memprism eval``: option -> (the config key it sets, help text)
+    eval_options: ClassVar[Mapping[str, tuple[str, str]]] = {}
+    #: module of its own ``memprism`` subcommands (a ``register(subparsers)`` function); empty: none
+    commands: ClassVar[str] = ""
     table_a4_row: ClassVar[str]  # its row of Table A.4 (``--preset`` of ``memprism router sft``)
     sft_row: ClassVar[Mapping[str, object]] = {}  # the row's D1 settings beside SFTConfig's defaults
     grpo_row: ClassVar[Mapping[str, object]] = {}  # the row's GRPO settings beside GRPOConfig's (ALFWorld's)
@@ -247,7 +254,7 @@ class Benchmark:
         self, cfg: ExperimentConfig, games: Sequence[GameRef], rollin: Sequence[GameRef], phi: Phi | None
     ) -> bytes:
         """D1's reference trajectories of ``games`` (and roll-ins on ``rollin``) as the
-        expert-trajectory Parquet (``envs/alfworld/expert_data.py``); ``phi``: an LLM Phi to
+        expert-trajectory Parquet (``benchmark/alfworld/expert_data.py``); ``phi``: an LLM Phi to
         re-record the streams with (``None``: the rule Phi's records)."""
         raise NotImplementedError
 

@@ -12,13 +12,21 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
-#: Subcommand modules, in the order ``--help`` lists them.
+#: Subcommand modules, in the order ``--help`` lists them; then each benchmark's own
+#: (:attr:`~memprism_ray.benchmark.base.Benchmark.commands`, e.g. ALFWorld's ``memprism games``).
 COMMAND_MODULES: tuple[str, ...] = (
     "memprism_ray.cli.view",
-    "memprism_ray.cli.games",
     "memprism_ray.cli.router",
     "memprism_ray.cli.eval",
 )
+
+
+def command_modules() -> list[str]:
+    """:data:`COMMAND_MODULES` and the registered benchmarks' command modules."""
+    from memprism_ray.registry import benchmark_class, known_benchmarks
+
+    own = [getattr(benchmark_class(name), "commands", "") for name in known_benchmarks()]
+    return [*COMMAND_MODULES, *(m for m in own if m)]
 
 
 class CliError(Exception):
@@ -34,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"memprism-ray {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in command_modules():
         if importlib.util.find_spec(name) is None:
             continue
         importlib.import_module(name).register(sub)

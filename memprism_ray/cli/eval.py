@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.cli import CliError
+from memprism_ray.registry import DEFAULT_BENCHMARK, known_benchmarks
 
 #: option -> the config keys it sets (``--max-steps`` sets both horizons, which must agree).
 OPTION_KEYS: dict[str, tuple[str, ...]] = {
     "benchmark": ("corpus.benchmark",),
     "condition": ("eval.conditions",),
-    "split": ("eval.split",),
     "episodes": ("eval.episodes",),
     "seed": ("run.seed",),
     "data_root": ("corpus.data_root",),
@@ -36,7 +36,7 @@ OPTION_KEYS: dict[str, tuple[str, ...]] = {
 #: the scripted stand-in also gets temperature 0.3 and the run's seed).
 DEFAULTS: dict[str, Any] = {
     "run": {"name": "memprism-eval", "seed": 0},
-    "eval": {"split": "eval_out_of_distribution", "episodes": 0, "slots": 8, "artifacts": 3},
+    "eval": {"episodes": 0, "slots": 8, "artifacts": 3},
     "agent": {"max_steps": 50, "short_history": 2},
     "policy": {"backend": "scripted"},
 }
@@ -66,8 +66,13 @@ def register(sub: Any) -> None:
     p.add_argument("--condition", required=True, help="condition name(s), comma-separated (eval.conditions)")
     p.add_argument("--out", required=True, help="output directory (refused when it already holds an evaluation)")
     p.add_argument("--config", default=None, help="YAML preset whose values replace the defaults named here")
-    p.add_argument("--benchmark", default=None, help="alfworld (default), ebalfred or mind2web (corpus.benchmark)")
-    p.add_argument("--split", default=None, help="ALFWorld split (default eval_out_of_distribution), train, ...")
+    p.add_argument(
+        "--benchmark",
+        default=None,
+        help=f"{', '.join(known_benchmarks())} (corpus.benchmark; default {DEFAULT_BENCHMARK})",
+    )
+    for option, (key, help_) in benchmark_eval_options().items():  # e.g. ALFWorld's --split
+        p.add_argument(f"--{option.replace('_', '-')}", default=None, help=f"{help_} ({key})")
     p.add_argument("--episodes", type=int, default=None, help="ALFWorld episodes (default 0: each game once)")
     p.add_argument("--seed", type=int, default=None, help="episode order and policy seed (default 0)")
     p.add_argument("--data-root", default=None, help="ALFWorld data root (default: $ALFWORLD_DATA or built-in corpus)")
@@ -101,6 +106,20 @@ def register(sub: Any) -> None:
     c.set_defaults(func=_compare)
 
 
+def benchmark_eval_options() -> dict[str, tuple[str, str]]:
+    """The registered benchmarks' own options of this command (:attr:`Benchmark.eval_options
+    <memprism_ray.benchmark.base.Benchmark.eval_options>`): option -> (config key, help)."""
+    from memprism_ray.registry import benchmark_class
+
+    out: dict[str, tuple[str, str]] = {}
+    for name in known_benchmarks():
+        for option, spec in getattr(benchmark_class(name), "eval_options", {}).items():
+            if option in OPTION_KEYS or option in out:
+                raise ValueError(f"benchmark {name!r}: memprism eval option --{option} is already taken")
+            out[option] = spec
+    return out
+
+
 def eval_config(args: argparse.Namespace, overrides: list[str]) -> Any:
     """The command's config: ``--config`` (else :data:`DEFAULTS`), then the options given, then the
     ``--section.key`` overrides; ``--seed`` also seeds the scripted policy."""
@@ -109,7 +128,8 @@ def eval_config(args: argparse.Namespace, overrides: list[str]) -> Any:
 
     data = load_yaml(args.config) if args.config else copy.deepcopy(DEFAULTS)
     given: dict[str, Any] = {}
-    for option, keys in OPTION_KEYS.items():
+    options = {**OPTION_KEYS, **{o: (key,) for o, (key, _) in benchmark_eval_options().items()}}
+    for option, keys in options.items():
         value = getattr(args, option)
         for key in keys if value is not None else ():
             set_path(given, key, value)

@@ -14,6 +14,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from memprism_ray.benchmark import get_benchmark
+from memprism_ray.registry import DEFAULT_BENCHMARK, known_benchmarks
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("router", help="inspect, create and D1-train Router checkpoints")
@@ -32,7 +35,10 @@ def register(subparsers: Any) -> None:
     sft = sub.add_parser("sft", help="D1: train on a labelled Parquet dataset (KL to the teacher + cost)")
     sft.add_argument("dataset", help="Parquet file of an SFTDataset (D1 writes <run>/d1/<key>/labels.parquet)")
     sft.add_argument("out", help="output checkpoint directory (saved after every epoch; resumable)")
-    sft.add_argument("--preset", default="alfworld", help="Table A.4 D1 row: alfworld, alfred or mind2web")
+    rows = [get_benchmark(name).table_a4_row for name in known_benchmarks()]
+    sft.add_argument(
+        "--preset", default=get_benchmark(DEFAULT_BENCHMARK).table_a4_row, help=f"Table A.4 D1 row: {', '.join(rows)}"
+    )
     sft.add_argument("--init", dest="init_ckpt", help="start from this checkpoint instead of a fresh model")
     sft.add_argument("--epochs", type=int, help="override the preset's epochs")
     sft.add_argument("--batch-size", type=int, help="override the batch size (256)")

@@ -18,6 +18,7 @@ from typing import Any
 
 from memprism_ray.eval.episodes import EpisodeList, parse_episode_id
 from memprism_ray.io_atomic import atomic_write_text, loads_json, sha256_path, tree_files
+from memprism_ray.registry import DEFAULT_BENCHMARK
 
 SCHEMA = "memprism-run-manifest/1"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -71,7 +72,7 @@ class RunManifest:
     code_revision: str = "unknown"
     code_dirty: bool | None = None
     condition: str = ""
-    benchmark: str = "alfworld"
+    benchmark: str = DEFAULT_BENCHMARK
     created: str = field(default_factory=_utc_now)
     extra: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA
@@ -116,7 +117,7 @@ class RunManifest:
         checkpoints: Mapping[str, str | Path] | None = None,
         checkpoint_sha256: Mapping[str, str] | None = None,
         condition: str = "",
-        benchmark: str = "alfworld",
+        benchmark: str = DEFAULT_BENCHMARK,
         repo_dir: str | Path | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> RunManifest:

@@ -12,15 +12,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memprism_ray.benchmark import get_benchmark
-from memprism_ray.config import check_run_name
-from memprism_ray.config_tree import get_path, to_dict
+from memprism_ray.config import ExperimentConfig, check_run_name
+from memprism_ray.config_tree import get_path, moved_keys, to_dict
 from memprism_ray.io_atomic import atomic_write_text, read_jsonl, seal_jsonl
-
-if TYPE_CHECKING:
-    from memprism_ray.config import ExperimentConfig
 
 CHECKPOINT_PREFIX = "iter_"
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
@@ -98,9 +95,8 @@ def _d1_parts(config: ExperimentConfig) -> dict[str, Any]:
     tree = to_dict(config)
     parts = {s: tree.get(s) for s in D1_SECTIONS}
     parts["run.seed"] = tree.get("run", {}).get("seed")
-    # Only the benchmark settings that make its D1 data (Mind2Web: its candidate pool), never
-    # its evaluation settings. ALFWorld declares none, so its keys are those of runs made
-    # before the benchmarks had sections.
+    # Only the benchmark settings that make its D1 data (Mind2Web: its candidate pool, ALFWorld:
+    # its training split), never its evaluation settings.
     for key in get_benchmark(config.corpus.benchmark).d1_keys:
         parts[key] = to_dict(get_path(config, key))
     phi = tree.get("phi") or {}
@@ -204,7 +200,11 @@ def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: Experime
         changed = ["(the checkpoint records no config hash)"]
     else:
         # A key made resume-free later (run.checkpoint_every) is no change either.
-        old = {k: v for k, v in (extra.get("config") or {}).items() if k not in RESUME_FREE_KEYS | REMOVED_KEYS}
+        # A key a later version moved to another section (its RENAMED entry) is compared under
+        # its new name (e.g. ALFWorld's split names, now its own section's; issue 42).
+        moved = moved_keys(ExperimentConfig)
+        recorded = {moved.get(k, k): v for k, v in (extra.get("config") or {}).items()}
+        old = {k: v for k, v in recorded.items() if k not in RESUME_FREE_KEYS | REMOVED_KEYS}
         new = resume_relevant_config(config)
         # A setting added by a later version of the code, at its default value, computes what the
         # checkpoint's code computed: not a change (e.g. the `phi` section, added at `kind: rules`).

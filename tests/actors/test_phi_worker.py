@@ -20,8 +20,8 @@ _spec.loader.exec_module(stub)
 def test_phi_worker_rules_by_default_and_llm_when_configured(ray_session) -> None:
     ray = ray_session
     from memprism_ray.actors.workers import PhiWorker
+    from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
     from memprism_ray.recorder import RawEvent, StateDelta
-    from memprism_ray.recorder.phi.alfworld import AlfworldPhi
     from memprism_ray.recorder.phi.base import Extraction
     from memprism_ray.recorder.phi.config import PhiConfig
 

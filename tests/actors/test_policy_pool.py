@@ -222,10 +222,10 @@ def test_d1_llm_teacher_labels_expert_decisions_on_the_pool(
     import pyarrow.parquet as pq
 
     from memprism_ray.actors.workers import PolicyReplica
+    from memprism_ray.adapter.reference_table import load_expert_stream
     from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.benchmark.alfworld import list_games
     from memprism_ray.config import load_config
-    from memprism_ray.envs.alfworld import list_games
-    from memprism_ray.envs.alfworld.expert_data import load_expert_stream
     from memprism_ray.testing.fake_vllm import marked_reply
     from memprism_ray.trainer.d1 import collect_reference, d1_cost_line, label_reference
     from memprism_ray.view_space import ViewAction

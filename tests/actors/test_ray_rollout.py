@@ -37,7 +37,7 @@ def system(ray_session, actors_tiny_cfg, actors_reference_ckpt: Path):
 
 
 def _specs(cfg, iteration: int):
-    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.benchmark.alfworld import list_games
     from memprism_ray.trainer.rollouts import sample_groups
 
     games = list_games("train", cfg.corpus.data_root)

@@ -68,7 +68,7 @@ def test_a_rollout_worker_counts_tokens_with_the_task_models_tokenizer(ray_sessi
     counter, so a group plays under ``task`` (it crashed every trajectory before)."""
     from memprism_ray.actors.learner import state_to_numpy
     from memprism_ray.actors.rollout import RolloutWorker
-    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.benchmark.alfworld import list_games
     from memprism_ray.router.model import ViewPolicyModel
     from memprism_ray.trainer.rollouts import sample_groups
 

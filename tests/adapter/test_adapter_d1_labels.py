@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from memprism_ray.adapter.d1_labels import LabelState, ViewConditionedActor, counterfactual_labels, rollin_chooser
+from memprism_ray.benchmark.alfworld.scripted import ScriptedPolicy
 from memprism_ray.composer import compose
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
-from memprism_ray.policy.scripted import ScriptedPolicy
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
 from memprism_ray.render import RenderConfig, render
 from memprism_ray.render.visual_tokens import qwen25vl_tokens

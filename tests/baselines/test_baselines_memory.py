@@ -16,9 +16,9 @@ from PIL import Image
 from memprism_ray.agent import Agent, AgentConfig, EpisodeSpec, LocalServices, TokenCounter
 from memprism_ray.baselines import make_selector
 from memprism_ray.baselines.memory import MemoryCounters, MemorySelector, MemoryView, memory_totals
+from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
+from memprism_ray.benchmark.alfworld.scripted import ScriptedPolicy
 from memprism_ray.policy.base import HistoryRecord, PolicyInput
-from memprism_ray.policy.scripted import ScriptedPolicy
-from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 from memprism_ray.render.visual_tokens import qwen25vl_tokens
 
 
@@ -35,7 +35,7 @@ class RecordingPolicy(ScriptedPolicy):
 
 @pytest.fixture(scope="module")
 def env():
-    from memprism_ray.envs.alfworld import AlfworldEnv
+    from memprism_ray.benchmark.alfworld import AlfworldEnv
 
     e = AlfworldEnv(num_slots=3)
     yield e
@@ -44,7 +44,7 @@ def env():
 
 @pytest.fixture(scope="module")
 def games(memprism_tiny_corpus: Path) -> list:
-    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.benchmark.alfworld import list_games
 
     return list_games("eval_out_of_distribution", memprism_tiny_corpus)[:3]
 
@@ -177,8 +177,9 @@ def _eval_cfg(corpus: Path, conditions: tuple[str, ...], **memory: str):
     data = {
         "run": {"seed": 1},
         "corpus": {"data_root": str(corpus)},
-        "eval": {"conditions": list(conditions), "split": "eval_out_of_distribution", "episodes": 2, "slots": 2,
-                 "artifacts": 0, "workers": 1, "memory": memory},
+        "eval": {"conditions": list(conditions), "episodes": 2, "slots": 2, "artifacts": 0, "workers": 1,
+                 "memory": memory},
+        "alfworld": {"eval_split": "eval_out_of_distribution"},
         "agent": {"max_steps": 6, "token_counter": "words"},
         "rollout": {"env_cpus": 0.1},
         "policy": {"backend": "scripted", "scripted": {"temperature": 0.0, "seed": 1}},

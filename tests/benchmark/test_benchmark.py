@@ -58,7 +58,9 @@ def test_alfworld_refuses_evaluation_on_training_games(memprism_tiny_corpus: Pat
     cfg = alf.prepare(load_config("configs/local.yaml", ["--corpus.data_root", str(memprism_tiny_corpus)]), print)
     alf.check_disjoint(cfg)  # the default: eval_out_of_distribution against train
     bad = alf.prepare(
-        load_config("configs/local.yaml", ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.split", "train"]),
+        load_config(
+            "configs/local.yaml", ["--corpus.data_root", str(memprism_tiny_corpus), "--alfworld.eval_split", "train"]
+        ),
         print,
     )
     n = len(alf.train_games(bad))
@@ -66,7 +68,9 @@ def test_alfworld_refuses_evaluation_on_training_games(memprism_tiny_corpus: Pat
         BenchmarkConfigError, match=rf"^{n} of the {n} alfworld evaluation tasks are also training tasks"
     ):
         alf.check_disjoint(bad)
-    with pytest.raises(BenchmarkConfigError, match=r"change corpus\.train_split, eval\.split, corpus\.data_root"):
+    with pytest.raises(
+        BenchmarkConfigError, match=r"change alfworld\.train_split, alfworld\.eval_split, corpus\.data_root"
+    ):
         alf.check_disjoint(bad)
 
 
@@ -128,7 +132,7 @@ def test_ebalfred_d1_plays_the_fixture_annotations_with_instance_names(tmp_path:
 
     import pyarrow.parquet as pq
 
-    from memprism_ray.recorder.phi.ebalfred import EbAlfredRulePhi
+    from memprism_ray.benchmark.ebalfred.phi import EbAlfredRulePhi
 
     eb = get_benchmark("ebalfred")
     overrides = ["--run.out_dir", str(tmp_path), "--ebalfred.resolution", "64"]

@@ -54,6 +54,7 @@ def toy_config(out_dir: Path) -> Any:
         "eval.workers": "1",
         "eval.slots": "4",
         "eval.artifacts": "0",
+        "toy.eval_targets": "10,12",  # its own section (ToySection), read like any other
     }
     return load_config("configs/local.yaml", [x for k, v in tiny.items() for x in (f"--{k}", v)])
 
@@ -86,6 +87,19 @@ def test_the_toy_brings_every_part_of_a_benchmark(tmp_path: Path) -> None:
     assert ex.evidence["phi"] == "llm" and [(d.key, d.new_value) for d in ex.delta] == [("counter.value", "2")]
     assert toy.phi_spec().rule().extract(RawEvent("o", "add 2", "Nothing happens."), {}).failed
     assert toy.sft_preset().preset_name == toy.grpo_preset().preset_name == "toy"
+    # Its own settings section, from the registry: parsed, checked, in the plan, in --help.
+    from memprism_ray.config import load_config
+    from memprism_ray.config_tree import describe, to_dict
+
+    assert cfg.toy.eval_targets == (10, 12) and cfg.toy.train_targets == tuple(range(4, 10))
+    assert [g.game_id for g in toy.train_games(cfg)] == [f"reach-{n}" for n in range(4, 10)]
+    assert {s.game.game_id for s in toy.eval_plan(cfg).specs} == {"reach-10", "reach-12"}
+    assert to_dict(cfg)["toy"] == {"train_targets": [4, 5, 6, 7, 8, 9], "eval_targets": [10, 12]}
+    assert ("toy.eval_targets", "(10, 11, 12, 13)", "targets N of the evaluation games") in describe(type(cfg))
+    with pytest.raises(ValueError, match=r"toy: targets \[5\] are in both toy.train_targets and toy.eval_targets"):
+        load_config(None, ["--toy.eval_targets", "5,11"])
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) toy.targets; valid keys under toy: train_targets"):
+        load_config(None, ["--toy.targets", "5"])
     # Its own reward, declared in its module: what GRPO trains on (issue 42 item 3).
     from memprism_ray.agent import EpisodeResult, EpisodeSpec
     from memprism_ray.benchmark import BenchmarkConfigError
@@ -118,5 +132,6 @@ def test_fit_trains_and_evaluates_the_toy(ray_session, tmp_path: Path) -> None:
     assert grpo["trajectories"] == 6 and grpo["failed_trajectories"] == 0  # 2 groups x 3
     assert {m["condition"] for m in metrics if m.get("kind") == "eval"} == {"memprism", "no_memory"}
     report = (run / "eval" / "toy.md").read_text()  # the toy's own report
+    assert "Targets: 10, 12" in report  # its settings section reached the evaluation
     assert report.startswith("# Toy: reach N") and "| memprism | " in report and "| no_memory | " in report
     assert (run / "eval" / "summary.md").is_file()  # beside the shared one

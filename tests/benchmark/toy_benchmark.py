@@ -11,6 +11,8 @@ forgets how far it got overshoots: what the memory view shows decides.
   Phi prompt kept here (:data:`TOY_PHI`);
 * its task contract: the prompt, the parser and the scripted CPU stand-in :class:`ToyPolicy`
   (:data:`CONTRACT`);
+* its own settings section, ``--toy.<key>`` (:class:`ToySection`: which targets it trains and
+  evaluates on);
 * the benchmark: tasks, D1's expert, its own reward (:func:`fewest_adds`) and its report (:class:`Toy`).
 """
 
@@ -20,10 +22,12 @@ import io
 import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memprism_ray.benchmark.base import Benchmark, EvalPlan, EvalRun, Played, Report, rerecord_episodes
+from memprism_ray.config_tree import field
 from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.io_atomic import atomic_write_text
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
@@ -47,8 +51,6 @@ if TYPE_CHECKING:
 MODULE = "tests.benchmark.toy_benchmark"
 ACTIONS = ("add 1", "add 2")
 REFUSED = "Nothing happens."
-TRAIN_TARGETS = range(4, 10)
-EVAL_TARGETS = range(10, 14)
 
 
 def target_of(game: GameRef) -> int:
@@ -183,6 +185,22 @@ class ToyPolicy:
         return out
 
 
+# --------------------------------------------------------------------------------- settings
+@dataclass
+class ToySection:
+    """The toy's own settings (``--toy.<key>``; ``cfg.toy``): the targets of its games."""
+
+    train_targets: tuple[int, ...] = field(tuple(range(4, 10)), help="targets N of the training games")
+    eval_targets: tuple[int, ...] = field(tuple(range(10, 14)), help="targets N of the evaluation games")
+
+    def __post_init__(self) -> None:
+        if not self.train_targets or not self.eval_targets or min(*self.train_targets, *self.eval_targets) < 1:
+            raise ValueError("toy.train_targets and toy.eval_targets: at least one target each, every one >= 1")
+        both = sorted(set(self.train_targets) & set(self.eval_targets))
+        if both:
+            raise ValueError(f"toy: targets {both} are in both toy.train_targets and toy.eval_targets")
+
+
 # --------------------------------------------------------------------------------- the benchmark
 def fewest_adds(result: EpisodeResult, grpo: GRPOConfig) -> float:
     """The toy's own GRPO return: a win in the fewest adds (ceil(N / 2)) is 1, a longer win
@@ -194,23 +212,24 @@ def fewest_adds(result: EpisodeResult, grpo: GRPOConfig) -> float:
 
 class Toy(Benchmark):
     name = "toy"
+    section = f"{MODULE}:ToySection"
     rewards = {"fewest_adds": fewest_adds}  # noqa: RUF012 - a class constant
     env_factory = f"{MODULE}:ToyEnv"
     contract = f"{MODULE}:CONTRACT"
     phi = f"{MODULE}:TOY_PHI"
-    train_keys = ()  # fixed targets: no config key chooses them
-    eval_keys = ()
+    train_keys = ("toy.train_targets",)
+    eval_keys = ("toy.eval_targets",)
     table_a4_row = "toy"
     summary_file = "toy.md"
 
     def train_games(self, cfg: ExperimentConfig) -> list[GameRef]:
-        return [game(n, "train") for n in TRAIN_TARGETS]
+        return [game(n, "train") for n in cfg.toy.train_targets]
 
     def eval_plan(self, cfg: ExperimentConfig) -> EvalPlan:
         from memprism_ray.agent import EpisodeSpec
         from memprism_ray.eval.episodes import build_episode_list
 
-        games = {g.game_id: g for g in (game(n, "eval") for n in EVAL_TARGETS)}
+        games = {g.game_id: g for g in (game(n, "eval") for n in cfg.toy.eval_targets)}
         episodes = build_episode_list("toy", list(games), cfg.eval.episodes or None, seed=cfg.run.seed)
         specs = [EpisodeSpec(e, games[g]) for e, g in zip(episodes.episode_ids, episodes.game_ids, strict=True)]
         return EvalPlan(episodes, specs, cfg.eval.workers, cfg.eval.slots)
@@ -221,7 +240,7 @@ class Toy(Benchmark):
         """The expert: add 2 while two or more are left, then add 1."""
         import pyarrow.parquet as pq
 
-        from memprism_ray.envs.alfworld.expert_data import ExpertEpisode, episodes_to_arrow
+        from memprism_ray.adapter.reference_table import ExpertEpisode, episodes_to_arrow
 
         env, rules, episodes = ToyEnv(1), ToyPhi(), []
         for g in games:
@@ -241,7 +260,8 @@ class Toy(Benchmark):
     def write_summary(self, reports: list[Report], played: list[Played], ctx: EvalRun) -> Report:
         """The shared ``summary.md`` and the toy's own ``toy.md``: targets reached per condition."""
         summary = super().write_summary(reports, played, ctx)
-        lines = ["# Toy: reach N", "", "| condition | reached | SR |", "|---|---|---|"]
+        targets = ", ".join(map(str, ctx.cfg.toy.eval_targets))
+        lines = ["# Toy: reach N", "", f"Targets: {targets}", "", "| condition | reached | SR |", "|---|---|---|"]
         for rep in reports:
             lines.append(f"| {rep['condition']} | {rep['successes']}/{rep['n']} | {100 * rep['sr']:.1f}% |")
         atomic_write_text(ctx.out_dir / self.summary_file, "\n".join(lines) + "\n")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
 from memprism_ray.recorder import EventStream, RawEvent
-from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("bench_phi_agreement", ROOT / "benchmarks" / "bench_phi_agreement.py")

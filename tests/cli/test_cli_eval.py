@@ -105,7 +105,7 @@ def test_broken_games_are_failures_and_the_exit_code_says_so(
     # Issue 10's report: four games of which three are broken printed "0 / 1" and exited 0.
     import shutil
 
-    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.benchmark.alfworld import list_games
 
     games = list_games(SPLIT, memprism_tiny_corpus)[:4]
     for i, g in enumerate(games):
@@ -134,7 +134,8 @@ def test_broken_games_are_failures_and_the_exit_code_says_so(
     ("args", "message"),
     [(["--policy-temperature", "-1"], "policy.scripted.temperature must be >= 0 (0 = greedy), got -1.0"),
      (["--split", "test"],
-      "eval.split: unknown ALFWorld split 'test'; valid splits: train, eval_in_distribution, eval_out_of_distribution"),
+      "alfworld.eval_split: unknown ALFWorld split 'test'; valid splits: train, eval_in_distribution, "
+      "eval_out_of_distribution"),
      (["--condition", "no_memory,no_memory"], "eval.conditions: condition 'no_memory' is listed twice")],
 )  # fmt: skip
 def test_bad_settings_exit_2_before_any_work(

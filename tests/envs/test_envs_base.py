@@ -52,7 +52,7 @@ def test_game_ref_round_trip_and_errors(tmp_path: Path) -> None:
 
 
 def test_alfworld_env_satisfies_the_protocol() -> None:
-    from memprism_ray.envs.alfworld.env import AlfworldEnv
+    from memprism_ray.benchmark.alfworld.env import AlfworldEnv
 
     env = AlfworldEnv(num_slots=3, fast=False)
     try:

@@ -19,23 +19,23 @@ from PIL import Image
 
 from memprism_ray.agent import Agent, AgentConfig, EpisodeResult, EpisodeSpec, LocalServices
 from memprism_ray.baselines import FixedView, make_selector
+from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
+from memprism_ray.benchmark.alfworld.scripted import ScriptedPolicy
 from memprism_ray.eval.artifacts import safe_name, write_episode_artifacts
-from memprism_ray.policy.scripted import ScriptedPolicy
-from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 from memprism_ray.recorder.stream import EventStream
 from memprism_ray.view_space import ViewAction
 
 
 @pytest.fixture(scope="module")
 def artifact_games(memprism_tiny_corpus: Path) -> list:
-    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.benchmark.alfworld import list_games
 
     return list_games("eval_out_of_distribution", memprism_tiny_corpus)[:2]
 
 
 @pytest.fixture(scope="module")
 def artifact_env():
-    from memprism_ray.envs.alfworld import AlfworldEnv
+    from memprism_ray.benchmark.alfworld import AlfworldEnv
 
     env = AlfworldEnv(num_slots=2)
     yield env

@@ -33,8 +33,8 @@ def _cfg(corpus: Path, conditions: tuple[str, ...], **kw: Any) -> ExperimentConf
     data = {
         "run": {"name": "eval-protocol", "seed": 3},
         "corpus": {"data_root": str(corpus)},
-        "eval": merge({"conditions": list(conditions), "split": SPLIT, "episodes": 4, "slots": 4, "artifacts": 1,
-                       "workers": 1}, kw),
+        "eval": merge({"conditions": list(conditions), "episodes": 4, "slots": 4, "artifacts": 1, "workers": 1}, kw),
+        "alfworld": {"eval_split": SPLIT},
         "agent": {"max_steps": steps, "token_counter": "words"},
         "rollout": {"env_cpus": 0.1},
         "policy": {"backend": "scripted", "scripted": {"temperature": 0.3, "seed": 3}},
@@ -193,8 +193,6 @@ def test_eval_config_rejects_bad_settings() -> None:
         FinalEvalConfig(conditions=())
     with pytest.raises(ValueError, match="slots"):
         FinalEvalConfig(slots=0)
-    with pytest.raises(ValueError, match=r"eval\.split: unknown ALFWorld split 'test'; valid splits: train, "):
-        FinalEvalConfig(split="test")
     with pytest.raises(ValueError, match=r"policy\.scripted\.temperature must be >= 0"):
         PolicyConfig(scripted={"temperature": -1})
 
@@ -204,7 +202,7 @@ def _corpus_with_broken_games(corpus: Path, root: Path, n: int, broken: int) -> 
     file that is not JSON; returns the broken games' ids."""
     import shutil
 
-    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.benchmark.alfworld import list_games
 
     games = list_games(SPLIT, corpus)[:n]
     for g in games:

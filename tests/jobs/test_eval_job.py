@@ -25,7 +25,7 @@ def _eval_job():
 
 
 def _data(corpus: Path, root: Path, n: int, broken: int) -> Path:
-    from memprism_ray.envs.alfworld import list_games
+    from memprism_ray.benchmark.alfworld import list_games
 
     for i, g in enumerate(list_games(SPLIT, corpus)[:n]):
         dst = root / "json_2.1.1" / "valid_unseen" / g.game_id
@@ -37,7 +37,7 @@ def _data(corpus: Path, root: Path, n: int, broken: int) -> Path:
 
 def _overrides(data: Path) -> list[str]:
     return ["--corpus.data_root", str(data), "--eval.episodes", "4", "--eval.conditions", "no_memory,recent4",
-            "--eval.split", SPLIT, "--eval.workers", "2", "--eval.slots", "2", "--eval.artifacts", "0",
+            "--alfworld.eval_split", SPLIT, "--eval.workers", "2", "--eval.slots", "2", "--eval.artifacts", "0",
             "--agent.max_steps", "3", "--rollout.env_cpus", "0.1"]  # fmt: skip
 
 
@@ -89,7 +89,7 @@ def test_a_lost_worker_fails_its_share_not_the_job(
 def test_the_viewer_episode_is_painted_on_whichever_worker_plays_it(
     ray_session, memprism_tiny_corpus: Path, tmp_path: Path
 ) -> None:
-    from memprism_ray.benchmark.alfworld import plan_episodes
+    from memprism_ray.benchmark.alfworld.benchmark import plan_episodes
 
     data = _data(memprism_tiny_corpus, tmp_path / "data", 4, 0)
     out = tmp_path / "out"

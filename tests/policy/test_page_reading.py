@@ -8,11 +8,11 @@ the policy, and the same fact on a page that does show it must change its action
 
 from __future__ import annotations
 
+from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
+from memprism_ray.benchmark.alfworld.reader import read_facts
+from memprism_ray.benchmark.alfworld.scripted import ScriptedPolicy, belief, decide
 from memprism_ray.composer import compose
-from memprism_ray.policy.alfworld_reader import read_facts
-from memprism_ray.policy.scripted import ScriptedPolicy, belief, decide
 from memprism_ray.recorder.events import RawEvent
-from memprism_ray.recorder.phi.alfworld import AlfworldPhi
 from memprism_ray.recorder.phi.base import record_event
 from memprism_ray.recorder.stream import EventStream
 from memprism_ray.render import RenderConfig, render

@@ -7,16 +7,16 @@ import types
 
 import pytest
 
+from memprism_ray.benchmark.alfworld.contract import ALFWORLD
+from memprism_ray.benchmark.alfworld.scripted import ScriptedPolicy
+from memprism_ray.benchmark.mind2web.contract import MIND2WEB
+from memprism_ray.benchmark.mind2web.stand_in import Mind2WebScriptedPolicy
 from memprism_ray.config_tree import from_dict, parse_overrides
-from memprism_ray.policy.alfworld import ALFWORLD
 from memprism_ray.policy.base import PolicyInput, PolicyOutput, TaskPolicy
 from memprism_ray.policy.config import PolicyConfig, VLLMConfig
 from memprism_ray.policy.contract import TaskContract
 from memprism_ray.policy.factory import make_policy, needs_view_text
-from memprism_ray.policy.mind2web import MIND2WEB
-from memprism_ray.policy.mind2web_scripted import Mind2WebScriptedPolicy
 from memprism_ray.policy.openai_backend import OpenAIChatPolicy
-from memprism_ray.policy.scripted import ScriptedPolicy
 
 
 def test_openai_backend_from_a_dotted_override_tree() -> None:

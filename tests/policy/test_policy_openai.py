@@ -13,10 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from PIL import Image
 
-from memprism_ray.policy.alfworld import ALFWORLD
+from memprism_ray.benchmark.alfworld.contract import ALFWORLD
+from memprism_ray.benchmark.ebalfred.contract import EBALFRED
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput
 from memprism_ray.policy.config import OpenAIConfig
-from memprism_ray.policy.ebalfred import EBALFRED
 from memprism_ray.policy.openai_backend import OpenAIChatPolicy, build_openai_payload
 
 VIEW = Image.new("RGB", (672, 448), (10, 20, 30))

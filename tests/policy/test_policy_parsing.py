@@ -9,11 +9,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memprism_ray.benchmark import get_benchmark
-from memprism_ray.policy import alfworld, ebalfred, mind2web, parsing
-from memprism_ray.policy.alfworld import ALFWORLD, parse_alfworld
+from memprism_ray.benchmark.alfworld import contract as alfworld
+from memprism_ray.benchmark.alfworld.contract import ALFWORLD, parse_alfworld
+from memprism_ray.benchmark.ebalfred import contract as ebalfred
+from memprism_ray.benchmark.ebalfred.contract import EBALFRED_PUT_DOWN, parse_ebalfred
+from memprism_ray.benchmark.mind2web import contract as mind2web
+from memprism_ray.benchmark.mind2web.contract import MIND2WEB_OPS, decode_mind2web_action, parse_mind2web
+from memprism_ray.policy import parsing
 from memprism_ray.policy.base import PolicyInput
-from memprism_ray.policy.ebalfred import EBALFRED_PUT_DOWN, parse_ebalfred
-from memprism_ray.policy.mind2web import MIND2WEB_OPS, decode_mind2web_action, parse_mind2web
 from memprism_ray.policy.parsing import extract_action_tag
 
 

@@ -6,8 +6,8 @@ import pytest
 from PIL import Image
 
 from memprism_ray.benchmark import get_benchmark
+from memprism_ray.benchmark.mind2web.contract import snapshot_refs
 from memprism_ray.policy.base import HistoryRecord, PolicyInput
-from memprism_ray.policy.mind2web import snapshot_refs
 from memprism_ray.policy.prompts import (
     PROMPT_VERSION,
     VIEW_TEXT_BEGIN,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from memprism_ray.policy.alfworld import ALFWORLD
+from memprism_ray.benchmark.alfworld.contract import ALFWORLD
+from memprism_ray.benchmark.ebalfred.contract import EBALFRED
 from memprism_ray.policy.base import PolicyInput
 from memprism_ray.policy.chat_format import IMAGE_PLACEHOLDER
 from memprism_ray.policy.config import VLLMConfig
-from memprism_ray.policy.ebalfred import EBALFRED
 from memprism_ray.policy.vllm_backend import build_vllm_request, engine_kwargs, sampling_kwargs
 
 VIEW = Image.new("RGB", (672, 672), "white")

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from memprism_ray.policy.alfworld import ALFWORLD
+from memprism_ray.benchmark.alfworld.contract import ALFWORLD
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput
 from memprism_ray.policy.config import VLLMConfig
 from memprism_ray.policy.vllm_async import AsyncVLLMPolicy

@@ -143,7 +143,7 @@ def test_text_is_the_layout_of_every_view(n: int, seed: int, action: ViewAction)
 
 
 def test_scripted_reader_finds_what_the_view_shows() -> None:
-    reader = pytest.importorskip("memprism_ray.policy.alfworld_reader")
+    reader = pytest.importorskip("memprism_ray.benchmark.alfworld.reader")
     stream = alfworld_like_stream(60, 11)
     text = render_text(compose(stream, "EntityState/all/state_update/medium"), RenderConfig(max_side=896))
     facts = reader.read_facts(text)

@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from memprism_ray.benchmark.mind2web import MIND2WEB_TEACHER_PROMPT, Mind2WebLLMTeacher
+from memprism_ray.benchmark.mind2web.benchmark import MIND2WEB_TEACHER_PROMPT, Mind2WebLLMTeacher
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
 from memprism_ray.router.teacher import (
     GENERIC_PROMPT,
@@ -46,7 +46,7 @@ def test_prompts_are_the_verbatim_appendix_e2_texts() -> None:
     assert "Phase 2 -- COST TIE-BREAK: only after Phase 1 identifies multiple equally discriminative" in generic
     assert "  shorter window < longer window\n  more selective filter < all\n  coarse < medium < fine\n" in generic
     assert generic.rstrip().endswith("Return at most {top_k} items.")
-    m2w = MIND2WEB_TEACHER_PROMPT.load()  # the Mind2Web benchmark's own (benchmark/mind2web.py)
+    m2w = MIND2WEB_TEACHER_PROMPT.load()  # the Mind2Web benchmark's own (benchmark/mind2web/benchmark.py)
     assert m2w.startswith("You are a Mind2Web view teacher for MemPrism.")
     assert "You are given compact summaries, not raw HTML." in m2w
     assert '"observation_stats": {observation_stats},' in m2w

@@ -35,10 +35,14 @@ def test_a_run_dir_through_a_regular_file_is_one_line(
 def test_training_on_the_evaluation_games_is_refused_and_leaves_no_run_dir(
     tmp_path: Path, memprism_tiny_corpus: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = _cfg(tmp_path, memprism_tiny_corpus, "--eval.split", "train")
+    cfg = _cfg(tmp_path, memprism_tiny_corpus, "--alfworld.eval_split", "train")
     assert fit_module.fit(cfg, get_benchmark("alfworld"), []) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "alfworld evaluation tasks are also training tasks" in err[0] and "eval.split" in err[0]
+    assert (
+        len(err) == 1
+        and "alfworld evaluation tasks are also training tasks" in err[0]
+        and "alfworld.eval_split" in err[0]
+    )
     assert not cfg.run.dir.exists()
 
 

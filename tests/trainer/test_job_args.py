@@ -46,7 +46,7 @@ def test_a_job_rejects_a_setting_it_would_ignore(monkeypatch: pytest.MonkeyPatch
 def test_widening_a_jobs_declaration_is_the_one_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     """A benchmark's jobs' declarations are its own (``Benchmark.job_supports``): widening one is
     the one switch, and EB-ALFRED's GRPO job labels with the LLM teacher only."""
-    from memprism_ray.benchmark.alfworld import Alfworld
+    from memprism_ray.benchmark.alfworld.benchmark import Alfworld
 
     cfg = load_config("configs/local.yaml", ["--label.teacher", "llm"])
     monkeypatch.setattr(Alfworld, "job_supports", {"grpo": {"label.teacher": ("counterfactual",)}})

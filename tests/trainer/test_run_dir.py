@@ -358,3 +358,25 @@ def test_d1_key_covers_only_the_benchmark_settings_that_make_d1(tmp_path: Path, 
         assert d1_key(load(*override)) == base, override
     for override in d1:
         assert d1_key(load(*override)) != base, override
+
+
+def test_a_checkpoint_made_before_alfworld_had_its_section_resumes(tmp_path: Path) -> None:
+    """Issue 42: ``corpus.train_split`` and ``eval.split`` are ALFWorld's section's now
+    (``alfworld.train_split``, ``alfworld.eval_split``); a checkpoint that recorded the old keys
+    resumes, its values compared under the new names; the old keys are refused naming the new."""
+    c = cfg(tmp_path)
+
+    def older(config: dict) -> dict:
+        config = {k: v for k, v in config.items() if not k.startswith("alfworld.")}
+        return {**config, "corpus.train_split": "train", "eval.split": "eval_out_of_distribution"}
+
+    path = _older_checkpoint(c, older)
+    assert prepare_run_dir(c.run.dir, "auto", c) == path
+    with pytest.raises(RunDirError, match=r"alfworld\.eval_split"):
+        prepare_run_dir(c.run.dir, "auto", cfg(tmp_path, "--alfworld.eval_split", "eval_in_distribution"))
+    with pytest.raises(ValueError, match=r"eval\.split was renamed alfworld\.eval_split"):
+        cfg(tmp_path, "--eval.split", "train")
+    with pytest.raises(ValueError, match=r"corpus\.train_split was renamed alfworld\.train_split"):
+        cfg(tmp_path, "--corpus.train_split", "train")
+    with pytest.raises(ValueError, match=r"alfworld\.eval_split: unknown ALFWorld split 'nope'"):
+        cfg(tmp_path, "--alfworld.eval_split", "nope")

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from memprism_ray.benchmark import get_benchmark
+from memprism_ray.benchmark.mind2web.fixture import SCORES_FILE, build_fixture
 from memprism_ray.config import load_config
-from memprism_ray.envs.mind2web.fixture import SCORES_FILE, build_fixture
 
 fit_module = importlib.import_module("memprism_ray.trainer.fit")  # the package re-exports fit(), the function
 
-REGENERATE = "regenerate it from the release's scores_all_data.pkl with `python -m memprism_ray.envs.mind2web."
+REGENERATE = "regenerate it from the release's scores_all_data.pkl with `python -m memprism_ray.benchmark.mind2web."
 
 
 @pytest.fixture(autouse=True)
@@ -128,9 +128,9 @@ def test_candidate_scores_that_miss_a_played_step_are_one_line_before_ray(
 ) -> None:
     """A whole file that ranks none of some step the run plays: every env playing that task would
     fail on it mid-run; the driver names the first such step instead."""
-    from memprism_ray.envs.mind2web import list_games
-    from memprism_ray.envs.mind2web.candidates import sample_id
-    from memprism_ray.envs.mind2web.data import load_task
+    from memprism_ray.benchmark.mind2web import list_games
+    from memprism_ray.benchmark.mind2web.candidates import sample_id
+    from memprism_ray.benchmark.mind2web.data import load_task
 
     monkeypatch.delenv("MIND2WEB_DATA", raising=False)
     dropped_split = "test_task" if split == "evaluation tasks" else "train"
@@ -200,4 +200,6 @@ def test_a_bad_ebalfred_episode_list_names_its_file_and_line(
     )
     line = _refused(cfg, "ebalfred", capsys)
     assert line.startswith(f"[grpo] error: {bad} is not valid JSON: ") and "line 2 column" in line, line
-    assert line.endswith("or write the ALFRED training list again with python -m memprism_ray.envs.ebalfred.training")
+    assert line.endswith(
+        "or write the ALFRED training list again with python -m memprism_ray.benchmark.ebalfred.training"
+    )

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from memprism_ray.recorder.phi.alfworld import INST
+from memprism_ray.benchmark.alfworld.phi import INST
 
 OUT = Path(__file__).with_name("data") / "alfworld_transcript.json"
 SEED = 5
@@ -51,9 +51,9 @@ def feedback_template(feedback: str) -> str:
 def main() -> None:
     from importlib.metadata import version
 
-    from memprism_ray.envs.alfworld.corpus import CorpusConfig, build_corpus
-    from memprism_ray.envs.alfworld.data import SPLITS, list_games
-    from memprism_ray.envs.alfworld.env import AlfworldEnv
+    from memprism_ray.benchmark.alfworld.corpus import CorpusConfig, build_corpus
+    from memprism_ray.benchmark.alfworld.data import SPLITS, list_games
+    from memprism_ray.benchmark.alfworld.env import AlfworldEnv
 
     rng = random.Random(SEED)
     templates: dict[str, dict] = {}

@@ -3,7 +3,7 @@
 ``data/alfworld_transcript.json`` holds every distinct feedback template the real engine
 emitted over 216 generated episodes (expert, partly random and random commands; see
 ``make_alfworld_transcript.py``, which regenerates it in ~2 minutes). A live cross-check on
-freshly played games is in ``tests/envs/test_alfworld_env.py``.
+freshly played games is in ``tests/benchmark/alfworld/test_alfworld_env.py``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from make_alfworld_transcript import feedback_template
 
-from memprism_ray.recorder import EventStream, Outcome, RawEvent, StateDelta
-from memprism_ray.recorder.phi import Phi, record_event
-from memprism_ray.recorder.phi.alfworld import (
+from memprism_ray.benchmark.alfworld.phi import (
     AlfworldPhi,
     classify_feedback,
     list_items,
     parse_command,
 )
+from memprism_ray.recorder import EventStream, Outcome, RawEvent, StateDelta
+from memprism_ray.recorder.phi import Phi, record_event
 
 TRANSCRIPT = Path(__file__).with_name("data") / "alfworld_transcript.json"
 

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.recorder.events import Outcome, RawEvent
-from memprism_ray.recorder.phi.base import Extraction, Phi, record_event
-from memprism_ray.recorder.phi.ebalfred import (
+from memprism_ray.benchmark.ebalfred.phi import (
     PROMPT_PATH,
     EbAlfredPhi,
     EbAlfredRulePhi,
@@ -21,6 +19,8 @@ from memprism_ray.recorder.phi.ebalfred import (
     parse_skill,
     validate_boxes,
 )
+from memprism_ray.recorder.events import Outcome, RawEvent
+from memprism_ray.recorder.phi.base import Extraction, Phi, record_event
 from memprism_ray.recorder.stream import EventStream
 
 OK = "Last action executed successfully."
@@ -190,11 +190,11 @@ def test_fixture_episode_grounds_with_exact_boxes(tmp_path: Path) -> None:
     fixture's ground-truth boxes gets every one accepted."""
     from memprism_ray.agent import Agent, AgentConfig, EpisodeSpec, LocalServices
     from memprism_ray.baselines import make_selector
-    from memprism_ray.envs.ebalfred.data import game_ref
-    from memprism_ray.envs.ebalfred.env import EbAlfredConfig, EbAlfredEnv
-    from memprism_ray.envs.ebalfred.fixture import build_fixture
-    from memprism_ray.formats.ebalfred_fixture import load_transcripts
-    from memprism_ray.policy.ebalfred_fixture import FixturePolicy
+    from memprism_ray.benchmark.ebalfred.data import game_ref
+    from memprism_ray.benchmark.ebalfred.env import EbAlfredConfig, EbAlfredEnv
+    from memprism_ray.benchmark.ebalfred.fixture import build_fixture
+    from memprism_ray.benchmark.ebalfred.fixture_format import load_transcripts
+    from memprism_ray.benchmark.ebalfred.stand_in import FixturePolicy
 
     root = build_fixture(tmp_path / "fx", episodes_per_subset=2)
     ep = load_transcripts(root)["episodes"]["base/1"]
@@ -238,8 +238,8 @@ def test_composes_with_any_stage1() -> None:
 def test_llm_kind_builds_both_stages_on_one_backend() -> None:
     """phi.kind: llm on EB-ALFRED: the LLM semantic stage over the stage-1 rules, and the
     grounding stage, both on the configured backend (images only to the grounding prompt)."""
+    from memprism_ray.benchmark.ebalfred.phi import EBALFRED_PHI
     from memprism_ray.recorder.phi.config import PhiConfig
-    from memprism_ray.recorder.phi.ebalfred import EBALFRED_PHI
     from memprism_ray.recorder.phi.factory import build_phi, phi_stats
 
     calls: list[tuple[str, list[bytes]]] = []

@@ -11,16 +11,16 @@ from collections.abc import Mapping
 import pytest
 from phi_stub_server import COMPLETION_TOKENS, PROMPT_TOKENS, PhiStubServer
 
+from memprism_ray.benchmark.alfworld.phi import ALFWORLD_PHI, AlfworldPhi
+from memprism_ray.benchmark.ebalfred.phi import EBALFRED_PHI
+from memprism_ray.benchmark.mind2web.phi import MIND2WEB_PHI
 from memprism_ray.recorder import EventStream, Outcome, RawEvent, StateDelta
 from memprism_ray.recorder.phi import record_event
-from memprism_ray.recorder.phi.alfworld import ALFWORLD_PHI, AlfworldPhi
 from memprism_ray.recorder.phi.base import Extraction, Phi
 from memprism_ray.recorder.phi.config import PhiConfig
-from memprism_ray.recorder.phi.ebalfred import EBALFRED_PHI
 from memprism_ray.recorder.phi.factory import build_phi, extract_each, phi_id, phi_stats
 from memprism_ray.recorder.phi.llm import LLMPhi, PhiAnswerError, parse_answer
 from memprism_ray.recorder.phi.llm_client import PhiEndpoint
-from memprism_ray.recorder.phi.mind2web import MIND2WEB_PHI
 
 GO = RawEvent(
     "MODE=valid You are in the middle of a room.", "go to drawer 1", "You arrive at drawer 1. The drawer 1 is closed."

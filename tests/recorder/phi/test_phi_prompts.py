@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from memprism_ray.benchmark.alfworld.phi import ALFWORLD_PROMPT, alfworld_inputs
+from memprism_ray.benchmark.ebalfred.phi import EBALFRED_SEMANTIC_PROMPT, ebalfred_inputs
+from memprism_ray.benchmark.mind2web.phi import MIND2WEB_ACTION_SLOT, MIND2WEB_PROMPT, mind2web_inputs
 from memprism_ray.recorder.events import RawEvent
-from memprism_ray.recorder.phi.alfworld import ALFWORLD_PROMPT, alfworld_inputs
 from memprism_ray.recorder.phi.base import Extraction
-from memprism_ray.recorder.phi.ebalfred import EBALFRED_SEMANTIC_PROMPT, ebalfred_inputs
-from memprism_ray.recorder.phi.mind2web import MIND2WEB_ACTION_SLOT, MIND2WEB_PROMPT, mind2web_inputs
 from memprism_ray.recorder.phi.prompt import PhiPrompt
 
 #: The paper's Phi prompts, each declared by its benchmark's Phi module.
