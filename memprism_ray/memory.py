@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.baselines.base import DecisionContext, ViewSelector
-from memprism_ray.recorder.events import RawEvent
+from memprism_ray.recorder.events import Event, RawEvent
 from memprism_ray.recorder.phi.base import Phi, record_event
 from memprism_ray.recorder.phi.config import PhiConfig
 from memprism_ray.recorder.phi.spec import PhiSpec
@@ -82,6 +82,10 @@ class MemoryView:
     text_tokens: int  # the text twin's tokens (``Memory(token_counter=...)``)
 
 
+class SessionFull(ValueError):
+    """A step beyond the most one session records (``Memory(max_events=...)``)."""
+
+
 class Session:
     """One task's event stream (paper "Recorder": ``E_<t``); made by :meth:`Memory.session`."""
 
@@ -122,7 +126,7 @@ class Session:
         if image is not None and (not isinstance(image, bytes) or not image.startswith(b"\x89PNG\r\n\x1a\n")):
             raise ValueError("image must be PNG bytes")
         if self.steps >= self.memory.max_events:
-            raise ValueError(f"session {self.id} holds {self.steps} steps, the most one session records")
+            raise SessionFull(f"session {self.id} holds {self.steps} steps, the most one session records")
         raw_meta = {"step": self.steps, **(meta or {})}
         if image is not None:
             raw_meta["post_frame_path"] = str(self.memory.keep_image(self.id, self.steps, image))
@@ -131,6 +135,16 @@ class Session:
     def view(self, observation: str) -> MemoryView:
         """The view for the decision at ``observation`` (:meth:`Memory.views` of this session)."""
         return self.memory.views([(self, observation)])[0]
+
+    def extend(self, records: Sequence[dict[str, Any]]) -> None:
+        """Append steps :meth:`records` gave (checked as the stream checks every event)."""
+        for rec in records:
+            self.stream.append(RawEvent.from_dict(rec["raw"]), Event.from_dict(rec["event"]))
+
+    def records(self, since: int = 0) -> list[dict[str, Any]]:
+        """The recorded steps from ``since`` on, as JSON-able dicts (raw event and Phi's event):
+        what :meth:`Memory.restore` rebuilds a session from without calling Phi again."""
+        return [{"raw": r.raw.to_dict(), "event": r.event.to_dict()} for r in self.stream.records[since:]]
 
 
 class Memory:
@@ -191,6 +205,15 @@ class Memory:
         if session_id is not None and (not isinstance(session_id, str) or not 0 < len(session_id) <= 256):
             raise ValueError(f"session_id must be a name of 1 to 256 characters, got {session_id!r}")
         return Session(self, session_id or uuid.uuid4().hex, goal, task_type)
+
+    def restore(
+        self, session_id: str, goal: str, records: Sequence[dict[str, Any]], task_type: str = ""
+    ) -> Session:
+        """A session rebuilt from :meth:`Session.records` another process kept (the Serve app's
+        session store): the same stream, no Phi call."""
+        session = self.session(goal, session_id, task_type)
+        session.extend(records)
+        return session
 
     def views(self, asks: Sequence[tuple[Session, str]]) -> list[MemoryView]:
         """One view per ``(session, observation)``, chosen and drawn in one batch."""

@@ -32,6 +32,7 @@ LAYERS = (
     ("cluster",),
     ("actors",),
     ("trainer",),
+    ("serve",),
     ("cli", "__main__"),
     ("testing",),  # test doubles and fixture generators: nothing in the product imports them
 )
