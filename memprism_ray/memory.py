@@ -206,9 +206,7 @@ class Memory:
             raise ValueError(f"session_id must be a name of 1 to 256 characters, got {session_id!r}")
         return Session(self, session_id or uuid.uuid4().hex, goal, task_type)
 
-    def restore(
-        self, session_id: str, goal: str, records: Sequence[dict[str, Any]], task_type: str = ""
-    ) -> Session:
+    def restore(self, session_id: str, goal: str, records: Sequence[dict[str, Any]], task_type: str = "") -> Session:
         """A session rebuilt from :meth:`Session.records` another process kept (the Serve app's
         session store): the same stream, no Phi call."""
         session = self.session(goal, session_id, task_type)
