@@ -98,9 +98,9 @@ def http_round(url: str, goal: str, episode: list[Step], clients: int, tag: str)
     def play(i: int, lat: list[float]) -> None:
         with httpx.Client(base_url=url, timeout=300) as http:
             sid = http.post("/sessions", json={"goal": goal, "session_id": f"{tag}-{clients}-{i}"}).json()["session_id"]
-            for observation, action, feedback, reward in episode:
+            for t, (observation, action, feedback, reward) in enumerate(episode):
                 t0 = time.perf_counter()
-                got = http.post(f"/sessions/{sid}/view", json={"observation": observation})
+                got = http.post(f"/sessions/{sid}/view", json={"observation": observation, "steps": t})
                 lat.append(time.perf_counter() - t0)
                 got.raise_for_status()
                 step = {"observation": observation, "action": action, "feedback": feedback, "reward": reward}

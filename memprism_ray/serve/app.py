@@ -6,7 +6,7 @@ agents written in any language. Start it with ``serve run clusters/serve_memory.
 ``POST /sessions``                     ``{"goal", "session_id"?, "task_type"?}`` -> ``{"session_id"}``
 ``POST /sessions/{id}/events``         ``{"observation", "action", "feedback", "reward"?, "image"?}``
                                        (``image``: base64 PNG) -> ``{"steps"}``
-``POST /sessions/{id}/view``           ``{"observation"}`` -> ``{"view", "index", "probability",
+``POST /sessions/{id}/view``           ``{"observation", "steps"?}`` -> ``{"view", "index", "probability",
                                        "png" (base64), "text", "visual_tokens", "text_tokens", ...}``
 ``POST /sessions/{id}/view.png``       the page itself (``image/png``; the view in ``X-MemPrism-*``)
 ``DELETE /sessions/{id}``              close the session
@@ -131,9 +131,13 @@ class MemoryServer:
             raise HTTPException(400, f"missing field(s): {', '.join(missing)}")
         return body
 
-    async def _session(self, session_id: str) -> Session:
-        """The session as the store holds it now (the cache extended by what others recorded)."""
+    async def _session(self, session_id: str, steps: Any = None) -> Session:
+        """The session as the store holds it now (the cache extended by what others recorded).
+        ``steps``: the count the client says it recorded; a cached copy that holds it is current
+        (the client recorded nothing since elsewhere), and the store is not asked."""
         have = self.cache.get(session_id)
+        if have is not None and steps is not None and steps == have.steps:
+            return have
         got = await self.store.read.remote(session_id, have.steps if have is not None else 0)
         if got is None:
             self.cache.pop(session_id, None)
@@ -178,7 +182,9 @@ class MemoryServer:
                 image = base64.b64decode(image, validate=True) if isinstance(image, str) else image
             except (binascii.Error, ValueError):
                 raise HTTPException(400, "image must be a base64 PNG") from None
-        session = await self._session(session_id)
+        # The cached copy, if any, without asking the store: the append below names the count it
+        # extends, so a copy another replica outdated is refused there (409) and read again.
+        session = self.cache.get(session_id) or await self._session(session_id)
         before = session.steps
         try:
             await asyncio.to_thread(
@@ -203,7 +209,10 @@ class MemoryServer:
 
     async def _view(self, session_id: str, request: Request) -> MemoryView:
         body = await self._body(request, "observation")
-        session = await self._session(session_id)
+        steps = body.get("steps")
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
+            raise HTTPException(400, f"steps must be the number of steps recorded, got {steps!r}")
+        session = await self._session(session_id, steps)
         try:
             return (await asyncio.to_thread(self.memory.views, [(session, body["observation"])]))[0]
         except ValueError as exc:

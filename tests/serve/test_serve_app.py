@@ -58,6 +58,8 @@ def test_http_views_are_the_librarys(served: httpx.Client) -> None:
     for observation, action, feedback in STEPS:
         got = served.post(f"/sessions/{sid}/view", json={"observation": observation})
         assert got.status_code == 200, got.text
+        hinted = served.post(f"/sessions/{sid}/view", json={"observation": observation, "steps": session.steps})
+        assert hinted.json() == got.json()  # the client's step count lets the replica skip the store
         want = session.view(observation)
         body = got.json()
         assert (body["view"], body["index"], body["step"]) == (want.view, want.index, want.step)
@@ -89,6 +91,7 @@ def test_every_bad_input_is_a_4xx_with_one_line(served: httpx.Client) -> None:
         (served.post("/sessions/nope/events", json=ok), 404, "no session 'nope'"),
         (served.post("/sessions/nope/view", json={"observation": "o"}), 404, "no session 'nope'"),
         (served.post(f"/sessions/{sid}/view", json={"observation": 3}), 400, "observation must be text"),
+        (served.post(f"/sessions/{sid}/view", json={"observation": "o", "steps": -1}), 400, "steps must be the number"),
         (served.delete("/sessions/nope"), 404, "no session 'nope'"),
         (httpx.post(f"{served.base_url}/sessions", json={"goal": GOAL}), 401, "bearer token"),
     ]
