@@ -111,6 +111,12 @@ class MemoryServer:
         )
         self.store = store
         self.cache: dict[str, Session] = {}
+        # One request at a time per session on this replica: a Session is not thread-safe, and
+        # two records of one session must not both extend the same cached copy.
+        self.locks: dict[str, asyncio.Lock] = {}
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        return self.locks.setdefault(session_id, asyncio.Lock())
 
     def _check(self, request: Request) -> None:
         if self.token:
@@ -182,6 +188,10 @@ class MemoryServer:
                 image = base64.b64decode(image, validate=True) if isinstance(image, str) else image
             except (binascii.Error, ValueError):
                 raise HTTPException(400, "image must be a base64 PNG") from None
+        async with self._lock(session_id):
+            return await self._record(session_id, body, image)
+
+    async def _record(self, session_id: str, body: dict[str, Any], image: Any) -> dict[str, int]:
         # The cached copy, if any, without asking the store: the append below names the count it
         # extends, so a copy another replica outdated is refused there (409) and read again.
         session = self.cache.get(session_id) or await self._session(session_id)
@@ -212,11 +222,12 @@ class MemoryServer:
         steps = body.get("steps")
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
             raise HTTPException(400, f"steps must be the number of steps recorded, got {steps!r}")
-        session = await self._session(session_id, steps)
-        try:
-            return (await asyncio.to_thread(self.memory.views, [(session, body["observation"])]))[0]
-        except ValueError as exc:
-            raise HTTPException(400, str(exc)) from None
+        async with self._lock(session_id):
+            session = await self._session(session_id, steps)
+            try:
+                return (await asyncio.to_thread(self.memory.views, [(session, body["observation"])]))[0]
+            except ValueError as exc:
+                raise HTTPException(400, str(exc)) from None
 
     @api.post("/sessions/{session_id}/view")
     async def view(self, session_id: str, request: Request) -> dict[str, Any]:
@@ -235,6 +246,7 @@ class MemoryServer:
     async def close(self, session_id: str, request: Request) -> dict[str, bool]:
         self._check(request)
         self.cache.pop(session_id, None)
+        self.locks.pop(session_id, None)
         if not await self.store.close.remote(session_id):
             raise HTTPException(404, f"no session {session_id!r}")
         return {"closed": True}

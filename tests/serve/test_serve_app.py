@@ -129,3 +129,19 @@ def test_a_replica_killed_mid_session_loses_nothing(served: httpx.Client, ray_se
     rec = served.post(f"/sessions/{sid}/events", json={"observation": observation, "action": action,
                                                       "feedback": feedback})  # fmt: skip
     assert rec.json() == {"steps": 4}
+
+
+def test_concurrent_records_of_one_session_each_take_their_own_step(served: httpx.Client) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    sid = served.post("/sessions", json={"goal": GOAL}).json()["session_id"]
+
+    def record(i: int) -> httpx.Response:
+        return served.post(f"/sessions/{sid}/events", json={"observation": f"o{i}", "action": "look",
+                                                            "feedback": f"You see {i}."})  # fmt: skip
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(record, range(6)))
+    assert [a.status_code for a in answers] == [200] * 6
+    assert sorted(a.json()["steps"] for a in answers) == [1, 2, 3, 4, 5, 6]
+    assert served.post(f"/sessions/{sid}/view", json={"observation": "o"}).json()["step"] == 6
