@@ -561,7 +561,7 @@ class Agent:
             "feedback": t.tr.feedback,
             "outcome": event.outcome.value,
             "view": None if t.decision.action is None else t.decision.action.name,
-            "png": (rv.png if rv.png is not None else _png_of_image(rv.pil())) if optical else None,
+            "png": (rv.png if rv.png is not None else png_of_image(rv.pil())) if optical else None,
             "text": rv.text if rv is not None else None,
         }
 
@@ -600,7 +600,7 @@ class Agent:
             row.update(view_medium=mv.medium, visual_tokens=int(mv.visual_tokens), pixels=mv.pixels)
             row.update(prompt_tokens=int(row["text_tokens"] + mv.visual_tokens), memory_ms=memory_ms)
             if lv.keep_views:
-                lv.result.views[-1].update(view=self.selector.name, png=_png_of_image(mv.image), text=mv.text)
+                lv.result.views[-1].update(view=self.selector.name, png=png_of_image(mv.image), text=mv.text)
         todo = _running(stepped)
         t0 = time.perf_counter()
         results = _map_threads(lambda lv: lv.memory.write(lv.history[-1], lv.result.goal), todo)
@@ -670,7 +670,8 @@ def close_memory(memory: Any) -> None:
         warnings.warn(f"closing an episode memory failed: {type(exc).__name__}: {exc}", stacklevel=2)
 
 
-def _png_of_image(im: Any) -> bytes | None:
+def png_of_image(im: Any) -> bytes | None:
+    """``im`` as the PNG bytes an evaluation keeps of a view (artifacts, :mod:`memprism_ray.memory`)."""
     if im is None:
         return None
     import io

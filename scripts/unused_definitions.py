@@ -10,7 +10,8 @@ By name, not by type: a name used anywhere counts as used (a false "used" is pos
 false "unused" is what this lists). What is not a use: a docstring or a comment naming it, a
 package ``__init__`` re-exporting it (its import and ``__all__``), and its own definition.
 The allow-lists are explicit and short: overrides a library calls (:data:`PROTOCOL`), the
-drills of :data:`DRILLS`, the entry points of :data:`API`; dunder names are kept too. Prints
+drills of :data:`DRILLS`, the entry points of :data:`API`, HTTP routes (:data:`HTTP_METHODS`);
+dunder names are kept too. Prints
 ``path:line kind name (where used)`` per finding and exits 1 when there is any.
 
     python scripts/unused_definitions.py
@@ -38,9 +39,19 @@ DRILLS = {"inject_crash", "inject_fault"}
 #: Entry points for code outside the repository: a benchmark kept outside the package registers
 #: itself (docs/architecture.md "Benchmarks"; the toy benchmark of tests/benchmark does).
 API = {"register_benchmark"}
+#: Decorators that register a method as an HTTP route (FastAPI's, memprism_ray/serve/app.py).
+HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: A string that names code: ``name``, ``a.b.c``, ``module:Class`` (prose has spaces).
 _REFERENCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:]*$")
+
+
+def _route(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """An HTTP route (``@api.get("/path")``, ``@api.post(...)``): the web framework calls it."""
+    return any(
+        isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr in HTTP_METHODS
+        for d in fn.decorator_list
+    )
 
 
 def _definitions(tree: ast.Module) -> list[tuple[str, int, str]]:
@@ -51,7 +62,7 @@ def _definitions(tree: ast.Module) -> list[tuple[str, int, str]]:
             out.append((node.name, node.lineno, type(node).__name__))
         if isinstance(node, ast.ClassDef):
             for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _route(item):
                     out.append((item.name, item.lineno, "method"))
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             for t in node.targets if isinstance(node, ast.Assign) else [node.target]:

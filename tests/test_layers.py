@@ -28,13 +28,27 @@ LAYERS = (
     ("eval",),
     ("config",),
     ("benchmark",),
+    ("memory",),
     ("cluster",),
     ("actors",),
     ("trainer",),
+    ("serve",),
     ("cli", "__main__"),
     ("testing",),  # test doubles and fixture generators: nothing in the product imports them
 )
-CORE = ("view_space", "recorder", "router", "composer", "render", "adapter", "envs", "policy", "agent", "formats")
+CORE = (
+    "view_space",
+    "recorder",
+    "router",
+    "composer",
+    "render",
+    "adapter",
+    "envs",
+    "policy",
+    "agent",
+    "formats",
+    "memory",
+)
 
 
 def _modules() -> dict[str, Path]:

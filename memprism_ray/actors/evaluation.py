@@ -92,6 +92,7 @@ class EvalWorker:
         from memprism_ray.agent import Agent, EpisodeResult, EpisodeSpec, LocalServices
         from memprism_ray.baselines import make_selector
         from memprism_ray.envs.base import GameRef
+        from memprism_ray.views import ViewService
 
         cfg = self.cfg
         eps = [EpisodeSpec(s["episode_id"], GameRef.from_dict(self.data.localize(s["game"]))) for s in specs]
@@ -100,7 +101,7 @@ class EvalWorker:
                 condition, router=self.router, marginal=marginal, seed=cfg.run.seed, memory=cfg.eval.memory
             )
             agent = Agent(
-                LocalServices(self.env, self.phi, self.policy),
+                LocalServices(self.env, self.phi, self.policy, ViewService(cfg.render)),  # the run's render.*
                 selector,
                 dataclasses.replace(cfg.agent, keep_views=cfg.eval.artifacts > 0),
                 features=self.features if selector.uses_features else None,

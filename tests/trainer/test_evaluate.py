@@ -72,3 +72,32 @@ def test_freq_random_plays_the_memprism_marginal_on_every_wave(
     played = reps["freq_random"]["view_selection"]["view_marginal"]
     # Every view FMR played is one the Router chose (its support is the marginal's).
     assert all(marginal[i] > 0 for i, p in enumerate(played) if p > 0)
+
+
+def test_evaluation_draws_its_views_with_the_runs_render_settings(ray_session, memprism_tiny_corpus: Path) -> None:
+    """An evaluation worker draws each view with the run's ``render.*`` settings, as the rollout
+    workers do (it used to draw every view with the defaults, so a preset's ``render.max_side``
+    or font changed training views but not the evaluated ones)."""
+    from memprism_ray.actors.evaluation import EvalWorker
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.config import load_config
+
+    def pixels(*render: str) -> list[int]:
+        cfg = load_config(
+            "configs/local.yaml",
+            ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.episodes", "1", "--agent.max_steps", "3",
+             "--rollout.env_cpus", "0.1", *render],
+        )  # fmt: skip
+        spec = get_benchmark("alfworld").eval_plan(cfg).specs[0]
+        worker = EvalWorker.options(num_cpus=0.1).remote(cfg, 1, None, None, "render")
+        try:
+            game = {"episode_id": spec.episode_id, "game": spec.game.to_dict()}
+            (result,) = ray_session.get(worker.play.remote("fixed:TemporalTrace", [game], None), timeout=300)
+        finally:
+            ray_session.kill(worker)
+        assert result.status == "ok", result.error
+        return [row["pixels"] for row in result.rows]
+
+    default, large = pixels(), pixels("--render.font_size", "20")
+    assert len(default) == len(large) >= 2 and all(p > 0 for p in default)
+    assert all(b > a for a, b in zip(default[1:], large[1:], strict=True)), (default, large)

@@ -1,0 +1,183 @@
+"""MemPrism as a service against the library in process (issue 43): views per second and
+p50/p99 view latency at 1, 4 and 16 concurrent clients, each replaying one recorded ALFWorld
+episode of 50 steps in its own session (ask the view, record the step), through HTTP to the
+Ray Serve app (memprism_ray/serve/app.py, a local Ray) and through :class:`memprism_ray.memory.Memory`
+called in this process. Both use the same Router checkpoint (``--checkpoint``; default a seeded
+untrained Router, whose views cost what a trained one's do) and the embedded corpus.
+
+    python benchmarks/bench_serve.py [--clients 1,4,16] [--steps 50] [--rounds 3] [--checkpoint DIR]
+
+Every round measures both, one after the other; the record has, per client count, the median
+and range over rounds of views/s, p50 and p99 (ms), and the ratio of the app's p50 at one client
+to the library's. The last line is ``RESULT {json}``, recorded in
+``benchmarks/results/bench_serve.json`` (``_results.write_result``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from _results import write_result
+
+Step = tuple[str, str, str, float]
+
+
+def record_episode(steps: int, seed: int) -> tuple[str, list[Step]]:
+    """One ALFWorld game of the embedded corpus played ``steps`` steps by a seeded random
+    choice among the admissible commands (a longer history than the expert's short wins)."""
+    from memprism_ray.benchmark.alfworld.benchmark import Alfworld
+    from memprism_ray.benchmark.alfworld.data import list_games
+    from memprism_ray.benchmark.alfworld.env import AlfworldEnv
+    from memprism_ray.config import load_config
+
+    cfg = Alfworld().prepare(load_config("configs/local.yaml"), log=lambda m: print(m, flush=True))
+    rng = random.Random(seed)
+    with AlfworldEnv(1) as env:
+        for game in list_games("train", cfg.corpus.data_root):
+            obs = env.reset(game)
+            observation, admissible, played = obs.text, obs.admissible, []
+            for _ in range(steps):
+                action = rng.choice([a for a in admissible if a not in ("inventory", "look")] or list(admissible))
+                tr = env.step(action)
+                played.append((observation, action, tr.feedback, float(tr.reward)))
+                if tr.done:
+                    break
+                observation, admissible = tr.feedback, tr.admissible
+            if len(played) == steps:
+                return obs.goal, played
+    raise SystemExit(f"no game of the corpus lasted {steps} steps")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def run_clients(clients: int, play: Callable[[int, list[float]], None]) -> dict[str, float]:
+    """``clients`` threads, each ``play(i, latencies)``-ing its own session; views/s, p50, p99."""
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    threads = [threading.Thread(target=play, args=(i, latencies[i])) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    every = [x for lat in latencies for x in lat]
+    return {
+        "views_per_s": len(every) / wall,
+        "p50_ms": 1000 * percentile(every, 0.5),
+        "p99_ms": 1000 * percentile(every, 0.99),
+    }
+
+
+def library_round(memory: Any, goal: str, episode: list[Step], clients: int, tag: str) -> dict[str, float]:
+    def play(i: int, lat: list[float]) -> None:
+        session = memory.session(goal, session_id=f"{tag}-{clients}-{i}")
+        for observation, action, feedback, reward in episode:
+            t0 = time.perf_counter()
+            session.view(observation)
+            lat.append(time.perf_counter() - t0)
+            session.record(observation, action, feedback, reward)
+
+    return run_clients(clients, play)
+
+
+def http_round(url: str, goal: str, episode: list[Step], clients: int, tag: str) -> dict[str, float]:
+    import httpx
+
+    def play(i: int, lat: list[float]) -> None:
+        with httpx.Client(base_url=url, timeout=300) as http:
+            sid = http.post("/sessions", json={"goal": goal, "session_id": f"{tag}-{clients}-{i}"}).json()["session_id"]
+            for t, (observation, action, feedback, reward) in enumerate(episode):
+                t0 = time.perf_counter()
+                got = http.post(f"/sessions/{sid}/view", json={"observation": observation, "steps": t})
+                lat.append(time.perf_counter() - t0)
+                got.raise_for_status()
+                step = {"observation": observation, "action": action, "feedback": feedback, "reward": reward}
+                http.post(f"/sessions/{sid}/events", json=step).raise_for_status()
+            http.delete(f"/sessions/{sid}")
+
+    return run_clients(clients, play)
+
+
+def summary(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ("views_per_s", "p50_ms", "p99_ms"):
+        values = [r[key] for r in rounds]
+        out[key] = round(statistics.median(values), 2)
+        out[f"{key}_range"] = [round(min(values), 2), round(max(values), 2)]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", default="1,4,16", help="concurrent clients, comma-separated")
+    ap.add_argument("--steps", type=int, default=50, help="steps of the recorded episode")
+    ap.add_argument("--rounds", type=int, default=3, help="repetitions of the whole comparison")
+    ap.add_argument("--checkpoint", default="", help="Router checkpoint ('' : a seeded untrained Router)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    clients = [int(c) for c in args.clients.split(",")]
+
+    from ray import serve
+
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.cluster.head import free_ports
+    from memprism_ray.cluster.placement import init_ray
+    from memprism_ray.memory import Memory
+    from memprism_ray.serve.app import build
+
+    goal, episode = record_episode(args.steps, args.seed)
+    checkpoint = args.checkpoint
+    if not checkpoint:
+        import torch
+
+        from memprism_ray.adapter.checkpoint import save_checkpoint
+        from memprism_ray.router.model import RouterConfig, ViewPolicyModel
+
+        torch.manual_seed(args.seed)
+        checkpoint = str(Path(tempfile.mkdtemp(prefix="bench-serve-")) / "router")
+        save_checkpoint(checkpoint, ViewPolicyModel(RouterConfig()), stage="init")
+    memory = Memory(get_benchmark("alfworld").phi_spec(), checkpoint=checkpoint)
+    init_ray("local", 0, log_to_driver=False)
+    (port,) = free_ports(None)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build({"checkpoint": checkpoint}), name="bench", route_prefix="/")
+    url = f"http://127.0.0.1:{port}"
+    http_round(url, goal, episode[:3], 1, "warm")  # the replica's encoder and caches, before timing
+    library_round(memory, goal, episode[:3], 1, "warm")
+
+    measured: dict[str, dict[int, list[dict[str, float]]]] = {"library": {}, "serve": {}}
+    for r in range(args.rounds):
+        for c in clients:
+            lib = library_round(memory, goal, episode, c, f"lib{r}")
+            web = http_round(url, goal, episode, c, f"web{r}")
+            measured["library"].setdefault(c, []).append(lib)
+            measured["serve"].setdefault(c, []).append(web)
+            print(f"round {r + 1}, {c} client(s): library {lib}, serve {web}", flush=True)
+    serve.shutdown()
+    result: dict[str, Any] = {
+        mode: {str(c): summary(rounds) for c, rounds in by_clients.items()} for mode, by_clients in measured.items()
+    }
+    pairs = zip(measured["serve"][clients[0]], measured["library"][clients[0]], strict=True)
+    ratios = [web["p50_ms"] / lib["p50_ms"] for web, lib in pairs]
+    result["serve_over_library_p50_at_1"] = round(statistics.median(ratios), 2)
+    result["serve_over_library_p50_at_1_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
+    result["steps"], result["rounds"], result["clients"] = len(episode), args.rounds, clients
+    print("RESULT " + json.dumps(result), flush=True)
+    write_result("bench_serve", result, argv=argv)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

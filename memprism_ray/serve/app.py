@@ -1,0 +1,273 @@
+"""MemPrism over HTTP/JSON on Ray Serve (issue 43): the :mod:`memprism_ray.memory` operations for
+agents written in any language. Start it with ``serve run clusters/serve_memory.yaml`` (or
+``serve run memprism_ray.serve.app:build checkpoint=DIR``); on 127.0.0.1:8000 by default.
+
+=====================================  =======================================================
+``POST /sessions``                     ``{"goal", "session_id"?, "task_type"?}`` -> ``{"session_id"}``
+``POST /sessions/{id}/events``         ``{"observation", "action", "feedback", "reward"?, "image"?}``
+                                       (``image``: base64 PNG) -> ``{"steps"}``
+``POST /sessions/{id}/view``           ``{"observation", "steps"?}`` -> ``{"view", "index", "probability",
+                                       "png" (base64), "text", "visual_tokens", "text_tokens", ...}``
+``POST /sessions/{id}/view.png``       the page itself (``image/png``; the view in ``X-MemPrism-*``)
+``DELETE /sessions/{id}``              close the session
+``GET /healthz``                       ``{"sessions"}``
+=====================================  =======================================================
+
+Bad input is a 4xx with ``{"detail": one line}``: 400 a malformed body or field, 401 a missing or
+wrong token (``Authorization: Bearer``, when the app has one), 404 an unknown session, 409 a
+session recorded meanwhile by another request (retry), 413 a session at its step limit, 429 the
+session limit. Sessions live in :class:`~memprism_ray.serve.store.SessionStore`, outside the
+replicas, so Serve's autoscaling adds and removes replicas freely and a replica that dies
+loses nothing (docs/memory.md "As a service").
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the handlers' annotations at run time.
+import asyncio
+import base64
+import binascii
+import hmac
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import Response
+from ray import serve
+
+from memprism_ray.config_tree import field
+from memprism_ray.memory import MAX_EVENTS, Memory, MemoryView, Session, SessionFull
+from memprism_ray.registry import DEFAULT_BENCHMARK
+from memprism_ray.serve.store import SessionStore
+
+#: Where a client's own session ids are allowed (they appear in URLs).
+SESSION_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+#: The token variable read when ``token`` is not given.
+TOKEN_ENV = "MEMPRISM_SERVE_TOKEN"
+
+
+@dataclass
+class ServeSettings:
+    """The app's settings (``serve run ... key=value`` or the config file's ``args``)."""
+
+    benchmark: str = field(DEFAULT_BENCHMARK, help="whose Phi records the steps (its rules; registry name)")
+    checkpoint: str = field("", help="Router checkpoint whose views the app serves")
+    view: str = field("", help="a fixed view instead of a Router (fixed:TemporalTrace, fixed:TAU/WINDOW/FILTER/GAMMA)")
+    marginal: str = field("", help="views drawn from this marginal instead (a JSON list file or a report.json)")
+    token: str = field("", help=f"bearer token every request must carry ('' : ${TOKEN_ENV}, else none)")
+    max_sessions: int = field(10_000, help="sessions open at once (429 past it)")
+    max_events: int = field(MAX_EVENTS, help="steps one session records (413 past it)")
+    seed: int = field(0, help="seed of a marginal's draws")
+
+    def __post_init__(self) -> None:
+        if sum(bool(x) for x in (self.checkpoint, self.view, self.marginal)) != 1:
+            raise ValueError("serve: give exactly one of checkpoint, view or marginal")
+        if self.max_sessions < 1 or self.max_events < 1:
+            raise ValueError("serve: max_sessions and max_events must be >= 1")
+
+
+api = FastAPI(title="MemPrism memory", docs_url=None, redoc_url=None)
+
+
+def _view_json(v: MemoryView) -> dict[str, Any]:
+    return {
+        "session_id": v.session_id,
+        "step": v.step,
+        "view": v.view,
+        "index": v.index,
+        "probability": v.probability,
+        "png": base64.b64encode(v.png).decode() if v.png is not None else None,
+        "text": v.text,
+        "width": v.width,
+        "height": v.height,
+        "visual_tokens": v.visual_tokens,
+        "text_tokens": v.text_tokens,
+    }
+
+
+@serve.deployment(
+    max_ongoing_requests=16,
+    autoscaling_config={"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 4},
+    ray_actor_options={"num_cpus": 0.5},
+)
+@serve.ingress(api)
+class MemoryServer:
+    """One replica: a :class:`Memory` (the Router loaded once) and a cache of the sessions it has
+    read from the store, brought up to date with every request."""
+
+    def __init__(self, settings: dict[str, Any], store: Any) -> None:
+        from memprism_ray.benchmark import get_benchmark
+
+        self.settings = ServeSettings(**settings)
+        s = self.settings
+        self.token = s.token or os.environ.get(TOKEN_ENV, "")
+        self.memory = Memory(
+            get_benchmark(s.benchmark).phi_spec(),
+            checkpoint=s.checkpoint or None,
+            view=s.view or None,
+            marginal=s.marginal or None,
+            max_events=s.max_events,
+            seed=s.seed,
+        )
+        self.store = store
+        self.cache: dict[str, Session] = {}
+        # One request at a time per session on this replica: a Session is not thread-safe, and
+        # two records of one session must not both extend the same cached copy.
+        self.locks: dict[str, asyncio.Lock] = {}
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        return self.locks.setdefault(session_id, asyncio.Lock())
+
+    def _check(self, request: Request) -> None:
+        if self.token:
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+                raise HTTPException(401, "missing or wrong bearer token (Authorization: Bearer ...)")
+
+    async def _body(self, request: Request, *required: str) -> dict[str, Any]:
+        self._check(request)
+        try:
+            body = await request.json()
+        except ValueError:
+            raise HTTPException(400, "the body must be a JSON object") from None
+        if not isinstance(body, dict):
+            raise HTTPException(400, "the body must be a JSON object")
+        missing = [k for k in required if k not in body]
+        if missing:
+            raise HTTPException(400, f"missing field(s): {', '.join(missing)}")
+        return body
+
+    async def _session(self, session_id: str, steps: Any = None) -> Session:
+        """The session as the store holds it now (the cache extended by what others recorded).
+        ``steps``: the count the client says it recorded; a cached copy that holds it is current
+        (the client recorded nothing since elsewhere), and the store is not asked."""
+        have = self.cache.get(session_id)
+        if have is not None and steps is not None and steps == have.steps:
+            return have
+        got = await self.store.read.remote(session_id, have.steps if have is not None else 0)
+        if got is None:
+            self.cache.pop(session_id, None)
+            raise HTTPException(404, f"no session {session_id!r} (closed, or never created)")
+        if have is None or got["steps"] < have.steps:
+            have = self.memory.restore(session_id, got["goal"], [], got["task_type"])
+            got = await self.store.read.remote(session_id, 0)
+            if got is None:
+                raise HTTPException(404, f"no session {session_id!r} (closed, or never created)")
+        have.extend(got["records"])
+        self.cache[session_id] = have
+        return have
+
+    @api.get("/healthz")
+    async def healthz(self) -> dict[str, int]:
+        return {"sessions": await self.store.count.remote()}
+
+    @api.post("/sessions")
+    async def create(self, request: Request) -> dict[str, str]:
+        body = await self._body(request, "goal")
+        sid = body.get("session_id")
+        if sid is not None and (not isinstance(sid, str) or not SESSION_ID.match(sid)):
+            raise HTTPException(400, "session_id must be 1 to 128 letters, digits, '.', '_' or '-'")
+        try:
+            session = self.memory.session(body["goal"], sid, str(body.get("task_type", "")))
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        status = await self.store.create.remote(session.id, session.goal, session.task_type)
+        if status == "exists":
+            raise HTTPException(409, f"session {session.id!r} exists already")
+        if status == "full":
+            raise HTTPException(429, f"{self.settings.max_sessions} sessions are open, the most this app holds")
+        self.cache[session.id] = session
+        return {"session_id": session.id}
+
+    @api.post("/sessions/{session_id}/events")
+    async def record(self, session_id: str, request: Request) -> dict[str, int]:
+        body = await self._body(request, "observation", "action", "feedback")
+        image = body.get("image")
+        if image is not None:
+            try:
+                image = base64.b64decode(image, validate=True) if isinstance(image, str) else image
+            except (binascii.Error, ValueError):
+                raise HTTPException(400, "image must be a base64 PNG") from None
+        async with self._lock(session_id):
+            return await self._record(session_id, body, image)
+
+    async def _record(self, session_id: str, body: dict[str, Any], image: Any) -> dict[str, int]:
+        # The cached copy, if any, without asking the store: the append below names the count it
+        # extends, so a copy another replica outdated is refused there (409) and read again.
+        session = self.cache.get(session_id) or await self._session(session_id)
+        before = session.steps
+        try:
+            await asyncio.to_thread(
+                session.record,
+                body["observation"],
+                body["action"],
+                body["feedback"],
+                body.get("reward", 0.0),
+                image=image,
+            )
+        except SessionFull as exc:
+            raise HTTPException(413, str(exc)) from None
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        steps = await self.store.append.remote(session_id, before, session.records(before))
+        if steps is None or steps < 0:
+            self.cache.pop(session_id, None)  # read it again next time
+            if steps is None:
+                raise HTTPException(404, f"no session {session_id!r} (closed meanwhile)")
+            raise HTTPException(409, f"session {session_id!r} was recorded meanwhile by another request; retry")
+        return {"steps": steps}
+
+    async def _view(self, session_id: str, request: Request) -> MemoryView:
+        body = await self._body(request, "observation")
+        steps = body.get("steps")
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
+            raise HTTPException(400, f"steps must be the number of steps recorded, got {steps!r}")
+        async with self._lock(session_id):
+            session = await self._session(session_id, steps)
+            try:
+                return (await asyncio.to_thread(self.memory.views, [(session, body["observation"])]))[0]
+            except ValueError as exc:
+                raise HTTPException(400, str(exc)) from None
+
+    @api.post("/sessions/{session_id}/view")
+    async def view(self, session_id: str, request: Request) -> dict[str, Any]:
+        return _view_json(await self._view(session_id, request))
+
+    @api.post("/sessions/{session_id}/view.png")
+    async def view_png(self, session_id: str, request: Request) -> Response:
+        v = await self._view(session_id, request)
+        if v.png is None:
+            raise HTTPException(404, f"session {session_id!r}: this view ({v.view}) has no image")
+        headers = {"X-MemPrism-View": v.view, "X-MemPrism-Index": str(v.index)}
+        headers["X-MemPrism-Visual-Tokens"] = str(v.visual_tokens)
+        return Response(v.png, media_type="image/png", headers=headers)
+
+    @api.delete("/sessions/{session_id}")
+    async def close(self, session_id: str, request: Request) -> dict[str, bool]:
+        self._check(request)
+        self.cache.pop(session_id, None)
+        self.locks.pop(session_id, None)
+        if not await self.store.close.remote(session_id):
+            raise HTTPException(404, f"no session {session_id!r}")
+        return {"closed": True}
+
+
+def build(args: dict[str, Any]) -> Any:
+    """The Serve application (``serve run memprism_ray.serve.app:build key=value ...``): the
+    settings checked here, before any replica starts; the session store, one per application."""
+    settings = ServeSettings(**{k: _typed(k, v) for k, v in args.items()})
+    store = SessionStore.bind(settings.max_sessions)
+    return MemoryServer.bind(asdict(settings), store)
+
+
+def _typed(key: str, value: Any) -> Any:
+    """A ``key=value`` of the command line as the setting's type."""
+    known = ServeSettings.__dataclass_fields__
+    if key not in known:
+        raise ValueError(f"serve: unknown setting {key!r}; valid: {', '.join(known)}")
+    if known[key].type in ("int", int) and isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"serve: {key} must be an integer, got {value!r}") from None
+    return value

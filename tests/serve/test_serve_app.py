@@ -1,0 +1,147 @@
+"""The Serve app (memprism_ray/serve/app.py, issue 43) under a local Ray with real HTTP calls:
+the library's views over HTTP, one 4xx line for every bad input, and a replica killed
+mid-session losing nothing."""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from memprism_ray.benchmark import get_benchmark
+from memprism_ray.memory import Memory
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = [
+    ("You are in the middle of a room.", "go to countertop 1", "On the countertop 1, you see a mug 1, and a knife 1."),
+    ("On the countertop 1, you see a mug 1.", "take mug 1 from countertop 1", "You pick up the mug 1."),
+    ("You pick up the mug 1.", "go to sinkbasin 1", "On the sinkbasin 1, you see nothing."),
+    ("On the sinkbasin 1, you see nothing.", "clean mug 1 with sinkbasin 1", "You clean the mug 1."),
+]
+GOAL = "Your task is to: put a clean mug in coffeemachine."
+TOKEN = "test-token"
+
+
+@pytest.fixture(scope="module")
+def served(ray_session):
+    """The app as ``serve run clusters/serve_memory.yaml`` starts it, with a token and a 6-step limit."""
+    from ray import serve
+
+    from memprism_ray.cluster.head import free_ports
+    from memprism_ray.serve.app import build
+
+    (port,) = free_ports(None)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    args = yaml.safe_load((ROOT / "clusters" / "serve_memory.yaml").read_text())["applications"][0]["args"]
+    serve.run(build({**args, "token": TOKEN, "max_events": "6"}), name="memprism", route_prefix="/")
+    client = httpx.Client(
+        base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120
+    )
+    yield client
+    client.close()
+    serve.shutdown()
+
+
+def _local() -> Memory:
+    return Memory(get_benchmark("alfworld").phi_spec(), view="fixed:TemporalTrace")
+
+
+def test_http_views_are_the_librarys(served: httpx.Client) -> None:
+    sid = served.post("/sessions", json={"goal": GOAL}).json()["session_id"]
+    session = _local().session(GOAL, session_id=sid)
+    for observation, action, feedback in STEPS:
+        got = served.post(f"/sessions/{sid}/view", json={"observation": observation})
+        assert got.status_code == 200, got.text
+        hinted = served.post(f"/sessions/{sid}/view", json={"observation": observation, "steps": session.steps})
+        assert hinted.json() == got.json()  # the client's step count lets the replica skip the store
+        want = session.view(observation)
+        body = got.json()
+        assert (body["view"], body["index"], body["step"]) == (want.view, want.index, want.step)
+        assert base64.b64decode(body["png"]) == want.png and body["text"] == want.text
+        assert (body["visual_tokens"], body["text_tokens"]) == (want.visual_tokens, want.text_tokens)
+        rec = served.post(f"/sessions/{sid}/events", json={"observation": observation, "action": action,
+                                                          "feedback": feedback})  # fmt: skip
+        assert rec.status_code == 200 and rec.json() == {"steps": want.step + 1}, rec.text
+        session.record(observation, action, feedback)
+    png = served.post(f"/sessions/{sid}/view.png", json={"observation": "o"})
+    assert png.headers["content-type"] == "image/png" and png.content == session.view("o").png
+    assert served.delete(f"/sessions/{sid}").json() == {"closed": True}
+    assert served.post(f"/sessions/{sid}/view", json={"observation": "o"}).status_code == 404
+
+
+def test_every_bad_input_is_a_4xx_with_one_line(served: httpx.Client) -> None:
+    sid = served.post("/sessions", json={"goal": GOAL, "session_id": "bad-input"}).json()["session_id"]
+    ok = {"observation": "o", "action": "look", "feedback": "You see a room."}
+    cases = [
+        (served.post("/sessions", json={"goal": GOAL, "session_id": "bad-input"}), 409, "exists already"),
+        (served.post("/sessions", json={"goal": GOAL, "session_id": "a b"}), 400, "session_id must be"),
+        (served.post("/sessions", json={"goal": ""}), 400, "goal must be"),
+        (served.post("/sessions", content=b"{not json"), 400, "JSON object"),
+        (served.post("/sessions", json=["goal"]), 400, "JSON object"),
+        (served.post(f"/sessions/{sid}/events", json={"observation": "o"}), 400, "missing field(s): action, feedback"),
+        (served.post(f"/sessions/{sid}/events", json={**ok, "reward": "much"}), 400, "reward must be a finite number"),
+        (served.post(f"/sessions/{sid}/events", json={**ok, "action": 7}), 400, "action must be text"),
+        (served.post(f"/sessions/{sid}/events", json={**ok, "image": "%%"}), 400, "image must be a base64 PNG"),
+        (served.post("/sessions/nope/events", json=ok), 404, "no session 'nope'"),
+        (served.post("/sessions/nope/view", json={"observation": "o"}), 404, "no session 'nope'"),
+        (served.post(f"/sessions/{sid}/view", json={"observation": 3}), 400, "observation must be text"),
+        (served.post(f"/sessions/{sid}/view", json={"observation": "o", "steps": -1}), 400, "steps must be the number"),
+        (served.delete("/sessions/nope"), 404, "no session 'nope'"),
+        (httpx.post(f"{served.base_url}/sessions", json={"goal": GOAL}), 401, "bearer token"),
+    ]
+    for response, status, message in cases:
+        detail = response.json()["detail"]
+        assert (response.status_code, "\n" in detail) == (status, False) and message in detail, (status, detail)
+    assert served.post(f"/sessions/{sid}/view", json={"observation": "o"}).json()["step"] == 0  # nothing recorded
+    for _ in range(6):
+        assert served.post(f"/sessions/{sid}/events", json=ok).status_code == 200
+    full = served.post(f"/sessions/{sid}/events", json=ok)
+    assert full.status_code == 413 and "holds 6 steps" in full.json()["detail"]
+
+
+def test_a_replica_killed_mid_session_loses_nothing(served: httpx.Client, ray_session) -> None:
+    sid = served.post("/sessions", json={"goal": GOAL}).json()["session_id"]
+    for observation, action, feedback in STEPS[:3]:
+        rec = served.post(f"/sessions/{sid}/events", json={"observation": observation, "action": action,
+                                                          "feedback": feedback})  # fmt: skip
+        assert rec.status_code == 200
+    before = served.post(f"/sessions/{sid}/view", json={"observation": STEPS[3][0]}).json()
+    replicas = [
+        a for a in ray_session.util.list_named_actors(all_namespaces=True) if "MemoryServer" in a["name"]
+    ]  # fmt: skip
+    assert len(replicas) == 1
+    ray_session.kill(ray_session.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"]), no_restart=True)
+    deadline, after = time.monotonic() + 120, None
+    while time.monotonic() < deadline:  # Serve starts a new replica; until then the proxy answers 5xx
+        got = served.post(f"/sessions/{sid}/view", json={"observation": STEPS[3][0]})
+        if got.status_code == 200:
+            after = got.json()
+            break
+        time.sleep(0.5)
+    assert after == before  # the same 3 steps, the same view, drawn by another process
+    observation, action, feedback = STEPS[3]
+    rec = served.post(f"/sessions/{sid}/events", json={"observation": observation, "action": action,
+                                                      "feedback": feedback})  # fmt: skip
+    assert rec.json() == {"steps": 4}
+
+
+def test_concurrent_records_of_one_session_each_take_their_own_step(served: httpx.Client) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    sid = served.post("/sessions", json={"goal": GOAL}).json()["session_id"]
+
+    def record(i: int) -> httpx.Response:
+        return served.post(f"/sessions/{sid}/events", json={"observation": f"o{i}", "action": "look",
+                                                            "feedback": f"You see {i}."})  # fmt: skip
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(record, range(6)))
+    assert [a.status_code for a in answers] == [200] * 6
+    assert sorted(a.json()["steps"] for a in answers) == [1, 2, 3, 4, 5, 6]
+    assert served.post(f"/sessions/{sid}/view", json={"observation": "o"}).json()["step"] == 6
