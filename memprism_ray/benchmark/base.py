@@ -11,11 +11,12 @@ shared packages hold no table or branch keyed by a benchmark's name
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+from memprism_ray.registry import load
 
 if TYPE_CHECKING:
     from memprism_ray.adapter.grpo_update import GRPOConfig
@@ -118,11 +119,6 @@ def rerecord_episodes(episodes: list[E], phi: Phi | None) -> list[E]:
 
     streams = rerecord([e.stream for e in episodes], phi)
     return [replace(e, stream=st) for e, st in zip(episodes, streams, strict=True)]
-
-
-def _load(target: str) -> Any:
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 class Benchmark:
@@ -234,15 +230,15 @@ class Benchmark:
         return {}
 
     def make_env(self, num_slots: int, options: Mapping[str, object] | None = None) -> Env:
-        return _load(self.env_factory)(num_slots=num_slots, **dict(options or {}))
+        return load(self.env_factory, f"{self.name} env")(num_slots=num_slots, **dict(options or {}))
 
     def task_contract(self) -> TaskContract:
         """Its :class:`~memprism_ray.policy.contract.TaskContract`, which every task policy is built with."""
-        return _load(self.contract)
+        return load(self.contract, f"{self.name} task contract")
 
     def phi_spec(self) -> PhiSpec:
         """Its :class:`~memprism_ray.recorder.phi.spec.PhiSpec`, which the configured Phi is built from."""
-        return _load(self.phi)
+        return load(self.phi, f"{self.name} Phi")
 
     def trajectory_return(self, result: EpisodeResult, grpo: GRPOConfig) -> float:
         """The GRPO return of one played trajectory: the :data:`Reward` ``grpo.reward`` names in
