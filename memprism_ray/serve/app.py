@@ -35,7 +35,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from ray import serve
 
-from memprism_ray.config_tree import field
+from memprism_ray.config_tree import field, from_dict
 from memprism_ray.memory import MAX_EVENTS, Memory, MemoryView, Session, SessionFull
 from memprism_ray.registry import DEFAULT_BENCHMARK
 from memprism_ray.serve.store import SessionStore
@@ -254,20 +254,8 @@ class MemoryServer:
 
 def build(args: dict[str, Any]) -> Any:
     """The Serve application (``serve run memprism_ray.serve.app:build key=value ...``): the
-    settings checked here, before any replica starts; the session store, one per application."""
-    settings = ServeSettings(**{k: _typed(k, v) for k, v in args.items()})
+    settings checked here (typed and validated as every config section is), before any replica
+    starts; the session store, one per application."""
+    settings = from_dict(ServeSettings, args, _where="serve")
     store = SessionStore.bind(settings.max_sessions)
     return MemoryServer.bind(asdict(settings), store)
-
-
-def _typed(key: str, value: Any) -> Any:
-    """A ``key=value`` of the command line as the setting's type."""
-    known = ServeSettings.__dataclass_fields__
-    if key not in known:
-        raise ValueError(f"serve: unknown setting {key!r}; valid: {', '.join(known)}")
-    if known[key].type in ("int", int) and isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            raise ValueError(f"serve: {key} must be an integer, got {value!r}") from None
-    return value
