@@ -93,13 +93,19 @@ class RouterSampler:
         dropout at decision time) and is put back in the mode it was in."""
         device = next(self.model.parameters()).device
         inputs = tuple(t.to(device) for t in features) if isinstance(features, tuple) else features.to_tensors(device)
-        was_training = self.model.training
-        self.model.eval()
+        # Only the submodules in training mode are switched, and exactly those switched back (a
+        # model in eval mode, as a served Router is, costs nothing here; eval()/train() walked
+        # every submodule per call: 3,000 calls per 20 views, 1.1 ms of a 7.5 ms library view,
+        # cProfile of Memory.view, issue 43), so a mixed mode (set_mode) is kept as it was.
+        training = [m for m in self.model.modules() if m.training]
+        for m in training:
+            m.training = False
         try:
             with torch.no_grad():
                 logits = self.model(*inputs).float().cpu()
         finally:
-            self.model.train(was_training)
+            for m in training:
+                m.training = True
         if self.mask is not None:
             logits = logits.masked_fill(~self.mask, float("-inf"))
         return logits

@@ -72,3 +72,18 @@ def test_sampler_accepts_router_features() -> None:
     idx, lp = RouterSampler(model, greedy=True).select(feats)
     expected = model(*feats.to_tensors()).argmax(-1)
     assert torch.equal(idx, expected) and lp.shape == (2,) and (lp <= 0).all()
+
+
+def test_a_decision_runs_without_dropout_and_leaves_every_submodule_in_its_mode() -> None:
+    torch.manual_seed(0)
+    model = ViewPolicyModel(TINY)
+    model.set_mode(encoder_train=False, planner_train=True)  # a partly frozen Router
+    before = {name: m.training for name, m in model.named_modules()}
+    x = inputs(3)
+    sampler = RouterSampler(model, greedy=True)
+    first, second = sampler.logits(x), sampler.logits(x)
+    torch.testing.assert_close(first, second)  # no dropout at decision time
+    assert {name: m.training for name, m in model.named_modules()} == before
+    model.eval()
+    assert torch.equal(sampler.logits(x), first)
+    assert not any(m.training for m in model.modules())
