@@ -7,18 +7,19 @@ agents written in any language. Start it with ``serve run clusters/serve_memory.
 ``POST /sessions/{id}/events``         ``{"observation", "action", "feedback", "reward"?, "image"?}``
                                        (``image``: base64 PNG) -> ``{"steps"}``
 ``POST /sessions/{id}/view``           ``{"observation", "steps"?}`` -> ``{"view", "index", "probability",
-                                       "png" (base64), "text", "visual_tokens", "text_tokens", ...}``
+                                       "png" (base64), "text", "visual_tokens", "text_tokens", "replica", ...}``
 ``POST /sessions/{id}/view.png``       the page itself (``image/png``; the view in ``X-MemPrism-*``)
 ``DELETE /sessions/{id}``              close the session
-``GET /healthz``                       ``{"sessions"}``
+``GET /healthz``                       ``{"sessions", "replica", "torch_threads"}``
 =====================================  =======================================================
 
 Bad input is a 4xx with ``{"detail": one line}``: 400 a malformed body or field, 401 a missing or
 wrong token (``Authorization: Bearer``, when the app has one), 404 an unknown session, 409 a
-session recorded meanwhile by another request (retry), 413 a session at its step limit, 429 the
-session limit. Sessions live in :class:`~memprism_ray.serve.store.SessionStore`, outside the
-replicas, so Serve's autoscaling adds and removes replicas freely and a replica that dies
-loses nothing (docs/memory.md "As a service").
+session id taken, or a record that other requests beat on other replicas three times (retry),
+413 a session at its step limit, 429 the session limit. Sessions live in
+:class:`~memprism_ray.serve.store.SessionStore`, outside the replicas, so Serve's autoscaling
+adds and removes replicas freely and a replica that dies loses nothing (docs/memory.md "As a
+service").
 """
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations at run time.
@@ -42,6 +43,8 @@ from memprism_ray.serve.store import SessionStore
 
 #: Where a client's own session ids are allowed (they appear in URLs).
 SESSION_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+#: Times a record is tried on a fresh copy of its session when another replica recorded it meanwhile.
+RECORD_ATTEMPTS = 3
 #: The token variable read when ``token`` is not given.
 TOKEN_ENV = "MEMPRISM_SERVE_TOKEN"
 
@@ -69,8 +72,9 @@ class ServeSettings:
 api = FastAPI(title="MemPrism memory", docs_url=None, redoc_url=None)
 
 
-def _view_json(v: MemoryView) -> dict[str, Any]:
+def _view_json(v: MemoryView, replica: str) -> dict[str, Any]:
     return {
+        "replica": replica,
         "session_id": v.session_id,
         "step": v.step,
         "view": v.view,
@@ -89,6 +93,11 @@ def _view_json(v: MemoryView) -> dict[str, Any]:
     max_ongoing_requests=16,
     autoscaling_config={"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 4},
     ray_actor_options={"num_cpus": 0.5},
+    # No access-log line per request (Serve writes and flushes one per request by default):
+    # 2 ms of a 23 ms view at one client (bench_serve.py's episode, measured side by side).
+    # `logging_config: {enable_access_log: true}` under the deployment in the config file
+    # turns it back on.
+    logging_config={"enable_access_log": False},
 )
 @serve.ingress(api)
 class MemoryServer:
@@ -110,6 +119,7 @@ class MemoryServer:
             seed=s.seed,
         )
         self.store = store
+        self.replica = serve.get_replica_context().replica_id.unique_id  # in answers: who computed a view
         self.cache: dict[str, Session] = {}
         # One request at a time per session on this replica: a Session is not thread-safe, and
         # two records of one session must not both extend the same cached copy.
@@ -158,8 +168,13 @@ class MemoryServer:
         return have
 
     @api.get("/healthz")
-    async def healthz(self) -> dict[str, int]:
-        return {"sessions": await self.store.count.remote()}
+    async def healthz(self) -> dict[str, Any]:
+        """Open sessions, and the torch threads a view is computed with on this replica (Ray
+        gives an actor of ``num_cpus`` below 1 one thread; bench_serve.py compares like with like)."""
+        import torch
+
+        sessions = await self.store.count.remote()
+        return {"sessions": sessions, "replica": self.replica, "torch_threads": torch.get_num_threads()}
 
     @api.post("/sessions")
     async def create(self, request: Request) -> dict[str, str]:
@@ -193,29 +208,36 @@ class MemoryServer:
 
     async def _record(self, session_id: str, body: dict[str, Any], image: Any) -> dict[str, int]:
         # The cached copy, if any, without asking the store: the append below names the count it
-        # extends, so a copy another replica outdated is refused there (409) and read again.
-        session = self.cache.get(session_id) or await self._session(session_id)
-        before = session.steps
-        try:
-            await asyncio.to_thread(
-                session.record,
-                body["observation"],
-                body["action"],
-                body["feedback"],
-                body.get("reward", 0.0),
-                image=image,
-            )
-        except SessionFull as exc:
-            raise HTTPException(413, str(exc)) from None
-        except ValueError as exc:
-            raise HTTPException(400, str(exc)) from None
-        steps = await self.store.append.remote(session_id, before, session.records(before))
-        if steps is None or steps < 0:
-            self.cache.pop(session_id, None)  # read it again next time
+        # extends, so a copy another replica outdated is refused there. Then the step is recorded
+        # again on the store's copy: a client whose requests Serve routes to several replicas
+        # records one step after another without seeing a conflict (found by the autoscaling test,
+        # where a sequential client got a 409 from a replica holding an older copy).
+        for _ in range(RECORD_ATTEMPTS):
+            session = self.cache.get(session_id) or await self._session(session_id)
+            before = session.steps
+            try:
+                await asyncio.to_thread(
+                    session.record,
+                    body["observation"],
+                    body["action"],
+                    body["feedback"],
+                    body.get("reward", 0.0),
+                    image=image,
+                )
+            except SessionFull as exc:
+                raise HTTPException(413, str(exc)) from None
+            except ValueError as exc:
+                raise HTTPException(400, str(exc)) from None
+            steps = await self.store.append.remote(session_id, before, session.records(before))
             if steps is None:
+                self.cache.pop(session_id, None)
                 raise HTTPException(404, f"no session {session_id!r} (closed meanwhile)")
-            raise HTTPException(409, f"session {session_id!r} was recorded meanwhile by another request; retry")
-        return {"steps": steps}
+            if steps >= 0:
+                return {"steps": steps}
+            self.cache.pop(session_id, None)  # this copy holds the refused step: read the store's
+        raise HTTPException(
+            409, f"session {session_id!r} was recorded by other requests meanwhile {RECORD_ATTEMPTS} times; retry"
+        )
 
     async def _view(self, session_id: str, request: Request) -> MemoryView:
         body = await self._body(request, "observation")
@@ -231,14 +253,14 @@ class MemoryServer:
 
     @api.post("/sessions/{session_id}/view")
     async def view(self, session_id: str, request: Request) -> dict[str, Any]:
-        return _view_json(await self._view(session_id, request))
+        return _view_json(await self._view(session_id, request), self.replica)
 
     @api.post("/sessions/{session_id}/view.png")
     async def view_png(self, session_id: str, request: Request) -> Response:
         v = await self._view(session_id, request)
         if v.png is None:
             raise HTTPException(404, f"session {session_id!r}: this view ({v.view}) has no image")
-        headers = {"X-MemPrism-View": v.view, "X-MemPrism-Index": str(v.index)}
+        headers = {"X-MemPrism-View": v.view, "X-MemPrism-Index": str(v.index), "X-MemPrism-Replica": self.replica}
         headers["X-MemPrism-Visual-Tokens"] = str(v.visual_tokens)
         return Response(v.png, media_type="image/png", headers=headers)
 

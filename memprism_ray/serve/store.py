@@ -19,7 +19,12 @@ from typing import Any
 from ray import serve
 
 
-@serve.deployment(num_replicas=1, max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
+@serve.deployment(
+    num_replicas=1,
+    max_ongoing_requests=1000,
+    ray_actor_options={"num_cpus": 0},
+    logging_config={"enable_access_log": False},  # as the app's replicas (app.py)
+)
 class SessionStore:
     """Sessions by id: goal, task type and recorded steps. At most ``max_sessions`` open."""
 

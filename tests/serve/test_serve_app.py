@@ -52,6 +52,10 @@ def _local() -> Memory:
     return Memory(get_benchmark("alfworld").phi_spec(), view="fixed:TemporalTrace")
 
 
+def _without_replica(body: dict) -> dict:
+    return {k: v for k, v in body.items() if k != "replica"}
+
+
 def test_http_views_are_the_librarys(served: httpx.Client) -> None:
     sid = served.post("/sessions", json={"goal": GOAL}).json()["session_id"]
     session = _local().session(GOAL, session_id=sid)
@@ -124,7 +128,8 @@ def test_a_replica_killed_mid_session_loses_nothing(served: httpx.Client, ray_se
             after = got.json()
             break
         time.sleep(0.5)
-    assert after == before  # the same 3 steps, the same view, drawn by another process
+    assert after["replica"] != before["replica"]  # drawn by another process
+    assert _without_replica(after) == _without_replica(before)  # the same 3 steps, the same view
     observation, action, feedback = STEPS[3]
     rec = served.post(f"/sessions/{sid}/events", json={"observation": observation, "action": action,
                                                       "feedback": feedback})  # fmt: skip
@@ -145,3 +150,58 @@ def test_concurrent_records_of_one_session_each_take_their_own_step(served: http
     assert [a.status_code for a in answers] == [200] * 6
     assert sorted(a.json()["steps"] for a in answers) == [1, 2, 3, 4, 5, 6]
     assert served.post(f"/sessions/{sid}/view", json={"observation": "o"}).json()["step"] == 6
+
+
+def test_replicas_added_by_autoscaling_answer_every_session_whole(served: httpx.Client, ray_session) -> None:
+    """The app's deployment with a small autoscaling target beside the module's app: clients
+    keep four sessions busy until Serve adds a second replica, then every view (whichever
+    replica computes it, reading the others' steps from the store) is the library's."""
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import asdict
+
+    from ray import serve
+
+    from memprism_ray.serve.app import MemoryServer, ServeSettings, SessionStore
+
+    scaling = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1, "upscale_delay_s": 0,
+               "downscale_delay_s": 600, "metrics_interval_s": 0.5, "look_back_period_s": 1}  # fmt: skip
+    app = MemoryServer.options(autoscaling_config=scaling).bind(
+        asdict(ServeSettings(view="fixed:TemporalTrace")), SessionStore.bind(100)
+    )
+    serve.run(app, name="scaled", route_prefix="/scaled")
+    http = httpx.Client(base_url=str(served.base_url).rstrip("/") + "/scaled", timeout=120)
+
+    def replicas() -> int:
+        states = serve.status().applications["scaled"].deployments["MemoryServer"].replica_states
+        return states.get("RUNNING", 0)
+
+    sessions = [http.post("/sessions", json={"goal": GOAL}).json()["session_id"] for _ in range(4)]
+    local = {sid: _local().session(GOAL, session_id=sid) for sid in sessions}
+    answered: dict[str, set[str]] = {sid: set() for sid in sessions}
+
+    def play(sid: str, step: int) -> None:
+        observation, action, feedback = STEPS[step % len(STEPS)]
+        got = http.post(f"/sessions/{sid}/view", json={"observation": observation})
+        assert got.status_code == 200, got.text
+        want = local[sid].view(observation)
+        body = got.json()
+        assert (body["view"], body["step"], body["text"]) == (want.view, want.step, want.text)
+        assert base64.b64decode(body["png"]) == want.png
+        answered[sid].add(body["replica"])
+        event = {"observation": observation, "action": action, "feedback": f"{feedback} ({step})"}
+        rec = http.post(f"/sessions/{sid}/events", json=event)
+        assert rec.json() == {"steps": step + 1}, rec.text
+        local[sid].record(observation, action, event["feedback"])
+
+    deadline, step, scaled_at = time.monotonic() + 150, 0, None
+    with ThreadPoolExecutor(len(sessions)) as pool:
+        while time.monotonic() < deadline and (scaled_at is None or step < scaled_at + 6):
+            list(pool.map(play, sessions, [step] * len(sessions)))
+            step += 1
+            if scaled_at is None and replicas() == 2:
+                scaled_at = step
+    http.close()
+    serve.delete("scaled")
+    assert scaled_at is not None, "Serve never added the second replica"
+    assert len(set().union(*answered.values())) == 2  # both replicas computed views
+    assert any(len(r) == 2 for r in answered.values())  # a session recorded on one, viewed on the other
