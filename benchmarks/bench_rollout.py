@@ -118,11 +118,13 @@ def main() -> int:
     full = ray.put(state_to_numpy(model.state_dict()))
     ro = cfg.rollout
     pools = args.layout == "pools"
-    phi = [PhiWorker.options(num_cpus=ro.helper_cpus).remote()] if pools else []
+    phi = [PhiWorker.options(num_cpus=ro.helper_cpus).remote(get_benchmark(cfg.corpus.benchmark))] if pools else []
     views = [ViewWorker.options(num_cpus=ro.helper_cpus).remote(cfg.render, ro.view_cache_size)] if pools else []
     replicas = [PolicyReplica.options(num_cpus=ro.policy_cpus).remote(cfg.policy)] if pools else []
     workers = [
-        RolloutWorker.options(num_cpus=ro.rollout_cpus).remote(cfg, i, full, phi, views, replicas, needs_text, "bench")
+        RolloutWorker.options(num_cpus=ro.rollout_cpus).remote(
+            cfg, i, full, phi, views, replicas, needs_text, "bench", benchmark=get_benchmark(cfg.corpus.benchmark)
+        )
         for i in range(2)
     ]
     ray.get([w.ping.remote() for w in workers], timeout=600)

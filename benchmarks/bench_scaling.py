@@ -466,7 +466,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 sessions.add(node.process.pid)
             new = [
                 RolloutWorker.options(num_cpus=seat, scheduling_strategy="SPREAD").remote(
-                    cfg, i, full, [], [], [replica], needs_text, "scaling"
+                    cfg,
+                    i,
+                    full,
+                    [],
+                    [],
+                    [replica],
+                    needs_text,
+                    "scaling",
+                    benchmark=get_benchmark(cfg.corpus.benchmark),
                 )
                 for i in range(len(workers), n)
             ]

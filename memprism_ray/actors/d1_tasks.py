@@ -19,6 +19,7 @@ from memprism_ray.cluster.node_data import NodeData
 from memprism_ray.cluster.placement import set_ray_env
 
 if TYPE_CHECKING:
+    from memprism_ray.benchmark import Benchmark
     from memprism_ray.config import ExperimentConfig
 
 
@@ -34,6 +35,7 @@ def _parquet(dataset: Any) -> bytes:
 @ray.remote(num_cpus=1, max_retries=1)
 def reference_task(
     cfg: ExperimentConfig,
+    benchmark: Benchmark,
     games: list[dict[str, str]],
     rollin: list[dict[str, str]],
     pool: list[Any] | None = None,
@@ -45,25 +47,23 @@ def reference_task(
     set_ray_env()
     if data is not None:
         cfg, games, rollin = data.localize((cfg, games, rollin))
-    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.envs.base import GameRef
 
     phi = None
     if cfg.phi.kind != "rules":
         from memprism_ray.actors.services import build_actor_phi
 
-        phi = build_actor_phi(cfg.corpus.benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=key)
+        phi = build_actor_phi(benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=key)
     refs = [GameRef.from_dict(g) for g in games]
-    return get_benchmark(cfg.corpus.benchmark).reference_table(cfg, refs, [GameRef.from_dict(g) for g in rollin], phi)
+    return benchmark.reference_table(cfg, refs, [GameRef.from_dict(g) for g in rollin], phi)
 
 
-def label_policy(cfg: ExperimentConfig, pool: list[Any] | None, key: str) -> Any:
+def label_policy(cfg: ExperimentConfig, benchmark: Benchmark, pool: list[Any] | None, key: str) -> Any:
     """The task policy a labelling task shows the views to: the scripted one at the labelling
     temperature, else the pool's replicas or the HTTP endpoint (``decision_policy``)."""
     from memprism_ray.actors.services import decision_policy
-    from memprism_ray.benchmark import get_benchmark
 
-    contract = get_benchmark(cfg.corpus.benchmark).task_contract()
+    contract = benchmark.task_contract()
     if not pool and cfg.policy.backend == "scripted":
         from memprism_ray.adapter.d1_labels import scripted_label_policy
 
@@ -76,6 +76,7 @@ def label_task(
     table_bytes: bytes,
     episodes: list[int],
     cfg: ExperimentConfig,
+    benchmark: Benchmark,
     pool: list[Any] | None = None,
     key: str = "",
     data: NodeData | None = None,
@@ -89,7 +90,6 @@ def label_task(
     import pyarrow.parquet as pq
 
     from memprism_ray.adapter.d1_labels import counterfactual_labels, expert_states, llm_labels
-    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.router.encoder import TextEncoder
     from memprism_ray.router.features import FeatureExtractor
 
@@ -101,15 +101,15 @@ def label_task(
             from memprism_ray.actors.services import PolicyPool
 
             complete_many = partial(PolicyPool(pool, cfg.run.call_timeout_s, caller=key).complete, group=key)
-        with get_benchmark(cfg.corpus.benchmark).llm_teacher(cfg.label.llm) as teacher:
+        with benchmark.llm_teacher(cfg.label.llm) as teacher:
             dataset, counts = llm_labels(states, extractor, teacher, complete_many=complete_many)
         return _parquet(dataset), counts
     dataset, counts = counterfactual_labels(
         states,
         extractor,
-        label_policy(cfg, pool, key),
+        label_policy(cfg, benchmark, pool, key),
         cfg.label.counterfactual,
-        benchmark=cfg.corpus.benchmark,
+        benchmark=benchmark.name,
         render_config=cfg.render,
         short_history=cfg.agent.short_history,
     )

@@ -14,6 +14,7 @@ from memprism_ray.cluster.node_data import NodeData, node_label, node_place
 from memprism_ray.cluster.placement import set_ray_env
 
 if TYPE_CHECKING:
+    from memprism_ray.benchmark import Benchmark
     from memprism_ray.config import ExperimentConfig
 
 
@@ -29,6 +30,8 @@ class EvalWorker:
         pool: list[Any] | None = None,
         key: str = "",
         data: NodeData | None = None,
+        *,
+        benchmark: Benchmark,
     ) -> None:
         set_ray_env()
         self.key = key or "eval"
@@ -42,16 +45,14 @@ class EvalWorker:
             import torch
 
             from memprism_ray.actors.services import build_actor_phi, decision_policy
-            from memprism_ray.benchmark import get_benchmark
 
             cfg = self.data.localize(cfg)
             torch.set_num_threads(1)
             self.cfg = cfg
-            benchmark = get_benchmark(cfg.corpus.benchmark)
             self.contract = benchmark.task_contract()
             self.env = benchmark.make_env(slots, benchmark.env_options(cfg))
             self.phi = build_actor_phi(
-                cfg.corpus.benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=f"phi-{key or 'eval'}"
+                benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=f"phi-{key or 'eval'}"
             )
             self.policy = decision_policy(cfg, self.contract, pool, key, "evaluation")
             self.tokens = task_token_counter(cfg)  # once: a tokenizer load per wave is wasted

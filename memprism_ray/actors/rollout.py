@@ -16,11 +16,11 @@ import ray
 
 from memprism_ray.actors.services import PolicyPool, Pool, RayServices, RemoteViews, task_token_counter
 from memprism_ray.actors.workers import EnvWorker
-from memprism_ray.benchmark import get_benchmark
 from memprism_ray.cluster.node_data import NodeData, node_label, node_place
 from memprism_ray.cluster.placement import set_ray_env
 
 if TYPE_CHECKING:
+    from memprism_ray.benchmark import Benchmark
     from memprism_ray.config import ExperimentConfig
 
 
@@ -94,6 +94,8 @@ class RolloutWorker:
         run_name: str,
         generation: int = 0,
         data: NodeData | None = None,
+        *,
+        benchmark: Benchmark,
     ) -> None:
         set_ray_env()
         self.index = index
@@ -106,7 +108,7 @@ class RolloutWorker:
         # a placed seat that is still loading from one that waits for a node), the first call
         # builds the rest. A build failure is raised by every call with its type (Ray keeps only
         # the text of an exception raised in __init__), so the driver can name it in one line.
-        self._args = (cfg, model_state, phi_handles, view_handles, policy_handles, needs_view_text, data)
+        self._args = (cfg, benchmark, model_state, phi_handles, view_handles, policy_handles, needs_view_text, data)
         self.setup_error: BaseException | None = None
 
     def _ensure_setup(self) -> None:
@@ -127,6 +129,7 @@ class RolloutWorker:
     def _setup(
         self,
         cfg: ExperimentConfig,
+        benchmark: Benchmark,
         model_state: dict[str, np.ndarray],
         phi_handles: list[Any],
         view_handles: list[Any],
@@ -147,7 +150,7 @@ class RolloutWorker:
         cfg = self.data.localize(cfg)  # this node's copies of the games, fixtures, releases
         self.cfg = cfg
         ro = cfg.rollout
-        self.benchmark = get_benchmark(cfg.corpus.benchmark)
+        self.benchmark = benchmark
         per = -(-ro.env_slots_per_worker // ro.env_workers_per_rollout)
         # The EnvWorkers run on this worker's node, inside the CPUs it reserved for its seat
         # (rollout_cpus + env_workers_per_rollout x env_cpus, trainer.grpo): a group's games
@@ -160,7 +163,7 @@ class RolloutWorker:
                 max_restarts=ro.max_restarts,
                 lifetime=None,
                 scheduling_strategy=here,
-            ).remote(per, cfg.corpus.benchmark, self.benchmark.env_options(cfg))
+            ).remote(per, benchmark, benchmark.env_options(cfg))
             for k in range(ro.env_workers_per_rollout)
         ]
         timeout = cfg.run.call_timeout_s
@@ -170,7 +173,7 @@ class RolloutWorker:
             from memprism_ray.actors.services import build_actor_phi
 
             phi = build_actor_phi(
-                cfg.corpus.benchmark, cfg.phi, policy_handles, timeout_s=timeout, key=f"phi-rollout-{self.index}"
+                benchmark, cfg.phi, policy_handles, timeout_s=timeout, key=f"phi-rollout-{self.index}"
             )
         if view_handles:
             # Rollout workers start pinning at different ViewWorkers so small groups spread too.

@@ -21,6 +21,7 @@ from memprism_ray.views import RenderedView, ViewRequest
 
 if TYPE_CHECKING:
     from memprism_ray.agent import TokenCounter
+    from memprism_ray.benchmark import Benchmark
     from memprism_ray.config import ExperimentConfig
     from memprism_ray.recorder.phi.config import PhiConfig
 
@@ -335,7 +336,7 @@ class RayServices:
 
 
 def build_actor_phi(
-    benchmark: str,
+    benchmark: Benchmark,
     phi_config: PhiConfig | None,
     pool: Sequence[Any] | None = None,
     *,
@@ -344,10 +345,9 @@ def build_actor_phi(
 ) -> Any:
     """The Phi an actor records with (docs/phi.md): the benchmark's rule Phi, or an LLM Phi over
     it asking an endpoint or the policy pool (``pool``, as group ``key``: one replica per actor)."""
-    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.recorder.phi.factory import build_phi
 
-    spec = get_benchmark(benchmark).phi_spec()
+    spec = benchmark.phi_spec()
     if phi_config is None or phi_config.kind != "llm" or phi_config.llm_source != "pool":
         return build_phi(spec, phi_config)
     if not pool:

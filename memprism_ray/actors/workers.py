@@ -21,10 +21,10 @@ from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent
 from memprism_ray.recorder.phi.base import Extraction
-from memprism_ray.registry import DEFAULT_BENCHMARK
 from memprism_ray.views import DeltaViewRequest, RenderedView
 
 if TYPE_CHECKING:
+    from memprism_ray.benchmark import Benchmark
     from memprism_ray.cluster.node_data import NodeData
     from memprism_ray.config import ExperimentConfig
     from memprism_ray.policy.config import PolicyConfig
@@ -37,12 +37,8 @@ class EnvWorker:
     """Many game slots of one benchmark in one process (fractional CPUs). After a restart the
     slots are empty; the trajectories that were running there are reported failed."""
 
-    def __init__(
-        self, num_slots: int, benchmark: str = DEFAULT_BENCHMARK, options: dict[str, Any] | None = None
-    ) -> None:
-        from memprism_ray.benchmark import get_benchmark
-
-        self.env = get_benchmark(benchmark).make_env(num_slots, options)
+    def __init__(self, num_slots: int, benchmark: Benchmark, options: dict[str, Any] | None = None) -> None:
+        self.env = benchmark.make_env(num_slots, options)
         self._crash_after: int | None = None
 
     def inject_crash(self, after_steps: int) -> None:
@@ -70,7 +66,7 @@ class PhiWorker:
 
     def __init__(
         self,
-        benchmark: str = DEFAULT_BENCHMARK,
+        benchmark: Benchmark,
         phi_config: PhiConfig | None = None,
         pool: list[Any] | None = None,
         key: str = "phi",
@@ -141,11 +137,10 @@ class PolicyReplica:
         policy_config: PolicyConfig,
         engine_factory: Any = None,
         data: NodeData | None = None,
-        benchmark: str = DEFAULT_BENCHMARK,
+        benchmark: Benchmark | None = None,
     ) -> None:
         import asyncio
 
-        from memprism_ray.benchmark import get_benchmark
         from memprism_ray.policy.pool import GroupLoads
 
         if data is not None:  # the scripted stand-in's fixture, as this node has it
@@ -155,7 +150,12 @@ class PolicyReplica:
         self.loads = GroupLoads(policy_config.group_ttl_s)
         self.async_policy: Any = None
         self.policy: Any = None
-        contract = get_benchmark(benchmark).task_contract()  # the prompt and parser of the job's benchmark
+        if benchmark is None:  # a replica started on its own (tests, benchmarks/): the default benchmark's
+            from memprism_ray.benchmark import get_benchmark
+            from memprism_ray.registry import DEFAULT_BENCHMARK
+
+            benchmark = get_benchmark(DEFAULT_BENCHMARK)
+        contract = benchmark.task_contract()  # the prompt and parser of the job's benchmark
         if policy_config.backend == "vllm":
             from memprism_ray.policy.vllm_async import AsyncVLLMPolicy
 
@@ -321,6 +321,7 @@ class PolicyReplica:
 def start_policy_replicas(
     cfg: ExperimentConfig,
     *,
+    benchmark: Benchmark,
     engine_factory: Any = None,
     timeout_s: float | None = None,
     log: Any = print,
@@ -335,7 +336,7 @@ def start_policy_replicas(
     opts = policy_replica_options(cfg)
     handles = [
         PolicyReplica.options(name=actor_name(cfg.run.name, f"policy-replica-{i}"), **opts).remote(
-            cfg.policy, engine_factory, data, cfg.corpus.benchmark
+            cfg.policy, engine_factory, data, benchmark
         )
         for i in range(cfg.policy.num_replicas)
     ]
@@ -383,7 +384,13 @@ def stop_policy_replicas(handles: Sequence[Any], timeout_s: float = 60.0) -> int
 
 
 def replicas_for(
-    cfg: ExperimentConfig, pool: list[Any] | None, needed: bool, log: Any = print, why: str = "", data: Any = None
+    cfg: ExperimentConfig,
+    benchmark: Benchmark,
+    pool: list[Any] | None,
+    needed: bool,
+    log: Any = print,
+    why: str = "",
+    data: NodeData | None = None,
 ) -> tuple[list[Any] | None, list[Any]]:
     """``(the policy replicas a stage uses, the ones started here for the caller to stop)``;
     ``None`` when the stage does not need the pool."""
@@ -392,5 +399,5 @@ def replicas_for(
     if pool:
         return list(pool), []
     log(f"starting {cfg.policy.num_replicas} policy replicas{' for ' + why if why else ''}")
-    started = start_policy_replicas(cfg, data=data)
+    started = start_policy_replicas(cfg, benchmark=benchmark, data=data)
     return started, started

@@ -80,7 +80,7 @@ def collect_reference(
     log(f"D1: {benchmark.reference_source} of {len(games)} {benchmark.task_noun}{extra} ({workers} tasks)")
     refs = [
         reference_task.remote(
-            cfg, [g.to_dict() for g in c], [g.to_dict() for g in rollins[i]], pool, f"phi-d1-{i}", data
+            cfg, benchmark, [g.to_dict() for g in c], [g.to_dict() for g in rollins[i]], pool, f"phi-d1-{i}", data
         )
         for i, c in enumerate(chunks)
         if c
@@ -104,6 +104,7 @@ def collect_reference(
 
 def label_reference(
     cfg: ExperimentConfig,
+    benchmark: Benchmark,
     expert_path: Path,
     d1_dir: Path,
     log: Any = print,
@@ -129,12 +130,15 @@ def label_reference(
     log(f"D1: {cfg.label.teacher} view labels for {table.num_rows} decisions: {calls} policy calls ({workers} tasks)")
     # The pool serves a model-backed policy, or the LLM teacher with label.llm.source: pool.
     uses_pool = cfg.label.llm.source == "pool" if cfg.label.teacher == "llm" else cfg.policy.backend in POOL_BACKENDS
-    handles, started = replicas_for(cfg, pool, uses_pool, log, "D1 labelling", data)
+    handles, started = replicas_for(cfg, benchmark, pool, uses_pool, log, "D1 labelling", data)
     ref = ray.put(expert_path.read_bytes())
     bound = cfg.run.call_timeout_s * len(episodes[0::workers])  # one call timeout per episode of the largest task
     try:
         results = waits.get_reporting(
-            [label_task.remote(ref, episodes[i::workers], cfg, handles, f"d1-{i}", data) for i in range(workers)],
+            [
+                label_task.remote(ref, episodes[i::workers], cfg, benchmark, handles, f"d1-{i}", data)
+                for i in range(workers)
+            ],
             bound,
             f"D1: {cfg.label.teacher} view-labelling tasks",
             log,
@@ -195,7 +199,7 @@ def run_d1(
     # With the LLM Phi on the pool, the replicas started for it also serve the labelling.
     needed = cfg.phi.kind == "llm" and cfg.phi.llm_source == "pool"
     needed = needed and not (d1_dir / "expert_trajectories.parquet").exists()
-    phi_pool, started = replicas_for(cfg, None, needed, log, "the D1 LLM Phi", data)
+    phi_pool, started = replicas_for(cfg, benchmark, None, needed, log, "the D1 LLM Phi", data)
     try:
         games = benchmark.d1_games(cfg)
         n = cfg.label.games
@@ -211,7 +215,7 @@ def run_d1(
         elif len(rollin) < cfg.label.rollin_games:
             log(f"D1: only {len(rollin)} training games left for label.rollin_games={cfg.label.rollin_games}")
         expert = collect_reference(cfg, benchmark, games[:n], rollin, d1_dir, log, phi_pool, data)
-        labels = label_reference(cfg, expert, d1_dir, log, phi_pool, data)
+        labels = label_reference(cfg, benchmark, expert, d1_dir, log, phi_pool, data)
     finally:
         stop_policy_replicas(started)
     return train_d1(cfg, labels, ckpt, log) if train else labels

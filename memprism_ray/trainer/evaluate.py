@@ -175,12 +175,14 @@ def evaluate(
     needs_router = any("router" in condition_needs(c) for c in conditions)
     state_ref = ray.put(router_state) if (needs_router and router_state is not None) else None
     n_workers = max(1, min(plan.workers, len(plan.specs) or 1))
-    handles, started = replicas_for(cfg, pool, cfg.policy.backend in POOL_BACKENDS, log, "the evaluation", data)
+    handles, started = replicas_for(
+        cfg, benchmark, pool, cfg.policy.backend in POOL_BACKENDS, log, "the evaluation", data
+    )
     names = [actor_name(cfg.run.name, f"eval-worker-{i}") for i in range(n_workers)]
     workers = [
         # SPREAD: the evaluation's environments share the nodes' cores, as the rollout seats do
         EvalWorker.options(name=name, num_cpus=cfg.rollout.env_cpus, scheduling_strategy="SPREAD").remote(
-            cfg, plan.slots, state_ref, handles, f"eval-{i}", data
+            cfg, plan.slots, state_ref, handles, f"eval-{i}", data, benchmark=benchmark
         )
         for i, name in enumerate(names)
     ]

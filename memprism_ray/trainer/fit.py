@@ -109,7 +109,7 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
             reference = Path(cfg.init_checkpoint)
         else:
             say(d1_cost_line(cfg, benchmark))
-            reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg), say, data=data)
+            reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg, benchmark), say, data=data)
 
         # 4. Actors and GRPO iterations; a lost Learner is started again inside (run.learner_restarts).
         actors = None
@@ -293,7 +293,7 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     from memprism_ray.cluster.node_data import ship
 
-    target = d1_dir(cfg.run.dir, cfg)  # keyed by the config sections that make D1 (as in the GRPO job)
+    target = d1_dir(cfg.run.dir, cfg, benchmark)  # keyed by the config sections that make D1 (as in the GRPO job)
 
     def build() -> int:
         data = ship(benchmark.data_trees(cfg), say)

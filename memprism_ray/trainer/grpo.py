@@ -219,12 +219,12 @@ def start_training_actors(
     if resume_from is not None:
         say(f"resumed from {resume_from} (iteration {checkpoint_iteration(resume_from)})")
     ro = cfg.rollout
-    replicas = start_policy_replicas(cfg, data=data)
+    replicas = start_policy_replicas(cfg, benchmark=benchmark, data=data)
     # With phi.llm_source: pool the Phi prompts go to the same replicas as the decisions.
     phi_pool = [
         PhiWorker.options(
             name=actor_name(cfg.run.name, f"phi-worker-{i}"), num_cpus=ro.helper_cpus, max_restarts=ro.max_restarts
-        ).remote(cfg.corpus.benchmark, cfg.phi, replicas, f"phi-{i}", cfg.run.call_timeout_s)
+        ).remote(benchmark, cfg.phi, replicas, f"phi-{i}", cfg.run.call_timeout_s)
         for i in range(ro.phi_workers)
     ]
     view_pool = [
@@ -255,7 +255,19 @@ def start_training_actors(
             name=actor_name(cfg.run.name, f"rollout-worker-{i}"),
             num_cpus=ro.seat_cpus(),
             scheduling_strategy="SPREAD",
-        ).remote(cfg, i, start_weights, phi_pool, view_pool, replicas, needs_text, cfg.run.name, generation, data)
+        ).remote(
+            cfg,
+            i,
+            start_weights,
+            phi_pool,
+            view_pool,
+            replicas,
+            needs_text,
+            cfg.run.name,
+            generation,
+            data,
+            benchmark=benchmark,
+        )
 
     seats = cfg.grpo.groups_per_iteration if ro.elastic else ro.num_workers
     fleet = RolloutFleet.start(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memprism_ray.benchmark import get_benchmark
+from memprism_ray.benchmark import Benchmark
 from memprism_ray.config import ExperimentConfig, check_run_name
 from memprism_ray.config_tree import get_path, moved_keys, to_dict
 from memprism_ray.io_atomic import atomic_write_text, read_jsonl, seal_jsonl
@@ -89,7 +89,7 @@ def checkpoint_extra(config: ExperimentConfig) -> dict[str, Any]:
     return {"config_sha256": config_hash(config), "config": resume_relevant_config(config)}
 
 
-def _d1_parts(config: ExperimentConfig) -> dict[str, Any]:
+def _d1_parts(config: ExperimentConfig, benchmark: Benchmark) -> dict[str, Any]:
     """What the D1 artifacts are made from: the :data:`D1_SECTIONS`, ``run.seed``, the
     benchmark's :attr:`~memprism_ray.benchmark.Benchmark.d1_keys` and an LLM Phi's section."""
     tree = to_dict(config)
@@ -97,7 +97,7 @@ def _d1_parts(config: ExperimentConfig) -> dict[str, Any]:
     parts["run.seed"] = tree.get("run", {}).get("seed")
     # Only the benchmark settings that make its D1 data (Mind2Web: its candidate pool, ALFWorld:
     # its training split), never its evaluation settings.
-    for key in get_benchmark(config.corpus.benchmark).d1_keys:
+    for key in benchmark.d1_keys:
         parts[key] = to_dict(get_path(config, key))
     phi = tree.get("phi") or {}
     if phi.get("kind", "rules") != "rules":
@@ -107,10 +107,10 @@ def _d1_parts(config: ExperimentConfig) -> dict[str, Any]:
     return parts
 
 
-def d1_dir(run_dir: Path, config: ExperimentConfig) -> Path:
+def d1_dir(run_dir: Path, config: ExperimentConfig, benchmark: Benchmark) -> Path:
     """``run_dir/d1/<key>``, ``<key>`` 12 hex digits of the hash of what produces the D1
     artifacts (:func:`_d1_parts`, recorded in ``key.json``): never reused across configs."""
-    parts = _d1_parts(config)
+    parts = _d1_parts(config, benchmark)
     key = _digest(parts)[:12]
     root = Path(run_dir) / "d1" / key
     root.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from memprism_ray.benchmark import get_benchmark
+
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 _spec = importlib.util.spec_from_file_location(
@@ -33,8 +35,8 @@ def test_phi_worker_rules_by_default_and_llm_when_configured(ray_session) -> Non
     states = [{}, {}, {}]
     with stub.PhiStubServer() as srv:
         cfg = PhiConfig(kind="llm", model="stub", base_url=srv.base_url, max_retries=0, timeout_s=10.0)
-        rules = PhiWorker.options(num_cpus=0.05).remote("alfworld")
-        llm = PhiWorker.options(num_cpus=0.05).remote("alfworld", cfg)
+        rules = PhiWorker.options(num_cpus=0.05).remote(get_benchmark("alfworld"))
+        llm = PhiWorker.options(num_cpus=0.05).remote(get_benchmark("alfworld"), cfg)
         try:
             got_rules = ray.get(rules.extract.remote(raws, states), timeout=120)
             got_llm = ray.get(llm.extract.remote(raws, states), timeout=120)
@@ -86,7 +88,7 @@ def test_phi_worker_on_the_policy_pool(ray_session) -> None:
         RawEvent("room", "go to drawer 1", "You arrive at drawer 1. The drawer 1 is closed."),
         RawEvent("room", "open drawer 1", "Nothing happens."),
     ]
-    worker = PhiWorker.options(num_cpus=0.05).remote("alfworld", cfg.phi, [replica], "phi-0", 60.0)
+    worker = PhiWorker.options(num_cpus=0.05).remote(get_benchmark("alfworld"), cfg.phi, [replica], "phi-0", 60.0)
     try:
         got = ray.get(worker.extract.remote(raws, [{}, {}]), timeout=120)
         stats = ray.get(replica.stats.remote(), timeout=60)
@@ -108,4 +110,4 @@ def test_phi_on_the_pool_needs_the_vllm_backend_and_replicas() -> None:
     with pytest.raises(ValueError, match=r"phi\.llm_source=pool .* policy\.backend is 'scripted'"):
         load_config("configs/local.yaml", ["--phi.kind", "llm", "--phi.llm_source", "pool"])
     with pytest.raises(ValueError, match="started without policy replicas"):
-        build_actor_phi("alfworld", PhiConfig(kind="llm", llm_source="pool"), [], key="phi-3")
+        build_actor_phi(get_benchmark("alfworld"), PhiConfig(kind="llm", llm_source="pool"), [], key="phi-3")

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from memprism_ray.benchmark import get_benchmark
 from memprism_ray.policy.base import PolicyBackendError, PolicyInput
 from memprism_ray.policy.config import PolicyConfig, VLLMConfig
 from memprism_ray.policy.pool import GroupLoads, pick_least_loaded
@@ -257,7 +258,7 @@ def test_d1_llm_teacher_labels_expert_decisions_on_the_pool(
         expert = collect_reference(cfg, get_benchmark("alfworld"), games, [], tmp_path / "d1", lines.append, [replica])
         decisions = pq.read_table(expert).num_rows
         assert {e.entity for e in load_expert_stream(pq.read_table(expert), 0).events} == {"pool entity"}
-        labels = label_reference(cfg, expert, tmp_path / "d1", lines.append, pool=[replica])
+        labels = label_reference(cfg, get_benchmark("alfworld"), expert, tmp_path / "d1", lines.append, pool=[replica])
         stats = ray_session.get(replica.stats.remote(), timeout=60)
     finally:
         ray_session.kill(replica)
@@ -303,7 +304,10 @@ def test_replica_engine_gets_the_explicit_scheduler_and_the_job_logs_it(ray_sess
     monkeypatch.setattr(placement, "policy_replica_options", lambda cfg: {"num_cpus": 0.01, "max_concurrency": 64})
     lines: list[str] = []
     handles = start_policy_replicas(
-        cfg, engine_factory=functools.partial(fake_engine_factory, step_s=0.002, tokens=3), log=lines.append
+        cfg,
+        benchmark=get_benchmark(cfg.corpus.benchmark),
+        engine_factory=functools.partial(fake_engine_factory, step_s=0.002, tokens=3),
+        log=lines.append,
     )
     try:
         settings = ray_session.get(handles[0].engine_settings.remote(), timeout=30)

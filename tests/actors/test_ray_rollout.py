@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memprism_ray.benchmark import get_benchmark
+
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
@@ -24,11 +26,13 @@ def system(ray_session, actors_tiny_cfg, actors_reference_ckpt: Path):
 
     cfg = actors_tiny_cfg
     learner = Learner.options(num_cpus=0.1).remote(cfg.grpo, str(actors_reference_ckpt), "")
-    phi = [PhiWorker.options(num_cpus=0.05).remote()]
+    phi = [PhiWorker.options(num_cpus=0.05).remote(get_benchmark(cfg.corpus.benchmark))]
     views = [ViewWorker.options(num_cpus=0.05).remote(cfg.render, 64)]
     replicas = [PolicyReplica.options(num_cpus=0.05).remote(cfg.policy)]
     full_ref = learner.full_weights.remote()  # the learner's ref, resolved by the worker (as the job does)
-    worker = RolloutWorker.options(num_cpus=0.1).remote(cfg, 0, full_ref, phi, views, replicas, True, "testrun")
+    worker = RolloutWorker.options(num_cpus=0.1).remote(
+        cfg, 0, full_ref, phi, views, replicas, True, "testrun", benchmark=get_benchmark(cfg.corpus.benchmark)
+    )
     ray.get(worker.ping.remote(), timeout=300)
     yield {"cfg": cfg, "learner": learner, "worker": worker, "views": views, "full_ref": full_ref,
            "every": [learner, worker, *phi, *views, *replicas]}  # fmt: skip

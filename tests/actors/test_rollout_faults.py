@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from memprism_ray.benchmark import get_benchmark
+
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
@@ -31,7 +33,9 @@ def fleet_parts(ray_session, actors_tiny_cfg, actors_reference_ckpt: Path):
     started: list = []
 
     def make(index: int, generation: int):
-        w = RolloutWorker.options(num_cpus=0.1).remote(cfg, index, full_ref, [], [], [], False, "faults", generation)
+        w = RolloutWorker.options(num_cpus=0.1).remote(
+            cfg, index, full_ref, [], [], [], False, "faults", generation, benchmark=get_benchmark(cfg.corpus.benchmark)
+        )
         started.append(w)
         # Its EnvWorkers answer before it gets a group, so a group's time is its play alone
         # and the hung-worker test can wait a group timeout of seconds, not minutes.

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from memprism_ray.benchmark import get_benchmark
+
 pytestmark = [pytest.mark.ray]
 
 
@@ -51,7 +53,9 @@ def test_an_eval_worker_counts_tokens_with_the_drivers_counter(ray_session, pool
     cfg, replica, name = pool
     plan = get_benchmark("alfworld").eval_plan(cfg)
     spec = {"episode_id": plan.specs[0].episode_id, "game": plan.specs[0].game.to_dict()}
-    worker = EvalWorker.options(num_cpus=0.1).remote(cfg, 1, None, [replica], "t0")
+    worker = EvalWorker.options(num_cpus=0.1).remote(
+        cfg, 1, None, [replica], "t0", benchmark=get_benchmark(cfg.corpus.benchmark)
+    )
     try:
         ray_session.get(worker.start.remote(), timeout=120)
         results = ray_session.get(worker.play.remote("no_memory", [spec], None), timeout=120)
@@ -75,7 +79,9 @@ def test_a_rollout_worker_counts_tokens_with_the_task_models_tokenizer(ray_sessi
     cfg, replica, name = pool
     full = ray_session.put(state_to_numpy(ViewPolicyModel(cfg.router).state_dict()))
     spec = sample_groups(list_games("train", cfg.corpus.data_root), cfg, 0)[0]
-    worker = RolloutWorker.options(num_cpus=0.1).remote(cfg, 0, full, [], [], [replica], False, "t0")
+    worker = RolloutWorker.options(num_cpus=0.1).remote(
+        cfg, 0, full, [], [], [replica], False, "t0", benchmark=get_benchmark(cfg.corpus.benchmark)
+    )
     try:
         summary = ray_session.get(worker.run_group.remote(spec, None, 0)[0], timeout=300)
         counter = ray_session.get(worker.__ray_call__.remote(lambda self: self.tokens.name), timeout=60)

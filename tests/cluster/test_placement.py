@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from memprism_ray.benchmark import get_benchmark
 from memprism_ray.config import load_config
 from memprism_ray.policy.config import HFConfig, PolicyConfig, VLLMConfig
 
@@ -106,7 +107,12 @@ def test_a_gpu_replica_on_a_cpu_cluster_is_pending_demand_never_a_cpu_fallback(
     finally:
         ray.kill(replica)
     with pytest.raises(TimeoutError, match="not placed within 2s"):
-        start_policy_replicas(cfg, engine_factory=functools.partial(fake_engine_factory), timeout_s=2)
+        start_policy_replicas(
+            cfg,
+            benchmark=get_benchmark(cfg.corpus.benchmark),
+            engine_factory=functools.partial(fake_engine_factory),
+            timeout_s=2,
+        )
 
 
 @pytest.mark.ray
@@ -122,7 +128,16 @@ def test_seats_that_cannot_be_placed_are_named_with_what_they_lack(ray_session, 
 
     def make(index: int, generation: int):
         w = RolloutWorker.options(num_cpus=0, resources={"memprism_test_seat": 1}).remote(
-            actors_tiny_cfg, index, {}, [], [], [], False, "unplaceable", generation
+            actors_tiny_cfg,
+            index,
+            {},
+            [],
+            [],
+            [],
+            False,
+            "unplaceable",
+            generation,
+            benchmark=get_benchmark(actors_tiny_cfg.corpus.benchmark),
         )
         started.append(w)
         return w
@@ -165,7 +180,19 @@ def test_a_transient_data_failure_starts_the_seat_again_and_a_permanent_one_reti
 
     def fleet_on(data: NodeData) -> fleet.RolloutFleet:
         def make(index: int, generation: int):
-            w = RolloutWorker.options(num_cpus=0).remote(cfg, index, {}, [], [], [], False, "seat", generation, data)
+            w = RolloutWorker.options(num_cpus=0).remote(
+                cfg,
+                index,
+                {},
+                [],
+                [],
+                [],
+                False,
+                "seat",
+                generation,
+                data,
+                benchmark=get_benchmark(cfg.corpus.benchmark),
+            )
             started.append(w)
             return w
 

@@ -27,13 +27,14 @@ def test_label_views_plays_the_rollins_its_config_names(
 ) -> None:
     import pyarrow.parquet as pq
 
+    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.config import load_config
     from memprism_ray.trainer.run_dir import d1_dir
 
     overrides = memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "labels")  # 2 expert games, 1 roll-in
     assert _label_job().main(["--config", "configs/local.yaml", *overrides]) == 0
     cfg = load_config("configs/local.yaml", overrides)
-    key_dir = d1_dir(cfg.run.dir, cfg)  # the directory the GRPO job would reuse
+    key_dir = d1_dir(cfg.run.dir, cfg, get_benchmark("alfworld"))  # the directory the GRPO job would reuse
     table = pq.read_table(key_dir / "expert_trajectories.parquet")
     sources = table.column("reference_source").to_pylist()
     episodes = {src: set() for src in sources}

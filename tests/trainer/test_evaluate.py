@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from memprism_ray.benchmark import get_benchmark
+
 pytestmark = [pytest.mark.ray]
 
 
 def test_waves_report_progress_and_results_keep_plan_order(
     ray_session, memprism_tiny_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.config import load_config
     from memprism_ray.trainer.evaluate import evaluate, play_condition
 
@@ -34,7 +35,7 @@ def test_waves_report_progress_and_results_keep_plan_order(
     from memprism_ray.actors.evaluation import EvalWorker
 
     plan = alf.eval_plan(cfg)
-    workers = [EvalWorker.options(num_cpus=0.1).remote(cfg, 1, None, None, f"t{i}") for i in range(2)]
+    workers = [EvalWorker.options(num_cpus=0.1).remote(cfg, 1, None, None, f"t{i}", benchmark=alf) for i in range(2)]
     seen: list[int] = []
     try:
         results, _ = play_condition(workers, "no_memory", plan, None, 120.0, 0, lambda rs: seen.append(len(rs)))
@@ -50,7 +51,6 @@ def test_freq_random_plays_the_memprism_marginal_on_every_wave(
 ) -> None:
     """Frequency-Matched Random samples the view marginal the Router's condition just measured;
     with one call per wave, every wave of every worker gets it (the paper's FMR baseline)."""
-    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.config import load_config
     from memprism_ray.trainer.evaluate import evaluate, router_state_for
 
@@ -79,7 +79,6 @@ def test_evaluation_draws_its_views_with_the_runs_render_settings(ray_session, m
     workers do (it used to draw every view with the defaults, so a preset's ``render.max_side``
     or font changed training views but not the evaluated ones)."""
     from memprism_ray.actors.evaluation import EvalWorker
-    from memprism_ray.benchmark import get_benchmark
     from memprism_ray.config import load_config
 
     def pixels(*render: str) -> list[int]:
@@ -89,7 +88,9 @@ def test_evaluation_draws_its_views_with_the_runs_render_settings(ray_session, m
              "--rollout.env_cpus", "0.1", *render],
         )  # fmt: skip
         spec = get_benchmark("alfworld").eval_plan(cfg).specs[0]
-        worker = EvalWorker.options(num_cpus=0.1).remote(cfg, 1, None, None, "render")
+        worker = EvalWorker.options(num_cpus=0.1).remote(
+            cfg, 1, None, None, "render", benchmark=get_benchmark(cfg.corpus.benchmark)
+        )
         try:
             game = {"episode_id": spec.episode_id, "game": spec.game.to_dict()}
             (result,) = ray_session.get(worker.play.remote("fixed:TemporalTrace", [game], None), timeout=300)

@@ -11,6 +11,7 @@ import torch
 
 from memprism_ray.adapter.checkpoint import save_checkpoint
 from memprism_ray.adapter.grpo_update import GRPOConfig, GRPOUpdater
+from memprism_ray.benchmark import get_benchmark
 from memprism_ray.config import load_config
 from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 from memprism_ray.trainer.run_dir import (
@@ -33,7 +34,7 @@ def cfg(tmp: Path, *extra: str):
 
 def d1_key(config) -> str:
     """The D1 key of ``config``: the name of its D1 directory."""
-    return d1_dir(config.run.dir, config).name
+    return d1_dir(config.run.dir, config, get_benchmark(config.corpus.benchmark)).name
 
 
 def save_d2(path: Path, config, iteration: int) -> Path:
@@ -249,7 +250,8 @@ def test_d1_artifacts_are_keyed_by_the_sections_that_make_them(tmp_path: Path) -
     assert d1_key(cfg(tmp_path, "--grpo.lr", "1e-5", "--eval.workers", "1")) == d1_key(c)
     for override in (("--label.games", "3"), ("--corpus.seed", "5"), ("--sft.epochs", "2"), ("--run.seed", "4")):
         assert d1_key(cfg(tmp_path, *override)) != d1_key(c), override
-    a, b = d1_dir(c.run.dir, c), d1_dir(c.run.dir, cfg(tmp_path, "--label.games", "3"))
+    bench = get_benchmark(c.corpus.benchmark)
+    a, b = d1_dir(c.run.dir, c, bench), d1_dir(c.run.dir, cfg(tmp_path, "--label.games", "3"), bench)
     assert a != b and a.parent == b.parent == c.run.dir / "d1"
     about = json.loads((a / "key.json").read_text())
     assert about["key"] == a.name == d1_key(c) and about["label"]["games"] == c.label.games
