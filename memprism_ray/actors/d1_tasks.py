@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from memprism_ray.cluster.node_data import NodeData
+from memprism_ray.cluster.node_data import NodeData, on_this_node
 from memprism_ray.cluster.placement import set_ray_env
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ def _parquet(dataset: Any) -> bytes:
 
 
 @ray.remote(num_cpus=1, max_retries=1)
+@on_this_node  # the games, fixtures and releases as this node has them
 def reference_task(
     cfg: ExperimentConfig,
     benchmark: Benchmark,
@@ -45,8 +46,6 @@ def reference_task(
     """The benchmark's D1 reference trajectories of ``games`` (plus roll-ins on ``rollin``) as
     expert-trajectory Parquet bytes, re-recorded by the LLM Phi when ``cfg.phi`` asks for one."""
     set_ray_env()
-    if data is not None:
-        cfg, games, rollin = data.localize((cfg, games, rollin))
     from memprism_ray.envs.base import GameRef
 
     phi = None
@@ -72,6 +71,7 @@ def label_policy(cfg: ExperimentConfig, benchmark: Benchmark, pool: list[Any] | 
 
 
 @ray.remote(num_cpus=1, max_retries=1)
+@on_this_node  # the scripted stand-in's fixture, as this node has it
 def label_task(
     table_bytes: bytes,
     episodes: list[int],
@@ -85,8 +85,6 @@ def label_task(
     teacher's counts. ``label.teacher: counterfactual`` shows the task policy each of the 144
     views; ``llm`` asks the benchmark's LLM view teacher once per decision."""
     set_ray_env()
-    if data is not None:  # the scripted stand-in's fixture, as this node has it
-        cfg = data.localize(cfg)
     import pyarrow.parquet as pq
 
     from memprism_ray.adapter.d1_labels import counterfactual_labels, expert_states, llm_labels

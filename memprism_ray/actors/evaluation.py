@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from memprism_ray.actors.services import task_token_counter
-from memprism_ray.cluster.node_data import NodeData, node_label, node_place
+from memprism_ray.cluster.node_data import NodeData, node_label, node_place, on_this_node
 from memprism_ray.cluster.placement import set_ray_env
 
 if TYPE_CHECKING:
@@ -41,35 +41,40 @@ class EvalWorker:
         # As in RolloutWorker: a start failure is raised by the first call, with its type.
         self.setup_error: BaseException | None = None
         try:
-            import numpy as np
-            import torch
-
-            from memprism_ray.actors.services import build_actor_phi, decision_policy
-
-            cfg = self.data.localize(cfg)
-            torch.set_num_threads(1)
-            self.cfg = cfg
-            self.contract = benchmark.task_contract()
-            self.env = benchmark.make_env(slots, benchmark.env_options(cfg))
-            self.phi = build_actor_phi(
-                benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=f"phi-{key or 'eval'}"
-            )
-            self.policy = decision_policy(cfg, self.contract, pool, key, "evaluation")
-            self.tokens = task_token_counter(cfg)  # once: a tokenizer load per wave is wasted
-            self.router = None
-            self.features = None
-            if router_state is not None:
-                from memprism_ray.router.encoder import TextEncoder
-                from memprism_ray.router.features import FeatureExtractor
-                from memprism_ray.router.model import ViewPolicyModel
-
-                self.router = ViewPolicyModel(cfg.router)
-                self.router.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in router_state.items()})
-                self.router.eval()
-                self.features = FeatureExtractor(TextEncoder(cfg.encoder))
+            self._setup(cfg, benchmark, slots, router_state, pool, key)
             self.doing = "idle"
         except Exception as exc:
             self.setup_error = exc
+
+    @on_this_node  # this node's copies of the games, fixtures, releases
+    def _setup(
+        self, cfg: ExperimentConfig, benchmark: Benchmark, slots: int, router_state: Any, pool: Any, key: str
+    ) -> None:
+        import numpy as np
+        import torch
+
+        from memprism_ray.actors.services import build_actor_phi, decision_policy
+
+        torch.set_num_threads(1)
+        self.cfg = cfg
+        self.contract = benchmark.task_contract()
+        self.env = benchmark.make_env(slots, benchmark.env_options(cfg))
+        self.phi = build_actor_phi(
+            benchmark, cfg.phi, pool, timeout_s=cfg.run.call_timeout_s, key=f"phi-{key or 'eval'}"
+        )
+        self.policy = decision_policy(cfg, self.contract, pool, key, "evaluation")
+        self.tokens = task_token_counter(cfg)  # once: a tokenizer load per wave is wasted
+        self.router = None
+        self.features = None
+        if router_state is not None:
+            from memprism_ray.router.encoder import TextEncoder
+            from memprism_ray.router.features import FeatureExtractor
+            from memprism_ray.router.model import ViewPolicyModel
+
+            self.router = ViewPolicyModel(cfg.router)
+            self.router.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in router_state.items()})
+            self.router.eval()
+            self.features = FeatureExtractor(TextEncoder(cfg.encoder))
 
     def __repr__(self) -> str:
         place = getattr(self, "place", None)
@@ -82,6 +87,7 @@ class EvalWorker:
             raise self.setup_error
         return dict(self.place)
 
+    @on_this_node  # the episodes' games as this node has them
     def play(self, condition: str, specs: list[dict[str, Any]], marginal: list[float] | None) -> list[Any]:
         """Play ``specs`` (one wave: at most ``slots`` episodes) under ``condition``: one result per
         spec, in order, each with its step rows (``freq_random`` samples ``marginal``)."""
@@ -96,7 +102,7 @@ class EvalWorker:
         from memprism_ray.views import ViewService
 
         cfg = self.cfg
-        eps = [EpisodeSpec(s["episode_id"], GameRef.from_dict(self.data.localize(s["game"]))) for s in specs]
+        eps = [EpisodeSpec(s["episode_id"], GameRef.from_dict(s["game"])) for s in specs]
         try:
             selector = make_selector(
                 condition, router=self.router, marginal=marginal, seed=cfg.run.seed, memory=cfg.eval.memory

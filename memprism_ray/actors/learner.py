@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
-from memprism_ray.cluster.node_data import NodeData, node_place
+from memprism_ray.cluster.node_data import NodeData, node_place, on_this_node
 
 if TYPE_CHECKING:
     from memprism_ray.adapter.grpo_update import GRPOConfig
@@ -33,7 +33,7 @@ class Learner:
     ) -> None:
         import torch
 
-        from memprism_ray.adapter.checkpoint import load_checkpoint, load_model, resume_trainer
+        from memprism_ray.adapter.checkpoint import resume_trainer
         from memprism_ray.adapter.grpo_update import GRPOUpdater
 
         # threads (rollout.learner_threads): the update runs while the rollout workers wait for
@@ -44,18 +44,22 @@ class Learner:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.config = grpo_config
         self.reference = reference  # the driver's path, as checkpoints record it
-        # The checkpoints as this node has them: shipped by the driver when the run directory
-        # is not here (a Learner on a worker node, issue 34).
-        local = data.localize({"reference": reference, "resume": resume}) if data else {}
-        reference_here, resume_here = local.get("reference", reference), local.get("resume", resume)
-        ref = load_model(reference_here, map_location=device)
-        ckpt = load_checkpoint(resume_here, map_location=device) if resume else None
+        ref, ckpt = self._load(reference, resume, device, data)
         # The policy starts as a copy of the reference: the file is read and hashed once.
         model = ckpt.model if ckpt is not None else copy.deepcopy(ref)
         self.updater = GRPOUpdater(model, ref, replace(grpo_config, device=device))
         if ckpt is not None:
             resume_trainer(self.updater, ckpt)
         self.model = model
+
+    @staticmethod
+    @on_this_node  # shipped by the driver when the run directory is not here (issue 34)
+    def _load(reference: str, resume: str, device: str, data: NodeData | None) -> tuple[Any, Any]:
+        """The reference Router and the checkpoint to resume (or None), as this node has them."""
+        from memprism_ray.adapter.checkpoint import load_checkpoint, load_model
+
+        ref = load_model(reference, map_location=device)
+        return ref, (load_checkpoint(resume, map_location=device) if resume else None)
 
     def __repr__(self) -> str:
         updater = getattr(self, "updater", None)

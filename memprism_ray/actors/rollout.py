@@ -16,7 +16,7 @@ import ray
 
 from memprism_ray.actors.services import PolicyPool, Pool, RayServices, RemoteViews, task_token_counter
 from memprism_ray.actors.workers import EnvWorker
-from memprism_ray.cluster.node_data import NodeData, node_label, node_place
+from memprism_ray.cluster.node_data import NodeData, node_label, node_place, on_this_node
 from memprism_ray.cluster.placement import set_ray_env
 
 if TYPE_CHECKING:
@@ -103,12 +103,13 @@ class RolloutWorker:
         self.generation = generation
         self.doing = "placed"
         self.place = node_place()
+        self.data = data or NodeData()  # what _setup and run_group localize their arguments with
         self._fault: tuple[str, int] | None = None
         # Two phases: __init__ only records where the worker was placed (so the driver can tell
         # a placed seat that is still loading from one that waits for a node), the first call
         # builds the rest. A build failure is raised by every call with its type (Ray keeps only
         # the text of an exception raised in __init__), so the driver can name it in one line.
-        self._args = (cfg, benchmark, model_state, phi_handles, view_handles, policy_handles, needs_view_text, data)
+        self._args = (cfg, benchmark, model_state, phi_handles, view_handles, policy_handles, needs_view_text)
         self.setup_error: BaseException | None = None
 
     def _ensure_setup(self) -> None:
@@ -126,6 +127,7 @@ class RolloutWorker:
             raise
         self.doing = "idle"
 
+    @on_this_node  # this node's copies of the games, fixtures, releases
     def _setup(
         self,
         cfg: ExperimentConfig,
@@ -135,7 +137,6 @@ class RolloutWorker:
         view_handles: list[Any],
         policy_handles: list[Any],
         needs_view_text: bool,
-        data: NodeData | None,
     ) -> None:
         """Build the worker from its constructor's arguments."""
         import torch
@@ -146,8 +147,6 @@ class RolloutWorker:
         from memprism_ray.router.model import ViewPolicyModel
 
         torch.set_num_threads(1)
-        self.data = data or NodeData()
-        cfg = self.data.localize(cfg)  # this node's copies of the games, fixtures, releases
         self.cfg = cfg
         ro = cfg.rollout
         self.benchmark = benchmark
@@ -269,6 +268,7 @@ class RolloutWorker:
                     raise RuntimeError(f"{len(pending)} EnvWorker(s) did not come back within {timeout_s:.0f}s")
                 time.sleep(0.5)
 
+    @on_this_node  # the group's game as this node has it (outside: wraps copies ray.method's attributes)
     @ray.method(num_returns=2)
     def run_group(
         self, spec: GroupSpec, weights: dict[str, np.ndarray] | None, version: int
@@ -307,7 +307,7 @@ class RolloutWorker:
             step_meta={"weights_version": version, "group_id": spec.group_id, "iteration": spec.iteration},
             contract=self.benchmark.task_contract(),
         )
-        game = GameRef.from_dict(self.data.localize(spec.game))
+        game = GameRef.from_dict(spec.game)
         specs = [EpisodeSpec(eid, game) for eid in spec.episode_ids]
         results = agent.run(specs, slots=list(range(len(specs))))
         rows, episodes = [], []

@@ -16,7 +16,7 @@ import ray
 
 from memprism_ray.actors.wire import PolicyRequest, from_request
 from memprism_ray.agent import each_request
-from memprism_ray.cluster.node_data import node_place
+from memprism_ray.cluster.node_data import node_place, on_this_node
 from memprism_ray.envs.base import GameRef, Observation, Transition
 from memprism_ray.policy.base import PolicyInput, PolicyOutput
 from memprism_ray.recorder.events import RawEvent
@@ -132,6 +132,7 @@ class PolicyReplica:
     ``engine_factory`` (a picklable ``VLLMConfig -> engine``) replaces vLLM's engine in tests.
     """
 
+    @on_this_node  # the scripted stand-in's fixture, as this node has it
     def __init__(
         self,
         policy_config: PolicyConfig,
@@ -142,9 +143,6 @@ class PolicyReplica:
         import asyncio
 
         from memprism_ray.policy.pool import GroupLoads
-
-        if data is not None:  # the scripted stand-in's fixture, as this node has it
-            policy_config = data.localize(policy_config)
 
         self.config = policy_config
         self.loads = GroupLoads(policy_config.group_ttl_s)

@@ -11,6 +11,8 @@ import contextlib
 import copy
 import dataclasses
 import errno
+import functools
+import inspect
 import io
 import os
 import shutil
@@ -20,13 +22,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import ray
 
 from memprism_ray.benchmark import DataTree
 from memprism_ray.envs.base import cache_base
 from memprism_ray.io_atomic import LockTimeout, UnshippableLink, file_lock, sha256_path, tree_files
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: Longest wait for a fetch: the tree's tar, packed on the driver's node, to arrive here.
 FETCH_TIMEOUT_S = 600.0
@@ -117,6 +122,30 @@ class NodeData:
         for tree in self.checked:
             roots.setdefault(tree.path, partial(_check, tree))
         return _rebase(obj, sorted(roots.items(), key=lambda kv: -len(kv[0])))
+
+
+def on_this_node(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` (an actor's set-up or method, a task) called with its arguments as this node has
+    them: the one place the actors localize what they read (issue 42). The call's ``data``
+    argument (a :class:`NodeData`; a method without one uses its actor's ``self.data``) moves
+    every path under a shipped tree, in every other argument, to this node's copy (unpacked on
+    first use) and checks the user trees they name; a failure is one :class:`NodeDataError`."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def localized(*args: P.args, **kwargs: P.kwargs) -> R:
+        bound = signature.bind(*args, **kwargs)
+        given = bound.arguments
+        data = given.get("data")
+        if data is None and "self" in given:
+            data = getattr(given["self"], "data", None)
+        if data is not None:
+            for name in given:
+                if name not in ("self", "data"):
+                    given[name] = data.localize(given[name])
+        return fn(*bound.args, **bound.kwargs)
+
+    return localized
 
 
 def ship(trees: Iterable[DataTree], log: Callable[[str], None] | None = None) -> NodeData:

@@ -20,7 +20,7 @@ import pytest
 
 import memprism_ray.cluster.node_data as nd
 from memprism_ray.benchmark import DataTree
-from memprism_ray.cluster.node_data import NodeData, NodeDataError, ShippedTree, _rebase, ship
+from memprism_ray.cluster.node_data import NodeData, NodeDataError, ShippedTree, _rebase, on_this_node, ship
 from memprism_ray.io_atomic import file_lock, sha256_path
 
 pytestmark = [pytest.mark.ray]
@@ -117,6 +117,41 @@ def test_only_the_named_files_of_a_folder_are_shipped(
     assert sorted(p.name for p in local.iterdir()) == ["logic.pddl"]
     (root / "state.pt").write_bytes(b"y")  # what is not shipped does not change the identity
     assert sha256_path(root, ("logic.pddl",)) == data.digest
+
+
+def test_on_this_node_localizes_every_argument_of_a_set_up_a_method_and_a_task(
+    ray_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one helper the actors localize with (issue 42): the call's ``data`` (or the actor's
+    ``self.data``) moves every path under a shipped tree in every other argument; paths
+    elsewhere, ``data`` itself and arguments without paths are passed as they were."""
+    monkeypatch.setenv("MEMPRISM_CACHE", str(tmp_path / "node-cache"))
+    monkeypatch.setattr(nd, "_LOCAL", {})
+    monkeypatch.setattr(nd, "_same_here", lambda tree: False)  # as on a node without the driver's disk
+    root = _tree(tmp_path / "corpus")
+    data = ship([DataTree(str(root), "the test corpus", owned=True)])
+    game = str(root / "json" / "game-1" / "game.tw-pddl")
+    elsewhere = str(tmp_path / "elsewhere")
+
+    @on_this_node
+    def task(cfg: _Corpus, games: list[dict[str, str]], n: int, data: NodeData | None = None) -> tuple:
+        return cfg, games, n, data
+
+    class Actor:
+        def __init__(self, data: NodeData) -> None:
+            self.data = data
+
+        @on_this_node
+        def play(self, specs: list[dict[str, str]]) -> list[dict[str, str]]:
+            return specs
+
+    cfg, games, n, passed = task(_Corpus(str(root)), [{"game": game}, {"game": elsewhere}], 3, data=data)
+    local = Path(cfg.data_root)
+    assert local != root and (local / "logic.pddl").read_text() == "(define)"
+    assert games == [{"game": str(local / "json" / "game-1" / "game.tw-pddl")}, {"game": elsewhere}]
+    assert (n, passed) == (3, data)
+    assert Actor(data).play([{"game": game}]) == [{"game": str(local / "json" / "game-1" / "game.tw-pddl")}]
+    assert task(_Corpus(str(root)), [], 0) == (_Corpus(str(root)), [], 0, None)  # no data: nothing moved
 
 
 def test_a_tree_that_changed_after_it_was_shipped_is_refused_not_used(
