@@ -4,7 +4,8 @@ changed config refused unless allowed).
 
 The resume check runs the smallest job that writes two checkpoints (two iterations of one
 group of two trajectories). The run that is killed is a process of its own, started as users
-start it; the uninterrupted reference and the resume run ``main(argv)`` in this process on the
+start it; the uninterrupted reference (played once for the module: the resume and the run
+whose Learners are killed both reach it) and the resume run ``main(argv)`` in this process on the
 session's Ray (a job's start-up, not its iterations, is most of its time). Refusals that come
 before Ray are checked in-process too, one of them also as a process (exit status 2, one line
 on stderr)."""
@@ -69,24 +70,25 @@ def _grpo_rows(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "time" and "seconds" not in k} for r in rows if r["kind"] == "grpo"]
 
 
-@pytest.mark.ray
-def test_killed_driver_resumes_to_the_same_state(
-    ray_session,
-    memprism_tiny_corpus: Path,
-    actors_reference_ckpt: Path,
-    memprism_tiny_overrides,
-    tmp_path: Path,
-    run_job,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    def args(name: str, *extra: str) -> list[str]:
-        return _args(memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, name, actors_reference_ckpt, *extra)
+@pytest.fixture
+def args(memprism_tiny_overrides, memprism_tiny_corpus: Path, actors_reference_ckpt: Path, tmp_path: Path):
+    """The job's arguments for a run named ``name`` under this test's directory."""
+    return lambda name, *extra: _args(
+        memprism_tiny_overrides, memprism_tiny_corpus, tmp_path, name, actors_reference_ckpt, *extra
+    )
 
-    # A: the two iterations without interruption (the reference; in this process, on the session's Ray).
-    assert run_job("grpo_alfworld.py", args("a")) == 0
-    capsys.readouterr()
-    run_a = tmp_path / "a"
+
+@pytest.fixture(scope="module")
+def undisturbed(
+    ray_session, memprism_tiny_corpus: Path, actors_reference_ckpt: Path, memprism_tiny_overrides, run_job,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:  # fmt: skip
+    """A: the two iterations without interruption, the run the killed driver's resume and the
+    lost Learners' run must reach (in this process, on the session's Ray; played once for both)."""
+    out = tmp_path_factory.mktemp("undisturbed")
+    argv = _args(memprism_tiny_overrides, memprism_tiny_corpus, out, "a", actors_reference_ckpt)
+    assert run_job("grpo_alfworld.py", argv) == 0
+    run_a = out / "a"
     assert (run_a / "checkpoints" / "iter_0001" / "config.json").exists()
     assert (run_a / "checkpoints" / "iter_0002" / "config.json").exists()
     grpo_a = _grpo_rows(run_a)
@@ -94,6 +96,19 @@ def test_killed_driver_resumes_to_the_same_state(
     for key in ("loss", "kl", "entropy", "clip_frac", "zero_std_group_frac", "success_rate", "failed_trajectories"):
         assert key in grpo_a[0]
     assert _weights_sha(run_a / "checkpoints" / "iter_0001") != _weights_sha(run_a / "checkpoints" / "iter_0002")
+    return run_a
+
+
+@pytest.mark.ray
+def test_killed_driver_resumes_to_the_same_state(
+    undisturbed: Path,
+    args,
+    tmp_path: Path,
+    run_job,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run_a, grpo_a = undisturbed, _grpo_rows(undisturbed)
 
     # B: the same run as users start it, its driver killed after the first checkpoint.
     proc = subprocess.Popen(
@@ -140,8 +155,15 @@ def test_killed_driver_resumes_to_the_same_state(
     meta = json.loads((tmp_path / "b" / "checkpoints" / "iter_0002" / "config.json").read_text())
     assert len(meta["extra"]["config_sha256"]) == 64 and meta["extra"]["config"]["grpo.lr"] > 0
     for it in ("iter_0001", "iter_0002"):
-        assert _weights_sha(tmp_path / "a" / "checkpoints" / it) == _weights_sha(tmp_path / "b" / "checkpoints" / it)
+        assert _weights_sha(run_a / "checkpoints" / it) == _weights_sha(tmp_path / "b" / "checkpoints" / it)
     assert _grpo_rows(tmp_path / "b") == grpo_a  # every logged statistic, bit for bit
+
+
+@pytest.mark.ray
+def test_lost_learners_are_started_again_and_reach_the_undisturbed_weights(
+    undisturbed: Path, args, tmp_path: Path, run_job, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_a, grpo_a = undisturbed, _grpo_rows(undisturbed)
 
     # C: the same run in this process, its Learner killed as soon as it exists (while the fleet
     # starts: the rollout workers used to load their first weights from it) and the next one once
@@ -174,7 +196,7 @@ def test_killed_driver_resumes_to_the_same_state(
     assert len(restarts) == 2, out[-3000:]
     assert "while it started" in restarts[0] and "restart 2 of 3 from " in restarts[1], restarts
     for it in ("iter_0001", "iter_0002"):
-        assert _weights_sha(tmp_path / "a" / "checkpoints" / it) == _weights_sha(tmp_path / "c" / "checkpoints" / it)
+        assert _weights_sha(run_a / "checkpoints" / it) == _weights_sha(tmp_path / "c" / "checkpoints" / it)
     rows_c = [json.loads(x) for x in (tmp_path / "c" / "metrics.jsonl").read_text().splitlines()]
     grpo_c = [r for r in rows_c if r["kind"] == "grpo"]
     assert [r["step"] for r in grpo_c] == [1, 2]  # a replayed iteration is logged once
