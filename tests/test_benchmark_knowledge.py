@@ -174,3 +174,22 @@ DEFAULT = "alfworld"
 HELP = "an ALFWorld split"
 """
     assert [line for line, _ in naming_sites(ast.parse(source))] == [3, 4, 5, 6, 7]
+
+
+def test_the_actors_and_the_trainer_are_handed_the_benchmark() -> None:
+    """Issue 42 item 6: the benchmark object is built from its name once, by the job entries
+    (``trainer/fit.py``), and handed down: no actor, task, trainer or cluster module looks one
+    up by name, but a policy replica started on its own (tests, ``benchmarks/``) takes the
+    registry's default (e56c0bf's parent: 9 lookups by ``corpus.benchmark`` there)."""
+    lookups = []
+    for package in ("actors", "trainer", "cluster"):
+        for path in sorted((PACKAGE / package).rglob("*.py")):
+            if path.name == "fit.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                called = getattr(node, "func", None)
+                if getattr(called, "id", getattr(called, "attr", "")) not in ("get_benchmark", "benchmark_class"):
+                    continue
+                if [ast.unparse(a) for a in node.args] != ["DEFAULT_BENCHMARK"]:
+                    lookups.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    assert lookups == [], "\n".join(lookups)
