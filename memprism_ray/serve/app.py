@@ -10,7 +10,7 @@ agents written in any language. Start it with ``serve run clusters/serve_memory.
                                        "png" (base64), "text", "visual_tokens", "text_tokens", "replica", ...}``
 ``POST /sessions/{id}/view.png``       the page itself (``image/png``; the view in ``X-MemPrism-*``)
 ``DELETE /sessions/{id}``              close the session
-``GET /healthz``                       ``{"sessions", "replica", "torch_threads"}``
+``GET /healthz``                       ``{"sessions", "replica", "cached", "torch_threads"}``
 =====================================  =======================================================
 
 Bad input is a 4xx with ``{"detail": one line}``: 400 a malformed body or field, 401 a missing or
@@ -29,6 +29,7 @@ import binascii
 import hmac
 import os
 import re
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -60,16 +61,51 @@ class ServeSettings:
     token: str = field("", help=f"bearer token every request must carry ('' : ${TOKEN_ENV}, else none)")
     max_sessions: int = field(10_000, help="sessions open at once (429 past it)")
     max_events: int = field(MAX_EVENTS, help="steps one session records (413 past it)")
+    cached_sessions: int = field(
+        1024, help="sessions a replica keeps in memory, least recently used dropped (the store keeps them all)"
+    )
     seed: int = field(0, help="seed of a marginal's draws")
 
     def __post_init__(self) -> None:
         if sum(bool(x) for x in (self.checkpoint, self.view, self.marginal)) != 1:
             raise ValueError("serve: give exactly one of checkpoint, view or marginal")
-        if self.max_sessions < 1 or self.max_events < 1:
-            raise ValueError("serve: max_sessions and max_events must be >= 1")
+        if self.max_sessions < 1 or self.max_events < 1 or self.cached_sessions < 1:
+            raise ValueError("serve: max_sessions, max_events and cached_sessions must be >= 1")
 
 
 api = FastAPI(title="MemPrism memory", docs_url=None, redoc_url=None)
+
+
+class SessionCache:
+    """The sessions a replica holds, the least recently used dropped past ``size``: a session
+    closed through another replica, or one a client left open, would otherwise stay in every
+    replica that saw it. The store keeps every session; a dropped one is read back on its next
+    request."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.sessions: OrderedDict[str, Session] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def get(self, session_id: str) -> Session | None:
+        session = self.sessions.get(session_id)
+        if session is not None:
+            self.sessions.move_to_end(session_id)
+        return session
+
+    def put(self, session: Session) -> list[str]:
+        """Keep ``session``; the ids dropped to make room."""
+        self.sessions[session.id] = session
+        self.sessions.move_to_end(session.id)
+        dropped = []
+        while len(self.sessions) > self.size:
+            dropped.append(self.sessions.popitem(last=False)[0])
+        return dropped
+
+    def pop(self, session_id: str) -> None:
+        self.sessions.pop(session_id, None)
 
 
 def _view_json(v: MemoryView, replica: str) -> dict[str, Any]:
@@ -120,10 +156,16 @@ class MemoryServer:
         )
         self.store = store
         self.replica = serve.get_replica_context().replica_id.unique_id  # in answers: who computed a view
-        self.cache: dict[str, Session] = {}
+        self.cache = SessionCache(s.cached_sessions)
         # One request at a time per session on this replica: a Session is not thread-safe, and
         # two records of one session must not both extend the same cached copy.
         self.locks: dict[str, asyncio.Lock] = {}
+
+    def _remember(self, session: Session) -> None:
+        for gone in self.cache.put(session):
+            lock = self.locks.get(gone)
+            if lock is not None and not lock.locked():
+                del self.locks[gone]
 
     def _lock(self, session_id: str) -> asyncio.Lock:
         return self.locks.setdefault(session_id, asyncio.Lock())
@@ -156,7 +198,7 @@ class MemoryServer:
             return have
         got = await self.store.read.remote(session_id, have.steps if have is not None else 0)
         if got is None:
-            self.cache.pop(session_id, None)
+            self.cache.pop(session_id)
             raise HTTPException(404, f"no session {session_id!r} (closed, or never created)")
         if have is None or got["steps"] < have.steps:
             have = self.memory.restore(session_id, got["goal"], [], got["task_type"])
@@ -164,17 +206,19 @@ class MemoryServer:
             if got is None:
                 raise HTTPException(404, f"no session {session_id!r} (closed, or never created)")
         have.extend(got["records"])
-        self.cache[session_id] = have
+        self._remember(have)
         return have
 
     @api.get("/healthz")
     async def healthz(self) -> dict[str, Any]:
-        """Open sessions, and the torch threads a view is computed with on this replica (Ray
-        gives an actor of ``num_cpus`` below 1 one thread; bench_serve.py compares like with like)."""
+        """Open sessions; of the replica that answers: its id, the sessions it holds in memory
+        and the torch threads it computes a view with (Ray gives an actor of ``num_cpus`` below
+        1 one thread; bench_serve.py compares like with like)."""
         import torch
 
         sessions = await self.store.count.remote()
-        return {"sessions": sessions, "replica": self.replica, "torch_threads": torch.get_num_threads()}
+        here = {"replica": self.replica, "cached": len(self.cache), "torch_threads": torch.get_num_threads()}
+        return {"sessions": sessions, **here}
 
     @api.post("/sessions")
     async def create(self, request: Request) -> dict[str, str]:
@@ -191,7 +235,7 @@ class MemoryServer:
             raise HTTPException(409, f"session {session.id!r} exists already")
         if status == "full":
             raise HTTPException(429, f"{self.settings.max_sessions} sessions are open, the most this app holds")
-        self.cache[session.id] = session
+        self._remember(session)
         return {"session_id": session.id}
 
     @api.post("/sessions/{session_id}/events")
@@ -230,11 +274,11 @@ class MemoryServer:
                 raise HTTPException(400, str(exc)) from None
             steps = await self.store.append.remote(session_id, before, session.records(before))
             if steps is None:
-                self.cache.pop(session_id, None)
+                self.cache.pop(session_id)
                 raise HTTPException(404, f"no session {session_id!r} (closed meanwhile)")
             if steps >= 0:
                 return {"steps": steps}
-            self.cache.pop(session_id, None)  # this copy holds the refused step: read the store's
+            self.cache.pop(session_id)  # this copy holds the refused step: read the store's
         raise HTTPException(
             409, f"session {session_id!r} was recorded by other requests meanwhile {RECORD_ATTEMPTS} times; retry"
         )
@@ -267,7 +311,7 @@ class MemoryServer:
     @api.delete("/sessions/{session_id}")
     async def close(self, session_id: str, request: Request) -> dict[str, bool]:
         self._check(request)
-        self.cache.pop(session_id, None)
+        self.cache.pop(session_id)
         self.locks.pop(session_id, None)
         if not await self.store.close.remote(session_id):
             raise HTTPException(404, f"no session {session_id!r}")

@@ -30,7 +30,8 @@ TOKEN = "test-token"
 
 @pytest.fixture(scope="module")
 def served(ray_session):
-    """The app as ``serve run clusters/serve_memory.yaml`` starts it, with a token and a 6-step limit."""
+    """The app as ``serve run clusters/serve_memory.yaml`` starts it, with a token, a 6-step limit
+    and 2 sessions held by a replica."""
     from ray import serve
 
     from memprism_ray.cluster.head import free_ports
@@ -39,7 +40,9 @@ def served(ray_session):
     (port,) = free_ports(None)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     args = yaml.safe_load((ROOT / "clusters" / "serve_memory.yaml").read_text())["applications"][0]["args"]
-    serve.run(build({**args, "token": TOKEN, "max_events": "6"}), name="memprism", route_prefix="/")
+    # A replica keeps 2 sessions in memory: every test here also reads sessions back from the store.
+    settings = {**args, "token": TOKEN, "max_events": "6", "cached_sessions": "2"}
+    serve.run(build(settings), name="memprism", route_prefix="/")
     client = httpx.Client(
         base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120
     )
@@ -77,6 +80,24 @@ def test_http_views_are_the_librarys(served: httpx.Client) -> None:
     assert png.headers["content-type"] == "image/png" and png.content == session.view("o").png
     assert served.delete(f"/sessions/{sid}").json() == {"closed": True}
     assert served.post(f"/sessions/{sid}/view", json={"observation": "o"}).status_code == 404
+
+
+def test_a_replica_holds_its_last_sessions_and_reads_the_others_back(served: httpx.Client) -> None:
+    """Sessions a replica dropped from memory (2 held here) answer as the library does."""
+    sids = [served.post("/sessions", json={"goal": GOAL}).json()["session_id"] for _ in range(4)]
+    local = [_local().session(GOAL, session_id=sid) for sid in sids]
+    for step, (observation, action, feedback) in enumerate(STEPS[:2]):
+        for sid, session in zip(sids, local, strict=True):
+            event = {"observation": observation, "action": action, "feedback": f"{feedback} {sid}"}
+            assert served.post(f"/sessions/{sid}/events", json=event).json() == {"steps": step + 1}
+            session.record(observation, action, event["feedback"])
+    assert served.get("/healthz").json()["cached"] == 2
+    for sid, session in zip(sids, local, strict=True):  # the first two come back from the store
+        got = served.post(f"/sessions/{sid}/view", json={"observation": STEPS[2][0]}).json()
+        want = session.view(STEPS[2][0])
+        assert (got["step"], got["text"], base64.b64decode(got["png"])) == (2, want.text, want.png)
+    for sid in sids:
+        assert served.delete(f"/sessions/{sid}").json() == {"closed": True}
 
 
 def test_every_bad_input_is_a_4xx_with_one_line(served: httpx.Client) -> None:
