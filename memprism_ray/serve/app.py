@@ -197,15 +197,15 @@ class MemoryServer:
         if have is not None and steps is not None and steps == have.steps:
             return have
         got = await self.store.read.remote(session_id, have.steps if have is not None else 0)
+        if got is not None and have is not None and got["steps"] < have.steps:
+            have, got = None, await self.store.read.remote(session_id, 0)  # closed and opened again: all of it
         if got is None:
             self.cache.pop(session_id)
             raise HTTPException(404, f"no session {session_id!r} (closed, or never created)")
-        if have is None or got["steps"] < have.steps:
-            have = self.memory.restore(session_id, got["goal"], [], got["task_type"])
-            got = await self.store.read.remote(session_id, 0)
-            if got is None:
-                raise HTTPException(404, f"no session {session_id!r} (closed, or never created)")
-        have.extend(got["records"])
+        if have is None:  # one read: the session as the store holds it, not a second read from step 0
+            have = self.memory.restore(session_id, got["goal"], got["records"], got["task_type"])
+        else:
+            have.extend(got["records"])
         self._remember(have)
         return have
 
