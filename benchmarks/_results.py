@@ -142,6 +142,14 @@ def write_result(
     return path
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (``q`` in [0, 1]: 0.5 the median, 0.99 the p99); NaN of nothing."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
 def summarize(values: Sequence[float]) -> dict[str, Any]:
     """Median and range of a benchmark's repetitions (rounded for the record): how every
     benchmark that repeats a measurement reports it."""

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _results import write_result
+from _results import percentile, write_result
 
 Step = tuple[str, str, str, float]
 
@@ -58,11 +58,6 @@ def record_episode(steps: int, seed: int) -> tuple[str, list[Step]]:
             if len(played) == steps:
                 return obs.goal, played
     raise SystemExit(f"no game of the corpus lasted {steps} steps")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def run_clients(clients: int, play: Callable[[int, list[float]], None]) -> dict[str, float]:

@@ -58,7 +58,7 @@ import sys
 import time
 from pathlib import Path
 
-from _results import write_result
+from _results import percentile, write_result
 from PIL import Image, ImageDraw
 
 from memprism_ray.composer import compose
@@ -105,14 +105,6 @@ def fresh_process(runs: int) -> tuple[float, float, float]:
         )
         out.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return tuple(statistics.median(x[i] for x in out) for i in range(3))  # type: ignore[return-value]
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
-    return xs[k]
 
 
 def flat_draw(lines: list[str], width: int, height: int, config: RenderConfig) -> Image.Image:
@@ -303,7 +295,7 @@ def main() -> int:
             for h in HISTORIES:
                 xs = ours[(h, tau, gamma)]
                 p50[h] = statistics.median(xs)
-                p99 = pct(xs, 99)
+                p99 = percentile(xs, 0.99)
                 p50_max, p99_max = max(p50_max, p50[h]), max(p99_max, p99)
                 row += f"{p50[h]:9.2f}{p99:9.2f}"
                 speed_min = min(speed_min, statistics.median(flat[(h, tau, gamma)]) / p50[h])
@@ -333,7 +325,7 @@ def main() -> int:
     print(f"PNG encode (compress_level {config.compress_level}, palette image) p50: {statistics.median(png_ms):.2f} ms")
     print(
         "agent loop (one random view per decision), p50/p99 ms: "
-        + ", ".join(f"{h} events {statistics.median(loop[h]):.2f}/{pct(loop[h], 99):.2f}" for h in HISTORIES)
+        + ", ".join(f"{h} events {statistics.median(loop[h]):.2f}/{percentile(loop[h], 0.99):.2f}" for h in HISTORIES)
         + f"; 1000/10 = {statistics.median(loop[1000]) / statistics.median(loop[10]):.2f}"
     )
     view_p50_max = max(statistics.median(xs) for xs in per_view.values())
