@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import random
 import re
@@ -44,6 +45,11 @@ PORT_FLOOR = 20000
 FALLBACK_EPHEMERAL = (32768, 65535)
 #: Held while a node of this machine chooses its ports and starts (:func:`node_start_lock`).
 NODE_START_LOCK = Path(tempfile.gettempdir()) / "memprism-ray-node-start.lock"
+#: How long past the bound its holder gave a waiter still waits for the lock.
+LOCK_GRACE_S = 30.0
+#: What one attempt of :func:`start_ray_node` may take beyond its ``timeout_s`` (the ports'
+#: choice, the stop of a failed node and taking it off the GCS).
+START_MARGIN_S = 60.0
 #: Longer than ``ray start --block``'s 1 s check of its children: a node that lost a process
 #: at start has said so (by exiting) within it.
 SETTLE_S = 1.5
@@ -137,26 +143,65 @@ def free_ports(*preferred: int | None) -> list[int]:
 
 
 @contextlib.contextmanager
-def node_start_lock(timeout_s: float, path: Path = NODE_START_LOCK) -> Iterator[None]:
+def node_start_lock(
+    hold_s: float,
+    what: str = "a Ray node",
+    path: Path = NODE_START_LOCK,
+    *,
+    grace_s: float = LOCK_GRACE_S,
+    say_every_s: float = 30.0,
+) -> Iterator[None]:
     """Hold :data:`NODE_START_LOCK` (``flock``; released by the kernel if the holder dies): one
     node of this machine chooses its ports and starts at a time, whichever process starts it
-    (parallel test sessions), which also keeps two starts from timing out each other."""
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    (parallel test sessions), which also keeps two starts from timing out each other.
+
+    The holder writes into the lock file who it is and until when it may hold it (``hold_s``
+    from now: the bound of its start). A waiter waits at least its own ``hold_s``, and as long
+    as the holder is within its bound (``grace_s`` more), with a line on stderr every
+    ``say_every_s``; past that the holder is hung and the TimeoutError names it. A fixed wait
+    was not enough: under a CPU hog a worker node's start (two attempts Ray timed out, then a
+    third) held the lock past 120 s, and three test modules waiting 120 s failed their set-up."""
     try:
-        deadline = time.monotonic() + timeout_s
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except PermissionError:  # another user's lock file: lock it, without saying who holds it
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        since = time.time()
+        said = since
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
+                holder = _lock_holder(fd)
+                now = time.time()
+                until = max(since + hold_s, float(holder.get("until", 0.0)) + grace_s)
+                who = f"{holder.get('what', 'another process')} (pid {holder.get('pid', '?')})"
+                if now > until:
                     raise TimeoutError(
-                        f"another process has held {path} for {timeout_s:.0f}s (a Ray node starting on this machine)"
+                        f"{who} has held {path} for more than {now - since:.0f}s, past the bound it gave "
+                        "(a Ray node start on this machine that hung)"
                     ) from None
+                if now - said >= say_every_s:
+                    print(f"waiting {now - since:.0f}s for {who} to start on this machine", file=sys.stderr, flush=True)
+                    said = now
                 time.sleep(0.1)
+        with contextlib.suppress(OSError):  # read-only: nothing to say
+            record = json.dumps({"pid": os.getpid(), "what": what, "until": time.time() + hold_s}).encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record, 0)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _lock_holder(fd: int) -> dict[str, object]:
+    """What the lock's holder wrote ({} while it is writing, or from a holder that wrote nothing)."""
+    try:
+        got = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
 
 
 def new_auth_token() -> str:
@@ -598,7 +643,7 @@ def start_ray_node(
     logs = Path(temp_dir) / "session_latest" / "logs"
     cause = ""
     for attempt in range(1, attempts + 1):
-        with node_start_lock(timeout_s):
+        with node_start_lock(timeout_s + START_MARGIN_S, what):
             node = launch()
             before = {f.name for f in logs.iterdir()} if logs.is_dir() else set()
             gcs = Gcs(node.gcs_address, auth_token)

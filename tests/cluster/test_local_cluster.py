@@ -80,7 +80,10 @@ def test_a_worker_node_that_dies_at_start_is_started_again(cluster, monkeypatch:
     """CI: a worker node's runtime_env_agent could not bind its port ("Address already in
     use"); the node printed "Ray runtime started", its raylet exited 10 s later, and the job
     waited 480 s for placement on it. Here the port is held (bound, not listening) for the
-    first attempt: ``add_node`` returns only once a second attempt is up, saying why."""
+    first attempt: ``add_node`` returns only once a later attempt is up, saying why. Usually the
+    second is; under a CPU hog a second attempt also died at start (Ray's own 30 s wait for the
+    GCS to list the node ran out: "The current node timed out during startup"), and the third
+    was up: each failed attempt a line naming its cause, the first one this port."""
     held = socket.socket()
     held.bind(("0.0.0.0", 0))
     real = type(cluster)._worker_ports
@@ -99,14 +102,16 @@ def test_a_worker_node_that_dies_at_start_is_started_again(cluster, monkeypatch:
         node = cluster.add_node(1)
     finally:
         held.close()
-    assert len(attempts) == 2 and node.alive()
-    (line,) = cluster.restarts[before:]
-    assert line.startswith(
+    assert len(attempts) in (2, 3) and node.alive()
+    lines = cluster.restarts[before:]
+    assert len(lines) == len(attempts) - 1
+    assert lines[0].startswith(
         "worker node 0 exited while starting: runtime_env_agent failed (OSError: [Errno 98] Address already in use) "
         "and the raylet exits with it"
-    ), line
-    assert line.endswith("starting it again on new ports (attempt 2 of 3)")
-    assert (cluster.temp_dir / "node-0.failed-1.log").exists()
+    ), lines
+    for n, line in enumerate(lines, start=1):
+        assert line.startswith("worker node 0 exited while starting: ") and line.endswith(f"(attempt {n + 1} of 3)")
+        assert (cluster.temp_dir / f"node-0.failed-{n}.log").exists()
 
 
 def _listeners_of(sessions: set[int]) -> dict[str, str]:

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -92,26 +93,47 @@ def test_a_preferred_port_held_on_any_address_is_replaced() -> None:
     assert len(set(got)) == 3
 
 
-def test_one_node_start_at_a_time_per_machine(tmp_path: Path) -> None:
-    """Another process holding the lock (a parallel test session starting a node) makes this
-    one wait, and a wait past its timeout says who holds what."""
-    lock = tmp_path / "start.lock"
+def _lock_holder(lock: Path, hold_s: float) -> subprocess.Popen:
+    """A process holding ``lock`` as "worker node 7" with a bound of ``hold_s`` until a line on its stdin."""
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys; from memprism_ray.cluster.head import node_start_lock\n"
-         f"with node_start_lock(5, __import__('pathlib').Path({str(lock)!r})):\n"
+         f"with node_start_lock({hold_s}, 'worker node 7', __import__('pathlib').Path({str(lock)!r})):\n"
          "    print('held', flush=True); sys.stdin.readline()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_one_node_start_at_a_time_per_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another process holding the lock (a parallel test session starting a node) makes this one
+    wait as long as the holder's own bound says, past the waiter's own (CI under a CPU hog: a
+    fixed 120 s wait failed three modules' set-ups while another session's node start, within
+    its bound, held it), saying so; a holder past its bound is named."""
+    lock = tmp_path / "start.lock"
+    holder = _lock_holder(lock, 30.0)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert holder.stdin is not None
+        release = threading.Timer(1.0, lambda: (holder.stdin.write("\n"), holder.stdin.flush()))  # type: ignore[union-attr]
+        release.start()
+        t0 = time.monotonic()
+        with local_head.node_start_lock(0.3, "worker node 8", lock, grace_s=0.2, say_every_s=0.2):
+            waited = time.monotonic() - t0
+    finally:
+        holder.communicate(timeout=30)
+    assert waited >= 0.9
+    assert "for worker node 7 (pid" in capsys.readouterr().err
+
+    hung = _lock_holder(lock, 0.5)
+    try:
         with (
-            pytest.raises(TimeoutError, match=r"another process has held .*start\.lock"),
-            local_head.node_start_lock(0.3, lock),
+            pytest.raises(TimeoutError, match=rf"worker node 7 \(pid {hung.pid}\) has held .*past the bound it gave"),
+            local_head.node_start_lock(0.3, "worker node 8", lock, grace_s=0.3),
         ):
             pass
     finally:
-        holder.communicate("\n", timeout=30)
-    with local_head.node_start_lock(1.0, lock):  # released with its holder
+        hung.communicate("\n", timeout=30)
+    with local_head.node_start_lock(1.0, path=lock):  # released with its holder
         pass
 
 
