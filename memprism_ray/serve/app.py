@@ -128,7 +128,14 @@ def _view_json(v: MemoryView, replica: str) -> dict[str, Any]:
 @serve.deployment(
     max_ongoing_requests=16,
     autoscaling_config={"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 4},
-    ray_actor_options={"num_cpus": 0.5},
+    ray_actor_options={
+        "num_cpus": 0.5,
+        # The handlers run on the replica's own event loop, not on a second loop in another
+        # thread (Serve's default; documented in its throughput-optimized mode): none of them
+        # blocks the loop (a view is computed in a worker thread), and the hop cost a fifth of a
+        # view's latency at one client (bench_serve.py: `serve` against `serve_default_loop`).
+        "runtime_env": {"env_vars": {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}},
+    },
     # No access-log line per request (Serve writes and flushes one per request by default):
     # 2 ms of a 23 ms view at one client (bench_serve.py's episode, measured side by side).
     # `logging_config: {enable_access_log: true}` under the deployment in the config file
@@ -321,7 +328,13 @@ class MemoryServer:
 def build(args: dict[str, Any]) -> Any:
     """The Serve application (``serve run memprism_ray.serve.app:build key=value ...``): the
     settings checked here (typed and validated as every config section is), before any replica
-    starts; the session store, one per application."""
-    settings = from_dict(ServeSettings, args, _where="serve")
+    starts."""
+    return application(from_dict(ServeSettings, args, _where="serve"))
+
+
+def application(settings: ServeSettings, **deployment_options: Any) -> Any:
+    """The app of ``settings``: its replicas (:class:`MemoryServer`, with ``deployment_options``
+    as Serve's ``.options``) and the session store, one per application."""
     store = SessionStore.bind(settings.max_sessions)
-    return MemoryServer.bind(asdict(settings), store)
+    server = MemoryServer.options(**deployment_options) if deployment_options else MemoryServer
+    return server.bind(asdict(settings), store)

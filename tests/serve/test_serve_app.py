@@ -178,17 +178,14 @@ def test_replicas_added_by_autoscaling_answer_every_session_whole(served: httpx.
     keep four sessions busy until Serve adds a second replica, then every view (whichever
     replica computes it, reading the others' steps from the store) is the library's."""
     from concurrent.futures import ThreadPoolExecutor
-    from dataclasses import asdict
 
     from ray import serve
 
-    from memprism_ray.serve.app import MemoryServer, ServeSettings, SessionStore
+    from memprism_ray.serve.app import ServeSettings, application
 
     scaling = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1, "upscale_delay_s": 0,
                "downscale_delay_s": 600, "metrics_interval_s": 0.5, "look_back_period_s": 1}  # fmt: skip
-    app = MemoryServer.options(autoscaling_config=scaling).bind(
-        asdict(ServeSettings(view="fixed:TemporalTrace")), SessionStore.bind(100)
-    )
+    app = application(ServeSettings(view="fixed:TemporalTrace", max_sessions=100), autoscaling_config=scaling)
     serve.run(app, name="scaled", route_prefix="/scaled")
     http = httpx.Client(base_url=str(served.base_url).rstrip("/") + "/scaled", timeout=120)
 
