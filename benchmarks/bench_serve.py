@@ -10,10 +10,8 @@ untrained Router, whose views cost what a trained one's do) and the embedded cor
 Every round measures them one after the other: the library with the torch threads a replica
 computes with (``/healthz``; Ray gives an actor of ``num_cpus`` 0.5 one thread), so the ratio is
 the service's own cost, and the library with this process's default threads (what an agent
-calling it in process gets), and a second app that differs only in running its handlers on
-Serve's default second event loop (``serve_default_loop``: what the app's runtime_env turns off).
-The record has, per client count, the median and range over rounds of views/s, p50 and p99 (ms),
-and the ratios of the app's p50 at one client to each library's and to the default loop's.
+calling it in process gets). The record has, per client count, the median and range over rounds
+of views/s, p50 and p99 (ms), and the ratios of the app's p50 at one client to each library's.
 The last line is ``RESULT {json}``, recorded in
 ``benchmarks/results/bench_serve.json`` (``_results.write_result``).
 """
@@ -134,9 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     from memprism_ray.benchmark import get_benchmark
     from memprism_ray.cluster.head import free_ports
     from memprism_ray.cluster.placement import init_ray
-    from memprism_ray.config_tree import from_dict
     from memprism_ray.memory import Memory
-    from memprism_ray.serve.app import MemoryServer, ServeSettings, application, build
+    from memprism_ray.serve.app import build
 
     goal, episode = record_episode(args.steps, args.seed)
     checkpoint = args.checkpoint
@@ -153,17 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     init_ray("local", 0, log_to_driver=False)
     (port,) = free_ports(None)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build({"checkpoint": checkpoint}), name="bench", route_prefix="/app")
-    # The same app with Serve's default of a second event loop for the handlers (what the
-    # app's runtime_env turns off), measured beside it.
-    default_loop = {k: v for k, v in MemoryServer.ray_actor_options.items() if k != "runtime_env"}
-    settings = from_dict(ServeSettings, {"checkpoint": checkpoint})
-    serve.run(application(settings, ray_actor_options=default_loop), name="default-loop", route_prefix="/default")
-    url = f"http://127.0.0.1:{port}/app"
+    serve.run(build({"checkpoint": checkpoint}), name="bench", route_prefix="/")
+    url = f"http://127.0.0.1:{port}"
     # One whole episode each before timing: the replica's encoder, caches and the first
     # requests' set-up (a 3-step warm-up left round 1 at 35 ms against 24 ms in rounds 2-3).
     http_round(url, goal, episode, 1, "warm")
-    http_round(f"http://127.0.0.1:{port}/default", goal, episode, 1, "warm")
     library_round(memory, goal, episode, 1, "warm")
     import httpx
     import torch
@@ -178,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             torch.set_num_threads(own_threads)
 
-    modes = ("library", "library_all_threads", "serve", "serve_default_loop")
+    modes = ("library", "library_all_threads", "serve")
     measured: dict[str, dict[int, list[dict[str, float]]]] = {mode: {} for mode in modes}
     for r in range(args.rounds):
         for c in clients:
@@ -186,7 +177,6 @@ def main(argv: list[str] | None = None) -> int:
                 "library": library_with(replica_threads, c, f"lib{r}"),
                 "library_all_threads": library_with(own_threads, c, f"all{r}"),
                 "serve": http_round(url, goal, episode, c, f"web{r}"),
-                "serve_default_loop": http_round(f"http://127.0.0.1:{port}/default", goal, episode, c, f"def{r}"),
             }
             for mode in modes:
                 measured[mode].setdefault(c, []).append(got[mode])
@@ -195,12 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         mode: {str(c): summary(rounds) for c, rounds in by_clients.items()} for mode, by_clients in measured.items()
     }
-    for web_mode, mode, key in (
-        ("serve", "library", "serve_over_library_p50_at_1"),
-        ("serve", "library_all_threads", "serve_over_library_all_threads_p50_at_1"),
-        ("serve", "serve_default_loop", "serve_over_serve_default_loop_p50_at_1"),
+    for mode, key in (
+        ("library", "serve_over_library_p50_at_1"),
+        ("library_all_threads", "serve_over_library_all_threads_p50_at_1"),
     ):
-        pairs = zip(measured[web_mode][clients[0]], measured[mode][clients[0]], strict=True)
+        pairs = zip(measured["serve"][clients[0]], measured[mode][clients[0]], strict=True)
         ratios = [web["p50_ms"] / lib["p50_ms"] for web, lib in pairs]
         result[key] = round(statistics.median(ratios), 2)
         result[f"{key}_range"] = [round(min(ratios), 2), round(max(ratios), 2)]

@@ -128,14 +128,7 @@ def _view_json(v: MemoryView, replica: str) -> dict[str, Any]:
 @serve.deployment(
     max_ongoing_requests=16,
     autoscaling_config={"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 4},
-    ray_actor_options={
-        "num_cpus": 0.5,
-        # The handlers run on the replica's own event loop, not on a second loop in another
-        # thread (Serve's default; documented in its throughput-optimized mode): none of them
-        # blocks the loop (a view is computed in a worker thread), and the hop cost a fifth of a
-        # view's latency at one client (bench_serve.py: `serve` against `serve_default_loop`).
-        "runtime_env": {"env_vars": {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}},
-    },
+    ray_actor_options={"num_cpus": 0.5},
     # No access-log line per request (Serve writes and flushes one per request by default):
     # 2 ms of a 23 ms view at one client (bench_serve.py's episode, measured side by side).
     # `logging_config: {enable_access_log: true}` under the deployment in the config file
