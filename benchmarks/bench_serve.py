@@ -12,6 +12,14 @@ computes with (``/healthz``; Ray gives an actor of ``num_cpus`` 0.5 one thread),
 the service's own cost, and the library with this process's default threads (what an agent
 calling it in process gets). The record has, per client count, the median and range over rounds
 of views/s, p50 and p99 (ms), and the ratios of the app's p50 at one client to each library's.
+
+At one client each round also measures what any Serve app pays on this machine, beside them:
+``serve_floor``, a FastAPI deployment of the same resources that reads the same JSON body and
+answers as many bytes as a view without computing anything (Serve's HTTP proxy, the replica
+hop and the replica fetching the body back from the proxy); and ``library_paused``, the library
+with ``--pause-ms`` of idle between steps, as a replica idles while a request travels (and as an
+agent that calls its model between views does): the first view after idle is slower on these
+machines. What the app adds above Serve's floor is ``serve - serve_floor``.
 The last line is ``RESULT {json}``, recorded in
 ``benchmarks/results/bench_serve.json`` (``_results.write_result``).
 """
@@ -78,7 +86,9 @@ def run_clients(clients: int, play: Callable[[int, list[float]], None]) -> dict[
     }
 
 
-def library_round(memory: Any, goal: str, episode: list[Step], clients: int, tag: str) -> dict[str, float]:
+def library_round(
+    memory: Any, goal: str, episode: list[Step], clients: int, tag: str, pause_s: float = 0.0
+) -> dict[str, float]:
     def play(i: int, lat: list[float]) -> None:
         session = memory.session(goal, session_id=f"{tag}-{clients}-{i}")
         for observation, action, feedback, reward in episode:
@@ -86,11 +96,16 @@ def library_round(memory: Any, goal: str, episode: list[Step], clients: int, tag
             session.view(observation)
             lat.append(time.perf_counter() - t0)
             session.record(observation, action, feedback, reward)
+            time.sleep(pause_s)
 
     return run_clients(clients, play)
 
 
-def http_round(url: str, goal: str, episode: list[Step], clients: int, tag: str) -> dict[str, float]:
+def http_round(
+    url: str, goal: str, episode: list[Step], clients: int, tag: str, sizes: list[int] | None = None
+) -> dict[str, float]:
+    """``clients`` sessions replaying ``episode`` over HTTP; ``sizes`` gets the first one's
+    answer sizes (bytes), one per step."""
     import httpx
 
     def play(i: int, lat: list[float]) -> None:
@@ -101,11 +116,53 @@ def http_round(url: str, goal: str, episode: list[Step], clients: int, tag: str)
                 got = http.post(f"/sessions/{sid}/view", json={"observation": observation, "steps": t})
                 lat.append(time.perf_counter() - t0)
                 got.raise_for_status()
+                if sizes is not None and i == 0:
+                    sizes.append(len(got.content))
                 step = {"observation": observation, "action": action, "feedback": feedback, "reward": reward}
                 http.post(f"/sessions/{sid}/events", json=step).raise_for_status()
             http.delete(f"/sessions/{sid}")
 
     return run_clients(clients, play)
+
+
+def floor_app() -> Any:
+    """An app with the view route's shape and nothing behind it: it reads the JSON body and
+    answers ``answer_bytes`` (a field of the body) of JSON, on a replica of the MemoryServer's
+    resources."""
+    from fastapi import FastAPI
+    from ray import serve
+
+    from memprism_ray.serve.app import MemoryServer
+
+    api = FastAPI()
+
+    @serve.deployment(ray_actor_options=MemoryServer.ray_actor_options, logging_config={"enable_access_log": False})
+    @serve.ingress(api)
+    class Floor:
+        @api.post("/sessions/{session_id}/view")
+        async def view(self, session_id: str, body: dict) -> dict[str, str]:
+            return {"png": "A" * int(body["answer_bytes"])}
+
+    return Floor.bind()
+
+
+def floor_round(url: str, episode: list[Step], sizes: list[int]) -> dict[str, float]:
+    """One client asking the floor app as :func:`http_round` asks for views: the same bodies,
+    each answered with as many bytes as the app's view of that step was."""
+    import httpx
+
+    def play(i: int, lat: list[float]) -> None:
+        with httpx.Client(base_url=url, timeout=300) as http:
+            for t, (observation, *_) in enumerate(episode):
+                t0 = time.perf_counter()
+                got = http.post(
+                    "/sessions/floor/view", json={"observation": observation, "steps": t, "answer_bytes": sizes[t]}
+                )
+                got.json()
+                lat.append(time.perf_counter() - t0)
+                got.raise_for_status()
+
+    return run_clients(1, play)
 
 
 def summary(rounds: list[dict[str, float]]) -> dict[str, Any]:
@@ -124,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="repetitions of the whole comparison")
     ap.add_argument("--checkpoint", default="", help="Router checkpoint ('' : a seeded untrained Router)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pause-ms", type=float, default=20.0, help="idle between the steps of library_paused")
     args = ap.parse_args(argv)
     clients = [int(c) for c in args.clients.split(",")]
 
@@ -154,22 +212,25 @@ def main(argv: list[str] | None = None) -> int:
     url = f"http://127.0.0.1:{port}"
     # One whole episode each before timing: the replica's encoder, caches and the first
     # requests' set-up (a 3-step warm-up left round 1 at 35 ms against 24 ms in rounds 2-3).
-    http_round(url, goal, episode, 1, "warm")
+    sizes: list[int] = []
+    http_round(url, goal, episode, 1, "warm", sizes)
     library_round(memory, goal, episode, 1, "warm")
+    serve.run(floor_app(), name="floor", route_prefix="/floor")
+    floor_round(f"{url}/floor", episode, sizes)
     import httpx
     import torch
 
     replica_threads = int(httpx.get(f"{url}/healthz").json()["torch_threads"])
     own_threads = torch.get_num_threads()
 
-    def library_with(threads: int, c: int, tag: str) -> dict[str, float]:
+    def library_with(threads: int, c: int, tag: str, pause_s: float = 0.0) -> dict[str, float]:
         torch.set_num_threads(threads)
         try:
-            return library_round(memory, goal, episode, c, tag)
+            return library_round(memory, goal, episode, c, tag, pause_s)
         finally:
             torch.set_num_threads(own_threads)
 
-    modes = ("library", "library_all_threads", "serve")
+    modes = ("library", "library_all_threads", "serve", "serve_floor", "library_paused")
     measured: dict[str, dict[int, list[dict[str, float]]]] = {mode: {} for mode in modes}
     for r in range(args.rounds):
         for c in clients:
@@ -178,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
                 "library_all_threads": library_with(own_threads, c, f"all{r}"),
                 "serve": http_round(url, goal, episode, c, f"web{r}"),
             }
+            if c == 1:
+                got["serve_floor"] = floor_round(f"{url}/floor", episode, sizes)
+                got["library_paused"] = library_with(replica_threads, c, f"pau{r}", args.pause_ms / 1000)
             for mode in modes:
                 measured[mode].setdefault(c, []).append(got[mode])
             print(f"round {r + 1}, {c} client(s): {got}", flush=True)
@@ -185,16 +249,26 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         mode: {str(c): summary(rounds) for c, rounds in by_clients.items()} for mode, by_clients in measured.items()
     }
-    for mode, key in (
-        ("library", "serve_over_library_p50_at_1"),
-        ("library_all_threads", "serve_over_library_all_threads_p50_at_1"),
+    for over, mode, key in (
+        ("serve", "library", "serve_over_library_p50_at_1"),
+        ("serve", "library_all_threads", "serve_over_library_all_threads_p50_at_1"),
+        ("serve", "library_paused", "serve_over_library_paused_p50_at_1"),
+        ("serve_floor", "library", "serve_floor_over_library_p50_at_1"),
     ):
-        pairs = zip(measured["serve"][clients[0]], measured[mode][clients[0]], strict=True)
-        ratios = [web["p50_ms"] / lib["p50_ms"] for web, lib in pairs]
+        if 1 not in measured[over] or 1 not in measured[mode]:
+            continue
+        pairs = list(zip(measured[over][1], measured[mode][1], strict=True))
+        ratios = [a["p50_ms"] / b["p50_ms"] for a, b in pairs]
         result[key] = round(statistics.median(ratios), 2)
         result[f"{key}_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
+    if 1 in measured["serve"]:
+        pairs = list(zip(measured["serve"][1], measured["serve_floor"][1], strict=True))
+        above = [web["p50_ms"] - low["p50_ms"] for web, low in pairs]
+        result["serve_above_floor_p50_ms_at_1"] = round(statistics.median(above), 2)
+        result["serve_above_floor_p50_ms_at_1_range"] = [round(min(above), 2), round(max(above), 2)]
     result["torch_threads"] = {"replica": replica_threads, "library_all_threads": own_threads}
     result["steps"], result["rounds"], result["clients"] = len(episode), args.rounds, clients
+    result["pause_ms"], result["view_answer_bytes_median"] = args.pause_ms, statistics.median(sizes)
     print("RESULT " + json.dumps(result), flush=True)
     write_result("bench_serve", result, argv=argv)
     return 0
