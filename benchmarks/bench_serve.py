@@ -10,8 +10,9 @@ untrained Router, whose views cost what a trained one's do) and the embedded cor
 Every round measures them one after the other: the library with the torch threads a replica
 computes with (``/healthz``; Ray gives an actor of ``num_cpus`` 0.5 one thread), so the ratio is
 the service's own cost, and the library with this process's default threads (what an agent
-calling it in process gets). The record has, per client count, the median and range over rounds
-of views/s, p50 and p99 (ms), and the ratios of the app's p50 at one client to each library's.
+calling it in process gets). The record has, per client count, each round's views/s, p50 and p99 (ms)
+with their median and range (``_results.summarize``), and the ratios of the app's p50 at one
+client to each library's, round by round.
 
 At one client each round also measures what any Serve app pays on this machine, beside them:
 ``serve_floor``, a FastAPI deployment of the same resources that reads the same JSON body and
@@ -37,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _results import percentile, write_result
+from _results import percentile, summarize, write_result
 
 Step = tuple[str, str, str, float]
 
@@ -165,15 +166,6 @@ def floor_round(url: str, episode: list[Step], sizes: list[int]) -> dict[str, fl
     return run_clients(1, play)
 
 
-def summary(rounds: list[dict[str, float]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in ("views_per_s", "p50_ms", "p99_ms"):
-        values = [r[key] for r in rounds]
-        out[key] = round(statistics.median(values), 2)
-        out[f"{key}_range"] = [round(min(values), 2), round(max(values), 2)]
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", default="1,4,16", help="concurrent clients, comma-separated")
@@ -242,30 +234,27 @@ def main(argv: list[str] | None = None) -> int:
             if c == 1:
                 got["serve_floor"] = floor_round(f"{url}/floor", episode, sizes)
                 got["library_paused"] = library_with(replica_threads, c, f"pau{r}", args.pause_ms / 1000)
-            for mode in modes:
-                measured[mode].setdefault(c, []).append(got[mode])
+            for mode, figures in got.items():
+                measured[mode].setdefault(c, []).append(figures)
             print(f"round {r + 1}, {c} client(s): {got}", flush=True)
     serve.shutdown()
     result: dict[str, Any] = {
-        mode: {str(c): summary(rounds) for c, rounds in by_clients.items()} for mode, by_clients in measured.items()
+        mode: {str(c): {k: summarize([r[k] for r in rounds]) for k in rounds[0]} for c, rounds in by_clients.items()}
+        for mode, by_clients in measured.items()
     }
+    at_1 = {mode: by_clients[1] for mode, by_clients in measured.items() if 1 in by_clients}
     for over, mode, key in (
         ("serve", "library", "serve_over_library_p50_at_1"),
         ("serve", "library_all_threads", "serve_over_library_all_threads_p50_at_1"),
         ("serve", "library_paused", "serve_over_library_paused_p50_at_1"),
         ("serve_floor", "library", "serve_floor_over_library_p50_at_1"),
     ):
-        if 1 not in measured[over] or 1 not in measured[mode]:
-            continue
-        pairs = list(zip(measured[over][1], measured[mode][1], strict=True))
-        ratios = [a["p50_ms"] / b["p50_ms"] for a, b in pairs]
-        result[key] = round(statistics.median(ratios), 2)
-        result[f"{key}_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
-    if 1 in measured["serve"]:
-        pairs = list(zip(measured["serve"][1], measured["serve_floor"][1], strict=True))
-        above = [web["p50_ms"] - low["p50_ms"] for web, low in pairs]
-        result["serve_above_floor_p50_ms_at_1"] = round(statistics.median(above), 2)
-        result["serve_above_floor_p50_ms_at_1_range"] = [round(min(above), 2), round(max(above), 2)]
+        if over in at_1 and mode in at_1:
+            pairs = zip(at_1[over], at_1[mode], strict=True)
+            result[key] = summarize([a["p50_ms"] / b["p50_ms"] for a, b in pairs])
+    if "serve" in at_1:
+        pairs = zip(at_1["serve"], at_1["serve_floor"], strict=True)
+        result["serve_above_floor_p50_ms_at_1"] = summarize([web["p50_ms"] - low["p50_ms"] for web, low in pairs])
     result["torch_threads"] = {"replica": replica_threads, "library_all_threads": own_threads}
     result["steps"], result["rounds"], result["clients"] = len(episode), args.rounds, clients
     result["pause_ms"], result["view_answer_bytes_median"] = args.pause_ms, statistics.median(sizes)
