@@ -329,5 +329,4 @@ def application(settings: ServeSettings, **deployment_options: Any) -> Any:
     """The app of ``settings``: its replicas (:class:`MemoryServer`, with ``deployment_options``
     as Serve's ``.options``) and the session store, one per application."""
     store = SessionStore.bind(settings.max_sessions)
-    server = MemoryServer.options(**deployment_options) if deployment_options else MemoryServer
-    return server.bind(asdict(settings), store)
+    return MemoryServer.options(**deployment_options).bind(asdict(settings), store)
