@@ -85,6 +85,12 @@ class FakeAsyncEngine:
     submitted: int = 0
     stopped: bool = False
     preprocess_s: float = 0.0
+    #: The first step waits until this many requests are queued (at most ``gate_s``): callers'
+    #: requests are then in flight together however late the machine schedules their threads,
+    #: so a test of their overlap in one step does not hang on timing (under a CPU hog, four
+    #: callers' batches of 8 arrived more than a 50 ms batch apart and never shared a step).
+    gate: int = 0
+    gate_s: float = 30.0
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     input_processor: FakeInputProcessor = field(default_factory=FakeInputProcessor)
     _queue: list[_Running] = field(default_factory=list)
@@ -101,6 +107,9 @@ class FakeAsyncEngine:
 
     async def _loop(self) -> None:
         running: list[_Running] = []
+        deadline = time.monotonic() + self.gate_s
+        while not self.steps and len(self._queue) < self.gate and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
         while self._queue or running:
             while self._queue and len(running) < self.max_batch:
                 running.append(self._queue.pop(0))

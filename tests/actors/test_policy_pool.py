@@ -75,25 +75,32 @@ def _reset(ray, handles) -> None:
 
 
 @pytest.mark.ray
-def test_callers_overlap_in_one_replica_engine(ray_session, replicas) -> None:
+def test_callers_overlap_in_one_replica_engine(ray_session) -> None:
     from memprism_ray.actors.services import PolicyPool
+    from memprism_ray.actors.workers import PolicyReplica
 
     ray = ray_session
-    one = replicas[:1]
-    _reset(ray, one)
+    # Its own replica, whose engine takes its first step once 9 requests are queued (more than
+    # one caller's 8): a replica serving callers one at a time never gets there and, after the
+    # gate's 30 s, steps with one caller only; the callers' timing no longer decides.
+    factory = functools.partial(fake_engine_factory, step_s=0.01, tokens=5, gate=9)
+    one = [PolicyReplica.options(num_cpus=0.01, max_concurrency=256).remote(VLLM_POLICY, factory)]
     results: dict[int, list] = {}
 
     def caller(c: int) -> None:
         pool = PolicyPool(one, timeout_s=60, caller=f"worker{c}")
         results[c] = pool.act([alf(f"w{c}-e{i}") for i in range(8)], group=f"w{c}")
 
-    threads = [threading.Thread(target=caller, args=(c,)) for c in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert all(o.valid for c in range(4) for o in results[c])
-    record = ray.get(one[0].engine_record.remote(), timeout=30)
+    try:
+        threads = [threading.Thread(target=caller, args=(c,)) for c in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all(o.valid for c in range(4) for o in results[c])
+        record = ray.get(one[0].engine_record.remote(), timeout=30)
+    finally:
+        ray.kill(one[0])
     # Several rollout-worker-like callers ran in the same engine step of one replica.
     assert max(len(s) for s in record["steps"]) >= 2
     assert record["max_running"] > 8
