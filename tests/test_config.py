@@ -61,7 +61,7 @@ PRESET = "configs/local.yaml"
      (["--policy.scripted.temperature", "warm"], "policy.scripted.temperature: expected a number, got 'warm'"),
      (["--policy.scripted.temp", "1"], "unknown setting(s) policy.scripted.temp; valid keys under policy.scripted: "
       "temperature, seed"),
-     (["--policy.openai.temperature", "-1", "--policy.backend", "openai"], "openai.temperature must be >= 0"),
+     (["--policy.openai.temperature", "-1", "--policy.backend", "openai"], "policy.openai.temperature must be >= 0"),
      (["--rollout.group_timeout_s", "-5"],
       "rollout.group_timeout_s must be a positive finite number of seconds, got -5.0"),
      (["--rollout.group_timeout_s", "nan"], "rollout.group_timeout_s: expected a number, got 'nan'"),

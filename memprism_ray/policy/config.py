@@ -27,29 +27,40 @@ VLLM_MAX_NUM_SEQS = 1024
 PROMPT_LAYOUTS: tuple[str, ...] = ("paper", "instructions_first")
 
 
-def _check_decoding(owner: str, temperature: float, max_tokens: int, max_pixels: int, min_pixels: int) -> None:
-    if not temperature >= 0:  # also catches nan
-        raise ValueError(f"{owner}.temperature must be >= 0 (0 = greedy), got {temperature}")
-    if max_tokens < 1:
-        raise ValueError(f"{owner}.max_tokens must be >= 1, got {max_tokens}")
-    if min_pixels < 1 or max_pixels < min_pixels:
-        raise ValueError(f"{owner}: need 1 <= min_pixels <= max_pixels, got {min_pixels} and {max_pixels}")
+@dataclass
+class Decoding:
+    """The decoding every model backend shares (greedy at evaluation, the paper's "Experiment
+    Setup"; the 672x672 pixel cap per image); a backend names its section in ``SECTION``."""
+
+    SECTION: ClassVar[str] = "policy"
+
+    temperature: float = field(0.0, help="sampling temperature; 0 = greedy")
+    top_p: float = field(1.0, help="nucleus sampling mass (ignored when greedy)")
+    max_tokens: int = field(512, help="most generated tokens per decision")
+    min_pixels: int = field(3136, help="image processor min_pixels (Qwen2.5-VL default; openai: the server's)")
+    max_pixels: int = field(MAX_PIXELS_672, help="image processor max_pixels (openai: the server's)")
+
+    def check_decoding(self) -> None:
+        s = self.SECTION
+        if not self.temperature >= 0:  # also catches nan
+            raise ValueError(f"{s}.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.max_tokens < 1:
+            raise ValueError(f"{s}.max_tokens must be >= 1, got {self.max_tokens}")
+        if self.min_pixels < 1 or self.max_pixels < self.min_pixels:
+            raise ValueError(f"{s}: need 1 <= min_pixels <= max_pixels, got {self.min_pixels} and {self.max_pixels}")
 
 
 @dataclass
-class VLLMConfig:
+class VLLMConfig(Decoding):
     """vLLM offline engine (``vllm.LLM``) for Qwen2.5-VL-style models."""
+
+    SECTION: ClassVar[str] = "policy.vllm"
 
     model: str = field(DEFAULT_MODEL, help="model id or local path given to vllm.LLM")
     max_model_len: int = field(16384, help="context length the engine plans for")
     gpu_memory_utilization: float = field(0.85, help="fraction of GPU memory vLLM may take")
     tensor_parallel_size: int = field(1, help="GPUs one engine shards the model over")
     limit_mm_per_prompt: int = field(2, help="most images per prompt (EB-ALFRED sends camera + view)")
-    min_pixels: int = field(3136, help="image processor min_pixels (Qwen2.5-VL default)")
-    max_pixels: int = field(MAX_PIXELS_672, help="image processor max_pixels, set at engine start-up")
-    temperature: float = field(0.0, help="sampling temperature; 0 = greedy")
-    top_p: float = field(1.0, help="nucleus sampling mass (ignored when greedy)")
-    max_tokens: int = field(512, help="most generated tokens per decision")
     seed: int = field(0, help="engine and sampling seed")
     chat_template: str = field("model", help="'model' = the checkpoint's chat template, 'qwen2_vl' = built-in")
     dtype: str = field("auto", help="weight dtype passed to vllm.LLM")
@@ -76,7 +87,7 @@ class VLLMConfig:
     )
 
     def __post_init__(self) -> None:
-        _check_decoding("vllm", self.temperature, self.max_tokens, self.max_pixels, self.min_pixels)
+        self.check_decoding()
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"vllm.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.tensor_parallel_size < 1 or self.limit_mm_per_prompt < 1 or self.max_model_len < 1:
@@ -102,26 +113,21 @@ class VLLMConfig:
 
 
 @dataclass
-class OpenAIConfig(EndpointConfig):
+class OpenAIConfig(EndpointConfig, Decoding):
     """Any OpenAI-compatible chat endpoint (e.g. ``vllm serve``) and the decoding of each decision."""
 
     SECTION: ClassVar[str] = "policy.openai"
 
     model: str = field(DEFAULT_MODEL, help="model name sent in each request")
     max_retries: int = field(4, help="retries after a timeout, connection error or HTTP 408/409/429/5xx")
-    temperature: float = field(0.0, help="sampling temperature; 0 = greedy")
-    top_p: float = field(1.0, help="nucleus sampling mass (ignored when greedy)")
-    max_tokens: int = field(512, help="most generated tokens per decision")
     seed: int | None = field(0, help="per-request seed sent to the server (None: not sent)")
     max_concurrency: int = field(8, help="requests of one batch in flight at once")
-    min_pixels: int = field(3136, help="server image processor min_pixels (for token accounting)")
-    max_pixels: int = field(MAX_PIXELS_672, help="server image processor max_pixels (for token accounting)")
     png_compress_level: int = field(1, help="zlib level of the PNG images sent (1 = fast)")
     visual_token_family: str = field("qwen2.5-vl", help="rule used to count visual tokens")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_decoding("openai", self.temperature, self.max_tokens, self.max_pixels, self.min_pixels)
+        self.check_decoding()
         if self.max_concurrency < 1:
             raise ValueError(f"policy.openai.max_concurrency must be >= 1, got {self.max_concurrency}")
         if not 0 <= self.png_compress_level <= 9:
@@ -131,23 +137,20 @@ class OpenAIConfig(EndpointConfig):
 
 
 @dataclass
-class HFConfig:
+class HFConfig(Decoding):
     """transformers on CPU or GPU from a local model directory (no downloads)."""
+
+    SECTION: ClassVar[str] = "policy.hf"
 
     model_path: str = field("", help="local directory with config, weights, tokenizer and processor files")
     device: str = field("auto", help="'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'")
     dtype: str = field("auto", help="'auto', 'float32', 'bfloat16' or 'float16'")
-    temperature: float = field(0.0, help="sampling temperature; 0 = greedy")
-    top_p: float = field(1.0, help="nucleus sampling mass (ignored when greedy)")
-    max_tokens: int = field(512, help="most generated tokens per decision")
     seed: int = field(0, help="sampling seed (each call reseeds with seed + call index)")
     batch_size: int = field(8, help="inputs per generate call")
-    min_pixels: int = field(3136, help="image processor min_pixels")
-    max_pixels: int = field(MAX_PIXELS_672, help="image processor max_pixels")
     trust_remote_code: bool = field(False, help="allow model code from the checkpoint directory (off: safer)")
 
     def __post_init__(self) -> None:
-        _check_decoding("hf", self.temperature, self.max_tokens, self.max_pixels, self.min_pixels)
+        self.check_decoding()
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"hf.dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):

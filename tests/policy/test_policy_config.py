@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.policy.config import HFConfig, PolicyConfig, VLLMConfig
+from memprism_ray.policy.config import HFConfig, OpenAIConfig, PolicyConfig, VLLMConfig
 
 
 def test_scripted_settings_are_coerced_and_checked_even_when_built_in_code() -> None:
@@ -20,10 +20,19 @@ def test_scripted_settings_are_coerced_and_checked_even_when_built_in_code() -> 
         PolicyConfig(scripted={"top_p": 0.9})
 
 
+@pytest.mark.parametrize(
+    ("backend", "key"), [(VLLMConfig, r"policy\.vllm"), (OpenAIConfig, r"policy\.openai"), (HFConfig, r"policy\.hf")]
+)
 @pytest.mark.parametrize("temperature", [-1.0, float("nan")])
-def test_backend_temperatures_must_be_non_negative_numbers(temperature: float) -> None:
-    with pytest.raises(ValueError, match=r"^vllm\.temperature must be >= 0"):
-        VLLMConfig(temperature=temperature)
+def test_backend_decoding_is_checked_under_the_backends_own_key(backend: type, key: str, temperature: float) -> None:
+    """One decoding rule for every model backend (``Decoding``), its errors naming the key a
+    user sets (``policy.<backend>.temperature``)."""
+    with pytest.raises(ValueError, match=rf"^{key}\.temperature must be >= 0"):
+        backend(temperature=temperature)
+    with pytest.raises(ValueError, match=rf"^{key}\.max_tokens must be >= 1, got 0$"):
+        backend(max_tokens=0)
+    with pytest.raises(ValueError, match=rf"^{key}: need 1 <= min_pixels <= max_pixels, got 10 and 9$"):
+        backend(min_pixels=10, max_pixels=9)
 
 
 def test_a_backend_that_cannot_run_here_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
