@@ -89,27 +89,32 @@ class VLLMConfig(Decoding):
     def __post_init__(self) -> None:
         self.check_decoding()
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ValueError(f"vllm.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+            raise ValueError(f"policy.vllm.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.tensor_parallel_size < 1 or self.limit_mm_per_prompt < 1 or self.max_model_len < 1:
-            raise ValueError("vllm.tensor_parallel_size, limit_mm_per_prompt and max_model_len must be >= 1")
+            raise ValueError("policy.vllm.tensor_parallel_size, limit_mm_per_prompt and max_model_len must be >= 1")
         if self.chat_template not in ("model", "qwen2_vl"):
-            raise ValueError(f"vllm.chat_template must be 'model' or 'qwen2_vl', got {self.chat_template!r}")
+            raise ValueError(f"policy.vllm.chat_template must be 'model' or 'qwen2_vl', got {self.chat_template!r}")
         if self.visual_token_family not in VISUAL_TOKEN_FAMILIES:
-            raise ValueError(f"vllm.visual_token_family must be one of {VISUAL_TOKEN_FAMILIES}")
+            raise ValueError(f"policy.vllm.visual_token_family must be one of {VISUAL_TOKEN_FAMILIES}")
         if self.load_format not in VLLM_LOAD_FORMATS:
             raise ValueError(
-                f"vllm.load_format must be one of {', '.join(VLLM_LOAD_FORMATS)}, got {self.load_format!r}"
+                f"policy.vllm.load_format must be one of {', '.join(VLLM_LOAD_FORMATS)}, got {self.load_format!r}"
             )
         if self.max_num_seqs < 0 or self.max_num_batched_tokens < 0:
-            raise ValueError("vllm.max_num_seqs and vllm.max_num_batched_tokens must be >= 0 (0: vLLM's default)")
+            raise ValueError(
+                "policy.vllm.max_num_seqs and policy.vllm.max_num_batched_tokens must be >= 0 (0: vLLM's default)"
+            )
         if 0 < self.max_num_batched_tokens < self.max_num_seqs:
             # vLLM refuses this at engine start, a minute later and on the GPU node.
             raise ValueError(
-                f"vllm.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= vllm.max_num_seqs "
-                f"({self.max_num_seqs}): every running sequence needs a token of the step's budget"
+                f"policy.vllm.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"policy.vllm.max_num_seqs ({self.max_num_seqs}): every running sequence needs a token of the "
+                "step's budget"
             )
         if self.frontend_threads < 0:
-            raise ValueError(f"vllm.frontend_threads must be >= 0 (0: on the event loop), got {self.frontend_threads}")
+            raise ValueError(
+                f"policy.vllm.frontend_threads must be >= 0 (0: on the event loop), got {self.frontend_threads}"
+            )
 
 
 @dataclass
@@ -131,9 +136,9 @@ class OpenAIConfig(EndpointConfig, Decoding):
         if self.max_concurrency < 1:
             raise ValueError(f"policy.openai.max_concurrency must be >= 1, got {self.max_concurrency}")
         if not 0 <= self.png_compress_level <= 9:
-            raise ValueError(f"openai.png_compress_level must be 0..9, got {self.png_compress_level}")
+            raise ValueError(f"policy.openai.png_compress_level must be 0..9, got {self.png_compress_level}")
         if self.visual_token_family not in VISUAL_TOKEN_FAMILIES:
-            raise ValueError(f"openai.visual_token_family must be one of {VISUAL_TOKEN_FAMILIES}")
+            raise ValueError(f"policy.openai.visual_token_family must be one of {VISUAL_TOKEN_FAMILIES}")
 
 
 @dataclass
@@ -152,11 +157,11 @@ class HFConfig(Decoding):
     def __post_init__(self) -> None:
         self.check_decoding()
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"hf.dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+            raise ValueError(f"policy.hf.dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ValueError(f"hf.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+            raise ValueError(f"policy.hf.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.batch_size < 1:
-            raise ValueError(f"hf.batch_size must be >= 1, got {self.batch_size}")
+            raise ValueError(f"policy.hf.batch_size must be >= 1, got {self.batch_size}")
 
 
 @dataclass

@@ -80,7 +80,8 @@ def test_engines_get_an_explicit_scheduler_not_the_usage_context_default() -> No
     assert kw["max_num_batched_tokens"] == 16384 and kw["max_num_seqs"] == 1024
     vendor = engine_kwargs(VLLMConfig(max_num_batched_tokens=0, max_num_seqs=0))
     assert "max_num_batched_tokens" not in vendor and "max_num_seqs" not in vendor  # 0: vLLM decides
-    with pytest.raises(ValueError, match=r"max_num_batched_tokens \(512\) must be >= vllm.max_num_seqs \(1024\)"):
+    budget = r"^policy\.vllm\.max_num_batched_tokens \(512\) must be >= policy\.vllm\.max_num_seqs \(1024\)"
+    with pytest.raises(ValueError, match=budget):
         VLLMConfig(max_num_batched_tokens=512)
     with pytest.raises(ValueError, match="frontend_threads must be >= 0"):
         VLLMConfig(frontend_threads=-1)
