@@ -17,7 +17,7 @@ tokenizers only. Other backbones (``encoder.model_name_or_path``) still load thr
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,9 @@ class BertShape:
             raise ValueError(f"{path}: not a BERT encoder with GELU (model_type {raw.get('model_type')!r})")
         if raw.get("position_embedding_type", "absolute") != "absolute":
             raise ValueError(f"{path}: only absolute position embeddings are supported")
+        needed = [k for k, f in cls.__dataclass_fields__.items() if f.default is MISSING and k not in raw]
+        if needed:
+            raise ValueError(f"{path}: lacks {', '.join(needed)}")
         return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
 
 

@@ -78,6 +78,9 @@ def test_a_directory_that_is_not_this_encoder_is_refused_naming_what(package_dir
     (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "roberta"}))
     with pytest.raises(ValueError, match=r"not a BERT encoder with GELU \(model_type 'roberta'\)"):
         load_minilm(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "hidden_size"}))
+    with pytest.raises(ValueError, match=r"config\.json: lacks hidden_size$"):
+        load_minilm(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 7}))
     with pytest.raises(ValueError, match=r"model\.safetensors does not fit a BERT of .*num_hidden_layers=7"):
         load_minilm(tmp_path)
