@@ -45,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -287,8 +288,12 @@ class LocalCluster:
         return {"dashboard-agent-listen-port": 0}
 
     def shutdown(self) -> None:
-        for node in [*self.nodes, self.head]:
-            node.stop()
+        # The worker nodes drain at once, then the head: each `ray start` takes about a second
+        # to stop its processes, so stopping them one by one cost a second per node (head + 3
+        # nodes, 2 cores: 4.1-4.7 s one by one, 2.9 s together).
+        with ThreadPoolExecutor(max(1, len(self.nodes)), thread_name_prefix="stop-node") as pool:
+            list(pool.map(LocalNode.stop, self.nodes))
+        self.head.stop()
         # A fake autoscaler's nodes are children of the head's monitor, in its session: swept with it.
         shutil.rmtree(self.ray_dir, ignore_errors=True)  # the auth token with it
 
