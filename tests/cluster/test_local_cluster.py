@@ -178,8 +178,11 @@ def test_every_listener_is_on_loopback_and_a_driver_joins_with_the_token(cluster
         assert [a for a in listeners if not _loopback(a)] == []
     finally:
         driver.communicate("\n", timeout=60)
+    # Ray's driver tries the GCS once a second 20 times, a refused token included (20 s here):
+    # two tries show the refusal as well.
     refused = subprocess.run(
         [sys.executable, "-c", "import ray; ray.init(log_to_driver=False)"],
-        env={**env, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=120,
+        env={**env, "RAY_AUTH_MODE": "disabled", "RAY_gcs_server_port_wait_time_s": "2"},
+        capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert refused.returncode != 0 and "InvalidAuthToken" in refused.stdout + refused.stderr
