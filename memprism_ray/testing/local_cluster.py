@@ -290,12 +290,16 @@ class LocalCluster:
     def shutdown(self) -> None:
         # The worker nodes drain at once, then the head: each `ray start` takes about a second
         # to stop its processes, so stopping them one by one cost a second per node (head + 3
-        # nodes, 2 cores: 4.1-4.7 s one by one, 2.9 s together).
-        with ThreadPoolExecutor(max(1, len(self.nodes)), thread_name_prefix="stop-node") as pool:
-            list(pool.map(LocalNode.stop, self.nodes))
-        self.head.stop()
-        # A fake autoscaler's nodes are children of the head's monitor, in its session: swept with it.
-        shutil.rmtree(self.ray_dir, ignore_errors=True)  # the auth token with it
+        # nodes, 2 cores, 3 rounds side by side: 4.73 s one by one, 3.28 s together).
+        try:
+            with ThreadPoolExecutor(max(1, len(self.nodes)), thread_name_prefix="stop-node") as pool:
+                stops = [pool.submit(node.stop) for node in self.nodes]  # not map: it cancels the rest on an error
+                for stop in stops:
+                    stop.result()
+        finally:  # a node whose stop raised leaves neither the head nor the token behind
+            self.head.stop()
+            # A fake autoscaler's nodes are children of the head's monitor, in its session: swept with it.
+            shutil.rmtree(self.ray_dir, ignore_errors=True)  # the auth token with it
 
     def __enter__(self) -> LocalCluster:
         return self
