@@ -59,7 +59,8 @@ def test_an_env_worker_of_another_ray_on_the_machine_is_never_killed(tmp_path: P
         fired = monkey._target("env_worker")
         assert fired == {"pid": ours[0]}
         for _ in range(100):
-            if proc_stat(ours[0]) is None or proc_stat(ours[0])[1] in ("Z", "X"):  # type: ignore[index]
+            stat = proc_stat(ours[0])  # read once: its parent may reap it between two reads
+            if stat is None or stat[1] in ("Z", "X"):
                 break
             time.sleep(0.05)
         else:
