@@ -424,6 +424,8 @@ class Gcs:
         self._channel = grpc.insecure_channel(address)
         self._stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(self._channel)
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
+        #: Whether the last :meth:`node` call had an answer (None from it then means: not listed).
+        self.answered = False
 
     def node(self, node_id: str) -> tuple[str, str] | None:
         """``(state, why it died)`` of node ``node_id`` (hex) as the GCS has it; None when it has
@@ -435,7 +437,9 @@ class Gcs:
             request = gcs_service_pb2.GetAllNodeInfoRequest()
             reply = self._stub.GetAllNodeInfo(request, metadata=self._metadata, timeout=5)
         except grpc.RpcError:
+            self.answered = False
             return None
+        self.answered = True
         for info in reply.node_info_list:
             if info.node_id.hex() == node_id:
                 return gcs_pb2.GcsNodeInfo.GcsNodeState.Name(info.state), info.death_info.reason_message
@@ -501,6 +505,34 @@ def session_ports(session: Path, node_id: str) -> dict[str, int]:
     return ports
 
 
+class RayletLog:
+    """A node's own ``raylet*.out`` in a session several nodes share (found by the node id its
+    raylet logs at start), read for the line a raylet writes when one of its agents died: it
+    then exits with the agent ("fate-shares"), but only 10 s later here, or when ``ray start``'s
+    own 30 s wait for the GCS to list the node runs out (a CI run), so a start that has already
+    failed is known from this line seconds sooner than from the exit."""
+
+    FATE_SHARES = "fate-shares with it"
+
+    def __init__(self, session: Path) -> None:
+        self.session = session
+        self.path: Path | None = None
+
+    def agent_failed(self, node_id: str) -> bool:
+        if self.path is None:
+            for f in (self.session / "logs").glob("raylet*.out"):
+                with contextlib.suppress(OSError):
+                    if f"Setting node ID node_id={node_id}" in f.read_text(errors="replace"):
+                        self.path = f
+                        break
+        if self.path is None:
+            return False
+        try:
+            return self.FATE_SHARES in self.path.read_text(errors="replace")
+        except OSError:
+            return False
+
+
 def wait_until_up(
     proc: subprocess.Popen,
     log_path: Path,
@@ -520,18 +552,22 @@ def wait_until_up(
     later with ``ray start`` running. The log line alone is not enough: a worker node whose
     runtime_env_agent could not bind printed it, and its raylet exited 10 s later
     ("fate-shares" with the agent; issue 40). ``node_id`` None: the head's. Raises
-    :class:`NodeStartError` when the node exits, the GCS has it dead, or another process
-    listens on one of its ports; TimeoutError past ``timeout_s``."""
+    :class:`NodeStartError` when the node exits, its raylet says an agent of it died
+    (:class:`RayletLog`), the GCS has it dead, or another process listens on one of its
+    ports; TimeoutError past ``timeout_s``."""
     session = Path(temp_dir) / "session_latest"
     given = {name: port for name, port in (ports or {}).items() if port > 0}
     check_ports = Path("/proc/net/tcp").exists()
     deadline = time.monotonic() + timeout_s
     up_since: float | None = None
     foreign_before: set[str] = set()
+    raylet_log = RayletLog(session)
     while time.monotonic() < deadline:
         if exited(proc):
             raise NodeStartError(what, "")
         node = node_id or head_node_id(session)
+        if node is not None and raylet_log.agent_failed(node):
+            raise NodeStartError(what, "")  # the caller reads why from the logs (start_cause)
         ready = node is not None and "Ray runtime started" in log_path.read_text(errors="replace")
         if ready and gcs is not None:
             state = gcs.node(node)  # type: ignore[arg-type]
@@ -659,7 +695,10 @@ def start_ray_node(
                 if not cause.startswith("port "):  # it exited, or the GCS has it dead: its logs say why
                     logged = start_cause(log_path, temp_dir, before, proc.returncode)
                     cause = f"{logged} ({cause})" if cause else logged
-                if node.node_id:  # a worker node, which may have registered before it died
+                # A worker node, which may have registered before it died. One the GCS does not
+                # list is left alone: taking off a node it never saw waits out the call's 10 s
+                # (a start abandoned as soon as an agent died, before the raylet registered).
+                if node.node_id and (gcs.node(node.node_id) is not None or not gcs.answered):
                     not_off = gcs.unregister(node.node_id, f"{what} died while starting: {cause}")
                     cause += f"; {not_off}" if not_off else ""
             except BaseException:

@@ -83,7 +83,9 @@ def test_a_worker_node_that_dies_at_start_is_started_again(cluster, monkeypatch:
     first attempt: ``add_node`` returns only once a later attempt is up, saying why. Usually the
     second is; under a CPU hog a second attempt also died at start (Ray's own 30 s wait for the
     GCS to list the node ran out: "The current node timed out during startup"), and the third
-    was up: each failed attempt a line naming its cause, the first one this port."""
+    was up: each failed attempt a line naming its cause, the first one this port. The start
+    is abandoned as soon as the raylet logs that it exits with the agent (CI: 47 s for this
+    test, a failed first attempt waiting out ``ray start``'s 30 s)."""
     held = socket.socket()
     held.bind(("0.0.0.0", 0))
     real = type(cluster)._worker_ports
@@ -112,6 +114,13 @@ def test_a_worker_node_that_dies_at_start_is_started_again(cluster, monkeypatch:
     for n, line in enumerate(lines, start=1):
         assert line.startswith("worker node 0 exited while starting: ") and line.endswith(f"(attempt {n + 1} of 3)")
         assert (cluster.temp_dir / f"node-0.failed-{n}.log").exists()
+    # Abandoned once its raylet said it fate-shares with the dead agent (2-3 s in), not when
+    # `ray start` found the raylet gone (10 s later) or ran out its own 30 s wait for the GCS
+    # (CI): the first attempt's log ends before either. No need to take off a node the GCS
+    # never listed, which waited out a 10 s call.
+    first = (cluster.temp_dir / "node-0.failed-1.log").read_text()
+    assert "exited unexpectedly" not in first and "timed out during startup" not in first, first[-1500:]
+    assert "the GCS did not take it off" not in lines[0]
 
 
 def _listeners_of(sessions: set[int]) -> dict[str, str]:
