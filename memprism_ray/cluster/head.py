@@ -36,6 +36,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: Ray's worker processes bind ports from 10002-19999 (``ray start``'s default
 #: ``--min-worker-port``/``--max-worker-port``): the ports chosen here lie above them.
@@ -424,26 +425,32 @@ class Gcs:
         self._channel = grpc.insecure_channel(address)
         self._stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(self._channel)
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
-        #: Whether the last :meth:`node` call had an answer (None from it then means: not listed).
-        self.answered = False
+
+    def _nodes(self) -> list[Any] | None:
+        """Every node the GCS has (``GcsNodeInfo``); None when it does not answer."""
+        import grpc
+        from ray.core.generated import gcs_service_pb2
+
+        try:
+            request = gcs_service_pb2.GetAllNodeInfoRequest()
+            return list(self._stub.GetAllNodeInfo(request, metadata=self._metadata, timeout=5).node_info_list)
+        except grpc.RpcError:
+            return None
 
     def node(self, node_id: str) -> tuple[str, str] | None:
         """``(state, why it died)`` of node ``node_id`` (hex) as the GCS has it; None when it has
         not registered, or the GCS does not answer yet."""
-        import grpc
-        from ray.core.generated import gcs_pb2, gcs_service_pb2
+        from ray.core.generated import gcs_pb2
 
-        try:
-            request = gcs_service_pb2.GetAllNodeInfoRequest()
-            reply = self._stub.GetAllNodeInfo(request, metadata=self._metadata, timeout=5)
-        except grpc.RpcError:
-            self.answered = False
-            return None
-        self.answered = True
-        for info in reply.node_info_list:
+        for info in self._nodes() or []:
             if info.node_id.hex() == node_id:
                 return gcs_pb2.GcsNodeInfo.GcsNodeState.Name(info.state), info.death_info.reason_message
         return None
+
+    def may_list(self, node_id: str) -> bool:
+        """False only when the GCS answers without node ``node_id``."""
+        nodes = self._nodes()
+        return nodes is None or any(info.node_id.hex() == node_id for info in nodes)
 
     def unregister(self, node_id: str, why: str) -> str:
         """Mark node ``node_id`` dead at once (``UnregisterNode``, what a raylet that stops sends):
@@ -698,7 +705,7 @@ def start_ray_node(
                 # A worker node, which may have registered before it died. One the GCS does not
                 # list is left alone: taking off a node it never saw waits out the call's 10 s
                 # (a start abandoned as soon as an agent died, before the raylet registered).
-                if node.node_id and (gcs.node(node.node_id) is not None or not gcs.answered):
+                if node.node_id and gcs.may_list(node.node_id):
                     not_off = gcs.unregister(node.node_id, f"{what} died while starting: {cause}")
                     cause += f"; {not_off}" if not_off else ""
             except BaseException:
