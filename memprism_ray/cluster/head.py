@@ -512,14 +512,16 @@ def session_ports(session: Path, node_id: str) -> dict[str, int]:
     return ports
 
 
+#: What a raylet logs when an agent of it died (it then exits with it): ``<agent> failed and ...``.
+FATE_SHARES = re.compile(r"(\w+) failed and raylet fate-shares with it")
+
+
 class RayletLog:
     """A node's own ``raylet*.out`` in a session several nodes share (found by the node id its
     raylet logs at start), read for the line a raylet writes when one of its agents died: it
     then exits with the agent ("fate-shares"), but only 10 s later here, or when ``ray start``'s
     own 30 s wait for the GCS to list the node runs out (a CI run), so a start that has already
     failed is known from this line seconds sooner than from the exit."""
-
-    FATE_SHARES = "fate-shares with it"
 
     def __init__(self, session: Path) -> None:
         self.session = session
@@ -535,7 +537,7 @@ class RayletLog:
         if self.path is None:
             return False
         try:
-            return self.FATE_SHARES in self.path.read_text(errors="replace")
+            return FATE_SHARES.search(self.path.read_text(errors="replace")) is not None
         except OSError:
             return False
 
@@ -631,7 +633,7 @@ def start_cause(log_path: Path, temp_dir: Path, before: set[str], returncode: in
                 texts[f.name] = f.read_text(errors="replace")
     lines = {name: _lines(text) for name, text in texts.items()}
     for name, text in texts.items():
-        agent = re.search(r"(\w+) failed and raylet fate-shares with it", text)
+        agent = FATE_SHARES.search(text)
         if agent:
             errors = [
                 line
