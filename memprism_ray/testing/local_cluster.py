@@ -294,8 +294,11 @@ class LocalCluster:
         try:
             with ThreadPoolExecutor(max(1, len(self.nodes)), thread_name_prefix="stop-node") as pool:
                 stops = [pool.submit(node.stop) for node in self.nodes]  # not map: it cancels the rest on an error
-                for stop in stops:
-                    stop.result()
+            errors = [e for e in (stop.exception() for stop in stops) if e is not None]
+            if errors:  # the first raised, every other one named on it: none dropped
+                for other in errors[1:]:
+                    errors[0].add_note(f"another worker node's stop failed too: {type(other).__name__}: {other}")
+                raise errors[0]
         finally:  # a node whose stop raised leaves neither the head nor the token behind
             self.head.stop()
             # A fake autoscaler's nodes are children of the head's monitor, in its session: swept with it.

@@ -53,3 +53,14 @@ def test_a_node_whose_stop_raises_leaves_neither_the_head_nor_the_token(tmp_path
         cluster.shutdown()
     assert sorted(log) == ["head", "node-0", "node-1"] and log[-1] == "head"
     assert not cluster.ray_dir.exists()
+
+
+def test_every_node_whose_stop_raises_is_named(tmp_path: Path) -> None:
+    log: list[str] = []
+    nodes = [_Node(log, f"node-{k}", None, fail=k != 1) for k in range(3)]
+    cluster = _cluster(tmp_path, nodes, _Node(log, "head", None))
+    with pytest.raises(OSError) as raised:
+        cluster.shutdown()
+    said = "\n".join([str(raised.value), *getattr(raised.value, "__notes__", [])])
+    assert "node-0 could not be stopped" in said and "node-2 could not be stopped" in said
+    assert sorted(log) == ["head", "node-0", "node-1", "node-2"] and log[-1] == "head"
