@@ -447,16 +447,21 @@ class Gcs:
                 return gcs_pb2.GcsNodeInfo.GcsNodeState.Name(info.state), info.death_info.reason_message
         return None
 
-    def may_list(self, node_id: str) -> bool:
-        """False only when the GCS answers without node ``node_id``."""
+    def may_be_alive(self, node_id: str) -> bool:
+        """False only when the GCS answers and has node ``node_id`` dead, or not at all."""
+        from ray.core.generated import gcs_pb2
+
         nodes = self._nodes()
-        return nodes is None or any(info.node_id.hex() == node_id for info in nodes)
+        alive = gcs_pb2.GcsNodeInfo.GcsNodeState.ALIVE
+        return nodes is None or any(info.node_id.hex() == node_id and info.state == alive for info in nodes)
 
     def unregister(self, node_id: str, why: str) -> str:
         """Mark node ``node_id`` dead at once (``UnregisterNode``, what a raylet that stops sends):
         a worker node killed after it registered stays ALIVE in the GCS, and placeable, until
         its health checks run out (an actor was placed on one in testing, and died with it).
-        "" when done, else why not."""
+        "" when done (or when the node went dead meanwhile), else why not. Ray 2.60's GCS never
+        answers the call for a node it no longer has alive ("Node is already removed"): the
+        caller asks only while :meth:`may_be_alive`, and a call that times out is asked again."""
         import grpc
         from ray.core.generated import common_pb2, gcs_service_pb2
 
@@ -465,6 +470,8 @@ class Gcs:
         try:
             self._stub.UnregisterNode(request, metadata=self._metadata, timeout=10)
         except grpc.RpcError as exc:
+            if not self.may_be_alive(node_id):  # its raylet or its health checks took it off meanwhile
+                return ""
             code = exc.code().name  # type: ignore[attr-defined]
             return f"the GCS did not take it off ({code}): it counts as alive until its health checks run out"
         return ""
@@ -704,10 +711,11 @@ def start_ray_node(
                 if not cause.startswith("port "):  # it exited, or the GCS has it dead: its logs say why
                     logged = start_cause(log_path, temp_dir, before, proc.returncode)
                     cause = f"{logged} ({cause})" if cause else logged
-                # A worker node, which may have registered before it died. One the GCS does not
-                # list is left alone: taking off a node it never saw waits out the call's 10 s
-                # (a start abandoned as soon as an agent died, before the raylet registered).
-                if node.node_id and gcs.may_list(node.node_id):
+                # A worker node, which may have registered before it died. Only one the GCS has
+                # alive is taken off: the call for a node it never saw (a start abandoned as soon
+                # as an agent died) or has dead already (a raylet that unregistered itself when
+                # it exited: CI) is never answered, and waited out its 10 s.
+                if node.node_id and gcs.may_be_alive(node.node_id):
                     not_off = gcs.unregister(node.node_id, f"{what} died while starting: {cause}")
                     cause += f"; {not_off}" if not_off else ""
             except BaseException:

@@ -11,7 +11,10 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -187,3 +190,60 @@ def test_free_ports_are_distinct_and_keep_a_free_preferred_port() -> None:
         got = free_ports(free, busy, None)
     assert got[0] == free  # a free preferred port is kept
     assert got[1] != busy and len(set(got)) == 3  # a taken one is replaced by another free port
+
+
+def _rpc_error(name: str) -> Exception:
+    """A gRPC error as a stub raises it (``code()``): ``DEADLINE_EXCEEDED`` or ``UNAVAILABLE``."""
+    import grpc
+
+    class Error(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode[name]
+
+    return Error()
+
+
+def _gcs(nodes: Callable[[], list[Any]] | None, unregister: Callable[[], None]) -> Any:
+    """A :class:`~memprism_ray.cluster.head.Gcs` over a fake stub (no cluster): ``nodes`` gives
+    the node list each time it is asked (None: the GCS does not answer)."""
+    from memprism_ray.cluster.head import Gcs
+
+    class Stub:
+        def GetAllNodeInfo(self, request: Any, metadata: Any, timeout: float) -> Any:
+            if nodes is None:
+                raise _rpc_error("UNAVAILABLE")
+            return SimpleNamespace(node_info_list=nodes())
+
+        def UnregisterNode(self, request: Any, metadata: Any, timeout: float) -> None:
+            unregister()
+
+    gcs = Gcs.__new__(Gcs)
+    gcs._stub, gcs._metadata = Stub(), []
+    return gcs
+
+
+def _info(node_id: str, state: str) -> Any:
+    from ray.core.generated import gcs_pb2
+
+    return gcs_pb2.GcsNodeInfo(node_id=bytes.fromhex(node_id), state=gcs_pb2.GcsNodeInfo.GcsNodeState.Value(state))
+
+
+def test_only_a_node_the_gcs_may_have_alive_is_taken_off() -> None:
+    """CI: a worker node that died at start had unregistered itself when its raylet exited; the
+    GCS (Ray 2.60) never answers UnregisterNode for a node it has dead already, and the start
+    waited out the call's 10 s and said the node "counts as alive", which it did not."""
+    a, b, c = "aa" * 28, "bb" * 28, "cc" * 28
+    listed = _gcs(lambda: [_info(a, "ALIVE"), _info(b, "DEAD")], lambda: None)
+    assert listed.may_be_alive(a) and not listed.may_be_alive(b) and not listed.may_be_alive(c)
+    assert _gcs(None, lambda: None).may_be_alive(a)  # a GCS that does not answer: it may
+
+    def times_out() -> None:
+        raise _rpc_error("DEADLINE_EXCEEDED")
+
+    # Gone dead while the call waited (its raylet, or its health checks, took it off): done.
+    states = iter([[_info(a, "ALIVE")], [_info(a, "DEAD")]])
+    raced = _gcs(lambda: next(states), times_out)
+    assert raced.may_be_alive(a) and raced.unregister(a, "test") == ""
+    # Still alive after the call ran out: said, not hidden.
+    stuck = _gcs(lambda: [_info(a, "ALIVE")], times_out)
+    assert "the GCS did not take it off (DEADLINE_EXCEEDED)" in stuck.unregister(a, "test")
