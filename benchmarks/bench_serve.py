@@ -10,17 +10,20 @@ untrained Router, whose views cost what a trained one's do) and the embedded cor
 Every round measures them one after the other: the library with the torch threads a replica
 computes with (``/healthz``; Ray gives an actor of ``num_cpus`` 0.5 one thread), so the ratio is
 the service's own cost, and the library with this process's default threads (what an agent
-calling it in process gets). The record has, per client count, each round's views/s, p50 and p99 (ms)
-with their median and range (``_results.summarize``), and the ratios of the app's p50 at one
-client to each library's, round by round.
+calling it in process gets). The app's views are asked by ``GET`` (the observation in the query:
+no body for the replica to fetch back from the proxy); at one client also by ``POST`` (the JSON
+body, which any observation fits), ``serve_post``. The record has, per client count, each round's
+views/s, p50 and p99 (ms) with their median and range (``_results.summarize``), and the ratios of
+the app's p50 at one client to each library's, round by round.
 
 At one client each round also measures what any Serve app pays on this machine, beside them:
-``serve_floor``, a FastAPI deployment of the same resources that reads the same JSON body and
-answers as many bytes as a view without computing anything (Serve's HTTP proxy, the replica
-hop and the replica fetching the body back from the proxy); and ``library_paused``, the library
-with ``--pause-ms`` of idle between steps, as a replica idles while a request travels (and as an
-agent that calls its model between views does): the first view after idle is slower on these
-machines. What the app adds above Serve's floor is ``serve - serve_floor``.
+``serve_floor`` and ``serve_floor_post``, a FastAPI deployment of the same resources that reads
+the same query or JSON body and answers as many bytes as a view without computing anything
+(Serve's HTTP proxy, the replica hop and, for the body, the replica fetching it back from the
+proxy); and ``library_paused``, the library with ``--pause-ms`` of idle between steps, as a
+replica idles while a request travels (and as an agent that calls its model between views does):
+the first view after idle is slower on these machines. What the app adds above Serve's floor is
+``serve - serve_floor``.
 The last line is ``RESULT {json}``, recorded in
 ``benchmarks/results/bench_serve.json`` (``_results.write_result``).
 """
@@ -102,11 +105,22 @@ def library_round(
     return run_clients(clients, play)
 
 
+def ask_view(http: Any, path: str, method: str, fields: dict[str, Any]) -> Any:
+    """A view asked by ``GET`` (``fields`` in the query) or ``POST`` (``fields`` as the JSON body)."""
+    return http.get(path, params=fields) if method == "GET" else http.post(path, json=fields)
+
+
 def http_round(
-    url: str, goal: str, episode: list[Step], clients: int, tag: str, sizes: list[int] | None = None
+    url: str,
+    goal: str,
+    episode: list[Step],
+    clients: int,
+    tag: str,
+    sizes: list[int] | None = None,
+    method: str = "GET",
 ) -> dict[str, float]:
-    """``clients`` sessions replaying ``episode`` over HTTP; ``sizes`` gets the first one's
-    answer sizes (bytes), one per step."""
+    """``clients`` sessions replaying ``episode`` over HTTP, each view asked by ``method``;
+    ``sizes`` gets the first one's answer sizes (bytes), one per step."""
     import httpx
 
     def play(i: int, lat: list[float]) -> None:
@@ -114,7 +128,7 @@ def http_round(
             sid = http.post("/sessions", json={"goal": goal, "session_id": f"{tag}-{clients}-{i}"}).json()["session_id"]
             for t, (observation, action, feedback, reward) in enumerate(episode):
                 t0 = time.perf_counter()
-                got = http.post(f"/sessions/{sid}/view", json={"observation": observation, "steps": t})
+                got = ask_view(http, f"/sessions/{sid}/view", method, {"observation": observation, "steps": t})
                 lat.append(time.perf_counter() - t0)
                 got.raise_for_status()
                 if sizes is not None and i == 0:
@@ -127,10 +141,10 @@ def http_round(
 
 
 def floor_app() -> Any:
-    """An app with the view route's shape and nothing behind it: it reads the JSON body and
-    answers ``answer_bytes`` (a field of the body) of JSON, on a replica of the MemoryServer's
-    resources."""
-    from fastapi import FastAPI
+    """An app with the view route's shapes and nothing behind them: it reads the query (GET) or
+    the JSON body (POST) and answers ``answer_bytes`` (one of the fields) of JSON, on a replica
+    of the MemoryServer's resources."""
+    from fastapi import FastAPI, Request
     from ray import serve
 
     from memprism_ray.serve.app import MemoryServer
@@ -140,15 +154,16 @@ def floor_app() -> Any:
     @serve.deployment(ray_actor_options=MemoryServer.ray_actor_options, logging_config={"enable_access_log": False})
     @serve.ingress(api)
     class Floor:
-        @api.post("/sessions/{session_id}/view")
-        async def view(self, session_id: str, body: dict) -> dict[str, str]:
-            return {"png": "A" * int(body["answer_bytes"])}
+        @api.api_route("/sessions/{session_id}/view", methods=["GET", "POST"])
+        async def view(self, session_id: str, request: Request) -> dict[str, str]:
+            fields = request.query_params if request.method == "GET" else await request.json()
+            return {"png": "A" * int(fields["answer_bytes"])}
 
     return Floor.bind()
 
 
-def floor_round(url: str, episode: list[Step], sizes: list[int]) -> dict[str, float]:
-    """One client asking the floor app as :func:`http_round` asks for views: the same bodies,
+def floor_round(url: str, episode: list[Step], sizes: list[int], method: str = "GET") -> dict[str, float]:
+    """One client asking the floor app as :func:`http_round` asks for views: the same fields,
     each answered with as many bytes as the app's view of that step was."""
     import httpx
 
@@ -156,9 +171,8 @@ def floor_round(url: str, episode: list[Step], sizes: list[int]) -> dict[str, fl
         with httpx.Client(base_url=url, timeout=300) as http:
             for t, (observation, *_) in enumerate(episode):
                 t0 = time.perf_counter()
-                got = http.post(
-                    "/sessions/floor/view", json={"observation": observation, "steps": t, "answer_bytes": sizes[t]}
-                )
+                fields = {"observation": observation, "steps": t, "answer_bytes": sizes[t]}
+                got = ask_view(http, "/sessions/floor/view", method, fields)
                 got.json()
                 lat.append(time.perf_counter() - t0)
                 got.raise_for_status()
@@ -222,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             torch.set_num_threads(own_threads)
 
-    modes = ("library", "library_all_threads", "serve", "serve_floor", "library_paused")
+    modes = ("library", "library_all_threads", "library_paused", "serve", "serve_post")
+    modes += ("serve_floor", "serve_floor_post")
     measured: dict[str, dict[int, list[dict[str, float]]]] = {mode: {} for mode in modes}
     for r in range(args.rounds):
         for c in clients:
@@ -232,7 +247,12 @@ def main(argv: list[str] | None = None) -> int:
                 "serve": http_round(url, goal, episode, c, f"web{r}"),
             }
             if c == 1:
+                got["serve_post"] = http_round(url, goal, episode, c, f"post{r}", method="POST")
+                # The first floor round after the app's ran 1-1.5 ms slower, whichever route it
+                # asked (the two orders, 3 rounds each): an untimed pass first.
+                floor_round(f"{url}/floor", episode, sizes)
                 got["serve_floor"] = floor_round(f"{url}/floor", episode, sizes)
+                got["serve_floor_post"] = floor_round(f"{url}/floor", episode, sizes, method="POST")
                 got["library_paused"] = library_with(replica_threads, c, f"pau{r}", args.pause_ms / 1000)
             for mode, figures in got.items():
                 measured[mode].setdefault(c, []).append(figures)
@@ -247,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         ("serve", "library", "serve_over_library_p50_at_1"),
         ("serve", "library_all_threads", "serve_over_library_all_threads_p50_at_1"),
         ("serve", "library_paused", "serve_over_library_paused_p50_at_1"),
+        ("serve_post", "library", "serve_post_over_library_p50_at_1"),
         ("serve_floor", "library", "serve_floor_over_library_p50_at_1"),
+        ("serve_floor_post", "library", "serve_floor_post_over_library_p50_at_1"),
     ):
         if over in at_1 and mode in at_1:
             pairs = zip(at_1[over], at_1[mode], strict=True)

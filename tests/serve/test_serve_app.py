@@ -67,6 +67,8 @@ def test_http_views_are_the_librarys(served: httpx.Client) -> None:
         assert got.status_code == 200, got.text
         hinted = served.post(f"/sessions/{sid}/view", json={"observation": observation, "steps": session.steps})
         assert hinted.json() == got.json()  # the client's step count lets the replica skip the store
+        asked = served.get(f"/sessions/{sid}/view", params={"observation": observation, "steps": session.steps})
+        assert asked.json() == got.json()  # the same question in a GET's query
         want = session.view(observation)
         body = got.json()
         assert (body["view"], body["index"], body["step"]) == (want.view, want.index, want.step)
@@ -78,6 +80,7 @@ def test_http_views_are_the_librarys(served: httpx.Client) -> None:
         session.record(observation, action, feedback)
     png = served.post(f"/sessions/{sid}/view.png", json={"observation": "o"})
     assert png.headers["content-type"] == "image/png" and png.content == session.view("o").png
+    assert served.get(f"/sessions/{sid}/view.png", params={"observation": "o"}).content == png.content
     assert served.delete(f"/sessions/{sid}").json() == {"closed": True}
     assert served.post(f"/sessions/{sid}/view", json={"observation": "o"}).status_code == 404
 
@@ -117,6 +120,11 @@ def test_every_bad_input_is_a_4xx_with_one_line(served: httpx.Client) -> None:
         (served.post("/sessions/nope/view", json={"observation": "o"}), 404, "no session 'nope'"),
         (served.post(f"/sessions/{sid}/view", json={"observation": 3}), 400, "observation must be text"),
         (served.post(f"/sessions/{sid}/view", json={"observation": "o", "steps": -1}), 400, "steps must be the number"),
+        (served.get(f"/sessions/{sid}/view"), 400, "missing field(s): observation"),
+        (served.get(f"/sessions/{sid}/view", params={"observation": "o", "steps": "2x"}), 400, "steps must be the"),
+        (served.get(f"/sessions/{sid}/view?observation=o&observation=p"), 400, "observation is given 2 times"),
+        (served.get("/sessions/nope/view.png", params={"observation": "o"}), 404, "no session 'nope'"),
+        (httpx.get(f"{served.base_url}/sessions/{sid}/view", params={"observation": "o"}), 401, "bearer token"),
         (served.delete("/sessions/nope"), 404, "no session 'nope'"),
         (httpx.post(f"{served.base_url}/sessions", json={"goal": GOAL}), 401, "bearer token"),
     ]
