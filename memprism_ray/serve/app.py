@@ -286,9 +286,8 @@ class MemoryServer:
 
     async def _asked(self, request: Request) -> tuple[Any, Any]:
         """A view's question, ``(observation, steps)``: a POST's JSON body, or a GET's query.
-        A GET has no body for the replica to fetch back from the proxy: 1.8-2.3 ms less a view
-        on this machine (a Serve app of the route's shape, the body's read and no body side by
-        side); bench_serve.py records both routes."""
+        A GET has no body for the replica to fetch back from the proxy, so it is answered sooner
+        (bench_serve.py's record: ``serve`` against ``serve_post``, and the floors of both)."""
         if request.method == "POST":
             body = await self._body(request, "observation")
             return body["observation"], body.get("steps")
