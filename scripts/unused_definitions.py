@@ -47,9 +47,12 @@ _REFERENCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:]*$")
 
 
 def _route(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """An HTTP route (``@api.get("/path")``, ``@api.post(...)``): the web framework calls it."""
+    """An HTTP route (``@api.get("/path")``, ``@api.post(...)``, ``@api.api_route(..., methods=[...])``):
+    the web framework calls it."""
     return any(
-        isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr in HTTP_METHODS
+        isinstance(d, ast.Call)
+        and isinstance(d.func, ast.Attribute)
+        and (d.func.attr in HTTP_METHODS or d.func.attr == "api_route")
         for d in fn.decorator_list
     )
 
