@@ -299,7 +299,9 @@ class MemoryServer:
         if "observation" not in query:
             raise HTTPException(400, "missing field(s): observation")
         steps = query.get("steps")
-        return query["observation"], int(steps) if steps is not None and steps.isdecimal() else steps
+        if steps is not None and steps.isdecimal() and len(steps) <= 18:  # int() refuses 4,300 digits and more
+            return query["observation"], int(steps)
+        return query["observation"], steps[:40] if steps is not None else None  # not a count: refused below
 
     async def _view(self, session_id: str, request: Request) -> MemoryView:
         observation, steps = await self._asked(request)

@@ -123,6 +123,7 @@ def test_every_bad_input_is_a_4xx_with_one_line(served: httpx.Client) -> None:
         (served.get(f"/sessions/{sid}/view"), 400, "missing field(s): observation"),
         (served.get(f"/sessions/{sid}/view", params={"observation": "o", "steps": "2x"}), 400, "steps must be the"),
         (served.get(f"/sessions/{sid}/view?observation=o&observation=p"), 400, "observation is given 2 times"),
+        (served.get(f"/sessions/{sid}/view", params={"observation": "o", "steps": "9" * 5000}), 400, "steps must"),
         (served.get("/sessions/nope/view.png", params={"observation": "o"}), 404, "no session 'nope'"),
         (httpx.get(f"{served.base_url}/sessions/{sid}/view", params={"observation": "o"}), 401, "bearer token"),
         (served.delete("/sessions/nope"), 404, "no session 'nope'"),
