@@ -47,6 +47,9 @@ from memprism_ray.serve.store import SessionStore
 SESSION_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 #: Times a record is tried on a fresh copy of its session when another replica recorded it meanwhile.
 RECORD_ATTEMPTS = 3
+#: On every view: a GET's URL may be asked again after more steps were recorded, and a cache
+#: between the agent and the app must not answer it with the older view.
+NO_STORE = {"Cache-Control": "no-store"}
 #: The token variable read when ``token`` is not given.
 TOKEN_ENV = "MEMPRISM_SERVE_TOKEN"
 
@@ -315,7 +318,8 @@ class MemoryServer:
                 raise HTTPException(400, str(exc)) from None
 
     @api.api_route("/sessions/{session_id}/view", methods=["GET", "POST"])
-    async def view(self, session_id: str, request: Request) -> dict[str, Any]:
+    async def view(self, session_id: str, request: Request, response: Response) -> dict[str, Any]:
+        response.headers.update(NO_STORE)
         return _view_json(await self._view(session_id, request), self.replica)
 
     @api.api_route("/sessions/{session_id}/view.png", methods=["GET", "POST"])
@@ -325,6 +329,7 @@ class MemoryServer:
             raise HTTPException(404, f"session {session_id!r}: this view ({v.view}) has no image")
         headers = {"X-MemPrism-View": v.view, "X-MemPrism-Index": str(v.index), "X-MemPrism-Replica": self.replica}
         headers["X-MemPrism-Visual-Tokens"] = str(v.visual_tokens)
+        headers.update(NO_STORE)
         return Response(v.png, media_type="image/png", headers=headers)
 
     @api.delete("/sessions/{session_id}")

@@ -69,6 +69,7 @@ def test_http_views_are_the_librarys(served: httpx.Client) -> None:
         assert hinted.json() == got.json()  # the client's step count lets the replica skip the store
         asked = served.get(f"/sessions/{sid}/view", params={"observation": observation, "steps": session.steps})
         assert asked.json() == got.json()  # the same question in a GET's query
+        assert asked.headers["cache-control"] == "no-store"  # the same URL answers anew after a record
         want = session.view(observation)
         body = got.json()
         assert (body["view"], body["index"], body["step"]) == (want.view, want.index, want.step)
@@ -80,7 +81,8 @@ def test_http_views_are_the_librarys(served: httpx.Client) -> None:
         session.record(observation, action, feedback)
     png = served.post(f"/sessions/{sid}/view.png", json={"observation": "o"})
     assert png.headers["content-type"] == "image/png" and png.content == session.view("o").png
-    assert served.get(f"/sessions/{sid}/view.png", params={"observation": "o"}).content == png.content
+    got_png = served.get(f"/sessions/{sid}/view.png", params={"observation": "o"})
+    assert got_png.content == png.content and got_png.headers["cache-control"] == "no-store"
     assert served.delete(f"/sessions/{sid}").json() == {"closed": True}
     assert served.post(f"/sessions/{sid}/view", json={"observation": "o"}).status_code == 404
 
