@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray
-from tqdm import tqdm
 
 from memprism_ray.actors.evaluation import EvalWorker
 from memprism_ray.actors.services import task_token_counter
@@ -27,6 +26,7 @@ from memprism_ray.cluster.node_data import NodeData
 from memprism_ray.cluster.placement import actor_name
 from memprism_ray.cluster.placement_record import PlacementRecord
 from memprism_ray.policy.config import PolicyConfig
+from memprism_ray.progress import progress_bar
 
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig
@@ -206,7 +206,7 @@ def evaluate(
         for condition in conditions:
             if condition == "freq_random" and marginal is None:
                 raise ValueError("freq_random needs a view marginal: list memprism before it, or set eval.marginal")
-            with tqdm(total=len(plan.specs), desc=f"eval {condition}", unit="ep", file=sys.stdout) as bar:
+            with progress_bar(total=len(plan.specs), desc=f"eval {condition}", unit="ep", file=sys.stdout) as bar:
                 wins = [0]
 
                 def seen(results: list[Any], bar: Any = bar, wins: list[int] = wins) -> None:

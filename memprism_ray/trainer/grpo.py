@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import ObjectLostError, RayActorError
-from tqdm import tqdm
 
 from memprism_ray.actors import metrics
 from memprism_ray.actors.learner import Learner, state_to_numpy
@@ -36,6 +35,7 @@ from memprism_ray.cluster.placement_record import PlacementRecord, node_alive
 from memprism_ray.config import joins_cluster
 from memprism_ray.io_atomic import write_files
 from memprism_ray.policy.factory import needs_view_text
+from memprism_ray.progress import progress_bar
 from memprism_ray.trainer.rollouts import IterationFailed, RolloutResult, iteration_stats, run_groups, sample_groups
 from memprism_ray.trainer.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration, find_valid_checkpoint
 
@@ -308,7 +308,7 @@ def run_grpo_iterations(
             f"iterations {cfg.grpo.iterations - replay + 1}-{cfg.grpo.iterations} replay the games of iterations "
             f"1-{replay} with fresh seeds (grpo.replay_first {cfg.grpo.replay_first})"
         )
-    bar = tqdm(
+    bar = progress_bar(
         initial=actors.start_iteration,
         total=cfg.grpo.iterations,
         desc="GRPO",

@@ -316,9 +316,9 @@ def build_corpus(cfg: CorpusConfig, *, progress: bool = True) -> Path:
 
 
 def _run(cfg: CorpusConfig, todo: list[Slot], progress: bool) -> Iterator[dict[str, Any]]:
-    from tqdm import tqdm
+    from memprism_ray.progress import progress_bar
 
-    bar = tqdm(total=len(todo), desc="games", unit="game", disable=not progress, file=sys.stderr)
+    bar = progress_bar(total=len(todo), desc="games", unit="game", disable=not progress, file=sys.stderr)
     t0 = time.monotonic()
     workers = min(cfg.workers, len(todo))
     try:
