@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "memprism_ray"
 #: The layer order, low to high (docs/architecture.md "Layers"): a package imports only from its
 #: own layer or a lower one.
 LAYERS = (
-    ("io_atomic", "formats", "llm_client", "config_tree", "registry"),
+    ("io_atomic", "formats", "llm_client", "config_tree", "registry", "progress"),
     ("view_space",),
     ("recorder",),
     ("composer",),
