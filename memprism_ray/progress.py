@@ -7,8 +7,9 @@ corpus build, 122 of GRPO, 223 of the evaluation; measured on a fresh clone); wi
 10 of GRPO and 20 of the evaluation among 126 (the corpus already built), the same table.
 Writing to anything but a terminal, a bar here draws itself at most every
 :data:`LOG_REFRESH_S` seconds, the explicit refreshes (a new postfix, a new description)
-included, besides its first and last state. A ``mininterval`` argument or
-``TQDM_MININTERVAL`` (tqdm's own setting) sets that interval instead.
+included, besides its first and last state, and skips a draw with nothing new. A
+``mininterval`` argument or ``TQDM_MININTERVAL`` (tqdm's own setting) sets that interval
+instead.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ LOG_REFRESH_S = 10.0
 
 
 class _LogBar(tqdm):
-    """A bar whose every draw after the first waits :attr:`mininterval` since the last one."""
+    """A bar whose every draw after the first waits :attr:`mininterval` since the last one, and
+    that draws nothing when its count, description and postfix are what it last drew (a line
+    in a log that only the elapsed time would change)."""
 
     def refresh(self, nolock: bool = False, lock_args: Any = None) -> bool | None:
         if self.disable:
@@ -36,6 +39,13 @@ class _LogBar(tqdm):
         self._drawn = True
         self.last_print_t = now
         return super().refresh(nolock=nolock, lock_args=lock_args)
+
+    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+        shown = (self.n, self.desc, self.postfix)
+        if msg is None and shown == getattr(self, "_shown", None):
+            return True
+        self._shown = shown
+        return super().display(msg, pos)
 
 
 def _is_terminal(file: TextIO) -> bool:

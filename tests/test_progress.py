@@ -83,3 +83,17 @@ def test_the_interval_follows_tqdms_own_setting() -> None:
 
 def test_a_disabled_bar_draws_nothing(clock: Clock) -> None:
     assert _play(io.StringIO(), clock, disable=True) == []
+
+
+def test_a_bar_with_nothing_new_draws_nothing_more(clock: Clock) -> None:
+    """A bar refreshed while it waits (the evaluation's does) draws a new count once, then
+    nothing until something changes, its close included."""
+    out = io.StringIO()
+    bar = progress_bar(file=out, total=10, desc="x")
+    bar.update(1)  # too soon after the first draw: shown at the next one
+    for _ in range(60):
+        clock.t += 0.5
+        bar.refresh()
+    bar.close()
+    draws = [d for d in out.getvalue().split("\r") if d.strip()]
+    assert len(draws) == 2 and "0/10" in draws[0] and "1/10" in draws[1], draws

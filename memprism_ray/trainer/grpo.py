@@ -342,8 +342,8 @@ def run_grpo_iterations(
             metrics.record_iteration(cfg.run.name, stats)
             logger.log("grpo", it + 1, stats)
             logged = it + 1
-            bar.update(1)
             bar.set_postfix(
+                refresh=False,  # drawn with this iteration's count, by the update below
                 sr=f"{stats['success_rate']:.2f}",
                 zero_std=f"{stats.get('zero_std_group_frac', float('nan')):.2f}",
                 kl=f"{stats['kl']:.4f}",
@@ -351,6 +351,7 @@ def run_grpo_iterations(
                 replaced=stats["workers_replaced"],
                 workers=stats["fleet_size"],
             )
+            bar.update(1)
             if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.grpo.iterations:
                 ck = learner.call(
                     learner.actor.checkpoint.remote(metrics=stats, extra=ck_extra),
