@@ -4,7 +4,7 @@ A bar redraws itself in place with ``\\r``. Ray's job logs (the Job API, the das
 stream ``make run`` and ``ray job submit`` print) read the driver's output as text, which turns
 every ``\\r`` into a line of its own: ``make run`` printed 470 bar lines among its 734 (125 of the
 corpus build, 122 of GRPO, 223 of the evaluation; measured on a fresh clone); with these bars,
-10 of GRPO and 20 of the evaluation among 126 (the corpus already built), the same table.
+9 of GRPO and 19 of the evaluation among 124 (the corpus already built), the same table.
 Writing to anything but a terminal, a bar here draws itself at most every
 :data:`LOG_REFRESH_S` seconds, the explicit refreshes (a new postfix, a new description)
 included, besides its first and last state, and skips a draw with nothing new. A
