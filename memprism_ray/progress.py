@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 #: Seconds between two draws of a bar that writes to a log: a line every few GRPO iterations
-#: (about 3.5 s each in ``make run`` on 2 cores) and a few per evaluated condition.
+#: (3.4-5.4 s each in ``make run`` on 2 cores) and a few per evaluated condition.
 LOG_REFRESH_S = 10.0
 
 

@@ -212,7 +212,7 @@ def evaluate(
                 def seen(results: list[Any], bar: Any = bar, wins: list[int] = wins) -> None:
                     wins[0] += sum(bool(r.won and not r.failed) for r in results)
                     bar.set_postfix(sr=f"{wins[0] / max(1, bar.n + len(results)):.3f}", refresh=False)
-                    bar.update(len(results))  # draws the count and the rate together
+                    bar.update(len(results))  # draws the count with its success rate
 
                 timeout_s = cfg.run.call_timeout_s * 20
                 results, rows = play_condition(
