@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 from tqdm import tqdm
@@ -55,12 +56,12 @@ def _is_terminal(file: TextIO) -> bool:
         return False
 
 
-def progress_bar(file: TextIO | None = None, **kwargs: Any) -> tqdm:
-    """``tqdm(file=file, **kwargs)`` (``file`` defaults to stderr, as tqdm's), drawn in place on
-    a terminal and every :data:`LOG_REFRESH_S` seconds in a log (module docstring)."""
+def progress_bar(iterable: Iterable[Any] | None = None, file: TextIO | None = None, **kwargs: Any) -> tqdm:
+    """``tqdm(iterable, file=file, **kwargs)`` (``file`` defaults to stderr, as tqdm's), drawn in
+    place on a terminal and every :data:`LOG_REFRESH_S` seconds in a log (module docstring)."""
     file = sys.stderr if file is None else file
     if _is_terminal(file):
-        return tqdm(file=file, **kwargs)
+        return tqdm(iterable, file=file, **kwargs)
     if "TQDM_MININTERVAL" not in os.environ:  # tqdm reads it as the default of mininterval
         kwargs.setdefault("mininterval", LOG_REFRESH_S)
-    return _LogBar(file=file, **kwargs)
+    return _LogBar(iterable, file=file, **kwargs)

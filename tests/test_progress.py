@@ -97,3 +97,16 @@ def test_a_bar_with_nothing_new_draws_nothing_more(clock: Clock) -> None:
     bar.close()
     draws = [d for d in out.getvalue().split("\r") if d.strip()]
     assert len(draws) == 2 and "0/10" in draws[0] and "1/10" in draws[1], draws
+
+
+def test_a_bar_over_an_iterable_in_a_log_draws_every_interval(clock: Clock) -> None:
+    """The expert and roll-in bars wrap their games: iterating draws as updating does."""
+    out = io.StringIO()
+    seen = []
+    for game in progress_bar(range(100), file=out, desc="expert"):
+        clock.t += 0.5
+        seen.append(game)
+    draws = [d for d in out.getvalue().split("\r") if d.strip()]
+    assert seen == list(range(100))
+    # 50 s of games: the first draw, at 10, 20, 30 and 40 s, and the closing one at 50 s.
+    assert [d.split("|")[2].split()[0] for d in draws] == ["0/100", "20/100", "40/100", "60/100", "80/100", "100/100"]

@@ -100,7 +100,8 @@ def collect_expert_trajectories(
     (an LLM Phi, docs/phi.md) re-extracts every stream recorded by the rules, so D1 data and
     rollouts are recorded by the same Phi."""
     import pyarrow.parquet as pq
-    from tqdm import tqdm
+
+    from memprism_ray.progress import progress_bar
 
     if not games:
         raise ValueError("no games given to collect expert trajectories from")
@@ -112,13 +113,13 @@ def collect_expert_trajectories(
     skipped: list[str] = []
     rollin_failed: list[str] = []
     with AlfworldEnv(1, expert=True, expert_seed=expert_seed) as env:
-        for game in tqdm(games, desc="expert", unit="game", disable=not progress, file=sys.stderr):
+        for game in progress_bar(games, desc="expert", unit="game", disable=not progress, file=sys.stderr):
             ep = record_expert_episode(env, game, max_steps=max_steps)
             if ep is None:
                 skipped.append(game.game_id)
             else:
                 episodes.append(ep)
-        for game in tqdm(rollin_games, desc="roll-in", unit="game", disable=not progress, file=sys.stderr):
+        for game in progress_bar(rollin_games, desc="roll-in", unit="game", disable=not progress, file=sys.stderr):
             ep = record_rollin_episode(env, game, choose, rollin_steps)  # type: ignore[arg-type]
             if ep is None:
                 rollin_failed.append(game.game_id)
