@@ -45,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,6 +154,8 @@ class LocalCluster:
         self.timeout_s = timeout_s
         self.start_attempts = start_attempts
         self.nodes: list[LocalNode] = []
+        self._numbered = 0
+        self._numbering = threading.Lock()
         self.restarts: list[str] = []
         """a line per node start that failed and was retried"""
         head_vars = dict(self.env)
@@ -241,7 +244,8 @@ class LocalCluster:
         private_dirs: tuple[Path, ...] = (),
         resources: dict[str, float] | None = None,
     ) -> LocalNode:
-        """Start a worker node and wait until it is up (started again if it dies at start).
+        """Start a worker node and wait until it is up (started again if it dies at start); safe
+        to call from several threads at once (each node its own number and log ``node-<k>.log``).
         ``private_dirs``: folders this node sees empty (its own tmpfs; they must exist),
         needing :func:`can_isolate_disks`."""
         import json
@@ -250,7 +254,12 @@ class LocalCluster:
             why = can_isolate_disks()
             if why:
                 raise RuntimeError(why)
-        k = len(self.nodes)
+        # Numbered when asked for, not by the nodes already up: the chaos monkey starts its
+        # replacements from threads of its own, and two of them counting the nodes at once got
+        # the same number and wrote one log file (the second start truncated the first's).
+        with self._numbering:
+            k = self._numbered
+            self._numbered += 1
         mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(str(Path(d).resolve()))}" for d in private_dirs)
 
         def launch() -> NodeLaunch:
