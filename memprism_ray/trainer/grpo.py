@@ -73,10 +73,13 @@ class LearnerSeat:
     restarts: int = 0
     replayed: int = 0
     """iterations played again after restarts, in all"""
+    launched: Path | None = None
+    """the checkpoint the actor was launched from (None: the reference)"""
 
-    def start(self, resume_from: Path | None) -> int:
-        """Start the Learner (from ``resume_from``, else from the reference); the iterations it has done.
-        Its checkpoints are shipped, so a Learner on a node without the run directory finds them."""
+    def launch(self, resume_from: Path | None) -> None:
+        """Create the Learner's actor (from ``resume_from``, else from the reference) without
+        waiting for it: :meth:`start_first` waits. Its checkpoints are shipped, so a Learner on
+        a node without the run directory finds them."""
         from memprism_ray.adapter.checkpoint import CONFIG_FILE, WEIGHTS_FILE
         from memprism_ray.cluster.node_data import ship
 
@@ -93,6 +96,14 @@ class LearnerSeat:
             cfg.rollout.learner_threads,
             ship(trees),
         )
+        self.launched = resume_from
+
+    def start(self, resume_from: Path | None) -> int:
+        """Start the Learner (:meth:`launch`, unless it was launched from ``resume_from``
+        already) and wait until it is up; the iterations it has done."""
+        cfg = self.cfg
+        if self.actor is None or self.launched != resume_from:
+            self.launch(resume_from)
         done = wait_placed([self.actor.iteration.remote()], "learner", learner_options(cfg), cfg.run.call_timeout_s * 4)
         place = waits.get(self.actor.placed.remote(), cfg.run.call_timeout_s, "the learner's node")
         self.node_id = place["node_id"]
@@ -111,6 +122,7 @@ class LearnerSeat:
                 if exc.actor_init_failed or self.restarts >= self.cfg.run.learner_restarts:
                     raise
                 self.restarts += 1
+                self.actor = None  # the next try launches a new one
                 say_grpo(
                     f"the Learner was lost while it started ({type(exc).__name__}); restart {self.restarts} of "
                     f"{self.cfg.run.learner_restarts}"
@@ -159,6 +171,7 @@ class LearnerSeat:
         checkpoint, corrupt = find_valid_checkpoint(run_dir)
         for path, error in corrupt:
             self.say(f"checkpoint {path.name} does not verify ({error}); not used")
+        self.actor = None
         start = self.start_first(checkpoint)
         replayed = max(0, done - start)
         self.replayed += replayed
@@ -215,9 +228,10 @@ def start_training_actors(
         say(line)
     data = data or NodeData()
     learner = LearnerSeat(cfg, reference, say, record)
-    start = learner.start_first(resume_from)
-    if resume_from is not None:
-        say(f"resumed from {resume_from} (iteration {checkpoint_iteration(resume_from)})")
+    # Launched first and waited for last: the Learner, the replicas and the rollout seats start
+    # side by side (an autoscaler sees all of their demand at once), where waiting for the
+    # Learner before launching the rest added its whole start to the job's.
+    learner.launch(resume_from)
     ro = cfg.rollout
     replicas = start_policy_replicas(cfg, benchmark=benchmark, data=data)
     # With phi.llm_source: pool the Phi prompts go to the same replicas as the decisions.
@@ -281,6 +295,9 @@ def start_training_actors(
         seat_request={"CPU": ro.seat_cpus()},
         nodes_may_join=joins_cluster(cfg.run.ray_address),
     )
+    start = learner.start_first(resume_from)
+    if resume_from is not None:
+        say(f"resumed from {resume_from} (iteration {checkpoint_iteration(resume_from)})")
     where = f"{len(replicas)} policy replicas" if replicas else "the policy inside each rollout worker"
     nodes = len({(fleet.seats[i].place or {}).get("node_id") for i in fleet.ready()})
     size = f"{fleet.size()} of {seats} (rollout.num_workers auto)" if ro.elastic else str(fleet.size())
