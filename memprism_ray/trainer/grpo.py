@@ -228,12 +228,15 @@ def start_training_actors(
         say(line)
     data = data or NodeData()
     learner = LearnerSeat(cfg, reference, say, record)
-    # Launched first and waited for last: the Learner, the replicas and the rollout seats start
-    # side by side (an autoscaler sees all of their demand at once), where waiting for the
-    # Learner before launching the rest added its whole start to the job's.
-    learner.launch(resume_from)
     ro = cfg.rollout
     replicas = start_policy_replicas(cfg, benchmark=benchmark, data=data)
+    # The Learner is launched here and waited for last, so it starts while the rollout seats do
+    # (an autoscaler sees its demand with theirs): waiting for it before launching them added its
+    # whole start to the job's. Not before the replicas are up: a vLLM engine sizes its KV cache
+    # from the GPU's free memory, read device-wide while it starts: memory another process takes
+    # meanwhile shrinks that cache, and memory freed meanwhile fails the start ("Error in memory
+    # profiling").
+    learner.launch(resume_from)
     # With phi.llm_source: pool the Phi prompts go to the same replicas as the decisions.
     phi_pool = [
         PhiWorker.options(
