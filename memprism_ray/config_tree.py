@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -83,7 +84,17 @@ def coerce_settings(schema: type, data: Mapping[str, Any], where: str) -> dict[s
         schema(**out)
     except TypeError as exc:
         raise ValueError(f"{where}: {exc}") from None
+    except ValueError as exc:
+        raise _keyed(exc, schema, where) from None
     return out
+
+
+def _keyed(exc: ValueError, cls: type, where: str) -> ValueError:
+    """``exc`` from ``cls.__post_init__`` with the class's name (``GRPOConfig.iterations``: the
+    core packages' configs know no section) written as the key a user sets (``grpo.iterations``)."""
+    if not where:
+        return exc
+    return ValueError(re.sub(rf"\b{re.escape(cls.__name__)}\b", where, str(exc)))
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -262,6 +273,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _where: str = "") -> T:
         return cls(**kwargs)
     except TypeError as exc:
         raise ValueError(f"{_where or cls.__name__}: {exc}") from None
+    except ValueError as exc:
+        raise _keyed(exc, cls, _where) from None
 
 
 def to_dict(obj: Any) -> Any:

@@ -73,6 +73,12 @@ PRESET = "configs/local.yaml"
      (["--run.call_timeout_s", "nan"], "run.call_timeout_s: expected a number, got 'nan'"),
      (["--run.ray_address", "10.0.0.1:6379"], "run.ray_address must be 'auto'"),
      (["--grpo.lr", "fast"], "grpo.lr: expected a number, got 'fast'"),
+     # A core package's config names its class; the user set a key (GRPOConfig is grpo, and so on).
+     (["--grpo.iterations", "0"], "grpo.iterations must be >= 1, got 0"),
+     (["--grpo.clip_eps_low", "0.1"], "grpo: set both clip_eps_low and clip_eps_high"),
+     (["--render.max_side", "500"], "render.max_side must be a multiple of 28"),
+     (["--router.dropout", "1.5"], "router.dropout must be in [0, 1), got 1.5"),
+     (["--sft.lambda_cost", "-1"], "sft.lambda_cost must be >= 0, got -1.0"),
      # Issue 40 item 7: a group of one trains nothing (every advantage is 0).
      (["--grpo.group_size", "1"],
       "grpo.group_size must be at least 2: GRPO's advantage is a reward minus its group's mean, so a group of 1 "
