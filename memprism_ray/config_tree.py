@@ -92,9 +92,8 @@ def coerce_settings(schema: type, data: Mapping[str, Any], where: str) -> dict[s
 def _keyed(exc: ValueError, cls: type, where: str) -> ValueError:
     """``exc`` from ``cls.__post_init__`` with the class's name (``GRPOConfig.iterations``: the
     core packages' configs know no section) written as the key a user sets (``grpo.iterations``)."""
-    if not where:
-        return exc
-    return ValueError(re.sub(rf"\b{re.escape(cls.__name__)}\b", where, str(exc)))
+    said = re.sub(rf"\b{re.escape(cls.__name__)}\b", where, str(exc)) if where else str(exc)
+    return exc if said == str(exc) else ValueError(said)  # a message without the name keeps its type
 
 
 def _is_dataclass_type(tp: Any) -> bool:
