@@ -73,8 +73,6 @@ class LearnerSeat:
     restarts: int = 0
     replayed: int = 0
     """iterations played again after restarts, in all"""
-    launched: Path | None = None
-    """the checkpoint the actor was launched from (None: the reference)"""
 
     def launch(self, resume_from: Path | None) -> None:
         """Create the Learner's actor (from ``resume_from``, else from the reference) without
@@ -96,13 +94,12 @@ class LearnerSeat:
             cfg.rollout.learner_threads,
             ship(trees),
         )
-        self.launched = resume_from
 
     def start(self, resume_from: Path | None) -> int:
-        """Start the Learner (:meth:`launch`, unless it was launched from ``resume_from``
-        already) and wait until it is up; the iterations it has done."""
+        """Start the Learner (:meth:`launch`, unless it was launched already) and wait until it
+        is up; the iterations it has done."""
         cfg = self.cfg
-        if self.actor is None or self.launched != resume_from:
+        if self.actor is None:
             self.launch(resume_from)
         done = wait_placed([self.actor.iteration.remote()], "learner", learner_options(cfg), cfg.run.call_timeout_s * 4)
         place = waits.get(self.actor.placed.remote(), cfg.run.call_timeout_s, "the learner's node")
