@@ -485,10 +485,27 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
 
 
+class InterruptedEvaluation(FileExistsError):
+    """An output directory with some conditions' reports and no summary: an evaluation that was
+    stopped (or failed) before its last condition."""
+
+
+def written_conditions(out: Path) -> list[str]:
+    """The conditions (folder names) whose report an evaluation in ``out`` has written."""
+    return sorted(p.parent.name for p in out.glob("*/report.json"))
+
+
 def check_fresh_output(out: Path) -> None:
-    """Refuse an output directory that already holds an evaluation (issue 10)."""
-    if out.exists() and (any(out.glob("summary.*")) or any(out.glob("*/report.json"))):
-        raise FileExistsError(f"{out} already holds an evaluation (summary or report.json); choose another --out")
+    """Refuse an output directory that already holds an evaluation (issue 10), finished or
+    interrupted (:class:`InterruptedEvaluation`)."""
+    if out.exists() and any(out.glob("summary.*")):
+        raise FileExistsError(f"{out} already holds an evaluation (its summary); choose another --out")
+    done = written_conditions(out)
+    if done:
+        raise InterruptedEvaluation(
+            f"{out} holds an interrupted evaluation (report.json of {', '.join(done)}; no summary): "
+            "remove it or choose another --out"
+        )
 
 
 def write_condition(

@@ -300,8 +300,12 @@ def test_an_output_directory_with_an_evaluation_is_refused_and_files_are_never_r
     (out / "memprism").mkdir(parents=True)
     check_fresh_output(out)  # an empty condition directory: fine
     rpt.write_json(out / "memprism" / "report.json", {"sr": 0.5})
-    with pytest.raises(FileExistsError, match="already holds an evaluation"):
+    with pytest.raises(rpt.InterruptedEvaluation, match=r"interrupted evaluation \(report.json of memprism;"):
         check_fresh_output(out)
+    (out / "summary.md").write_text("done")
+    with pytest.raises(FileExistsError, match="already holds an evaluation") as refused:
+        check_fresh_output(out)
+    assert not isinstance(refused.value, rpt.InterruptedEvaluation)
     with pytest.raises(FileExistsError, match="refusing to overwrite"):
         rpt.write_json(out / "memprism" / "report.json", {"sr": 0.9})
     assert (out / "memprism" / "report.json").read_text().strip().endswith("}")

@@ -45,6 +45,35 @@ def test_final_eval_dir_summarises_by_the_configs_replay(tmp_path: Path) -> None
     assert (tmp_path / "eval" / "training_success.png").exists()
 
 
+def test_an_interrupted_final_evaluation_is_kept_aside_and_run_again(tmp_path: Path) -> None:
+    """A job stopped during its final evaluation left some conditions' reports and no summary; its
+    resume used to say the evaluation "exists and is not repeated" and end without the table."""
+    from types import SimpleNamespace
+
+    from memprism_ray.adapter.grpo_update import GRPOConfig
+    from memprism_ray.trainer.grpo import final_eval_dir
+
+    _write_metrics(tmp_path, [0.5] * 4)
+    cfg = SimpleNamespace(grpo=GRPOConfig(iterations=4))
+    for condition in ("memprism", "no_memory"):
+        (tmp_path / "eval" / condition).mkdir(parents=True)
+        (tmp_path / "eval" / condition / "report.json").write_text("{}")
+    (tmp_path / "eval-interrupted-1").mkdir()  # an earlier one is never overwritten
+    said: list[str] = []
+    assert final_eval_dir(tmp_path, cfg, said.append) == tmp_path / "eval"
+    assert said[0] == (
+        "the final evaluation was interrupted after memprism, no_memory (no summary): eval-interrupted-2; run again"
+    )
+    assert (tmp_path / "eval-interrupted-2" / "no_memory" / "report.json").exists()
+    assert not list((tmp_path / "eval").glob("*/report.json"))
+    # A finished evaluation (its summary written) is never repeated.
+    (tmp_path / "eval" / "memprism").mkdir()
+    (tmp_path / "eval" / "memprism" / "report.json").write_text("{}")
+    (tmp_path / "eval" / "summary.md").write_text("table")
+    assert final_eval_dir(tmp_path, cfg, said.append) is None
+    assert said[-1].endswith("the final evaluation of this run exists and is not repeated")
+
+
 def test_a_torn_last_row_is_said_and_the_summary_still_printed(tmp_path: Path) -> None:
     """Issue 40 item 4: a killed writer's half row at the end of metrics.jsonl used to raise
     JSONDecodeError here, before the final evaluation."""
