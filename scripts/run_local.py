@@ -83,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         status, _ = submit_and_wait(head.address, shlex.join(entry), ROOT, timeout_s=4 * 3600, auth_token=token)
     except RuntimeError as exc:
         print(f"memprism-ray: the job could not be submitted: {exc}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # the job is stopped (SIGTERM: it says what it kept in its log)
+        status = "STOPPED"
+        python = os.path.relpath(sys.executable) if sys.executable.startswith(str(ROOT)) else sys.executable
+        again = [python, "scripts/run_local.py", "--config", args.config, "--name", name]
+        again += ["--no-auth"] if not auth else []
+        again += ["--", *args.overrides, *([] if "--resume" in args.overrides else ["--resume", "auto"])]
+        print(f"\nmemprism-ray: stopped (Ctrl-C); continue with: {shlex.join(again)}")  # after a progress bar
     finally:
         if args.keep_head:
             print(f"memprism-ray: head left running at {head.address} (stop it: kill -- -{head.process.pid})")
@@ -93,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = run_dir / "eval" / "summary.md"
     if summary.exists():
         print(summary.read_text())
-    return 0 if status == "SUCCEEDED" else 1
+    return {"SUCCEEDED": 0, "STOPPED": 130}.get(status, 1)
 
 
 if __name__ == "__main__":

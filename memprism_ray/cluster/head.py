@@ -914,21 +914,26 @@ def submit_and_wait(
     deadline = time.monotonic() + timeout_s
     shown = 0
     terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
-    while True:
-        logs = client.get_job_logs(job_id)
-        if echo and len(logs) > shown:
-            sys.stdout.write(logs[shown:])
-            sys.stdout.flush()
-            shown = len(logs)
+    try:
+        while True:
+            logs = client.get_job_logs(job_id)
+            if echo and len(logs) > shown:
+                sys.stdout.write(logs[shown:])
+                sys.stdout.flush()
+                shown = len(logs)
+            status = client.get_job_status(job_id)
+            if on_poll is not None:
+                on_poll(str(status))
+            if status in terminal:
+                break
+            if time.monotonic() > deadline:
+                client.stop_job(job_id)
+                raise TimeoutError(f"job {job_id} did not finish within {timeout_s:.0f}s")
+            time.sleep(2.0)
+    except KeyboardInterrupt:  # Ctrl-C stops what it started (`ray job submit` would leave it running)
+        if client.stop_job(job_id):  # False: it had ended, and its status says how
+            raise
         status = client.get_job_status(job_id)
-        if on_poll is not None:
-            on_poll(str(status))
-        if status in terminal:
-            break
-        if time.monotonic() > deadline:
-            client.stop_job(job_id)
-            raise TimeoutError(f"job {job_id} did not finish within {timeout_s:.0f}s")
-        time.sleep(2.0)
     logs = client.get_job_logs(job_id)
     if echo and len(logs) > shown:
         sys.stdout.write(logs[shown:])

@@ -1,7 +1,7 @@
 """One trainer for every benchmark (paper "Adapter": D1 decision-conditioned initialisation,
 then D2 grouped GRPO; appendix C for the final evaluation): :func:`fit` reads top to bottom.
 A start that cannot succeed ends in one line and exit status 2; a dead Learner in one line
-naming the last checkpoint and the command that continues.
+naming the last checkpoint and the command that continues, and so does a stop (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +86,14 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
     say(f"run directory {run_dir}; cluster {dict(resources)}")
     record = PlacementRecord(run_dir / "cluster.json")  # where each actor ran
 
+    def resume_line() -> str:
+        latest = latest_checkpoint(run_dir)
+        args = list(argv if argv is not None else sys.argv[1:])
+        return (
+            f"last checkpoint: {latest if latest else 'none yet (a resume reuses the finished D1 stages)'}; "
+            f"continue with: python {shlex.quote(sys.argv[0])} {shlex.join(_without_resume(args))} --resume auto"
+        )
+
     def train() -> int:  # once Ray is up
         from ray.exceptions import RayActorError
 
@@ -122,17 +132,11 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
         except RayActorError as exc:  # rollout workers are replaced inside; what ends here is the learner
             if exc.actor_init_failed:
                 raise  # its creation error is the cause to name (run_failure), not a resume
-            latest = latest_checkpoint(run_dir)
-            args = list(argv if argv is not None else sys.argv[1:])
             restarts = actors.learner.restarts if actors is not None else 0
             again = (
                 f" after {restarts} restart(s) (run.learner_restarts={cfg.run.learner_restarts})" if restarts else ""
             )
-            error(
-                f"the Learner actor died ({type(exc).__name__}){again}; last checkpoint: "
-                f"{latest if latest else 'none yet (resuming restarts GRPO after D1)'}; continue with: "
-                f"python {shlex.quote(sys.argv[0])} {shlex.join(_without_resume(args))} --resume auto"
-            )
+            error(f"the Learner actor died ({type(exc).__name__}){again}; {resume_line()}")
             return 1
 
         # 5. Final evaluation: every condition of eval.conditions on the same episodes.
@@ -163,20 +167,44 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
         say(f"done: {run_dir}")
         return 0
 
-    return explained(train, error)
+    return explained(train, error, resume_line)
 
 
-def explained(work: Any, error: Any) -> int:
+class Stopped(KeyboardInterrupt):
+    """SIGTERM (``ray job stop``, a preempted machine, ``kill``) raised in the job's main thread,
+    so that the job unwinds as on Ctrl-C and ends in the same one line."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def explained(work: Callable[[], int], error: Callable[[str], None], kept: Callable[[], str]) -> int:
     """``work()``'s exit status; a failure the job can name in one line (:func:`run_failure`) is
-    that line through ``error`` and exit status 1, no traceback; anything else propagates."""
+    that line through ``error`` and exit status 1, no traceback; anything else propagates. Ctrl-C
+    and SIGTERM end in one line saying what ``kept`` says is kept, exit status 128 + the signal."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Stopped(signum)
+
+    # Ray's driver handler for SIGTERM dumps a stack and exits; ours unwinds to the line below.
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, stop) if main else None
     try:
         return int(work())
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        error(f"stopped by {signal.Signals(signum).name}; {kept()}")
+        return 128 + signum
     except Exception as exc:
         line = run_failure(exc)
         if line is None:
             raise
         error(line)
         return 1
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
 
 
 def run_failure(exc: BaseException) -> str | None:
@@ -248,7 +276,7 @@ def run_evaluation(
     of ``eval.conditions`` into ``out_dir``. The exit status: 2 when the start is refused (one
     line through ``error``, before any work), 1 when any episode failed, else 0."""
     from memprism_ray.cluster.placement import init_ray
-    from memprism_ray.eval.report import check_fresh_output
+    from memprism_ray.eval.report import check_fresh_output, written_conditions
     from memprism_ray.trainer.evaluate import check_memory_conditions, evaluate, given_marginal, router_state_for
 
     try:
@@ -275,7 +303,13 @@ def run_evaluation(
             return 1
         return 0
 
-    return explained(play, error)
+    def kept() -> str:
+        done = written_conditions(out_dir)
+        if not done:
+            return f"nothing was written to {out_dir}"
+        return f"{out_dir} holds the reports of {', '.join(done)} and no summary: remove it or choose another --out"
+
+    return explained(play, error, kept)
 
 
 def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None, *, train: bool = True) -> int:
@@ -301,4 +335,4 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
         say(f"D1 checkpoint: {path}" if train else f"done: {path}")
         return 0
 
-    return explained(build, error)
+    return explained(build, error, lambda: f"the finished D1 stages in {target} are reused when it runs again")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -67,6 +67,55 @@ def test_an_oversized_working_dir_fails_at_once_and_says_what_to_move(monkeypatc
     monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", _OversizeClient)
     with pytest.raises(RuntimeError, match=r"(?s)413.*working_dir.*\.gitignore or a \.rayignore"):
         local_head.submit_and_wait("http://127.0.0.1:1", "python x.py", Path("/some/checkout"), agent_wait_s=100.0)
+
+
+class _InterruptedClient:
+    """A Job API whose job runs until Ctrl-C lands in the wait (``ended``: it had finished)."""
+
+    ended = False
+    stopped: ClassVar[list[str]] = []
+
+    def __init__(self, address: str, headers: dict | None = None) -> None:
+        self.polls = 0
+
+    def submit_job(self, **kwargs) -> str:
+        return "job-1"
+
+    def get_job_logs(self, job_id: str) -> str:
+        return ""
+
+    def get_job_status(self, job_id: str) -> Any:
+        from ray.job_submission import JobStatus
+
+        self.polls += 1
+        if self.polls == 1:
+            raise KeyboardInterrupt  # the user's Ctrl-C, while the client waits on the head
+        return JobStatus.STOPPED if self.stopped else JobStatus.SUCCEEDED
+
+    def stop_job(self, job_id: str) -> bool:
+        if self.ended:
+            return False
+        type(self).stopped.append(job_id)
+        return True
+
+
+@pytest.mark.parametrize("ended", [False, True], ids=["running", "ended"])
+def test_ctrl_c_in_the_wait_stops_the_job_it_submitted(monkeypatch: pytest.MonkeyPatch, ended: bool) -> None:
+    # `make run` interrupted: the job is stopped (with --keep-head it went on running), unless it
+    # had ended just before, when its own status is the answer.
+    import ray.job_submission
+
+    from memprism_ray.cluster import head as local_head
+
+    monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", _InterruptedClient)
+    monkeypatch.setattr(_InterruptedClient, "ended", ended)
+    monkeypatch.setattr(_InterruptedClient, "stopped", [])
+    if ended:
+        assert local_head.submit_and_wait("http://127.0.0.1:1", "python x.py", Path("."), echo=False)[0] == "SUCCEEDED"
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            local_head.submit_and_wait("http://127.0.0.1:1", "python x.py", Path("."), echo=False)
+    assert _InterruptedClient.stopped == ([] if ended else ["job-1"])
 
 
 def _live_members(pgid: int) -> list[int]:

@@ -5,6 +5,11 @@ line naming the last checkpoint and the ``--resume auto`` command that continues
 from __future__ import annotations
 
 import importlib
+import os
+import shlex
+import signal
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +81,48 @@ def test_a_dead_learner_is_one_line_with_the_command_that_continues(
     assert err[0].endswith("--config configs/local.yaml --grpo.iterations 3 --resume auto")
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_job_is_one_line_with_the_command_that_continues(
+    signum: int,
+    tmp_path: Path,
+    memprism_tiny_corpus: Path,
+    actors_reference_ckpt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``ray job stop`` (SIGTERM) and Ctrl-C (SIGINT) mid-run: one line saying what is kept and how
+    to continue, exit status 128 + the signal; they ended in Ray's stack dump or a traceback."""
+    from memprism_ray.cluster import node_data, placement
+    from memprism_ray.trainer import grpo
+
+    def stop_mid_run(cfg: object, actors: object, games: object, logger: object, run_dir: Path, *_: object) -> None:
+        (run_dir / "checkpoints" / "iter_0001").mkdir(parents=True)
+        (run_dir / "checkpoints" / "iter_0001" / "config.json").write_text("{}")
+        os.kill(os.getpid(), signum)  # to this process, as `ray job stop` and a terminal send it
+        time.sleep(30)
+        pytest.fail(f"{signal.Signals(signum).name} did not stop the run")
+
+    def sentinel(*_: object) -> None:  # what was installed before the job must be there after it
+        raise AssertionError("the job's own SIGTERM handler was not in place")
+
+    monkeypatch.setattr(placement, "init_ray", lambda *a, **k: {"CPU": 2.0})
+    monkeypatch.setattr(node_data, "ship", lambda *a, **k: node_data.NodeData())
+    monkeypatch.setattr(grpo, "start_training_actors", lambda *a, **k: None)
+    monkeypatch.setattr(grpo, "run_grpo_iterations", stop_mid_run)
+    argv = ["--config", "configs/local.yaml", "--grpo.iterations", "3"]
+    cfg = _cfg(tmp_path, memprism_tiny_corpus, "--init_checkpoint", str(actors_reference_ckpt))
+    before = signal.signal(signal.SIGTERM, sentinel)
+    try:
+        assert fit_module.fit(cfg, get_benchmark("alfworld"), argv) == 128 + signum
+        assert signal.getsignal(signal.SIGTERM) is sentinel
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"[grpo] error: stopped by {signal.Signals(signum).name}; last checkpoint: ")
+    assert err[0].endswith(f"iter_0001; continue with: python {sys.argv[0]} {shlex.join(argv)} --resume auto")
+
+
 def test_without_resume_drops_every_spelling() -> None:
     args = ["--resume", "x", "--a", "1", "--run.resume=auto", "--resume=p", "--run.resume", "y", "--b"]
     assert fit_module._without_resume(args) == ["--a", "1", "--b"]
@@ -95,7 +142,8 @@ def test_an_actor_that_fails_in_init_is_one_line_naming_its_cause(ray_session, t
     data = NodeData(checked=(DataTree(str(missing.parent), "corpus.data_root", owned=False, fix="mount it"),))
     learner = Learner.options(num_cpus=0).remote(GRPOConfig(), str(missing), "", 1, data)
     errors: list[str] = []
-    assert fit_module.explained(lambda: ray_session.get(learner.iteration.remote(), timeout=120), errors.append) == 1
+    work = lambda: ray_session.get(learner.iteration.remote(), timeout=120)  # noqa: E731
+    assert fit_module.explained(work, errors.append, lambda: "") == 1
     assert len(errors) == 1 and "\n" not in errors[0], errors
     assert errors[0].startswith("Learner could not start on 127.0.0.1: NodeDataError: corpus.data_root ")
     assert f"{missing.parent} does not exist on node 127.0.0.1 (" in errors[0] and errors[0].endswith("): mount it")
