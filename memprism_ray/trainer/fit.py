@@ -38,6 +38,8 @@ def _printer(prefix: str, *, err: bool = False) -> Callable[[str], None]:
     """Prints ``prefix msg`` at once, on stdout or (``err``) stderr as they are at the call."""
 
     def show(msg: str) -> None:
+        if err:  # after what stdout holds (a progress bar's last draw), in a log that merges both
+            sys.stdout.flush()
         print(f"{prefix} {msg}", file=sys.stderr if err else None, flush=True)
 
     return show

@@ -332,67 +332,68 @@ def run_grpo_iterations(
         desc="GRPO",
         file=sys.stdout,
     )
-    seen_size = actors.fleet.size()
-    it = logged = actors.start_iteration  # the next iteration to play, the last one logged
-    restarts_seen = replayed_seen = 0
-    steps_lost: dict[int, int] = {}  # iteration -> times played again for lost step tables
-    carried: dict[str, int] = {}  # failures counted in iterations played again: in the next row
-    while True:
-        rollout: RolloutResult | None = None
-        try:
-            if it == cfg.grpo.iterations:
-                final = learner.call(
-                    learner.actor.full_weights.remote(), cfg.run.call_timeout_s, "final Router weights"
+    with bar:  # closed, its last state drawn, before a stop or a failure is said
+        seen_size = actors.fleet.size()
+        it = logged = actors.start_iteration  # the next iteration to play, the last one logged
+        restarts_seen = replayed_seen = 0
+        steps_lost: dict[int, int] = {}  # iteration -> times played again for lost step tables
+        carried: dict[str, int] = {}  # failures counted in iterations played again: in the next row
+        while True:
+            rollout: RolloutResult | None = None
+            try:
+                if it == cfg.grpo.iterations:
+                    final = learner.call(
+                        learner.actor.full_weights.remote(), cfg.run.call_timeout_s, "final Router weights"
+                    )
+                    return final
+                rollout = RolloutResult()
+                stats = _iteration(cfg, actors, games, it, bar, seen_size, rollout)
+                rollout = None  # counted in this row, with what abandoned iterations counted
+                for k, n in carried.items():
+                    stats[k] += n
+                carried.clear()
+                seen_size = stats["fleet_size_end"]
+                stats.update(
+                    learner_restarts=learner.restarts - restarts_seen,
+                    iterations_replayed=learner.replayed - replayed_seen,
                 )
-                bar.close()
-                return final
-            rollout = RolloutResult()
-            stats = _iteration(cfg, actors, games, it, bar, seen_size, rollout)
-            rollout = None  # counted in this row, with what abandoned iterations counted
-            for k, n in carried.items():
-                stats[k] += n
-            carried.clear()
-            seen_size = stats["fleet_size_end"]
-            stats.update(
-                learner_restarts=learner.restarts - restarts_seen, iterations_replayed=learner.replayed - replayed_seen
-            )
-            restarts_seen, replayed_seen = learner.restarts, learner.replayed
-            metrics.record_iteration(cfg.run.name, stats)
-            logger.log("grpo", it + 1, stats)
-            logged = it + 1
-            bar.set_postfix(
-                refresh=False,  # drawn with this iteration's count, by the update below
-                sr=f"{stats['success_rate']:.2f}",
-                zero_std=f"{stats.get('zero_std_group_frac', float('nan')):.2f}",
-                kl=f"{stats['kl']:.4f}",
-                failed=stats["failed_trajectories"],
-                replaced=stats["workers_replaced"],
-                workers=stats["fleet_size"],
-            )
-            bar.update(1)
-            if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.grpo.iterations:
-                ck = learner.call(
-                    learner.actor.checkpoint.remote(metrics=stats, extra=ck_extra),
-                    cfg.run.call_timeout_s,
-                    f"checkpoint {it + 1}",
+                restarts_seen, replayed_seen = learner.restarts, learner.replayed
+                metrics.record_iteration(cfg.run.name, stats)
+                logger.log("grpo", it + 1, stats)
+                logged = it + 1
+                bar.set_postfix(
+                    refresh=False,  # drawn with this iteration's count, by the update below
+                    sr=f"{stats['success_rate']:.2f}",
+                    zero_std=f"{stats.get('zero_std_group_frac', float('nan')):.2f}",
+                    kl=f"{stats['kl']:.4f}",
+                    failed=stats["failed_trajectories"],
+                    replaced=stats["workers_replaced"],
+                    workers=stats["fleet_size"],
                 )
-                write_files(ck["files"], checkpoint_dir(run_dir, it + 1))
-                logger.log("checkpoint", it + 1, {"sha256": ck["sha256"]})
-            it += 1
-        except LearnerLost as lost:
-            if rollout is not None:  # the iteration was abandoned: what it counted goes to the next row
-                rollout.carry(carried)
-            it = logged = learner.restart(lost, logged, run_dir, logger)
-            bar.n = it
-            bar.refresh()
-        except StepsLost as lost:
-            if rollout is not None:
-                rollout.carry(carried)
-            steps_lost[it] = steps_lost.get(it, 0) + 1
-            if steps_lost[it] > STEPS_LOST_REPLAYS:
-                raise IterationFailed(f"{lost}, {STEPS_LOST_REPLAYS + 1} times: nodes keep failing") from None
-            learner.replayed += 1
-            say_grpo(f"{lost}: the update did not run; playing the iteration again")
+                bar.update(1)
+                if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.grpo.iterations:
+                    ck = learner.call(
+                        learner.actor.checkpoint.remote(metrics=stats, extra=ck_extra),
+                        cfg.run.call_timeout_s,
+                        f"checkpoint {it + 1}",
+                    )
+                    write_files(ck["files"], checkpoint_dir(run_dir, it + 1))
+                    logger.log("checkpoint", it + 1, {"sha256": ck["sha256"]})
+                it += 1
+            except LearnerLost as lost:
+                if rollout is not None:  # the iteration was abandoned: what it counted goes to the next row
+                    rollout.carry(carried)
+                it = logged = learner.restart(lost, logged, run_dir, logger)
+                bar.n = it
+                bar.refresh()
+            except StepsLost as lost:
+                if rollout is not None:
+                    rollout.carry(carried)
+                steps_lost[it] = steps_lost.get(it, 0) + 1
+                if steps_lost[it] > STEPS_LOST_REPLAYS:
+                    raise IterationFailed(f"{lost}, {STEPS_LOST_REPLAYS + 1} times: nodes keep failing") from None
+                learner.replayed += 1
+                say_grpo(f"{lost}: the update did not run; playing the iteration again")
 
 
 def _iteration(
