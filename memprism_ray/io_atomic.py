@@ -31,7 +31,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, overwrite: bool = False
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with naming(target), os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -51,6 +51,17 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, overwrite: bool = False
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     return target
+
+
+@contextlib.contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """An ``OSError`` raised inside names ``path`` when it names no file: a full disk's write
+    error does not, and a job's one line says which file it could not hold."""
+    try:
+        yield
+    except OSError as exc:
+        exc.filename = exc.filename or str(path)
+        raise
 
 
 def atomic_write_text(path: str | Path, text: str, *, overwrite: bool = False, encoding: str = "utf-8") -> Path:

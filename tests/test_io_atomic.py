@@ -166,3 +166,20 @@ def test_read_jsonl_counts_lines_as_written(tmp_path: Path) -> None:
         read_jsonl(path, "log")
     path.write_bytes(b'{"a": 1}\n\n{"a": 2}\n')
     assert read_jsonl(path, "log", lambda msg: pytest.fail(msg)) == [{"a": 1}, {"a": 2}]
+
+
+def test_a_full_disk_names_the_file_it_could_not_hold_and_leaves_no_temporary(tmp_path, monkeypatch) -> None:
+    import errno
+
+    import pytest
+
+    from memprism_ray import io_atomic
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(io_atomic.os, "fsync", full)
+    with pytest.raises(OSError) as raised:
+        io_atomic.atomic_write_bytes(tmp_path / "ck" / "state.pt", b"x" * 10)
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(tmp_path / "ck" / "state.pt")
+    assert list((tmp_path / "ck").iterdir()) == []

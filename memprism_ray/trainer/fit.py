@@ -6,6 +6,7 @@ naming the last checkpoint and the command that continues, and so does a stop (C
 
 from __future__ import annotations
 
+import errno
 import re
 import shlex
 import shutil
@@ -202,7 +203,7 @@ def explained(work: Callable[[], int], error: Callable[[str], None], kept: Calla
         line = run_failure(exc)
         if line is None:
             raise
-        error(line)
+        error(f"{line}; {kept()}" if disk_failure(exc) else line)  # once there is room, the run goes on
         return 1
     finally:
         if main:
@@ -223,7 +224,17 @@ def run_failure(exc: BaseException) -> str | None:
         return str(cause).strip().splitlines()[0]
     if isinstance(cause, (IterationFailed, FleetError, WaitTimeout)):
         return str(cause)
+    if (disk := disk_failure(cause)) is not None:
+        where = f" writing {disk.filename}" if disk.filename else ""
+        fix = "make that file system writable" if disk.errno == errno.EROFS else "free space on that disk"
+        return f"{disk.strerror}{where}: {fix}"
     return None
+
+
+def disk_failure(exc: BaseException) -> OSError | None:
+    """``exc`` (or the actor's exception it carries) when it is a full or read-only disk."""
+    cause = getattr(exc, "cause", None) or exc
+    return cause if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS) else None
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

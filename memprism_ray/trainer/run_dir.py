@@ -17,7 +17,7 @@ from typing import Any
 from memprism_ray.benchmark import Benchmark
 from memprism_ray.config import ExperimentConfig, check_run_name
 from memprism_ray.config_tree import get_path, moved_keys, to_dict
-from memprism_ray.io_atomic import atomic_write_text, read_jsonl, seal_jsonl
+from memprism_ray.io_atomic import atomic_write_text, naming, read_jsonl, seal_jsonl
 
 CHECKPOINT_PREFIX = "iter_"
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
@@ -403,7 +403,7 @@ class RunLogger:
 
     def log(self, kind: str, step: int, values: dict[str, Any]) -> None:
         record = {"kind": kind, "step": step, "time": time.time(), **values}
-        with self.path.open("a") as fh:
+        with naming(self.path), self.path.open("a") as fh:
             fh.write(json.dumps(record, default=float) + "\n")
         if self.writer is not None:
             for k, v in values.items():

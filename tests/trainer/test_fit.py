@@ -4,12 +4,14 @@ line naming the last checkpoint and the ``--resume auto`` command that continues
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import shlex
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -121,6 +123,27 @@ def test_a_stopped_job_is_one_line_with_the_command_that_continues(
     assert len(err) == 1, err
     assert err[0].startswith(f"[grpo] error: stopped by {signal.Signals(signum).name}; last checkpoint: ")
     assert err[0].endswith(f"iter_0001; continue with: python {sys.argv[0]} {shlex.join(argv)} --resume auto")
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS], ids=["full", "read-only"])
+def test_a_full_disk_is_one_line_naming_the_file_and_what_the_run_kept(code: int) -> None:
+    """A checkpoint, a metrics row or a report that its disk could not hold ended in a traceback
+    (the file named by io_atomic's writer: tests/test_io_atomic.py)."""
+    path = "/runs/r/checkpoints/iter_0002/state.pt"
+
+    def fails(exc: OSError) -> Callable[[], int]:
+        def work() -> int:
+            raise exc
+
+        return work
+
+    errors: list[str] = []
+    kept = lambda: "last checkpoint: iter_0001"  # noqa: E731
+    assert fit_module.explained(fails(OSError(code, os.strerror(code), path)), errors.append, kept) == 1
+    fix = "make that file system writable" if code == errno.EROFS else "free space on that disk"
+    assert errors == [f"{os.strerror(code)} writing {path}: {fix}; last checkpoint: iter_0001"]
+    with pytest.raises(PermissionError):  # not a disk's state: propagates as it was
+        fit_module.explained(fails(PermissionError(errno.EACCES, "Permission denied", path)), errors.append, kept)
 
 
 def test_without_resume_drops_every_spelling() -> None:

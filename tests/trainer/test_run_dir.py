@@ -382,3 +382,15 @@ def test_a_checkpoint_made_before_alfworld_had_its_section_resumes(tmp_path: Pat
         cfg(tmp_path, "--corpus.train_split", "train")
     with pytest.raises(ValueError, match=r"alfworld\.eval_split: unknown ALFWorld split 'nope'"):
         cfg(tmp_path, "--alfworld.eval_split", "nope")
+
+
+def test_a_metrics_row_its_disk_cannot_hold_names_the_log(tmp_path: Path) -> None:
+    # /dev/full refuses every write with ENOSPC, as a full disk does; the error named no file, so
+    # the job's one line (trainer/fit.run_failure) could not say which.
+    import errno
+
+    log = RunLogger(tmp_path, tensorboard=False)
+    (tmp_path / "metrics.jsonl").symlink_to("/dev/full")
+    with pytest.raises(OSError) as raised:
+        log.log("grpo", 1, {"success_rate": 0.5})
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(tmp_path / "metrics.jsonl")
