@@ -285,9 +285,9 @@ def file_lock(
             fh.seek(0)
             holder = fh.read().strip() or "unknown"
             fh.close()
+            waited = f"waited {timeout_s:g}s for the lock {path}" if timeout_s else f"the lock {path} is taken"
             raise LockTimeout(
-                f"waited {timeout_s:g}s for the lock {path} (held by process {holder}"
-                f"{', ' + what if what else ''}); wait for that process or stop it"
+                f"{waited} (held by process {holder}{', ' + what if what else ''}); wait for that process or stop it"
                 f"{', or ' + hint if hint else ''}"
             ) from None
         if _names(fh, path):

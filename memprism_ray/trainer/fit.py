@@ -6,6 +6,7 @@ naming the last checkpoint and the command that continues, and so does a stop (C
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import re
 import shlex
@@ -75,14 +76,16 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
     ck_extra = checkpoint_extra(cfg)  # the config as given (before data paths are resolved)
     run_dir = cfg.run.dir
     fresh = not run_dir.exists()
+    held = contextlib.ExitStack()  # the run directory's lock, for the whole job
     try:
         benchmark.check(cfg)
-        resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg)
+        resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg, hold=held)
         cfg = benchmark.prepare(cfg, say)  # EB-ALFRED's default fixture lives in the run directory
         benchmark.check_disjoint(cfg)
     except (BenchmarkConfigError, RunDirError, ValueError, FileNotFoundError) as exc:
         if fresh and run_dir.is_dir() and not isinstance(exc, RunDirError):
             shutil.rmtree(run_dir)
+        held.close()
         error(str(exc))
         return 2
     resources = init_ray(cfg.run.ray_address, cfg.run.num_cpus)
@@ -170,7 +173,8 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
         say(f"done: {run_dir}")
         return 0
 
-    return explained(train, error, resume_line)
+    with held:
+        return explained(train, error, resume_line)
 
 
 class Stopped(KeyboardInterrupt):

@@ -5,6 +5,7 @@ layout and the rules: docs/architecture.md "Run directories and resume").
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -17,8 +18,10 @@ from typing import Any
 from memprism_ray.benchmark import Benchmark
 from memprism_ray.config import ExperimentConfig, check_run_name
 from memprism_ray.config_tree import get_path, moved_keys, to_dict
-from memprism_ray.io_atomic import atomic_write_text, naming, read_jsonl, seal_jsonl
+from memprism_ray.io_atomic import LockTimeout, atomic_write_text, file_lock, naming, read_jsonl, seal_jsonl
 
+#: The lock file a job holds in its run directory.
+RUN_LOCK = ".lock"
 CHECKPOINT_PREFIX = "iter_"
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
@@ -227,9 +230,16 @@ def check_resume_config(checkpoint: Path, meta: dict[str, Any], config: Experime
 
 
 def prepare_run_dir(
-    run_dir: Path, resume: str, config: ExperimentConfig, *, warn: Callable[[str], None] = _warn
+    run_dir: Path,
+    resume: str,
+    config: ExperimentConfig,
+    *,
+    warn: Callable[[str], None] = _warn,
+    hold: contextlib.ExitStack | None = None,
 ) -> Path | None:
-    """Create ``run_dir`` (fresh) or find the checkpoint to resume from.
+    """Create ``run_dir`` (fresh) or find the checkpoint to resume from; with ``hold``, the run
+    directory's lock (:data:`RUN_LOCK`) is taken into it before anything is written there, so
+    a second job on the same run (a resubmitted job, a second terminal) is refused in one line.
 
     ``resume=""`` refuses a run directory that already exists and is not empty; ``"auto"``
     returns the latest checkpoint that verifies (or ``None``); any other value is a checkpoint
@@ -260,7 +270,7 @@ def prepare_run_dir(
         raise RunDirError(f"run directory {run_dir} exists and is not a directory")
     corrupt: list[tuple[Path, str]] = []
     if not resume:
-        if run_dir.exists() and any(run_dir.iterdir()):
+        if run_dir.exists() and any(p.name != RUN_LOCK for p in run_dir.iterdir()):
             latest = latest_checkpoint(run_dir)
             held = f"latest checkpoint {latest.name}" if latest else "no checkpoint yet"
             raise RunDirError(
@@ -298,6 +308,11 @@ def prepare_run_dir(
             warn(f"resuming {found} with a changed config (run.allow_config_change): {', '.join(changed)}")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        if hold is not None:
+            try:  # held until the job ends; the kernel drops it when the job's process dies
+                hold.enter_context(file_lock(run_dir / RUN_LOCK, 0, what="a job on this run"))
+            except LockTimeout as exc:
+                raise RunDirError(f"run directory {run_dir} is in use: {exc}, or choose another --run.name") from None
         write_config(run_dir, config)
     except OSError as exc:  # a path through a regular file, a read-only or virtual file system
         raise RunDirError(

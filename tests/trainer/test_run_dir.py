@@ -394,3 +394,29 @@ def test_a_metrics_row_its_disk_cannot_hold_names_the_log(tmp_path: Path) -> Non
     with pytest.raises(OSError) as raised:
         log.log("grpo", 1, {"success_rate": 0.5})
     assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(tmp_path / "metrics.jsonl")
+
+
+def test_a_second_job_on_a_run_in_use_is_refused_before_it_writes_there(tmp_path: Path) -> None:
+    """A resubmitted job, or the same command in a second terminal, while the first still runs:
+    both wrote the same metrics log and checkpoints."""
+    import contextlib
+    import os
+
+    c = cfg(tmp_path)
+    with contextlib.ExitStack() as first:
+        assert prepare_run_dir(c.run.dir, "", c, hold=first) is None
+        (c.run.dir / "config.yaml").unlink()  # what the second would write again
+        for resume in ("", "auto"):
+            with contextlib.ExitStack() as second, pytest.raises(RunDirError) as refused:
+                prepare_run_dir(
+                    c.run.dir, resume, cfg(tmp_path, *(["--run.resume", resume] if resume else [])), hold=second
+                )
+            assert str(refused.value) == (
+                f"run directory {c.run.dir} is in use: the lock {c.run.dir / '.lock'} is taken (held by process "
+                f"{os.getpid()}, a job on this run); wait for that process or stop it, or choose another --run.name"
+            )
+        assert not (c.run.dir / "config.yaml").exists()
+    # Released when the first job ends (or its process dies): the run resumes.
+    with contextlib.ExitStack() as again:
+        assert prepare_run_dir(c.run.dir, "auto", cfg(tmp_path, "--run.resume", "auto"), hold=again) is None
+    assert (c.run.dir / "config.yaml").exists()
