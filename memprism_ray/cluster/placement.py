@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -35,6 +36,26 @@ def set_ray_env() -> None:
     """:data:`RAY_ENV` where the environment does not say otherwise."""
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
+
+
+def check_cluster_address(address: str, timeout_s: float = 10.0) -> None:
+    """For a job that joins a cluster (``address`` ``"auto"`` with ``RAY_ADDRESS`` set): a
+    one-line ``ValueError`` when nothing answers at ``RAY_ADDRESS``'s ``host:port``. ``ray.init``
+    waits for such a cluster without end (Ray 2.60: still retrying after 5 min, a warning every
+    30 s), which a stale ``RAY_ADDRESS`` from a stopped cluster turned into a hung job."""
+    if not joins_cluster(address):
+        return
+    target = os.environ["RAY_ADDRESS"]
+    host, sep, port = target.rpartition(":")
+    if not sep or "://" in target or not port.isdigit():  # "auto", a Ray Client URL: Ray's own lookup
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ValueError(
+            f"no Ray cluster answers at RAY_ADDRESS={target} ({exc.strerror or exc}): start it or correct the "
+            "address, or unset RAY_ADDRESS to run on a local Ray"
+        ) from None
 
 
 def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[str, Any]:

@@ -27,6 +27,30 @@ def test_policy_config_refuses_inconsistent_placements() -> None:
         PolicyConfig(backend="vllm", gpus_per_replica=1, resources={"vllm": 0})
 
 
+def test_a_job_joining_a_cluster_that_nobody_runs_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stale RAY_ADDRESS (a stopped cluster): ray.init retried for over 5 minutes, the job hung."""
+    import socket
+
+    from memprism_ray.cluster.placement import check_cluster_address
+
+    with socket.socket() as up:
+        up.bind(("127.0.0.1", 0))
+        up.listen()
+        port = up.getsockname()[1]
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+        check_cluster_address("auto")  # something answers: Ray's own start goes on
+    with pytest.raises(ValueError) as refused:  # closed now: nothing listens there
+        check_cluster_address("auto")
+    assert str(refused.value) == (
+        f"no Ray cluster answers at RAY_ADDRESS=127.0.0.1:{port} (Connection refused): start it or correct "
+        "the address, or unset RAY_ADDRESS to run on a local Ray"
+    )
+    check_cluster_address("local")  # a local Ray: no cluster to reach
+    for other in ("auto", "ray://127.0.0.1:1"):  # Ray's own lookups
+        monkeypatch.setenv("RAY_ADDRESS", other)
+        check_cluster_address("auto")
+
+
 def test_replica_options_always_ask_for_the_configured_gpus() -> None:
     cfg = PolicyConfig(
         backend="vllm", gpus_per_replica=2, resources={"vllm": 2}, vllm=VLLMConfig(tensor_parallel_size=2)
