@@ -114,11 +114,15 @@ def test_a_stopped_job_is_one_line_with_the_command_that_continues(
     argv = ["--config", "configs/local.yaml", "--grpo.iterations", "3"]
     cfg = _cfg(tmp_path, memprism_tiny_corpus, "--init_checkpoint", str(actors_reference_ckpt))
     before = signal.signal(signal.SIGTERM, sentinel)
+    # Python's Ctrl-C handler, as in a terminal: a runner that starts the suite in the background
+    # (`cmd &` in a script) hands it SIGINT ignored, and a test must not depend on that.
+    before_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         assert fit_module.fit(cfg, get_benchmark("alfworld"), argv) == 128 + signum
         assert signal.getsignal(signal.SIGTERM) is sentinel
     finally:
         signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGINT, before_int)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith(f"[grpo] error: stopped by {signal.Signals(signum).name}; last checkpoint: ")
