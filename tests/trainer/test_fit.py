@@ -53,30 +53,36 @@ def test_training_on_the_evaluation_games_is_refused_and_leaves_no_run_dir(
     assert not cfg.run.dir.exists()
 
 
+@pytest.fixture
+def fit_grpo_by(
+    tmp_path: Path, memprism_tiny_corpus: Path, actors_reference_ckpt: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[Callable[..., object], list[str]], int]:
+    """``fit`` on the tiny corpus without Ray or actors, its GRPO phase the given function: the
+    exit status for the job arguments ``argv``."""
+    from memprism_ray.cluster import node_data, placement
+    from memprism_ray.trainer import grpo
+
+    def run(iterations: Callable[..., object], argv: list[str]) -> int:
+        monkeypatch.setattr(placement, "init_ray", lambda *a, **k: {"CPU": 2.0})
+        monkeypatch.setattr(node_data, "ship", lambda *a, **k: node_data.NodeData())
+        monkeypatch.setattr(grpo, "start_training_actors", lambda *a, **k: None)
+        monkeypatch.setattr(grpo, "run_grpo_iterations", iterations)
+        cfg = _cfg(tmp_path, memprism_tiny_corpus, "--init_checkpoint", str(actors_reference_ckpt))
+        return fit_module.fit(cfg, get_benchmark("alfworld"), argv)
+
+    return run
+
+
 def test_a_dead_learner_is_one_line_with_the_command_that_continues(
-    tmp_path: Path,
-    memprism_tiny_corpus: Path,
-    actors_reference_ckpt: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    fit_grpo_by: Callable[[Callable[..., object], list[str]], int], capsys: pytest.CaptureFixture[str]
 ) -> None:
     from ray.exceptions import ActorDiedError
-
-    from memprism_ray.cluster import placement
-    from memprism_ray.trainer import grpo
 
     def died(*_args: object, **_kwargs: object) -> None:
         raise ActorDiedError()
 
-    from memprism_ray.cluster import node_data
-
-    monkeypatch.setattr(placement, "init_ray", lambda *a, **k: {"CPU": 2.0})
-    monkeypatch.setattr(node_data, "ship", lambda *a, **k: node_data.NodeData())
-    monkeypatch.setattr(grpo, "start_training_actors", lambda *a, **k: None)
-    monkeypatch.setattr(grpo, "run_grpo_iterations", died)
     argv = ["--config", "configs/local.yaml", "--resume", "auto", "--grpo.iterations", "3"]
-    cfg = _cfg(tmp_path, memprism_tiny_corpus, "--init_checkpoint", str(actors_reference_ckpt))
-    assert fit_module.fit(cfg, get_benchmark("alfworld"), argv) == 1
+    assert fit_grpo_by(died, argv) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("[grpo] error: the Learner actor died (ActorDiedError)")
     assert "last checkpoint: none yet" in err[0]
@@ -85,17 +91,10 @@ def test_a_dead_learner_is_one_line_with_the_command_that_continues(
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_stopped_job_is_one_line_with_the_command_that_continues(
-    signum: int,
-    tmp_path: Path,
-    memprism_tiny_corpus: Path,
-    actors_reference_ckpt: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    signum: int, fit_grpo_by: Callable[[Callable[..., object], list[str]], int], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``ray job stop`` (SIGTERM) and Ctrl-C (SIGINT) mid-run: one line saying what is kept and how
     to continue, exit status 128 + the signal; they ended in Ray's stack dump or a traceback."""
-    from memprism_ray.cluster import node_data, placement
-    from memprism_ray.trainer import grpo
 
     def stop_mid_run(cfg: object, actors: object, games: object, logger: object, run_dir: Path, *_: object) -> None:
         (run_dir / "checkpoints" / "iter_0001").mkdir(parents=True)
@@ -107,18 +106,13 @@ def test_a_stopped_job_is_one_line_with_the_command_that_continues(
     def sentinel(*_: object) -> None:  # what was installed before the job must be there after it
         raise AssertionError("the job's own SIGTERM handler was not in place")
 
-    monkeypatch.setattr(placement, "init_ray", lambda *a, **k: {"CPU": 2.0})
-    monkeypatch.setattr(node_data, "ship", lambda *a, **k: node_data.NodeData())
-    monkeypatch.setattr(grpo, "start_training_actors", lambda *a, **k: None)
-    monkeypatch.setattr(grpo, "run_grpo_iterations", stop_mid_run)
     argv = ["--config", "configs/local.yaml", "--grpo.iterations", "3"]
-    cfg = _cfg(tmp_path, memprism_tiny_corpus, "--init_checkpoint", str(actors_reference_ckpt))
     before = signal.signal(signal.SIGTERM, sentinel)
     # Python's Ctrl-C handler, as in a terminal: a runner that starts the suite in the background
     # (`cmd &` in a script) hands it SIGINT ignored, and a test must not depend on that.
     before_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        assert fit_module.fit(cfg, get_benchmark("alfworld"), argv) == 128 + signum
+        assert fit_grpo_by(stop_mid_run, argv) == 128 + signum
         assert signal.getsignal(signal.SIGTERM) is sentinel
     finally:
         signal.signal(signal.SIGTERM, before)
