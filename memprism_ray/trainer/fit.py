@@ -1,7 +1,8 @@
 """One trainer for every benchmark (paper "Adapter": D1 decision-conditioned initialisation,
 then D2 grouped GRPO; appendix C for the final evaluation): :func:`fit` reads top to bottom.
 A start that cannot succeed ends in one line and exit status 2; a dead Learner in one line
-naming the last checkpoint and the command that continues, and so does a stop (Ctrl-C, SIGTERM).
+naming the last checkpoint and the command that continues, and so does a stop (Ctrl-C, SIGTERM,
+SIGHUP).
 """
 
 from __future__ import annotations
@@ -179,8 +180,9 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
 
 
 class Stopped(KeyboardInterrupt):
-    """SIGTERM (``ray job stop``, a preempted machine, ``kill``) raised in the job's main thread,
-    so that the job unwinds as on Ctrl-C and ends in the same one line."""
+    """SIGTERM (``ray job stop``, a preempted machine, ``kill``) or SIGHUP (its terminal closed)
+    raised in the job's main thread, so that the job unwinds as on Ctrl-C and ends in the same
+    one line (and its Ray stops at once: after SIGHUP, its agents outlived it by about a minute)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -190,14 +192,15 @@ class Stopped(KeyboardInterrupt):
 def explained(work: Callable[[], int], error: Callable[[str], None], kept: Callable[[], str]) -> int:
     """``work()``'s exit status; a failure the job can name in one line (:func:`run_failure`) is
     that line through ``error`` and exit status 1, no traceback; anything else propagates. Ctrl-C
-    and SIGTERM end in one line saying what ``kept`` says is kept, exit status 128 + the signal."""
+    SIGTERM and SIGHUP end in one line saying what ``kept`` says is kept, exit status 128 + the
+    signal."""
 
     def stop(signum: int, _frame: object) -> None:
         raise Stopped(signum)
 
     # Ray's driver handler for SIGTERM dumps a stack and exits; ours unwinds to the line below.
     main = threading.current_thread() is threading.main_thread()
-    before = signal.signal(signal.SIGTERM, stop) if main else None
+    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)} if main else {}
     try:
         return int(work())
     except KeyboardInterrupt as exc:
@@ -211,8 +214,8 @@ def explained(work: Callable[[], int], error: Callable[[str], None], kept: Calla
         error(f"{line}; {kept()}" if disk_failure(exc) else line)  # once there is room, the run goes on
         return 1
     finally:
-        if main:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+        for s, handler in before.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 def run_failure(exc: BaseException) -> str | None:

@@ -89,12 +89,13 @@ def test_a_dead_learner_is_one_line_with_the_command_that_continues(
     assert err[0].endswith("--config configs/local.yaml --grpo.iterations 3 --resume auto")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_stopped_job_is_one_line_with_the_command_that_continues(
     signum: int, fit_grpo_by: Callable[[Callable[..., object], list[str]], int], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``ray job stop`` (SIGTERM) and Ctrl-C (SIGINT) mid-run: one line saying what is kept and how
-    to continue, exit status 128 + the signal; they ended in Ray's stack dump or a traceback."""
+    """``ray job stop`` (SIGTERM), Ctrl-C (SIGINT) and a closed terminal (SIGHUP) mid-run: one line
+    saying what is kept and how to continue, exit status 128 + the signal; they ended in Ray's
+    stack dump, a traceback or nothing."""
 
     def stop_mid_run(cfg: object, actors: object, games: object, logger: object, run_dir: Path, *_: object) -> None:
         (run_dir / "checkpoints" / "iter_0001").mkdir(parents=True)
@@ -104,18 +105,19 @@ def test_a_stopped_job_is_one_line_with_the_command_that_continues(
         pytest.fail(f"{signal.Signals(signum).name} did not stop the run")
 
     def sentinel(*_: object) -> None:  # what was installed before the job must be there after it
-        raise AssertionError("the job's own SIGTERM handler was not in place")
+        raise AssertionError("the job's own handler was not in place")
 
     argv = ["--config", "configs/local.yaml", "--grpo.iterations", "3"]
-    before = signal.signal(signal.SIGTERM, sentinel)
+    before = {s: signal.signal(s, sentinel) for s in (signal.SIGTERM, signal.SIGHUP)}
     # Python's Ctrl-C handler, as in a terminal: a runner that starts the suite in the background
     # (`cmd &` in a script) hands it SIGINT ignored, and a test must not depend on that.
     before_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         assert fit_grpo_by(stop_mid_run, argv) == 128 + signum
-        assert signal.getsignal(signal.SIGTERM) is sentinel
+        assert signal.getsignal(signal.SIGTERM) is sentinel and signal.getsignal(signal.SIGHUP) is sentinel
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for s, handler in before.items():
+            signal.signal(s, handler)
         signal.signal(signal.SIGINT, before_int)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
