@@ -20,6 +20,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The suite runs on the Ray instances and clusters it starts itself, whatever cluster the shell
+# names: with RAY_ADDRESS exported (a stopped cluster's, or a live one), the jobs it runs in
+# process would join that one or refuse to start. Tests that join a cluster set it themselves.
+os.environ.pop("RAY_ADDRESS", None)
 
 TINY_CORPUS = {"train": 6, "eval": 6, "seed": 11}
 
