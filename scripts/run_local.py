@@ -85,8 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memprism-ray: the job could not be submitted: {exc}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:  # the job is stopped (SIGTERM: it says what it kept in its log)
         status = "STOPPED"
-        python = os.path.relpath(sys.executable) if sys.executable.startswith(str(ROOT)) else sys.executable
-        again = [python, "scripts/run_local.py", "--config", args.config, "--name", name]
+        here = Path.cwd()  # the interpreter and this script as the user can type them from here
+        again = [
+            str(x.relative_to(here)) if x.is_relative_to(here) else str(x)
+            for x in (Path(sys.executable), Path(__file__).resolve())
+        ]
+        again += ["--config", args.config, "--name", name]
         again += ["--no-auth"] if not auth else []
         again += ["--", *args.overrides, *([] if "--resume" in args.overrides else ["--resume", "auto"])]
         print(f"\nmemprism-ray: stopped (Ctrl-C); continue with: {shlex.join(again)}")  # after a progress bar
