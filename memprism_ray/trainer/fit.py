@@ -297,7 +297,7 @@ def run_evaluation(
     of ``eval.conditions`` into ``out_dir``. The exit status: 2 when the start is refused (one
     line through ``error``, before any work), 1 when any episode failed, else 0."""
     from memprism_ray.cluster.placement import check_cluster_address, init_ray
-    from memprism_ray.eval.report import check_fresh_output, written_conditions
+    from memprism_ray.eval.report import check_fresh_output
     from memprism_ray.trainer.evaluate import check_memory_conditions, evaluate, given_marginal, router_state_for
 
     try:
@@ -326,10 +326,11 @@ def run_evaluation(
         return 0
 
     def kept() -> str:
-        done = written_conditions(out_dir)
-        if not done:
-            return f"nothing was written to {out_dir}"
-        return f"{out_dir} holds the reports of {', '.join(done)} and no summary: remove it or choose another --out"
+        try:
+            check_fresh_output(out_dir)  # what a second run into it would be told
+        except FileExistsError as exc:
+            return str(exc)
+        return f"nothing was written to {out_dir}"
 
     return explained(play, error, kept)
 
