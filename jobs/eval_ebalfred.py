@@ -2,8 +2,8 @@
 average SR over Base, Common, Complex, Visual, Spatial, Long), any condition:
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
-        python jobs/eval_ebalfred.py --config configs/ebalfred_paper.yaml \
-        --checkpoint runs/ebalfred-paper/checkpoints/iter_0100
+        python jobs/eval_ebalfred.py --config configs/ebalfred_paper.yaml --run.out_dir '~/runs' \
+        --checkpoint '~/runs/ebalfred-paper/checkpoints/iter_0100'
     python jobs/eval_ebalfred.py --config configs/ebalfred_smoke.yaml     # CPU, fake controller
 
 The EvalWorker actors of the ALFWorld evaluation play the episodes (env, rule Phi and

@@ -3,7 +3,7 @@ ALFRED path" and "GRPO, ALFRED path": 30 steps, reward success + 0.2 x goal-cond
 progress, no entropy bonus; docs/ebalfred.md).
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
-        python jobs/grpo_ebalfred.py --config configs/ebalfred_paper.yaml
+        python jobs/grpo_ebalfred.py --config configs/ebalfred_paper.yaml --run.out_dir '~/runs'
     python jobs/grpo_ebalfred.py --config configs/ebalfred_smoke.yaml --init_checkpoint CKPT   # CPU
 
 D1 plays the expert plans of the training episodes (their ALFRED annotations, or the

@@ -2,7 +2,7 @@
 view-teacher; appendix A.3 "Cold-start distillation").
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
-        python jobs/label_views.py --config configs/local.yaml
+        python jobs/label_views.py --config configs/local.yaml --run.out_dir '~/runs'
     python jobs/label_views.py --config configs/local.yaml --label.games 32
 
 Plays ALFWorld's handcoded expert on ``label.games`` training games, lets the task policy play

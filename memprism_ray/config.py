@@ -63,7 +63,7 @@ class RunConfig:
     """Where a job writes and how it resumes."""
 
     name: str = field(f"grpo-{DEFAULT_BENCHMARK}", help="run name: the run directory is <out_dir>/<name>")
-    out_dir: str = field("runs", help="parent directory of run directories")
+    out_dir: str = field("runs", help="parent directory of run directories ('~': the driver's home)")
     seed: int = field(0, help="job seed: task sampling, rollout sampling, final evaluation order")
     resume: str = field("", help="'' (fresh; refuses a non-empty run dir), 'auto' (latest checkpoint) or a path")
     allow_config_change: bool = field(
@@ -96,7 +96,9 @@ class RunConfig:
 
     @property
     def dir(self) -> Path:
-        return Path(self.out_dir) / self.name
+        # `~` expanded here: under `ray job submit` (which quotes its arguments) it is the
+        # head's home, not the submitting machine's.
+        return Path(self.out_dir).expanduser() / self.name
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import pytest
 
@@ -159,3 +160,10 @@ def test_benchmark_sections_come_from_the_registry_and_read_as_sections_of_the_t
     assert load_config(None, ["--mind2web.eval_tasks", "3"]) == cfg.with_section("ebalfred", types["ebalfred"]())
     with pytest.raises(ValueError, match=r"^broken: benchmark 'broken': cannot load 'no_such_module:Nope' \(ModuleNot"):
         load_config(None, ["--broken.x", "1"])
+
+
+def test_run_out_dir_expands_the_home_of_the_node_the_job_runs_on() -> None:
+    """``ray job submit`` quotes its arguments, so ``--run.out_dir '~/runs'`` reaches the job as
+    written: the head's home, not the submitting machine's."""
+    cfg = load_config("configs/local.yaml", ["--run.out_dir", "~/runs", "--run.name", "a"])
+    assert cfg.run.dir == Path.home() / "runs" / "a"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -56,6 +57,34 @@ def check_cluster_address(address: str, timeout_s: float = 10.0) -> None:
             f"no Ray cluster answers at RAY_ADDRESS={target} ({exc.strerror or exc}): start it or correct the "
             "address, or unset RAY_ADDRESS to run on a local Ray"
         ) from None
+
+
+def ray_working_dir_copy(path: Path) -> Path | None:
+    """The root of Ray's temporary copy of a job's working_dir that ``path`` lies in, if any.
+    ``ray job submit --working-dir DIR`` unpacks DIR to
+    ``<session>/runtime_resources/working_dir_files/<package>`` and starts the driver there
+    (Ray 2.60, ``ray/_private/runtime_env/working_dir.py``; tests/e2e/test_job_submit.py
+    submits to a real head to re-check the layout)."""
+    parts = path.resolve().parts
+    for i in range(len(parts) - 2):
+        if parts[i : i + 2] == ("runtime_resources", "working_dir_files"):
+            return Path(*parts[: i + 3])
+    return None
+
+
+def check_outlives_job(path: Path, what: str) -> None:
+    """A one-line ``ValueError`` when the output directory ``path`` (``what`` names its setting)
+    lies in Ray's copy of the job's working_dir: a relative ``run.out_dir`` under ``ray job
+    submit --working-dir .``. Ray deletes that copy when its cache of working dirs is full, a
+    head restart starts another session directory, and a job resubmitted with any file changed
+    gets another copy: the run would be lost to ``--resume auto`` and to its user, who finds no
+    ``runs/`` in the checkout."""
+    copy = ray_working_dir_copy(path)
+    if copy is not None:
+        raise ValueError(
+            f"{what} {str(path)!r} is inside Ray's temporary copy of this job's working_dir ({copy}), which "
+            f"Ray deletes: give {what} an absolute path on storage that outlives the job, e.g. {Path.home() / 'runs'}"
+        )
 
 
 def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[str, Any]:

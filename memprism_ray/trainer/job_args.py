@@ -5,6 +5,7 @@ that the job can do what the config asks (the benchmark then resolves its data:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -32,6 +33,9 @@ def parse_job_args(
         parser.add_argument("--checkpoint", default="", help="Router checkpoint directory (D1 or D2) to evaluate")
         parser.add_argument("--out", default="", help="report directory ('' : <run dir>/eval)")
     args, rest = parser.parse_known_args(argv)
+    if evaluation:  # `~`: this node's home, as in run.out_dir (`ray job submit` quotes its arguments)
+        args.checkpoint = os.path.expanduser(args.checkpoint)
+        args.out = os.path.expanduser(args.out)
     if args.help_config:
         print_config_help()
         sys.exit(0)

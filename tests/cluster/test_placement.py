@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
+from pathlib import Path
 
 import pytest
 
@@ -49,6 +50,32 @@ def test_a_job_joining_a_cluster_that_nobody_runs_is_one_line(monkeypatch: pytes
     for other in ("auto", "ray://127.0.0.1:1"):  # Ray's own lookups
         monkeypatch.setenv("RAY_ADDRESS", other)
         check_cluster_address("auto")
+
+
+def test_an_output_directory_inside_rays_copy_of_the_working_dir_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``ray job submit --working-dir .`` the driver starts in Ray's copy of the working
+    dir; a relative ``run.out_dir`` put the run there (measured: ``runs/wd1`` under
+    ``<session>/runtime_resources/working_dir_files/_ray_pkg_e08d.../``, none in the checkout)."""
+    from memprism_ray.cluster.placement import check_outlives_job, ray_working_dir_copy
+
+    copy = tmp_path / "session_1" / "runtime_resources" / "working_dir_files" / "_ray_pkg_ab12"
+    (copy / "configs").mkdir(parents=True)
+    monkeypatch.chdir(copy / "configs")
+    assert ray_working_dir_copy(Path("../runs/x")) == copy
+    assert ray_working_dir_copy(copy / "runs") == copy
+    assert ray_working_dir_copy(copy.parent) is None  # the cache itself: no job's copy
+    assert ray_working_dir_copy(tmp_path / "runs") is None
+    with pytest.raises(ValueError) as refused:
+        check_outlives_job(Path("../runs"), "run.out_dir")
+    assert str(refused.value) == (
+        f"run.out_dir '../runs' is inside Ray's temporary copy of this job's working_dir ({copy}), which Ray "
+        f"deletes: give run.out_dir an absolute path on storage that outlives the job, e.g. {Path.home() / 'runs'}"
+    )
+    check_outlives_job(tmp_path / "runs", "run.out_dir")  # absolute, elsewhere: kept
+    monkeypatch.chdir(tmp_path)
+    check_outlives_job(Path("runs"), "run.out_dir")  # a checkout, not Ray's copy
 
 
 def test_replica_options_always_ask_for_the_configured_gpus() -> None:

@@ -105,10 +105,20 @@ def test_ray_job_submit_runs_the_grpo_job(
         )
         poll("final")
         listeners = _listening_addresses(head.process.pid)
+        # The README's command keeps run.out_dir relative: in Ray's copy of the working dir.
+        relative = entry.replace(f"--run.out_dir {out} --run.name e2e", "--run.out_dir runs --run.name rel")
+        assert relative != entry
+        rel_status, rel_logs = submit_and_wait(
+            head.address, relative, ROOT, timeout_s=300, echo=False, auth_token=token
+        )
     finally:
         head.stop()
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert status == "SUCCEEDED", logs[-4000:]
+    assert rel_status == "FAILED", rel_logs[-3000:]
+    assert "[grpo] error: run.out_dir 'runs' is inside Ray's temporary copy" in rel_logs
+    assert "/runtime_resources/working_dir_files/_ray_pkg_" in rel_logs
+    assert "Traceback" not in rel_logs and not (ROOT / "runs" / "rel").exists()
     assert "'CPU': 2.0" in logs  # the driver joined the head's cluster (with the token it inherited)
     run = out / "e2e"
     assert (run / "checkpoints" / "iter_0002" / "config.json").exists()

@@ -234,6 +234,37 @@ def test_bad_start_is_one_line_before_ray(
     assert not any(tmp_path.iterdir())  # nothing created
 
 
+@pytest.mark.parametrize(
+    ("script", "extra", "setting"),
+    [
+        ("grpo_alfworld.py", (), "run.out_dir 'runs'"),
+        ("sft_alfworld.py", (), "run.out_dir 'runs'"),
+        ("eval_alfworld.py", ("--out", "ev"), "the output directory 'ev'"),
+    ],
+)
+def test_a_run_in_rays_copy_of_the_working_dir_is_refused_before_anything_is_written(
+    tmp_path: Path,
+    script: str,
+    extra: tuple[str, ...],
+    setting: str,
+    run_job,
+    no_ray_start: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``ray job submit --working-dir . -- python jobs/X.py --config configs/local.yaml`` (the
+    README's command): the relative ``runs`` landed in Ray's copy of the working dir."""
+    copy = tmp_path / "runtime_resources" / "working_dir_files" / "_ray_pkg_1"
+    copy.mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    assert run_job(script, ["--config", str(ROOT / "configs" / "local.yaml"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {setting} is inside Ray's temporary copy of this job's working_dir ({copy})" in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not any(copy.iterdir())  # nothing created
+
+
 @pytest.mark.ray
 def test_a_job_in_which_every_trajectory_fails_ends_in_one_line_with_the_cause(
     ray_session,

@@ -145,3 +145,14 @@ def test_corpus_cache_dir_holds_one_folder_per_size(tmp_path: Path, monkeypatch:
     got = get_benchmark("alfworld").prepare(cfg, lambda _: None)
     assert Path(got.corpus.data_root).is_relative_to(tmp_path / "alfworld-corpus-4-t1-e0")
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["alfworld-corpus-4-t1-e0"]
+
+
+def test_the_evaluation_paths_expand_the_home_of_the_node_the_job_runs_on() -> None:
+    """``ray job submit -- python jobs/eval_X.py --checkpoint '~/runs/a/checkpoints/iter_0010'``
+    reaches the job quoted, as written (the submitting machine's shell expands nothing)."""
+    args, _ = parse_job_args(
+        "x", ["--config", "configs/local.yaml", "--checkpoint", "~/runs/c", "--out", "~/ev"], evaluation=True
+    )
+    assert (args.checkpoint, args.out) == (str(Path.home() / "runs" / "c"), str(Path.home() / "ev"))
+    args, _ = parse_job_args("x", ["--config", "configs/local.yaml"], evaluation=True)
+    assert (args.checkpoint, args.out) == ("", "")
