@@ -306,21 +306,39 @@ def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
+def load_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A preset as a mapping, the presets its ``base:`` names (a file beside it) merged under
+    it; every problem one ``ValueError`` naming the file (a user's edited preset, issue 40)."""
     import yaml
 
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"config file {path} does not exist")
+    if path.resolve() in _chain:
+        loop = " -> ".join(str(p) for p in (*_chain, path.resolve()))
+        raise ValueError(f"config file {_chain[-1]}: its base chain comes back to a preset it started from ({loop})")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"config file {path} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"config file {path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except OSError as exc:  # a directory, no permission
+        raise ValueError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ValueError(f"config file {path} is not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"config file {path} is not valid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a mapping at the top level")
     base = data.pop("base", None)
     if base is not None:
-        data = merge(load_yaml(path.parent / base), data)
+        if not isinstance(base, str) or not base.strip():
+            raise ValueError(f"config file {path}: base must name a preset file beside it, got {base!r}")
+        if not (path.parent / base).exists():
+            raise ValueError(f"config file {path}: its base {path.parent / base} does not exist")
+        data = merge(load_yaml(path.parent / base, (*_chain, path.resolve())), data)
     return data
 
 

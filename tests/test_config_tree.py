@@ -109,6 +109,35 @@ def test_yaml_presets_inherit_from_base(tmp_path: Path) -> None:
         load_yaml(tmp_path / "bad.yaml")
 
 
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (
+            {"c.yaml": "run:\n  name: [oops\n"},
+            "config file {d}/c.yaml is not valid YAML at line 3, column 1: expected ','",
+        ),
+        ({"c.yaml": "base: c.yaml\n"}, "config file {d}/c.yaml: its base chain comes back to a preset it started from"),
+        ({"c.yaml": "base: b.yaml\n", "b.yaml": "base: c.yaml\n"}, "config file {d}/b.yaml: its base chain comes back"),
+        ({"c.yaml": "base: 5\n"}, "config file {d}/c.yaml: base must name a preset file beside it, got 5"),
+        ({"c.yaml": "base: sub\n", "sub/x.yaml": ""}, "config file {d}/sub cannot be read: Is a directory"),
+        ({"c.yaml": "base: gone.yaml\n"}, "config file {d}/c.yaml: its base {d}/gone.yaml does not exist"),
+        ({"c.yaml": b"\xff\xfe name: x"}, "config file {d}/c.yaml is not UTF-8 text (byte 0: invalid start byte)"),
+    ],
+)
+def test_a_broken_preset_is_one_line_naming_the_file(tmp_path: Path, files: dict[str, Any], message: str) -> None:
+    """Each of these ended in a traceback (RecursionError, TypeError, IsADirectoryError) or a
+    multi-line YAML error naming ``<unicode string>``."""
+    for name, body in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(body, bytes):
+            (tmp_path / name).write_bytes(body)
+        else:
+            (tmp_path / name).write_text(body)
+    with pytest.raises(ValueError) as refused:
+        load_yaml(tmp_path / "c.yaml")
+    assert str(refused.value).startswith(message.format(d=tmp_path)) and "\n" not in str(refused.value)
+
+
 def test_describe_lists_every_leaf_with_help() -> None:
     rows = {name: (default, help_) for name, default, help_ in describe(Outer)}
     assert rows["inner.lr"] == ("3e-06", "learning rate")
