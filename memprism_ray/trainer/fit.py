@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memprism_ray.benchmark import Benchmark, BenchmarkConfigError, get_benchmark
+from memprism_ray.benchmark import Benchmark, get_benchmark
 from memprism_ray.config import joins_cluster
 from memprism_ray.trainer.job_args import parse_job_args
 from memprism_ray.trainer.run_dir import (
@@ -85,11 +85,11 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
         resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg, hold=held)
         cfg = benchmark.prepare(cfg, say)  # EB-ALFRED's default fixture lives in the run directory
         benchmark.check_disjoint(cfg)
-    except (BenchmarkConfigError, RunDirError, ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:  # RunDirError and BenchmarkConfigError are ValueErrors
         if fresh and run_dir.is_dir() and not isinstance(exc, RunDirError):
             shutil.rmtree(run_dir)
         held.close()
-        error(str(exc))
+        error(refusal(exc))
         return 2
     resources = init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     say(f"run directory {run_dir}; cluster {dict(resources)}")
@@ -240,6 +240,15 @@ def run_failure(exc: BaseException) -> str | None:
     return None
 
 
+def refusal(exc: ValueError | OSError) -> str:
+    """The one line of a start refused by ``exc``. An ``OSError`` from the system (a folder the
+    job must create, such as an unwritable ``corpus.cache_dir``, ended in a traceback) names its
+    path and the system's reason."""
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
 def disk_failure(exc: BaseException) -> OSError | None:
     """``exc`` (or the actor's exception it carries) when it is a full or read-only disk."""
     cause = getattr(exc, "cause", None) or exc
@@ -311,8 +320,8 @@ def run_evaluation(
             check_memory_conditions(cfg, cfg.eval.conditions)
         cfg = prepare_benchmark(cfg, benchmark, say, trains=False)
         benchmark.eval_plan(cfg)  # the evaluation split's files parsed here, before Ray (cached for later)
-    except (BenchmarkConfigError, FileExistsError, ValueError, FileNotFoundError) as exc:
-        error(str(exc))
+    except (ValueError, OSError) as exc:
+        error(refusal(exc))
         return 2
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     from memprism_ray.cluster.node_data import ship
@@ -348,8 +357,8 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
         check_cluster_address(cfg.run.ray_address)
         check_outlives_job(cfg.run.dir.parent, "run.out_dir")
         cfg = prepare_benchmark(cfg, benchmark, say)
-    except (BenchmarkConfigError, ValueError, FileNotFoundError) as exc:
-        error(str(exc))
+    except (ValueError, OSError) as exc:
+        error(refusal(exc))
         return 2
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     from memprism_ray.cluster.node_data import ship

@@ -216,6 +216,7 @@ def test_lost_learners_are_started_again_and_reach_the_undisturbed_weights(
         (("--resume", "/nonexistent/ckpt"), "no such checkpoint directory"),
         (("--init_checkpoint", "/nonexistent/ckpt"), "init_checkpoint /nonexistent/ckpt"),
         (("--run.name", "../../x"), "run.name '../../x'"),
+        (("--corpus.cache_dir", "/dev/null/x"), "error: /dev/null/x: Not a directory"),  # was a traceback
     ],
 )
 def test_bad_start_is_one_line_before_ray(
