@@ -5,7 +5,7 @@ subset of fields, and ``--section.field VALUE`` overrides one leaf. Unknown keys
 that list the valid ones; an old key a dataclass lists in its ``RENAMED`` (old name -> new
 dotted name under the same section, or ``/`` and the full dotted name where it moved to another
 section) is a one-line error naming the new key. Values are coerced to the field's type
-(``nan`` is never a valid setting) and validated by each ``__post_init__``, the entries of a
+(``nan`` and infinity are never valid settings) and validated by each ``__post_init__``, the entries of a
 ``dict`` field that names a ``schema`` dataclass too.
 
 A tree may also hold sections it does not declare itself (:func:`sections_field`: each
@@ -43,6 +43,15 @@ def field(
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def check_device(value: str, key: str, *, auto: bool = False) -> None:
+    """A torch device setting: ``cpu``, ``cuda`` or ``cuda:N`` (and ``auto`` where the setting
+    takes it), refused when the config is read: a typo in ``encoder.device`` failed inside a D1
+    labelling task, in a traceback, after the reference trajectories had been played."""
+    ok = value in ("cpu", "cuda") or (value == "auto" and auto) or re.fullmatch(r"cuda:\d+", value) is not None
+    if not ok:
+        raise ValueError(f"{key} must be {'auto, ' if auto else ''}cpu, cuda or cuda:N, got {value!r}")
 
 
 def sections_field(provider: Callable[[], Mapping[str, type | Exception]], *, help: str) -> Any:
@@ -172,6 +181,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 number = float(value)
         if number is None or math.isnan(number):
             raise ValueError(f"{where}: expected a number, got {value!r}")
+        if math.isinf(number):  # no setting means "unbounded" by infinity; 1e400 reads as inf
+            raise ValueError(f"{where}: expected a finite number, got {value!r}")
         return number
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):

@@ -150,6 +150,12 @@ def test_nan_is_never_a_number_setting(value: Any) -> None:
         from_dict(Outer, {"inner": {"lr": value}})
 
 
+@pytest.mark.parametrize("value", ["inf", "-Infinity", "1e400", float("inf")])
+def test_infinity_is_never_a_number_setting(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"^inner\.lr: expected a finite number, got "):
+        from_dict(Outer, {"inner": {"lr": value}})
+
+
 def test_schema_dict_settings_are_typed_like_fields() -> None:
     # Issue 10: "--policy.scripted.temperature 0.5" stayed the string '0.5' and failed late.
     cfg = from_dict(WithKnobs, parse_overrides(["--knobs.temperature", "0.5", "--knobs.seed", "3"]))

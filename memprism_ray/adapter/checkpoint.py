@@ -24,6 +24,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch
 
+from memprism_ray.config_tree import check_device
 from memprism_ray.io_atomic import sha256_file
 from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 
@@ -52,6 +53,7 @@ class TableA4Config:
     def check_optimizer(self) -> None:
         if not self.lr > 0 or self.weight_decay < 0 or not self.grad_norm > 0:  # type: ignore[attr-defined]
             raise ValueError(f"{type(self).__name__} needs lr > 0, weight_decay >= 0 and grad_norm > 0")
+        check_device(self.device, f"{type(self).__name__}.device", auto=True)  # type: ignore[attr-defined]
 
 
 class TrainerState:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from memprism_ray.config_tree import coerce_settings, field
+from memprism_ray.config_tree import check_device, coerce_settings, field
 from memprism_ray.llm_client import EndpointConfig
 from memprism_ray.policy.tokens import VISUAL_TOKEN_FAMILIES
 
@@ -44,6 +44,8 @@ class Decoding:
         s = self.SECTION
         if not self.temperature >= 0:  # also catches nan
             raise ValueError(f"{s}.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:  # vLLM's SamplingParams refused it on the GPU node, mid-run
+            raise ValueError(f"{s}.top_p must be in (0, 1] (1 = off), got {self.top_p}")
         if self.max_tokens < 1:
             raise ValueError(f"{s}.max_tokens must be >= 1, got {self.max_tokens}")
         if self.min_pixels < 1 or self.max_pixels < self.min_pixels:
@@ -158,8 +160,7 @@ class HFConfig(Decoding):
         self.check_decoding()
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"policy.hf.dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ValueError(f"policy.hf.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        check_device(self.device, "policy.hf.device", auto=True)
         if self.batch_size < 1:
             raise ValueError(f"policy.hf.batch_size must be >= 1, got {self.batch_size}")
 

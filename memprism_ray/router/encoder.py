@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from memprism_ray.config_tree import check_device
 from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.router.features import TEXT_DIM
 
@@ -55,6 +56,7 @@ class EncoderConfig:
             raise ValueError(f"EncoderConfig.batch_size must be >= 1, got {self.batch_size}")
         if self.cache_size < 0:
             raise ValueError(f"EncoderConfig.cache_size must be >= 0, got {self.cache_size}")
+        check_device(self.device, "EncoderConfig.device")
 
 
 class EmbeddingCache:
