@@ -88,29 +88,33 @@ def label_task(
     import pyarrow.parquet as pq
 
     from memprism_ray.adapter.d1_labels import counterfactual_labels, expert_states, llm_labels
+    from memprism_ray.adapter.sft import NoDecisionLabelled
     from memprism_ray.router.encoder import TextEncoder
     from memprism_ray.router.features import FeatureExtractor
 
     states = expert_states(pq.read_table(io.BytesIO(table_bytes)), episodes)
     extractor = FeatureExtractor(TextEncoder(cfg.encoder))
-    if cfg.label.teacher == "llm":
-        complete_many = None
-        if pool:
-            from memprism_ray.actors.services import PolicyPool
+    try:
+        if cfg.label.teacher == "llm":
+            complete_many = None
+            if pool:
+                from memprism_ray.actors.services import PolicyPool
 
-            complete_many = partial(PolicyPool(pool, cfg.run.call_timeout_s, caller=key).complete, group=key)
-        with benchmark.llm_teacher(cfg.label.llm) as teacher:
-            dataset, counts = llm_labels(states, extractor, teacher, complete_many=complete_many)
-        return _parquet(dataset), counts
-    dataset, counts = counterfactual_labels(
-        states,
-        extractor,
-        label_policy(cfg, benchmark, pool, key),
-        cfg.label.counterfactual,
-        benchmark=benchmark.name,
-        render_config=cfg.render,
-        short_history=cfg.agent.short_history,
-    )
+                complete_many = partial(PolicyPool(pool, cfg.run.call_timeout_s, caller=key).complete, group=key)
+            with benchmark.llm_teacher(cfg.label.llm) as teacher:
+                dataset, counts = llm_labels(states, extractor, teacher, complete_many=complete_many)
+        else:
+            dataset, counts = counterfactual_labels(
+                states,
+                extractor,
+                label_policy(cfg, benchmark, pool, key),
+                cfg.label.counterfactual,
+                benchmark=benchmark.name,
+                render_config=cfg.render,
+                short_history=cfg.agent.short_history,
+            )
+    except NoDecisionLabelled as exc:  # these episodes only: another task may have labelled its own
+        return b"", exc.counts
     return _parquet(dataset), counts
 
 

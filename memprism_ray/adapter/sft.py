@@ -178,6 +178,15 @@ class SFTDataset:
             raise ValueError(f"{path}: {exc}") from None
 
 
+class NoDecisionLabelled(ValueError):
+    """No decision given to :func:`label_decisions` could be labelled; ``counts`` says why. A D1
+    labelling task returns no rows for its episodes then: the job judges the total."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        super().__init__(f"no decision could be labelled ({counts})")
+        self.counts = counts
+
+
 def label_decisions(
     states: Sequence[DecisionState],
     extractor: FeatureExtractor,
@@ -220,7 +229,7 @@ def label_decisions(
             costs.append(decision_cost_vector([r.event.outcome for r in state.history]))
     counts["labelled"] = len(examples)
     if not examples:
-        raise ValueError(f"no decision could be labelled ({counts})")
+        raise NoDecisionLabelled(counts)
     meta = {**dict(meta or {}), "counts": counts}
     return SFTDataset.from_examples(examples, sample_ids=ids, meta=meta, costs=costs), counts
 

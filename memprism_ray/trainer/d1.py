@@ -102,6 +102,10 @@ def collect_reference(
     return path
 
 
+class NothingLabelled(RuntimeError):
+    """No D1 labelling task labelled a decision (a one-line failure of the job)."""
+
+
 def label_reference(
     cfg: ExperimentConfig,
     benchmark: Benchmark,
@@ -152,7 +156,11 @@ def label_reference(
     log(f"D1: teacher counts {totals}")
     tables = [pq.read_table(io.BytesIO(b)) for b, _ in results if b]  # empty parts skipped
     if not tables:
-        raise RuntimeError("the view teacher labelled no decision: check the task policy and the reference data")
+        raise NothingLabelled(
+            f"D1: the view teacher labelled none of the {totals.get('decisions', 0)} reference decisions "
+            f"({totals}; fallback_skipped: every view gave the same action): label more games (label.games, "
+            "label.rollin_games), or check the task policy and the reference data"
+        )
     merged = pa.concat_tables(tables)
     buf = io.BytesIO()
     pq.write_table(merged, buf)

@@ -225,6 +225,7 @@ def run_failure(exc: BaseException) -> str | None:
     from memprism_ray.cluster.node_data import NodeDataError
     from memprism_ray.cluster.waits import WaitTimeout
     from memprism_ray.router.encoder import EncoderLoadError
+    from memprism_ray.trainer.d1 import NothingLabelled
     from memprism_ray.trainer.rollouts import IterationFailed
 
     cause = getattr(exc, "cause", None) or exc  # a Ray task error carries the actor's own exception
@@ -232,7 +233,7 @@ def run_failure(exc: BaseException) -> str | None:
         return creation_failure(str(cause))
     if isinstance(cause, NodeDataError):
         return str(cause).strip().splitlines()[0]
-    if isinstance(cause, (IterationFailed, FleetError, WaitTimeout, EncoderLoadError)):
+    if isinstance(cause, (IterationFailed, FleetError, WaitTimeout, EncoderLoadError, NothingLabelled)):
         return str(cause)
     if (disk := disk_failure(cause)) is not None:
         where = f" writing {disk.filename}" if disk.filename else ""

@@ -10,7 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from memprism_ray.adapter.sft import SFTConfig, SFTDataset, SFTTrainer, label_decisions, train_sft
+from memprism_ray.adapter.sft import (
+    NoDecisionLabelled,
+    SFTConfig,
+    SFTDataset,
+    SFTTrainer,
+    label_decisions,
+    train_sft,
+)
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
 from memprism_ray.router.encoder import HashingEncoder
 from memprism_ray.router.features import FeatureExtractor
@@ -99,8 +106,9 @@ def test_fallback_labels_are_skipped_unless_kept() -> None:
     states = decision_states(expert_stream())[:2]
     teacher = CounterfactualTeacher(lambda s, v: "look", CounterfactualConfig(candidates=(0, 1, 2)))
     fx = FeatureExtractor(HashingEncoder())
-    with pytest.raises(ValueError, match="no decision could be labelled"):
+    with pytest.raises(NoDecisionLabelled, match="no decision could be labelled") as none:
         label_decisions(states, fx, lambda s: teacher.label(s, s.reference_action))
+    assert none.value.counts == {"decisions": 2, "labelled": 0, "teacher_error": 0, "fallback_skipped": 2}
     data, counts = label_decisions(states, fx, lambda s: teacher.label(s, s.reference_action), keep_fallback=True)
     assert counts["labelled"] == 2 and len(data) == 2
 

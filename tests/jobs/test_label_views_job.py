@@ -43,3 +43,29 @@ def test_label_views_plays_the_rollins_its_config_names(
     assert len(episodes.get("rollin", ())) == 1
     assert len(episodes.get("handcoded_expert", set()) | episodes.get("walkthrough", set())) == 2
     assert (key_dir / "labels.parquet").exists()
+
+
+def test_a_labelling_task_whose_episodes_give_no_label_leaves_the_others_theirs(
+    ray_session, memprism_tiny_corpus: Path, memprism_tiny_overrides, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Every decision of the tiny corpus's second training game is uninformative (every view
+    gives the same action): the task labelling it raised, and D1 failed for all (a traceback),
+    though the first game's task had labelled 10 decisions. With every decision uninformative
+    (one candidate view) the job ends in one line saying so."""
+    import pyarrow.parquet as pq
+
+    overrides = memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "split")
+    per_game = [*overrides, "--label.games", "2", "--label.rollin_games", "0", "--label.workers", "2"]
+    assert _label_job().main(["--config", "configs/local.yaml", *per_game]) == 0
+    out = capsys.readouterr().out
+    assert "'decisions': 30, 'labelled': 10, 'teacher_error': 0, 'fallback_skipped': 20}" in out, out[-2000:]
+    (labels,) = (tmp_path / "split" / "d1").glob("*/labels.parquet")
+    assert pq.read_table(labels).num_rows == 10
+    none = [*per_game, "--run.name", "none", "--label.counterfactual.candidates", "5"]  # one view: no spread
+    assert _label_job().main(["--config", "configs/local.yaml", *none]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "[grpo] error: D1: the view teacher labelled none of the 30 reference decisions ({'decisions': 30, "
+        "'labelled': 0, 'teacher_error': 0, 'fallback_skipped': 30}; fallback_skipped: every view gave the same "
+        "action): label more games (label.games, label.rollin_games), or check the task policy and the reference data"
+    ]
