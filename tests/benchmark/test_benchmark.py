@@ -14,6 +14,7 @@ from memprism_ray.agent import EpisodeResult, EpisodeSpec
 from memprism_ray.benchmark import BENCHMARKS, BenchmarkConfigError, get_benchmark
 from memprism_ray.config import load_config
 from memprism_ray.envs.base import GameRef
+from memprism_ray.registry import known_benchmarks
 
 
 def test_every_benchmark_has_its_prompt_contract_and_phi_and_unknown_names_are_refused() -> None:
@@ -33,6 +34,12 @@ def test_a_config_for_another_benchmark_is_refused_in_one_line() -> None:
     get_benchmark("alfworld").check(cfg)
     with pytest.raises(BenchmarkConfigError, match=r"corpus\.benchmark='alfworld': the mind2web jobs need mind2web"):
         get_benchmark("mind2web").check(cfg)
+    with pytest.raises(BenchmarkConfigError) as unknown:  # said "or use the  job"
+        get_benchmark("alfworld").check(load_config("configs/local.yaml", ["--corpus.benchmark", ""]))
+    assert str(unknown.value) == (
+        f"corpus.benchmark='' names no benchmark (known: {', '.join(known_benchmarks())}); the alfworld jobs need "
+        "alfworld"
+    )
     with pytest.raises(BenchmarkConfigError, match=r"grpo\.reward='action_correct' is not defined for alfworld"):
         get_benchmark("alfworld").check(load_config("configs/local.yaml", ["--grpo.reward", "action_correct"]))
 

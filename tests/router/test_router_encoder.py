@@ -138,3 +138,12 @@ def test_length_buckets_cover_all_and_limit_padding() -> None:
         shortest, longest = min(lengths[i] for i in g), max(lengths[i] for i in g)
         assert longest <= 1.25 * shortest + 8
     assert [sorted(lengths[i] for i in g) for g in groups] == [[9, 10, 11], [12], [66, 70, 75], [80], [200]]
+
+
+def test_a_hub_id_missing_from_the_offline_cache_is_one_line() -> None:
+    """Hugging Face's error adds a second line of advice; the job's error is one line."""
+    with pytest.raises(ValueError) as refused:
+        TextEncoder(EncoderConfig(model_name_or_path="memprism-tests/no-such-encoder"))
+    said = str(refused.value)
+    assert said.startswith("cannot load the text encoder from memprism-tests/no-such-encoder (offline: ")
+    assert "\n" not in said
