@@ -237,8 +237,8 @@ class RolloutConfig:
         threads = self.learner_threads
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
             raise ValueError(f"rollout.learner_threads must be an int >= 0, got {self.learner_threads!r}")
-        if self.phi_workers < 0 or self.view_workers < 0 or self.max_restarts < 0:
-            raise ValueError("rollout.phi_workers, view_workers and max_restarts must be >= 0")
+        if min(self.phi_workers, self.view_workers, self.max_restarts, self.view_cache_size) < 0:
+            raise ValueError("rollout.phi_workers, view_workers, max_restarts and view_cache_size must be >= 0")
         t = self.group_timeout_s
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
             raise ValueError(f"rollout.group_timeout_s must be a positive finite number of seconds, got {t!r}")

@@ -78,6 +78,7 @@ PRESET = "configs/local.yaml"
      (["--policy.vllm.top_p", "0"], "policy.vllm.top_p must be in (0, 1] (1 = off), got 0.0"),
      (["--policy.openai.top_p", "-1"], "policy.openai.top_p must be in (0, 1] (1 = off), got -1.0"),
      (["--policy.hf.top_p", "1.5"], "policy.hf.top_p must be in (0, 1] (1 = off), got 1.5"),
+     (["--rollout.view_cache_size", "-1"], "rollout.phi_workers, view_workers, max_restarts and view_cache_size must"),
      (["--rollout.learner_threads", "-2"], "rollout.learner_threads must be an int >= 0, got -2"),
      (["--rollout.num_workers", "0"], "rollout.num_workers must be an int >= 1 or auto, got 0"),
      (["--rollout.env_slots_per_worker", "0"], "rollout.env_slots_per_worker and env_workers_per_rollout must be >= 1"),
