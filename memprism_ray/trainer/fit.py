@@ -15,7 +15,7 @@ import shutil
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,18 +79,18 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
     fresh = not run_dir.exists()
     held = contextlib.ExitStack()  # the run directory's lock, for the whole job
     try:
-        check_cluster_address(cfg.run.ray_address)
-        check_outlives_job(run_dir.parent, "run.out_dir")
-        benchmark.check(cfg)
-        resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg, hold=held)
-        cfg = benchmark.prepare(cfg, say)  # EB-ALFRED's default fixture lives in the run directory
-        benchmark.check_disjoint(cfg)
-    except (ValueError, OSError) as exc:  # RunDirError and BenchmarkConfigError are ValueErrors
+        with stop_signals():
+            check_cluster_address(cfg.run.ray_address)
+            check_outlives_job(run_dir.parent, "run.out_dir")
+            benchmark.check(cfg)
+            resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg, hold=held)
+            cfg = benchmark.prepare(cfg, say)  # EB-ALFRED's default fixture lives in the run directory
+            benchmark.check_disjoint(cfg)
+    except (ValueError, OSError, KeyboardInterrupt) as exc:  # RunDirError, BenchmarkConfigError: ValueErrors
         if fresh and run_dir.is_dir() and not isinstance(exc, RunDirError):
             shutil.rmtree(run_dir)
         held.close()
-        error(refusal(exc))
-        return 2
+        return start_refused(exc, error)
     resources = init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     say(f"run directory {run_dir}; cluster {dict(resources)}")
     record = PlacementRecord(run_dir / "cluster.json")  # where each actor ran
@@ -190,33 +190,53 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+#: The signal :func:`stop_signals` last raised :class:`Stopped` for: inside ``ray.get`` Ray's
+#: signal check turns it into a plain ``KeyboardInterrupt`` (a SIGTERM during D1 was told "SIGINT").
+_received: list[int] = []
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raised as :class:`Stopped` in the main thread while the block runs
+    (Ray's driver handler for SIGTERM dumps a stack and exits; ours unwinds to the job's line)."""
+
+    def stop(signum: int, _frame: object) -> None:
+        _received[:] = [signum]
+        raise Stopped(signum)
+
+    _received.clear()
+    main = threading.current_thread() is threading.main_thread()
+    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)} if main else {}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+
+def _signal_name(exc: KeyboardInterrupt) -> tuple[str, int]:
+    signum = exc.signum if isinstance(exc, Stopped) else (_received[0] if _received else signal.SIGINT)
+    return signal.Signals(signum).name, 128 + signum
+
+
 def explained(work: Callable[[], int], error: Callable[[str], None], kept: Callable[[], str]) -> int:
     """``work()``'s exit status; a failure the job can name in one line (:func:`run_failure`) is
     that line through ``error`` and exit status 1, no traceback; anything else propagates. Ctrl-C
     SIGTERM and SIGHUP end in one line saying what ``kept`` says is kept, exit status 128 + the
     signal."""
-
-    def stop(signum: int, _frame: object) -> None:
-        raise Stopped(signum)
-
-    # Ray's driver handler for SIGTERM dumps a stack and exits; ours unwinds to the line below.
-    main = threading.current_thread() is threading.main_thread()
-    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)} if main else {}
     try:
-        return int(work())
+        with stop_signals():
+            return int(work())
     except KeyboardInterrupt as exc:
-        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
-        error(f"stopped by {signal.Signals(signum).name}; {kept()}")
-        return 128 + signum
+        name, status = _signal_name(exc)
+        error(f"stopped by {name}; {kept()}")
+        return status
     except Exception as exc:
         line = run_failure(exc)
         if line is None:
             raise
         error(f"{line}; {kept()}" if disk_failure(exc) else line)  # once there is room, the run goes on
         return 1
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 def run_failure(exc: BaseException) -> str | None:
@@ -242,13 +262,24 @@ def run_failure(exc: BaseException) -> str | None:
     return None
 
 
-def refusal(exc: ValueError | OSError) -> str:
-    """The one line of a start refused by ``exc``. An ``OSError`` from the system (a folder the
-    job must create, such as an unwritable ``corpus.cache_dir``, ended in a traceback) names its
-    path and the system's reason."""
+def start_refused(exc: ValueError | OSError | KeyboardInterrupt, error: Callable[[str], None]) -> int:
+    """A start (before Ray) ended by ``exc``: its one line through ``error`` and the exit status,
+    2 for a refusal. An ``OSError`` from the system (a folder the job must create, such as an
+    unwritable ``corpus.cache_dir``, ended in a traceback) names its path and the system's
+    reason; a signal (a first run's corpus build takes minutes: Ctrl-C there ended in a
+    traceback and left the fresh run directory behind) is 128 + the signal."""
+    if isinstance(exc, KeyboardInterrupt):
+        name, status = _signal_name(exc)
+        error(
+            f"stopped by {name} while the job was starting, before any of its results were written "
+            "(data it had built so far is kept and reused)"
+        )
+        return status
     if isinstance(exc, OSError) and exc.strerror and exc.filename:
-        return f"{exc.filename}: {exc.strerror}"
-    return str(exc)
+        error(f"{exc.filename}: {exc.strerror}")
+    else:
+        error(str(exc))
+    return 2
 
 
 def disk_failure(exc: BaseException) -> OSError | None:
@@ -313,18 +344,18 @@ def run_evaluation(
     from memprism_ray.trainer.evaluate import check_memory_conditions, evaluate, given_marginal, router_state_for
 
     try:
-        check_cluster_address(cfg.run.ray_address)
-        check_outlives_job(out_dir, "the output directory")
-        check_fresh_output(out_dir)  # before any work: reports are never silently replaced
-        given_marginal(cfg)  # eval.marginal loads and is a 144-way marginal
-        router_state = router_state_for(cfg, checkpoint)
-        if not joins_cluster(cfg.run.ray_address):  # the workers run here
-            check_memory_conditions(cfg, cfg.eval.conditions)
-        cfg = prepare_benchmark(cfg, benchmark, say, trains=False)
-        benchmark.eval_plan(cfg)  # the evaluation split's files parsed here, before Ray (cached for later)
-    except (ValueError, OSError) as exc:
-        error(refusal(exc))
-        return 2
+        with stop_signals():
+            check_cluster_address(cfg.run.ray_address)
+            check_outlives_job(out_dir, "the output directory")
+            check_fresh_output(out_dir)  # before any work: reports are never silently replaced
+            given_marginal(cfg)  # eval.marginal loads and is a 144-way marginal
+            router_state = router_state_for(cfg, checkpoint)
+            if not joins_cluster(cfg.run.ray_address):  # the workers run here
+                check_memory_conditions(cfg, cfg.eval.conditions)
+            cfg = prepare_benchmark(cfg, benchmark, say, trains=False)
+            benchmark.eval_plan(cfg)  # the evaluation split's files parsed here, before Ray (cached for later)
+    except (ValueError, OSError, KeyboardInterrupt) as exc:
+        return start_refused(exc, error)
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     from memprism_ray.cluster.node_data import ship
 
@@ -356,12 +387,12 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
     _, cfg = parse_job_args(description, argv)
     benchmark = get_benchmark(benchmark_name)
     try:
-        check_cluster_address(cfg.run.ray_address)
-        check_outlives_job(cfg.run.dir.parent, "run.out_dir")
-        cfg = prepare_benchmark(cfg, benchmark, say)
-    except (ValueError, OSError) as exc:
-        error(refusal(exc))
-        return 2
+        with stop_signals():
+            check_cluster_address(cfg.run.ray_address)
+            check_outlives_job(cfg.run.dir.parent, "run.out_dir")
+            cfg = prepare_benchmark(cfg, benchmark, say)
+    except (ValueError, OSError, KeyboardInterrupt) as exc:
+        return start_refused(exc, error)
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     from memprism_ray.cluster.node_data import ship
 

@@ -10,6 +10,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -191,3 +192,55 @@ def test_a_task_that_cannot_load_the_text_encoder_is_one_line(ray_session, tmp_p
         f"cannot load the text encoder from {tmp_path / 'minilm'} (offline: only local directories or models "
         "already in the Hugging Face cache): no such directory"
     ]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_job_stopped_while_it_builds_its_data_is_one_line_and_leaves_no_run_dir(
+    signum: int, tmp_path: Path, memprism_tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A first run builds its games for minutes before Ray starts (benchmark.prepare): Ctrl-C
+    there ended in a traceback and left the fresh run directory, which the same command then
+    refused ("already exists"); SIGTERM killed it without a word."""
+    from memprism_ray.benchmark.alfworld.benchmark import Alfworld
+
+    def building(self: object, cfg: object, log: object) -> None:
+        os.kill(os.getpid(), signum)
+        time.sleep(30)
+        pytest.fail(f"{signal.Signals(signum).name} did not stop the start")
+
+    monkeypatch.setattr(Alfworld, "prepare", building)
+    before_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        assert fit_module.fit(_cfg(tmp_path, memprism_tiny_corpus), get_benchmark("alfworld"), []) == 128 + signum
+    finally:
+        signal.signal(signal.SIGINT, before_int)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"[grpo] error: stopped by {signal.Signals(signum).name} while the job was starting, before any of its "
+        "results were written (data it had built so far is kept and reused)"
+    ]
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.ray
+def test_sigterm_inside_ray_get_is_named_sigterm(ray_session) -> None:
+    """Ray's signal check inside ``ray.get`` turns the handler's exception into a plain
+    KeyboardInterrupt: a job stopped by SIGTERM during D1 said "stopped by SIGINT", exit 130."""
+
+    @ray_session.remote(num_cpus=0)
+    def wait() -> None:
+        time.sleep(60)
+
+    task = wait.remote()
+    errors: list[str] = []
+
+    def work() -> int:
+        # From another thread a second later: the signal must land while ray.get waits.
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        return ray_session.get(task, timeout=60)
+
+    try:
+        assert fit_module.explained(work, errors.append, lambda: "kept") == 128 + signal.SIGTERM
+    finally:
+        ray_session.cancel(task, force=True)
+    assert errors == ["stopped by SIGTERM; kept"]
