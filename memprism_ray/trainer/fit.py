@@ -120,6 +120,8 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
         data = ship(benchmark.data_trees(cfg), say)  # what every actor reads, on whichever node it lands
         resumed_at = checkpoint_iteration(resume_from) if resume_from is not None else 0
         logger = RunLogger(run_dir, cfg.run.tensorboard, resume_step=resumed_at if cfg.run.resume else None)
+        if resume_from is not None:
+            logger.note_checkpoint(resumed_at, resume_from)
         games = benchmark.train_games(cfg)
         say(f"{len(games)} training {benchmark.task_noun} ({benchmark.name})")
 

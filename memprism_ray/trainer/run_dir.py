@@ -426,6 +426,16 @@ class RunLogger:
                     self.writer.add_scalar(f"{kind}/{k}", v, step)
             self.writer.flush()
 
+    def note_checkpoint(self, step: int, checkpoint: Path) -> None:
+        """The ``checkpoint`` row of the checkpoint a run resumes from, when the log lacks it: a
+        driver killed after the checkpoint was whole and before its row was written (measured:
+        the resumed run's log held the checkpoint rows ``[2]`` of ``[1, 2]``)."""
+        from memprism_ray.adapter.checkpoint import read_checkpoint_meta
+
+        rows = read_metrics(self.path.parent, self.warn) if self.path.exists() else []
+        if not any(r.get("kind") == "checkpoint" and r.get("step") == step for r in rows):
+            self.log("checkpoint", step, {"sha256": read_checkpoint_meta(checkpoint)["weights_sha256"]})
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()

@@ -207,6 +207,24 @@ def test_a_whole_last_row_without_its_newline_is_kept(tmp_path: Path, capsys: py
     assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
 
 
+def test_a_resume_logs_the_checkpoint_row_a_killed_driver_had_not_written(tmp_path: Path) -> None:
+    """Killed between a whole checkpoint and its ``checkpoint`` row (the kill-and-resume drill
+    failed so, once in a run beside a busy core): the resumed log lacked that row."""
+    from memprism_ray.adapter.checkpoint import read_checkpoint_meta
+
+    c = cfg(tmp_path)
+    ckpt = save_d2(checkpoint_dir(c.run.dir, 1), c, 1)
+    log = RunLogger(c.run.dir, tensorboard=False)
+    log.log("grpo", 1, {"loss": 1.0})
+    log.close()
+    resumed = RunLogger(c.run.dir, tensorboard=False, resume_step=1)
+    resumed.note_checkpoint(1, ckpt)
+    resumed.note_checkpoint(1, ckpt)  # once only
+    rows = [json.loads(x) for x in (c.run.dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in rows] == [("grpo", 1), ("checkpoint", 1)]
+    assert rows[1]["sha256"] == read_checkpoint_meta(ckpt)["weights_sha256"]
+
+
 def test_read_metrics_skips_and_says_a_torn_last_row_and_refuses_a_damaged_one(tmp_path: Path) -> None:
     """The reader of ``metrics.jsonl`` (the training plot's): every whole row, a torn last one
     skipped and said, a damaged row elsewhere one line naming the file and line."""
