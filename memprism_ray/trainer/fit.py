@@ -69,7 +69,7 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
     """D1, GRPO and the final evaluation of ``cfg`` on ``benchmark``; the exit status.
     ``argv``: the job's arguments, for the ``--resume auto`` command printed on a failure."""
 
-    from memprism_ray.cluster.placement import check_cluster_address, check_outlives_job, init_ray
+    from memprism_ray.cluster.placement import init_ray
     from memprism_ray.cluster.placement_record import PlacementRecord
 
     # 1-2. Run directory and data: every refusal before any work, in one line; a run directory
@@ -79,9 +79,7 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
     fresh = not run_dir.exists()
     held = contextlib.ExitStack()  # the run directory's lock, for the whole job
     try:
-        with stop_signals():
-            check_cluster_address(cfg.run.ray_address)
-            check_outlives_job(run_dir.parent, "run.out_dir")
+        with job_start(cfg.run.ray_address, run_dir.parent, "run.out_dir"):
             benchmark.check(cfg)
             resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg, hold=held)
             cfg = benchmark.prepare(cfg, say)  # EB-ALFRED's default fixture lives in the run directory
@@ -216,6 +214,20 @@ def stop_signals() -> Iterator[None]:
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
+@contextlib.contextmanager
+def job_start(address: str, out_dir: Path, what: str) -> Iterator[None]:
+    """What every job checks and how it may be stopped before Ray starts: under
+    :func:`stop_signals`, a cluster answers at ``RAY_ADDRESS`` and the output directory
+    ``out_dir`` (``what`` names its setting) outlives the job; the block then runs (the job's
+    own refusals, its data built). Its failures go to :func:`start_refused`."""
+    from memprism_ray.cluster.placement import check_cluster_address, check_outlives_job
+
+    with stop_signals():
+        check_cluster_address(address)
+        check_outlives_job(out_dir, what)
+        yield
+
+
 def _signal_name(exc: KeyboardInterrupt) -> tuple[str, int]:
     signum = exc.signum if isinstance(exc, Stopped) else (_received[0] if _received else signal.SIGINT)
     return signal.Signals(signum).name, 128 + signum
@@ -341,14 +353,12 @@ def run_evaluation(
     """A standalone evaluation (``jobs/eval_<benchmark>.py``, ``memprism eval``; paper appendix C)
     of ``eval.conditions`` into ``out_dir``. The exit status: 2 when the start is refused (one
     line through ``error``, before any work), 1 when any episode failed, else 0."""
-    from memprism_ray.cluster.placement import check_cluster_address, check_outlives_job, init_ray
+    from memprism_ray.cluster.placement import init_ray
     from memprism_ray.eval.report import check_fresh_output
     from memprism_ray.trainer.evaluate import check_memory_conditions, evaluate, given_marginal, router_state_for
 
     try:
-        with stop_signals():
-            check_cluster_address(cfg.run.ray_address)
-            check_outlives_job(out_dir, "the output directory")
+        with job_start(cfg.run.ray_address, out_dir, "the output directory"):
             check_fresh_output(out_dir)  # before any work: reports are never silently replaced
             given_marginal(cfg)  # eval.marginal loads and is a 144-way marginal
             router_state = router_state_for(cfg, checkpoint)
@@ -383,15 +393,13 @@ def run_evaluation(
 
 def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None, *, train: bool = True) -> int:
     """``jobs/label_views.py`` (``train=False``: the D1 data only) and ``jobs/sft_alfworld.py``."""
-    from memprism_ray.cluster.placement import check_cluster_address, check_outlives_job, init_ray
+    from memprism_ray.cluster.placement import init_ray
     from memprism_ray.trainer.d1 import run_d1
 
     _, cfg = parse_job_args(description, argv)
     benchmark = get_benchmark(benchmark_name)
     try:
-        with stop_signals():
-            check_cluster_address(cfg.run.ray_address)
-            check_outlives_job(cfg.run.dir.parent, "run.out_dir")
+        with job_start(cfg.run.ray_address, cfg.run.dir.parent, "run.out_dir"):
             cfg = prepare_benchmark(cfg, benchmark, say)
     except (ValueError, OSError, KeyboardInterrupt) as exc:
         return start_refused(exc, error)
