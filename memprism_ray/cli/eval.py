@@ -99,8 +99,10 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_eval, overrides=True)
 
     c = sub.add_parser("compare", help="paired bootstrap SR difference between two evaluation directories")
-    c.add_argument("dir_a", help="evaluation directory of condition A (holds episodes.parquet)")
-    c.add_argument("dir_b", help="evaluation directory of condition B")
+    c.add_argument(
+        "dir_a", help="evaluation of A: one condition's directory (holds episodes.parquet), or an --out of eval"
+    )
+    c.add_argument("dir_b", help="evaluation of B, the same kind: with two --out folders, every condition both hold")
     c.add_argument("--boot", type=int, default=10000, help="bootstrap resamples")
     c.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     c.set_defaults(func=_compare)
@@ -182,31 +184,68 @@ def _error(msg: str) -> None:
     print(f"memprism: error: {msg}", file=sys.stderr, flush=True)
 
 
+#: The columns of an evaluation's episodes.parquet that a comparison reads (eval/report.py).
+_OUTCOME_COLUMNS = ("episode_id", "won", "status")
+
+
 def _load_outcomes(path: Path) -> dict[str, bool]:
     import pyarrow.parquet as pq
 
-    table_path = path / "episodes.parquet"
-    if not table_path.exists():
-        raise CliError(f"{path} is not an evaluation directory (no episodes.parquet)")
-    rows = pq.read_table(table_path).to_pylist()
+    table = pq.read_table(path / "episodes.parquet")
+    missing = [c for c in _OUTCOME_COLUMNS if c not in table.column_names]
+    if missing:
+        raise CliError(f"{path / 'episodes.parquet'}: no column {', '.join(missing)}: not an evaluation's episodes")
     # A failed episode is a failure, as in the reports' success rates.
-    return {r["episode_id"]: bool(r["won"]) and r["status"] != "failed" for r in rows}
+    return {r["episode_id"]: bool(r["won"]) and r["status"] != "failed" for r in table.to_pylist()}
+
+
+def _evaluations(path: Path) -> dict[str, Path]:
+    """The condition directories ``path`` names: itself when it holds ``episodes.parquet`` (key
+    ""), else each of its folders that does: the ``--out`` of ``memprism eval``, a run's ``eval/``."""
+    if (path / "episodes.parquet").is_file():
+        return {"": path}
+    found = {d.name: d for d in sorted(path.iterdir()) if (d / "episodes.parquet").is_file()} if path.is_dir() else {}
+    if not found:
+        raise CliError(
+            f"{path} is not an evaluation directory (no episodes.parquet, nor a condition folder holding one)"
+        )
+    return found
+
+
+def _pairs(a: Path, b: Path) -> list[tuple[str, Path, Path]]:
+    """(condition, A's directory, B's directory): the one pair named, or every condition two
+    ``--out`` folders both hold."""
+    ea, eb = _evaluations(a), _evaluations(b)
+    if "" in ea and "" in eb:
+        return [("", a, b)]
+    if "" in ea or "" in eb:
+        root, leaf = (b, a) if "" in ea else (a, b)
+        names = sorted(_evaluations(root))
+        raise CliError(
+            f"{root} holds the evaluations of {', '.join(names)} and {leaf} one condition's: "
+            f"name one of them, e.g. {root / names[0]}"
+        )
+    common = sorted(set(ea) & set(eb))
+    if not common:
+        raise CliError(f"{a} ({', '.join(ea)}) and {b} ({', '.join(eb)}) share no condition")
+    return [(name, ea[name], eb[name]) for name in common]
 
 
 def _compare(args: argparse.Namespace) -> int:
     from memprism_ray.eval.report import paired_comparison
 
-    a, b = Path(args.dir_a), Path(args.dir_b)
-    oa, ob = _load_outcomes(a), _load_outcomes(b)
-    res = paired_comparison(oa, ob, n_boot=args.boot, seed=args.seed)
-    if res["n_common"] == 0:
-        raise CliError("the two runs share no episode ids: evaluate both on the same split and seed")
-    sr_a, sr_b = sum(oa.values()) / len(oa), sum(ob.values()) / len(ob)
-    res.update({"a": str(a), "b": str(b), "sr_a": sr_a, "sr_b": sr_b})
-    print(
-        f"SR(A) = {100 * sr_a:.2f}% ({len(oa)} episodes), SR(B) = {100 * sr_b:.2f}% ({len(ob)} episodes)\n"
-        f"SR(B) - SR(A) on {res['n_common']} common episodes: {100 * res['diff']:+.2f} points, "
-        f"paired bootstrap 95% CI [{100 * res['ci95'][0]:+.2f}, {100 * res['ci95'][1]:+.2f}]"
-    )
-    print(json.dumps(res))
+    for condition, a, b in _pairs(Path(args.dir_a), Path(args.dir_b)):
+        oa, ob = _load_outcomes(a), _load_outcomes(b)
+        res = paired_comparison(oa, ob, n_boot=args.boot, seed=args.seed)
+        if res["n_common"] == 0:
+            raise CliError(f"{a} and {b} share no episode ids: evaluate both on the same split and seed")
+        sr_a, sr_b = sum(oa.values()) / len(oa), sum(ob.values()) / len(ob)
+        res.update({"a": str(a), "b": str(b), "sr_a": sr_a, "sr_b": sr_b})
+        print(
+            (f"{condition}: " if condition else "")
+            + f"SR(A) = {100 * sr_a:.2f}% ({len(oa)} episodes), SR(B) = {100 * sr_b:.2f}% ({len(ob)} episodes)\n"
+            f"SR(B) - SR(A) on {res['n_common']} common episodes: {100 * res['diff']:+.2f} points, "
+            f"paired bootstrap 95% CI [{100 * res['ci95'][0]:+.2f}, {100 * res['ci95'][1]:+.2f}]"
+        )
+        print(json.dumps({"condition": condition, **res} if condition else res), flush=True)
     return 0

@@ -89,7 +89,10 @@ def test_bad_condition_exits_2_with_the_valid_list(
 def test_compare_errors(agent_cli_eval, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, _ = agent_cli_eval
     assert main(["compare", str(tmp_path), str(out / "no_memory")]) == 2
-    assert "is not an evaluation directory (no episodes.parquet)" in capsys.readouterr().err
+    assert (
+        "is not an evaluation directory (no episodes.parquet, nor a condition folder holding one)"
+        in capsys.readouterr().err
+    )
     other = tmp_path / "other"
     other.mkdir()
     rows = pq.read_table(out / "no_memory" / "episodes.parquet").to_pylist()
@@ -148,6 +151,50 @@ def test_bad_settings_exit_2_before_any_work(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err == f"memprism: error: {message}"
     assert not out.exists()
+
+
+def test_compare_of_two_eval_outputs_pairs_every_condition_both_hold(
+    agent_cli_eval, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``memprism compare`` given two ``--out`` folders of ``memprism eval`` (or two runs'
+    ``eval/``): one paired comparison per condition both hold, A's and B's directories of that
+    condition; a folder and one condition's directory mixed is one line naming the choices."""
+    import shutil
+
+    out, _ = agent_cli_eval
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copytree(out / "fixed_TemporalTrace", other / "fixed_TemporalTrace")
+    shutil.copytree(out / "no_memory", other / "recent4")  # a condition only B has
+    assert main(["compare", str(out), str(other), "--boot", "200"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("fixed_TemporalTrace: SR(A) = ")
+    results = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [(r["condition"], r["a"], r["b"]) for r in results] == [
+        ("fixed_TemporalTrace", str(out / "fixed_TemporalTrace"), str(other / "fixed_TemporalTrace"))
+    ]
+    assert results[0]["diff"] == 0.0 and results[0]["n_common"] == 3
+    assert main(["compare", str(out), str(other / "recent4")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"memprism: error: {out} holds the evaluations of fixed_TemporalTrace, no_memory and "
+        f"{other / 'recent4'} one condition's: name one of them, e.g. {out / 'fixed_TemporalTrace'}"
+    )
+    shutil.rmtree(other / "fixed_TemporalTrace")
+    assert main(["compare", str(out), str(other)]) == 2
+    assert "share no condition" in capsys.readouterr().err
+
+
+def test_compare_of_a_table_without_the_outcome_columns_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for d, rows in (("a", [{"episode_id": "e1", "won": True, "status": "ok"}]), ("b", [{"episode_id": "e1"}])):
+        (tmp_path / d).mkdir()
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / d / "episodes.parquet")
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    table = tmp_path / "b" / "episodes.parquet"
+    assert err == f"memprism: error: {table}: no column won, status: not an evaluation's episodes"
 
 
 def test_compare_counts_failed_episodes_as_failures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
