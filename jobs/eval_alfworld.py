@@ -4,7 +4,7 @@ prompt tokens by trajectory length, view marginals, paired bootstrap differences
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
         python jobs/eval_alfworld.py --config configs/local.yaml \
-        --checkpoint runs/local/checkpoints/iter_0010 \
+        --run.out_dir '~/runs' --checkpoint '~/runs/local/checkpoints/iter_0010' \
         --eval.conditions memprism,freq_random,fixed:TemporalTrace,full_history
 
 Conditions: no_memory, full_history, recent4, fixed:TAU, fixed_text:TAU, memprism,

@@ -4,7 +4,8 @@ docs/mind2web.md).
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
         python jobs/eval_mind2web.py --config configs/mind2web_paper.yaml \
-        --checkpoint runs/mind2web/checkpoints/iter_0150 --eval.conditions memprism,full_history
+        --run.out_dir '~/runs' --checkpoint '~/runs/mind2web-paper/checkpoints/iter_0150' \
+        --eval.conditions memprism,full_history
     python jobs/eval_mind2web.py --config configs/mind2web_smoke.yaml --eval.conditions no_memory,full_history
 
 Every condition plays the same ordered plan (each task of each split of

@@ -2,7 +2,7 @@
 optimisation; Table A.4 "D1, ALFWorld" and "GRPO, ALFWorld"; docs/architecture.md).
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
-        python jobs/grpo_alfworld.py --config configs/local.yaml
+        python jobs/grpo_alfworld.py --config configs/local.yaml --run.out_dir '~/runs'
     python jobs/grpo_alfworld.py --config configs/local.yaml          # starts a local Ray
     python jobs/grpo_alfworld.py --config configs/local.yaml --resume auto
 

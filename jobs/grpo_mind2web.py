@@ -3,7 +3,7 @@
 docs/mind2web.md).
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
-        python jobs/grpo_mind2web.py --config configs/mind2web_paper.yaml
+        python jobs/grpo_mind2web.py --config configs/mind2web_paper.yaml --run.out_dir '~/runs'
     python jobs/grpo_mind2web.py --config configs/mind2web_smoke.yaml      # CPU, the fixture
 
 D1 labels the human trajectories of the training split with the view teacher; a

@@ -3,7 +3,7 @@ eq. sft-loss; Table A.4 "D1, ALFWorld": AdamW 1e-4, wd 0.01, batch 256, grad-nor
 cosine to 0.01, seed 7, 50 epochs, lambda_cost 0.02).
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
-        python jobs/sft_alfworld.py --config configs/local.yaml
+        python jobs/sft_alfworld.py --config configs/local.yaml --run.out_dir '~/runs'
     python jobs/sft_alfworld.py --config configs/local.yaml --sft.epochs 50
 
 Reads ``<run>/d1/<key>/labels.parquet`` (``jobs/label_views.py``; built here first when absent)
