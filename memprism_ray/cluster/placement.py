@@ -87,6 +87,19 @@ def check_outlives_job(path: Path, what: str) -> None:
         )
 
 
+def check_uploaded(value: str, what: str) -> None:
+    """A one-line ``ValueError`` when the relative path ``value`` (``what`` names its option) is
+    missing and the job runs in Ray's copy of its working_dir: relative paths resolve there, and
+    the copy holds only what ``ray job submit`` uploaded (no ``runs/``: .gitignore keeps it out)."""
+    copy = ray_working_dir_copy(Path.cwd())
+    if value and copy is not None and not os.path.isabs(value) and not Path(value).exists():
+        raise ValueError(
+            f"{what} {value!r}: no such path in Ray's temporary copy of this job's working_dir ({copy}), "
+            f"which holds only the files ray job submit uploaded: give its path on the node the job runs on, "
+            f"e.g. '~/runs/...'"
+        )
+
+
 def init_ray(address: str = "auto", num_cpus: int = 0, **kwargs: Any) -> dict[str, Any]:
     """Join the cluster a job runs on (``address="auto"`` under ``ray job submit``), or start a
     local, in-process instance with every listener on 127.0.0.1; ``ray.cluster_resources()``."""

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from memprism_ray.benchmark.job_spec import JobSpec, check_job
+from memprism_ray.cluster.placement import check_uploaded
 from memprism_ray.config import ExperimentConfig, load_config
 from memprism_ray.config_tree import describe
 
@@ -44,6 +45,11 @@ def parse_job_args(
         overrides += ["--run.resume", args.resume]
     try:
         cfg = load_config(args.config, overrides)
+        for what, value in (
+            ("init_checkpoint", cfg.init_checkpoint),
+            ("--checkpoint", getattr(args, "checkpoint", "")),
+        ):
+            check_uploaded(value, what)
         if job is not None:
             check_job(job, cfg)
     except ValueError as exc:

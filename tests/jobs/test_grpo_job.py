@@ -266,6 +266,43 @@ def test_a_run_in_rays_copy_of_the_working_dir_is_refused_before_anything_is_wri
     assert not any(copy.iterdir())  # nothing created
 
 
+@pytest.mark.parametrize(
+    "script, option, setting",
+    [
+        ("grpo_alfworld.py", "--init_checkpoint", "init_checkpoint"),
+        ("eval_alfworld.py", "--checkpoint", "--checkpoint"),
+    ],
+)
+def test_a_relative_checkpoint_missing_from_rays_copy_says_why(
+    tmp_path: Path,
+    script: str,
+    option: str,
+    setting: str,
+    run_job,
+    no_ray_start: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``ray job submit --working-dir . -- python jobs/X.py ... --init_checkpoint runs/...``: the
+    copy Ray runs the job in holds no ``runs/`` (not uploaded); the error says so, not only that
+    the directory is missing. A relative path the copy does hold is taken."""
+    copy = tmp_path / "runtime_resources" / "working_dir_files" / "_ray_pkg_1"
+    copy.mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    argv = ["--config", str(ROOT / "configs" / "local.yaml"), "--run.out_dir", str(tmp_path / "runs")]
+    assert run_job(script, [*argv, option, "runs/a/checkpoints/iter_0002"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(
+        f": error: {setting} 'runs/a/checkpoints/iter_0002': no such path in Ray's temporary copy of "
+        f"this job's working_dir ({copy}), which holds only the files ray job submit uploaded: give its path "
+        "on the node the job runs on, e.g. '~/runs/...'"
+    )
+    (copy / "ckpt").mkdir()  # uploaded with the working dir: past this check, to the checkpoint's own
+    assert run_job(script, [*argv, option, "ckpt"]) != 0
+    err = capsys.readouterr().err
+    assert "Ray's temporary copy" not in err and "ckpt" in err, err
+
+
 @pytest.mark.ray
 def test_a_job_in_which_every_trajectory_fails_ends_in_one_line_with_the_cause(
     ray_session,
