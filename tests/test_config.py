@@ -76,6 +76,9 @@ PRESET = "configs/local.yaml"
      (["--grpo.device", "cuda:x"], "grpo.device must be auto, cpu, cuda or cuda:N, got 'cuda:x'"),
      (["--policy.hf.device", "cuda:"], "policy.hf.device must be auto, cpu, cuda or cuda:N, got 'cuda:'"),
      (["--policy.vllm.top_p", "0"], "policy.vllm.top_p must be in (0, 1] (1 = off), got 0.0"),
+     # Read only by the vLLM replica: with the scripted policy a typo waited for the GPU node.
+     (["--policy.vllm.dtype", "bf16"],
+      "policy.vllm.dtype must be one of auto, half, float16, bfloat16, float, float32, got 'bf16'"),
      (["--policy.openai.top_p", "-1"], "policy.openai.top_p must be in (0, 1] (1 = off), got -1.0"),
      (["--policy.hf.top_p", "1.5"], "policy.hf.top_p must be in (0, 1] (1 = off), got 1.5"),
      (["--rollout.view_cache_size", "-1"], "rollout.phi_workers, view_workers, max_restarts and view_cache_size must"),

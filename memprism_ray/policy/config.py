@@ -20,6 +20,9 @@ BACKENDS: tuple[str, ...] = ("vllm", "openai", "hf", "scripted")
 DEFAULT_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
 MAX_PIXELS_672 = 672 * 672
 VLLM_LOAD_FORMATS: tuple[str, ...] = ("auto", "safetensors", "pt", "dummy")
+#: vllm.LLM's ``dtype`` values (vLLM 0.24 ``vllm.config.model.ModelDType``): checked at load, not
+#: when the replica starts its engine on a GPU node, after D1 and a fleet have run.
+VLLM_DTYPES: tuple[str, ...] = ("auto", "half", "float16", "bfloat16", "float", "float32")
 #: vLLM 0.24's LLM-class scheduler defaults on a GPU of 70 GiB or more (EngineArgs.get_batch_defaults).
 VLLM_MAX_NUM_BATCHED_TOKENS = 16384
 VLLM_MAX_NUM_SEQS = 1024
@@ -98,6 +101,8 @@ class VLLMConfig(Decoding):
             raise ValueError(f"policy.vllm.chat_template must be 'model' or 'qwen2_vl', got {self.chat_template!r}")
         if self.visual_token_family not in VISUAL_TOKEN_FAMILIES:
             raise ValueError(f"policy.vllm.visual_token_family must be one of {VISUAL_TOKEN_FAMILIES}")
+        if self.dtype not in VLLM_DTYPES:
+            raise ValueError(f"policy.vllm.dtype must be one of {', '.join(VLLM_DTYPES)}, got {self.dtype!r}")
         if self.load_format not in VLLM_LOAD_FORMATS:
             raise ValueError(
                 f"policy.vllm.load_format must be one of {', '.join(VLLM_LOAD_FORMATS)}, got {self.load_format!r}"
