@@ -579,7 +579,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_dummy_qwen25vl(args.model)
     vcfg = vllm_config(args)
     policy_cfg = PolicyConfig(backend="vllm", gpus_per_replica=1.0, vllm=vcfg)
-    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    from memprism_ray.cluster.placement import init_ray
+
+    init_ray("local", log_to_driver=False)  # every listener on 127.0.0.1
     _progress(f"ray started at {time.perf_counter() - t0:.0f}s; starting the engine")
 
     fake_kw = {

@@ -114,7 +114,9 @@ def main() -> int:
     local = [local_run(specs_of[k + 1]) for k in range(args.repeats)]
 
     # On Ray.
-    ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False)
+    from memprism_ray.cluster.placement import init_ray
+
+    init_ray("local", os.cpu_count() or 2, log_to_driver=False)  # every listener on 127.0.0.1
     full = ray.put(state_to_numpy(model.state_dict()))
     ro = cfg.rollout
     pools = args.layout == "pools"
