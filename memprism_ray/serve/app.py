@@ -1,5 +1,6 @@
 """MemPrism over HTTP/JSON on Ray Serve (issue 43): the :mod:`memprism_ray.memory` operations for
-agents written in any language. Start it with ``serve run clusters/serve_memory.yaml`` (or
+agents written in any language. Start it with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 serve run
+clusters/serve_memory.yaml`` (the variable: a local Ray on loopback; docs/memory.md) (or
 ``serve run memprism_ray.serve.app:build checkpoint=DIR``); on 127.0.0.1:8000 by default.
 
 =====================================  =======================================================

@@ -7,7 +7,6 @@ actors is on 127.0.0.1, and the cluster runs with token auth, which a driver joi
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 import subprocess
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from net_listeners import comm, listeners, loopback, session_pids
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
 
@@ -123,37 +123,6 @@ def test_a_worker_node_that_dies_at_start_is_started_again(cluster, monkeypatch:
     assert "the GCS did not take it off" not in lines[0]
 
 
-def _listeners_of(sessions: set[int]) -> dict[str, str]:
-    """``address:port`` -> process name of every listening socket of processes in ``sessions``."""
-    from memprism_ray.cluster import head
-
-    listening = {inode: port for port, inodes in head._listening().items() for inode in inodes}
-    addresses = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for row in Path(table).read_text().splitlines()[1:]:
-            f = row.split()
-            if f[3] == "0A":
-                addresses[int(f[9])] = f[1].rsplit(":", 1)[0]
-    found = {}
-    for leader in sessions:
-        for pid, comm in head._session(leader).items():
-            for inode in head._socket_inodes(pid) & listening.keys():
-                found[f"{_decode(addresses[inode])}:{listening[inode]}"] = comm
-    return found
-
-
-def _decode(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    raw = bytes.fromhex(hex_address)
-    if len(raw) == 4:
-        return ipaddress.IPv4Address(raw[::-1])
-    return ipaddress.IPv6Address(b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
-
-
-def _loopback(address: str) -> bool:
-    ip = ipaddress.ip_address(address.rsplit(":", 1)[0])
-    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
-
-
 def test_every_listener_is_on_loopback_and_a_driver_joins_with_the_token(cluster, tmp_path: Path) -> None:
     """Ray 2.60 turns ``--node-ip-address=127.0.0.1`` into the interface address for a worker
     node and listens on ``*`` (module docstring of memprism_ray/testing/local_cluster.py): measured
@@ -181,10 +150,10 @@ def test_every_listener_is_on_loopback_and_a_driver_joins_with_the_token(cluster
         # Only the nodes that are up: a failed attempt's node is gone from the GCS, not placeable.
         assert said.get("alive") == workers and said.get("placed") == workers, "".join(lines)[-2000:]
         sessions = {cluster.head.process.pid, driver.pid, *(n.process.pid for n in cluster.nodes if n.alive())}
-        listeners = _listeners_of(sessions)
-        assert {"gcs_server", "raylet"} <= set(listeners.values())
-        assert sum(comm == "ray::Where" for comm in listeners.values()) == 2  # the actors' workers too
-        assert [a for a in listeners if not _loopback(a)] == []
+        found = [(comm(pid), address) for pid, address, _ in listeners(session_pids(*sessions))]
+        assert {"gcs_server", "raylet"} <= {name for name, _ in found}
+        assert sum(name == "ray::Where" for name, _ in found) == 2  # the actors' workers too
+        assert [(name, a) for name, a in found if not loopback(a)] == []
     finally:
         driver.communicate("\n", timeout=60)
     # Ray's driver tries the GCS once a second 20 times, a refused token included (20 s here):

@@ -5,7 +5,6 @@ machine's interface address (``ss -ltnp``)."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from net_listeners import comm, decode, listeners, loopback, tree
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -43,75 +43,11 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _tree(pid: int) -> set[int]:
-    """``pid`` and all its descendants (from /proc, no psutil)."""
-    out = {pid}
-    try:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        kids = []
-    for k in kids:
-        out |= _tree(int(k))
-    return out
-
-
-def _socket_inodes(pids: set[int]) -> dict[str, int]:
-    inodes: dict[str, int] = {}
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inodes[link[8:-1]] = pid
-    return inodes
-
-
-def _decode(hex_addr: str) -> ipaddress._BaseAddress:
-    raw = bytes.fromhex(hex_addr)
-    # /proc/net/tcp* print the address as 32-bit words in host (little-endian) order.
-    fixed = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    return ipaddress.ip_address(fixed)
-
-
-def listeners(pids: set[int]) -> list[tuple[int, str, int]]:
-    """``(pid, address, port)`` of every listening TCP socket owned by ``pids``."""
-    owners = _socket_inodes(pids)
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            cols = line.split()
-            if cols[3] != "0A":  # TCP_LISTEN
-                continue
-            addr, port = cols[1].split(":")
-            if cols[9] in owners:
-                found.append((owners[cols[9]], str(_decode(addr)), int(port, 16)))
-    return found
-
-
-def _loopback(addr: str) -> bool:
-    ip = ipaddress.ip_address(addr)
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return (mapped or ip).is_loopback
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return "?"
-
-
 def test_decode_proc_net_addresses() -> None:
-    assert str(_decode("0100007F")) == "127.0.0.1"
-    assert str(_decode("00000000")) == "0.0.0.0"
-    assert _loopback(str(_decode("0000000000000000FFFF00000100007F")))
-    assert not _loopback(str(_decode("00000000000000000000000000000000")))  # "*" (::)
+    assert str(decode("0100007F")) == "127.0.0.1"
+    assert str(decode("00000000")) == "0.0.0.0"
+    assert loopback(str(decode("0000000000000000FFFF00000100007F")))
+    assert not loopback(str(decode("00000000000000000000000000000000")))  # "*" (::)
 
 
 def test_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
@@ -139,8 +75,8 @@ def test_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
             if line.strip() == "ready":
                 break
         assert proc.poll() is None, "".join(lines)[-3000:]
-        found = listeners(_tree(proc.pid))
-        names = {p: _comm(p) for p, *_ in found}
+        found = listeners(tree(proc.pid))
+        names = {p: comm(p) for p, *_ in found}
     finally:
         if proc.poll() is None:
             proc.stdin.write("\n")  # type: ignore[union-attr]
@@ -152,5 +88,5 @@ def test_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
                 proc.wait(timeout=30)
     # GCS and raylet at least, plus the workers' and agents' gRPC servers.
     assert len(found) >= 4, found
-    exposed = [(names.get(p, "?"), a, port) for p, a, port in found if not _loopback(a)]
+    exposed = [(names.get(p, "?"), a, port) for p, a, port in found if not loopback(a)]
     assert not exposed, f"Ray listeners not on 127.0.0.1: {exposed}"

@@ -11,32 +11,17 @@ import json
 import shutil
 import signal
 import stat
-import subprocess
 import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from net_listeners import listeners, loopback, session_pids
 
 pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _listening_addresses(pid_group: int) -> set[str]:
-    """Local addresses of TCP listeners owned by processes of the head's process group."""
-    try:
-        out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return set()
-    pids = set(subprocess.run(["pgrep", "-g", str(pid_group)], capture_output=True, text=True).stdout.split())
-    addrs = set()
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) >= 6 and any(f"pid={p}," in parts[5] for p in pids):
-            addrs.add(parts[3].rsplit(":", 1)[0])
-    return addrs
 
 
 def scrape_metrics(port: int, prefix: str = "ray_memprism_") -> dict[str, float]:
@@ -104,7 +89,7 @@ def test_ray_job_submit_runs_the_grpo_job(
             head.address, entry, ROOT, timeout_s=900, echo=False, on_poll=poll, auth_token=token
         )
         poll("final")
-        listeners = _listening_addresses(head.process.pid)
+        listening = [address for _, address, _ in listeners(session_pids(head.process.pid))]
         # The README's command keeps run.out_dir relative: in Ray's copy of the working dir.
         relative = entry.replace(f"--run.out_dir {out} --run.name e2e", "--run.out_dir runs --run.name rel")
         assert relative != entry
@@ -134,8 +119,8 @@ def test_ray_job_submit_runs_the_grpo_job(
     for name in ("ray_memprism_decisions", "ray_memprism_success_rate", "ray_memprism_grpo_kl"):
         assert any(k.startswith(name) for k in seen), f"{name} missing; saw {sorted(seen)[:20]}"
     # Listeners stay on loopback.
-    assert listeners, "could not list the head's listeners"
-    assert listeners <= {"127.0.0.1", "[::ffff:127.0.0.1]"}, listeners
+    assert listening, "could not list the head's listeners"
+    assert all(loopback(address) for address in listening), listening
     assert not head.alive()
     # ray start shut its processes down itself on SIGTERM; it was not killed after a timeout.
     assert head.process.returncode is not None and head.process.returncode != -signal.SIGKILL

@@ -5,12 +5,14 @@ mid-session losing nothing."""
 from __future__ import annotations
 
 import base64
+import os
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from net_listeners import comm, listeners, loopback, tree
 
 from memprism_ray.benchmark import get_benchmark
 from memprism_ray.memory import Memory
@@ -85,6 +87,21 @@ def test_http_views_are_the_librarys(served: httpx.Client) -> None:
     assert got_png.content == png.content and got_png.headers["cache-control"] == "no-store"
     assert served.delete(f"/sessions/{sid}").json() == {"closed": True}
     assert served.post(f"/sessions/{sid}/view", json={"observation": "o"}).status_code == 404
+
+
+def test_only_the_replicas_grpc_servers_listen_off_loopback(served: httpx.Client) -> None:
+    """The app on a Ray started the loopback way (``init_ray``; for ``serve run`` the setting
+    docs/memory.md gives): GCS, raylet, Serve's controller and its HTTP proxy listen on
+    127.0.0.1. Ray 2.60 binds each replica's inter-deployment gRPC server to ``[::]``, whatever
+    the node address (serve/_private/replica.py, ``"[::]:0"``), checked against the cluster's
+    token under ``RAY_AUTH_MODE=token``: the one listener off loopback, said in docs/memory.md.
+    This fails when a Ray upgrade moves it, or anything else, so that the docs follow."""
+    found = [(comm(pid), address, port) for pid, address, port in listeners(tree(os.getpid()))]
+    assert {"gcs_server", "raylet"} <= {name for name, *_ in found}
+    assert ("ray::ProxyActor", "127.0.0.1", served.base_url.port) in found, found
+    exposed = [(name, address) for name, address, _ in found if not loopback(address)]
+    assert exposed and {name for name, _ in exposed} == {"ray::ServeRepli"}, exposed
+    assert {address for _, address in exposed} == {"::"}
 
 
 def test_a_replica_holds_its_last_sessions_and_reads_the_others_back(served: httpx.Client) -> None:
