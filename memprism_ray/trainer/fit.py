@@ -89,6 +89,11 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
             shutil.rmtree(run_dir)
         held.close()
         return start_refused(exc, error)
+    if cfg.run.resume == "auto" and resume_from is None:  # a misspelt --run.name would start over unsaid
+        say(
+            f"--resume auto: {'no run directory' if fresh else 'no checkpoint yet'} at {run_dir}: "
+            f"training starts at iteration 1{'' if fresh else ' (finished D1 stages are reused)'}"
+        )
     resources = init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     say(f"run directory {run_dir}; cluster {dict(resources)}")
     record = PlacementRecord(run_dir / "cluster.json")  # where each actor ran

@@ -63,12 +63,12 @@ def fit_grpo_by(
     from memprism_ray.cluster import node_data, placement
     from memprism_ray.trainer import grpo
 
-    def run(iterations: Callable[..., object], argv: list[str]) -> int:
+    def run(iterations: Callable[..., object], argv: list[str], *settings: str) -> int:
         monkeypatch.setattr(placement, "init_ray", lambda *a, **k: {"CPU": 2.0})
         monkeypatch.setattr(node_data, "ship", lambda *a, **k: node_data.NodeData())
         monkeypatch.setattr(grpo, "start_training_actors", lambda *a, **k: None)
         monkeypatch.setattr(grpo, "run_grpo_iterations", iterations)
-        cfg = _cfg(tmp_path, memprism_tiny_corpus, "--init_checkpoint", str(actors_reference_ckpt))
+        cfg = _cfg(tmp_path, memprism_tiny_corpus, "--init_checkpoint", str(actors_reference_ckpt), *settings)
         return fit_module.fit(cfg, get_benchmark("alfworld"), argv)
 
     return run
@@ -88,6 +88,28 @@ def test_a_dead_learner_is_one_line_with_the_command_that_continues(
     assert len(err) == 1 and err[0].startswith("[grpo] error: the Learner actor died (ActorDiedError)")
     assert "last checkpoint: none yet" in err[0]
     assert err[0].endswith("--config configs/local.yaml --grpo.iterations 3 --resume auto")
+
+
+def test_resume_auto_without_a_checkpoint_says_it_starts_over(
+    tmp_path: Path, fit_grpo_by: Callable[..., int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--resume auto`` on a run with nothing to resume (a misspelt ``--run.name``, a run killed
+    in D1) trains from the start, as documented, and says so before it does."""
+
+    def died(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("stop here")
+
+    argv = ["--config", "configs/local.yaml", "--resume", "auto"]
+    with pytest.raises(RuntimeError, match="stop here"):
+        fit_grpo_by(died, argv, "--run.resume", "auto")
+    out = capsys.readouterr().out
+    assert f"[grpo] --resume auto: no run directory at {tmp_path / 'r'}: training starts at iteration 1\n" in out
+    with pytest.raises(RuntimeError, match="stop here"):
+        fit_grpo_by(died, argv, "--run.resume", "auto")
+    out = capsys.readouterr().out
+    assert (
+        f"no checkpoint yet at {tmp_path / 'r'}: training starts at iteration 1 (finished D1 stages are reused)" in out
+    )
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
