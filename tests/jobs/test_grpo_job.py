@@ -235,6 +235,15 @@ def test_bad_start_is_one_line_before_ray(
     assert not any(tmp_path.iterdir())  # nothing created
 
 
+@pytest.fixture
+def in_rays_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The current directory a job has under ``ray job submit --working-dir .``: Ray's copy."""
+    copy = tmp_path / "runtime_resources" / "working_dir_files" / "_ray_pkg_1"
+    copy.mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    return copy
+
+
 @pytest.mark.parametrize(
     ("script", "extra", "setting"),
     [
@@ -244,20 +253,11 @@ def test_bad_start_is_one_line_before_ray(
     ],
 )
 def test_a_run_in_rays_copy_of_the_working_dir_is_refused_before_anything_is_written(
-    tmp_path: Path,
-    script: str,
-    extra: tuple[str, ...],
-    setting: str,
-    run_job,
-    no_ray_start: None,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    in_rays_copy: Path, script: str, extra: tuple[str, ...], setting: str, run_job, no_ray_start: None, capsys
 ) -> None:
     """``ray job submit --working-dir . -- python jobs/X.py --config configs/local.yaml`` (the
     README's command): the relative ``runs`` landed in Ray's copy of the working dir."""
-    copy = tmp_path / "runtime_resources" / "working_dir_files" / "_ray_pkg_1"
-    copy.mkdir(parents=True)
-    monkeypatch.chdir(copy)
+    copy = in_rays_copy
     assert run_job(script, ["--config", str(ROOT / "configs" / "local.yaml"), *extra]) == 2
     err = capsys.readouterr().err
     assert f"error: {setting} is inside Ray's temporary copy of this job's working_dir ({copy})" in err
@@ -274,21 +274,12 @@ def test_a_run_in_rays_copy_of_the_working_dir_is_refused_before_anything_is_wri
     ],
 )
 def test_a_relative_checkpoint_missing_from_rays_copy_says_why(
-    tmp_path: Path,
-    script: str,
-    option: str,
-    setting: str,
-    run_job,
-    no_ray_start: None,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, in_rays_copy: Path, script: str, option: str, setting: str, run_job, no_ray_start: None, capsys
 ) -> None:
     """``ray job submit --working-dir . -- python jobs/X.py ... --init_checkpoint runs/...``: the
     copy Ray runs the job in holds no ``runs/`` (not uploaded); the error says so, not only that
     the directory is missing. A relative path the copy does hold is taken."""
-    copy = tmp_path / "runtime_resources" / "working_dir_files" / "_ray_pkg_1"
-    copy.mkdir(parents=True)
-    monkeypatch.chdir(copy)
+    copy = in_rays_copy
     argv = ["--config", str(ROOT / "configs" / "local.yaml"), "--run.out_dir", str(tmp_path / "runs")]
     assert run_job(script, [*argv, option, "runs/a/checkpoints/iter_0002"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
