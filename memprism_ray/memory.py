@@ -13,7 +13,7 @@ evaluation's choices and image bytes (``tests/test_memory.py``)::
     from memprism_ray.benchmark import get_benchmark
     from memprism_ray.memory import Memory
 
-    memory = Memory(get_benchmark("alfworld").phi_spec(), checkpoint="runs/grpo-alfworld/checkpoints/iter_0010")
+    memory = Memory(get_benchmark("alfworld").phi_spec(), checkpoint="runs/local/checkpoints/iter_0020")
     session = memory.session("put a clean mug in coffeemachine.")
     view = session.view(observation)            # before acting: the view of the steps so far
     ...                                         # your model reads view.png (or view.text) and acts
