@@ -263,6 +263,7 @@ def run_failure(exc: BaseException) -> str | None:
     from memprism_ray.cluster.fleet import FleetError
     from memprism_ray.cluster.node_data import NodeDataError
     from memprism_ray.cluster.waits import WaitTimeout
+    from memprism_ray.policy.base import PolicyBackendError
     from memprism_ray.router.encoder import EncoderLoadError
     from memprism_ray.trainer.d1 import NothingLabelled
     from memprism_ray.trainer.rollouts import IterationFailed
@@ -274,6 +275,8 @@ def run_failure(exc: BaseException) -> str | None:
         return str(cause).strip().splitlines()[0]
     if isinstance(cause, (IterationFailed, FleetError, WaitTimeout, EncoderLoadError, NothingLabelled)):
         return str(cause)
+    if isinstance(cause, PolicyBackendError):  # D1's teacher asks the policy in Ray tasks: one fails them all
+        return f"the task policy's backend failed: {str(cause).strip().splitlines()[0]}"
     if (disk := disk_failure(cause)) is not None:
         where = f" writing {disk.filename}" if disk.filename else ""
         fix = "make that file system writable" if disk.errno == errno.EROFS else "free space on that disk"

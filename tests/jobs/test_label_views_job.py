@@ -69,3 +69,24 @@ def test_a_labelling_task_whose_episodes_give_no_label_leaves_the_others_theirs(
         "'labelled': 0, 'teacher_error': 0, 'fallback_skipped': 30}; fallback_skipped: every view gave the same "
         "action): label more games (label.games, label.rollin_games), or check the task policy and the reference data"
     ]
+
+
+def test_a_task_policy_that_cannot_be_reached_in_d1_is_one_line(
+    ray_session, memprism_tiny_corpus: Path, memprism_tiny_overrides, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``policy.backend openai`` with no server at ``base_url``: D1's view teacher asks the policy
+    in a Ray task, whose ``PolicyBackendError`` ended the job in a traceback."""
+    from memprism_ray.cluster.head import free_ports
+
+    (port,) = free_ports(None)  # nothing listens there
+    overrides = memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "unreachable")
+    argv = [*overrides, "--label.games", "1", "--label.rollin_games", "0", "--label.workers", "1",
+            "--policy.backend", "openai", "--policy.openai.base_url", f"http://127.0.0.1:{port}/v1",
+            "--policy.openai.max_retries", "0"]  # fmt: skip
+    assert _label_job().main(["--config", "configs/local.yaml", *argv]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(
+        f"[grpo] error: the task policy's backend failed: http://127.0.0.1:{port}/v1/chat/completions failed 1 time(s)"
+    )
+    assert "Connection refused" in err[0]
