@@ -76,6 +76,10 @@ PRESET = "configs/local.yaml"
      (["--grpo.device", "cuda:x"], "grpo.device must be auto, cpu, cuda or cuda:N, got 'cuda:x'"),
      (["--policy.hf.device", "cuda:"], "policy.hf.device must be auto, cpu, cuda or cuda:N, got 'cuda:'"),
      (["--policy.vllm.top_p", "0"], "policy.vllm.top_p must be in (0, 1] (1 = off), got 0.0"),
+     # configs/local.yaml runs the policy in-process (num_replicas 0): hf there failed D1 in a
+     # traceback ("D1 labelling runs on the policy pool, none was given") after the expert played.
+     (["--policy.backend", "hf", "--policy.hf.model_path", "."],
+      "policy.backend=hf runs in the Ray policy pool: policy.num_replicas must be >= 1, got 0"),
      # Read only by the vLLM replica: with the scripted policy a typo waited for the GPU node.
      (["--policy.vllm.dtype", "bf16"],
       "policy.vllm.dtype must be one of auto, half, float16, bfloat16, float, float32, got 'bf16'"),

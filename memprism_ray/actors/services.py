@@ -221,7 +221,8 @@ class PoolPolicy:
 def decision_policy(cfg: ExperimentConfig, contract: Any, pool: list[Any] | None, key: str, stage: str) -> Any:
     """The task policy of an in-process decision loop on Ray: the pool's replicas when given, else
     one without a model (the scripted stand-in or an HTTP client); ``stage`` names the caller."""
-    from memprism_ray.policy.factory import POOL_BACKENDS, make_policy, needs_view_text
+    from memprism_ray.policy.config import POOL_BACKENDS
+    from memprism_ray.policy.factory import make_policy, needs_view_text
 
     if pool:
         policy_pool = PolicyPool(pool, cfg.run.call_timeout_s, caller=key)

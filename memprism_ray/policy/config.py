@@ -20,6 +20,9 @@ BACKENDS: tuple[str, ...] = ("vllm", "openai", "hf", "scripted")
 DEFAULT_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
 MAX_PIXELS_672 = 672 * 672
 VLLM_LOAD_FORMATS: tuple[str, ...] = ("auto", "safetensors", "pt", "dummy")
+#: Backends whose model lives in the policy pool's replicas (docs/gpu.md): a rollout,
+#: labelling or evaluation worker never builds one itself.
+POOL_BACKENDS: tuple[str, ...] = ("vllm", "hf")
 #: vllm.LLM's ``dtype`` values (vLLM 0.24 ``vllm.config.model.ModelDType``): checked at load, not
 #: when the replica starts its engine on a GPU node, after D1 and a fleet have run.
 VLLM_DTYPES: tuple[str, ...] = ("auto", "half", "float16", "bfloat16", "float", "float32")
@@ -191,7 +194,9 @@ class PolicyConfig:
     """Which task policy runs, and each backend's settings."""
 
     backend: str = field("scripted", help="task-policy backend: vllm, openai, hf or scripted")
-    num_replicas: int = field(1, help="policy replicas in the Ray policy pool (0: in each rollout worker)")
+    num_replicas: int = field(
+        1, help="policy replicas in the Ray policy pool (vllm, hf: >= 1; 0: openai/scripted in each worker)"
+    )
     gpus_per_replica: float = field(
         0.0, help="GPUs each replica asks Ray for, even before a GPU node joined (0: a CPU replica; not for vllm)"
     )
@@ -244,8 +249,13 @@ class PolicyConfig:
                 f"policy.prompt_layout={self.prompt_layout} is implemented for policy.backend=vllm only, got "
                 f"backend {self.backend}; set policy.prompt_layout: paper"
             )
-        if self.backend == "vllm" and self.num_replicas < 1:
-            raise ValueError("policy.backend=vllm runs in the Ray policy pool: policy.num_replicas must be >= 1")
+        if self.backend in POOL_BACKENDS and self.num_replicas < 1:
+            # D1 labelling and the evaluation refused it when they first asked the pool, after
+            # the reference trajectories had been played.
+            raise ValueError(
+                f"policy.backend={self.backend} runs in the Ray policy pool: policy.num_replicas must be >= 1, "
+                f"got {self.num_replicas}"
+            )
         if self.backend == "vllm" and self.gpus_per_replica <= 0:
             raise ValueError("policy.backend=vllm needs policy.gpus_per_replica > 0 (vLLM has no CPU build)")
         tp = self.vllm.tensor_parallel_size

@@ -8,10 +8,6 @@ from memprism_ray.policy.base import TaskPolicy
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.policy.contract import TaskContract
 
-#: Backends whose model lives in the policy pool's replicas (docs/gpu.md): a rollout,
-#: labelling or evaluation worker never builds one itself.
-POOL_BACKENDS = ("vllm", "hf")
-
 
 def make_policy(config: PolicyConfig, contract: TaskContract) -> TaskPolicy:
     """The :class:`TaskPolicy` selected by ``config.backend``, speaking ``contract``."""

@@ -121,7 +121,7 @@ def label_reference(
     import pyarrow.parquet as pq
 
     from memprism_ray.io_atomic import atomic_write_bytes
-    from memprism_ray.policy.factory import POOL_BACKENDS
+    from memprism_ray.policy.config import POOL_BACKENDS
 
     path = d1_dir / "labels.parquet"
     if path.exists():

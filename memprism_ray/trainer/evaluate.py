@@ -164,7 +164,7 @@ def evaluate(
     Frequency-Matched Random does."""
     from memprism_ray.eval.artifacts import safe_name
     from memprism_ray.eval.report import check_fresh_output
-    from memprism_ray.policy.factory import POOL_BACKENDS
+    from memprism_ray.policy.config import POOL_BACKENDS
 
     check_fresh_output(out_dir)  # before any work: reports are never silently replaced
     given = given_marginal(cfg)
