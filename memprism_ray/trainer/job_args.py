@@ -48,6 +48,7 @@ def parse_job_args(
         for what, value in (
             ("init_checkpoint", cfg.init_checkpoint),
             ("--checkpoint", getattr(args, "checkpoint", "")),
+            ("--resume", "" if cfg.run.resume == "auto" else cfg.run.resume),
         ):
             check_uploaded(value, what)
         if job is not None:

@@ -271,6 +271,7 @@ def test_a_run_in_rays_copy_of_the_working_dir_is_refused_before_anything_is_wri
     [
         ("grpo_alfworld.py", "--init_checkpoint", "init_checkpoint"),
         ("eval_alfworld.py", "--checkpoint", "--checkpoint"),
+        ("grpo_alfworld.py", "--resume", "--resume"),
     ],
 )
 def test_a_relative_checkpoint_missing_from_rays_copy_says_why(
