@@ -52,6 +52,8 @@ say = _printer("[grpo]")
 error = _printer("[grpo] error:", err=True)
 _eval_say = _printer("[eval]")
 _eval_error = _printer("[eval] error:", err=True)
+_d1_say = _printer("[d1]")
+_d1_error = _printer("[d1] error:", err=True)
 
 
 def prepare_benchmark(cfg: ExperimentConfig, benchmark: Benchmark, log: Any = say, *, trains: bool = True) -> Any:
@@ -408,18 +410,18 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
     benchmark = get_benchmark(benchmark_name)
     try:
         with job_start(cfg.run.ray_address, cfg.run.dir.parent, "run.out_dir"):
-            cfg = prepare_benchmark(cfg, benchmark, say)
+            cfg = prepare_benchmark(cfg, benchmark, _d1_say)
     except (ValueError, OSError, KeyboardInterrupt) as exc:
-        return start_refused(exc, error)
+        return start_refused(exc, _d1_error)
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     from memprism_ray.cluster.node_data import ship
 
     target = d1_dir(cfg.run.dir, cfg, benchmark)  # keyed by the config sections that make D1 (as in the GRPO job)
 
     def build() -> int:
-        data = ship(benchmark.data_trees(cfg), say)
-        path = run_d1(cfg, benchmark, target, say, data=data, train=train)
-        say(f"D1 checkpoint: {path}" if train else f"done: {path}")
+        data = ship(benchmark.data_trees(cfg), _d1_say)
+        path = run_d1(cfg, benchmark, target, _d1_say, data=data, train=train)
+        _d1_say(f"D1 checkpoint: {path}" if train else f"done: {path}")
         return 0
 
-    return explained(build, error, lambda: f"the finished D1 stages in {target} are reused when it runs again")
+    return explained(build, _d1_error, lambda: f"the finished D1 stages in {target} are reused when it runs again")

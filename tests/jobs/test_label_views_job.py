@@ -65,7 +65,7 @@ def test_a_labelling_task_whose_episodes_give_no_label_leaves_the_others_theirs(
     assert _label_job().main(["--config", "configs/local.yaml", *none]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "[grpo] error: D1: the view teacher labelled none of the 30 reference decisions ({'decisions': 30, "
+        "[d1] error: D1: the view teacher labelled none of the 30 reference decisions ({'decisions': 30, "
         "'labelled': 0, 'teacher_error': 0, 'fallback_skipped': 30}; fallback_skipped: every view gave the same "
         "action): label more games (label.games, label.rollin_games), or check the task policy and the reference data"
     ]
@@ -87,6 +87,6 @@ def test_a_task_policy_that_cannot_be_reached_in_d1_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith(
-        f"[grpo] error: the task policy's backend failed: http://127.0.0.1:{port}/v1/chat/completions failed 1 time(s)"
+        f"[d1] error: the task policy's backend failed: http://127.0.0.1:{port}/v1/chat/completions failed 1 time(s)"
     )
     assert "Connection refused" in err[0]
