@@ -352,7 +352,7 @@ def grpo_job(benchmark: str, description: str, argv: Sequence[str] | None = None
 def evaluate_job(benchmark_name: str, description: str, argv: Sequence[str] | None = None) -> int:
     """``jobs/eval_<benchmark>.py``: parse the arguments, then :func:`run_evaluation`."""
     benchmark = get_benchmark(benchmark_name)
-    args, cfg = parse_job_args(description, argv, job=benchmark.job_spec("eval"), evaluation=True)
+    args, cfg = parse_job_args(description, argv, job=benchmark.job_spec("eval"), evaluation=True, resumable=False)
     out_dir = Path(args.out) if args.out else cfg.run.dir / "eval"
     return run_evaluation(cfg, benchmark, args.checkpoint, out_dir, say=_eval_say, error=_eval_error)
 
@@ -406,7 +406,7 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
     from memprism_ray.cluster.placement import init_ray
     from memprism_ray.trainer.d1 import run_d1
 
-    _, cfg = parse_job_args(description, argv)
+    _, cfg = parse_job_args(description, argv, resumable=False)
     benchmark = get_benchmark(benchmark_name)
     try:
         with job_start(cfg.run.ray_address, cfg.run.dir.parent, "run.out_dir"):

@@ -16,13 +16,19 @@ from memprism_ray.config_tree import describe
 
 
 def parse_job_args(
-    description: str, argv: Sequence[str] | None = None, *, job: JobSpec | None = None, evaluation: bool = False
+    description: str,
+    argv: Sequence[str] | None = None,
+    *,
+    job: JobSpec | None = None,
+    evaluation: bool = False,
+    resumable: bool = True,
 ) -> tuple[argparse.Namespace, ExperimentConfig]:
     """``--config FILE [--resume auto|PATH] [--section.key VALUE ...]`` -> (args, config).
 
     With ``job`` (the benchmark's :class:`JobSpec`), also :func:`check_job`: everything is rejected
     here, before Ray starts or D1 runs. ``evaluation``: the evaluation jobs' ``--checkpoint``
-    (the Router to evaluate) and ``--out`` (the report directory)."""
+    (the Router to evaluate) and ``--out`` (the report directory). A job that is not
+    ``resumable`` refuses ``--resume`` rather than ignore it."""
     parser = argparse.ArgumentParser(
         description=description,
         epilog="Any other --section.key VALUE overrides one setting of the config tree (see --help-config).",
@@ -51,6 +57,13 @@ def parse_job_args(
             ("--resume", "" if cfg.run.resume == "auto" else cfg.run.resume),
         ):
             check_uploaded(value, what)
+        # Asked on the command line, not a run's own config.yaml (a resumed run's says auto).
+        asked = args.resume is not None or any(a.split("=")[0] == "--run.resume" for a in rest)
+        if asked and not resumable:
+            raise ValueError(
+                "--resume continues a GRPO run and this job has none: D1 reuses the stages it finished by "
+                "itself, an evaluation writes a new report directory"
+            )
         if job is not None:
             check_job(job, cfg)
     except ValueError as exc:

@@ -156,3 +156,33 @@ def test_the_evaluation_paths_expand_the_home_of_the_node_the_job_runs_on() -> N
     assert (args.checkpoint, args.out) == (str(Path.home() / "runs" / "c"), str(Path.home() / "ev"))
     args, _ = parse_job_args("x", ["--config", "configs/local.yaml"], evaluation=True)
     assert (args.checkpoint, args.out) == ("", "")
+
+
+@pytest.mark.parametrize("resume", [["--resume", "auto"], ["--run.resume", "auto"], ["--run.resume=auto"]])
+def test_a_job_without_a_run_to_continue_refuses_resume(resume: list[str], capsys: pytest.CaptureFixture) -> None:
+    """The D1 and evaluation jobs accepted ``--resume auto`` and ignored it (D1 reuses what it
+    finished by itself, an evaluation refuses an existing report directory)."""
+    with pytest.raises(SystemExit) as done:
+        parse_job_args("d1", ["--config", "configs/local.yaml", *resume], resumable=False)
+    assert done.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .endswith(
+            "error: --resume continues a GRPO run and this job has none: D1 reuses the stages it finished by itself, "
+            "an evaluation writes a new report directory"
+        )
+    )
+    assert parse_job_args("grpo", ["--config", "configs/local.yaml", *resume])[1].run.resume == "auto"
+
+
+def test_a_resumed_runs_own_config_is_taken_by_a_job_that_does_not_resume(tmp_path: Path) -> None:
+    """A resumed run's config.yaml says ``run.resume: auto``: evaluating with it is no resume."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "configs" / "local.yaml").read_text())
+    cfg.setdefault("run", {})["resume"] = "auto"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    _, got = parse_job_args("eval", ["--config", str(tmp_path / "config.yaml")], evaluation=True, resumable=False)
+    assert got.run.resume == "auto"
