@@ -71,7 +71,7 @@ class VLLMConfig(Decoding):
     limit_mm_per_prompt: int = field(2, help="most images per prompt (EB-ALFRED sends camera + view)")
     seed: int = field(0, help="engine and sampling seed")
     chat_template: str = field("model", help="'model' = the checkpoint's chat template, 'qwen2_vl' = built-in")
-    dtype: str = field("auto", help="weight dtype passed to vllm.LLM")
+    dtype: str = field("auto", help="weight dtype passed to vllm.LLM: auto, half, float16, bfloat16, float, float32")
     enforce_eager: bool = field(False, help="disable CUDA graphs (slower, less memory)")
     visual_token_family: str = field("qwen2.5-vl", help="rule used to count visual tokens")
     tokenizer: str = field("", help="tokenizer id or path ('' : the model's)")
