@@ -176,13 +176,7 @@ class Memory:
         from memprism_ray.policy.tokens import PromptTokenCounter
         from memprism_ray.recorder.phi.factory import build_phi
 
-        given = [name for name, v in (("checkpoint", checkpoint), ("view", view), ("marginal", marginal)) if v]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of checkpoint, view or marginal (got {', '.join(given) or 'none'})")
-        if view is not None and not view.startswith(("fixed:", "fixed_text:")):
-            raise ValueError(
-                f"view {view!r}: name a fixed view, e.g. fixed:TemporalTrace or fixed:TAU/WINDOW/FILTER/GAMMA"
-            )
+        _check_given(checkpoint, view, marginal)
         if max_events < 1:
             raise ValueError(f"max_events must be >= 1, got {max_events}")
         self.max_events = max_events
@@ -268,17 +262,51 @@ class Memory:
         return path
 
 
-def _router(checkpoint: str | Path) -> Any:
-    """The Router of ``checkpoint``, its weights hash-checked, loaded once per process."""
-    from memprism_ray.adapter.checkpoint import checkpoint_sha256, load_model
+def check_source(
+    *,
+    checkpoint: str | Path | None = None,
+    view: str | None = None,
+    marginal: str | Path | Sequence[float] | None = None,
+    seed: int = 0,
+) -> None:
+    """What :class:`Memory` refuses about where its views come from, loading no model: one of
+    the three, a fixed view's name, a marginal and its file, a checkpoint's files and weight
+    hash. The Serve app's builder says it once, before any replica starts."""
+    from memprism_ray.baselines.conditions import make_selector
 
-    path = Path(checkpoint)
+    _check_given(checkpoint, view, marginal)
+    if checkpoint:
+        _checked_sha256(Path(checkpoint))
+    else:
+        make_selector(str(view) if view else "freq_random", marginal=marginal, seed=seed)
+
+
+def _check_given(checkpoint: object, view: str | None, marginal: object) -> None:
+    given = [name for name, v in (("checkpoint", checkpoint), ("view", view), ("marginal", marginal)) if v]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of checkpoint, view or marginal (got {', '.join(given) or 'none'})")
+    if view is not None and not view.startswith(("fixed:", "fixed_text:")):
+        raise ValueError(f"view {view!r}: name a fixed view, e.g. fixed:TemporalTrace or fixed:TAU/WINDOW/FILTER/GAMMA")
+
+
+def _checked_sha256(path: Path) -> str:
+    """The weight file's hash of the Router checkpoint ``path``, against the one its config records."""
+    from memprism_ray.adapter.checkpoint import checkpoint_sha256
+
     if not (path / "config.json").is_file():
         raise ValueError(f"checkpoint {path}: not a Router checkpoint (no config.json)")
     try:
-        sha = checkpoint_sha256(path)  # the weight file's hash against the one its config records
+        return checkpoint_sha256(path)
     except Exception as exc:  # a file edited or cut short since it was saved
         raise ValueError(f"checkpoint {path} does not verify: {exc}") from None
+
+
+def _router(checkpoint: str | Path) -> Any:
+    """The Router of ``checkpoint``, its weights hash-checked, loaded once per process."""
+    from memprism_ray.adapter.checkpoint import load_model
+
+    path = Path(checkpoint)
+    sha = _checked_sha256(path)
     return _once(("router", str(path.resolve()), sha), lambda: load_model(path, verify=False).eval())
 
 

@@ -345,9 +345,22 @@ class MemoryServer:
 
 def build(args: dict[str, Any]) -> Any:
     """The Serve application (``serve run memprism_ray.serve.app:build key=value ...``): the
-    settings checked here (typed and validated as every config section is), before any replica
-    starts."""
-    return application(from_dict(ServeSettings, args, _where="serve"))
+    settings checked here (typed and validated as every config section is, the benchmark, view,
+    marginal or checkpoint as :class:`~memprism_ray.memory.Memory` checks them), before any
+    replica starts: a replica refusing them failed three times in tracebacks before ``serve
+    run`` said "Deploying application default failed"."""
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.memory import check_source
+
+    settings = from_dict(ServeSettings, args, _where="serve")
+    get_benchmark(settings.benchmark)
+    check_source(
+        checkpoint=settings.checkpoint or None,
+        view=settings.view or None,
+        marginal=settings.marginal or None,
+        seed=settings.seed,
+    )
+    return application(settings)
 
 
 def application(settings: ServeSettings, **deployment_options: Any) -> Any:

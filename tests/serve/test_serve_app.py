@@ -53,6 +53,28 @@ def served(ray_session):
     serve.shutdown()
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"checkpoint": "/nonexistent"}, "checkpoint /nonexistent: not a Router checkpoint (no config.json)"),
+        ({"view": "fixed:Nope"}, "unknown view tau 'Nope'; valid tau names: TemporalTrace, "),
+        ({"view": "TemporalTrace"}, "view 'TemporalTrace': name a fixed view, e.g. fixed:TemporalTrace"),
+        ({"marginal": "/nonexistent.json"}, "frequency-matched marginal: /nonexistent.json does not exist"),
+        ({"benchmark": "nope", "view": "fixed:TemporalTrace"}, "unknown benchmark 'nope'; known benchmarks: "),
+    ],
+)
+def test_the_builder_refuses_what_every_replica_would(args: dict, message: str) -> None:
+    """``serve run memprism_ray.serve.app:build checkpoint=/nonexistent``: three replicas failed
+    in tracebacks before Serve said "Deploying application default failed" (40 s here); the
+    builder says it first, in one line, as :class:`Memory` would."""
+    from memprism_ray.serve.app import build
+
+    with pytest.raises(ValueError) as err:
+        build(args)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    assert type(build({"view": "fixed:TemporalTrace"})).__name__ == "Application"
+
+
 def _local() -> Memory:
     return Memory(get_benchmark("alfworld").phi_spec(), view="fixed:TemporalTrace")
 
