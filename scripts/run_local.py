@@ -100,11 +100,19 @@ def main(argv: list[str] | None = None) -> int:
         else:
             head.stop()
     run_dir = out_dir / name
-    print(f"memprism-ray: job {status}; run directory {run_dir}")
+    print(f"memprism-ray: {ending(status, run_dir)}")
     summary = run_dir / "eval" / "summary.md"
     if summary.exists():
         print(summary.read_text())
     return {"SUCCEEDED": 0, "STOPPED": 130}.get(status, 1)
+
+
+def ending(status: str, run_dir: Path) -> str:
+    """The last line: the job's status and its run directory, or, for a job refused before it
+    wrote one (a bad setting: its one line is in the log above), that nothing was written."""
+    if run_dir.is_dir():
+        return f"job {status}; run directory {run_dir}"
+    return f"job {status}; no run directory was written ({run_dir}): the job's own line above says why"
 
 
 if __name__ == "__main__":
