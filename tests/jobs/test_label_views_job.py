@@ -5,25 +5,15 @@ in-process Ray session."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.ray]
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _label_job():
-    spec = importlib.util.spec_from_file_location("label_views_job", ROOT / "jobs" / "label_views.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_label_views_plays_the_rollins_its_config_names(
-    ray_session, memprism_tiny_corpus: Path, memprism_tiny_overrides, tmp_path: Path
+    ray_session, run_job, memprism_tiny_corpus: Path, memprism_tiny_overrides, tmp_path: Path
 ) -> None:
     import pyarrow.parquet as pq
 
@@ -32,7 +22,7 @@ def test_label_views_plays_the_rollins_its_config_names(
     from memprism_ray.trainer.run_dir import d1_dir
 
     overrides = memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "labels")  # 2 expert games, 1 roll-in
-    assert _label_job().main(["--config", "configs/local.yaml", *overrides]) == 0
+    assert run_job("label_views.py", ["--config", "configs/local.yaml", *overrides]) == 0
     cfg = load_config("configs/local.yaml", overrides)
     key_dir = d1_dir(cfg.run.dir, cfg, get_benchmark("alfworld"))  # the directory the GRPO job would reuse
     table = pq.read_table(key_dir / "expert_trajectories.parquet")
@@ -46,7 +36,12 @@ def test_label_views_plays_the_rollins_its_config_names(
 
 
 def test_a_labelling_task_whose_episodes_give_no_label_leaves_the_others_theirs(
-    ray_session, memprism_tiny_corpus: Path, memprism_tiny_overrides, tmp_path: Path, capsys: pytest.CaptureFixture
+    ray_session,
+    run_job,
+    memprism_tiny_corpus: Path,
+    memprism_tiny_overrides,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
 ) -> None:
     """Every decision of the tiny corpus's second training game is uninformative (every view
     gives the same action): the task labelling it raised, and D1 failed for all (a traceback),
@@ -56,13 +51,13 @@ def test_a_labelling_task_whose_episodes_give_no_label_leaves_the_others_theirs(
 
     overrides = memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "split")
     per_game = [*overrides, "--label.games", "2", "--label.rollin_games", "0", "--label.workers", "2"]
-    assert _label_job().main(["--config", "configs/local.yaml", *per_game]) == 0
+    assert run_job("label_views.py", ["--config", "configs/local.yaml", *per_game]) == 0
     out = capsys.readouterr().out
     assert "'decisions': 30, 'labelled': 10, 'teacher_error': 0, 'fallback_skipped': 20}" in out, out[-2000:]
     (labels,) = (tmp_path / "split" / "d1").glob("*/labels.parquet")
     assert pq.read_table(labels).num_rows == 10
     none = [*per_game, "--run.name", "none", "--label.counterfactual.candidates", "5"]  # one view: no spread
-    assert _label_job().main(["--config", "configs/local.yaml", *none]) == 1
+    assert run_job("label_views.py", ["--config", "configs/local.yaml", *none]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "[d1] error: D1: the view teacher labelled none of the 30 reference decisions ({'decisions': 30, "
@@ -72,7 +67,12 @@ def test_a_labelling_task_whose_episodes_give_no_label_leaves_the_others_theirs(
 
 
 def test_a_task_policy_that_cannot_be_reached_in_d1_is_one_line(
-    ray_session, memprism_tiny_corpus: Path, memprism_tiny_overrides, tmp_path: Path, capsys: pytest.CaptureFixture
+    ray_session,
+    run_job,
+    memprism_tiny_corpus: Path,
+    memprism_tiny_overrides,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
 ) -> None:
     """``policy.backend openai`` with no server at ``base_url``: D1's view teacher asks the policy
     in a Ray task, whose ``PolicyBackendError`` ended the job in a traceback."""
@@ -83,7 +83,7 @@ def test_a_task_policy_that_cannot_be_reached_in_d1_is_one_line(
     argv = [*overrides, "--label.games", "1", "--label.rollin_games", "0", "--label.workers", "1",
             "--policy.backend", "openai", "--policy.openai.base_url", f"http://127.0.0.1:{port}/v1",
             "--policy.openai.max_retries", "0"]  # fmt: skip
-    assert _label_job().main(["--config", "configs/local.yaml", *argv]) == 1
+    assert run_job("label_views.py", ["--config", "configs/local.yaml", *argv]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith(
