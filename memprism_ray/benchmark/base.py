@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from memprism_ray.benchmark.job_spec import JobSpec
     from memprism_ray.config import ExperimentConfig
     from memprism_ray.envs.base import Env, GameRef
+    from memprism_ray.eval.compare import Outcomes
     from memprism_ray.eval.episodes import EpisodeList
     from memprism_ray.eval.manifest import RunManifest
     from memprism_ray.policy.contract import TaskContract
@@ -301,6 +302,13 @@ class Benchmark:
         from memprism_ray.eval.report import failure_message
 
         return failure_message(dict(summary))
+
+    def compared(self, condition_dir: Path) -> list[Outcomes]:
+        """What ``memprism compare`` pairs between two evaluations of one condition, measure by
+        measure, read from the condition's directory: task success per episode."""
+        from memprism_ray.eval.compare import success
+
+        return success(condition_dir)
 
     def printed_summary(self, out_dir: Path) -> Path:
         """The file a job prints when the evaluation ends."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.cli import CliError
+from memprism_ray.eval.compare import Outcomes
 from memprism_ray.registry import DEFAULT_BENCHMARK, known_benchmarks
 
 #: option -> the config keys it sets (``--max-steps`` sets both horizons, which must agree).
@@ -98,7 +99,10 @@ def register(sub: Any) -> None:
     p.add_argument("--help-config", action=_HelpConfig, help="list every --section.key setting and exit")
     p.set_defaults(func=_eval, overrides=True)
 
-    c = sub.add_parser("compare", help="paired bootstrap SR difference between two evaluation directories")
+    c = sub.add_parser(
+        "compare",
+        help="paired bootstrap difference (SR; Mind2Web: step accuracy too) between two evaluations",
+    )
     c.add_argument(
         "dir_a", help="evaluation of A: one condition's directory (holds episodes.parquet), or an --out of eval"
     )
@@ -184,21 +188,6 @@ def _error(msg: str) -> None:
     print(f"memprism: error: {msg}", file=sys.stderr, flush=True)
 
 
-#: The columns of an evaluation's episodes.parquet that a comparison reads (eval/report.py).
-_OUTCOME_COLUMNS = ("episode_id", "won", "status")
-
-
-def _load_outcomes(path: Path) -> dict[str, bool]:
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path / "episodes.parquet")
-    missing = [c for c in _OUTCOME_COLUMNS if c not in table.column_names]
-    if missing:
-        raise CliError(f"{path / 'episodes.parquet'}: no column {', '.join(missing)}: not an evaluation's episodes")
-    # A failed episode is a failure, as in the reports' success rates.
-    return {r["episode_id"]: bool(r["won"]) and r["status"] != "failed" for r in table.to_pylist()}
-
-
 def _evaluations(path: Path) -> dict[str, Path]:
     """The condition directories ``path`` names: itself when it holds ``episodes.parquet`` (key
     ""), else each of its folders that does: the ``--out`` of ``memprism eval``, a run's ``eval/``."""
@@ -231,21 +220,34 @@ def _pairs(a: Path, b: Path) -> list[tuple[str, Path, Path]]:
     return [(name, ea[name], eb[name]) for name in common]
 
 
+def _outcomes(a: Path, b: Path) -> list[tuple[Outcomes, Outcomes]]:
+    """Each measure of A's and B's evaluations of one condition, as their benchmark reads them
+    (task success alone for a bare episodes table)."""
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.eval.compare import benchmark_of, success
+
+    names = {benchmark_of(a), benchmark_of(b)} - {None}
+    if len(names) > 1:
+        raise CliError(f"{a} is an evaluation of {benchmark_of(a)} and {b} of {benchmark_of(b)}: compare one benchmark")
+    read = get_benchmark(names.pop()).compared if names else success
+    return list(zip(read(a), read(b), strict=True))
+
+
 def _compare(args: argparse.Namespace) -> int:
     from memprism_ray.eval.report import paired_comparison
 
     for condition, a, b in _pairs(Path(args.dir_a), Path(args.dir_b)):
-        oa, ob = _load_outcomes(a), _load_outcomes(b)
-        res = paired_comparison(oa, ob, n_boot=args.boot, seed=args.seed)
-        if res["n_common"] == 0:
-            raise CliError(f"{a} and {b} share no episode ids: evaluate both on the same split and seed")
-        sr_a, sr_b = sum(oa.values()) / len(oa), sum(ob.values()) / len(ob)
-        res.update({"a": str(a), "b": str(b), "sr_a": sr_a, "sr_b": sr_b})
-        print(
-            (f"{condition}: " if condition else "")
-            + f"SR(A) = {100 * sr_a:.2f}% ({len(oa)} episodes), SR(B) = {100 * sr_b:.2f}% ({len(ob)} episodes)\n"
-            f"SR(B) - SR(A) on {res['n_common']} common episodes: {100 * res['diff']:+.2f} points, "
-            f"paired bootstrap 95% CI [{100 * res['ci95'][0]:+.2f}, {100 * res['ci95'][1]:+.2f}]"
-        )
-        print(json.dumps({"condition": condition, **res} if condition else res), flush=True)
+        for oa, ob in _outcomes(a, b):
+            res = paired_comparison(oa.items, ob.items, n_boot=args.boot, seed=args.seed)
+            if res["n_common"] == 0:
+                raise CliError(f"{a} and {b} share no {oa.noun[:-1]} ids: evaluate both on the same split and seed")
+            m = oa.label
+            res.update({"measure": oa.measure, "a": str(a), "b": str(b), "rate_a": oa.rate, "rate_b": ob.rate})
+            print(
+                (f"{condition}: " if condition else "") + f"{m}(A) = {100 * oa.rate:.2f}% ({len(oa.items)} {oa.noun}), "
+                f"{m}(B) = {100 * ob.rate:.2f}% ({len(ob.items)} {ob.noun})\n"
+                f"{m}(B) - {m}(A) on {res['n_common']} common {oa.noun}: {100 * res['diff']:+.2f} points, "
+                f"paired bootstrap 95% CI [{100 * res['ci95'][0]:+.2f}, {100 * res['ci95'][1]:+.2f}]"
+            )
+            print(json.dumps({"condition": condition, **res} if condition else res), flush=True)
     return 0

@@ -62,7 +62,8 @@ def test_compare_prints_the_paired_difference(agent_cli_eval, capsys: pytest.Cap
     won_b = {r["episode_id"]: r["won"] for r in pq.read_table(b / "episodes.parquet").to_pylist()}
     assert res["n_common"] == 3
     assert res["diff"] == pytest.approx(sum(won_b.values()) / 3 - sum(won_a.values()) / 3)
-    assert res["sr_a"] == pytest.approx(sum(won_a.values()) / 3) and res["a"] == str(a)
+    assert res["rate_a"] == pytest.approx(sum(won_a.values()) / 3) and res["a"] == str(a)
+    assert res["measure"] == "success"
     assert res["ci95"][0] <= res["diff"] <= res["ci95"][1]
     assert f"on 3 common episodes: {100 * res['diff']:+.2f} points" in text
     # Swapping the directories flips the sign.
@@ -208,7 +209,52 @@ def test_compare_counts_failed_episodes_as_failures(tmp_path: Path, capsys: pyte
     b = table(tmp_path / "b", [("e1", True, "ok"), ("e2", True, "failed"), ("e3", False, "failed")])
     assert main(["compare", str(a), str(b), "--boot", "200"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert res["n_common"] == 3 and res["sr_b"] == pytest.approx(1 / 3) and res["diff"] == pytest.approx(-1 / 3)
+    assert res["n_common"] == 3 and res["rate_b"] == pytest.approx(1 / 3) and res["diff"] == pytest.approx(-1 / 3)
+
+
+def _mind2web_eval(d: Path, correct: dict[str, list[bool]], expected: dict[str, int], failed: set[str]) -> Path:
+    """A Mind2Web condition directory as an evaluation writes it: the manifest naming the
+    benchmark, episodes and steps tables, and mind2web.json with each episode's recorded steps."""
+    d.mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps({"benchmark": "mind2web"}))
+    episodes = [
+        {"episode_id": e, "won": all(c) and len(c) == expected[e], "status": "failed" if e in failed else "ok",
+         "steps": len(c)}
+        for e, c in correct.items()
+    ]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(episodes), d / "episodes.parquet")
+    steps = [{"episode_id": e, "step": t, "correct": v} for e, c in correct.items() for t, v in enumerate(c)]
+    pq.write_table(pa.Table.from_pylist(steps), d / "steps.parquet")
+    (d / "mind2web.json").write_text(json.dumps({"expected_steps": expected}))
+    return d
+
+
+def test_compare_of_mind2web_evaluations_pairs_step_accuracy_then_episode_success(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Mind2Web's headline is the paper's step accuracy: ``memprism compare`` pairs it per
+    recorded step (a failed episode's unplayed steps wrong, as in its reports), then episode
+    success; an evaluation without the recorded steps, or of another benchmark, is one line."""
+    expected = {"e1": 2, "e2": 3}
+    a = _mind2web_eval(tmp_path / "a", {"e1": [True, True], "e2": [True, False, False]}, expected, set())
+    b = _mind2web_eval(tmp_path / "b", {"e1": [True, True], "e2": [True]}, expected, {"e2"})  # crashed after 1 of 3
+    assert main(["compare", str(a), str(b), "--boot", "200"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    steps, episodes = (json.loads(line) for line in lines if line.startswith("{"))
+    assert steps["measure"] == "step_accuracy" and steps["n_common"] == 5
+    assert steps["rate_a"] == pytest.approx(3 / 5) and steps["rate_b"] == pytest.approx(3 / 5)
+    assert episodes["measure"] == "episode_success" and episodes["n_common"] == 2
+    assert episodes["rate_a"] == episodes["rate_b"] == pytest.approx(1 / 2)
+    assert lines[0] == "step accuracy(A) = 60.00% (5 steps), step accuracy(B) = 60.00% (5 steps)"
+    (b / "mind2web.json").write_text("{}")
+    assert main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{b / 'mind2web.json'}: no expected_steps" in err
+    (b / "manifest.json").write_text(json.dumps({"benchmark": "alfworld"}))
+    assert main(["compare", str(a), str(b)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"memprism: error: {a} is an evaluation of mind2web and {b} of alfworld: compare one benchmark"
+    )
 
 
 @pytest.mark.parametrize(

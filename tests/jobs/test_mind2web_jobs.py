@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from memprism_ray.cli import main
+
 SMOKE = ["--config", "configs/mind2web_smoke.yaml", "--run.ray_address", "local", "--run.num_cpus", "2"]
 
 
@@ -87,7 +89,14 @@ def test_eval_job_reports_per_split(
     assert no_mem["overall"]["step_accuracy"] == trained["no_memory"]["overall"]["step_accuracy"]
     # Side by side per split: step accuracy, episode success, Mind2Web's own metrics, paired differences.
     assert (out / "mind2web.md").read_text().count("| full_history |") == 4
+    # `memprism compare` of two conditions pairs the same 20 steps the reports count.
     capsys.readouterr()
+    assert main(["compare", str(out / "no_memory"), str(out / "full_history"), "--boot", "200"]) == 0
+    step = json.loads(capsys.readouterr().out.strip().splitlines()[2])
+    rate = lambda m: m["overall"]["step_accuracy"]["rate"]  # noqa: E731
+    assert step["measure"] == "step_accuracy" and step["n_common"] == 20
+    assert (step["rate_a"], step["rate_b"]) == (rate(no_mem), rate(full))
+    assert step["diff"] == pytest.approx(rate(full) - rate(no_mem))
     assert run_job("eval_mind2web.py", argv) == 2  # reports are never silently replaced
     assert "already holds an evaluation" in capsys.readouterr().err
 

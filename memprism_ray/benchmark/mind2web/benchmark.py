@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from memprism_ray.agent import EpisodeResult
     from memprism_ray.benchmark.base import Report
     from memprism_ray.config import ExperimentConfig
+    from memprism_ray.eval.compare import Outcomes
     from memprism_ray.eval.manifest import RunManifest
     from memprism_ray.recorder.phi.base import Phi
 
@@ -244,6 +245,11 @@ class Mind2Web(Benchmark):
 
     def failures(self, summary: Report) -> str | None:
         return super().failures(summary["generic"])
+
+    def compared(self, condition_dir: Path) -> list[Outcomes]:
+        from memprism_ray.benchmark.mind2web.report import compared_outcomes
+
+        return compared_outcomes(condition_dir)
 
     def eval_metrics(self, summary: Report) -> list[Report]:
         return [

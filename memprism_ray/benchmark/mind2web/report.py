@@ -21,12 +21,14 @@ MindAct's element accuracy, op F1, step SR and task SR (issue 41 item 3).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from memprism_ray.eval import report as rpt
+from memprism_ray.eval.compare import OUTCOME_COLUMNS, Outcomes, episode_outcomes, read_episodes, read_table
 from memprism_ray.eval.stats import wilson_interval
 from memprism_ray.io_atomic import atomic_write_text
 
@@ -70,11 +72,6 @@ def step_outcomes(
     """``{"<episode_id>#<step>": 0/1}`` over every recorded human step of every planned episode."""
     per = _per_step(episodes, rows, expected_steps, lambda r: int(bool(r.get("correct", False))), 0)
     return {f"{eid}#{t}": v for eid, steps in per.items() for t, v in steps.items()}
-
-
-def episode_outcomes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
-    """Exact episode success per episode id (a failed episode is a failure)."""
-    return {str(e["episode_id"]): bool(e["won"]) and e["status"] != "failed" for e in episodes}
 
 
 def metric_py_step_scores(
@@ -175,11 +172,37 @@ def write_condition_metrics(
     episodes = [r.summary() for r in results]
     rep["mind2web"] = metrics = mind2web_metrics(episodes, rows, expected_steps, in_pool)
     rep["mind2web_pool"] = candidate_pool
+    # Each planned episode's recorded steps: what `memprism compare` counts a failed or cut-off
+    # episode's unplayed steps against, as the metrics above do.
+    expected = {
+        str(e["episode_id"]): int(expected_steps.get(str(e["episode_id"]), e.get("steps", 0))) for e in episodes
+    }
     doc = {"condition": condition, "candidate_pool": candidate_pool, "rules": RULES, **metrics}
+    doc["expected_steps"] = expected
     rpt.write_json(out_dir / "mind2web.json", doc)
     md = metrics_markdown(metrics, candidate_pool)
     atomic_write_text(out_dir / "mind2web.md", f"# Mind2Web: {condition}\n\n{md}\n")
     return rep
+
+
+def compared_outcomes(condition_dir: Path) -> list[Outcomes]:
+    """What ``memprism compare`` pairs for one Mind2Web condition: the paper's step accuracy
+    per recorded step (a failed episode's unplayed steps wrong), then exact episode success."""
+    episodes = read_episodes(condition_dir, (*OUTCOME_COLUMNS, "steps"))
+    path = condition_dir / "mind2web.json"
+    try:
+        expected = json.loads(path.read_text())["expected_steps"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(
+            f"{path}: no expected_steps ({type(exc).__name__}: {exc}): the step accuracy of a Mind2Web "
+            "evaluation is compared from the mind2web.json an evaluation of this version writes"
+        ) from None
+    rows = read_table(condition_dir / "steps.parquet", ("episode_id", "step", "correct"))
+    steps = step_outcomes(episodes, rows, expected)
+    return [
+        Outcomes("step_accuracy", "step accuracy", "steps", {k: bool(v) for k, v in steps.items()}),
+        Outcomes("episode_success", "episode success", "episodes", episode_outcomes(episodes)),
+    ]
 
 
 def _pct(rate: Mapping[str, Any]) -> str:

@@ -1,0 +1,71 @@
+"""What ``memprism compare`` pairs between two evaluations of one condition (paper appendix C
+"Common controlled protocol": paired comparisons on the same ordered items).
+
+An evaluation's condition directory holds one 0/1 outcome per item for each measure its
+benchmark reports (:meth:`memprism_ray.benchmark.base.Benchmark.compared`): task success per
+episode for every benchmark, and for Mind2Web the paper's step accuracy per recorded step
+first. Two evaluations are compared measure by measure on the items both hold.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: The columns of an evaluation's episodes.parquet that a comparison reads (eval/report.py).
+OUTCOME_COLUMNS = ("episode_id", "won", "status")
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """One measure of one evaluation: a 0/1 outcome per item."""
+
+    measure: str  # its key in ``memprism compare``'s JSON line: "success", "step_accuracy"
+    label: str  # as printed: "SR", "step accuracy"
+    noun: str  # what an item is, plural: "episodes", "steps"
+    items: dict[str, bool]
+
+    @property
+    def rate(self) -> float:
+        return sum(self.items.values()) / len(self.items) if self.items else 0.0
+
+
+def episode_outcomes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
+    """Task success per episode id; a failed episode is a failure, as in every report's SR."""
+    return {str(e["episode_id"]): bool(e["won"]) and e["status"] != "failed" for e in episodes}
+
+
+def read_table(path: Path, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows of the Parquet file ``path``; a ``ValueError`` naming the file and what is missing."""
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file: not a whole evaluation")
+    table = pq.read_table(path)
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: no column {', '.join(missing)}: not an evaluation's {path.stem}")
+    return table.select(list(columns)).to_pylist()
+
+
+def read_episodes(condition_dir: Path, columns: Sequence[str] = OUTCOME_COLUMNS) -> list[dict[str, Any]]:
+    return read_table(condition_dir / "episodes.parquet", columns)
+
+
+def success(condition_dir: Path) -> list[Outcomes]:
+    """Task success per episode (every benchmark's measure)."""
+    return [Outcomes("success", "SR", "episodes", episode_outcomes(read_episodes(condition_dir)))]
+
+
+def benchmark_of(condition_dir: Path) -> str | None:
+    """The benchmark ``manifest.json`` names (``None`` without a manifest: a table alone)."""
+    path = condition_dir / "manifest.json"
+    if not path.is_file():
+        return None
+    try:
+        return str(json.loads(path.read_text())["benchmark"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not an evaluation's manifest ({type(exc).__name__}: {exc})") from None
