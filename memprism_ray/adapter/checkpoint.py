@@ -14,10 +14,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
 import random
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -50,7 +51,13 @@ class TableA4Config:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)  # type: ignore[call-overload]
 
-    def check_optimizer(self) -> None:
+    def check_settings(self) -> None:
+        """Every number finite (a NaN ``lambda_cost`` or ``beta_kl`` passed the range checks and
+        trained 50 epochs to NaN weights), the optimizer's settings, the device."""
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{type(self).__name__}.{f.name} must be a finite number, got {value}")
         if not self.lr > 0 or self.weight_decay < 0 or not self.grad_norm > 0:  # type: ignore[attr-defined]
             raise ValueError(f"{type(self).__name__} needs lr > 0, weight_decay >= 0 and grad_norm > 0")
         check_device(self.device, f"{type(self).__name__}.device", auto=True)  # type: ignore[attr-defined]

@@ -107,7 +107,7 @@ class GRPOConfig(TableA4Config):
             v = getattr(self, name)
             if v is not None and not 0.0 < v < 1.0:
                 raise ValueError(f"GRPOConfig.{name} must be in (0, 1), got {v}")
-        self.check_optimizer()
+        self.check_settings()
         if self.beta_kl < 0 or self.beta_entropy < 0:
             raise ValueError("GRPOConfig.beta_kl and beta_entropy must be >= 0")
         steps = ("update_batch_size", "update_epochs", "iterations", "groups_per_iteration")

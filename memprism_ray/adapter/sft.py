@@ -59,7 +59,7 @@ class SFTConfig(TableA4Config):
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:
             raise ValueError(f"SFTConfig needs epochs >= 1 and batch_size >= 1, got {self.epochs}, {self.batch_size}")
-        self.check_optimizer()
+        self.check_settings()
         if self.lambda_cost < 0:
             raise ValueError(f"SFTConfig.lambda_cost must be >= 0, got {self.lambda_cost}")
         if self.schedule not in ("cosine", "constant"):
@@ -172,8 +172,9 @@ class SFTDataset:
 
     @classmethod
     def read_parquet(cls, path: str | Path) -> SFTDataset:
+        table = read_parquet(path)  # its errors name the file
         try:
-            return cls.from_arrow(read_parquet(path))
+            return cls.from_arrow(table)
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
 

@@ -92,5 +92,7 @@ def read_parquet(path: Any) -> Any:
 
     try:
         return pq.read_table(str(path))
+    except FileNotFoundError:  # its message is the path alone
+        raise ValueError(f"{path}: no such file") from None
     except Exception as exc:  # pyarrow raises several unrelated types for bad files
         raise ValueError(f"{path}: cannot read as Parquet ({exc})") from None

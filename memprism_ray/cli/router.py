@@ -112,12 +112,25 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fresh_out(out: Path, resume: str = "") -> Path:
+    """``out`` for a new checkpoint: never a file, never a checkpoint already there (``router
+    init`` overwrote a trained Router with fresh weights); checked before any work."""
+    from memprism_ray.cli import CliError
+
+    if out.exists() and not out.is_dir():
+        raise CliError(f"OUT {out} is a file, not a checkpoint directory: choose a new OUT")
+    if (out / "config.json").exists():
+        raise CliError(f"{out} already holds a checkpoint; {resume}choose a new OUT")
+    return out
+
+
 def _init(args: argparse.Namespace) -> int:
     import torch
 
     from memprism_ray.adapter.checkpoint import save_checkpoint
     from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 
+    _fresh_out(Path(args.out))
     torch.manual_seed(args.seed)
     model = ViewPolicyModel(RouterConfig())
     out = save_checkpoint(args.out, model, stage="init", extra={"seed": args.seed})
@@ -146,8 +159,7 @@ def _sft(args: argparse.Namespace) -> int:
         trainer = SFTTrainer(model, dataset, config)
         resume_trainer(trainer, ckpt)
     else:
-        if (out / "config.json").exists():
-            raise CliError(f"{out} already holds a checkpoint; pass --resume to continue it or choose a new OUT")
+        _fresh_out(out, "pass --resume to continue it or ")
         if args.init_ckpt:
             model = load_checkpoint(args.init_ckpt).model
         else:

@@ -323,6 +323,9 @@ def test_config_presets_follow_table_a4() -> None:
     assert (m2w.iterations, m2w.groups_per_iteration, m2w.group_size, m2w.reward) == (150, 8, 16, "action_correct")
     with pytest.raises(ValueError, match="both clip_eps_low and clip_eps_high"):
         GRPOConfig(clip_eps_low=0.1)
+    for key in ("beta_kl", "beta_entropy", "weight_decay", "progress_reward_coef"):  # each passed its range check
+        with pytest.raises(ValueError, match=f"GRPOConfig.{key} must be a finite number, got nan"):
+            GRPOConfig(**{key: float("nan")})
     with pytest.raises(ValueError, match="unknown GRPO preset"):
         grpo_preset("webshop")
     with pytest.raises(ValueError, match="reference model"):

@@ -68,7 +68,44 @@ def test_sft_trains_saves_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixt
     assert info["stage"] == "d1" and info["iteration"] == 2 and info["resumable"]
     assert info["train_config"]["preset_name"] == "alfred" and info["train_config"]["lambda_cost"] == 0.0
     assert main(["router", "sft", str(tmp_path / "none.parquet"), str(tmp_path / "o2")]) == 2
-    assert "cannot read as Parquet" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == f"memprism: error: {tmp_path / 'none.parquet'}: no such file\n"
+    assert main(["router", "sft", __file__, str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"memprism: error: {__file__}: cannot read as Parquet (") and err.count(__file__) == 2
+
+
+def test_a_fresh_checkpoint_never_overwrites_one_and_bad_settings_stop_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``router init`` over a trained Router wrote fresh weights over it; ``router sft`` to an OUT
+    that is a file trained an epoch before failing on ``[Errno 17]``, and a NaN
+    ``--lambda-cost`` trained every epoch to NaN weights."""
+    rng = np.random.default_rng(1)
+    q = rng.random((4, 144))
+    data = SFTDataset(rng.normal(size=(4, 384)), rng.normal(size=(4, 384)), rng.random((4, 128)), rng.random((4, 8)),
+                      q / q.sum(1, keepdims=True))  # fmt: skip
+    pq.write_table(data.to_arrow(), tmp_path / "d1.parquet")
+    trained = tmp_path / "trained"
+    assert main(["router", "sft", str(tmp_path / "d1.parquet"), str(trained), "--epochs", "1"]) == 0
+    weights = (trained / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    assert main(["router", "init", str(trained)]) == 2
+    assert capsys.readouterr().err == f"memprism: error: {trained} already holds a checkpoint; choose a new OUT\n"
+    assert (trained / "model.safetensors").read_bytes() == weights
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for cmd in (["router", "init", str(a_file)], ["router", "sft", str(tmp_path / "d1.parquet"), str(a_file)]):
+        assert main(cmd) == 2
+        out = capsys.readouterr()
+        assert out.err == f"memprism: error: OUT {a_file} is a file, not a checkpoint directory: choose a new OUT\n"
+        assert "epoch" not in out.out
+    for value in ("nan", "inf"):
+        assert main(["router", "sft", str(tmp_path / "d1.parquet"), str(tmp_path / "n"), "--lambda-cost", value]) == 2
+        assert (
+            capsys.readouterr().err == f"memprism: error: SFTConfig.lambda_cost must be a finite number, got {value}\n"
+        )
+        assert not (tmp_path / "n").exists()
 
 
 def test_info_on_a_checkpoint_without_router_config_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
