@@ -15,9 +15,10 @@ clusters/serve_memory.yaml`` (the variable: a local Ray on loopback; docs/memory
 ``GET /healthz``                       ``{"sessions", "replica", "cached", "torch_threads"}``
 =====================================  =======================================================
 
-Bad input is a 4xx with ``{"detail": one line}``: 400 a malformed body or field, 401 a missing or
-wrong token (``Authorization: Bearer``, when the app has one), 404 an unknown session, 409 a
-session id taken, or a record that other requests beat on other replicas three times (retry),
+Bad input is a 4xx with ``{"detail": one line}``: 400 a malformed body, field or an unknown field,
+401 a missing or wrong token (``Authorization: Bearer``, when the app has one), 404 an unknown
+session, 409 a session id taken, a view's ``steps`` beyond the session's, or a record that other
+requests beat on other replicas three times (retry),
 413 a session at its step limit, 429 the session limit. Sessions live in
 :class:`~memprism_ray.serve.store.SessionStore`, outside the replicas, so Serve's autoscaling
 adds and removes replicas freely and a replica that dies loses nothing (docs/memory.md "As a
@@ -32,6 +33,7 @@ import hmac
 import os
 import re
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -113,6 +115,19 @@ class SessionCache:
         self.sessions.pop(session_id, None)
 
 
+def _check_fields(given: Mapping[str, Any], required: tuple[str, ...], optional: tuple[str, ...]) -> None:
+    """A 400 naming the missing fields, or the unknown ones (a misspelt ``reward`` was recorded
+    as 0, a misspelt ``steps`` ignored)."""
+    missing = [k for k in required if k not in given]
+    if missing:
+        raise HTTPException(400, f"missing field(s): {', '.join(missing)}")
+    unknown = [str(k)[:40] for k in given if k not in required and k not in optional]
+    if unknown:
+        raise HTTPException(
+            400, f"unknown field(s): {', '.join(unknown[:5])}; this request takes {', '.join(required + optional)}"
+        )
+
+
 def _view_json(v: MemoryView, replica: str) -> dict[str, Any]:
     return {
         "replica": replica,
@@ -181,7 +196,7 @@ class MemoryServer:
             if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
                 raise HTTPException(401, "missing or wrong bearer token (Authorization: Bearer ...)")
 
-    async def _body(self, request: Request, *required: str) -> dict[str, Any]:
+    async def _body(self, request: Request, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Any]:
         self._check(request)
         try:
             body = await request.json()
@@ -189,9 +204,7 @@ class MemoryServer:
             raise HTTPException(400, "the body must be a JSON object") from None
         if not isinstance(body, dict):
             raise HTTPException(400, "the body must be a JSON object")
-        missing = [k for k in required if k not in body]
-        if missing:
-            raise HTTPException(400, f"missing field(s): {', '.join(missing)}")
+        _check_fields(body, required, optional)
         return body
 
     async def _session(self, session_id: str, steps: Any = None) -> Session:
@@ -227,7 +240,7 @@ class MemoryServer:
 
     @api.post("/sessions")
     async def create(self, request: Request) -> dict[str, str]:
-        body = await self._body(request, "goal")
+        body = await self._body(request, ("goal",), ("session_id", "task_type"))
         sid = body.get("session_id")
         if sid is not None and (not isinstance(sid, str) or not SESSION_ID.match(sid)):
             raise HTTPException(400, "session_id must be 1 to 128 letters, digits, '.', '_' or '-'")
@@ -245,7 +258,7 @@ class MemoryServer:
 
     @api.post("/sessions/{session_id}/events")
     async def record(self, session_id: str, request: Request) -> dict[str, int]:
-        body = await self._body(request, "observation", "action", "feedback")
+        body = await self._body(request, ("observation", "action", "feedback"), ("reward", "image"))
         image = body.get("image")
         if image is not None:
             try:
@@ -293,15 +306,14 @@ class MemoryServer:
         A GET has no body for the replica to fetch back from the proxy, so it is answered sooner
         (bench_serve.py's record: ``serve`` against ``serve_post``, and the floors of both)."""
         if request.method == "POST":
-            body = await self._body(request, "observation")
+            body = await self._body(request, ("observation",), ("steps",))
             return body["observation"], body.get("steps")
         self._check(request)
         query = request.query_params
         for name in ("observation", "steps"):
             if len(query.getlist(name)) > 1:
                 raise HTTPException(400, f"{name} is given {len(query.getlist(name))} times in the query")
-        if "observation" not in query:
-            raise HTTPException(400, "missing field(s): observation")
+        _check_fields(query, ("observation",), ("steps",))
         steps = query.get("steps")
         if steps is not None and steps.isdecimal() and len(steps) <= 18:  # int() refuses 4,300 digits and more
             return query["observation"], int(steps)
@@ -313,6 +325,11 @@ class MemoryServer:
             raise HTTPException(400, f"steps must be the number of steps recorded, got {steps!r}")
         async with self._lock(session_id):
             session = await self._session(session_id, steps)
+            if steps is not None and steps > session.steps:  # the store is written before a record answers
+                raise HTTPException(
+                    409, f"session {session_id!r} holds {session.steps} steps, fewer than the {steps} this request "
+                    "says were recorded: closed and opened again, or a record that was not answered 200"
+                )  # fmt: skip
             try:
                 return (await asyncio.to_thread(self.memory.views, [(session, observation)]))[0]
             except ValueError as exc:
