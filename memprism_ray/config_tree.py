@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -335,7 +336,7 @@ def load_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]
     except OSError as exc:  # a directory, no permission
         raise ValueError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=_unique_keys_loader()) or {}  # a SafeLoader: plain data only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -351,6 +352,28 @@ def load_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]
             raise ValueError(f"config file {path}: its base {path.parent / base} does not exist")
         data = merge(load_yaml(path.parent / base, (*_chain, path.resolve())), data)
     return data
+
+
+@functools.cache
+def _unique_keys_loader() -> type:
+    """PyYAML's SafeLoader refusing a key given twice in one mapping (it keeps the last one
+    silently: a preset edited by adding ``lr:`` under a section that had one lost a setting)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[str, int] = {}
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    if key_node.value in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key {key_node.value!r} is given twice (first at line {seen[key_node.value]})",
+                            key_node.start_mark,
+                        )  # fmt: skip
+                    seen[key_node.value] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
 
 
 def parse_overrides(args: Sequence[str]) -> dict[str, Any]:

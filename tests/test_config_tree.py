@@ -122,6 +122,15 @@ def test_yaml_presets_inherit_from_base(tmp_path: Path) -> None:
         ({"c.yaml": "base: sub\n", "sub/x.yaml": ""}, "config file {d}/sub cannot be read: Is a directory"),
         ({"c.yaml": "base: gone.yaml\n"}, "config file {d}/c.yaml: its base {d}/gone.yaml does not exist"),
         ({"c.yaml": b"\xff\xfe name: x"}, "config file {d}/c.yaml is not UTF-8 text (byte 0: invalid start byte)"),
+        # PyYAML keeps the last of two equal keys: a setting lost without a word.
+        (
+            {"c.yaml": "grpo:\n  lr: 1.0e-6\n  beta_kl: 0.1\n  lr: 2.0e-6\n"},
+            "config file {d}/c.yaml is not valid YAML at line 4, column 3: key 'lr' is given twice (first at line 2)",
+        ),
+        (
+            {"c.yaml": "grpo:\n  lr: 1.0e-6\nrun:\n  name: a\ngrpo: {}\n"},
+            "config file {d}/c.yaml is not valid YAML at line 5, column 1: key 'grpo' is given twice (first at line 1)",
+        ),
     ],
 )
 def test_a_broken_preset_is_one_line_naming_the_file(tmp_path: Path, files: dict[str, Any], message: str) -> None:
