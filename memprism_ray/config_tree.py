@@ -380,6 +380,7 @@ def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
     """``["--grpo.lr", "1e-6", "--run.name=x"]`` -> ``{"grpo": {"lr": "1e-6"}, "run": {"name": "x"}}``
     (values stay strings; :func:`from_dict` coerces them)."""
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}
     i = 0
     args = list(args)
     while i < len(args):
@@ -395,8 +396,12 @@ def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
                 raise ValueError(f"override {arg} has no value")
             value = args[i + 1]
             i += 2
+        key = key.replace("-", "_")
+        if key in given:  # as in a preset (load_yaml): the first value is never dropped unsaid
+            raise ValueError(f"override --{key} is given twice ({given[key]!r}, then {value!r}): give it once")
+        given[key] = value
         try:
-            set_path(out, key.replace("-", "_"), value)
+            set_path(out, key, value)
         except ValueError:
             raise ValueError(f"override {arg} conflicts with an earlier one") from None
     return out

@@ -24,3 +24,15 @@ def test_the_last_line_names_a_run_directory_only_when_one_was_written(tmp_path:
     )
     run.mkdir()
     assert ending("SUCCEEDED", run) == f"job SUCCEEDED; run directory {run}"
+
+
+def test_the_run_name_and_directory_are_its_own_options(capsys) -> None:
+    """``make run`` passes the job ``--run.name``/``--run.out_dir`` itself; given again among the
+    overrides, the job refused the key twice after a Ray head had started."""
+    import pytest
+
+    for override in (["--run.name", "x"], ["--run.out-dir=/tmp/x"]):
+        with pytest.raises(SystemExit) as exit_:
+            _run_local().main(["--", *override])
+        assert exit_.value.code == 2
+        assert "give the run's name with --name; its directory is runs/<name> here" in capsys.readouterr().err
