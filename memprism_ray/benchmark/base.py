@@ -11,6 +11,7 @@ shared packages hold no table or branch keyed by a benchmark's name
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,6 +179,19 @@ class Benchmark:
             raise BenchmarkConfigError(
                 f"grpo.reward={cfg.grpo.reward!r} is not defined for {self.name}; it defines: {', '.join(self.rewards)}"
             )
+        for name, section in cfg.sections.items():  # --mind2web.eval_tasks 3 on an ALFWorld job did nothing, unsaid
+            if name == self.name or not dataclasses.is_dataclass(section):
+                continue
+            default = type(section)()
+            changed = [
+                f.name for f in dataclasses.fields(section) if getattr(section, f.name) != getattr(default, f.name)
+            ]
+            if changed:
+                keys = ", ".join(f"{name}.{k}" for k in changed)
+                raise BenchmarkConfigError(
+                    f"{keys}: the {self.name} jobs do not read the {name} settings (corpus.benchmark={self.name}); "
+                    f"remove {'them' if len(changed) > 1 else 'it'}, or run the {name} job"
+                )
 
     def prepare(self, cfg: ExperimentConfig, log: Callable[[str], None] = print) -> ExperimentConfig:
         """The config with its data resolved (a corpus built, a fixture generated, a release

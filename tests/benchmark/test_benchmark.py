@@ -42,6 +42,16 @@ def test_a_config_for_another_benchmark_is_refused_in_one_line() -> None:
     )
     with pytest.raises(BenchmarkConfigError, match=r"grpo\.reward='action_correct' is not defined for alfworld"):
         get_benchmark("alfworld").check(load_config("configs/local.yaml", ["--grpo.reward", "action_correct"]))
+    # Another benchmark's settings did nothing in this job, unsaid; every preset leaves them alone.
+    with pytest.raises(BenchmarkConfigError) as other:
+        get_benchmark("alfworld").check(load_config("configs/local.yaml", ["--mind2web.eval_tasks", "3"]))
+    assert str(other.value) == (
+        "mind2web.eval_tasks: the alfworld jobs do not read the mind2web settings (corpus.benchmark=alfworld); "
+        "remove it, or run the mind2web job"
+    )
+    for preset in Path("configs").glob("*.yaml"):
+        cfg = load_config(preset)
+        get_benchmark(cfg.corpus.benchmark).check(cfg)
 
 
 def test_trajectory_return_follows_the_reward_setting() -> None:
