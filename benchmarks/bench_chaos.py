@@ -39,6 +39,7 @@ from typing import Any
 from _results import ROOT, write_result
 
 from memprism_ray.adapter.checkpoint import WEIGHTS_FILE
+from memprism_ray.cli import int_at_least
 from memprism_ray.testing.chaos import ChaosMonkey, grpo_rows, random_schedule
 from memprism_ray.testing.local_cluster import LocalCluster, can_isolate_disks
 
@@ -68,10 +69,10 @@ def weights(run: Path, iterations: int) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--schedules", type=int, default=20, help="random schedules to play")
-    p.add_argument("--seed", type=int, default=0, help="schedule i is random_schedule(seed + i)")
-    p.add_argument("--iterations", type=int, default=6, help="GRPO iterations per run")
-    p.add_argument("--nodes", type=int, default=2, help="worker nodes of 1 CPU")
+    p.add_argument("--schedules", type=int_at_least(1), default=20, help="random schedules to play")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="schedule i is random_schedule(seed + i)")
+    p.add_argument("--iterations", type=int_at_least(1), default=6, help="GRPO iterations per run")
+    p.add_argument("--nodes", type=int_at_least(1), default=2, help="worker nodes of 1 CPU")
     p.add_argument("--keep", action="store_true", help="keep the runs' folder (printed)")
     args = p.parse_args()
     # A SIGTERM (a timeout, a kill) unwinds through the finally below: the cluster is stopped.

@@ -35,6 +35,7 @@ from bench_router_training import grpo_batch
 
 from memprism_ray.actors.learner import checkpoint_files
 from memprism_ray.adapter.grpo_update import GRPOConfig, GRPOUpdater
+from memprism_ray.cli import int_at_least
 from memprism_ray.io_atomic import write_files
 from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 
@@ -46,8 +47,10 @@ def iteration_seconds(run: Path) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="repetitions")
-    parser.add_argument("--decisions", type=int, default=631, help="decisions of the update before (make run: ~630)")
+    parser.add_argument("--rounds", type=int_at_least(1), default=5, help="repetitions")
+    parser.add_argument(
+        "--decisions", type=int_at_least(1), default=631, help="decisions of the update before (make run: ~630)"
+    )
     parser.add_argument("--run", type=Path, default=None, help="a finished run whose iteration times to compare")
     args = parser.parse_args()
     torch.set_num_threads(2)

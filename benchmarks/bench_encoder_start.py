@@ -23,6 +23,8 @@ from pathlib import Path
 
 from _results import summarize, write_result
 
+from memprism_ray.cli import int_at_least
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: One side: import, load, embed one text; print the seconds and the embedding's bytes as hex.
@@ -52,7 +54,7 @@ def start(side: str) -> tuple[float, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5, help="fresh processes per side")
+    ap.add_argument("--rounds", type=int_at_least(1), default=5, help="fresh processes per side")
     args = ap.parse_args(argv)
     seconds: dict[str, list[float]] = {s: [] for s in SIDES}
     ratios: list[float] = []

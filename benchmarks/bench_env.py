@@ -53,6 +53,8 @@ from typing import Any
 
 from _results import write_result
 
+from memprism_ray.cli import int_at_least
+
 JUNK_COMMANDS = ("jump", "take unicorn 1 from sofa 1", "open the pod bay doors", "go to moon 1")
 
 
@@ -150,11 +152,15 @@ def pick_games(data_root: str | None, n: int) -> list[Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--games", type=int, default=20)
-    ap.add_argument("--group", type=int, default=16, help="AlfworldEnv resets per game (>= 2; default 16 = G)")
-    ap.add_argument("--stock-resets", type=int, default=2, help="stock resets per game (each loads the game)")
-    ap.add_argument("--steps", type=int, default=20, help="commands per game")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--games", type=int_at_least(1), default=20)
+    ap.add_argument(
+        "--group", type=int_at_least(1), default=16, help="AlfworldEnv resets per game (>= 2; default 16 = G)"
+    )
+    ap.add_argument(
+        "--stock-resets", type=int_at_least(1), default=2, help="stock resets per game (each loads the game)"
+    )
+    ap.add_argument("--steps", type=int_at_least(1), default=20, help="commands per game")
+    ap.add_argument("--seed", type=int_at_least(0), default=0)
     ap.add_argument("--data-root", default=None, help="alfworld-download tree (default: the embedded corpus)")
     ap.add_argument("--stock-worker", nargs=2, metavar=("GAMES_JSON", "OUT_JSON"), help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -26,14 +26,16 @@ from typing import Any
 
 from _results import write_result
 
+from memprism_ray.cli import int_at_least
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--episodes", type=int, default=24, help="evaluation episodes per round and side")
-    p.add_argument("--rounds", type=int, default=2, help="measured rounds (median reported)")
+    p.add_argument("--episodes", type=int_at_least(1), default=24, help="evaluation episodes per round and side")
+    p.add_argument("--rounds", type=int_at_least(1), default=2, help="measured rounds (median reported)")
     p.add_argument("--condition", default="fixed:TemporalTrace")
     args = p.parse_args()
 

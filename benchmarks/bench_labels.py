@@ -26,6 +26,7 @@ from _results import write_result
 
 from memprism_ray.adapter.d1_labels import LabelState, counterfactual_labels
 from memprism_ray.benchmark.alfworld.scripted import ScriptedPolicy
+from memprism_ray.cli import int_at_least
 from memprism_ray.router.encoder import HashingEncoder
 from memprism_ray.router.features import FeatureExtractor
 from memprism_ray.router.teacher import decision_states
@@ -61,9 +62,11 @@ def label(policy: Any, sts: list[LabelState]) -> tuple[float, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--states", type=int, default=24, help="decision states labelled per round")
-    ap.add_argument("--events", type=int, default=20, help="events before each state (ALFWorld default: 25 steps)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per variant")
+    ap.add_argument("--states", type=int_at_least(1), default=24, help="decision states labelled per round")
+    ap.add_argument(
+        "--events", type=int_at_least(0), default=20, help="events before each state (ALFWorld default: 25 steps)"
+    )
+    ap.add_argument("--rounds", type=int_at_least(1), default=3, help="interleaved rounds per variant")
     args = ap.parse_args()
     sts = states(args.states, args.events)
     times: dict[str, list[float]] = {"painted": [], "laid_out": []}

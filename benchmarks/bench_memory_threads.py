@@ -24,6 +24,7 @@ from _results import write_result
 from memprism_ray.agent import _map_threads, each_request
 from memprism_ray.baselines.local import relay_for
 from memprism_ray.baselines.memory import MemoryBaselineConfig, MemoryCounters
+from memprism_ray.cli import int_at_least
 
 
 def serve(latency: float) -> ThreadingHTTPServer:
@@ -50,9 +51,9 @@ def serve(latency: float) -> ThreadingHTTPServer:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--episodes", type=int, default=16)
+    ap.add_argument("--episodes", type=int_at_least(1), default=16)
     ap.add_argument("--latency", type=float, default=0.2)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int_at_least(1), default=3)
     args = ap.parse_args()
     import httpx
 

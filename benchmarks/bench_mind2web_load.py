@@ -26,6 +26,7 @@ from _results import write_result
 
 from memprism_ray.benchmark.mind2web import data
 from memprism_ray.benchmark.mind2web.env import Mind2WebReplayEnv
+from memprism_ray.cli import int_at_least
 from memprism_ray.envs.base import GameRef
 
 
@@ -65,11 +66,11 @@ def _play(env: Mind2WebReplayEnv, game: GameRef, steps: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tasks", type=int, default=20)
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--raw-kb", type=int, default=200)
-    ap.add_argument("--clean-kb", type=int, default=40)
-    ap.add_argument("--resets", type=int, default=16)
+    ap.add_argument("--tasks", type=int_at_least(1), default=20)
+    ap.add_argument("--steps", type=int_at_least(1), default=8)
+    ap.add_argument("--raw-kb", type=int_at_least(1), default=200)
+    ap.add_argument("--clean-kb", type=int_at_least(1), default=40)
+    ap.add_argument("--resets", type=int_at_least(1), default=16)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = _file(Path(tmp), args.tasks, args.steps, args.raw_kb, args.clean_kb)

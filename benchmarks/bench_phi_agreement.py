@@ -48,6 +48,7 @@ from typing import Any
 
 from _results import write_result
 
+from memprism_ray.cli import int_at_least
 from memprism_ray.recorder import EventStream, RawEvent, split_key
 from memprism_ray.recorder.phi.factory import record_lockstep
 
@@ -133,18 +134,18 @@ def agreement(rule_streams: list[EventStream], llm_streams: list[EventStream]) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--games", type=int, default=4)
-    ap.add_argument("--max-steps", type=int, default=30)
+    ap.add_argument("--games", type=int_at_least(1), default=4)
+    ap.add_argument("--max-steps", type=int_at_least(1), default=30)
     ap.add_argument("--random-rate", type=float, default=0.2)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int_at_least(0), default=0)
     ap.add_argument("--data-root", default="", help="ALFWorld data root ('' : the embedded corpus)")
     ap.add_argument("--streams", nargs="*", default=[], help="recorded event streams instead of playing games")
     ap.add_argument("--base-url", default="", help="OpenAI-compatible endpoint of the LLM Phi ('' : none)")
     ap.add_argument("--model", default="", help="model name the endpoint serves")
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--max-tokens", type=int, default=512)
+    ap.add_argument("--concurrency", type=int_at_least(1), default=16)
+    ap.add_argument("--max-tokens", type=int_at_least(1), default=512)
     ap.add_argument("--timeout-s", type=float, default=120.0)
-    ap.add_argument("--retries", type=int, default=2)
+    ap.add_argument("--retries", type=int_at_least(0), default=2)
     args = ap.parse_args(argv)
 
     from memprism_ray.benchmark.alfworld.phi import AlfworldPhi

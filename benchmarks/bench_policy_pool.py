@@ -66,6 +66,7 @@ os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
 import ray  # noqa: E402
 from _results import summarize, write_result  # noqa: E402
 
+from memprism_ray.cli import int_at_least  # noqa: E402
 from memprism_ray.policy.base import HistoryRecord, PolicyInput  # noqa: E402
 
 NAME = "bench_policy_pool"
@@ -477,27 +478,41 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--engine", choices=("vllm", "fake"), default="vllm")
     p.add_argument("--model", default="/tmp/memprism-dummy-qwen25vl-7b", help="model dir (built if missing)")
-    p.add_argument("--workers", type=int, default=8, help="rollout-worker-like callers")
-    p.add_argument("--group", type=int, default=16, help="decisions per caller per step (group size)")
-    p.add_argument("--steps", type=int, default=6, help="measured decision steps per caller (issue 31: >= 6)")
-    p.add_argument("--reps", type=int, default=3, help="repetitions of each core and layout pattern")
-    p.add_argument("--rollout-reps", type=int, default=1, help="repetitions of each rollout-loop variant")
-    p.add_argument("--max-tokens", type=int, default=48, help="completion tokens (ignore_eos: exactly this many)")
-    p.add_argument("--probe-tokens", type=int, default=8, help="completion tokens of the decode probe (0: none)")
+    p.add_argument("--workers", type=int_at_least(1), default=8, help="rollout-worker-like callers")
+    p.add_argument("--group", type=int_at_least(1), default=16, help="decisions per caller per step (group size)")
+    p.add_argument(
+        "--steps", type=int_at_least(1), default=6, help="measured decision steps per caller (issue 31: >= 6)"
+    )
+    p.add_argument("--reps", type=int_at_least(1), default=3, help="repetitions of each core and layout pattern")
+    p.add_argument("--rollout-reps", type=int_at_least(1), default=1, help="repetitions of each rollout-loop variant")
+    p.add_argument(
+        "--max-tokens", type=int_at_least(1), default=48, help="completion tokens (ignore_eos: exactly this many)"
+    )
+    p.add_argument(
+        "--probe-tokens", type=int_at_least(0), default=8, help="completion tokens of the decode probe (0: none)"
+    )
     p.add_argument("--stages", default="core,layout,rollout,frontend", help=f"comma list of {', '.join(STAGES)}")
     p.add_argument("--llm-batch", action="store_true", help="also time vllm.LLM on one batch (own engine start)")
-    p.add_argument("--frontend-threads", type=int, default=4, help="vllm.frontend_threads of the replica")
-    p.add_argument("--max-num-batched-tokens", type=int, default=None, help="override vllm.max_num_batched_tokens")
-    p.add_argument("--max-num-seqs", type=int, default=None, help="override vllm.max_num_seqs")
+    p.add_argument("--frontend-threads", type=int_at_least(1), default=4, help="vllm.frontend_threads of the replica")
+    p.add_argument(
+        "--max-num-batched-tokens", type=int_at_least(1), default=None, help="override vllm.max_num_batched_tokens"
+    )
+    p.add_argument("--max-num-seqs", type=int_at_least(1), default=None, help="override vllm.max_num_seqs")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     p.add_argument("--enforce-eager", action="store_true", help="no torch.compile / CUDA graphs: a short start")
     p.add_argument("--compile-cache", default="", help="VLLM_CACHE_ROOT for the engine (torch.compile artefacts)")
     p.add_argument("--cpu-ms", type=float, default=CPU_MS_PER_DECISION, help="rollout: mean CPU ms a decision")
-    p.add_argument("--cpu-parallel", type=int, default=4, help="rollout: processes working off a group's CPU side")
+    p.add_argument(
+        "--cpu-parallel", type=int_at_least(1), default=4, help="rollout: processes working off a group's CPU side"
+    )
     p.add_argument("--peak-tflops", type=float, default=800.0, help="bf16 dense TFLOP/s of the GPU (H100: ~800)")
     p.add_argument("--model-params", type=float, default=7.6e9, help="parameters of the language model")
-    p.add_argument("--project-completion-tokens", type=int, default=256, help="projection: a second completion length")
-    p.add_argument("--teacher-completion-tokens", type=int, default=256, help="projection: D1 teacher reply tokens")
+    p.add_argument(
+        "--project-completion-tokens", type=int_at_least(1), default=256, help="projection: a second completion length"
+    )
+    p.add_argument(
+        "--teacher-completion-tokens", type=int_at_least(1), default=256, help="projection: D1 teacher reply tokens"
+    )
     p.add_argument("--paper-config", default=str(ROOT / "configs" / "alfworld_paper.yaml"))
     p.add_argument("--deadline-s", type=float, default=0.0, help="skip stages that would end later (0: none)")
     p.add_argument("--timeout", type=float, default=900.0, help="longest wait for one Ray call")

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from _results import write_result
 
+from memprism_ray.cli import int_at_least
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -37,10 +39,10 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--groups", type=int, default=4, help="groups per measured run")
-    p.add_argument("--group-size", type=int, default=4, help="trajectories per group")
-    p.add_argument("--max-steps", type=int, default=15, help="steps per trajectory")
-    p.add_argument("--repeats", type=int, default=2, help="measured runs per side (median reported)")
+    p.add_argument("--groups", type=int_at_least(1), default=4, help="groups per measured run")
+    p.add_argument("--group-size", type=int_at_least(1), default=4, help="trajectories per group")
+    p.add_argument("--max-steps", type=int_at_least(1), default=15, help="steps per trajectory")
+    p.add_argument("--repeats", type=int_at_least(1), default=2, help="measured runs per side (median reported)")
     p.add_argument(
         "--layout",
         default="pools",

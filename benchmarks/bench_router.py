@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from _results import write_result
 
+from memprism_ray.cli import int_at_least
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
 from memprism_ray.router.encoder import EncoderConfig, HashingEncoder, TextEncoder
 from memprism_ray.router.features import FeatureExtractor
@@ -110,8 +111,10 @@ def main() -> None:
     parser.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm", help="text encoder (minilm)")
     parser.add_argument("--seconds", type=float, default=4.0, help="time per measurement and mode")
     parser.add_argument("--batches", default="1,16,128", help="comma-separated batch sizes")
-    parser.add_argument("--episodes", type=int, default=128, help="distinct episodes (goals) decisions come from")
-    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch default)")
+    parser.add_argument(
+        "--episodes", type=int_at_least(1), default=128, help="distinct episodes (goals) decisions come from"
+    )
+    parser.add_argument("--threads", type=int_at_least(0), default=0, help="torch intra-op threads (0: torch default)")
     args = parser.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)

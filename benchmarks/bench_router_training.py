@@ -34,6 +34,7 @@ import torch
 from _results import write_result
 
 from memprism_ray.adapter.grpo_update import GRPOBatch, GRPOConfig, GRPOUpdater
+from memprism_ray.cli import int_at_least
 from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM
 from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 from memprism_ray.view_space import NUM_ACTIONS
@@ -74,11 +75,13 @@ def grpo_batch(n: int, rng: np.random.Generator) -> GRPOBatch:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per comparison")
-    parser.add_argument("--sft-batch", type=int, default=16, help="D1 batch size (configs/local.yaml: 16)")
-    parser.add_argument("--sft-steps", type=int, default=5, help="D1 steps timed per round and variant")
-    parser.add_argument("--decisions", type=int, default=631, help="decisions per D2 update (make run: about 630)")
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--rounds", type=int_at_least(1), default=5, help="interleaved rounds per comparison")
+    parser.add_argument("--sft-batch", type=int_at_least(1), default=16, help="D1 batch size (configs/local.yaml: 16)")
+    parser.add_argument("--sft-steps", type=int_at_least(1), default=5, help="D1 steps timed per round and variant")
+    parser.add_argument(
+        "--decisions", type=int_at_least(1), default=631, help="decisions per D2 update (make run: about 630)"
+    )
+    parser.add_argument("--threads", type=int_at_least(0), default=2, help="torch intra-op threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

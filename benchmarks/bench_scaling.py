@@ -105,6 +105,8 @@ for _k, _v in {
 
 from _results import RESULTS_DIR, summarize, write_result  # noqa: E402
 
+from memprism_ray.cli import int_at_least  # noqa: E402
+
 #: The paper's GRPO run (configs/alfworld_paper.yaml; Table A.4).
 PAPER = {"groups": 8, "group_size": 16, "steps": 50, "iterations": 100}
 PROJECTED_GPU_NODES = (1, 4, 16)
@@ -640,12 +642,12 @@ def measured_costs(n1: Mapping[str, Any], row_bytes: float, weights_bytes: int) 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", default="1,2,4", help="worker-node counts, comma-separated (must include 1)")
-    p.add_argument("--repeats", type=int, default=3, help="timed iterations per N (median and range)")
-    p.add_argument("--groups-per-worker", type=int, default=2, help="groups per worker per iteration")
-    p.add_argument("--group-size", type=int, default=4, help="trajectories per group")
-    p.add_argument("--max-steps", type=int, default=10, help="steps per trajectory")
+    p.add_argument("--repeats", type=int_at_least(1), default=3, help="timed iterations per N (median and range)")
+    p.add_argument("--groups-per-worker", type=int_at_least(1), default=2, help="groups per worker per iteration")
+    p.add_argument("--group-size", type=int_at_least(1), default=4, help="trajectories per group")
+    p.add_argument("--max-steps", type=int_at_least(1), default=10, help="steps per trajectory")
     p.add_argument("--step-ms", type=float, default=40.0, help="the fake engine's step (ms), whatever the batch")
-    p.add_argument("--tokens", type=int, default=10, help="engine steps (tokens) per decision")
+    p.add_argument("--tokens", type=int_at_least(1), default=10, help="engine steps (tokens) per decision")
     p.add_argument("--idle-s", type=float, default=4.0, help="idle window per N for the CPU baseline (s)")
     p.add_argument(
         "--gpu-rate",

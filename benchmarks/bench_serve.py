@@ -43,6 +43,8 @@ from typing import Any
 
 from _results import percentile, summarize, write_result
 
+from memprism_ray.cli import int_at_least
+
 Step = tuple[str, str, str, float]
 
 
@@ -200,10 +202,10 @@ def floor_round(url: str, episode: list[Step], sizes: list[int], method: str = "
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", default="1,4,16", help="concurrent clients, comma-separated")
-    ap.add_argument("--steps", type=int, default=50, help="steps of the recorded episode")
-    ap.add_argument("--rounds", type=int, default=3, help="repetitions of the whole comparison")
+    ap.add_argument("--steps", type=int_at_least(1), default=50, help="steps of the recorded episode")
+    ap.add_argument("--rounds", type=int_at_least(1), default=3, help="repetitions of the whole comparison")
     ap.add_argument("--checkpoint", default="", help="Router checkpoint ('' : a seeded untrained Router)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int_at_least(0), default=0)
     ap.add_argument("--pause-ms", type=float, default=20.0, help="idle between the steps of library_paused")
     args = ap.parse_args(argv)
     clients = [int(c) for c in args.clients.split(",")]

@@ -34,6 +34,8 @@ from pathlib import Path
 
 from _results import write_result
 
+from memprism_ray.cli import int_at_least
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -54,7 +56,7 @@ def _serialized_size(obj: object) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--episodes", type=int, default=8, help="seeded episodes per horizon (mean reported)")
+    p.add_argument("--episodes", type=int_at_least(1), default=8, help="seeded episodes per horizon (mean reported)")
     p.add_argument("--window", default="any", choices=("any", "all", "recent_short", "recent_long"))
     args = p.parse_args()
 

@@ -61,6 +61,7 @@ from pathlib import Path
 from _results import percentile, write_result
 from PIL import Image, ImageDraw
 
+from memprism_ray.cli import int_at_least
 from memprism_ray.composer import compose
 from memprism_ray.recorder import EventStream
 from memprism_ray.render import RenderConfig, layout
@@ -188,12 +189,16 @@ def horizon_table(seeds: int) -> dict[str, dict[str, float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, default=3, help="streams per history length (default 3)")
-    ap.add_argument("--reps", type=int, default=3, help="timed repetitions per view (default 3)")
-    ap.add_argument("--flat-reps", type=int, default=1, help="flat-baseline repetitions per view (default 1)")
-    ap.add_argument("--max-side", type=int, default=672)
+    ap.add_argument("--seeds", type=int_at_least(1), default=3, help="streams per history length (default 3)")
+    ap.add_argument("--reps", type=int_at_least(1), default=3, help="timed repetitions per view (default 3)")
+    ap.add_argument(
+        "--flat-reps", type=int_at_least(1), default=1, help="flat-baseline repetitions per view (default 1)"
+    )
+    ap.add_argument("--max-side", type=int_at_least(1), default=672)
     ap.add_argument("--quick", action="store_true", help="1 seed, 1 repetition (smoke run)")
-    ap.add_argument("--horizon-seeds", type=int, default=16, help="episodes per variant in the horizon table")
+    ap.add_argument(
+        "--horizon-seeds", type=int_at_least(1), default=16, help="episodes per variant in the horizon table"
+    )
     ap.add_argument("--horizons-only", action="store_true", help="print only the machinery table at 10/25/50 events")
     args = ap.parse_args()
     if args.horizons_only:

@@ -14,28 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
+
+from memprism_ray.cli import int_at_least
 
 _SPLITS = ("train", "eval_in_distribution", "eval_out_of_distribution")
 
 
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-_positive, _non_negative = _int_at_least(1), _int_at_least(0)
+_positive, _non_negative = int_at_least(1), int_at_least(0)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
