@@ -39,7 +39,7 @@ from typing import Any
 from _results import ROOT, write_result
 
 from memprism_ray.adapter.checkpoint import WEIGHTS_FILE
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 from memprism_ray.testing.chaos import ChaosMonkey, grpo_rows, random_schedule
 from memprism_ray.testing.local_cluster import LocalCluster, can_isolate_disks
 

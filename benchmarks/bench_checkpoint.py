@@ -35,7 +35,7 @@ from bench_router_training import grpo_batch
 
 from memprism_ray.actors.learner import checkpoint_files
 from memprism_ray.adapter.grpo_update import GRPOConfig, GRPOUpdater
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 from memprism_ray.io_atomic import write_files
 from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 

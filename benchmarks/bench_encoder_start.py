@@ -23,7 +23,7 @@ from pathlib import Path
 
 from _results import summarize, write_result
 
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 
 ROOT = Path(__file__).resolve().parents[1]
 

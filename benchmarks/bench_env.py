@@ -53,7 +53,7 @@ from typing import Any
 
 from _results import write_result
 
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 
 JUNK_COMMANDS = ("jump", "take unicorn 1 from sofa 1", "open the pod bay doors", "go to moon 1")
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from _results import write_result
 
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -26,7 +26,7 @@ from _results import write_result
 
 from memprism_ray.adapter.d1_labels import LabelState, counterfactual_labels
 from memprism_ray.benchmark.alfworld.scripted import ScriptedPolicy
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 from memprism_ray.router.encoder import HashingEncoder
 from memprism_ray.router.features import FeatureExtractor
 from memprism_ray.router.teacher import decision_states

@@ -24,7 +24,7 @@ from _results import write_result
 from memprism_ray.agent import _map_threads, each_request
 from memprism_ray.baselines.local import relay_for
 from memprism_ray.baselines.memory import MemoryBaselineConfig, MemoryCounters
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 
 
 def serve(latency: float) -> ThreadingHTTPServer:

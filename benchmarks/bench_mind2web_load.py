@@ -26,7 +26,7 @@ from _results import write_result
 
 from memprism_ray.benchmark.mind2web import data
 from memprism_ray.benchmark.mind2web.env import Mind2WebReplayEnv
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 from memprism_ray.envs.base import GameRef
 
 

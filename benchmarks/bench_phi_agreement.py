@@ -48,7 +48,7 @@ from typing import Any
 
 from _results import write_result
 
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 from memprism_ray.recorder import EventStream, RawEvent, split_key
 from memprism_ray.recorder.phi.factory import record_lockstep
 

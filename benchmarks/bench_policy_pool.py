@@ -66,7 +66,7 @@ os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
 import ray  # noqa: E402
 from _results import summarize, write_result  # noqa: E402
 
-from memprism_ray.cli import int_at_least  # noqa: E402
+from memprism_ray.config_tree import int_at_least  # noqa: E402
 from memprism_ray.policy.base import HistoryRecord, PolicyInput  # noqa: E402
 
 NAME = "bench_policy_pool"

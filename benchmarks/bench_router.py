@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from _results import write_result
 
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
 from memprism_ray.router.encoder import EncoderConfig, HashingEncoder, TextEncoder
 from memprism_ray.router.features import FeatureExtractor

@@ -34,7 +34,7 @@ import torch
 from _results import write_result
 
 from memprism_ray.adapter.grpo_update import GRPOBatch, GRPOConfig, GRPOUpdater
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 from memprism_ray.router.features import STATS_DIM, TEXT_DIM, WINDOW_DIM
 from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 from memprism_ray.view_space import NUM_ACTIONS

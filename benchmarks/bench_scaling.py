@@ -105,7 +105,7 @@ for _k, _v in {
 
 from _results import RESULTS_DIR, summarize, write_result  # noqa: E402
 
-from memprism_ray.cli import int_at_least  # noqa: E402
+from memprism_ray.config_tree import int_at_least  # noqa: E402
 
 #: The paper's GRPO run (configs/alfworld_paper.yaml; Table A.4).
 PAPER = {"groups": 8, "group_size": 16, "steps": 50, "iterations": 100}

@@ -43,7 +43,7 @@ from typing import Any
 
 from _results import percentile, summarize, write_result
 
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 
 Step = tuple[str, str, str, float]
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from _results import write_result
 
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -61,8 +61,8 @@ from pathlib import Path
 from _results import percentile, write_result
 from PIL import Image, ImageDraw
 
-from memprism_ray.cli import int_at_least
 from memprism_ray.composer import compose
+from memprism_ray.config_tree import int_at_least
 from memprism_ray.recorder import EventStream
 from memprism_ray.render import RenderConfig, layout
 from memprism_ray.render.font import atlas

@@ -15,6 +15,7 @@ benchmark's own, from the registry): they read and write as top-level sections
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import functools
@@ -374,6 +375,22 @@ def _unique_keys_loader() -> type:
             return super().construct_mapping(node, deep)
 
     return UniqueKeyLoader
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum`` (a count of 0 ended the benchmark scripts in a
+    ``KeyError`` or ``StatisticsError`` traceback); ALFWorld's commands and benchmarks/ use it."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def parse_overrides(args: Sequence[str]) -> dict[str, Any]:

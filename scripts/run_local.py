@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     for override in args.overrides:
         key = override.split("=", 1)[0]
-        if key.startswith("--") and key[2:].replace("-", "_") in ("run.name", "run.out_dir"):  # set below: the job would refuse the key twice
+        # Both set below from --name: given again, the job would refuse the key twice.
+        if key.startswith("--") and key[2:].replace("-", "_") in ("run.name", "run.out_dir"):
             p.error(f"{override.split('=', 1)[0]}: give the run's name with --name; its directory is runs/<name> here")
 
     name = args.name or time.strftime("local-%Y%m%d-%H%M%S")

@@ -10,7 +10,7 @@ import argparse
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 #: Subcommand modules, in the order ``--help`` lists them; then each benchmark's own
 #: (:attr:`~memprism_ray.benchmark.base.Benchmark.commands`, e.g. ALFWorld's ``memprism games``).
@@ -31,22 +31,6 @@ def command_modules() -> list[str]:
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit code 2."""
-
-
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum`` (a count of 0 ended the benchmark scripts in a
-    ``KeyError`` or ``StatisticsError`` traceback); the memprism commands and benchmarks/ use it."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
-        return value
-
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:

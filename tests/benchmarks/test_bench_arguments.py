@@ -1,4 +1,4 @@
-"""Every count a benchmark script takes is checked by argparse (``memprism_ray.cli.int_at_least``):
+"""Every count a benchmark script takes is checked by argparse (``memprism_ray.config_tree.int_at_least``):
 ``--reps 0``, ``--rounds 0`` or ``--episodes 0`` ended in a ``KeyError``, ``StatisticsError`` or
 ``ZeroDivisionError`` traceback after the set-up had run."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from memprism_ray.cli import int_at_least
+from memprism_ray.config_tree import int_at_least
 
 _SPLITS = ("train", "eval_in_distribution", "eval_out_of_distribution")
 
