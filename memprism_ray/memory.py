@@ -138,7 +138,10 @@ class Session:
 
     def extend(self, records: Sequence[dict[str, Any]]) -> None:
         """Append steps :meth:`records` gave (checked as the stream checks every event)."""
-        for rec in records:
+        for i, rec in enumerate(records):
+            if not isinstance(rec, dict) or not {"raw", "event"} <= rec.keys():
+                got = sorted(rec) if isinstance(rec, dict) else type(rec).__name__
+                raise ValueError(f"record {i}: expected a dict with 'raw' and 'event' (Session.records), got {got}")
             self.stream.append(RawEvent.from_dict(rec["raw"]), Event.from_dict(rec["event"]))
 
     def records(self, since: int = 0) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ naming the field, with nothing recorded."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -94,6 +95,15 @@ def test_bad_input_is_one_error_naming_the_field_and_records_nothing(tmp_path: P
     other = Memory(alf.phi_spec(), view="fixed:TemporalTrace").session("g")
     with pytest.raises(ValueError, match="each session must be one this Memory made"):
         memory.views([(other, "o")])
+    # Records kept elsewhere (Session.records) come back checked: a KeyError and a TypeError before.
+    kept = session.records()
+    for bad, message in (([{"event": kept[0]["event"]}], "got ['event']"), (["x"], "got str")):
+        with pytest.raises(
+            ValueError,
+            match=re.escape(f"record 0: expected a dict with 'raw' and 'event' (Session.records), {message}"),
+        ):
+            memory.restore("s2", "g", bad)
+    assert memory.restore("s2", "g", kept).records() == kept
 
 
 def test_a_checkpoint_that_does_not_verify_is_refused(actors_reference_ckpt: Path, tmp_path: Path) -> None:
