@@ -194,6 +194,25 @@ def save_checkpoint(
     return out
 
 
+def _checkpoints_below(root: Path, depth: int = 3, budget: int = 500) -> list[Path]:
+    """Checkpoint directories (holding ``config.json``) at most ``depth`` levels below ``root``,
+    sorted, looking into at most ``budget`` folders: a run directory given for one of its
+    checkpoints gets them named (``checkpoints/iter_0020``, ``d1/<key>/checkpoint``)."""
+    found, level = [], [root]
+    for _ in range(depth):
+        below = []
+        for folder in level:
+            try:
+                below += sorted(d for d in folder.iterdir() if d.is_dir() and not d.is_symlink())
+            except OSError:
+                continue
+            if len(below) > budget:
+                return sorted(found)
+        found += [d for d in below if (d / CONFIG_FILE).is_file()]
+        level = below
+    return sorted(found)
+
+
 def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     """``config.json`` of a checkpoint directory, format-checked (no tensors loaded)."""
     root = Path(path)
@@ -201,7 +220,10 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{root}: not a checkpoint directory")
     cfg_path = root / CONFIG_FILE
     if not cfg_path.exists():
-        raise ValueError(f"{root}: no {CONFIG_FILE}; not a memprism Router checkpoint")
+        below = _checkpoints_below(root)
+        hint = f"; the checkpoints below it: {', '.join(map(str, below[-3:]))}" if below else ""
+        more = f" (the last 3 of {len(below)})" if len(below) > 3 else ""
+        raise ValueError(f"{root}: no {CONFIG_FILE}; not a memprism Router checkpoint{hint}{more}")
     try:
         meta = json.loads(cfg_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

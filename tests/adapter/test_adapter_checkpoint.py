@@ -217,3 +217,22 @@ def test_resume_with_a_new_lr_uses_it(tmp_path: Path, kind: str) -> None:
         resumed.train_epoch()
         assert resumed.scheduler.base_lrs == [5e-4]
         assert resumed.optimizer.param_groups[0]["lr"] < 5e-4 * factor  # cosine keeps decaying from the new base
+
+
+def test_a_run_directory_given_for_a_checkpoint_names_the_checkpoints_below_it(tmp_path: Path) -> None:
+    """``--checkpoint runs/X`` (the run, not one of its checkpoints) said only "no config.json"."""
+    model = ViewPolicyModel(TINY)
+    run = tmp_path / "run"
+    for it in (2, 4, 6, 8):
+        save_checkpoint(run / "checkpoints" / f"iter_{it:04d}", model, stage="d2")
+    save_checkpoint(run / "d1" / "abc" / "checkpoint", model, stage="d1")
+    with pytest.raises(ValueError) as err:
+        read_checkpoint_meta(run)
+    assert str(err.value) == (
+        f"{run}: no config.json; not a memprism Router checkpoint; the checkpoints below it: "
+        f"{run / 'checkpoints' / 'iter_0006'}, {run / 'checkpoints' / 'iter_0008'}, "
+        f"{run / 'd1' / 'abc' / 'checkpoint'} (the last 3 of 5)"
+    )
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"empty: no config\.json; not a memprism Router checkpoint$"):
+        read_checkpoint_meta(tmp_path / "empty")
