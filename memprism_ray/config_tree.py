@@ -395,9 +395,9 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
     """``["--grpo.lr", "1e-6", "--run.name=x"]`` -> ``{"grpo": {"lr": "1e-6"}, "run": {"name": "x"}}``
-    (values stay strings; :func:`from_dict` coerces them)."""
+    (values stay strings; :func:`from_dict` coerces them). A key given again takes the later
+    value, as argparse options do (a script's overrides, then the user's)."""
     out: dict[str, Any] = {}
-    given: dict[str, str] = {}
     i = 0
     args = list(args)
     while i < len(args):
@@ -413,12 +413,8 @@ def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
                 raise ValueError(f"override {arg} has no value")
             value = args[i + 1]
             i += 2
-        key = key.replace("-", "_")
-        if key in given:  # as in a preset (load_yaml): the first value is never dropped unsaid
-            raise ValueError(f"override --{key} is given twice ({given[key]!r}, then {value!r}): give it once")
-        given[key] = value
         try:
-            set_path(out, key, value)
+            set_path(out, key.replace("-", "_"), value)
         except ValueError:
             raise ValueError(f"override {arg} conflicts with an earlier one") from None
     return out

@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     for override in args.overrides:
         key = override.split("=", 1)[0]
-        # Both set below from --name: given again, the job would refuse the key twice.
+        # Both set below from --name: given again, the job would write a run directory other than
+        # the one this script names at its end.
         if key.startswith("--") and key[2:].replace("-", "_") in ("run.name", "run.out_dir"):
             p.error(f"{override.split('=', 1)[0]}: give the run's name with --name; its directory is runs/<name> here")
 

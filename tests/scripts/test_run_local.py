@@ -27,8 +27,8 @@ def test_the_last_line_names_a_run_directory_only_when_one_was_written(tmp_path:
 
 
 def test_the_run_name_and_directory_are_its_own_options(capsys) -> None:
-    """``make run`` passes the job ``--run.name``/``--run.out_dir`` itself; given again among the
-    overrides, the job refused the key twice after a Ray head had started."""
+    """``make run`` passes the job ``--run.name``/``--run.out_dir`` itself and names that run
+    directory at its end; given again among the overrides, the job wrote another one."""
     import pytest
 
     for override in (["--run.name", "x"], ["--run.out-dir=/tmp/x"]):
