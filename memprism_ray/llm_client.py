@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from memprism_ray.config_tree import field as cfg_field
@@ -294,3 +294,32 @@ class ChatClient(Closing):
             ) from None
         self.counters.charge(data)
         return reply
+
+
+#: The longest a probe waits for an endpoint's answer (a per-request timeout may be minutes).
+PROBE_TIMEOUT_S = 10.0
+
+
+def probe(config: EndpointConfig, *, transport: httpx.BaseTransport | None = None) -> str | None:
+    """Why ``config``'s endpoint cannot serve a run, asked once with ``GET /models`` before any
+    work (a D1 over a corpus met a server nobody had started only after its reference tasks, 30 s
+    on the embedded corpus): no answer, a refused key, or a ``model`` the server does not list.
+    ``None`` when it answers; a server without ``/models`` passes (it answered)."""
+    import httpx
+
+    once = replace(config, max_retries=0, timeout_s=min(config.timeout_s, PROBE_TIMEOUT_S))
+    with ChatClient(once, transport=transport) as client:
+        try:
+            response = client.send("GET", "models")
+        except LLMUnavailable as exc:
+            return f"no server answers ({str(exc).split('last error: ', 1)[-1]})"
+    if response.status_code in (401, 403):
+        key = f"${config.api_key_env}" if config.api_key_env else "no key (api_key_env is '')"
+        return f"GET /models answered HTTP {response.status_code}: the server refuses the key ({key})"
+    try:
+        served = [str(m["id"]) for m in response.json()["data"]] if response.status_code == 200 else []
+    except (ValueError, KeyError, TypeError, httpx.HTTPError):
+        served = []
+    if config.model and served and config.model not in served:
+        return f"it does not serve model {config.model!r}; it serves {', '.join(served[:8])}"
+    return None

@@ -84,6 +84,7 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
         with job_start(cfg.run.ray_address, run_dir.parent, "run.out_dir"):
             benchmark.check(cfg)
             resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg, hold=held)
+            check_endpoints(cfg, label=fresh and not cfg.init_checkpoint)  # a fresh run without one runs D1
             cfg = benchmark.prepare(cfg, say)  # EB-ALFRED's default fixture lives in the run directory
             benchmark.check_disjoint(cfg)
     except (ValueError, OSError, KeyboardInterrupt) as exc:  # RunDirError, BenchmarkConfigError: ValueErrors
@@ -235,6 +236,30 @@ def job_start(address: str, out_dir: Path, what: str) -> Iterator[None]:
         yield
 
 
+def check_endpoints(cfg: ExperimentConfig, *, policy: bool = True, label: bool = False) -> None:
+    """Every OpenAI-compatible endpoint the job will call answers, asked once before Ray starts
+    (:func:`memprism_ray.llm_client.probe`): the task policy's (``policy``: the job plays
+    episodes or asks the counterfactual teacher), the LLM Phi's, and the LLM view teacher's
+    (``label``: D1 labels in this job). One on the driver's loopback is not asked when the job
+    joins a cluster: its actors on other nodes call their own."""
+    from urllib.parse import urlsplit
+
+    from memprism_ray.llm_client import probe
+
+    wanted = [
+        ("policy.openai", cfg.policy.openai, policy and cfg.policy.backend == "openai"),
+        ("phi", cfg.phi, cfg.phi.kind == "llm" and cfg.phi.llm_source == "endpoint"),
+        ("label.llm", cfg.label.llm, label and cfg.label.teacher == "llm" and cfg.label.llm.source == "endpoint"),
+    ]
+    for key, endpoint, used in wanted:
+        host = urlsplit(endpoint.base_url).hostname or ""
+        if not used or (joins_cluster(cfg.run.ray_address) and (host == "localhost" or host.startswith("127."))):
+            continue
+        problem = probe(endpoint)
+        if problem:
+            raise ValueError(f"{key}.base_url {endpoint.base_url}: {problem} (asked before any work)")
+
+
 def _signal_name(exc: KeyboardInterrupt) -> tuple[str, int]:
     signum = exc.signum if isinstance(exc, Stopped) else (_received[0] if _received else signal.SIGINT)
     return signal.Signals(signum).name, 128 + signum
@@ -372,6 +397,7 @@ def run_evaluation(
             check_fresh_output(out_dir)  # before any work: reports are never silently replaced
             given_marginal(cfg)  # eval.marginal loads and is a 144-way marginal
             router_state = router_state_for(cfg, checkpoint)
+            check_endpoints(cfg)
             if not joins_cluster(cfg.run.ray_address):  # the workers run here
                 check_memory_conditions(cfg, cfg.eval.conditions)
             cfg = prepare_benchmark(cfg, benchmark, say, trains=False)
@@ -410,6 +436,7 @@ def d1_job(benchmark_name: str, description: str, argv: Sequence[str] | None = N
     benchmark = get_benchmark(benchmark_name)
     try:
         with job_start(cfg.run.ray_address, cfg.run.dir.parent, "run.out_dir"):
+            check_endpoints(cfg, policy=cfg.label.teacher != "llm", label=True)  # the counterfactual teacher plays
             cfg = prepare_benchmark(cfg, benchmark, _d1_say)
     except (ValueError, OSError, KeyboardInterrupt) as exc:
         return start_refused(exc, _d1_error)

@@ -303,11 +303,15 @@ def test_a_job_in_which_every_trajectory_fails_ends_in_one_line_with_the_cause(
     memprism_tiny_overrides,
     tmp_path: Path,
     run_job_captured,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Issue 34 item 2: the task model's endpoint is down, so every decision of every
     trajectory fails. The [grpo] lines name the first cause and its node; the job ends in one
     line with that cause, exit status 1, no traceback (it used to end in a 12-line traceback
-    that never said why)."""
+    that never said why). The endpoint went away after the start: the job's probe found it."""
+    import memprism_ray.llm_client
+
+    monkeypatch.setattr(memprism_ray.llm_client, "probe", lambda *args, **kwargs: None)
     argv = [
         "--config", "configs/local.yaml", *memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "down"),
         "--init_checkpoint", str(actors_reference_ckpt), "--grpo.iterations", "1",
@@ -321,3 +325,49 @@ def test_a_job_in_which_every_trajectory_fails_ends_in_one_line_with_the_cause(
     assert lines[0].startswith("[grpo] error: iteration 1: no group produced a decision (")
     assert "first cause: policy: " in lines[0] and "127.0.0.1:9" in lines[0] and "[node " in lines[0]
     assert "trajectories failed (first: policy: " in out  # the [grpo] line of each failed group says it too
+
+
+def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(
+    memprism_tiny_corpus: Path,
+    memprism_tiny_overrides,
+    tmp_path: Path,
+    run_job,
+    no_ray_start,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A task policy, LLM Phi or LLM view teacher whose server is not running was met only when
+    the first episode or D1 label asked it (30 s into the embedded default, after D1's reference
+    tasks; minutes on a corpus). Each is asked once, before Ray starts; one on this machine's
+    loopback is not asked for a job that joins a cluster (the actors call their own node's)."""
+    from memprism_ray.cluster.head import free_ports
+    from memprism_ray.config import load_config
+    from memprism_ray.trainer.fit import check_endpoints
+
+    (port,) = free_ports(None)  # nothing listens there
+    url = f"http://127.0.0.1:{port}/v1"
+    base = ["--config", "configs/local.yaml", *memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "probe")]
+    cases = {
+        "policy.openai": ["--policy.backend", "openai", "--policy.openai.base_url", url],
+        "phi": ["--phi.kind", "llm", "--phi.model", "m", "--phi.base_url", url],
+        "label.llm": ["--label.teacher", "llm", "--label.llm.base_url", url],
+    }
+    for key, extra in cases.items():
+        assert run_job("grpo_alfworld.py", [*base, *extra]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"[grpo] error: {key}.base_url {url}: no server answers (transport error ConnectError: [Errno 111] "
+            "Connection refused) (asked before any work)"
+        ]
+        assert not (tmp_path / "runs" / "probe").exists()
+    evaluation = ["--out", str(tmp_path / "e"), "--eval.conditions", "no_memory"]
+    for script, prefix, extra in (("eval_alfworld.py", "[eval]", evaluation), ("label_views.py", "[d1]", [])):
+        assert run_job(script, [*base, *cases["policy.openai"], *extra]) == 2  # every job asks
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"{prefix} error: policy.openai.base_url {url}: no server answers"), err
+    cfg = load_config("configs/local.yaml", cases["policy.openai"])
+    with monkeypatch.context() as m:
+        m.setenv("RAY_ADDRESS", "127.0.0.1:6379")  # joins a cluster: the driver's loopback is not the actors'
+        check_endpoints(cfg)
+    with pytest.raises(ValueError, match="no server answers"):
+        check_endpoints(cfg)
+    check_endpoints(load_config("configs/local.yaml", cases["label.llm"]))  # a job without D1 does not ask it

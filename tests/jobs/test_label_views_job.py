@@ -73,9 +73,14 @@ def test_a_task_policy_that_cannot_be_reached_in_d1_is_one_line(
     memprism_tiny_overrides,
     tmp_path: Path,
     capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``policy.backend openai`` with no server at ``base_url``: D1's view teacher asks the policy
-    in a Ray task, whose ``PolicyBackendError`` ended the job in a traceback."""
+    in a Ray task, whose ``PolicyBackendError`` ended the job in a traceback. The server went
+    away after the job's probe found it (``check_endpoints``)."""
+    import memprism_ray.llm_client
+
+    monkeypatch.setattr(memprism_ray.llm_client, "probe", lambda *args, **kwargs: None)
     from memprism_ray.cluster.head import free_ports
 
     (port,) = free_ports(None)  # nothing listens there
