@@ -84,6 +84,8 @@ def convert(src: Path, out: Path) -> dict[str, Any]:
     import io
 
     ranks, scores = _plain(load_release_pickle(io.BytesIO(raw)))
+    if not ranks:  # it was written, and the job refused it later for covering no step
+        raise Mind2WebDataError(f"{src} ranks no step ('ranks' is empty): not the release's scores_all_data.pkl")
     n = write_scores(ranks, scores, out)
     return {"source": str(src), "source_sha256": hashlib.sha256(raw).hexdigest(), "steps": len(ranks), "ranked": n}
 

@@ -198,6 +198,10 @@ def test_converter_refuses_code_in_the_pickle(tmp_path: Path) -> None:
         convert(tmp_path / "evil.pkl", tmp_path / "out.parquet")
     assert not marker.exists() and not (tmp_path / "out.parquet").exists()
     assert main([str(tmp_path / "evil.pkl"), str(tmp_path / "out.jsonl")]) == 1
+    (tmp_path / "empty.pkl").write_bytes(pickle.dumps({"scores": {}, "ranks": {}}))
+    with pytest.raises(Mind2WebDataError, match=r"empty\.pkl ranks no step \('ranks' is empty\)"):
+        convert(tmp_path / "empty.pkl", tmp_path / "empty.parquet")
+    assert not (tmp_path / "empty.parquet").exists()  # it wrote a file of 0 steps and said to use it
 
 
 def test_pickles_are_refused_with_the_converter_named(root: Path, tmp_path: Path) -> None:
