@@ -97,6 +97,12 @@ def write_training_list(
     entries, unplayable = read_alfred_split(alfred_root, split)
     held_out = evaluation_tasks(exclude_splits) if exclude_splits else set()
     kept = [e for e in entries if e["task"] not in held_out]
+    if not kept:  # a list of 0 episodes was written, and reported as done
+        why = f"all {len(entries)} are evaluation trajectories of {exclude_splits}" if entries else "it holds none"
+        raise ValueError(
+            f"no playable training trajectory under {Path(alfred_root) / split} ({why}; {len(unplayable)} "
+            "unplayable): point --alfred at ALFRED's unpacked json_2.1.0 folder"
+        )
     placed = 0
     if eb_data is not None:
         for e in kept:

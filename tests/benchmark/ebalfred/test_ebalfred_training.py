@@ -133,6 +133,13 @@ def test_command_line(alfred: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "4 training episodes (3 trajectories)" in capsys.readouterr().out
     assert main(["--alfred", str(tmp_path / "none"), "--out", str(out), "--eb-data", "", "--exclude", ""]) == 2
     assert capsys.readouterr().err.startswith("error: ALFRED train annotations not found")
+    (tmp_path / "empty" / "train").mkdir(parents=True)  # wrote a list of 0 episodes and exited 0
+    assert main(["--alfred", str(tmp_path / "empty"), "--out", str(tmp_path / "e.json"), "--eb-data", ""]) == 2
+    assert capsys.readouterr().err == (
+        f"error: no playable training trajectory under {tmp_path / 'empty' / 'train'} (it holds none; 0 unplayable): "
+        "point --alfred at ALFRED's unpacked json_2.1.0 folder\n"
+    )
+    assert not (tmp_path / "e.json").exists()
 
 
 def test_presets_train_on_training_episodes_only(tmp_path: Path) -> None:
