@@ -190,8 +190,12 @@ def test_a_bad_eval_marginal_is_one_line_before_ray_not_after_training(
 
 
 def test_a_bad_ebalfred_episode_list_names_its_file_and_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import memprism_ray.llm_client
+
+    # The preset's D1 asks the LLM view teacher, whose endpoint the job asks first: it answers here.
+    monkeypatch.setattr(memprism_ray.llm_client, "probe", lambda *args, **kwargs: None)
     bad = tmp_path / "alfred_train.json"
     bad.write_text('{"alfred_train": [\n  {"instruction": "x",}\n]}\n')
     cfg = load_config(
