@@ -85,6 +85,10 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
             benchmark.check(cfg)
             resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg, hold=held)
             check_endpoints(cfg, label=fresh and not cfg.init_checkpoint)  # a fresh run without one runs D1
+            if cfg.eval.enabled and not joins_cluster(cfg.run.ray_address):  # the final evaluation's workers run here
+                from memprism_ray.trainer.evaluate import check_memory_conditions
+
+                check_memory_conditions(cfg, cfg.eval.conditions)  # a missing extra crashed them after training
             cfg = benchmark.prepare(cfg, say)  # EB-ALFRED's default fixture lives in the run directory
             benchmark.check_disjoint(cfg)
     except (ValueError, OSError, KeyboardInterrupt) as exc:  # RunDirError, BenchmarkConfigError: ValueErrors

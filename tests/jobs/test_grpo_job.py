@@ -371,3 +371,26 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(
     with pytest.raises(ValueError, match="no server answers"):
         check_endpoints(cfg)
     check_endpoints(load_config("configs/local.yaml", cases["label.llm"]))  # a job without D1 does not ask it
+
+
+def test_a_memory_baseline_that_cannot_run_here_is_refused_before_training(
+    memprism_tiny_corpus: Path,
+    memprism_tiny_overrides,
+    tmp_path: Path,
+    run_job,
+    no_ray_start,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--eval.conditions memprism,mem0`` without the baselines extra trained to the end, then
+    every mem0 episode of the final evaluation crashed (the evaluation jobs already refused it)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mem0", None)  # its import fails, as where the extra is not installed
+    argv = ["--config", "configs/local.yaml", *memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "mem"),
+            "--eval.enabled", "true", "--eval.conditions", "memprism,mem0",
+            "--eval.memory.base_url", "http://127.0.0.1:9/v1"]  # fmt: skip
+    assert run_job("grpo_alfworld.py", argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("[grpo] error: condition 'mem0' needs mem0ai=="), err
+    assert "not installed): pip install 'memprism-ray[baselines]'" in err[0]
