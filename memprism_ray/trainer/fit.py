@@ -84,7 +84,8 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
         with job_start(cfg.run.ray_address, run_dir.parent, "run.out_dir"):
             benchmark.check(cfg)
             resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg, hold=held)
-            check_endpoints(cfg, label=fresh and not cfg.init_checkpoint)  # a fresh run without one runs D1
+            # A fresh run without --init_checkpoint runs D1.
+            check_endpoints(cfg, label=fresh and not cfg.init_checkpoint, evaluates=cfg.eval.enabled)
             if cfg.eval.enabled and not joins_cluster(cfg.run.ray_address):  # the final evaluation's workers run here
                 from memprism_ray.trainer.evaluate import check_memory_conditions
 
@@ -240,20 +241,26 @@ def job_start(address: str, out_dir: Path, what: str) -> Iterator[None]:
         yield
 
 
-def check_endpoints(cfg: ExperimentConfig, *, policy: bool = True, label: bool = False) -> None:
+def check_endpoints(
+    cfg: ExperimentConfig, *, policy: bool = True, label: bool = False, evaluates: bool = False
+) -> None:
     """Every OpenAI-compatible endpoint the job will call answers, asked once before Ray starts
     (:func:`memprism_ray.llm_client.probe`): the task policy's (``policy``: the job plays
-    episodes or asks the counterfactual teacher), the LLM Phi's, and the LLM view teacher's
-    (``label``: D1 labels in this job). One on the driver's loopback is not asked when the job
+    episodes or asks the counterfactual teacher), the LLM Phi's, the LLM view teacher's
+    (``label``: D1 labels in this job) and the memory baselines' (``evaluates``: the job
+    evaluates a condition that calls it). One on the driver's loopback is not asked when the job
     joins a cluster: its actors on other nodes call their own."""
     from urllib.parse import urlsplit
 
+    from memprism_ray.baselines.conditions import condition_needs
     from memprism_ray.llm_client import probe
 
+    memory = evaluates and any("memory_llm" in condition_needs(c) for c in cfg.eval.conditions)
     wanted = [
         ("policy.openai", cfg.policy.openai, policy and cfg.policy.backend == "openai"),
         ("phi", cfg.phi, cfg.phi.kind == "llm" and cfg.phi.llm_source == "endpoint"),
         ("label.llm", cfg.label.llm, label and cfg.label.teacher == "llm" and cfg.label.llm.source == "endpoint"),
+        ("eval.memory", cfg.eval.memory, memory),
     ]
     for key, endpoint, used in wanted:
         host = urlsplit(endpoint.base_url).hostname or ""
@@ -401,7 +408,7 @@ def run_evaluation(
             check_fresh_output(out_dir)  # before any work: reports are never silently replaced
             given_marginal(cfg)  # eval.marginal loads and is a 144-way marginal
             router_state = router_state_for(cfg, checkpoint)
-            check_endpoints(cfg)
+            check_endpoints(cfg, evaluates=True)
             if not joins_cluster(cfg.run.ray_address):  # the workers run here
                 check_memory_conditions(cfg, cfg.eval.conditions)
             cfg = prepare_benchmark(cfg, benchmark, say, trains=False)

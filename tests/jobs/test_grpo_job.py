@@ -336,10 +336,11 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(
     capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A task policy, LLM Phi or LLM view teacher whose server is not running was met only when
-    the first episode or D1 label asked it (30 s into the embedded default, after D1's reference
-    tasks; minutes on a corpus). Each is asked once, before Ray starts; one on this machine's
-    loopback is not asked for a job that joins a cluster (the actors call their own node's)."""
+    """A task policy, LLM Phi, LLM view teacher or memory baseline whose server is not running was
+    met only when the first episode or D1 label asked it (30 s into the embedded default, after
+    D1's reference tasks; minutes on a corpus; the memory baselines' after training). Each is asked
+    once, before Ray starts; one on this machine's loopback is not asked for a job that joins a
+    cluster (the actors call their own node's)."""
     from memprism_ray.cluster.head import free_ports
     from memprism_ray.config import load_config
     from memprism_ray.trainer.fit import check_endpoints
@@ -351,6 +352,7 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(
         "policy.openai": ["--policy.backend", "openai", "--policy.openai.base_url", url],
         "phi": ["--phi.kind", "llm", "--phi.model", "m", "--phi.base_url", url],
         "label.llm": ["--label.teacher", "llm", "--label.llm.base_url", url],
+        "eval.memory": ["--eval.enabled", "true", "--eval.conditions", "memprism,mem0", "--eval.memory.base_url", url],
     }
     for key, extra in cases.items():
         assert run_job("grpo_alfworld.py", [*base, *extra]) == 2
@@ -371,6 +373,7 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(
     with pytest.raises(ValueError, match="no server answers"):
         check_endpoints(cfg)
     check_endpoints(load_config("configs/local.yaml", cases["label.llm"]))  # a job without D1 does not ask it
+    check_endpoints(load_config("configs/local.yaml", cases["eval.memory"]))  # nor one without an evaluation
 
 
 def test_a_memory_baseline_that_cannot_run_here_is_refused_before_training(
@@ -386,7 +389,10 @@ def test_a_memory_baseline_that_cannot_run_here_is_refused_before_training(
     every mem0 episode of the final evaluation crashed (the evaluation jobs already refused it)."""
     import sys
 
+    import memprism_ray.llm_client
+
     monkeypatch.setitem(sys.modules, "mem0", None)  # its import fails, as where the extra is not installed
+    monkeypatch.setattr(memprism_ray.llm_client, "probe", lambda *args, **kwargs: None)  # its endpoint answers
     argv = ["--config", "configs/local.yaml", *memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "mem"),
             "--eval.enabled", "true", "--eval.conditions", "memprism,mem0",
             "--eval.memory.base_url", "http://127.0.0.1:9/v1"]  # fmt: skip
