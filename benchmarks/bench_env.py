@@ -154,7 +154,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--games", type=int_at_least(1), default=20)
     ap.add_argument(
-        "--group", type=int_at_least(1), default=16, help="AlfworldEnv resets per game (>= 2; default 16 = G)"
+        "--group", type=int_at_least(2), default=16, help="AlfworldEnv resets per game (>= 2; default 16 = G)"
     )
     ap.add_argument(
         "--stock-resets", type=int_at_least(1), default=2, help="stock resets per game (each loads the game)"
@@ -164,8 +164,6 @@ def main() -> None:
     ap.add_argument("--data-root", default=None, help="alfworld-download tree (default: the embedded corpus)")
     ap.add_argument("--stock-worker", nargs=2, metavar=("GAMES_JSON", "OUT_JSON"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.group < 2 or args.stock_resets < 1:
-        ap.error("--group must be >= 2 and --stock-resets >= 1")
     if args.stock_worker:
         stock_worker(args.stock_worker[0], args.stock_worker[1], args.stock_resets, args.steps, args.seed)
         return

@@ -523,8 +523,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     unknown = set(filter(None, args.stages.split(","))) - set(STAGES)
     if unknown:
         p.error(f"--stages: unknown {sorted(unknown)}; choose from {', '.join(STAGES)}")
-    if min(args.workers, args.group, args.steps, args.reps, args.rollout_reps) < 1:
-        p.error("--workers, --group, --steps, --reps and --rollout-reps must be >= 1")
     if args.probe_tokens and args.probe_tokens >= args.max_tokens:
         p.error(f"--probe-tokens ({args.probe_tokens}) must be below --max-tokens ({args.max_tokens}), or 0")
     return args

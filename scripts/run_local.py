@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         # Both set below from --name: given again, the job would write a run directory other than
         # the one this script names at its end.
         if key.startswith("--") and key[2:].replace("-", "_") in ("run.name", "run.out_dir"):
-            p.error(f"{override.split('=', 1)[0]}: give the run's name with --name; its directory is runs/<name> here")
+            p.error(f"{key}: give the run's name with --name; its directory is runs/<name> here")
 
     name = args.name or time.strftime("local-%Y%m%d-%H%M%S")
     out_dir = ROOT / "runs"

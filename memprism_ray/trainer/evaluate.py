@@ -25,6 +25,7 @@ from memprism_ray.cluster import waits
 from memprism_ray.cluster.node_data import NodeData
 from memprism_ray.cluster.placement import actor_name
 from memprism_ray.cluster.placement_record import PlacementRecord
+from memprism_ray.config import joins_cluster
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.progress import progress_bar
 
@@ -69,9 +70,12 @@ def given_marginal(cfg: ExperimentConfig) -> list[float] | None:
 
 def check_memory_conditions(cfg: ExperimentConfig, conditions: tuple[str, ...]) -> None:
     """Build each external memory baseline's selector once, so that a missing extra or a refusing
-    endpoint is one line before any episode (docs/baselines.md); for a local Ray only."""
+    endpoint is one line before any episode (docs/baselines.md). On a local Ray only: a job that
+    joins a cluster evaluates on its nodes, whose installs are not this machine's."""
     from memprism_ray.baselines.conditions import make_selector
 
+    if joins_cluster(cfg.run.ray_address):
+        return
     for condition in conditions:
         if "memory_llm" in condition_needs(condition):
             make_selector(condition, memory=cfg.eval.memory)

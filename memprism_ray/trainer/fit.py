@@ -86,10 +86,10 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
             resume_from = prepare_run_dir(run_dir, cfg.run.resume, cfg, hold=held)
             # A fresh run without --init_checkpoint runs D1.
             check_endpoints(cfg, label=fresh and not cfg.init_checkpoint, evaluates=cfg.eval.enabled)
-            if cfg.eval.enabled and not joins_cluster(cfg.run.ray_address):  # the final evaluation's workers run here
+            if cfg.eval.enabled:  # a missing extra crashed the final evaluation's episodes after training
                 from memprism_ray.trainer.evaluate import check_memory_conditions
 
-                check_memory_conditions(cfg, cfg.eval.conditions)  # a missing extra crashed them after training
+                check_memory_conditions(cfg, cfg.eval.conditions)
             cfg = benchmark.prepare(cfg, say)  # EB-ALFRED's default fixture lives in the run directory
             benchmark.check_disjoint(cfg)
     except (ValueError, OSError, KeyboardInterrupt) as exc:  # RunDirError, BenchmarkConfigError: ValueErrors
@@ -409,8 +409,7 @@ def run_evaluation(
             given_marginal(cfg)  # eval.marginal loads and is a 144-way marginal
             router_state = router_state_for(cfg, checkpoint)
             check_endpoints(cfg, evaluates=True)
-            if not joins_cluster(cfg.run.ray_address):  # the workers run here
-                check_memory_conditions(cfg, cfg.eval.conditions)
+            check_memory_conditions(cfg, cfg.eval.conditions)
             cfg = prepare_benchmark(cfg, benchmark, say, trains=False)
             benchmark.eval_plan(cfg)  # the evaluation split's files parsed here, before Ray (cached for later)
     except (ValueError, OSError, KeyboardInterrupt) as exc:
