@@ -37,6 +37,18 @@ def job_status(script: str, argv: list[str]) -> int:
         return int(exc.code)
 
 
+@pytest.fixture
+def tiny_argv(memprism_tiny_corpus: Path, memprism_tiny_overrides, tmp_path: Path) -> Callable[..., list[str]]:
+    """``tiny_argv(name, *extra)``: ``--config configs/local.yaml``, the tests' tiny job
+    (tests/conftest.py ``tiny_overrides``) named ``name`` under ``tmp_path``, then ``extra``."""
+
+    def argv(name: str, *extra: str) -> list[str]:
+        tiny = memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, name)
+        return ["--config", "configs/local.yaml", *tiny, *extra]
+
+    return argv
+
+
 @pytest.fixture(scope="session")
 def run_job() -> Callable[[str, list[str]], int]:
     """:func:`job_status`, for the test modules (``run_job("grpo_alfworld.py", argv)``)."""

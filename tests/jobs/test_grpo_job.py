@@ -328,13 +328,7 @@ def test_a_job_in_which_every_trajectory_fails_ends_in_one_line_with_the_cause(
 
 
 def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(
-    memprism_tiny_corpus: Path,
-    memprism_tiny_overrides,
-    tmp_path: Path,
-    run_job,
-    no_ray_start,
-    capsys: pytest.CaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
+    tiny_argv, tmp_path: Path, run_job, no_ray_start, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A task policy, LLM Phi, LLM view teacher or memory baseline whose server is not running was
     met only when the first episode or D1 label asked it (30 s into the embedded default, after
@@ -347,7 +341,7 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(
 
     (port,) = free_ports(None)  # nothing listens there
     url = f"http://127.0.0.1:{port}/v1"
-    base = ["--config", "configs/local.yaml", *memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "probe")]
+    base = tiny_argv("probe")
     cases = {
         "policy.openai": ["--policy.backend", "openai", "--policy.openai.base_url", url],
         "phi": ["--phi.kind", "llm", "--phi.model", "m", "--phi.base_url", url],
@@ -360,7 +354,7 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(
             f"[grpo] error: {key}.base_url {url}: no server answers (transport error ConnectError: [Errno 111] "
             "Connection refused) (asked before any work)"
         ]
-        assert not (tmp_path / "runs" / "probe").exists()
+        assert not (tmp_path / "probe").exists()  # the run directory the refused job made is gone
     evaluation = ["--out", str(tmp_path / "e"), "--eval.conditions", "no_memory"]
     for script, prefix, extra in (("eval_alfworld.py", "[eval]", evaluation), ("label_views.py", "[d1]", [])):
         assert run_job(script, [*base, *cases["policy.openai"], *extra]) == 2  # every job asks
@@ -377,13 +371,7 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(
 
 
 def test_a_memory_baseline_that_cannot_run_here_is_refused_before_training(
-    memprism_tiny_corpus: Path,
-    memprism_tiny_overrides,
-    tmp_path: Path,
-    run_job,
-    no_ray_start,
-    capsys: pytest.CaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
+    tiny_argv, run_job, no_ray_start, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--eval.conditions memprism,mem0`` without the baselines extra trained to the end, then
     every mem0 episode of the final evaluation crashed (the evaluation jobs already refused it)."""
@@ -393,9 +381,8 @@ def test_a_memory_baseline_that_cannot_run_here_is_refused_before_training(
 
     monkeypatch.setitem(sys.modules, "mem0", None)  # its import fails, as where the extra is not installed
     monkeypatch.setattr(memprism_ray.llm_client, "probe", lambda *args, **kwargs: None)  # its endpoint answers
-    argv = ["--config", "configs/local.yaml", *memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "mem"),
-            "--eval.enabled", "true", "--eval.conditions", "memprism,mem0",
-            "--eval.memory.base_url", "http://127.0.0.1:9/v1"]  # fmt: skip
+    argv = tiny_argv("mem", "--eval.enabled", "true", "--eval.conditions", "memprism,mem0",
+                     "--eval.memory.base_url", "http://127.0.0.1:9/v1")  # fmt: skip
     assert run_job("grpo_alfworld.py", argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("[grpo] error: condition 'mem0' needs mem0ai=="), err

@@ -36,12 +36,7 @@ def test_label_views_plays_the_rollins_its_config_names(
 
 
 def test_a_labelling_task_whose_episodes_give_no_label_leaves_the_others_theirs(
-    ray_session,
-    run_job,
-    memprism_tiny_corpus: Path,
-    memprism_tiny_overrides,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture,
+    ray_session, run_job, tiny_argv, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """Every decision of the tiny corpus's second training game is uninformative (every view
     gives the same action): the task labelling it raised, and D1 failed for all (a traceback),
@@ -49,15 +44,14 @@ def test_a_labelling_task_whose_episodes_give_no_label_leaves_the_others_theirs(
     (one candidate view) the job ends in one line saying so."""
     import pyarrow.parquet as pq
 
-    overrides = memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "split")
-    per_game = [*overrides, "--label.games", "2", "--label.rollin_games", "0", "--label.workers", "2"]
-    assert run_job("label_views.py", ["--config", "configs/local.yaml", *per_game]) == 0
+    per_game = tiny_argv("split", "--label.games", "2", "--label.rollin_games", "0", "--label.workers", "2")
+    assert run_job("label_views.py", per_game) == 0
     out = capsys.readouterr().out
     assert "'decisions': 30, 'labelled': 10, 'teacher_error': 0, 'fallback_skipped': 20}" in out, out[-2000:]
     (labels,) = (tmp_path / "split" / "d1").glob("*/labels.parquet")
     assert pq.read_table(labels).num_rows == 10
     none = [*per_game, "--run.name", "none", "--label.counterfactual.candidates", "5"]  # one view: no spread
-    assert run_job("label_views.py", ["--config", "configs/local.yaml", *none]) == 1
+    assert run_job("label_views.py", none) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "[d1] error: D1: the view teacher labelled none of the 30 reference decisions ({'decisions': 30, "
@@ -67,28 +61,20 @@ def test_a_labelling_task_whose_episodes_give_no_label_leaves_the_others_theirs(
 
 
 def test_a_task_policy_that_cannot_be_reached_in_d1_is_one_line(
-    ray_session,
-    run_job,
-    memprism_tiny_corpus: Path,
-    memprism_tiny_overrides,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
+    ray_session, run_job, tiny_argv, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``policy.backend openai`` with no server at ``base_url``: D1's view teacher asks the policy
     in a Ray task, whose ``PolicyBackendError`` ended the job in a traceback. The server went
     away after the job's probe found it (``check_endpoints``)."""
     import memprism_ray.llm_client
-
-    monkeypatch.setattr(memprism_ray.llm_client, "probe", lambda *args, **kwargs: None)
     from memprism_ray.cluster.head import free_ports
 
+    monkeypatch.setattr(memprism_ray.llm_client, "probe", lambda *args, **kwargs: None)
     (port,) = free_ports(None)  # nothing listens there
-    overrides = memprism_tiny_overrides(memprism_tiny_corpus, tmp_path, "unreachable")
-    argv = [*overrides, "--label.games", "1", "--label.rollin_games", "0", "--label.workers", "1",
-            "--policy.backend", "openai", "--policy.openai.base_url", f"http://127.0.0.1:{port}/v1",
-            "--policy.openai.max_retries", "0"]  # fmt: skip
-    assert run_job("label_views.py", ["--config", "configs/local.yaml", *argv]) == 1
+    argv = tiny_argv("unreachable", "--label.games", "1", "--label.rollin_games", "0", "--label.workers", "1",
+                     "--policy.backend", "openai", "--policy.openai.base_url", f"http://127.0.0.1:{port}/v1",
+                     "--policy.openai.max_retries", "0")  # fmt: skip
+    assert run_job("label_views.py", argv) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith(
