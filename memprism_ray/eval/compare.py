@@ -40,11 +40,9 @@ def episode_outcomes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
 
 def read_table(path: Path, columns: Sequence[str]) -> list[dict[str, Any]]:
     """The rows of the Parquet file ``path``; a ``ValueError`` naming the file and what is missing."""
-    import pyarrow.parquet as pq
+    from memprism_ray.adapter.tables import read_parquet
 
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file: not a whole evaluation")
-    table = pq.read_table(path)
+    table = read_parquet(path)  # a missing or unreadable file named in one line
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise ValueError(f"{path}: no column {', '.join(missing)}: not an evaluation's {path.stem}")
