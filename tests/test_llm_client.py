@@ -4,15 +4,15 @@ every attempt, retry, failure and token counted in one place."""
 
 from __future__ import annotations
 
+import contextlib
 import io
-import json
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from json_endpoint import Reply, Request, json_endpoint
 
 from memprism_ray.llm_client import (
     ChatClient,
@@ -41,47 +41,26 @@ class Stub:
         self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
 
+    def __call__(self, request: Request) -> Reply:
+        with self.lock:
+            n = len(self.bodies)
+            self.bodies.append(request.json())
+            self.headers.append(request.headers)
+        if n >= self.limit:  # a runaway client: refuse rather than loop forever
+            return 418, {"error": "request limit reached"}
+        status, headers, reply = self.script[min(n, len(self.script) - 1)]
+        return status, reply, headers
+
 
 @pytest.fixture
 def serve() -> Iterator[Any]:
-    servers: list[ThreadingHTTPServer] = []
+    with contextlib.ExitStack() as servers:
 
-    def start(*script: tuple[int, dict[str, str], Any]) -> tuple[Stub, str]:
-        stub = Stub(list(script))
+        def start(*script: tuple[int, dict[str, str], Any]) -> tuple[Stub, str]:
+            stub = Stub(list(script))
+            return stub, servers.enter_context(json_endpoint(stub))
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with stub.lock:
-                    n = len(stub.bodies)
-                    stub.bodies.append(body)
-                    stub.headers.append(dict(self.headers))
-                if n >= stub.limit:  # a runaway client: refuse rather than loop forever
-                    status, headers, reply = 418, {}, {"error": "request limit reached"}
-                else:
-                    status, headers, reply = stub.script[min(n, len(stub.script) - 1)]
-                data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        httpd.daemon_threads = True
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        servers.append(httpd)
-        return stub, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-
-    yield start
-    for httpd in servers:
-        httpd.shutdown()
-        httpd.server_close()
+        yield start
 
 
 def client(url: str, delays: list[float], **kw: Any) -> ChatClient:
@@ -149,27 +128,18 @@ def test_unreachable_and_slow_endpoints_fail_after_the_retries() -> None:
 
 def test_a_timeout_is_retried_then_reported() -> None:
     gate = threading.Event()
-
-    class Slow(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            gate.wait(2.0)  # never answers within the client's timeout
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        delays: list[float] = []
-        c = client(f"http://127.0.0.1:{httpd.server_address[1]}/v1", delays, timeout_s=0.2, max_retries=1)
-        with pytest.raises(LLMUnavailable, match=r"failed 2 time\(s\); last error: timeout after 0.2s \(ReadTimeout\)"):
-            c.chat([{"role": "user", "content": "hi"}])
-        assert c.counters["retries"] == 1
-    finally:
-        gate.set()
-        httpd.shutdown()
-        httpd.server_close()
+    # never answers within the client's timeout
+    with json_endpoint(lambda _: gate.wait(2.0) and None) as url:
+        try:
+            delays: list[float] = []
+            c = client(url, delays, timeout_s=0.2, max_retries=1)
+            with pytest.raises(
+                LLMUnavailable, match=r"failed 2 time\(s\); last error: timeout after 0.2s \(ReadTimeout\)"
+            ):
+                c.chat([{"role": "user", "content": "hi"}])
+            assert c.counters["retries"] == 1
+        finally:
+            gate.set()
 
 
 def test_tools_and_images_travel_in_the_request_and_tool_calls_come_back(serve, monkeypatch) -> None:

@@ -3,14 +3,15 @@ local OpenAI-compatible stub server on 127.0.0.1 and against the Ray policy pool
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from json_endpoint import Reply, Request, chat_reply, json_endpoint
 
 from memprism_ray.adapter.d1_labels import label_states_llm, llm_labels, policy_calls
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
@@ -57,44 +58,31 @@ class StubServer:
         self.prompts: list[str] = []
         self.active = 0
         self.max_active = 0
-        lock = threading.Lock()
-        stub = self
+        self.delay_s = delay_s
+        self.lock = threading.Lock()
+        self._served = contextlib.ExitStack()
+        self.url = self._served.enter_context(json_endpoint(self))
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                prompt = body["messages"][0]["content"]
-                with lock:
-                    stub.prompts.append(prompt)
-                    stub.active += 1
-                    stub.max_active = max(stub.max_active, stub.active)
-                time.sleep(delay_s)
-                ref = prompt[prompt.index("reference_next_action") :]
-                if '"clean mug 1 with sinkbasin 1"' in ref[:400]:
-                    content = "I cannot decide."
-                elif '"go to' in ref[:400]:
-                    content = teacher_json("TemporalTrace|recent_short|all|fine")
-                else:
-                    content = "```json\n" + teacher_json("EntityState|all|all|medium", 3.0) + "\n```"
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
-                with lock:
-                    stub.active -= 1
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def __call__(self, request: Request) -> Reply:
+        prompt = request.json()["messages"][0]["content"]
+        with self.lock:
+            self.prompts.append(prompt)
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        time.sleep(self.delay_s)
+        ref = prompt[prompt.index("reference_next_action") :]
+        if '"clean mug 1 with sinkbasin 1"' in ref[:400]:
+            content = "I cannot decide."
+        elif '"go to' in ref[:400]:
+            content = teacher_json("TemporalTrace|recent_short|all|fine")
+        else:
+            content = "```json\n" + teacher_json("EntityState|all|all|medium", 3.0) + "\n```"
+        with self.lock:
+            self.active -= 1
+        return 200, chat_reply(content)
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._served.close()
 
 
 def test_policy_call_counts() -> None:

@@ -12,16 +12,14 @@ clear-error tests always run.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from json_endpoint import Reply, Request, chat_reply, json_endpoint
 
 from memprism_ray.baselines import make_selector
 from memprism_ray.baselines.conditions import EXTERNAL_MEMORY_CONDITIONS, condition_needs
@@ -64,39 +62,6 @@ def _steps(text: str) -> list[tuple[str, str, str]]:
 
 #: ``respond(path, request body) -> (status, extra headers, JSON reply bytes or None)``;
 #: ``None`` sends the status as a plain error page.
-Respond = Callable[[str, bytes], tuple[int, dict[str, str], bytes | None]]
-
-
-@contextlib.contextmanager
-def _json_server(respond: Respond) -> Iterator[str]:
-    """A POST endpoint on 127.0.0.1 answering with ``respond``; yields its base URL (…/v1)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            status, headers, data = respond(self.path, self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            if data is None:
-                self.send_error(status)
-                return
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 class FakeLLM:
     """Answers chat-completion requests by what the prompt asks, deterministically; records
     each response's ``usage`` and which kind of prompt it answered."""
@@ -204,13 +169,10 @@ class FakeLLM:
 def fake_llm():
     llm = FakeLLM()
 
-    def respond(path: str, raw: bytes) -> tuple[int, dict[str, str], bytes | None]:
-        body = json.loads(raw)
-        if not path.endswith("/chat/completions"):
-            return 404, {}, None
-        return 200, {}, json.dumps(llm.respond(body)).encode()
+    def respond(r: Request) -> Reply:
+        return (200, llm.respond(r.json())) if r.path.endswith("/chat/completions") else (404, None)
 
-    with _json_server(respond) as url:
+    with json_endpoint(respond) as url:
         llm.base_url = url
         yield llm
 
@@ -294,16 +256,14 @@ def vllm_like():
     any request with ``tool_choice: "auto"`` (``tools_on`` = True: started with the flags)."""
     state = {"tools_on": False, "bodies": []}
 
-    def respond(path: str, raw: bytes) -> tuple[int, dict[str, str], bytes | None]:
-        body = json.loads(raw)
+    def respond(r: Request) -> Reply:
+        body = r.json()
         state["bodies"].append(body)
         if body.get("tool_choice") == "auto" and not state["tools_on"]:
-            status, reply = 400, VLLM_AUTO_TOOL_ERROR
-        else:
-            status, reply = 200, {"choices": [{"message": {"role": "assistant", "content": "OK"}}]}
-        return status, {}, json.dumps(reply).encode()
+            return 400, VLLM_AUTO_TOOL_ERROR
+        return 200, chat_reply("OK")
 
-    with _json_server(respond) as url:
+    with json_endpoint(respond) as url:
         state["base_url"] = url
         yield state
 
@@ -412,14 +372,13 @@ def test_the_relay_retries_as_retry_after_asks_and_counts_like_every_endpoint_us
 
     seen: list[float] = []
 
-    def respond(path: str, raw: bytes) -> tuple[int, dict[str, str], bytes | None]:
+    def respond(r: Request) -> Reply:
         seen.append(time.monotonic())
         if len(seen) == 1:
-            return 429, {"Retry-After": "0.3"}, b'{"error": "slow down"}'
-        usage = {"prompt_tokens": 12, "completion_tokens": 4}
-        return 200, {}, json.dumps({"choices": [{"message": {"content": "OK"}}], "usage": usage}).encode()
+            return 429, {"error": "slow down"}, {"Retry-After": "0.3"}
+        return 200, chat_reply("OK", usage={"prompt_tokens": 12, "completion_tokens": 4})
 
-    with _json_server(respond) as base_url:
+    with json_endpoint(respond) as base_url:
         relay = relay_for(MemoryBaselineConfig(base_url=base_url, backoff_s=0))
         counters = MemoryCounters()
         key, url = relay.register(counters)

@@ -7,13 +7,14 @@ transcripts and exits 0.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from json_endpoint import Reply, Request, chat_reply, json_endpoint
 
 from memprism_ray.benchmark.alfworld.phi import AlfworldPhi
 from memprism_ray.recorder import EventStream, RawEvent
@@ -48,52 +49,29 @@ def saved_stream(tmp_path: Path) -> str:
     return str(path)
 
 
-class EchoServer:
+@contextlib.contextmanager
+def echo_server(echo: bool, paper: bool = False) -> Iterator[str]:
     """Answers every Phi prompt with what the rule Phi reads off its EVENT (``echo``), the same in
     the paper prompt's key names for location/hand/open state only (``paper``), or with prose."""
+    rule = AlfworldPhi()
 
-    def __init__(self, echo: bool, paper: bool = False) -> None:
-        rule = AlfworldPhi()
+    def respond(request: Request) -> Reply:
+        prompt = request.json()["messages"][0]["content"]
+        keys = json.loads(prompt.split("Existing tracked keys: ", 1)[1].split("\n", 1)[0])
+        event = json.loads(prompt[prompt.rindex("EVENT:") + len("EVENT:") :])
+        # the rule Phi needs the known contents for take/put; the bench's streams match
+        known = {k: "" for k in keys}
+        ex = rule.extract(RawEvent(event["observation"], event["action"], event["result"]), known)
+        deltas = [(d.key, d.new_value) for d in ex.delta]
+        if paper:
+            names = {"agent.location": "location", "agent.holding": "held_object"}
+            deltas = [(names.get(k, k.removesuffix(".open")), v) for k, v in deltas]
+            deltas = [(k, v) for k, v in deltas if "." not in k]
+        answer = {"entity": ex.entity, "act_type": ex.act, "delta_s": [{"key": k, "new_value": v} for k, v in deltas]}
+        return 200, chat_reply(json.dumps(answer) if echo else "no idea")
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                prompt = body["messages"][0]["content"]
-                keys = json.loads(prompt.split("Existing tracked keys: ", 1)[1].split("\n", 1)[0])
-                event = json.loads(prompt[prompt.rindex("EVENT:") + len("EVENT:") :])
-                # the rule Phi needs the known contents for take/put; the bench's streams match
-                known = {k: "" for k in keys}
-                ex = rule.extract(RawEvent(event["observation"], event["action"], event["result"]), known)
-                deltas = [(d.key, d.new_value) for d in ex.delta]
-                if paper:
-                    names = {"agent.location": "location", "agent.holding": "held_object"}
-                    deltas = [(names.get(k, k.removesuffix(".open")), v) for k, v in deltas]
-                    deltas = [(k, v) for k, v in deltas if "." not in k]
-                answer = {
-                    "entity": ex.entity,
-                    "act_type": ex.act,
-                    "delta_s": [{"key": k, "new_value": v} for k, v in deltas],
-                }
-                content = json.dumps(answer) if echo else "no idea"
-                data = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    with json_endpoint(respond) as url:
+        yield url
 
 
 def result_line(out: str) -> dict:
@@ -111,7 +89,7 @@ def test_without_an_endpoint_it_loads_the_transcripts_and_exits_0(tmp_path: Path
 
 def test_an_llm_that_answers_like_the_rules_agrees_fully(tmp_path: Path, capsys) -> None:
     path = saved_stream(tmp_path)
-    with EchoServer(echo=True) as url:
+    with echo_server(echo=True) as url:
         assert bench.main(["--streams", path, "--base-url", url, "--model", "echo", "--retries", "0"]) == 0
     llm = result_line(capsys.readouterr().out)["llm"]
     assert llm["events_answered_by_llm"] == 4
@@ -121,7 +99,7 @@ def test_an_llm_that_answers_like_the_rules_agrees_fully(tmp_path: Path, capsys)
 
 def test_paper_key_names_match_by_entity_and_value_and_missing_keys_lower_recall(tmp_path: Path, capsys) -> None:
     path = saved_stream(tmp_path)
-    with EchoServer(echo=True, paper=True) as url:
+    with echo_server(echo=True, paper=True) as url:
         assert bench.main(["--streams", path, "--base-url", url, "--model", "paper", "--retries", "0"]) == 0
     llm = result_line(capsys.readouterr().out)["llm"]
     by_attr = llm["delta_recall_by_rule_attribute"]
@@ -136,7 +114,7 @@ def test_paper_key_names_match_by_entity_and_value_and_missing_keys_lower_recall
 
 def test_an_llm_without_usable_answers_falls_back_everywhere(tmp_path: Path, capsys) -> None:
     path = saved_stream(tmp_path)
-    with EchoServer(echo=False) as url:
+    with echo_server(echo=False) as url:
         assert bench.main(["--streams", path, "--base-url", url, "--model", "mute", "--retries", "0"]) == 0
     out = capsys.readouterr().out
     llm = result_line(out)["llm"]

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from json_endpoint import Reply, Request, chat_reply, json_endpoint
 from PIL import Image
 
 from memprism_ray.benchmark.alfworld.contract import ALFWORLD
@@ -35,65 +34,34 @@ class Stub:
         self.headers: list[dict] = []
         self.lock = threading.Lock()
 
-
-def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
-        def _send(self, status: int, body: dict, headers: dict | None = None) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with stub.lock:
-                stub.requests.append(body)
-                stub.headers.append(dict(self.headers))
-                failing = stub.fail > 0
-                if failing:
-                    stub.fail -= 1
-            if stub.delay_s:
-                time.sleep(stub.delay_s)
-            if self.path != "/v1/chat/completions":
-                return self._send(404, {"error": "not found"})
+    def __call__(self, request: Request) -> Reply:
+        body = request.json()
+        with self.lock:
+            self.requests.append(body)
+            self.headers.append(request.headers)
+            failing = self.fail > 0
             if failing:
-                return self._send(stub.fail_status, {"error": "busy"}, {"Retry-After": "0"})
-            if stub.status_override is not None:
-                return self._send(stub.status_override, {"error": {"message": "prompt is too long"}})
-            text = body["messages"][0]["content"]
-            task = next(p["text"] for p in text if p["type"] == "text")
-            action = "look" if "LOOK" in task else "go to the moon"
-            return self._send(
-                200,
-                {
-                    "choices": [
-                        {"message": {"role": "assistant", "content": f"<think>ok</think><action>{action}</action>"}}
-                    ],
-                    "usage": {"prompt_tokens": 321, "completion_tokens": 9, "total_tokens": 330},
-                },
-            )
-
-    return Handler
+                self.fail -= 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if request.path != "/v1/chat/completions":
+            return 404, {"error": "not found"}
+        if failing:
+            return self.fail_status, {"error": "busy"}, {"Retry-After": "0"}
+        if self.status_override is not None:
+            return self.status_override, {"error": {"message": "prompt is too long"}}
+        text = body["messages"][0]["content"]
+        task = next(p["text"] for p in text if p["type"] == "text")
+        action = "look" if "LOOK" in task else "go to the moon"
+        usage = {"prompt_tokens": 321, "completion_tokens": 9, "total_tokens": 330}
+        return 200, chat_reply(f"<think>ok</think><action>{action}</action>", usage=usage)
 
 
 @pytest.fixture
 def server() -> Iterator[tuple[Stub, str]]:
     stub = Stub()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(stub))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield stub, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with json_endpoint(stub) as url:
+        yield stub, url
 
 
 def policy_for(url: str, **kw) -> OpenAIChatPolicy:

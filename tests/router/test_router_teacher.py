@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import math
 import random
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
 import numpy as np
 import pytest
+from json_endpoint import Reply, Request, json_endpoint
 
 from memprism_ray.benchmark.mind2web.benchmark import MIND2WEB_TEACHER_PROMPT, Mind2WebLLMTeacher
 from memprism_ray.recorder import EventStream, RawEvent, StateDelta
@@ -261,33 +260,20 @@ def test_config_validation() -> None:
 def test_local_stub_server_end_to_end_mind2web_prompt() -> None:
     received: list[dict] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            received.append(body)
-            reply = json.dumps(
-                {
-                    "teacher_distribution": [
-                        item("TemporalTrace", "recent_short", "all", "fine", 0.7),
-                        item("EntityState", "recent_long", "all", "medium", 0.3),
-                    ]
-                }
-            )
-            data = json.dumps(completion("Answer: " + reply)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def respond(request: Request) -> Reply:
+        received.append(request.json())
+        reply = json.dumps(
+            {
+                "teacher_distribution": [
+                    item("TemporalTrace", "recent_short", "all", "fine", 0.7),
+                    item("EntityState", "recent_long", "all", "medium", 0.3),
+                ]
+            }
+        )
+        return 200, completion("Answer: " + reply)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        config = LLMTeacherConfig(base_url=f"http://127.0.0.1:{server.server_port}/v1", model="stub", timeout_s=10)
+    with json_endpoint(respond) as url:
+        config = LLMTeacherConfig(base_url=url, model="stub", timeout_s=10)
         with Mind2WebLLMTeacher(config) as teacher:
             label = teacher.label(
                 {
@@ -299,9 +285,6 @@ def test_local_stub_server_end_to_end_mind2web_prompt() -> None:
                     "observation_stats": {"elements": 40},
                 }
             )
-    finally:
-        server.shutdown()
-        server.server_close()
     assert received[0]["messages"][0]["content"].startswith("You are a Mind2Web view teacher for MemPrism.")
     assert label.distribution[idx("TemporalTrace", "recent_short", "all", "fine")] == pytest.approx(0.7)
     assert label.stats["prompt"] == "mind2web"

@@ -19,12 +19,14 @@ the peak number of requests handled at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from json_endpoint import Reply, Request, chat_reply, json_endpoint
 
 ALFWORLD_ANSWER = {
     "entity": "drawer 1",
@@ -42,69 +44,45 @@ class PhiStubServer:
         self.active = 0
         self.max_active = 0
         self.seen: dict[str, int] = {}
-        lock = threading.Lock()
-        stub = self
+        self.delay_s, self.slow_s = delay_s, slow_s
+        self.lock = threading.Lock()
+        self._served = contextlib.ExitStack()
+        self.base_url = ""
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                content = body["messages"][0]["content"]
-                text = content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
-                mode_m = re.search(r"MODE=(\w+)", text)
-                tag_m = re.search(r"TAG=(\w+)", text)
-                mode = mode_m.group(1) if mode_m else "valid"
-                with lock:
-                    stub.bodies.append(body)
-                    stub.active += 1
-                    stub.max_active = max(stub.max_active, stub.active)
-                    stub.seen[text] = stub.seen.get(text, 0) + 1
-                    nth = stub.seen[text]
-                try:
-                    time.sleep(delay_s)
-                    if mode == "slow":
-                        time.sleep(slow_s)
-                    if mode == "down" or (mode == "flaky" and nth == 1):
-                        self._send(503 if mode == "down" else 500, b'{"error": "busy"}')
-                        return
-                    answer = stub.answers.get(tag_m.group(1)) if tag_m else None
-                    payload = json.dumps(answer if answer is not None else ALFWORLD_ANSWER)
-                    reply = {
-                        "prose": f"Sure, here is the event:\n```json\n{payload}\n```\nThat is all.",
-                        "badkey": json.dumps(MIND2WEB_BAD),
-                        "malformed": "{'entity': 'drawer 1', 'act_type': go}",
-                        "nojson": "I cannot annotate this event.",
-                    }.get(mode, payload)
-                    data = {
-                        "choices": [{"message": {"role": "assistant", "content": reply}}],
-                        "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS},
-                    }
-                    self._send(200, json.dumps(data).encode())
-                finally:
-                    with lock:
-                        stub.active -= 1
-
-            def _send(self, code: int, data: bytes) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+    def __call__(self, request: Request) -> Reply:
+        body = request.json()
+        content = body["messages"][0]["content"]
+        text = content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+        mode_m = re.search(r"MODE=(\w+)", text)
+        tag_m = re.search(r"TAG=(\w+)", text)
+        mode = mode_m.group(1) if mode_m else "valid"
+        with self.lock:
+            self.bodies.append(body)
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            self.seen[text] = nth = self.seen.get(text, 0) + 1
+        try:
+            time.sleep(self.delay_s + (self.slow_s if mode == "slow" else 0.0))
+            if mode == "down" or (mode == "flaky" and nth == 1):
+                return 503 if mode == "down" else 500, {"error": "busy"}
+            answer = self.answers.get(tag_m.group(1)) if tag_m else None
+            payload = json.dumps(answer if answer is not None else ALFWORLD_ANSWER)
+            reply = {
+                "prose": f"Sure, here is the event:\n```json\n{payload}\n```\nThat is all.",
+                "badkey": json.dumps(MIND2WEB_BAD),
+                "malformed": "{'entity': 'drawer 1', 'act_type': go}",
+                "nojson": "I cannot annotate this event.",
+            }.get(mode, payload)
+            return 200, chat_reply(
+                reply, usage={"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS}
+            )
+        finally:
+            with self.lock:
+                self.active -= 1
 
     def __enter__(self) -> PhiStubServer:
-        self.thread.start()
+        self.base_url = self._served.enter_context(json_endpoint(self))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._served.close()
