@@ -66,6 +66,9 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if out is not None and not out.parent.exists():
         raise CliError(f"output folder {out.parent} does not exist")
+    if out is not None and (out.suffix.lower() == ".png") == args.text:  # v.jpg held PNG bytes, --text v.png text
+        kind = "the text view" if args.text else "a PNG"
+        raise CliError(f"--out {out}: the file would hold {kind}; name it {'.txt' if args.text else '.png'}")
     stream = EventStream.load(args.events)
     goal = args.goal if args.goal is not None else str(stream.meta.get("goal", ""))
     atlas(config.font_size)  # load the font outside the timed region (once per process)

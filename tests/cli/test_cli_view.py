@@ -88,10 +88,12 @@ def test_bad_files_give_one_line_and_exit_2(events: dict[str, Path], capsys: pyt
         ([str(root / "garbage.parquet"), "--out", str(root / "x.png")], "cannot read as Parquet"),
         ([str(events["jsonl"])], "--out is required when writing a PNG"),
         ([str(events["jsonl"]), "--out", str(root / "no" / "such" / "dir.png")], "does not exist"),
+        ([str(events["jsonl"]), "--out", str(root / "x.jpg")], "x.jpg: the file would hold a PNG; name it .png"),
+        ([str(events["jsonl"]), "--text", "--out", str(root / "x.png")], "would hold the text view; name it .txt"),
     ]
     for argv, message in cases:
         rc = main(["view", *argv])
         err = capsys.readouterr().err
         assert rc == 2, argv
         assert err.count("\n") == 1 and message in err, (argv, err)
-    assert not (root / "x.png").exists()
+    assert not (root / "x.png").exists() and not (root / "x.jpg").exists()
