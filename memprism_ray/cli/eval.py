@@ -234,20 +234,40 @@ def _outcomes(a: Path, b: Path) -> list[tuple[Outcomes, Outcomes]]:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from memprism_ray.eval.report import paired_comparison
-
     for condition, a, b in _pairs(Path(args.dir_a), Path(args.dir_b)):
         for oa, ob in _outcomes(a, b):
-            res = paired_comparison(oa.items, ob.items, n_boot=args.boot, seed=args.seed)
-            if res["n_common"] == 0:
-                raise CliError(f"{a} and {b} share no {oa.noun[:-1]} ids: evaluate both on the same split and seed")
-            m = oa.label
-            res.update({"measure": oa.measure, "a": str(a), "b": str(b), "rate_a": oa.rate, "rate_b": ob.rate})
-            print(
-                (f"{condition}: " if condition else "") + f"{m}(A) = {100 * oa.rate:.2f}% ({len(oa.items)} {oa.noun}), "
-                f"{m}(B) = {100 * ob.rate:.2f}% ({len(ob.items)} {ob.noun})\n"
-                f"{m}(B) - {m}(A) on {res['n_common']} common {oa.noun}: {100 * res['diff']:+.2f} points, "
-                f"paired bootstrap 95% CI [{100 * res['ci95'][0]:+.2f}, {100 * res['ci95'][1]:+.2f}]"
-            )
-            print(json.dumps({"condition": condition, **res} if condition else res), flush=True)
+            _print_comparison(oa, ob, condition, a, b, args)
+            # The paper reports each split (Mind2Web) or subset (EB-ALFRED): one line each.
+            splits_b = ob.by_split()
+            for name, sa in oa.by_split().items():
+                if name in splits_b:
+                    _print_comparison(sa, splits_b[name], condition, a, b, args, split=name)
     return 0
+
+
+def _print_comparison(
+    oa: Outcomes, ob: Outcomes, condition: str, a: Path, b: Path, args: argparse.Namespace, split: str = ""
+) -> None:
+    """One measure of A against B: the rates, the paired difference and its bootstrap CI, in
+    text and as a JSON line."""
+    from memprism_ray.eval.report import paired_comparison
+
+    res = paired_comparison(oa.items, ob.items, n_boot=args.boot, seed=args.seed)
+    if res["n_common"] == 0:
+        if split:
+            return  # the two evaluations share this split's name, not its items: said by the overall line
+        raise CliError(f"{a} and {b} share no {oa.noun[:-1]} ids: evaluate both on the same split and seed")
+    m = oa.label
+    res.update({"measure": oa.measure, "a": str(a), "b": str(b), "rate_a": oa.rate, "rate_b": ob.rate})
+    head = "".join(f"{x}: " for x in (condition, split) if x)
+    rates = (
+        f"{head}{m}(A) = {100 * oa.rate:.2f}% ({len(oa.items)} {oa.noun}), "
+        f"{m}(B) = {100 * ob.rate:.2f}% ({len(ob.items)} {ob.noun})"
+    )
+    diff = (
+        f"{m}(B) - {m}(A) on {res['n_common']} common {oa.noun}: {100 * res['diff']:+.2f} points, "
+        f"paired bootstrap 95% CI [{100 * res['ci95'][0]:+.2f}, {100 * res['ci95'][1]:+.2f}]"
+    )
+    print(f"  {rates}; {diff}" if split else f"{rates}\n{diff}")
+    where = {"condition": condition} if condition else {}
+    print(json.dumps({**where, **({"split": split} if split else {}), **res}), flush=True)

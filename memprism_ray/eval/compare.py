@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-#: The columns of an evaluation's episodes.parquet that a comparison reads (eval/report.py).
+#: The columns of an evaluation's episodes.parquet that a comparison reads (eval/report.py);
+#: ``split`` (the split, or EB-ALFRED's subset) where the table has it.
 OUTCOME_COLUMNS = ("episode_id", "won", "status")
+SPLIT = "split"
 
 
 @dataclass(frozen=True)
@@ -27,10 +29,21 @@ class Outcomes:
     label: str  # as printed: "SR", "step accuracy"
     noun: str  # what an item is, plural: "episodes", "steps"
     items: dict[str, bool]
+    splits: Mapping[str, str] = field(default_factory=dict)  # item -> its split (the paper reports each)
 
     @property
     def rate(self) -> float:
         return sum(self.items.values()) / len(self.items) if self.items else 0.0
+
+    def by_split(self) -> dict[str, Outcomes]:
+        """This measure on each split its items come from, by name; {}
+        when they come from one split (or say none)."""
+        names = sorted({self.splits.get(k, "") for k in self.items})
+        if len(names) < 2:
+            return {}
+        return {
+            n: replace(self, items={k: v for k, v in self.items.items() if self.splits.get(k, "") == n}) for n in names
+        }
 
 
 def episode_outcomes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
@@ -38,24 +51,31 @@ def episode_outcomes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
     return {str(e["episode_id"]): bool(e["won"]) and e["status"] != "failed" for e in episodes}
 
 
-def read_table(path: Path, columns: Sequence[str]) -> list[dict[str, Any]]:
-    """The rows of the Parquet file ``path``; a ``ValueError`` naming the file and what is missing."""
+def episode_splits(episodes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Each episode id's split (none where the table has no split column)."""
+    return {str(e["episode_id"]): str(e[SPLIT]) for e in episodes if e.get(SPLIT) is not None}
+
+
+def read_table(path: Path, columns: Sequence[str], optional: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The rows of the Parquet file ``path`` (``columns``, and the ``optional`` ones it has); a
+    ``ValueError`` naming the file and what is missing."""
     from memprism_ray.adapter.tables import read_parquet
 
     table = read_parquet(path)  # a missing or unreadable file named in one line
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise ValueError(f"{path}: no column {', '.join(missing)}: not an evaluation's {path.stem}")
-    return table.select(list(columns)).to_pylist()
+    return table.select([*columns, *(c for c in optional if c in table.column_names)]).to_pylist()
 
 
 def read_episodes(condition_dir: Path, columns: Sequence[str] = OUTCOME_COLUMNS) -> list[dict[str, Any]]:
-    return read_table(condition_dir / "episodes.parquet", columns)
+    return read_table(condition_dir / "episodes.parquet", columns, optional=(SPLIT,))
 
 
 def success(condition_dir: Path) -> list[Outcomes]:
     """Task success per episode (every benchmark's measure)."""
-    return [Outcomes("success", "SR", "episodes", episode_outcomes(read_episodes(condition_dir)))]
+    episodes = read_episodes(condition_dir)
+    return [Outcomes("success", "SR", "episodes", episode_outcomes(episodes), episode_splits(episodes))]
 
 
 def benchmark_of(condition_dir: Path) -> str | None:

@@ -212,14 +212,37 @@ def test_compare_counts_failed_episodes_as_failures(tmp_path: Path, capsys: pyte
     assert res["n_common"] == 3 and res["rate_b"] == pytest.approx(1 / 3) and res["diff"] == pytest.approx(-1 / 3)
 
 
-def _mind2web_eval(d: Path, correct: dict[str, list[bool]], expected: dict[str, int], failed: set[str]) -> Path:
+def test_compare_pairs_each_split_after_the_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The paper reports each split (Mind2Web) or subset (EB-ALFRED): after the whole, one pair
+    of lines per split the episodes' ``split`` column names, on that split's episodes alone."""
+
+    def table(d: Path, won: list[bool]) -> Path:
+        d.mkdir()
+        rows = [{"episode_id": f"e{i}", "won": w, "status": "ok", "split": "ab"[i // 2]} for i, w in enumerate(won)]
+        pq.write_table(pa.Table.from_pylist(rows), d / "episodes.parquet")
+        return d
+
+    a = table(tmp_path / "a", [True, False, True, True])
+    b = table(tmp_path / "b", [True, True, False, True])
+    assert main(["compare", str(a), str(b), "--boot", "200"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    whole, in_a, in_b = (json.loads(line) for line in lines if line.startswith("{"))
+    assert "split" not in whole and whole["n_common"] == 4 and whole["diff"] == pytest.approx(0.0)
+    assert (in_a["split"], in_a["n_common"], in_a["diff"]) == ("a", 2, pytest.approx(0.5))
+    assert (in_b["split"], in_b["rate_a"], in_b["rate_b"]) == ("b", 1.0, 0.5)
+    assert lines[3].startswith("  a: SR(A) = 50.00% (2 episodes), SR(B) = 100.00% (2 episodes); SR(B) - SR(A) on 2")
+
+
+def _mind2web_eval(
+    d: Path, correct: dict[str, list[bool]], expected: dict[str, int], failed: set[str], split: str = "e2"
+) -> Path:
     """A Mind2Web condition directory as an evaluation writes it: the manifest naming the
     benchmark, episodes and steps tables, and mind2web.json with each episode's recorded steps."""
     d.mkdir(parents=True)
     (d / "manifest.json").write_text(json.dumps({"benchmark": "mind2web"}))
     episodes = [
         {"episode_id": e, "won": all(c) and len(c) == expected[e], "status": "failed" if e in failed else "ok",
-         "steps": len(c)}
+         "steps": len(c), "split": "test_website" if e in split else "test_task"}
         for e, c in correct.items()
     ]  # fmt: skip
     pq.write_table(pa.Table.from_pylist(episodes), d / "episodes.parquet")
@@ -240,12 +263,16 @@ def test_compare_of_mind2web_evaluations_pairs_step_accuracy_then_episode_succes
     b = _mind2web_eval(tmp_path / "b", {"e1": [True, True], "e2": [True]}, expected, {"e2"})  # crashed after 1 of 3
     assert main(["compare", str(a), str(b), "--boot", "200"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    steps, episodes = (json.loads(line) for line in lines if line.startswith("{"))
+    steps, task_steps, website_steps, episodes, *_ = (json.loads(line) for line in lines if line.startswith("{"))
     assert steps["measure"] == "step_accuracy" and steps["n_common"] == 5
     assert steps["rate_a"] == pytest.approx(3 / 5) and steps["rate_b"] == pytest.approx(3 / 5)
     assert episodes["measure"] == "episode_success" and episodes["n_common"] == 2
     assert episodes["rate_a"] == episodes["rate_b"] == pytest.approx(1 / 2)
     assert lines[0] == "step accuracy(A) = 60.00% (5 steps), step accuracy(B) = 60.00% (5 steps)"
+    # each split on its own steps: e1's 2 steps (test_task), e2's 3 (test_website, 1 of 3 right in A and B)
+    assert (task_steps["split"], task_steps["n_common"], task_steps["rate_a"]) == ("test_task", 2, 1.0)
+    assert (website_steps["split"], website_steps["n_common"]) == ("test_website", 3)
+    assert website_steps["rate_a"] == website_steps["rate_b"] == pytest.approx(1 / 3)
     (b / "mind2web.json").write_text("{}")
     assert main(["compare", str(a), str(b)]) == 2
     err = capsys.readouterr().err.strip()

@@ -92,11 +92,15 @@ def test_eval_job_reports_per_split(
     # `memprism compare` of two conditions pairs the same 20 steps the reports count.
     capsys.readouterr()
     assert main(["compare", str(out / "no_memory"), str(out / "full_history"), "--boot", "200"]) == 0
-    step = json.loads(capsys.readouterr().out.strip().splitlines()[2])
-    rate = lambda m: m["overall"]["step_accuracy"]["rate"]  # noqa: E731
+    step, *per_split = (json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{"))
+    rate = lambda m, split="overall": m[split]["step_accuracy"]["rate"]  # noqa: E731
     assert step["measure"] == "step_accuracy" and step["n_common"] == 20
     assert (step["rate_a"], step["rate_b"]) == (rate(no_mem), rate(full))
     assert step["diff"] == pytest.approx(rate(full) - rate(no_mem))
+    # then each split, as the reports count it
+    splits = [r for r in per_split if r["measure"] == "step_accuracy"]
+    assert [r["split"] for r in splits] == sorted(k for k in no_mem if k.startswith("test_")) and len(splits) == 3
+    assert all((r["rate_a"], r["rate_b"]) == (rate(no_mem, r["split"]), rate(full, r["split"])) for r in splits)
     assert run_job("eval_mind2web.py", argv) == 2  # reports are never silently replaced
     assert "already holds an evaluation" in capsys.readouterr().err
 

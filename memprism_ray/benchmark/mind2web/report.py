@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.eval import report as rpt
-from memprism_ray.eval.compare import OUTCOME_COLUMNS, Outcomes, episode_outcomes, read_episodes, read_table
+from memprism_ray.eval.compare import (
+    OUTCOME_COLUMNS,
+    Outcomes,
+    episode_outcomes,
+    episode_splits,
+    read_episodes,
+    read_table,
+)
 from memprism_ray.eval.stats import wilson_interval
 from memprism_ray.io_atomic import atomic_write_text
 
@@ -199,9 +206,11 @@ def compared_outcomes(condition_dir: Path) -> list[Outcomes]:
         ) from None
     rows = read_table(condition_dir / "steps.parquet", ("episode_id", "step", "correct"))
     steps = step_outcomes(episodes, rows, expected)
+    splits = episode_splits(episodes)
+    step_splits = {k: splits[k.rsplit("#", 1)[0]] for k in steps if k.rsplit("#", 1)[0] in splits}
     return [
-        Outcomes("step_accuracy", "step accuracy", "steps", {k: bool(v) for k, v in steps.items()}),
-        Outcomes("episode_success", "episode success", "episodes", episode_outcomes(episodes)),
+        Outcomes("step_accuracy", "step accuracy", "steps", {k: bool(v) for k, v in steps.items()}, step_splits),
+        Outcomes("episode_success", "episode success", "episodes", episode_outcomes(episodes), splits),
     ]
 
 
