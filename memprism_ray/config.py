@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 from memprism_ray.adapter.grpo_update import GRPOConfig
 from memprism_ray.adapter.sft import SFTConfig
 from memprism_ray.agent import AgentConfig
-from memprism_ray.baselines.conditions import check_condition_names, condition_needs
+from memprism_ray.baselines.conditions import canonical_conditions, condition_needs
 from memprism_ray.baselines.external import MemoryBaselineConfig
 from memprism_ray.config_tree import (
     field,
@@ -268,7 +268,8 @@ class FinalEvalConfig:
             raise ValueError("eval.workers and eval.slots must be >= 1, eval.episodes >= 0")
         if self.artifacts < 0:
             raise ValueError(f"eval.artifacts must be >= 0, got {self.artifacts}")
-        check_condition_names(self.conditions, "eval.conditions")
+        # by their canonical names: the folders `memprism compare` pairs across runs
+        self.conditions = canonical_conditions(self.conditions, "eval.conditions")
         for condition in self.conditions:
             if "memory_llm" in condition_needs(condition) and not self.memory.base_url:
                 raise ValueError(

@@ -22,6 +22,10 @@ PRESET = "configs/local.yaml"
     [(["--eval.conditions", "memprism,bogus"],
       "eval.conditions: unknown condition 'bogus'; valid conditions: no_memory, full_history, recent4"),
      (["--eval.conditions", "memprism,freq_random,memprism"], "eval.conditions: condition 'memprism' is listed twice"),
+     (["--eval.conditions", "fixed:TemporalTrace,fixed:timeline"],
+      "eval.conditions: condition 'fixed:timeline' is listed twice (as 'fixed:TemporalTrace')"),
+     (["--eval.conditions", "recent:4,memprism,constrained:tau=timeline,recent4"],
+      "eval.conditions: condition 'recent4' is listed twice (as 'recent:4')"),
      (["--eval.conditions", "freq_random,memprism"],
       "eval.conditions: 'freq_random' samples the view marginal of this run's memprism condition; list memprism "
       "before it"),
@@ -185,3 +189,14 @@ def test_run_out_dir_expands_the_home_of_the_node_the_job_runs_on() -> None:
     written: the head's home, not the submitting machine's."""
     cfg = load_config("configs/local.yaml", ["--run.out_dir", "~/runs", "--run.name", "a"])
     assert cfg.run.dir == Path.home() / "runs" / "a"
+
+
+def test_conditions_are_kept_by_their_canonical_names() -> None:
+    """A legacy view alias or ``recent:K`` names the condition its reports carry: the folders
+    ``memprism compare`` pairs across runs are the same whichever name a run was given."""
+    given = "recent:4,fixed:timeline,fixed_text:state_table/all/all/fine,memprism,constrained:tau=causal_chain,mem0"
+    cfg = load_config(PRESET, ["--eval.conditions", given, "--eval.memory.base_url", "http://127.0.0.1:9/v1"])
+    assert cfg.eval.conditions == (
+        "recent4", "fixed:TemporalTrace", "fixed_text:EntityState/all/all/fine", "memprism",
+        "constrained:tau=DependencyChain", "mem0",
+    )  # fmt: skip

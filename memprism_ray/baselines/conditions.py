@@ -89,12 +89,16 @@ class FrequencyMatchedRandom:
         return out
 
 
-def factor_mask(factor: str, value: str) -> np.ndarray:
-    """Boolean mask over the 144 actions whose ``factor`` equals ``value``."""
+def factor_value(factor: str, value: str) -> str:
+    """``value``'s canonical name as a value of the view ``factor`` (a legacy alias resolved)."""
     if factor not in FACTORS:
         raise ValueError(f"unknown view factor {factor!r}; valid factors: {', '.join(FACTORS)}")
-    probe = ViewAction(**{**ALL_ACTIONS[0].to_dict(), factor: value})  # canonicalises or raises
-    canonical = getattr(probe, factor)
+    return str(getattr(ViewAction(**{**ALL_ACTIONS[0].to_dict(), factor: value}), factor))  # or raises
+
+
+def factor_mask(factor: str, value: str) -> np.ndarray:
+    """Boolean mask over the 144 actions whose ``factor`` equals ``value``."""
+    canonical = factor_value(factor, value)
     return np.array([getattr(a, factor) == canonical for a in ALL_ACTIONS])
 
 
@@ -216,7 +220,7 @@ def make_selector(
             label = action.tau
         elif len(parts) == 4:
             action = ViewAction(*parts)
-            label = spec
+            label = action.name
         else:
             raise ValueError(f"condition {condition!r}: use fixed:TAU or fixed:TAU/WINDOW/FILTER/GAMMA")
         medium = "text" if kind == "fixed_text" else "optical"
@@ -236,6 +240,7 @@ def make_selector(
                 raise ValueError(f"condition {condition!r}: use constrained:FACTOR=VALUE, e.g. constrained:gamma=fine")
             factor, value = (s.strip() for s in spec.split("=", 1))
             mask = factor_mask(factor, value)
+            name = f"constrained:{factor}={factor_value(factor, value)}"
         return RouterSelector(
             router, greedy=greedy, temperature=temperature, medium=medium, mask=mask, seed=seed, name=name
         )
@@ -260,16 +265,28 @@ def condition_needs(condition: str) -> frozenset[str]:
     return frozenset()
 
 
-def check_condition_names(conditions: Sequence[str], key: str) -> None:
-    """Reject an empty list, an unknown or malformed name, or a name listed twice (naming ``key``)."""
+def condition_name(condition: str) -> str:
+    """``condition``'s canonical name, the one its reports and folders carry: a legacy view alias
+    resolved (``fixed:timeline`` is ``fixed:TemporalTrace``), ``recent:4`` is ``recent4``; a
+    ``ValueError`` listing the valid conditions for an unknown or malformed one."""
+    if condition.strip() in EXTERNAL_MEMORY_CONDITIONS:
+        return condition.strip()
+    return str(make_selector(condition, router=_NAME_CHECK, marginal=np.ones(NUM_ACTIONS)).name)
+
+
+def canonical_conditions(conditions: Sequence[str], key: str) -> tuple[str, ...]:
+    """``conditions`` by their canonical names; an empty list, an unknown or malformed name, or
+    one condition listed twice (under any of its names) refused naming ``key``."""
     if not conditions:
         raise ValueError(f"{key} must name at least one condition; valid conditions: {CONDITIONS_HELP}")
-    seen: set[str] = set()
+    names: dict[str, str] = {}
     for condition in conditions:
         try:
-            condition_needs(condition)
+            name = condition_name(condition)
         except ValueError as exc:
             raise ValueError(f"{key}: {exc}") from None
-        if condition in seen:
-            raise ValueError(f"{key}: condition {condition!r} is listed twice")
-        seen.add(condition)
+        if name in names:
+            same = "" if names[name] == condition else f" (as {names[name]!r})"
+            raise ValueError(f"{key}: condition {condition!r} is listed twice{same}")
+        names[name] = condition
+    return tuple(names)
