@@ -407,7 +407,7 @@ def run_evaluation(
         with job_start(cfg.run.ray_address, out_dir, "the output directory"):
             check_fresh_output(out_dir)  # before any work: reports are never silently replaced
             given_marginal(cfg)  # eval.marginal loads and is a 144-way marginal
-            router_state = router_state_for(cfg, checkpoint)
+            router_state = router_state_for(cfg, checkpoint, say)
             check_endpoints(cfg, evaluates=True)
             check_memory_conditions(cfg, cfg.eval.conditions)
             cfg = prepare_benchmark(cfg, benchmark, say, trains=False)

@@ -102,3 +102,26 @@ def test_evaluation_draws_its_views_with_the_runs_render_settings(ray_session, m
     default, large = pixels(), pixels("--render.font_size", "20")
     assert len(default) == len(large) >= 2 and all(p > 0 for p in default)
     assert all(b > a for a, b in zip(default[1:], large[1:], strict=True)), (default, large)
+
+
+def test_a_router_trained_on_another_benchmark_is_evaluated_with_a_line_saying_so(tmp_path: Path) -> None:
+    """A D2 checkpoint records the benchmark it trained on: evaluating it on another one (a
+    transfer, or the wrong run's checkpoint) is said, not refused; on its own benchmark, nothing."""
+    import torch
+
+    from memprism_ray.adapter.checkpoint import save_checkpoint
+    from memprism_ray.config import load_config
+    from memprism_ray.router.model import RouterConfig, ViewPolicyModel
+    from memprism_ray.trainer.evaluate import router_state_for
+
+    torch.manual_seed(0)
+    small = RouterConfig(d_model=32, n_heads=2, n_layers=1, ff_dim=64, planner_hidden=64)
+    ckpt = save_checkpoint(
+        tmp_path / "ckpt", ViewPolicyModel(small), stage="d2", iteration=1,
+        extra={"config": {"corpus.benchmark": "mind2web"}},
+    )  # fmt: skip
+    said: list[str] = []
+    for benchmark in ("alfworld", "mind2web"):
+        cfg = load_config("configs/local.yaml", ["--corpus.benchmark", benchmark, "--eval.conditions", "memprism"])
+        assert router_state_for(cfg, str(ckpt), said.append) is not None
+    assert said == [f"note: the Router {ckpt} was trained on mind2web; this evaluation is alfworld"]
