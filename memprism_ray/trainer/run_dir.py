@@ -110,12 +110,15 @@ def _d1_parts(config: ExperimentConfig, benchmark: Benchmark) -> dict[str, Any]:
     return parts
 
 
-def d1_dir(run_dir: Path, config: ExperimentConfig, benchmark: Benchmark) -> Path:
+def d1_dir(run_dir: Path, config: ExperimentConfig, benchmark: Benchmark, *, create: bool = True) -> Path:
     """``run_dir/d1/<key>``, ``<key>`` 12 hex digits of the hash of what produces the D1
-    artifacts (:func:`_d1_parts`, recorded in ``key.json``): never reused across configs."""
+    artifacts (:func:`_d1_parts`, recorded in ``key.json``): never reused across configs.
+    ``create=False``: the path alone, nothing written."""
     parts = _d1_parts(config, benchmark)
     key = _digest(parts)[:12]
     root = Path(run_dir) / "d1" / key
+    if not create:
+        return root
     root.mkdir(parents=True, exist_ok=True)
     about = root / "key.json"
     if not about.exists():

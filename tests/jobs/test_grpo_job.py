@@ -355,6 +355,12 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(
             "Connection refused) (asked before any work)"
         ]
         assert not (tmp_path / "probe").exists()  # the run directory the refused job made is gone
+    resumed = tmp_path / "stopped"  # a run stopped before D1 labelled: its resume labels
+    resumed.mkdir()
+    (resumed / "config.yaml").write_text("{}\n")
+    assert run_job("grpo_alfworld.py", [*tiny_argv("stopped"), *cases["label.llm"], "--resume", "auto"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"[grpo] error: label.llm.base_url {url}: ")
+    assert (resumed / "config.yaml").is_file()  # a resumed run's directory is kept
     evaluation = ["--out", str(tmp_path / "e"), "--eval.conditions", "no_memory"]
     for script, prefix, extra in (("eval_alfworld.py", "[eval]", evaluation), ("label_views.py", "[d1]", [])):
         assert run_job(script, [*base, *cases["policy.openai"], *extra]) == 2  # every job asks
