@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -69,15 +70,24 @@ class EbAlfred(Benchmark):
         eb = cfg.ebalfred
         if eb.controller != "fake":
             return cfg
-        from memprism_ray.benchmark.ebalfred.fixture import build_fixture
+        from memprism_ray.benchmark.ebalfred.fixture import build_fixture, fixture_settings
         from memprism_ray.benchmark.ebalfred.fixture_format import FIXTURE_VERSION
 
         root = eb.fixture_dir(cfg.run.dir).resolve()
-        doc = root / "transcripts.json"
-        # A fixture an older version of this code built (another format) is the job's to rebuild.
-        if not doc.is_file() or json.loads(doc.read_text()).get("version") != FIXTURE_VERSION:
-            build_fixture(root, episodes_per_subset=eb.fixture_episodes, resolution=min(eb.resolution, 96))
-            log(f"EB-ALFRED fixture built at {root}")
+        built = fixture_settings(root)
+        wanted = (FIXTURE_VERSION, eb.fixture_episodes, min(eb.resolution, 96))
+        if built is not None and built[0] == FIXTURE_VERSION and built != wanted and eb.fixture:
+            raise ValueError(
+                f"ebalfred.fixture {root} holds {built[1]} episode(s) per subset at {built[2]} px; this run asks "
+                f"{wanted[1]} at {wanted[2]} px (ebalfred.fixture_episodes, ebalfred.resolution): match them, or "
+                "remove the folder to build it again"
+            )
+        # The run's own fixture, or one an older version of this code built, is the job's to rebuild.
+        if built != wanted:
+            if built is not None and not eb.fixture:  # nothing of the run's other build left (episodes, frames)
+                shutil.rmtree(root)
+            build_fixture(root, episodes_per_subset=eb.fixture_episodes, resolution=wanted[2])
+            log(f"EB-ALFRED fixture built at {root} ({wanted[1]} episode(s) per subset)")
         # The actors are told where the fixture is (never left to derive it from their own run
         # directory, which a worker node does not have): data_trees ships it.
         cfg = cfg.with_section("ebalfred", dataclasses.replace(eb, fixture=str(root)))

@@ -493,6 +493,17 @@ def _episode(root: Path, subset: str, i: int, fam: _Family, instruction: str, re
     }
 
 
+def fixture_settings(root: Path) -> tuple[int, int, int] | None:
+    """(format version, episodes per subset, frame resolution) of the fixture built in ``root``;
+    ``None`` where none was (or its index is unreadable)."""
+    try:
+        doc = json.loads((root / "transcripts.json").read_text())
+        per_subset = sum(1 for key in doc["episodes"] if key.split("/")[0] == SUBSETS[0])
+        return int(doc["version"]), per_subset, int(doc["resolution"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def build_fixture(out: str | Path, episodes_per_subset: int = 3, resolution: int = 96, train_episodes: int = 6) -> Path:
     """Write the fixture to ``out`` (an existing one there is overwritten) and return ``out``;
     the same arguments give byte-identical files. The ``train_episodes`` stand for ALFRED

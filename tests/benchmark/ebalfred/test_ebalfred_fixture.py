@@ -129,3 +129,31 @@ def test_errors(tmp_path: Path) -> None:
     (root / "transcripts.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="fixture version 99"):
         load_transcripts(root)
+
+
+def test_the_job_builds_the_fixture_its_settings_ask_for(tmp_path: Path) -> None:
+    """The run's own fixture is built again when ``ebalfred.fixture_episodes`` (or the frame
+    resolution) changes: it was reused whatever the run asked; a fixture folder the user names is
+    never built over, its mismatch is one line."""
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.config import load_config
+
+    bench = get_benchmark("ebalfred")
+    said: list[str] = []
+
+    def prepared(*extra: str) -> Path:
+        argv = ["--run.out_dir", str(tmp_path), "--run.name", "r", *extra]
+        cfg = bench.prepare(load_config("configs/ebalfred_smoke.yaml", argv), said.append)
+        return Path(cfg.ebalfred.fixture)
+
+    root = prepared("--ebalfred.fixture_episodes", "1")
+    assert len(load_splits(root / "splits.json")[SUBSETS[0]]) == 1 and len(said) == 2
+    (root / "frames" / "stale.png").write_bytes(b"")
+    assert prepared("--ebalfred.fixture_episodes", "1") == root and len(said) == 3  # reused: not built again
+    assert prepared("--ebalfred.fixture_episodes", "2") == root
+    assert said[-2] == f"EB-ALFRED fixture built at {root} (2 episode(s) per subset)"
+    assert len(load_splits(root / "splits.json")[SUBSETS[0]]) == 2 and not (root / "frames" / "stale.png").exists()
+    with pytest.raises(
+        ValueError, match=r"ebalfred.fixture .* holds 2 episode\(s\) per subset at 96 px; this run asks 1"
+    ):
+        prepared("--ebalfred.fixture", str(root), "--ebalfred.fixture_episodes", "1")
