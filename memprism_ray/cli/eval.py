@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.cli import CliError
-from memprism_ray.eval.compare import Outcomes
+from memprism_ray.eval.compare import Outcomes, split_pairs
 from memprism_ray.registry import DEFAULT_BENCHMARK, known_benchmarks
 
 #: option -> the config keys it sets (``--max-steps`` sets both horizons, which must agree).
@@ -238,10 +238,8 @@ def _compare(args: argparse.Namespace) -> int:
         for oa, ob in _outcomes(a, b):
             _print_comparison(oa, ob, condition, a, b, args)
             # The paper reports each split (Mind2Web) or subset (EB-ALFRED): one line each.
-            splits_b = ob.by_split()
-            for name, sa in oa.by_split().items():
-                if name in splits_b:
-                    _print_comparison(sa, splits_b[name], condition, a, b, args, split=name)
+            for name, sa, sb in split_pairs(oa, ob):
+                _print_comparison(sa, sb, condition, a, b, args, split=name)
     return 0
 
 
@@ -253,13 +251,14 @@ def _print_comparison(
     from memprism_ray.eval.report import paired_comparison
 
     res = paired_comparison(oa.items, ob.items, n_boot=args.boot, seed=args.seed)
-    if res["n_common"] == 0:
-        if split:
-            return  # the two evaluations share this split's name, not its items: said by the overall line
-        raise CliError(f"{a} and {b} share no {oa.noun[:-1]} ids: evaluate both on the same split and seed")
     m = oa.label
-    res.update({"measure": oa.measure, "a": str(a), "b": str(b), "rate_a": oa.rate, "rate_b": ob.rate})
     head = "".join(f"{x}: " for x in (condition, split) if x)
+    if res["n_common"] == 0 and split:  # the split of one evaluation only, or of other items
+        print(f"  {head}{m}: no {oa.noun} in common (A {len(oa.items)}, B {len(ob.items)})")
+        return
+    if res["n_common"] == 0:
+        raise CliError(f"{a} and {b} share no {oa.noun[:-1]} ids: evaluate both on the same split and seed")
+    res.update({"measure": oa.measure, "a": str(a), "b": str(b), "rate_a": oa.rate, "rate_b": ob.rate})
     rates = (
         f"{head}{m}(A) = {100 * oa.rate:.2f}% ({len(oa.items)} {oa.noun}), "
         f"{m}(B) = {100 * ob.rate:.2f}% ({len(ob.items)} {ob.noun})"

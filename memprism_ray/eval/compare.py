@@ -35,15 +35,16 @@ class Outcomes:
     def rate(self) -> float:
         return sum(self.items.values()) / len(self.items) if self.items else 0.0
 
-    def by_split(self) -> dict[str, Outcomes]:
-        """This measure on each split its items come from, by name; {}
-        when they come from one split (or say none)."""
-        names = sorted({self.splits.get(k, "") for k in self.items})
-        if len(names) < 2:
-            return {}
-        return {
-            n: replace(self, items={k: v for k, v in self.items.items() if self.splits.get(k, "") == n}) for n in names
-        }
+    def of_split(self, name: str) -> Outcomes:
+        """This measure on the items of split ``name`` alone."""
+        return replace(self, items={k: v for k, v in self.items.items() if self.splits.get(k, "") == name})
+
+
+def split_pairs(a: Outcomes, b: Outcomes) -> list[tuple[str, Outcomes, Outcomes]]:
+    """``(split, A's, B's)`` for each split the items of either come from, by name; none when
+    they all come from one split (or none is recorded)."""
+    names = sorted({o.splits.get(k, "") for o in (a, b) for k in o.items})
+    return [(n, a.of_split(n), b.of_split(n)) for n in names] if len(names) > 1 else []
 
 
 def episode_outcomes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, bool]:

@@ -218,14 +218,15 @@ def test_compare_pairs_each_split_after_the_whole(tmp_path: Path, capsys: pytest
 
     def table(d: Path, won: list[bool]) -> Path:
         d.mkdir()
-        rows = [{"episode_id": f"e{i}", "won": w, "status": "ok", "split": "ab"[i // 2]} for i, w in enumerate(won)]
+        rows = [{"episode_id": f"e{i}", "won": w, "status": "ok", "split": "abc"[i // 2]} for i, w in enumerate(won)]
         pq.write_table(pa.Table.from_pylist(rows), d / "episodes.parquet")
         return d
 
     a = table(tmp_path / "a", [True, False, True, True])
-    b = table(tmp_path / "b", [True, True, False, True])
+    b = table(tmp_path / "b", [True, True, False, True, True])  # e4 of split c: B's alone
     assert main(["compare", str(a), str(b), "--boot", "200"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == "  c: SR: no episodes in common (A 0, B 1)"
     whole, in_a, in_b = (json.loads(line) for line in lines if line.startswith("{"))
     assert "split" not in whole and whole["n_common"] == 4 and whole["diff"] == pytest.approx(0.0)
     assert (in_a["split"], in_a["n_common"], in_a["diff"]) == ("a", 2, pytest.approx(0.5))
