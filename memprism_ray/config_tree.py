@@ -308,6 +308,13 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+def flat_settings(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A config tree (:func:`to_dict`) as ``{"section.key": value}``."""
+    if not isinstance(tree, dict):
+        return {prefix[:-1]: tree}
+    return {key: value for k, v in tree.items() for key, value in flat_settings(v, f"{prefix}{k}.").items()}
+
+
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     """Recursive dict merge; ``update`` wins on leaves."""
     out = dict(base)

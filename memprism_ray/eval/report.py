@@ -495,17 +495,35 @@ def written_conditions(out: Path) -> list[str]:
     return sorted(p.parent.name for p in out.glob("*/report.json"))
 
 
-def check_fresh_output(out: Path) -> None:
-    """Refuse an output directory that already holds an evaluation (issue 10), finished or
-    interrupted (:class:`InterruptedEvaluation`)."""
+def check_fresh_output(out: Path, *, resume: bool = False) -> None:
+    """Refuse an output directory that already holds an evaluation (issue 10), finished or, unless
+    the evaluation continues it (``resume``), interrupted (:class:`InterruptedEvaluation`)."""
     if out.exists() and any(out.glob("summary.*")):
         raise FileExistsError(f"{out} already holds an evaluation (its summary); choose another --out")
     done = written_conditions(out)
-    if done:
+    if done and not resume:
         raise InterruptedEvaluation(
             f"{out} holds an interrupted evaluation (report.json of {', '.join(done)}; no summary): "
-            "remove it or choose another --out"
+            "continue it with --run.resume auto (the conditions it finished are kept), remove it or choose another "
+            "--out"
         )
+
+
+#: The reports of the conditions an evaluation has finished, rewritten after each one and removed
+#: with the summary: what a continued evaluation keeps (``evaluate(resume=True)``).
+PROGRESS = "progress.json"
+
+
+def write_progress(out: Path, reports: Mapping[str, Any]) -> None:
+    atomic_write_text(out / PROGRESS, json.dumps({"reports": reports}, default=_json_default) + "\n", overwrite=True)
+
+
+def read_progress(out: Path) -> dict[str, Any]:
+    """The finished conditions' reports an interrupted evaluation in ``out`` recorded ({} for none)."""
+    try:
+        return dict(json.loads((out / PROGRESS).read_text())["reports"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def write_condition(

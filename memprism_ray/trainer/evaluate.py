@@ -6,6 +6,7 @@ evaluation, ``jobs/eval_<benchmark>.py`` and ``memprism eval`` all run :func:`ev
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -163,18 +164,24 @@ def evaluate(
     pool: list[Any] | None = None,
     data: NodeData | None = None,
     record: PlacementRecord | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Evaluate ``conditions`` on the benchmark's plan, each on the same episodes; writes each
     condition's report and the benchmark's summary under ``out_dir``, and returns the summary.
     ``pool``: policy replicas to decide with (else started and stopped here when needed).
     ``freq_random`` samples the marginal ``eval.marginal`` names, else the one measured in this
     run's ``memprism`` condition (so list ``memprism`` first), as the paper's
-    Frequency-Matched Random does."""
+    Frequency-Matched Random does. ``resume``: an interrupted evaluation in ``out_dir`` is
+    continued, each condition it finished kept when its manifest says it was played as this
+    evaluation plays it (:func:`kept_condition`), the others played again."""
+    import shutil
+
     from memprism_ray.eval.artifacts import safe_name
-    from memprism_ray.eval.report import check_fresh_output
+    from memprism_ray.eval.report import PROGRESS, check_fresh_output, read_progress, write_progress
     from memprism_ray.policy.config import POOL_BACKENDS
 
-    check_fresh_output(out_dir)  # before any work: reports are never silently replaced
+    check_fresh_output(out_dir, resume=resume)  # before any work: reports are never silently replaced
+    finished = read_progress(out_dir) if resume else {}
     given = given_marginal(cfg)
     plan = benchmark.eval_plan(cfg)
     if plan.broken:
@@ -214,6 +221,19 @@ def evaluate(
         for condition in conditions:
             if condition == "freq_random" and marginal is None:
                 raise ValueError("freq_random needs a view marginal: list memprism before it, or set eval.marginal")
+            safe = safe_name(condition)
+            manifest = condition_manifest(cfg, benchmark, plan, condition, router_sha256, out_dir / safe)
+            kept = kept_condition(condition, finished.get(condition), out_dir / safe, manifest, plan)
+            if kept is not None:
+                played.append(kept)
+                rep = finished[condition]
+                log(f"eval {condition}: kept from the interrupted evaluation: {benchmark.condition_line(rep)}")
+                if condition == "memprism" and given is None:
+                    marginal = rep["view_selection"]["view_marginal"]
+                reports.append(rep)
+                continue
+            if (out_dir / safe).exists():  # a condition cut off while it was written, or played otherwise
+                shutil.rmtree(out_dir / safe)
             with progress_bar(total=len(plan.specs), desc=f"eval {condition}", unit="ep", file=sys.stdout) as bar:
                 wins = [0]
 
@@ -226,19 +246,74 @@ def evaluate(
                 results, rows = play_condition(
                     workers, condition, plan, marginal, timeout_s, cfg.eval.artifacts, seen, bar.refresh
                 )
-            safe = safe_name(condition)
-            manifest = condition_manifest(cfg, benchmark, plan, condition, router_sha256, out_dir / safe)
             played.append(Played(condition, results, rows))
             rep = benchmark.write_condition(played[-1], out_dir / safe, manifest, ctx)
             if condition == "memprism" and given is None:
                 marginal = rep["view_selection"]["view_marginal"]
             reports.append(rep)
+            finished[condition] = rep
+            write_progress(out_dir, finished)
             log(f"eval {condition}: {benchmark.condition_line(rep)}")
-        return benchmark.write_summary(reports, played, ctx)
+        summary = benchmark.write_summary(reports, played, ctx)
+        (out_dir / PROGRESS).unlink(missing_ok=True)  # the summary now says the evaluation is whole
+        return summary
     finally:
         for w in workers:
             ray.kill(w)
         stop_policy_replicas(started)
+
+
+#: Settings that change how an evaluation is run, not what a condition's episodes play: a
+#: condition an interrupted evaluation finished is kept whatever they are (and the ``run``
+#: section's but its seed: the run's name, directory, Ray address, resume, ...).
+REPLAY_FREE_KEYS = frozenset({"eval.conditions", "eval.workers", "eval.slots", "eval.artifacts", "eval.enabled"})
+
+
+def _played_as(manifest: Any) -> Any:
+    """What of a condition's manifest decides its episodes: all but when it was made and the
+    settings that do not change them (:data:`REPLAY_FREE_KEYS`)."""
+    from memprism_ray.config_tree import flat_settings
+
+    data = json.loads(json.dumps(manifest.to_dict(), default=str))
+    data.pop("created")
+    settings = flat_settings(data["extra"].get("config", {}))
+    data["extra"]["config"] = {
+        k: v for k, v in settings.items() if k not in REPLAY_FREE_KEYS and (k == "run.seed" or not k.startswith("run."))
+    }
+    return data
+
+
+def kept_condition(
+    condition: str, report: dict[str, Any] | None, folder: Path, manifest: Any, plan: EvalPlan
+) -> Played | None:
+    """``condition`` as an interrupted evaluation finished it in ``folder`` (its ``report`` from
+    the evaluation's progress record): each planned episode's outcome and step rows, what the
+    summaries read (the streams and views stay the episode artifacts' own); ``None`` when it is
+    not there whole or was played otherwise than ``manifest`` says this evaluation plays it."""
+    from memprism_ray.adapter.tables import read_parquet
+    from memprism_ray.eval.manifest import RunManifest
+
+    if report is None:
+        return None
+    try:
+        if _played_as(RunManifest.load(folder / "manifest.json")) != _played_as(manifest):
+            return None
+        episodes = read_parquet(folder / "episodes.parquet").to_pylist()
+        steps = folder / "steps.parquet"
+        rows = read_parquet(steps).to_pylist() if steps.exists() else []
+    except (OSError, ValueError):
+        return None
+    if [e["episode_id"] for e in episodes] != [s.episode_id for s in plan.specs]:
+        return None
+    rows_of: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        rows_of.setdefault(row["episode_id"], []).append(row)
+    outcome = ("won", "reward", "steps", "env_steps", "status", "error")
+    results = [
+        EpisodeResult(spec, rows=rows_of.get(spec.episode_id, []), **{k: e[k] for k in outcome})
+        for spec, e in zip(plan.specs, episodes, strict=True)
+    ]
+    return Played(condition, results, rows)
 
 
 def condition_manifest(

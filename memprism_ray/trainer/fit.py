@@ -182,6 +182,7 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
                 pool=actors.replicas or None,
                 data=data,
                 record=record,
+                resume=True,  # an evaluation a stop interrupted is continued: what it finished is kept
             )
             for row in benchmark.eval_metrics(summary):
                 logger.log("eval", cfg.grpo.iterations, row)
@@ -410,7 +411,8 @@ def run_evaluation(
 
     try:
         with job_start(cfg.run.ray_address, out_dir, "the output directory"):
-            check_fresh_output(out_dir)  # before any work: reports are never silently replaced
+            # before any work: reports are never silently replaced; --run.resume auto continues one
+            check_fresh_output(out_dir, resume=cfg.run.resume == "auto")
             given_marginal(cfg)  # eval.marginal loads and is a 144-way marginal
             router_state = router_state_for(cfg, checkpoint, say)
             check_endpoints(cfg, evaluates=True)
@@ -424,7 +426,10 @@ def run_evaluation(
 
     def play() -> int:
         data = ship(benchmark.data_trees(cfg), say)
-        summary = evaluate(cfg, benchmark, cfg.eval.conditions, router_state, checkpoint, out_dir, log=say, data=data)
+        summary = evaluate(
+            cfg, benchmark, cfg.eval.conditions, router_state, checkpoint, out_dir, log=say, data=data,
+            resume=cfg.run.resume == "auto",
+        )  # fmt: skip
         print((out_dir / benchmark.summary_file).read_text())
         problem = benchmark.failures(summary)
         if problem:

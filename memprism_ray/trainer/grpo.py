@@ -6,7 +6,6 @@ the evaluation does not need.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import sys
 import time
 from dataclasses import dataclass
@@ -499,18 +498,16 @@ def training_plot(run_dir: Path, say: Any = print, label: str = "success", repla
 def final_eval_dir(run_dir: Path, cfg: ExperimentConfig, say: Any = print, label: str = "success") -> Path | None:
     """``run_dir/eval`` for the final evaluation, with the training plot written first; ``None``
     when a finished run already holds its evaluation (reports are never replaced). An evaluation
-    that a stop or a failure interrupted is kept aside as ``eval-interrupted-N`` and run again
-    whole: its summary compares every condition's episodes, which only its tables in memory hold."""
+    that a stop or a failure interrupted is continued (``evaluate(resume=True)``): the conditions
+    it finished are kept, the others played."""
     from memprism_ray.eval.report import InterruptedEvaluation, check_fresh_output, written_conditions
 
     eval_dir = run_dir / "eval"
     try:
         check_fresh_output(eval_dir)
     except InterruptedEvaluation:
-        done = written_conditions(eval_dir)
-        aside = next(p for n in itertools.count(1) if not (p := run_dir / f"eval-interrupted-{n}").exists())
-        eval_dir.rename(aside)
-        say(f"the final evaluation was interrupted after {', '.join(done)} (no summary): {aside.name}; run again")
+        done = ", ".join(written_conditions(eval_dir))
+        say(f"the final evaluation was interrupted after {done} (no summary): continuing it")
     except FileExistsError as exc:
         say(f"{exc}: the final evaluation of this run exists and is not repeated")
         return None

@@ -17,7 +17,7 @@ from typing import Any
 
 from memprism_ray.benchmark import Benchmark
 from memprism_ray.config import ExperimentConfig, check_run_name
-from memprism_ray.config_tree import get_path, moved_keys, to_dict
+from memprism_ray.config_tree import flat_settings, get_path, moved_keys, to_dict
 from memprism_ray.io_atomic import LockTimeout, atomic_write_text, file_lock, naming, read_jsonl, seal_jsonl
 
 #: The lock file a job holds in its run directory.
@@ -62,15 +62,9 @@ def _warn(msg: str) -> None:
     print(f"memprism: warning: {msg}", file=sys.stderr, flush=True)
 
 
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(tree, dict):
-        return {prefix[:-1]: tree}
-    return {key: value for k, v in tree.items() for key, value in _flat(v, f"{prefix}{k}.").items()}
-
-
 def resume_relevant_config(config: ExperimentConfig) -> dict[str, Any]:
     """The dotted settings a checkpoint's config hash covers (:data:`RESUME_FREE_KEYS` left out)."""
-    flat = _flat(to_dict(config))
+    flat = flat_settings(to_dict(config))
     return {
         k: v
         for k, v in sorted(flat.items())

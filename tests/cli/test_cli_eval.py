@@ -327,3 +327,34 @@ def test_eval_plays_every_benchmark(
     assert capsys.readouterr().out.rstrip().endswith(summary.rstrip())
     manifest = json.loads((out / "no_memory" / "manifest.json").read_text())
     assert manifest["benchmark"] == "ebalfred" and len(manifest["episode_ids"]) == 4
+
+
+def test_an_interrupted_evaluation_is_continued_with_run_resume_auto(
+    ray_session, memprism_tiny_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """``memprism eval`` (as ``jobs/eval_<benchmark>.py``) into the ``--out`` of an evaluation a stop
+    cut short: refused, naming ``--run.resume auto``, which continues it keeping what it finished."""
+    import memprism_ray.trainer.evaluate as ev
+
+    args = ["eval", "--condition", "no_memory,full_history", "--split", SPLIT, "--data-root", str(memprism_tiny_corpus),
+            "--out", str(tmp_path / "out"), "--episodes", "2", "--slots", "2", "--max-steps", "3"]  # fmt: skip
+    play = ev.play_condition
+    played: list[str] = []
+
+    def stopped_in_full_history(workers, condition, *rest, **kw):
+        played.append(condition)
+        if condition == "full_history" and len(played) == 2:
+            raise KeyboardInterrupt
+        return play(workers, condition, *rest, **kw)
+
+    monkeypatch.setattr(ev, "play_condition", stopped_in_full_history)
+    assert main(args) == 130
+    assert main(args) == 2
+    assert "holds an interrupted evaluation (report.json of no_memory; no summary): continue it with --run.resume " \
+        "auto" in capsys.readouterr().err  # fmt: skip
+    assert main([*args, "--run.resume", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert played == ["no_memory", "full_history", "full_history"]
+    assert (
+        "eval no_memory: kept from the interrupted evaluation: " in out and (tmp_path / "out" / "summary.md").exists()
+    )

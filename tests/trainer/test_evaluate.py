@@ -125,3 +125,74 @@ def test_a_router_trained_on_another_benchmark_is_evaluated_with_a_line_saying_s
         cfg = load_config("configs/local.yaml", ["--corpus.benchmark", benchmark, "--eval.conditions", "memprism"])
         assert router_state_for(cfg, str(ckpt), said.append) is not None
     assert said == [f"note: the Router {ckpt} was trained on mind2web; this evaluation is alfworld"]
+
+
+@pytest.mark.parametrize(
+    ("preset", "extra"),
+    [("configs/local.yaml", ["--eval.episodes", "3", "--eval.slots", "3", "--agent.max_steps", "4"]),
+     ("configs/mind2web_smoke.yaml", ["--mind2web.eval_tasks", "1", "--eval.slots", "3"])],
+    ids=["alfworld", "mind2web"],
+)  # fmt: skip
+def test_an_interrupted_evaluation_is_continued_and_keeps_what_it_finished(
+    ray_session, memprism_tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preset: str, extra: list
+) -> None:
+    """Issue 40 item 4: a stop during the third condition kept the first two's reports, and every
+    way on replayed them all (the training job put them aside and played the whole evaluation
+    again: hours for the paper's). Continued, the finished conditions are kept, only the others
+    played, and the summary is the uninterrupted evaluation's (Mind2Web's step figures read back
+    from the kept step tables); a condition played otherwise than the continuation would play it
+    (another horizon here) is played again."""
+    import json
+    import re
+
+    import memprism_ray.trainer.evaluate as ev
+    from memprism_ray.config import load_config
+    from memprism_ray.eval.report import PROGRESS, InterruptedEvaluation
+    from memprism_ray.trainer.fit import prepare_benchmark
+
+    argv = ["--corpus.data_root", str(memprism_tiny_corpus)] if "local" in preset else []
+    argv += ["--eval.workers", "1", "--eval.artifacts", "0", "--rollout.env_cpus", "0.1", "--run.out_dir",
+             str(tmp_path), "--eval.conditions", "no_memory,full_history,recent4", *extra]  # fmt: skip
+
+    def config(*more: str):
+        cfg = load_config(preset, [*argv, *more])
+        return prepare_benchmark(cfg, get_benchmark(cfg.corpus.benchmark), lambda _: None, trains=False)
+
+    def run(cfg, out: str, **kw: object) -> dict:
+        return ev.evaluate(cfg, get_benchmark(cfg.corpus.benchmark), cfg.eval.conditions, None, "", tmp_path / out,
+                           log=print, **kw)  # fmt: skip
+
+    cfg = config()
+    whole = run(cfg, "whole")
+    played: list[str] = []
+    play = ev.play_condition
+
+    def counted(workers, condition, *args, **kwargs):
+        played.append(condition)
+        if condition == "recent4" and stop:
+            raise KeyboardInterrupt  # a stop during the third condition
+        return play(workers, condition, *args, **kwargs)
+
+    monkeypatch.setattr(ev, "play_condition", counted)
+    stop = True
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, "cut")
+    with pytest.raises(InterruptedEvaluation, match=r"continue it with --run\.resume auto"):
+        run(cfg, "cut")
+    stop, played[:] = False, []
+    resumed = run(cfg, "cut", resume=True)
+    assert played == ["recent4"] and not (tmp_path / "cut" / PROGRESS).exists()
+
+    def same(summary: dict) -> str:  # every figure but the wall-clock ones (milliseconds) of two plays
+        return re.sub(r'"(\w+_ms\w*)": [0-9.e+-]+', r'"\1": 0', json.dumps(summary, default=str, sort_keys=True))
+
+    assert same(resumed) == same(whole) and '"sr": ' in same(whole)
+    for name in ("summary.md", "mind2web.md") if "mind2web" in preset else ("summary.md",):
+        assert (tmp_path / "cut" / name).read_text() == (tmp_path / "whole" / name).read_text()
+    # cut again in its third condition, then continued with another horizon: nothing is kept
+    stop, played[:] = True, []
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, "other")
+    stop, played[:] = False, []
+    run(config("--agent.max_steps", "3"), "other", resume=True)
+    assert played == ["no_memory", "full_history", "recent4"]

@@ -45,9 +45,10 @@ def test_final_eval_dir_summarises_by_the_configs_replay(tmp_path: Path) -> None
     assert (tmp_path / "eval" / "training_success.png").exists()
 
 
-def test_an_interrupted_final_evaluation_is_kept_aside_and_run_again(tmp_path: Path) -> None:
+def test_an_interrupted_final_evaluation_is_continued(tmp_path: Path) -> None:
     """A job stopped during its final evaluation left some conditions' reports and no summary; its
-    resume used to say the evaluation "exists and is not repeated" and end without the table."""
+    resume used to say the evaluation "exists and is not repeated" and end without the table, then
+    played it all again: it is continued (``evaluate(resume=True)`` keeps what it finished)."""
     from types import SimpleNamespace
 
     from memprism_ray.adapter.grpo_update import GRPOConfig
@@ -58,17 +59,11 @@ def test_an_interrupted_final_evaluation_is_kept_aside_and_run_again(tmp_path: P
     for condition in ("memprism", "no_memory"):
         (tmp_path / "eval" / condition).mkdir(parents=True)
         (tmp_path / "eval" / condition / "report.json").write_text("{}")
-    (tmp_path / "eval-interrupted-1").mkdir()  # an earlier one is never overwritten
     said: list[str] = []
     assert final_eval_dir(tmp_path, cfg, said.append) == tmp_path / "eval"
-    assert said[0] == (
-        "the final evaluation was interrupted after memprism, no_memory (no summary): eval-interrupted-2; run again"
-    )
-    assert (tmp_path / "eval-interrupted-2" / "no_memory" / "report.json").exists()
-    assert not list((tmp_path / "eval").glob("*/report.json"))
+    assert said[0] == "the final evaluation was interrupted after memprism, no_memory (no summary): continuing it"
+    assert (tmp_path / "eval" / "no_memory" / "report.json").exists()  # kept for evaluate to judge
     # A finished evaluation (its summary written) is never repeated.
-    (tmp_path / "eval" / "memprism").mkdir()
-    (tmp_path / "eval" / "memprism" / "report.json").write_text("{}")
     (tmp_path / "eval" / "summary.md").write_text("table")
     assert final_eval_dir(tmp_path, cfg, said.append) is None
     assert said[-1].endswith("the final evaluation of this run exists and is not repeated")
