@@ -232,7 +232,7 @@ def evaluate(
                     marginal = rep["view_selection"]["view_marginal"]
                 reports.append(rep)
                 continue
-            if (out_dir / safe).exists():  # a condition cut off while it was written, or played otherwise
+            if resume and (out_dir / safe).exists():  # a condition cut off while written, or played otherwise
                 shutil.rmtree(out_dir / safe)
             with progress_bar(total=len(plan.specs), desc=f"eval {condition}", unit="ep", file=sys.stdout) as bar:
                 wins = [0]
