@@ -114,7 +114,12 @@ class Mind2Web(Benchmark):
         from memprism_ray.benchmark.mind2web.fixture import ensure_fixture
 
         if cfg.mind2web.fixture:
-            root = ensure_fixture(fixture_root(cfg), cfg.mind2web.fixture_tasks_per_site, cfg.corpus.seed)
+            root = ensure_fixture(
+                fixture_root(cfg),
+                cfg.mind2web.fixture_tasks_per_site,
+                cfg.corpus.seed,
+                named=bool(cfg.corpus.data_root),
+            )
             log(f"data: the generated Mind2Web fixture at {root} (not Mind2Web data: smoke runs only)")
         else:
             root = resolve_data_root(cfg.corpus.data_root or None)

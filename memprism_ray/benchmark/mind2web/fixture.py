@@ -17,6 +17,10 @@ from typing import Any
 from memprism_ray.benchmark.mind2web.candidates import TOP_K, sample_id, write_scores
 from memprism_ray.benchmark.mind2web.data import SPLITS
 
+#: The fixture's record of what built it, written last (:func:`ensure_fixture` reads it).
+FIXTURE_FILE = "fixture.json"
+FIXTURE_VERSION = 1
+
 CITIES = ("Columbus", "Denver", "Boston", "Seattle", "Austin", "Chicago", "Portland", "Atlanta", "Phoenix", "Miami")
 PRODUCTS = ("Running Shoes", "Desk Lamp", "Coffee Grinder", "Yoga Mat", "Backpack", "Water Bottle")
 MOVIES = ("The Long Road", "Blue Harbor", "Night Train", "Paper Moon")
@@ -224,12 +228,27 @@ def build_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0) -> P
                 ranks[sid] = _ranks(action, positive_cut(k, i), seed)
     scores = {sid: {node: round(1.0 - r / RANKED_ELEMENTS, 6) for node, r in per.items()} for sid, per in ranks.items()}
     write_scores(ranks, scores, root / SCORES_FILE)
+    made = {"version": FIXTURE_VERSION, "tasks_per_site": tasks_per_site, "seed": seed}
+    (root / FIXTURE_FILE).write_text(json.dumps(made) + "\n", encoding="utf-8")  # last: the build is whole
     return root
 
 
-def ensure_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0) -> Path:
-    """:func:`build_fixture` unless ``root`` already holds every split file and the scores."""
+def ensure_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0, *, named: bool = False) -> Path:
+    """:func:`build_fixture` unless ``root`` already holds the fixture these settings build (its
+    ``fixture.json``); built again over one of other settings or an older version, but for a
+    folder the user ``named`` that holds one of other settings: a ``ValueError`` saying so."""
     root = Path(root)
-    if all((root / s / f"{s}_0.json").exists() for s in SPLITS) and (root / SCORES_FILE).exists():
+    wanted = {"version": FIXTURE_VERSION, "tasks_per_site": tasks_per_site, "seed": seed}
+    try:
+        made = json.loads((root / FIXTURE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        made = None
+    if made == wanted:
         return root
-    return build_fixture(root, tasks_per_site, seed)
+    if named and isinstance(made, dict) and made.get("version") == FIXTURE_VERSION:
+        raise ValueError(
+            f"corpus.data_root {root} holds the Mind2Web fixture of {made.get('tasks_per_site')} task(s) per site, "
+            f"seed {made.get('seed')}; this run asks {tasks_per_site}, seed {seed} (mind2web.fixture_tasks_per_site, "
+            "corpus.seed): match them, point corpus.data_root elsewhere, or remove the folder to build it again"
+        )
+    return build_fixture(root, tasks_per_site, seed)  # the same files, each written again

@@ -121,6 +121,28 @@ def test_prepare_resolves_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         load_config("configs/mind2web_smoke.yaml", ["--mind2web.eval_splits", "train"])
 
 
+def test_the_fixture_is_the_one_the_settings_ask_for(tmp_path: Path) -> None:
+    """A fixture built with other settings was reused whatever the run asked (only its files'
+    presence was checked): the cache's own, keyed by its settings, is built again when an older
+    version built it; a ``corpus.data_root`` holding one of other settings is one line."""
+    from memprism_ray.benchmark.mind2web.fixture import FIXTURE_FILE
+
+    def prepared(*extra: str) -> list:
+        cfg = M2W.prepare(load_config("configs/mind2web_smoke.yaml", list(extra)), lambda _: None)
+        return M2W.train_games(cfg)
+
+    named = ["--corpus.data_root", str(tmp_path / "fx")]
+    assert len(prepared(*named)) == 4  # the preset's 2 tasks per site
+    with pytest.raises(ValueError, match=r"fixture of 2 task\(s\) per site, seed 0; this run asks 1, seed 0"):
+        prepared(*named, "--mind2web.fixture_tasks_per_site", "1")
+    cache = ["--corpus.cache_dir", str(tmp_path / "cache"), "--mind2web.fixture_tasks_per_site", "1"]
+    assert len(prepared(*cache)) == 2
+    (own,) = (tmp_path / "cache").iterdir()
+    (own / FIXTURE_FILE).unlink()  # as an older version left it
+    (own / "train" / "train_0.json").write_text("[]")
+    assert len(prepared(*cache)) == 2 and (own / FIXTURE_FILE).is_file()
+
+
 def test_candidate_pool_reaches_the_env_d1_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35 item 4: mind2web.candidate_scores (relative: under the data root) is resolved by
     prepare, sent to every env with env_options, used by D1's human replay, and named in reports."""
