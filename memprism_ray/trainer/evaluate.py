@@ -223,7 +223,9 @@ def evaluate(
                 raise ValueError("freq_random needs a view marginal: list memprism before it, or set eval.marginal")
             safe = safe_name(condition)
             manifest = condition_manifest(cfg, benchmark, plan, condition, router_sha256, out_dir / safe)
-            kept = kept_condition(condition, finished.get(condition), out_dir / safe, manifest, plan)
+            kept, why = kept_condition(condition, finished.get(condition), out_dir / safe, manifest, plan)
+            if why:
+                log(f"eval {condition}: played again: the interrupted evaluation's {why}")
             if kept is not None:
                 played.append(kept)
                 rep = finished[condition]
@@ -285,26 +287,28 @@ def _played_as(manifest: Any) -> Any:
 
 def kept_condition(
     condition: str, report: dict[str, Any] | None, folder: Path, manifest: Any, plan: EvalPlan
-) -> Played | None:
+) -> tuple[Played | None, str]:
     """``condition`` as an interrupted evaluation finished it in ``folder`` (its ``report`` from
     the evaluation's progress record): each planned episode's outcome and step rows, what the
-    summaries read (the streams and views stay the episode artifacts' own); ``None`` when it is
-    not there whole or was played otherwise than ``manifest`` says this evaluation plays it."""
+    summaries read (the streams and views stay the episode artifacts' own). ``(None, why)`` when
+    it is to be played again: played otherwise than ``manifest`` says this evaluation plays it,
+    unreadable, or with failed episodes (a lost worker's, never a broken game's); ``why`` is ''
+    when it had not finished."""
     from memprism_ray.adapter.tables import read_parquet
     from memprism_ray.eval.manifest import RunManifest
 
     if report is None:
-        return None
+        return None, ""
     try:
         if _played_as(RunManifest.load(folder / "manifest.json")) != _played_as(manifest):
-            return None
+            return None, "was played otherwise (its manifest: other episodes, policy, Router, code or settings)"
         episodes = read_parquet(folder / "episodes.parquet").to_pylist()
         steps = folder / "steps.parquet"
         rows = read_parquet(steps).to_pylist() if steps.exists() else []
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError) as exc:
+        return None, f"tables cannot be read ({exc})"
     if [e["episode_id"] for e in episodes] != [s.episode_id for s in plan.specs]:
-        return None
+        return None, "episodes are not this evaluation's"
     rows_of: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         rows_of.setdefault(row["episode_id"], []).append(row)
@@ -313,7 +317,10 @@ def kept_condition(
         EpisodeResult(spec, rows=rows_of.get(spec.episode_id, []), **{k: e[k] for k in outcome})
         for spec, e in zip(plan.specs, episodes, strict=True)
     ]
-    return Played(condition, results, rows)
+    failed = sum(r.failed and r.spec.game.game_id not in plan.broken for r in results)
+    if failed:
+        return None, f"{failed} failed episode(s)"
+    return Played(condition, results, rows), ""
 
 
 def condition_manifest(

@@ -134,7 +134,7 @@ def test_a_router_trained_on_another_benchmark_is_evaluated_with_a_line_saying_s
     ids=["alfworld", "mind2web"],
 )  # fmt: skip
 def test_an_interrupted_evaluation_is_continued_and_keeps_what_it_finished(
-    ray_session, memprism_tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preset: str, extra: list
+    ray_session, memprism_tiny_corpus: Path, tmp_path: Path, monkeypatch, capsys, preset: str, extra: list
 ) -> None:
     """Issue 40 item 4: a stop during the third condition kept the first two's reports, and every
     way on replayed them all (the training job put them aside and played the whole evaluation
@@ -144,6 +144,9 @@ def test_an_interrupted_evaluation_is_continued_and_keeps_what_it_finished(
     (another horizon here) is played again."""
     import json
     import re
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     import memprism_ray.trainer.evaluate as ev
     from memprism_ray.config import load_config
@@ -196,3 +199,16 @@ def test_an_interrupted_evaluation_is_continued_and_keeps_what_it_finished(
     stop, played[:] = False, []
     run(config("--agent.max_steps", "3"), "other", resume=True)
     assert played == ["no_memory", "full_history", "recent4"]
+    # a finished condition with a failed episode (a lost worker's wave) is played again, said so
+    stop, played[:] = True, []
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, "lost")
+    table = tmp_path / "lost" / "no_memory" / "episodes.parquet"
+    rows = pq.read_table(table).to_pylist()
+    rows[1].update(status="failed", error="crashed: ActorDiedError: the worker died")
+    pq.write_table(pa.Table.from_pylist(rows), table)
+    stop, played[:] = False, []
+    capsys.readouterr()
+    run(cfg, "lost", resume=True)
+    assert played == ["no_memory", "recent4"]
+    assert "eval no_memory: played again: the interrupted evaluation's 1 failed episode(s)" in capsys.readouterr().out
