@@ -58,6 +58,24 @@ def joins_cluster(address: str, environ: Mapping[str, str] = os.environ) -> bool
     return address == "auto" and bool(environ.get("RAY_ADDRESS"))
 
 
+#: Settings that say where and how a run executes, not what it computes: a resumed run
+#: (trainer/run_dir.py) and a continued evaluation (trainer/evaluate.py) may change them.
+RESUME_FREE_KEYS = frozenset(
+    {
+        "run.name",
+        "run.out_dir",
+        "run.resume",
+        "run.allow_config_change",
+        "run.ray_address",
+        "run.num_cpus",
+        "run.call_timeout_s",
+        "run.tensorboard",
+        "run.checkpoint_every",
+        "run.learner_restarts",
+    }
+)
+
+
 @dataclass
 class RunConfig:
     """Where a job writes and how it resumes."""

@@ -14,6 +14,7 @@ import ray
 
 from memprism_ray.actors.d1_tasks import label_task, reference_task, sft_task
 from memprism_ray.actors.workers import replicas_for, stop_policy_replicas
+from memprism_ray.adapter.checkpoint import CONFIG_FILE
 from memprism_ray.benchmark import Benchmark
 from memprism_ray.cluster import waits
 from memprism_ray.cluster.node_data import NodeData
@@ -23,6 +24,15 @@ from memprism_ray.view_space import ALL_ACTIONS
 
 if TYPE_CHECKING:
     from memprism_ray.config import ExperimentConfig
+
+
+#: D1's stages under its directory, each reused when there: the labels, then the checkpoint.
+LABELS = "labels.parquet"
+
+
+def labelled(d1_dir: Path) -> bool:
+    """Whether D1 under ``d1_dir`` is past labelling (its labels or its checkpoint are there)."""
+    return (d1_dir / LABELS).exists() or (d1_dir / "checkpoint" / CONFIG_FILE).exists()
 
 
 def policy_calls_per_decision(cfg: ExperimentConfig) -> int:
@@ -123,7 +133,7 @@ def label_reference(
     from memprism_ray.io_atomic import atomic_write_bytes
     from memprism_ray.policy.config import POOL_BACKENDS
 
-    path = d1_dir / "labels.parquet"
+    path = d1_dir / LABELS
     if path.exists():
         log(f"D1: reusing {path}")
         return path
@@ -201,7 +211,7 @@ def run_d1(
     holds the same data whichever wrote it."""
     d1_dir.mkdir(parents=True, exist_ok=True)
     ckpt = d1_dir / "checkpoint"
-    if train and (ckpt / "config.json").exists():
+    if train and (ckpt / CONFIG_FILE).exists():
         log(f"D1: reusing {ckpt}")
         return ckpt
     # With the LLM Phi on the pool, the replicas started for it also serve the labelling.

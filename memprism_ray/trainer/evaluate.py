@@ -26,7 +26,7 @@ from memprism_ray.cluster import waits
 from memprism_ray.cluster.node_data import NodeData
 from memprism_ray.cluster.placement import actor_name
 from memprism_ray.cluster.placement_record import PlacementRecord
-from memprism_ray.config import joins_cluster
+from memprism_ray.config import RESUME_FREE_KEYS, joins_cluster
 from memprism_ray.policy.config import PolicyConfig
 from memprism_ray.progress import progress_bar
 
@@ -228,34 +228,30 @@ def evaluate(
                 log(f"eval {condition}: played again: the interrupted evaluation's {why}")
             if kept is not None:
                 played.append(kept)
-                rep = finished[condition]
-                log(f"eval {condition}: kept from the interrupted evaluation: {benchmark.condition_line(rep)}")
-                if condition == "memprism" and given is None:
-                    marginal = rep["view_selection"]["view_marginal"]
-                reports.append(rep)
-                continue
-            if resume and (out_dir / safe).exists():  # a condition cut off while written, or played otherwise
-                shutil.rmtree(out_dir / safe)
-            with progress_bar(total=len(plan.specs), desc=f"eval {condition}", unit="ep", file=sys.stdout) as bar:
-                wins = [0]
+                rep, how = finished[condition], "kept from the interrupted evaluation: "
+            else:
+                if resume and (out_dir / safe).exists():  # a condition cut off while written, or played otherwise
+                    shutil.rmtree(out_dir / safe)
+                with progress_bar(total=len(plan.specs), desc=f"eval {condition}", unit="ep", file=sys.stdout) as bar:
+                    wins = [0]
 
-                def seen(results: list[Any], bar: Any = bar, wins: list[int] = wins) -> None:
-                    wins[0] += sum(bool(r.won and not r.failed) for r in results)
-                    bar.set_postfix(sr=f"{wins[0] / max(1, bar.n + len(results)):.3f}", refresh=False)
-                    bar.update(len(results))  # draws the count with its success rate
+                    def seen(results: list[Any], bar: Any = bar, wins: list[int] = wins) -> None:
+                        wins[0] += sum(bool(r.won and not r.failed) for r in results)
+                        bar.set_postfix(sr=f"{wins[0] / max(1, bar.n + len(results)):.3f}", refresh=False)
+                        bar.update(len(results))  # draws the count with its success rate
 
-                timeout_s = cfg.run.call_timeout_s * 20
-                results, rows = play_condition(
-                    workers, condition, plan, marginal, timeout_s, cfg.eval.artifacts, seen, bar.refresh
-                )
-            played.append(Played(condition, results, rows))
-            rep = benchmark.write_condition(played[-1], out_dir / safe, manifest, ctx)
+                    timeout_s = cfg.run.call_timeout_s * 20
+                    results, rows = play_condition(
+                        workers, condition, plan, marginal, timeout_s, cfg.eval.artifacts, seen, bar.refresh
+                    )
+                played.append(Played(condition, results, rows))
+                rep, how = benchmark.write_condition(played[-1], out_dir / safe, manifest, ctx), ""
+                finished[condition] = rep
+                write_progress(out_dir, finished)
             if condition == "memprism" and given is None:
                 marginal = rep["view_selection"]["view_marginal"]
             reports.append(rep)
-            finished[condition] = rep
-            write_progress(out_dir, finished)
-            log(f"eval {condition}: {benchmark.condition_line(rep)}")
+            log(f"eval {condition}: {how}{benchmark.condition_line(rep)}")
         summary = benchmark.write_summary(reports, played, ctx)
         (out_dir / PROGRESS).unlink(missing_ok=True)  # the summary now says the evaluation is whole
         return summary
@@ -266,9 +262,14 @@ def evaluate(
 
 
 #: Settings that change how an evaluation is run, not what a condition's episodes play: a
-#: condition an interrupted evaluation finished is kept whatever they are (and the ``run``
-#: section's but its seed: the run's name, directory, Ray address, resume, ...).
-REPLAY_FREE_KEYS = frozenset({"eval.conditions", "eval.workers", "eval.slots", "eval.artifacts", "eval.enabled"})
+#: condition an interrupted evaluation finished is kept whatever they are (and a resumed run's).
+REPLAY_FREE_KEYS = RESUME_FREE_KEYS | {
+    "eval.conditions",
+    "eval.workers",
+    "eval.slots",
+    "eval.artifacts",
+    "eval.enabled",
+}
 
 
 def _played_as(manifest: Any) -> Any:
@@ -279,9 +280,7 @@ def _played_as(manifest: Any) -> Any:
     data = json.loads(json.dumps(manifest.to_dict(), default=str))
     data.pop("created")
     settings = flat_settings(data["extra"].get("config", {}))
-    data["extra"]["config"] = {
-        k: v for k, v in settings.items() if k not in REPLAY_FREE_KEYS and (k == "run.seed" or not k.startswith("run."))
-    }
+    data["extra"]["config"] = {k: v for k, v in settings.items() if k not in REPLAY_FREE_KEYS}
     return data
 
 

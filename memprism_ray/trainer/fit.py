@@ -93,10 +93,11 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
             cfg = benchmark.prepare(cfg, say)  # EB-ALFRED's default fixture lives in the run directory
             benchmark.check_disjoint(cfg)
             # A resumed run whose D1 has not labelled yet labels now (D1's key needs the prepared data).
-            d1 = d1_dir(run_dir, cfg, benchmark, create=False)
-            labelled = (d1 / "labels.parquet").exists() or (d1 / "checkpoint" / "config.json").exists()
-            if not fresh and not cfg.init_checkpoint and resume_from is None and not labelled:
-                check_endpoints(cfg, policy=False, label=True)
+            if not fresh and not cfg.init_checkpoint and resume_from is None:
+                from memprism_ray.trainer.d1 import labelled
+
+                if not labelled(d1_dir(run_dir, cfg, benchmark, create=False)):
+                    check_endpoints(cfg, policy=False, label=True)
     except (ValueError, OSError, KeyboardInterrupt) as exc:  # RunDirError, BenchmarkConfigError: ValueErrors
         if fresh and run_dir.is_dir() and not isinstance(exc, RunDirError):
             shutil.rmtree(run_dir)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.benchmark import Benchmark
-from memprism_ray.config import ExperimentConfig, check_run_name
+from memprism_ray.config import RESUME_FREE_KEYS, ExperimentConfig, check_run_name
 from memprism_ray.config_tree import flat_settings, get_path, moved_keys, to_dict
 from memprism_ray.io_atomic import LockTimeout, atomic_write_text, file_lock, naming, read_jsonl, seal_jsonl
 
@@ -25,22 +25,8 @@ RUN_LOCK = ".lock"
 CHECKPOINT_PREFIX = "iter_"
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
-# Settings that say where and how a run executes, not what it computes: they may differ
-# between a checkpoint and the run resuming it. "eval" only shapes the final evaluation.
-RESUME_FREE_KEYS = frozenset(
-    {
-        "run.name",
-        "run.out_dir",
-        "run.resume",
-        "run.allow_config_change",
-        "run.ray_address",
-        "run.num_cpus",
-        "run.call_timeout_s",
-        "run.tensorboard",
-        "run.checkpoint_every",
-        "run.learner_restarts",
-    }
-)
+# RESUME_FREE_KEYS (config.py) may differ between a checkpoint and the run resuming it; "eval"
+# only shapes the final evaluation.
 RESUME_FREE_SECTIONS = ("eval",)
 #: Keys a later version removed whose value a checkpoint's code could not set on its own:
 #: ``grpo.max_steps`` had to equal ``agent.max_steps``, ``agent.benchmark`` ``corpus.benchmark``,
