@@ -247,6 +247,11 @@ def _check_identity(root: Path, cfg: CorpusConfig) -> None:
         manifest = root / "manifest.json"
         if manifest.exists():
             raise ValueError(f"{root} already holds a finished corpus without build state; choose another --out")
+        if any(p.name != ".build" for p in root.iterdir()):  # a data tree of the user's: games mixed into it
+            raise ValueError(
+                f"{root} holds files but no corpus build (.build/config.json), an alfworld-download tree perhaps: the "
+                "built games would be mixed into it; choose an empty or absent --out"
+            )
         _atomic_write_json(ident_path, cfg.identity())
 
 

@@ -82,6 +82,12 @@ class EbAlfred(Benchmark):
                 f"{wanted[1]} at {wanted[2]} px (ebalfred.fixture_episodes, ebalfred.resolution): match them, or "
                 "remove the folder to build it again"
             )
+        if built is None and eb.fixture and root.is_dir() and any(root.iterdir()):
+            raise ValueError(
+                f"ebalfred.fixture {root} holds files but no EB-ALFRED fixture (no readable transcripts.json); the "
+                "fake controller builds its fixture there and would write over them: name an empty or absent folder, "
+                "or the folder of a built fixture"
+            )
         # The run's own fixture, or one an older version of this code built, is the job's to rebuild.
         if built != wanted:
             if built is not None and not eb.fixture:  # nothing of the run's other build left (episodes, frames)

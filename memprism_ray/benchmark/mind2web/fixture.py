@@ -236,7 +236,8 @@ def build_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0) -> P
 def ensure_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0, *, named: bool = False) -> Path:
     """:func:`build_fixture` unless ``root`` already holds the fixture these settings build (its
     ``fixture.json``); built again over one of other settings or an older version, but for a
-    folder the user ``named`` that holds one of other settings: a ``ValueError`` saying so."""
+    folder the user ``named`` that holds one of other settings, or files but no fixture (a
+    release: the fixture's split files bear the release's names): a ``ValueError`` saying so."""
     root = Path(root)
     wanted = {"version": FIXTURE_VERSION, "tasks_per_site": tasks_per_site, "seed": seed}
     try:
@@ -245,6 +246,12 @@ def ensure_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0, *, 
         made = None
     if made == wanted:
         return root
+    if named and not isinstance(made, dict) and root.is_dir() and any(root.iterdir()):
+        raise ValueError(
+            f"corpus.data_root {root} holds files but no Mind2Web fixture ({FIXTURE_FILE}): mind2web.fixture true "
+            "builds the fixture there and would write over a release's split files; name an empty or absent folder, "
+            "or set --mind2web.fixture false to read the release in it"
+        )
     if named and isinstance(made, dict) and made.get("version") == FIXTURE_VERSION:
         raise ValueError(
             f"corpus.data_root {root} holds the Mind2Web fixture of {made.get('tasks_per_site')} task(s) per site, "

@@ -143,6 +143,18 @@ def test_killed_build_resumes_to_the_same_corpus(tmp_path: Path) -> None:
         build_corpus(CorpusConfig(out=killed, train=4, eval=0, seed=2, workers=1), progress=False)
 
 
+def test_a_user_data_tree_is_not_built_into(tmp_path: Path) -> None:
+    """``memprism games build --out`` naming an alfworld-download tree copied the packaged PDDL
+    over its ``logic/`` and mixed the built games into its ``json_2.1.1``."""
+    real = tmp_path / "alfworld-download"
+    (real / "logic").mkdir(parents=True)
+    (real / "logic" / "alfred.pddl").write_text("the user's domain")
+    with pytest.raises(ValueError, match="holds files but no corpus build"):
+        build_corpus(CorpusConfig(out=real, train=1, eval=0, workers=1), progress=False)
+    assert sorted(p.name for p in real.iterdir()) == ["logic"]
+    assert (real / "logic" / "alfred.pddl").read_text() == "the user's domain"
+
+
 def test_config_validation(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="all 0"):
         CorpusConfig(out=tmp_path, train=0, eval=0)

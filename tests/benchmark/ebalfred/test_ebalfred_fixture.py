@@ -157,3 +157,11 @@ def test_the_job_builds_the_fixture_its_settings_ask_for(tmp_path: Path) -> None
         ValueError, match=r"ebalfred.fixture .* holds 2 episode\(s\) per subset at 96 px; this run asks 1"
     ):
         prepared("--ebalfred.fixture", str(root), "--ebalfred.fixture_episodes", "1")
+    mine = tmp_path / "mine"  # a folder of the user's, named by mistake: it was built over
+    mine.mkdir()
+    (mine / "splits.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"ebalfred.fixture .*mine holds files but no EB-ALFRED fixture"):
+        prepared("--ebalfred.fixture", str(mine))
+    assert [p.name for p in mine.iterdir()] == ["splits.json"] and (mine / "splits.json").read_text() == "{}"
+    (tmp_path / "empty").mkdir()
+    assert prepared("--ebalfred.fixture", str(tmp_path / "empty")) == tmp_path / "empty"

@@ -143,6 +143,22 @@ def test_the_fixture_is_the_one_the_settings_ask_for(tmp_path: Path) -> None:
     assert len(prepared(*cache)) == 2 and (own / FIXTURE_FILE).is_file()
 
 
+def test_the_fixture_is_never_written_over_a_release(tmp_path: Path) -> None:
+    """``--mind2web.fixture true`` with ``corpus.data_root`` naming a release wrote the
+    fixture's ``test_task/test_task_0.json`` (the release's own file names) over the user's."""
+    release = tmp_path / "release"
+    (release / "test_task").mkdir(parents=True)
+    (release / "test_task" / "test_task_0.json").write_text('[{"annotation_id": "mine"}]')
+    cfg = load_config("configs/mind2web_smoke.yaml", ["--corpus.data_root", str(release)])
+    with pytest.raises(ValueError, match=r"holds files but no Mind2Web fixture .*--mind2web.fixture false"):
+        M2W.prepare(cfg, lambda _: None)
+    assert (release / "test_task" / "test_task_0.json").read_text() == '[{"annotation_id": "mine"}]'
+    assert sorted(p.name for p in release.iterdir()) == ["test_task"]
+    (tmp_path / "empty").mkdir()  # an empty folder the user names is where the fixture is built
+    empty = load_config("configs/mind2web_smoke.yaml", ["--corpus.data_root", str(tmp_path / "empty")])
+    assert len(M2W.train_games(M2W.prepare(empty, lambda _: None))) == 4
+
+
 def test_candidate_pool_reaches_the_env_d1_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35 item 4: mind2web.candidate_scores (relative: under the data root) is resolved by
     prepare, sent to every env with env_options, used by D1's human replay, and named in reports."""
