@@ -124,6 +124,29 @@ def _fresh_out(out: Path, resume: str = "") -> Path:
     return out
 
 
+def _check_resumed_sft(out: Path, meta: dict[str, Any], data: dict[str, str], settings: dict[str, Any]) -> None:
+    """``router sft --resume`` goes on only as the run in ``out`` was trained: on the same dataset
+    (its SHA-256) with the same settings but ``epochs`` (a longer run may continue a shorter one);
+    it went on silently on another dataset or ``lambda_cost``, a model of neither run."""
+    from memprism_ray.cli import CliError
+
+    recorded = meta.get("extra") or {}
+    fresh = f"start a new OUT from these weights with --init {out}"
+    if recorded.get("dataset_sha256", data["dataset_sha256"]) != data["dataset_sha256"]:
+        raise CliError(
+            f"--resume {out}: it was trained on {recorded.get('dataset')} (sha256 {recorded['dataset_sha256'][:12]}), "
+            f"and {data['dataset']} is another dataset (sha256 {data['dataset_sha256'][:12]}): resume with that "
+            f"dataset, or {fresh}"
+        )
+    was = meta.get("train_config") or {}
+    changed = [f"{k} {was[k]!r} -> {v!r}" for k, v in settings.items() if k != "epochs" and k in was and was[k] != v]
+    if changed:
+        raise CliError(
+            f"--resume {out}: its settings differ from this run's ({', '.join(changed)}): resume with the same "
+            f"--preset/--batch-size/--lambda-cost (only --epochs may change), or {fresh}"
+        )
+
+
 def _init(args: argparse.Namespace) -> int:
     import torch
 
@@ -145,16 +168,19 @@ def _sft(args: argparse.Namespace) -> int:
     from memprism_ray.adapter.sft import SFTDataset, SFTTrainer, train_sft
     from memprism_ray.benchmark import sft_preset
     from memprism_ray.cli import CliError
+    from memprism_ray.io_atomic import sha256_file
     from memprism_ray.router.model import RouterConfig, ViewPolicyModel
 
     overrides = {k: getattr(args, k) for k in ("epochs", "batch_size", "lambda_cost") if getattr(args, k) is not None}
     config = sft_preset(args.preset, **overrides)
     dataset = SFTDataset.read_parquet(args.dataset)
+    data = {"dataset": str(args.dataset), "dataset_sha256": sha256_file(args.dataset)}
     out = Path(args.out)
     if args.resume:
         ckpt = load_checkpoint(out)
         if ckpt.state is None:
             raise CliError(f"{out} holds no trainer state; cannot --resume")
+        _check_resumed_sft(out, ckpt.meta, data, config.to_dict())
         model = ckpt.model
         trainer = SFTTrainer(model, dataset, config)
         resume_trainer(trainer, ckpt)
@@ -168,7 +194,7 @@ def _sft(args: argparse.Namespace) -> int:
         trainer = SFTTrainer(model, dataset, config)
 
     def save(tr: SFTTrainer, metrics: dict[str, float]) -> None:
-        save_checkpoint(out, model, trainer=tr, stage="d1", metrics=metrics)
+        save_checkpoint(out, model, trainer=tr, stage="d1", metrics=metrics, extra=data)
         print(f"epoch {tr.epoch}/{config.epochs} loss {metrics['loss']:.4f} kl {metrics['kl']:.4f} -> {out}")
 
     result = train_sft(model, dataset, config, on_epoch=save, trainer=trainer)

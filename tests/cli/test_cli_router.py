@@ -75,6 +75,39 @@ def test_sft_trains_saves_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixt
     assert err.startswith(f"memprism: error: {__file__}: cannot read as Parquet (") and err.count(__file__) == 2
 
 
+def test_a_resume_goes_on_only_as_the_run_was_trained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``router sft --resume`` went on silently on another dataset or another ``lambda_cost``: a
+    model of neither run. Only ``--epochs`` may change; the refusal names what differs."""
+    rng = np.random.default_rng(0)
+
+    def dataset(name: str, n: int) -> str:
+        q = rng.random((n, 144))
+        q /= q.sum(1, keepdims=True)
+        d = SFTDataset(
+            rng.normal(size=(n, 384)), rng.normal(size=(n, 384)), rng.random((n, 128)), rng.random((n, 8)), q
+        )
+        pq.write_table(d.to_arrow(), tmp_path / name)
+        return str(tmp_path / name)
+
+    first, other = dataset("a.parquet", 12), dataset("b.parquet", 8)
+    out = tmp_path / "run"
+    args = [str(out), "--preset", "alfred", "--batch-size", "6"]
+    assert main(["router", "sft", first, *args, "--epochs", "1"]) == 0
+    weights = (out / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    assert main(["router", "sft", other, *args, "--epochs", "2", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert f"it was trained on {first} (sha256" in err and f"{other} is another dataset" in err
+    assert f"--init {out}" in err and err.count("\n") == 1
+    assert main(["router", "sft", first, *args, "--epochs", "2", "--lambda-cost", "0.5", "--resume"]) == 2
+    assert "lambda_cost 0.0 -> 0.5" in capsys.readouterr().err
+    assert main(["router", "sft", first, str(out), "--batch-size", "6", "--epochs", "2", "--resume"]) == 2
+    assert "preset_name 'alfred' -> 'alfworld'" in capsys.readouterr().err  # the preset, not repeated
+    assert (out / "model.safetensors").read_bytes() == weights  # nothing trained by a refused resume
+    assert main(["router", "sft", first, *args, "--epochs", "2", "--resume"]) == 0
+    assert "epoch 2/2" in capsys.readouterr().out
+
+
 def test_a_fresh_checkpoint_never_overwrites_one_and_bad_settings_stop_before_training(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
