@@ -233,8 +233,36 @@ def _outcomes(a: Path, b: Path) -> list[tuple[Outcomes, Outcomes]]:
     return list(zip(read(a), read(b), strict=True))
 
 
+def _other_settings(a: Path, b: Path, shown: int = 6) -> str | None:
+    """A line naming the settings that decide the episodes (``agent.max_steps``, the policy, the
+    seed, ...) and differ between A's and B's manifests: a paired difference is then theirs too,
+    not the condition's alone. ``None`` when none differ, or a manifest records no settings."""
+    from memprism_ray.trainer.evaluate import played_settings
+
+    recorded = []
+    for d in (a, b):
+        path = d / "manifest.json"
+        try:
+            recorded.append(json.loads(path.read_text())["extra"]["config"] if path.is_file() else None)
+        except (OSError, ValueError, KeyError, TypeError):
+            recorded.append(None)  # a table alone, or a manifest of its own making: nothing to name
+    if not all(isinstance(c, dict) for c in recorded):
+        return None
+    sa, sb = (played_settings(c) for c in recorded)
+    keys = sorted((set(sa) | set(sb)) - {"eval.episodes"})  # the episodes: paired by id, counted below
+    changed = [f"{k} {sa.get(k, '<unset>')} -> {sb.get(k, '<unset>')}" for k in keys
+               if sa.get(k, "<unset>") != sb.get(k, "<unset>")]  # fmt: skip
+    if not changed:
+        return None
+    more = f" and {len(changed) - shown} more" if len(changed) > shown else ""
+    return f"note: A and B were played with other settings ({', '.join(changed[:shown])}{more})"
+
+
 def _compare(args: argparse.Namespace) -> int:
     for condition, a, b in _pairs(Path(args.dir_a), Path(args.dir_b)):
+        note = _other_settings(a, b)
+        if note:
+            print(f"{condition}: {note}" if condition else note)
         for oa, ob in _outcomes(a, b):
             _print_comparison(oa, ob, condition, a, b, args)
             # The paper reports each split (Mind2Web) or subset (EB-ALFRED): one line each.

@@ -269,18 +269,33 @@ REPLAY_FREE_KEYS = RESUME_FREE_KEYS | {
     "eval.slots",
     "eval.artifacts",
     "eval.enabled",
+    "policy.num_replicas",
 }
+
+#: The sections that made the Router, which a condition's manifest names by its weights' SHA-256:
+#: they do not decide an evaluation's episodes either.
+TRAINING_SECTIONS = ("grpo", "label", "sft", "rollout", "init_checkpoint")
+
+
+def played_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a condition's manifest (its ``extra.config``, as JSON) that decide its
+    episodes, flat (``agent.max_steps``): all but :data:`REPLAY_FREE_KEYS` and the
+    :data:`TRAINING_SECTIONS`."""
+    from memprism_ray.config_tree import flat_settings
+
+    return {
+        k: v
+        for k, v in flat_settings(config).items()
+        if k not in REPLAY_FREE_KEYS and k.split(".")[0] not in TRAINING_SECTIONS
+    }
 
 
 def _played_as(manifest: Any) -> Any:
     """What of a condition's manifest decides its episodes: all but when it was made and the
     settings that do not change them (:data:`REPLAY_FREE_KEYS`)."""
-    from memprism_ray.config_tree import flat_settings
-
     data = json.loads(json.dumps(manifest.to_dict(), default=str))
     data.pop("created")
-    settings = flat_settings(data["extra"].get("config", {}))
-    data["extra"]["config"] = {k: v for k, v in settings.items() if k not in REPLAY_FREE_KEYS}
+    data["extra"]["config"] = played_settings(data["extra"].get("config", {}))
     return data
 
 

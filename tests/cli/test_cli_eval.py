@@ -186,6 +186,32 @@ def test_compare_of_two_eval_outputs_pairs_every_condition_both_hold(
     assert "share no condition" in capsys.readouterr().err
 
 
+def test_compare_names_the_settings_the_two_evaluations_differ_in(
+    agent_cli_eval, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A paired difference between evaluations played at other horizons or policy settings (the
+    eval CLI's defaults against a run's preset) was printed as the condition's alone: a note line
+    names what differs, but for what made the Router (its hash) and where it ran."""
+    import shutil
+
+    out, _ = agent_cli_eval
+    other = tmp_path / "other"
+    shutil.copytree(out / "no_memory", other)
+    path = other / "manifest.json"
+    manifest = json.loads(path.read_text())
+    config = manifest["extra"]["config"]
+    config["agent"]["max_steps"] = 25
+    config["grpo"]["lr"] = 0.5  # training settings: the Router's hash says what they made
+    config["eval"]["workers"] = 7  # where and how it ran
+    path.write_text(json.dumps(manifest))
+    assert main(["compare", str(out / "no_memory"), str(other), "--boot", "200"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "note: A and B were played with other settings (agent.max_steps 10 -> 25)"
+    assert lines[1].startswith("SR(A) = ")
+    assert main(["compare", str(out / "no_memory"), str(out / "fixed_TemporalTrace"), "--boot", "200"]) == 0
+    assert capsys.readouterr().out.startswith("SR(A) = ")  # the same settings: no note
+
+
 def test_compare_of_a_table_without_the_outcome_columns_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
