@@ -186,6 +186,8 @@ class Memory:
         self.render = render or RenderConfig()
         self.encoder_config = encoder or EncoderConfig()
         router = _router(checkpoint) if checkpoint else None
+        if checkpoint:
+            _warn_trained_otherwise(checkpoint, phi.benchmark, self.encoder_config)
         condition = "memprism" if checkpoint else "freq_random" if marginal is not None else str(view)
         self.selector: ViewSelector = make_selector(condition, router=router, marginal=marginal, seed=seed)
         self.features = _features(self.encoder_config) if self.selector.uses_features else None
@@ -311,6 +313,17 @@ def _router(checkpoint: str | Path) -> Any:
     path = Path(checkpoint)
     sha = _checked_sha256(path)
     return _once(("router", str(path.resolve()), sha), lambda: load_model(path, verify=False).eval())
+
+
+def _warn_trained_otherwise(checkpoint: str | Path, benchmark: str, encoder: EncoderConfig) -> None:
+    """A warning for each way this Memory uses the Router otherwise than it was trained (another
+    benchmark's Phi, another text encoder): allowed, never silent."""
+    import warnings
+
+    from memprism_ray.adapter.checkpoint import read_checkpoint_meta, trained_otherwise
+
+    for how in trained_otherwise(read_checkpoint_meta(checkpoint), benchmark, encoder):
+        warnings.warn(f"the Router {checkpoint} {how}", stacklevel=3)
 
 
 def _features(config: EncoderConfig) -> Any:

@@ -115,3 +115,31 @@ def test_a_checkpoint_that_does_not_verify_is_refused(actors_reference_ckpt: Pat
     weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)
     with pytest.raises(ValueError, match=r"does not verify: .*SHA-256"):
         Memory(get_benchmark("alfworld").phi_spec(), checkpoint=copy)
+
+
+def test_a_router_used_otherwise_than_trained_is_a_warning(tmp_path: Path) -> None:
+    """``Memory(phi, checkpoint=...)`` with another benchmark's Phi or another text encoder than
+    the Router's checkpoint records went on silently."""
+    import warnings
+
+    import torch
+
+    from memprism_ray.adapter.checkpoint import save_checkpoint
+    from memprism_ray.router.encoder import EncoderConfig
+    from memprism_ray.router.model import RouterConfig, ViewPolicyModel
+
+    torch.manual_seed(0)
+    small = RouterConfig(d_model=32, n_heads=2, n_layers=1, ff_dim=64, planner_hidden=64)
+    recorded = {"corpus.benchmark": "mind2web", "encoder.model_name_or_path": None, "encoder.max_length": 256}
+    ckpt = save_checkpoint(tmp_path / "c", ViewPolicyModel(small), stage="d1", extra={"config": recorded})
+    with pytest.warns(UserWarning) as caught:
+        Memory(get_benchmark("alfworld").phi_spec(), checkpoint=ckpt, encoder=EncoderConfig(max_length=64))
+    assert [str(w.message) for w in caught] == [
+        f"the Router {ckpt} was trained on mind2web; this use is alfworld",
+        f"the Router {ckpt} was trained with encoder.max_length 256; this use encodes with 64: its features differ "
+        "from its training's",
+    ]
+    assert caught[0].filename == __file__  # pointed at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as trained: no warning
+        Memory(get_benchmark("mind2web").phi_spec(), checkpoint=ckpt)

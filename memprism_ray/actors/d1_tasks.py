@@ -119,8 +119,9 @@ def label_task(
 
 
 @ray.remote(max_retries=0)
-def sft_task(dataset_bytes: bytes, cfg: ExperimentConfig) -> dict[str, Any]:
-    """Train the Router on the labels (D1); returns statistics and the checkpoint files."""
+def sft_task(dataset_bytes: bytes, cfg: ExperimentConfig, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train the Router on the labels (D1); returns statistics and the checkpoint files, whose
+    ``extra`` records the run's config (as a D2 checkpoint's does)."""
     set_ray_env()
     import tempfile
     from dataclasses import replace
@@ -149,7 +150,7 @@ def sft_task(dataset_bytes: bytes, cfg: ExperimentConfig) -> dict[str, Any]:
         history.append(trainer.train_epoch())
     final = trainer.evaluate()
     with tempfile.TemporaryDirectory() as tmp:
-        save_checkpoint(Path(tmp), model, trainer=trainer, stage="d1", metrics={"final": final})
+        save_checkpoint(Path(tmp), model, trainer=trainer, stage="d1", metrics={"final": final}, extra=extra)
         return {
             "epochs": history,
             "final": final,

@@ -20,6 +20,7 @@ from memprism_ray.cluster import waits
 from memprism_ray.cluster.node_data import NodeData
 from memprism_ray.cluster.placement import learner_options
 from memprism_ray.io_atomic import write_files
+from memprism_ray.trainer.run_dir import checkpoint_extra
 from memprism_ray.view_space import ALL_ACTIONS
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ def train_d1(cfg: ExperimentConfig, labels_path: Path, ckpt: Path, log: Any = pr
     """Supervised Router training on the labels; the checkpoint is written at ``ckpt``."""
     log(f"D1: supervised Router training ({cfg.sft.epochs} epochs)")
     (result,) = waits.get_reporting(  # bound: one call timeout per epoch
-        [sft_task.options(**learner_options(cfg)).remote(labels_path.read_bytes(), cfg)],
+        [sft_task.options(**learner_options(cfg)).remote(labels_path.read_bytes(), cfg, checkpoint_extra(cfg))],
         cfg.run.call_timeout_s * max(1, cfg.sft.epochs),
         "D1: supervised Router training task",
         log,

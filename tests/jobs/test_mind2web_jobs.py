@@ -47,6 +47,11 @@ def test_smoke_run_builds_d1_from_the_fixture(smoke_run) -> None:
     run_dir, out = smoke_run
     assert "the generated Mind2Web fixture" in out
     assert len(list(run_dir.glob("d1/*/labels.parquet"))) == 1 and len(list(run_dir.glob("d1/*/checkpoint"))) == 1
+    # The D1 checkpoint records the config it was trained with, as a D2 one does (it recorded
+    # nothing: its benchmark and text encoder were unknown to an evaluation of it).
+    (d1,) = run_dir.glob("d1/*/checkpoint")
+    recorded = json.loads((d1 / "config.json").read_text())["extra"]["config"]
+    assert recorded["corpus.benchmark"] == "mind2web" and recorded["encoder.max_length"] == 256
 
 
 @pytest.mark.slow

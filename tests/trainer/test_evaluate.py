@@ -125,6 +125,16 @@ def test_a_router_trained_on_another_benchmark_is_evaluated_with_a_line_saying_s
         cfg = load_config("configs/local.yaml", ["--corpus.benchmark", benchmark, "--eval.conditions", "memprism"])
         assert router_state_for(cfg, str(ckpt), said.append) is not None
     assert said == [f"note: the Router {ckpt} was trained on mind2web; this evaluation is alfworld"]
+    said.clear()  # another text encoder: features the Router never learned on, said too
+    recorded = {"corpus.benchmark": "alfworld", "encoder.model_name_or_path": None, "encoder.max_length": 128}
+    ckpt = save_checkpoint(tmp_path / "enc", ViewPolicyModel(small), stage="d1", extra={"config": recorded})
+    for max_length in ("128", "256"):
+        cfg = load_config("configs/local.yaml", ["--eval.conditions", "memprism", "--encoder.max_length", max_length])
+        router_state_for(cfg, str(ckpt), said.append)
+    assert said == [
+        f"note: the Router {ckpt} was trained with encoder.max_length 128; this evaluation encodes with 256: "
+        "its features differ from its training's"
+    ]
 
 
 @pytest.mark.parametrize(
