@@ -16,7 +16,7 @@ import io
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -518,11 +518,16 @@ def write_progress(out: Path, reports: Mapping[str, Any]) -> None:
     atomic_write_text(out / PROGRESS, json.dumps({"reports": reports}, default=_json_default) + "\n", overwrite=True)
 
 
-def read_progress(out: Path) -> dict[str, Any]:
-    """The finished conditions' reports an interrupted evaluation in ``out`` recorded ({} for none)."""
+def read_progress(out: Path, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The finished conditions' reports an interrupted evaluation in ``out`` recorded ({} for none;
+    an unreadable record is a line saying so: its conditions are played again, not silently)."""
+    path = out / PROGRESS
+    if not path.exists():
+        return {}
     try:
-        return dict(json.loads((out / PROGRESS).read_text())["reports"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return dict(json.loads(path.read_text())["reports"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        say(f"eval: {path} unreadable ({type(exc).__name__}: {exc}): the conditions it recorded are played again")
         return {}
 
 

@@ -181,7 +181,7 @@ def evaluate(
     from memprism_ray.policy.config import POOL_BACKENDS
 
     check_fresh_output(out_dir, resume=resume)  # before any work: reports are never silently replaced
-    finished = read_progress(out_dir) if resume else {}
+    finished = read_progress(out_dir, log) if resume else {}
     given = given_marginal(cfg)
     plan = benchmark.eval_plan(cfg)
     if plan.broken:

@@ -242,3 +242,20 @@ def test_the_step_curve_counts_the_steps_the_limit_counts() -> None:
     curve = {p["threshold"]: p["sr"] for p in rep["by_length"]}
     assert curve[30] == rep["sr"] == 2 / 3
     assert curve[20] == 1 / 3  # the late win is not within 20 steps; the old record's 12 decisions are
+
+
+def test_an_unreadable_progress_record_is_said_not_skipped(tmp_path: Path) -> None:
+    """A continued evaluation whose ``progress.json`` could not be read played every condition
+    again without a word; now a line names the file and why."""
+    from memprism_ray.eval.report import PROGRESS, read_progress, write_progress
+
+    said: list[str] = []
+    assert read_progress(tmp_path, said.append) == {} and said == []  # none recorded: nothing to say
+    write_progress(tmp_path, {"no_memory": {"sr": 0.5}})
+    assert read_progress(tmp_path, said.append) == {"no_memory": {"sr": 0.5}} and said == []
+    (tmp_path / PROGRESS).write_text('{"reports": {"no_mem')
+    assert read_progress(tmp_path, said.append) == {}
+    assert said == [
+        f"eval: {tmp_path / PROGRESS} unreadable (JSONDecodeError: Unterminated string starting at: line 1 column 14 "
+        "(char 13)): the conditions it recorded are played again"
+    ]
