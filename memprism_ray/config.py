@@ -275,7 +275,9 @@ class FinalEvalConfig:
     slots: int = field(8, help="episodes per actor played step-synchronously")
     artifacts: int = field(2, help="episodes per condition with full artifacts (views, HTML)")
     marginal: str = field(
-        "", help="freq_random's view marginal: '' (this run's memprism), a report.json, an eval dir or a JSON list"
+        "",
+        help="freq_random's view marginal: '' (this run's memprism), a report.json or its folder, an evaluation's "
+        "summary.json or --out (its memprism's), or a JSON list",
     )
     memory: MemoryBaselineConfig = field(
         default_factory=MemoryBaselineConfig, help="LLM endpoint of the external memory baselines (mem0, amem, ...)"

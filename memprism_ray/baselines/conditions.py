@@ -139,14 +139,15 @@ class RouterSelector:
 
 def load_marginal(source: str | Path | Sequence[float]) -> np.ndarray:
     """A 144-way marginal from a list, a JSON file holding a list or ``{"view_marginal": [...]}``,
-    an evaluation ``report.json`` or the condition directory holding it; anything but a flat
-    list of :data:`NUM_ACTIONS` numbers is a one-line ``ValueError`` naming the source."""
+    an evaluation ``report.json`` or the condition directory holding it, or a whole evaluation
+    (its ``summary.json`` or ``--out`` directory: its ``memprism`` condition's marginal); anything
+    but a flat list of :data:`NUM_ACTIONS` numbers is a one-line ``ValueError`` naming the source."""
     where = "frequency-matched marginal"
     data: Any = source
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.is_dir():
-            path = path / "report.json"
+            path = path / ("summary.json" if (path / "summary.json").is_file() else "report.json")
         if not path.exists():
             raise ValueError(f"{where}: {path} does not exist (give a report.json or a JSON list)")
         where = str(path)
@@ -154,6 +155,14 @@ def load_marginal(source: str | Path | Sequence[float]) -> np.ndarray:
             data = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{where}: not valid JSON ({exc})") from None
+        if isinstance(data, dict) and isinstance(data.get("conditions"), list):  # an evaluation's summary
+            router = [c for c in data["conditions"] if isinstance(c, dict) and c.get("condition") == "memprism"]
+            if not router:
+                raise ValueError(
+                    f"{path}: an evaluation without the memprism condition; name the report.json of the "
+                    "condition whose view marginal is meant"
+                )
+            data = router[0]
         if isinstance(data, dict):
             data = data.get("view_selection", data) if "view_marginal" not in data else data
             if not isinstance(data, dict) or "view_marginal" not in data:

@@ -217,6 +217,22 @@ def test_freq_random_condition_reads_an_evaluation_report(tmp_path: Path) -> Non
         make_selector("freq_random")
 
 
+def test_a_whole_evaluation_gives_its_memprism_marginal(tmp_path: Path) -> None:
+    """``--eval.marginal`` naming an evaluation's ``summary.json`` or ``--out`` folder was refused
+    ("no 'view_marginal' entry ... run memprism eval first") though it held the memprism marginal."""
+    p = np.arange(NUM_ACTIONS, dtype=float)
+    out = tmp_path / "eval"
+    out.mkdir()
+    conditions = [{"condition": "no_memory", "view_selection": {"view_marginal": [1.0] * NUM_ACTIONS}},
+                  {"condition": "memprism", "view_selection": {"view_marginal": list(p)}}]  # fmt: skip
+    (out / "summary.json").write_text(json.dumps({"base": "no_memory", "conditions": conditions}))
+    assert np.array_equal(load_marginal(out / "summary.json"), p)
+    assert np.array_equal(load_marginal(out), p)
+    (out / "summary.json").write_text(json.dumps({"conditions": conditions[:1]}))
+    with pytest.raises(ValueError, match=r"an evaluation without the memprism condition; name the report\.json"):
+        load_marginal(out)
+
+
 # --------------------------------------------------------------------------- Router
 
 
