@@ -46,7 +46,9 @@ class EndpointConfig:
     model: str = cfg_field("", help="model name sent in each request")
     api_key_env: str = cfg_field("OPENAI_API_KEY", help="environment variable holding the bearer key ('': none)")
     timeout_s: float = cfg_field(120.0, help="per-request timeout in seconds")
-    max_retries: int = cfg_field(3, help="retries after a timeout, connection error or HTTP 408/409/429/5xx")
+    max_retries: int = cfg_field(
+        3, help="retries after a timeout, connection error, HTTP 408/409/429/5xx or a reply that is no chat completion"
+    )
     backoff_s: float = cfg_field(0.5, help="first retry delay in seconds, doubled each retry")
     max_backoff_s: float = cfg_field(20.0, help="longest retry delay in seconds (also caps the server's Retry-After)")
 
@@ -128,7 +130,8 @@ class LLMRefused(LLMError):
 
 
 class LLMReplyError(LLMError):
-    """The server answered, but not with a chat completion."""
+    """The server answered, but not with a chat completion (each retry too): a proxy's error
+    page, a body without ``choices``; never the model's own answer, which is text, maybe empty."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,7 @@ def parse_chat(body: Any) -> ChatReply:
     tool_calls = tuple(message.get("tool_calls") or ())
     if isinstance(content, list):  # some servers return content parts
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    if content is None and tool_calls:
+    if content is None:  # tool calls only, or a model that said nothing (its budget spent reasoning)
         content = ""
     if not isinstance(content, str):
         raise TypeError(f"message content is {type(content).__name__}, not text")
@@ -244,9 +247,12 @@ class ChatClient(Closing):
     def close(self) -> None:
         self._http.close()
 
-    def send(self, method: str, path: str, **request: Any) -> httpx.Response:
+    def send(
+        self, method: str, path: str, usable: Callable[[httpx.Response], bool] | None = None, **request: Any
+    ) -> httpx.Response:
         """``method`` ``base_url/path`` with the retries: the last response whatever its status;
-        :class:`LLMUnavailable` when the last attempt got no response."""
+        :class:`LLMUnavailable` when the last attempt got no response. A success ``usable`` refuses
+        (a proxy's error page answered 200) is retried as a 5xx is."""
         httpx = self._httpx
         url = f"{self.base_url}/{path.lstrip('/')}"
         attempts = self.config.max_retries + 1
@@ -266,7 +272,9 @@ class ChatClient(Closing):
             except httpx.TransportError as exc:
                 response, last = None, f"transport error {type(exc).__name__}: {exc}"
                 continue
-            if response.status_code not in RETRY_STATUS:
+            if response.status_code not in RETRY_STATUS and (
+                usable is None or response.status_code >= 400 or usable(response)
+            ):
                 break
         if response is None or response.status_code >= 400:
             self.counters.add("failures")
@@ -277,7 +285,7 @@ class ChatClient(Closing):
     def chat(self, messages: list[dict[str, Any]], **body: Any) -> ChatReply:
         """One ``/chat/completions`` call for ``config.model``; ``body`` adds any other request field."""
         request = {"model": self.config.model, "messages": messages, **body}
-        response = self.send("POST", "chat/completions", json=request)
+        response = self.send("POST", "chat/completions", usable=_is_completion, json=request)
         where, status = f"{self.base_url}/chat/completions", response.status_code
         if status in RETRY_STATUS:
             attempts = self.config.max_retries + 1
@@ -289,11 +297,21 @@ class ChatClient(Closing):
             reply = parse_chat(data)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             self.counters.add("failures")
+            tries = f"{self.config.max_retries + 1} time(s) " if not _is_completion(response) else ""
             raise LLMReplyError(
-                f"{where} reply is not an OpenAI chat completion ({exc}): {response.text[:200]!r}"
+                f"{where} reply is not an OpenAI chat completion {tries}({exc}): {response.text[:200]!r}"
             ) from None
         self.counters.charge(data)
         return reply
+
+
+def _is_completion(response: httpx.Response) -> bool:
+    """Whether a response's body is shaped as a chat completion (a JSON object whose first choice
+    has a message): what a chat call may parse, else retries."""
+    try:
+        return isinstance(response.json()["choices"][0]["message"], dict)
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False
 
 
 #: The longest a probe waits for an endpoint's answer (a per-request timeout may be minutes).

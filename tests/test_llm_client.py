@@ -170,13 +170,20 @@ def test_tools_and_images_travel_in_the_request_and_tool_calls_come_back(serve, 
         user_content("x", [b"GIF89a"])
 
 
-def test_a_reply_that_is_not_a_chat_completion_is_a_counted_failure(serve) -> None:
-    _, url = serve((200, {}, {"text": "hi"}), (200, {}, b"not json"))
-    c = client(url, [])
-    for _ in range(2):
-        with pytest.raises(LLMReplyError, match="not an OpenAI chat completion"):
-            c.chat([{"role": "user", "content": "hi"}])
-    assert (c.counters["requests"], c.counters["failures"]) == (2, 2)
+def test_a_reply_that_is_not_a_chat_completion_is_retried_then_a_counted_failure(serve) -> None:
+    """A 200 whose body is no chat completion (a proxy's error page) is retried as a 5xx is: it
+    was one failed request at once, which the task policy took for the model's invalid answer."""
+    _, url = serve((200, {}, {"text": "hi"}), (200, {}, b"<html>proxy error</html>"))
+    delays: list[float] = []
+    c = client(url, delays, max_retries=2)
+    with pytest.raises(LLMReplyError, match=r"not an OpenAI chat completion 3 time\(s\) .*'<html>proxy error"):
+        c.chat([{"role": "user", "content": "hi"}])
+    assert (c.counters["requests"], c.counters["retries"], c.counters["failures"]) == (3, 2, 1) and len(delays) == 2
+    stub, url = serve((200, {}, b"not json"), (200, {}, OK))
+    assert client(url, []).chat([{"role": "user", "content": "hi"}]).text == "hello" and len(stub.bodies) == 2
+    # A completion whose message has no text is the model's empty answer, not the endpoint's fault.
+    _, url = serve((200, {}, {"choices": [{"message": {"role": "assistant", "content": None}}]}))
+    assert client(url, []).chat([{"role": "user", "content": "hi"}]).text == ""
 
 
 def test_config_errors_name_the_section_key() -> None:

@@ -88,9 +88,9 @@ class OpenAIChatPolicy(Closing):
         t0 = time.perf_counter()
         try:
             reply = self.client.chat(**build_openai_payload(inp, self.config, self.contract))
-        except (LLMRefused, LLMReplyError) as exc:
+        except LLMRefused as exc:  # the request's own fault (a prompt past the context): the decision's
             return failed_output(str(exc), visual_tokens=visual, latency_s=time.perf_counter() - t0)
-        except LLMUnavailable as exc:
+        except (LLMUnavailable, LLMReplyError) as exc:  # the endpoint's: the episode fails, counted and named
             raise PolicyBackendError(str(exc)) from None
         prompt, completion = reply.usage or (None, None)
         return self.contract.to_output(

@@ -143,6 +143,21 @@ def test_gives_up_after_bounded_retries(server) -> None:
     assert len(stub.requests) == 3 and policy.counters["failures"] == 1
 
 
+def test_a_reply_that_is_no_completion_is_retried_then_the_episodes_failure(server) -> None:
+    """A 200 whose body is no chat completion (a proxy's error page) was taken for the model's
+    invalid answer: every decision 'invalid', SR 0, 0 failed episodes. It is the endpoint's
+    fault: retried, then a backend error, which fails the episode with the reason."""
+    stub, url = server
+    stub.fail, stub.fail_status = 10, 200
+    policy = policy_for(url, max_retries=2)
+    with pytest.raises(PolicyBackendError, match=r"not an OpenAI chat completion 3 time\(s\)"):
+        policy.act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])
+    assert len(stub.requests) == 3
+    stub.fail = 1  # one error page, then the completion: the decision is the model's
+    out = policy.act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])[0]
+    assert out.valid and out.action == "look"
+
+
 def test_client_error_is_an_invalid_output_without_retry(server) -> None:
     stub, url = server
     stub.status_override = 400
