@@ -61,6 +61,12 @@ def build_openai_payload(inp: PolicyInput, config: OpenAIConfig, contract: TaskC
     return payload
 
 
+#: The refusals that are one request's own (a prompt past the context, an image too large, a
+#: field the server rejects): that decision's invalid action, as the paper counts one. Any other
+#: 4xx (401/403 a key, 404 a path or model) refuses every request alike: the episode fails.
+REQUEST_FAULTS = frozenset({400, 413, 422})
+
+
 class OpenAIChatPolicy(Closing):
     """Batched task policy over HTTP, prompted and parsed by ``contract``; :meth:`close` frees
     the client. ``transport`` goes to ``httpx.Client`` (tests)."""
@@ -88,7 +94,9 @@ class OpenAIChatPolicy(Closing):
         t0 = time.perf_counter()
         try:
             reply = self.client.chat(**build_openai_payload(inp, self.config, self.contract))
-        except LLMRefused as exc:  # the request's own fault (a prompt past the context): the decision's
+        except LLMRefused as exc:
+            if exc.status not in REQUEST_FAULTS:  # a key, path or model the endpoint refuses: the run's
+                raise PolicyBackendError(str(exc)) from None
             return failed_output(str(exc), visual_tokens=visual, latency_s=time.perf_counter() - t0)
         except (LLMUnavailable, LLMReplyError) as exc:  # the endpoint's: the episode fails, counted and named
             raise PolicyBackendError(str(exc)) from None

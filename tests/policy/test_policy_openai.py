@@ -164,6 +164,12 @@ def test_client_error_is_an_invalid_output_without_retry(server) -> None:
     out = policy_for(url).act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])[0]
     assert not out.valid and "HTTP 400" in out.error and "too long" in out.error
     assert len(stub.requests) == 1
+    # A refusal of every request alike (a key gone stale, a model the server no longer serves)
+    # made every decision 'invalid' (SR 0, exit 0): the episode fails, with the reason.
+    for status in (401, 404):
+        stub.status_override = status
+        with pytest.raises(PolicyBackendError, match=f"HTTP {status}"):
+            policy_for(url).act([PolicyInput("alfworld", "LOOK", "o", admissible=("look",))])
 
 
 def test_connection_refused_is_retried_then_a_backend_error() -> None:
