@@ -522,6 +522,9 @@ class Agent:
             "valid": bool(out.valid),
             "parse_error": out.error,
             "outcome": event.outcome.value,
+            # an LLM Phi's failed extraction, recorded by the rules instead (docs/phi.md): counted by
+            # the reports and the GRPO rows, never silent
+            "phi_fallback": event.evidence.get("phi_fallback"),
             "reward": float(tr.reward),
             "done": bool(tr.done),
             "won": bool(tr.won),

@@ -524,3 +524,25 @@ def test_step_rows_keep_one_column_order(agent_env, agent_games) -> None:
     assert table.column_names == list(rows[0])
     dims = {name: table.schema.field(name).type.list_size for name in tail[-4:]}
     assert dims == {"feat_obs": TEXT_DIM, "feat_goal": TEXT_DIM, "feat_window": WINDOW_DIM, "feat_stats": STATS_DIM}
+
+
+def test_a_phi_fallback_is_on_its_step_row(agent_env, agent_games) -> None:
+    """An LLM Phi whose endpoint fails records the rules' event (docs/phi.md); the step row now
+    says so (``phi_fallback``, the reason), which the reports and GRPO iterations count."""
+    import socket
+
+    from memprism_ray.benchmark import get_benchmark
+    from memprism_ray.recorder.phi.config import PhiConfig
+    from memprism_ray.recorder.phi.factory import build_phi
+
+    with socket.socket() as s:  # a port nobody listens on: every request refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = PhiConfig(kind="llm", model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
+    specs = _specs(agent_games, 1)
+    svc = _services(agent_env, agent_games, specs)
+    svc.inner = LocalServices(agent_env, build_phi(get_benchmark("alfworld").phi_spec(), cfg), svc.policy)
+    rows = Agent(svc, FixedView(ACTION), AgentConfig(max_steps=2, token_counter="words")).run(specs)[0].rows
+    assert len(rows) == 2 and all(str(r["phi_fallback"]).startswith("request failed: LLMUnavailable") for r in rows)
+    ruled = Agent(_services(agent_env, agent_games, specs), FixedView(ACTION), AgentConfig(max_steps=2)).run(specs)
+    assert [r["phi_fallback"] for r in ruled[0].rows] == [None, None]  # the rule Phi itself: no fallback

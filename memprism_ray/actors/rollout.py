@@ -48,6 +48,9 @@ class GroupSummary:
     worker: str = ""
     node: str = ""
     """where the group played (``node 10.0.0.3 (ab12cd34)``)"""
+    phi_fallbacks: int = 0
+    """decisions whose event an LLM Phi failed to extract, recorded by the rules (docs/phi.md)"""
+    phi_fallback_first: str = ""
 
     @property
     def failed(self) -> int:
@@ -318,6 +321,7 @@ class RolloutWorker:
                 row["failed"] = r.failed
             rows.extend(r.rows)
         metrics.record_steps(self.run_name, rows)
+        fallbacks = [str(row["phi_fallback"]) for row in rows if row.get("phi_fallback")]
         summary = GroupSummary(
             spec.group_id,
             game.game_id,
@@ -327,6 +331,8 @@ class RolloutWorker:
             seconds=time.perf_counter() - t0,
             worker=f"rollout-{self.index}.{self.generation}",
             node=node_label(self.place),
+            phi_fallbacks=len(fallbacks),
+            phi_fallback_first=fallbacks[0] if fallbacks else "",
         )
         self.doing = f"idle after group {spec.group_id}"
         return summary, rows_to_arrow(rows)

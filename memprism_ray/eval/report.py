@@ -109,6 +109,7 @@ def condition_report(
     render_fresh = [float(r["compose_ms"]) + float(r["render_ms"]) for r in viewed if not r.get("view_cached")]
     policy = [float(r["policy_latency_ms"]) for r in rows]
     invalid = sum(1 for r in rows if not r["valid"])
+    phi_fallbacks = [r["phi_fallback"] for r in rows if r.get("phi_fallback")]
 
     # The last threshold is the step limit itself, so the curve ends at the final SR: it counts
     # the steps the limit counts (EB-ALFRED's invalid outputs take no simulator step).
@@ -142,6 +143,8 @@ def condition_report(
             "stored_bytes": stored_bytes,
             "invalid_actions": invalid,
             "invalid_action_rate": (invalid / len(rows) if rows else 0.0),
+            "phi_fallbacks": len(phi_fallbacks),
+            "phi_fallback_first": phi_fallbacks[0] if phi_fallbacks else None,
             "mean_steps": _mean([float(e["steps"]) for e in done]),
         },
         "by_length": by_len,
@@ -210,6 +213,14 @@ def _pyplot() -> Any:
     return plt
 
 
+def _phi_fallback_row(e: Mapping[str, Any]) -> list[str]:
+    """The efficiency table's row of an LLM Phi's fallbacks to the rules (none: no row)."""
+    if not e.get("phi_fallbacks"):
+        return []
+    return [f"| Phi extractions by the rules after an LLM failure | {e['phi_fallbacks']} (first: "
+            f"{_first_line(e['phi_fallback_first'])}) |"]  # fmt: skip
+
+
 def condition_markdown(rep: dict[str, Any]) -> str:
     e = rep["efficiency"]
     lines = [
@@ -241,6 +252,7 @@ def condition_markdown(rep: dict[str, Any]) -> str:
         f"| stored event-stream bytes | {e['stored_bytes'] if e['stored_bytes'] is not None else '-'} |",
         f"| invalid actions | {e['invalid_actions']} ({100 * e['invalid_action_rate']:.2f}%) |",
         f"| mean episode length | {_fmt(e['mean_steps'])} |",
+        *_phi_fallback_row(e),
         "",
         "SR and prompt tokens by cumulative trajectory-length threshold:",
         "",

@@ -251,7 +251,7 @@ def evaluate(
             if condition == "memprism" and given is None:
                 marginal = rep["view_selection"]["view_marginal"]
             reports.append(rep)
-            log(f"eval {condition}: {how}{benchmark.condition_line(rep)}")
+            log(f"eval {condition}: {how}{benchmark.condition_line(rep)}{phi_fallback_note(rep)}")
         summary = benchmark.write_summary(reports, played, ctx)
         (out_dir / PROGRESS).unlink(missing_ok=True)  # the summary now says the evaluation is whole
         return summary
@@ -259,6 +259,16 @@ def evaluate(
         for w in workers:
             ray.kill(w)
         stop_policy_replicas(started)
+
+
+def phi_fallback_note(rep: dict[str, Any]) -> str:
+    """``; N Phi extraction(s) by the rules after an LLM failure (first: ...)`` for a condition
+    whose LLM Phi fell back (docs/phi.md), '' for none: a degraded memory is said."""
+    eff = rep.get("efficiency") or {}
+    if not eff.get("phi_fallbacks"):
+        return ""
+    first = str(eff.get("phi_fallback_first") or "").splitlines()[0][:200]
+    return f"; {eff['phi_fallbacks']} Phi extraction(s) by the rules after an LLM failure (first: {first})"
 
 
 #: Settings that change how an evaluation is run, not what a condition's episodes play: a

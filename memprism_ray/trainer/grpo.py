@@ -439,6 +439,12 @@ def _iteration(
     except ObjectLostError as exc:  # a group's step table lived only on a node lost since it played
         raise StepsLost(f"iteration {it + 1}: a group's step table was lost ({type(exc).__name__})") from None
     stats.update(iteration_stats(rollout))
+    if stats["phi_fallbacks"]:  # the LLM Phi failing: the Router trains on the rules' events, said
+        first = next(g.summary.phi_fallback_first for g in rollout.groups if g.summary.phi_fallbacks)
+        say_grpo(
+            f"iteration {it + 1}: {stats['phi_fallbacks']} of {int(stats.get('num_steps', 0))} Phi extraction(s) by "
+            f"the rules after an LLM failure (first: {first.splitlines()[0][:200]})"
+        )
     t_end = time.perf_counter()
     stats.update(
         iteration=it + 1,

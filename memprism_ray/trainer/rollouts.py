@@ -296,4 +296,5 @@ def iteration_stats(result: RolloutResult) -> dict[str, float]:
         "success_rate": sum(e["won"] for e in live) / len(live) if live else 0.0,
         "mean_episode_length": sum(e["steps"] for e in live) / len(live) if live else 0.0,
         "rollout_seconds_max": max((g.seconds for g in groups), default=0.0),
+        "phi_fallbacks": sum(g.phi_fallbacks for g in groups),
     }

@@ -259,3 +259,27 @@ def test_an_unreadable_progress_record_is_said_not_skipped(tmp_path: Path) -> No
         f"eval: {tmp_path / PROGRESS} unreadable (JSONDecodeError: Unterminated string starting at: line 1 column 14 "
         "(char 13)): the conditions it recorded are played again"
     ]
+
+
+def test_an_llm_phi_falling_back_to_the_rules_is_counted_and_said() -> None:
+    """The step rows' ``phi_fallback`` (an LLM Phi's failed extraction, recorded by the rules)
+    was nowhere in a report: an evaluation whose Phi endpoint failed read as an LLM-Phi one."""
+    from memprism_ray.trainer.evaluate import phi_fallback_note
+
+    episodes = [{"episode_id": "e", "task_type": "t", "won": False, "steps": 3, "status": "ok"}]
+    rows = [
+        {"step": s, "view_index": -1, "view_medium": "none", "prompt_tokens": 1, "visual_tokens": 0, "pixels": 0,
+         "compose_ms": 0.0, "render_ms": 0.0, "policy_latency_ms": 0.0, "valid": True, "phi_fallback": why}
+        for s, why in enumerate([None, "request failed: LLMUnavailable: down\nmore", "invalid answer: x"])
+    ]  # fmt: skip
+    rep = rpt.condition_report("c", episodes, rows, tokenizer="words")
+    assert rep["efficiency"]["phi_fallbacks"] == 2
+    assert (
+        "| Phi extractions by the rules after an LLM failure | 2 (first: request failed: LLMUnavailable: down) |"
+        in (rpt.condition_markdown(rep))
+    )
+    assert phi_fallback_note(rep) == (
+        "; 2 Phi extraction(s) by the rules after an LLM failure (first: request failed: LLMUnavailable: down)"
+    )
+    quiet = rpt.condition_report("c", episodes, [{**r, "phi_fallback": None} for r in rows], tokenizer="words")
+    assert phi_fallback_note(quiet) == "" and "Phi extractions" not in rpt.condition_markdown(quiet)

@@ -52,3 +52,15 @@ def test_a_shortened_run_replays_at_most_half_of_its_iterations() -> None:
     assert _cfg(iterations=1, replay_first=5).grpo.replayed_iterations == 0
     with pytest.raises(ValueError, match="replay_first must be >= 0"):
         GRPOConfig(replay_first=-1)
+
+
+def test_an_iteration_counts_its_phi_fallbacks() -> None:
+    """Each group's LLM-Phi fallbacks (its step rows' ``phi_fallback``) sum into the iteration's
+    ``phi_fallbacks``: a Router trained on the rules' events is said, not silent."""
+    from memprism_ray.actors.rollout import GroupSummary
+    from memprism_ray.trainer.rollouts import GroupOutcome, RolloutResult, iteration_stats
+
+    ep = {"episode_id": "e", "status": "ok", "won": True, "steps": 3}
+    groups = [GroupOutcome(GroupSummary(f"g{i}", "game", 1, [ep], num_steps=3, phi_fallbacks=n), None)
+              for i, n in enumerate((2, 0, 1))]  # fmt: skip
+    assert iteration_stats(RolloutResult(groups=groups))["phi_fallbacks"] == 3
