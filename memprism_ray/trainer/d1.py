@@ -107,10 +107,30 @@ def collect_reference(
         t = t.set_column(t.column_names.index("episode"), "episode", col)
         offset += (max(eps) + 1) if eps else 0
         tables.append(t.replace_schema_metadata(None))
+    merged = pa.concat_tables(tables)
+    say_phi_fallbacks(merged, log)
     tmp = path.with_suffix(".tmp")
-    pq.write_table(pa.concat_tables(tables), tmp)
+    pq.write_table(merged, tmp)
     tmp.replace(path)
     return path
+
+
+def say_phi_fallbacks(table: Any, log: Any) -> None:
+    """A line when an LLM Phi fell back to the rules on reference events (their evidence says
+    why; docs/phi.md): D1 then labels streams the rules partly wrote."""
+    import json
+
+    reasons = [
+        json.loads(e).get("phi_fallback")
+        for e in table.column("evidence_json").to_pylist()
+        if e and "phi_fallback" in e  # the cheap test first: most events have none
+    ]
+    reasons = [r for r in reasons if r]
+    if reasons:
+        log(
+            f"D1: {len(reasons)} of {table.num_rows} reference event(s) by the rules after an LLM Phi failure "
+            f"(first: {str(reasons[0]).splitlines()[0][:200]})"
+        )
 
 
 class NothingLabelled(RuntimeError):
