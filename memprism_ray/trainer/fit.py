@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memprism_ray.adapter.checkpoint import read_checkpoint_meta, trained_otherwise
 from memprism_ray.benchmark import Benchmark, get_benchmark
 from memprism_ray.config import joins_cluster
 from memprism_ray.trainer.job_args import parse_job_args
@@ -145,6 +146,9 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
         # 3. The D1 reference policy (also GRPO's starting point).
         if cfg.init_checkpoint:
             reference = Path(cfg.init_checkpoint)
+            # a warm start from another benchmark's Router, or with another text encoder: said
+            for how in trained_otherwise(read_checkpoint_meta(reference), benchmark.name, cfg.encoder):
+                say(f"note: init_checkpoint {reference} {how.replace('this use', 'this run')}")
         else:
             say(d1_cost_line(cfg, benchmark))
             reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg, benchmark), say, data=data)

@@ -90,6 +90,34 @@ def test_a_dead_learner_is_one_line_with_the_command_that_continues(
     assert err[0].endswith("--config configs/local.yaml --grpo.iterations 3 --resume auto")
 
 
+def test_a_warm_start_from_a_router_trained_otherwise_is_said(
+    tmp_path: Path, actors_reference_ckpt: Path, fit_grpo_by: Callable[..., int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--init_checkpoint`` of a Router another benchmark or another text encoder trained went
+    on without a word: GRPO then fine-tunes it on features it never learned on."""
+    import json
+    import shutil
+
+    ckpt = tmp_path / "other"
+    shutil.copytree(actors_reference_ckpt, ckpt)
+    meta = json.loads((ckpt / "config.json").read_text())
+    meta["extra"] = {"config": {"corpus.benchmark": "mind2web", "encoder.model_name_or_path": None,
+                                "encoder.max_length": 128}}  # fmt: skip
+    (ckpt / "config.json").write_text(json.dumps(meta))
+
+    def stop(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        fit_grpo_by(stop, ["--config", "configs/local.yaml"], "--init_checkpoint", str(ckpt))
+    notes = [line for line in capsys.readouterr().out.splitlines() if "note: init_checkpoint" in line]
+    assert notes == [
+        f"[grpo] note: init_checkpoint {ckpt} was trained on mind2web; this run is alfworld",
+        f"[grpo] note: init_checkpoint {ckpt} was trained with encoder.max_length 128; this run encodes with 256: "
+        "its features differ from its training's",
+    ]
+
+
 def test_resume_auto_without_a_checkpoint_says_it_starts_over(
     tmp_path: Path, fit_grpo_by: Callable[..., int], capsys: pytest.CaptureFixture[str]
 ) -> None:
