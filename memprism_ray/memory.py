@@ -296,10 +296,14 @@ def _check_given(checkpoint: object, view: str | None, marginal: object) -> None
 
 def _checked_sha256(path: Path) -> str:
     """The weight file's hash of the Router checkpoint ``path``, against the one its config records."""
-    from memprism_ray.adapter.checkpoint import checkpoint_sha256
+    from memprism_ray.adapter.checkpoint import checkpoint_sha256, read_checkpoint_meta
 
-    if not (path / "config.json").is_file():
-        raise ValueError(f"checkpoint {path}: not a Router checkpoint (no config.json)")
+    if not path.exists():
+        raise ValueError(f"checkpoint {path}: no such directory")
+    try:
+        read_checkpoint_meta(path)  # a run directory: the checkpoints below it named
+    except ValueError as exc:
+        raise ValueError(f"checkpoint {exc}") from None
     try:
         return checkpoint_sha256(path)
     except Exception as exc:  # a file edited or cut short since it was saved

@@ -143,3 +143,18 @@ def test_a_router_used_otherwise_than_trained_is_a_warning(tmp_path: Path) -> No
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # as trained: no warning
         Memory(get_benchmark("mind2web").phi_spec(), checkpoint=ckpt)
+
+
+def test_a_run_directory_given_as_the_checkpoint_names_its_checkpoints(
+    actors_reference_ckpt: Path, tmp_path: Path
+) -> None:
+    """``Memory(checkpoint=<a run directory>)`` said "not a Router checkpoint (no config.json)",
+    and so did a path that does not exist; the evaluation names the checkpoints below a run."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(actors_reference_ckpt, run / "checkpoints" / "iter_0002")
+    with pytest.raises(ValueError, match=r"no config.json; .*the checkpoints below it: .*checkpoints/iter_0002"):
+        Memory(get_benchmark("alfworld").phi_spec(), checkpoint=run)
+    with pytest.raises(ValueError, match=r"^checkpoint .*missing: no such directory$"):
+        Memory(get_benchmark("alfworld").phi_spec(), checkpoint=tmp_path / "missing")

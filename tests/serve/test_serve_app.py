@@ -56,7 +56,7 @@ def served(ray_session):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ({"checkpoint": "/nonexistent"}, "checkpoint /nonexistent: not a Router checkpoint (no config.json)"),
+        ({"checkpoint": "/nonexistent"}, "checkpoint /nonexistent: no such directory"),
         ({"view": "fixed:Nope"}, "unknown view tau 'Nope'; valid tau names: TemporalTrace, "),
         ({"view": "TemporalTrace"}, "view 'TemporalTrace': name a fixed view, e.g. fixed:TemporalTrace"),
         ({"marginal": "/nonexistent.json"}, "frequency-matched marginal: /nonexistent.json does not exist"),
