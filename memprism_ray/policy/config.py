@@ -134,7 +134,9 @@ class OpenAIConfig(EndpointConfig, Decoding):
     SECTION: ClassVar[str] = "policy.openai"
 
     model: str = field(DEFAULT_MODEL, help="model name sent in each request")
-    max_retries: int = field(4, help="retries after a timeout, connection error or HTTP 408/409/429/5xx")
+    max_retries: int = field(
+        4, help="retries after a timeout, connection error, HTTP 408/409/429/5xx or a reply that is no chat completion"
+    )
     seed: int | None = field(0, help="per-request seed sent to the server (None: not sent)")
     max_concurrency: int = field(8, help="requests of one batch in flight at once")
     png_compress_level: int = field(1, help="zlib level of the PNG images sent (1 = fast)")

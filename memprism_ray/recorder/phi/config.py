@@ -24,7 +24,10 @@ class PhiConfig(EndpointConfig):
 
     model: str = field("", help="llm Phi: served model name sent in each request (required for kind llm)")
     timeout_s: float = field(60.0, help="llm Phi: per-request timeout in seconds")
-    max_retries: int = field(2, help="llm Phi: retries after a timeout, connection error or HTTP 408/409/429/5xx")
+    max_retries: int = field(
+        2,
+        help="llm Phi: retries after a timeout, connection error, HTTP 408/409/429/5xx or a body that is no completion",
+    )
     kind: str = field("rules", help="'rules' (the benchmark's rule extractor) or 'llm' (paper prompt + rule fallback)")
     llm_source: str = field(
         "endpoint", help="llm Phi: 'endpoint' (base_url) or 'pool' (the policy pool's vLLM replicas; text only)"
