@@ -55,8 +55,11 @@ def json_endpoint(respond: Callable[[Request], Reply]) -> Iterator[str]:
             self.send_header("Content-Length", str(len(raw)))
             for k, v in (rest[0] if rest else {}).items():
                 self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(raw)
+            try:
+                self.end_headers()
+                self.wfile.write(raw)
+            except (BrokenPipeError, ConnectionResetError):  # a client that timed out stopped listening
+                pass
 
         do_GET = do_POST = _answer
 
