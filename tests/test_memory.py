@@ -86,7 +86,7 @@ def test_bad_input_is_one_error_naming_the_field_and_records_nothing(tmp_path: P
         Memory(alf.phi_spec(), view="no_memory")
     with pytest.raises(ValueError, match="the view marginal needs 144 probabilities"):
         Memory(alf.phi_spec(), marginal=[0.5, 0.5])
-    with pytest.raises(ValueError, match="no config.json; not a memprism Router checkpoint"):
+    with pytest.raises(ValueError, match=r"no config\.json; not a memprism Router checkpoint"):
         Memory(alf.phi_spec(), checkpoint=tmp_path)
     with pytest.raises(ValueError, match="goal must be the task's text"):
         memory.session("  ")
