@@ -509,7 +509,11 @@ def written_conditions(out: Path) -> list[str]:
 
 def check_fresh_output(out: Path, *, resume: bool = False) -> None:
     """Refuse an output directory that already holds an evaluation (issue 10), finished or, unless
-    the evaluation continues it (``resume``), interrupted (:class:`InterruptedEvaluation`)."""
+    the evaluation continues it (``resume``), interrupted (:class:`InterruptedEvaluation`), and one
+    that a file stands in the way of (``out`` itself, or a folder above it)."""
+    blocking = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise FileExistsError(f"--out {out}: {blocking} is a file, not a folder; choose another --out")
     if out.exists() and any(out.glob("summary.*")):
         raise FileExistsError(f"{out} already holds an evaluation (its summary); choose another --out")
     done = written_conditions(out)

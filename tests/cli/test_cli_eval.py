@@ -384,3 +384,21 @@ def test_an_interrupted_evaluation_is_continued_with_run_resume_auto(
     assert (
         "eval no_memory: kept from the interrupted evaluation: " in out and (tmp_path / "out" / "summary.md").exists()
     )
+
+
+def test_an_out_a_file_stands_in_the_way_of_is_one_line_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out`` naming a file ended, after Ray and the workers had started, in "[Errno 17] File
+    exists"; a path below a file, in a NotADirectoryError traceback."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    for out in (a_file, a_file / "sub"):
+        code = main(["eval", "--condition", "no_memory", "--split", SPLIT, "--data-root", str(tmp_path / "none"),
+                     "--out", str(out)])  # fmt: skip
+        err = capsys.readouterr().err
+        assert (
+            code == 2
+            and err == f"memprism: error: --out {out}: {a_file} is a file, not a folder; choose another --out\n"
+        )
+    assert a_file.read_text() == "mine"
