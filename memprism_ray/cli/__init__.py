@@ -60,8 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int((func(args, rest) if getattr(args, "overrides", False) else func(args)) or 0)
-    except (CliError, ValueError, FileNotFoundError, FileExistsError) as exc:
+    except (CliError, ValueError) as exc:
         print(f"memprism: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the machine refuses (a file where a folder is asked, a full disk): one line
+        said = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+        print(f"memprism: error: {said}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memprism: interrupted", file=sys.stderr)

@@ -167,3 +167,13 @@ def test_info_on_unreadable_weights_with_a_matching_hash_is_one_line(
     assert main(["router", "info", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a readable safetensors file" in err
+
+
+def test_a_path_the_machine_refuses_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An OUT below a file ended ``memprism router init`` (and ``games build``/``expert``) in a
+    NotADirectoryError traceback: every OSError of a command is one line, its path and reason."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    assert main(["router", "init", str(a_file / "ckpt")]) == 2
+    assert capsys.readouterr().err == f"memprism: error: {a_file / 'ckpt'}: Not a directory\n"
+    assert a_file.read_text() == "mine"
