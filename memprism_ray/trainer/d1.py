@@ -127,10 +127,9 @@ def say_phi_fallbacks(table: Any, log: Any) -> None:
     ]
     reasons = [r for r in reasons if r]
     if reasons:
-        log(
-            f"D1: {len(reasons)} of {table.num_rows} reference event(s) by the rules after an LLM Phi failure "
-            f"(first: {str(reasons[0]).splitlines()[0][:200]})"
-        )
+        from memprism_ray.recorder.phi.llm import fallbacks_said
+
+        log(f"D1: {fallbacks_said(len(reasons), reasons[0], f'of {table.num_rows} reference event(s)')}")
 
 
 class NothingLabelled(RuntimeError):

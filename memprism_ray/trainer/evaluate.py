@@ -264,11 +264,10 @@ def evaluate(
 def phi_fallback_note(rep: dict[str, Any]) -> str:
     """``; N Phi extraction(s) by the rules after an LLM failure (first: ...)`` for a condition
     whose LLM Phi fell back (docs/phi.md), '' for none: a degraded memory is said."""
+    from memprism_ray.recorder.phi.llm import fallbacks_said
+
     eff = rep.get("efficiency") or {}
-    if not eff.get("phi_fallbacks"):
-        return ""
-    first = str(eff.get("phi_fallback_first") or "").splitlines()[0][:200]
-    return f"; {eff['phi_fallbacks']} Phi extraction(s) by the rules after an LLM failure (first: {first})"
+    return f"; {fallbacks_said(eff['phi_fallbacks'], eff['phi_fallback_first'])}" if eff.get("phi_fallbacks") else ""
 
 
 #: Settings that change how an evaluation is run, not what a condition's episodes play: a

@@ -36,6 +36,7 @@ from memprism_ray.config import joins_cluster
 from memprism_ray.io_atomic import write_files
 from memprism_ray.policy.factory import needs_view_text
 from memprism_ray.progress import progress_bar
+from memprism_ray.recorder.phi.llm import fallbacks_said
 from memprism_ray.trainer.rollouts import IterationFailed, RolloutResult, iteration_stats, run_groups, sample_groups
 from memprism_ray.trainer.run_dir import RunLogger, checkpoint_dir, checkpoint_iteration, find_valid_checkpoint
 
@@ -441,10 +442,8 @@ def _iteration(
     stats.update(iteration_stats(rollout))
     if stats["phi_fallbacks"]:  # the LLM Phi failing: the Router trains on the rules' events, said
         first = next(g.summary.phi_fallback_first for g in rollout.groups if g.summary.phi_fallbacks)
-        say_grpo(
-            f"iteration {it + 1}: {stats['phi_fallbacks']} of {int(stats.get('num_steps', 0))} Phi extraction(s) by "
-            f"the rules after an LLM failure (first: {first.splitlines()[0][:200]})"
-        )
+        of = f"of {int(stats.get('num_steps', 0))} Phi extraction(s)"
+        say_grpo(f"iteration {it + 1}: {fallbacks_said(stats['phi_fallbacks'], first, of)}")
     t_end = time.perf_counter()
     stats.update(
         iteration=it + 1,

@@ -227,3 +227,10 @@ class LLMPhi:
 
 def _clip(text: str, n: int = 160) -> str:
     return text if len(text) <= n else text[:n] + "..."
+
+
+def fallbacks_said(count: int, first: str, what: str = "Phi extraction(s)") -> str:
+    """How a run says an LLM Phi's fallbacks (``evidence["phi_fallback"]``): ``count`` of ``what``
+    by the rules, and the first reason, one line of it. The evaluation, GRPO and D1 say it alike."""
+    reason = (str(first).splitlines() or ["?"])[0][:200]
+    return f"{count} {what} by the rules after an LLM failure (first: {reason})"
