@@ -130,7 +130,24 @@ class Session:
         raw_meta = {"step": self.steps, **(meta or {})}
         if image is not None:
             raw_meta["post_frame_path"] = str(self.memory.keep_image(self.id, self.steps, image))
-        record_event(self.stream, RawEvent(observation, action, feedback, float(reward), raw_meta), self.memory.phi)
+        event = record_event(
+            self.stream, RawEvent(observation, action, feedback, float(reward), raw_meta), self.memory.phi
+        )
+        if event.evidence.get("phi_fallback") and self.phi_fallbacks == 1:  # said once a session, then counted
+            import warnings
+
+            from memprism_ray.recorder.phi.llm import fallbacks_said
+
+            warnings.warn(
+                f"session {self.id}: {fallbacks_said(1, event.evidence['phi_fallback'], 'step')}; "
+                "Session.phi_fallbacks counts the others",
+                stacklevel=2,
+            )
+
+    @property
+    def phi_fallbacks(self) -> int:
+        """Steps an LLM Phi failed on, recorded by the rules instead (their evidence says why)."""
+        return sum(1 for rec in self.stream.records if rec.event.evidence.get("phi_fallback"))
 
     def view(self, observation: str) -> MemoryView:
         """The view for the decision at ``observation`` (:meth:`Memory.views` of this session)."""

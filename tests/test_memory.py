@@ -158,3 +158,30 @@ def test_a_run_directory_given_as_the_checkpoint_names_its_checkpoints(
         Memory(get_benchmark("alfworld").phi_spec(), checkpoint=run)
     with pytest.raises(ValueError, match=r"^checkpoint .*missing: no such directory$"):
         Memory(get_benchmark("alfworld").phi_spec(), checkpoint=tmp_path / "missing")
+
+
+def test_an_llm_phi_that_fails_is_said_once_a_session_and_counted() -> None:
+    """``Memory(phi_config=PhiConfig(kind="llm", ...))`` whose endpoint fails records each step by
+    the rules (the evidence says why), which a library user was never told."""
+    import socket
+    import warnings
+
+    from memprism_ray.recorder.phi.config import PhiConfig
+
+    with socket.socket() as s:  # nobody listens: every request refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = PhiConfig(kind="llm", model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
+    memory = Memory(get_benchmark("alfworld").phi_spec(), view="fixed:TemporalTrace", phi_config=cfg)
+    session = memory.session("put a clean mug in coffeemachine.", session_id="s1")
+    with pytest.warns(UserWarning) as caught:
+        for step in range(3):
+            session.record(f"You are in the middle of a room {step}.", "go to countertop 1", "You see a mug 1.")
+    assert len(caught) == 1 and caught[0].filename == __file__
+    assert str(caught[0].message).startswith("session s1: 1 step by the rules after an LLM failure (first: request ")
+    assert session.phi_fallbacks == 3 and session.steps == 3
+    rules = Memory(get_benchmark("alfworld").phi_spec(), view="fixed:TemporalTrace").session("g")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the rule Phi: nothing to say
+        rules.record("o", "go to countertop 1", "You see a mug 1.")
+    assert rules.phi_fallbacks == 0

@@ -18,8 +18,7 @@ def test_reference_events_the_rules_wrote_for_a_failing_llm_phi_are_said() -> No
     said: list[str] = []
     say_phi_fallbacks(table, said.append)
     assert said == [
-        "D1: 2 of 4 reference event(s) by the rules after an LLM failure (first: request failed: "
-        "LLMUnavailable: down)"
+        "D1: 2 of 4 reference event(s) by the rules after an LLM failure (first: request failed: LLMUnavailable: down)"
     ]
     said.clear()
     say_phi_fallbacks(table.slice(0, 2), said.append)
