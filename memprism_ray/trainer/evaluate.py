@@ -222,7 +222,7 @@ def evaluate(
             if condition == "freq_random" and marginal is None:
                 raise ValueError("freq_random needs a view marginal: list memprism before it, or set eval.marginal")
             safe = safe_name(condition)
-            manifest = condition_manifest(cfg, benchmark, plan, condition, router_sha256, out_dir / safe)
+            manifest = condition_manifest(cfg, benchmark, plan, condition, router_sha256, out_dir / safe, marginal)
             kept, why = kept_condition(condition, finished.get(condition), out_dir / safe, manifest, plan)
             if why:
                 log(f"eval {condition}: played again: the interrupted evaluation's {why}")
@@ -324,7 +324,10 @@ def kept_condition(
         return None, ""
     try:
         if _played_as(RunManifest.load(folder / "manifest.json")) != _played_as(manifest):
-            return None, "was played otherwise (its manifest: other episodes, policy, Router, code or settings)"
+            return (
+                None,
+                "was played otherwise (its manifest: other episodes, policy, Router, view marginal, code or settings)",
+            )
         episodes = read_parquet(folder / "episodes.parquet").to_pylist()
         steps = folder / "steps.parquet"
         rows = read_parquet(steps).to_pylist() if steps.exists() else []
@@ -347,10 +350,18 @@ def kept_condition(
 
 
 def condition_manifest(
-    cfg: ExperimentConfig, benchmark: Benchmark, plan: EvalPlan, condition: str, router_sha256: str, out_dir: Path
+    cfg: ExperimentConfig,
+    benchmark: Benchmark,
+    plan: EvalPlan,
+    condition: str,
+    router_sha256: str,
+    out_dir: Path,
+    marginal: list[float] | None = None,
 ) -> Any:
     """The run manifest of one condition (appendix C: what a run was, exactly enough to rerun and
-    audit it); ``router_sha256``: the checkpoint's verified weights hash ('' without one)."""
+    audit it); ``router_sha256``: the checkpoint's verified weights hash ('' without one);
+    ``marginal``: the view marginal a ``freq_random`` condition samples, recorded by its SHA-256 (the
+    memprism condition's of this evaluation, or a file's: neither is a setting's value)."""
     from memprism_ray.config_tree import to_dict
     from memprism_ray.eval.manifest import RunManifest
     from memprism_ray.policy.prompts import PROMPT_VERSION
@@ -370,8 +381,23 @@ def condition_manifest(
         prompt_version=PROMPT_VERSION,
         decoding=cfg.policy.decoding(),
         output_paths={"dir": str(out_dir)},
-        extra={"config": to_dict(cfg), **memory_manifest(condition, cfg.eval.memory)},
+        extra={
+            "config": to_dict(cfg),
+            **memory_manifest(condition, cfg.eval.memory),
+            **marginal_manifest(condition, marginal),
+        },
     )
+
+
+def marginal_manifest(condition: str, marginal: list[float] | None) -> dict[str, Any]:
+    """The SHA-256 of the marginal a condition samples (``{}`` for one that samples none): a
+    continued evaluation keeps a freq_random condition only for the marginal it sampled."""
+    if marginal is None or "marginal" not in condition_needs(condition):
+        return {}
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps([float(x) for x in marginal]).encode()).hexdigest()
+    return {"view_marginal_sha256": digest}
 
 
 def policy_id(policy: PolicyConfig) -> str:

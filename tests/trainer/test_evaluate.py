@@ -222,3 +222,47 @@ def test_an_interrupted_evaluation_is_continued_and_keeps_what_it_finished(
     run(cfg, "lost", resume=True)
     assert played == ["no_memory", "recent4"]
     assert "eval no_memory: played again: the interrupted evaluation's 1 failed episode(s)" in capsys.readouterr().out
+
+
+def test_a_continued_evaluation_keeps_freq_random_only_for_the_marginal_it_sampled(
+    ray_session, memprism_tiny_corpus: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """freq_random's marginal is this evaluation's memprism one or a file's content, neither a
+    setting's value: a continuation after the Router (or the file) changed kept the freq_random
+    played on the old marginal. Its manifest records the marginal's SHA-256 now."""
+    import json
+
+    import memprism_ray.trainer.evaluate as ev
+    from memprism_ray.config import load_config
+    from memprism_ray.trainer.fit import prepare_benchmark
+    from memprism_ray.view_space import NUM_ACTIONS
+
+    marginal = tmp_path / "marginal.json"
+    marginal.write_text(json.dumps([1.0] * NUM_ACTIONS))
+    argv = ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.workers", "1", "--eval.artifacts", "0",
+            "--rollout.env_cpus", "0.1", "--run.out_dir", str(tmp_path), "--eval.conditions",
+            "no_memory,freq_random,recent4", "--eval.marginal", str(marginal), "--eval.episodes", "2",
+            "--eval.slots", "2", "--agent.max_steps", "3"]  # fmt: skip
+    cfg = prepare_benchmark(
+        load_config("configs/local.yaml", argv), get_benchmark("alfworld"), lambda _: None, trains=False
+    )
+    played: list[str] = []
+    play, stop = ev.play_condition, [True]
+
+    def counted(workers, condition, *args, **kwargs):
+        played.append(condition)
+        if condition == "recent4" and stop[0]:
+            raise KeyboardInterrupt
+        return play(workers, condition, *args, **kwargs)
+
+    monkeypatch.setattr(ev, "play_condition", counted)
+    out = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        ev.evaluate(cfg, get_benchmark("alfworld"), cfg.eval.conditions, None, "", out, log=print)
+    marginal.write_text(json.dumps([1.0] + [0.0] * (NUM_ACTIONS - 1)))  # the same file, another marginal
+    stop[0], played[:] = False, []
+    ev.evaluate(cfg, get_benchmark("alfworld"), cfg.eval.conditions, None, "", out, log=print, resume=True)
+    assert played == ["freq_random", "recent4"]
+    assert (
+        "eval freq_random: played again: the interrupted evaluation's was played otherwise" in capsys.readouterr().out
+    )
