@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from memprism_ray.config_tree import int_at_least
@@ -69,6 +70,11 @@ def _build(args: argparse.Namespace) -> int:
         manifest_path = build_corpus(cfg, progress=not args.quiet)
     except RuntimeError as exc:
         raise ValueError(str(exc)) from None  # the command line prints it as one line
+    except KeyboardInterrupt:
+        built = len(list((cfg.out / ".build" / "slots").glob("*.json")))
+        print(f"memprism games build: interrupted; the {built} game(s) built are kept: run the same command to "
+              "finish", file=sys.stderr)  # fmt: skip
+        return 130
     manifest = json.loads(manifest_path.read_text())
     for split, counts in manifest["counts"].items():
         print(f"{split}: {sum(counts.values())} games " + ", ".join(f"{t}={n}" for t, n in counts.items()))

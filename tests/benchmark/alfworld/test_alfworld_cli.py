@@ -54,3 +54,23 @@ def test_errors_are_one_line_with_exit_2(cli_corpus: Path, tmp_path: Path, capsy
         main(["games", "build", "--out", str(tmp_path), "--train", "-1"])
     assert exc.value.code == 2
     assert main(["games"]) == 2
+
+
+def test_an_interrupted_build_says_what_it_kept_and_how_to_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during ``memprism games build`` said only "memprism: interrupted", though the build
+    keeps every finished game and the same command finishes it."""
+    from memprism_ray.benchmark.alfworld import corpus
+
+    def interrupted(cfg, progress=True):  # as the build is stopped after two finished games
+        (cfg.out / ".build" / "slots").mkdir(parents=True)
+        for k in range(2):
+            (cfg.out / ".build" / "slots" / f"train-{k}.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(corpus, "build_corpus", interrupted)
+    assert main(["games", "build", "--out", str(tmp_path / "c"), "--train", "5", "--eval", "0"]) == 130
+    assert capsys.readouterr().err == (
+        "memprism games build: interrupted; the 2 game(s) built are kept: run the same command to finish\n"
+    )
