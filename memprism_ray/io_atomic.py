@@ -69,6 +69,13 @@ def atomic_write_text(path: str | Path, text: str, *, overwrite: bool = False, e
     return atomic_write_bytes(path, text.encode(encoding), overwrite=overwrite)
 
 
+def holds_files(root: str | Path, ignore: Iterable[str] = ()) -> bool:
+    """Whether ``root`` is a folder holding anything but the names in ``ignore``: a folder a
+    builder (a corpus, a fixture) must not write into unless it holds that builder's own build."""
+    root, skip = Path(root), set(ignore)
+    return root.is_dir() and any(p.name not in skip for p in root.iterdir())
+
+
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     """Hex SHA-256 of a file, read in chunks."""
     h = hashlib.sha256()

@@ -183,3 +183,15 @@ def test_a_full_disk_names_the_file_it_could_not_hold_and_leaves_no_temporary(tm
         io_atomic.atomic_write_bytes(tmp_path / "ck" / "state.pt", b"x" * 10)
     assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(tmp_path / "ck" / "state.pt")
     assert list((tmp_path / "ck").iterdir()) == []
+
+
+def test_holds_files_says_whether_a_builder_would_write_over_something(tmp_path: Path) -> None:
+    from memprism_ray.io_atomic import holds_files
+
+    assert not holds_files(tmp_path / "absent")
+    assert not holds_files(tmp_path)  # empty
+    (tmp_path / ".build").mkdir()
+    assert holds_files(tmp_path) and not holds_files(tmp_path, ignore=[".build"])
+    (tmp_path / "json_2.1.1").mkdir()
+    assert holds_files(tmp_path, ignore=[".build"])
+    assert not holds_files(tmp_path / "json_2.1.1" / "x.json")  # not a folder

@@ -213,19 +213,20 @@ def _checkpoints_below(root: Path, depth: int = 3, budget: int = 500) -> list[Pa
     return sorted(found)
 
 
-def trained_otherwise(meta: Mapping[str, Any], benchmark: str, encoder: Any) -> list[str]:
-    """How a Router is used otherwise than it was trained, by the config its checkpoint records
-    (D1 and D2 record one; ``meta``: its ``config.json``): on another benchmark (a transfer, or
-    the wrong run's checkpoint), or with another text encoder model or ``max_length`` (its features
-    are then not those it learned on). One phrase each; [] when none differs or nothing is recorded."""
+def trained_otherwise(meta: Mapping[str, Any], benchmark: str, encoder: Any, user: str = "this use") -> list[str]:
+    """How ``user`` (``"this evaluation"``, ``"this run"``) uses a Router otherwise than it was
+    trained, by the config its checkpoint records (D1 and D2 record one; ``meta``: its
+    ``config.json``): on another benchmark (a transfer, or the wrong run's checkpoint), or with
+    another text encoder model or ``max_length`` (its features are then not those it learned on).
+    One phrase each; [] when none differs or nothing is recorded."""
     trained = (meta.get("extra") or {}).get("config") or {}
     out = []
     if trained.get("corpus.benchmark") and benchmark and trained["corpus.benchmark"] != benchmark:
-        out.append(f"was trained on {trained['corpus.benchmark']}; this use is {benchmark}")
+        out.append(f"was trained on {trained['corpus.benchmark']}; {user} is {benchmark}")
     for key in ("model_name_or_path", "max_length"):
         if f"encoder.{key}" in trained and trained[f"encoder.{key}"] != getattr(encoder, key):
             out.append(
-                f"was trained with encoder.{key} {trained[f'encoder.{key}']}; this use encodes with "
+                f"was trained with encoder.{key} {trained[f'encoder.{key}']}; {user} encodes with "
                 f"{getattr(encoder, key)}: its features differ from its training's"
             )
     return out

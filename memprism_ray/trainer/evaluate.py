@@ -52,8 +52,10 @@ def router_state_for(cfg: ExperimentConfig, checkpoint: str, say: Any = print) -
     from memprism_ray.adapter.checkpoint import load_model, read_checkpoint_meta, trained_otherwise
 
     model = load_model(checkpoint)
-    for how in trained_otherwise(read_checkpoint_meta(checkpoint), cfg.corpus.benchmark, cfg.encoder):
-        say(f"note: the Router {checkpoint} {how.replace('this use', 'this evaluation')}")
+    for how in trained_otherwise(
+        read_checkpoint_meta(checkpoint), cfg.corpus.benchmark, cfg.encoder, "this evaluation"
+    ):
+        say(f"note: the Router {checkpoint} {how}")
     cfg.router = model.config
     return state_to_numpy(model.state_dict())
 

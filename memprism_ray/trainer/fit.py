@@ -147,8 +147,8 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
         if cfg.init_checkpoint:
             reference = Path(cfg.init_checkpoint)
             # a warm start from another benchmark's Router, or with another text encoder: said
-            for how in trained_otherwise(read_checkpoint_meta(reference), benchmark.name, cfg.encoder):
-                say(f"note: init_checkpoint {reference} {how.replace('this use', 'this run')}")
+            for how in trained_otherwise(read_checkpoint_meta(reference), benchmark.name, cfg.encoder, "this run"):
+                say(f"note: init_checkpoint {reference} {how}")
         else:
             say(d1_cost_line(cfg, benchmark))
             reference = run_d1(cfg, benchmark, d1_dir(run_dir, cfg, benchmark), say, data=data)

@@ -41,7 +41,7 @@ from memprism_ray.benchmark.alfworld.generator import (
 from memprism_ray.benchmark.alfworld.layouts import test_scenes, train_scenes
 from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.envs.base import cache_base
-from memprism_ray.io_atomic import atomic_write_text, file_lock, sha256_file
+from memprism_ray.io_atomic import atomic_write_text, file_lock, holds_files, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ def _check_identity(root: Path, cfg: CorpusConfig) -> None:
         manifest = root / "manifest.json"
         if manifest.exists():
             raise ValueError(f"{root} already holds a finished corpus without build state; choose another --out")
-        if any(p.name != ".build" for p in root.iterdir()):  # a data tree of the user's: games mixed into it
+        if holds_files(root, ignore=[".build"]):  # a data tree of the user's: games mixed into it
             raise ValueError(
                 f"{root} holds files but no corpus build (.build/config.json), an alfworld-download tree perhaps: the "
                 "built games would be mixed into it; choose an empty or absent --out"

@@ -22,6 +22,7 @@ from memprism_ray.benchmark.base import (
     Played,
     rerecord_episodes,
 )
+from memprism_ray.io_atomic import holds_files
 
 if TYPE_CHECKING:
     from memprism_ray.benchmark.base import Report
@@ -82,7 +83,7 @@ class EbAlfred(Benchmark):
                 f"{wanted[1]} at {wanted[2]} px (ebalfred.fixture_episodes, ebalfred.resolution): match them, or "
                 "remove the folder to build it again"
             )
-        if built is None and eb.fixture and root.is_dir() and any(root.iterdir()):
+        if built is None and eb.fixture and holds_files(root):
             raise ValueError(
                 f"ebalfred.fixture {root} holds files but no EB-ALFRED fixture (no readable transcripts.json); the "
                 "fake controller builds its fixture there and would write over them: name an empty or absent folder, "

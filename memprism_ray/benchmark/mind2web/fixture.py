@@ -16,6 +16,7 @@ from typing import Any
 
 from memprism_ray.benchmark.mind2web.candidates import TOP_K, sample_id, write_scores
 from memprism_ray.benchmark.mind2web.data import SPLITS
+from memprism_ray.io_atomic import holds_files
 
 #: The fixture's record of what built it, written last (:func:`ensure_fixture` reads it).
 FIXTURE_FILE = "fixture.json"
@@ -246,7 +247,7 @@ def ensure_fixture(root: str | Path, tasks_per_site: int = 3, seed: int = 0, *, 
         made = None
     if made == wanted:
         return root
-    if named and not isinstance(made, dict) and root.is_dir() and any(root.iterdir()):
+    if named and not isinstance(made, dict) and holds_files(root):
         raise ValueError(
             f"corpus.data_root {root} holds files but no Mind2Web fixture ({FIXTURE_FILE}): mind2web.fixture true "
             "builds the fixture there and would write over a release's split files; name an empty or absent folder, "
