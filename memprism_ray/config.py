@@ -22,6 +22,7 @@ from memprism_ray.agent import AgentConfig
 from memprism_ray.baselines.conditions import canonical_conditions, condition_needs
 from memprism_ray.baselines.external import MemoryBaselineConfig
 from memprism_ray.config_tree import (
+    Seed,
     field,
     from_dict,
     load_yaml,
@@ -82,7 +83,7 @@ class RunConfig:
 
     name: str = field(f"grpo-{DEFAULT_BENCHMARK}", help="run name: the run directory is <out_dir>/<name>")
     out_dir: str = field("runs", help="parent directory of run directories ('~': the driver's home)")
-    seed: int = field(0, help="job seed: task sampling, rollout sampling, final evaluation order")
+    seed: Seed = field(0, help="job seed: task sampling, rollout sampling, final evaluation order")
     resume: str = field("", help="'' (fresh; refuses a non-empty run dir), 'auto' (latest checkpoint) or a path")
     allow_config_change: bool = field(
         False, help="resume from a checkpoint made with a different config (e.g. a new --grpo.lr)"
@@ -129,7 +130,7 @@ class CorpusSection:
     data_root: str = field("", help="ALFWorld data root ('' : $ALFWORLD_DATA, else the embedded generated corpus)")
     train_games: int = field(48, help="embedded corpus: training games built on first use")
     eval_games: int = field(48, help="embedded corpus: games per evaluation split built on first use")
-    seed: int = field(0, help="embedded corpus seed")
+    seed: Seed = field(0, help="embedded corpus seed")
     cache_dir: str = field("", help="embedded corpus location ('' : $MEMPRISM_CACHE or ~/.cache/memprism)")
 
     def __post_init__(self) -> None:

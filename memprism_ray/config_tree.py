@@ -29,6 +29,12 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
 
+#: A seed setting: an integer from 0 to :data:`MAX_SEED`, refused otherwise when the config is
+#: read. numpy's generators refuse a negative seed and ``torch.manual_seed`` one past 2**64 - 1:
+#: ``--run.seed -1`` trained a whole run, then ended in the final evaluation's bootstrap.
+Seed = typing.NewType("Seed", int)
+MAX_SEED = 2**63 - 1
+
 
 def field(
     default: Any = dataclasses.MISSING,
@@ -163,6 +169,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, str) and value.lower() in ("false", "no", "0", "off"):
             return False
         raise ValueError(f"{where}: expected true/false, got {value!r}")
+    if tp is Seed:
+        number = _coerce(value, int, where)
+        if not 0 <= number <= MAX_SEED:
+            raise ValueError(f"{where}: a seed is an integer from 0 to 2**63 - 1, got {number}")
+        return number
     if tp is int:
         if isinstance(value, bool):
             raise ValueError(f"{where}: expected an integer, got {value!r}")
@@ -384,20 +395,26 @@ def _unique_keys_loader() -> type:
     return UniqueKeyLoader
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum`` (a count of 0 ended the benchmark scripts in a
-    ``KeyError`` or ``StatisticsError`` traceback); ALFWorld's commands and benchmarks/ use it."""
+def int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum`` (and <= ``maximum``) (a count of 0 ended the
+    benchmark scripts in a ``KeyError`` or ``StatisticsError`` traceback); ALFWorld's commands
+    and benchmarks/ use it, and :data:`seed_arg`."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        if value < minimum or (maximum is not None and value > maximum):
+            span = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+            raise argparse.ArgumentTypeError(f"expected an integer {span}, got {value}")
         return value
 
     return parse
+
+
+#: An argparse type of a ``--seed``: the range of a :data:`Seed` setting.
+seed_arg = int_at_least(0, MAX_SEED)
 
 
 def parse_overrides(args: Sequence[str]) -> dict[str, Any]:

@@ -107,7 +107,15 @@ PRESET = "configs/local.yaml"
       "grpo.group_size must be at least 2: GRPO's advantage is a reward minus its group's mean, so a group of 1 "
       "has advantage 0 and nothing trains; got 1"),
      (["--grpo.group_size", "0"], "grpo.group_size must be at least 2: "),
-     (["--grpo.group_size", "-4"], "grpo.group_size must be at least 2: ")],
+     (["--grpo.group_size", "-4"], "grpo.group_size must be at least 2: "),
+     # A seed numpy or torch refuses: --run.seed -1 trained a whole run, then ended in the final
+     # evaluation's bootstrap ("expected non-negative integer"), in a traceback.
+     (["--run.seed", "-1"], "run.seed: a seed is an integer from 0 to 2**63 - 1, got -1"),
+     (["--grpo.seed", str(2**70)], f"grpo.seed: a seed is an integer from 0 to 2**63 - 1, got {2**70}"),
+     (["--sft.seed", "-7"], "sft.seed: a seed is an integer from 0 to 2**63 - 1, got -7"),
+     (["--corpus.seed", "-2"], "corpus.seed: a seed is an integer from 0 to 2**63 - 1, got -2"),
+     (["--policy.openai.seed", "-1"], "policy.openai.seed: a seed is an integer from 0 to 2**63 - 1, got -1"),
+     (["--policy.scripted.seed", "x"], "policy.scripted.seed: expected an integer, got 'x'")],
 )  # fmt: skip
 def test_bad_settings_are_rejected_when_the_config_is_read(overrides: list[str], message: str) -> None:
     with pytest.raises(ValueError) as err:

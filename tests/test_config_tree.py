@@ -216,3 +216,25 @@ def test_a_renamed_key_is_one_line_naming_the_new_key() -> None:
         from_dict(Moved, {"inner_lr": 0.1, "typo": 1}, _where="sec")
     assert str(err.value) == "sec.inner_lr was renamed sec.inner.lr"
     assert from_dict(Moved, {"inner": {"lr": 0.1}}).inner.lr == 0.1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["eval", "--condition", "no_memory", "--seed", "-1"],
+     ["compare", "a", "b", "--seed", "-1"],
+     ["router", "init", "out", "--seed", "-1"],
+     ["games", "build", "--out", "out", "--seed", "-1"]],
+)  # fmt: skip
+def test_every_seed_a_command_takes_is_in_the_range_numpy_and_torch_take(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A seed numpy refuses (negative) or torch does (past 2**64 - 1) is the command's usage error,
+    as a :data:`~memprism_ray.config_tree.Seed` setting is the config's (tests/test_config.py)."""
+    from memprism_ray.cli import main
+    from memprism_ray.config_tree import MAX_SEED, seed_arg
+
+    assert seed_arg("0") == 0 and seed_arg(str(MAX_SEED)) == MAX_SEED == 2**63 - 1
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert done.value.code == 2 and last.endswith(f"argument --seed: expected an integer from 0 to {MAX_SEED}, got -1")

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from memprism_ray.adapter.checkpoint import TableA4Config, TrainerState
 from memprism_ray.adapter.tables import matrix_column
+from memprism_ray.config_tree import Seed
 from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.registry import DEFAULT_BENCHMARK
 from memprism_ray.router.features import FEATURE_DIMS
@@ -97,7 +98,7 @@ class GRPOConfig(TableA4Config):
     reward: str = cfg_field("success", help="the return, by name among the benchmark's rewards (Benchmark.rewards)")
     adv_eps: float = cfg_field(1e-6, help="eps of the advantage rule (threshold and denominator)")
     planner_train_mode: bool = cfg_field(True, help="dropout active in the planner during updates")
-    seed: int = cfg_field(7, help="seed of the update shuffling and dropout")
+    seed: Seed = cfg_field(7, help="seed of the update shuffling and dropout")
     device: str = cfg_field("cpu", help="torch device of the learner")
 
     def __post_init__(self) -> None:

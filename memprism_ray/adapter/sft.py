@@ -24,6 +24,7 @@ from torch import Tensor
 
 from memprism_ray.adapter.checkpoint import TableA4Config, TrainerState
 from memprism_ray.adapter.tables import check_metadata, fixed_list_array, matrix_column, read_parquet, schema_metadata
+from memprism_ray.config_tree import Seed
 from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.router.features import FEATURE_DIMS, FeatureExtractor, RouterFeatures
 from memprism_ray.router.model import ViewPolicyModel
@@ -52,7 +53,7 @@ class SFTConfig(TableA4Config):
     lambda_cost: float = cfg_field(0.02, help="weight of the expected structural cost")
     schedule: str = cfg_field("cosine", help="learning-rate schedule: cosine or constant")
     min_lr_ratio: float = cfg_field(0.01, help="final lr / lr of the cosine schedule")
-    seed: int = cfg_field(7, help="seed of dropout and shuffling")
+    seed: Seed = cfg_field(7, help="seed of dropout and shuffling")
     bf16: bool = cfg_field(False, help="BF16 autocast (applied on CUDA; recorded on CPU)")
     device: str = cfg_field("cpu", help="torch device")
 

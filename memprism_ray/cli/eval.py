@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.cli import CliError
+from memprism_ray.config_tree import seed_arg
 from memprism_ray.eval.compare import Outcomes, split_pairs
 from memprism_ray.registry import DEFAULT_BENCHMARK, known_benchmarks
 
@@ -75,7 +76,7 @@ def register(sub: Any) -> None:
     for option, (key, help_) in benchmark_eval_options().items():  # e.g. ALFWorld's --split
         p.add_argument(f"--{option.replace('_', '-')}", default=None, help=f"{help_} ({key})")
     p.add_argument("--episodes", type=int, default=None, help="ALFWorld episodes (default 0: each game once)")
-    p.add_argument("--seed", type=int, default=None, help="episode order and policy seed (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=None, help="episode order and policy seed (default 0)")
     p.add_argument("--data-root", default=None, help="ALFWorld data root (default: $ALFWORLD_DATA or built-in corpus)")
     p.add_argument("--checkpoint", default="", help="Router checkpoint for memprism/constrained conditions")
     p.add_argument(
@@ -108,7 +109,7 @@ def register(sub: Any) -> None:
     )
     c.add_argument("dir_b", help="evaluation of B, the same kind: with two --out folders, every condition both hold")
     c.add_argument("--boot", type=int, default=10000, help="bootstrap resamples")
-    c.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    c.add_argument("--seed", type=seed_arg, default=0, help="bootstrap seed")
     c.set_defaults(func=_compare)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.benchmark import get_benchmark
+from memprism_ray.config_tree import seed_arg
 from memprism_ray.registry import DEFAULT_BENCHMARK, known_benchmarks
 
 
@@ -29,7 +30,7 @@ def register(subparsers: Any) -> None:
 
     init = sub.add_parser("init", help="write a freshly initialised ViewPolicyModel checkpoint")
     init.add_argument("out", help="output checkpoint directory")
-    init.add_argument("--seed", type=int, default=7, help="torch seed of the initial weights (default 7)")
+    init.add_argument("--seed", type=seed_arg, default=7, help="torch seed of the initial weights (default 7)")
     init.set_defaults(func=_init)
 
     sft = sub.add_parser("sft", help="D1: train on a labelled Parquet dataset (KL to the teacher + cost)")

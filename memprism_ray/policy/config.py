@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from memprism_ray.config_tree import check_device, coerce_settings, field
+from memprism_ray.config_tree import Seed, check_device, coerce_settings, field
 from memprism_ray.llm_client import EndpointConfig
 from memprism_ray.policy.tokens import VISUAL_TOKEN_FAMILIES
 
@@ -69,7 +69,7 @@ class VLLMConfig(Decoding):
     gpu_memory_utilization: float = field(0.85, help="fraction of GPU memory vLLM may take")
     tensor_parallel_size: int = field(1, help="GPUs one engine shards the model over")
     limit_mm_per_prompt: int = field(2, help="most images per prompt (EB-ALFRED sends camera + view)")
-    seed: int = field(0, help="engine and sampling seed")
+    seed: Seed = field(0, help="engine and sampling seed")
     chat_template: str = field("model", help="'model' = the checkpoint's chat template, 'qwen2_vl' = built-in")
     dtype: str = field("auto", help="weight dtype passed to vllm.LLM: auto, half, float16, bfloat16, float, float32")
     enforce_eager: bool = field(False, help="disable CUDA graphs (slower, less memory)")
@@ -137,7 +137,7 @@ class OpenAIConfig(EndpointConfig, Decoding):
     max_retries: int = field(
         4, help="retries after a timeout, connection error, HTTP 408/409/429/5xx or a reply that is no chat completion"
     )
-    seed: int | None = field(0, help="per-request seed sent to the server (None: not sent)")
+    seed: Seed | None = field(0, help="per-request seed sent to the server (None: not sent)")
     max_concurrency: int = field(8, help="requests of one batch in flight at once")
     png_compress_level: int = field(1, help="zlib level of the PNG images sent (1 = fast)")
     visual_token_family: str = field("qwen2.5-vl", help="rule used to count visual tokens")
@@ -162,7 +162,7 @@ class HFConfig(Decoding):
     model_path: str = field("", help="local directory with config, weights, tokenizer and processor files")
     device: str = field("auto", help="'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'")
     dtype: str = field("auto", help="'auto', 'float32', 'bfloat16' or 'float16'")
-    seed: int = field(0, help="sampling seed (each call reseeds with seed + call index)")
+    seed: Seed = field(0, help="sampling seed (each call reseeds with seed + call index)")
     batch_size: int = field(8, help="inputs per generate call")
     trust_remote_code: bool = field(False, help="allow model code from the checkpoint directory (off: safer)")
 
@@ -180,7 +180,7 @@ class ScriptedSettings:
     """The keys ``policy.scripted`` accepts (``ScriptedPolicy``'s defaults apply to the others)."""
 
     temperature: float = field(1.0, help="softmax temperature over the scored actions; 0 = greedy")
-    seed: int = field(0, help="sampling seed (combined with the episode id and step)")
+    seed: Seed = field(0, help="sampling seed (combined with the episode id and step)")
     ebalfred_fixture: str = field("", help="EB-ALFRED fixture the stand-in replays (set by the EB-ALFRED jobs)")
     ebalfred_epsilon: float = field(0.2, help="EB-ALFRED stand-in: probability of a random skill per step")
 

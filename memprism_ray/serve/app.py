@@ -41,7 +41,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from ray import serve
 
-from memprism_ray.config_tree import field, from_dict
+from memprism_ray.config_tree import Seed, field, from_dict
 from memprism_ray.memory import MAX_EVENTS, Memory, MemoryView, Session, SessionFull
 from memprism_ray.registry import DEFAULT_BENCHMARK
 from memprism_ray.serve.store import SessionStore
@@ -71,7 +71,7 @@ class ServeSettings:
     cached_sessions: int = field(
         1024, help="sessions a replica keeps in memory, least recently used dropped (the store keeps them all)"
     )
-    seed: int = field(0, help="seed of a marginal's draws")
+    seed: Seed = field(0, help="seed of a marginal's draws")
 
     def __post_init__(self) -> None:
         if sum(bool(x) for x in (self.checkpoint, self.view, self.marginal)) != 1:

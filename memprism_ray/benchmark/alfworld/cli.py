@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from memprism_ray.config_tree import int_at_least
+from memprism_ray.config_tree import int_at_least, seed_arg
 
 _SPLITS = ("train", "eval_in_distribution", "eval_out_of_distribution")
 
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--out", required=True, type=Path, help="output folder (use it as ALFWORLD_DATA)")
     b.add_argument("--train", type=_non_negative, default=3827, help="training games (default: 3827, as ALFWorld)")
     b.add_argument("--eval", type=_non_negative, default=140, help="games per eval split (default: 140)")
-    b.add_argument("--seed", type=_non_negative, default=0, help="corpus seed (default: 0)")
+    b.add_argument("--seed", type=seed_arg, default=0, help="corpus seed (default: 0)")
     b.add_argument("--workers", type=_positive, default=os.cpu_count() or 1, help="worker processes (default: cores)")
     b.add_argument("--max-attempts", type=_positive, default=8, help="games tried per slot (default: 8)")
     b.add_argument("--quiet", action="store_true", help="no progress output")

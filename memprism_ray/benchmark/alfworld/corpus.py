@@ -39,6 +39,7 @@ from memprism_ray.benchmark.alfworld.generator import (
     write_json,
 )
 from memprism_ray.benchmark.alfworld.layouts import test_scenes, train_scenes
+from memprism_ray.config_tree import Seed
 from memprism_ray.config_tree import field as cfg_field
 from memprism_ray.envs.base import cache_base
 from memprism_ray.io_atomic import atomic_write_text, file_lock, holds_files, sha256_file
@@ -78,7 +79,7 @@ class CorpusConfig:
     out: Path = cfg_field(help="output folder (the ALFWORLD_DATA root of the new tree)")
     train: int = cfg_field(ALFWORLD_TRAIN_GAMES, help="number of training games")
     eval: int = cfg_field(ALFWORLD_EVAL_GAMES, help="games per evaluation split (ID and OOD)")
-    seed: int = cfg_field(DEFAULT_SEED, help="corpus seed; the corpus is a function of it")
+    seed: Seed = cfg_field(DEFAULT_SEED, help="corpus seed; the corpus is a function of it")
     workers: int = cfg_field(default_factory=lambda: os.cpu_count() or 1, help="worker processes")
     max_attempts: int = cfg_field(8, help="games tried per slot before the build fails")
     expert_max_steps: int = cfg_field(120, help="commands the expert may use to win a game")
