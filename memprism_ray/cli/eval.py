@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memprism_ray.cli import CliError
-from memprism_ray.config_tree import seed_arg
+from memprism_ray.config_tree import int_at_least, seed_arg
 from memprism_ray.eval.compare import Outcomes, split_pairs
 from memprism_ray.registry import DEFAULT_BENCHMARK, known_benchmarks
 
@@ -108,7 +108,7 @@ def register(sub: Any) -> None:
         "dir_a", help="evaluation of A: one condition's directory (holds episodes.parquet), or an --out of eval"
     )
     c.add_argument("dir_b", help="evaluation of B, the same kind: with two --out folders, every condition both hold")
-    c.add_argument("--boot", type=int, default=10000, help="bootstrap resamples")
+    c.add_argument("--boot", type=int_at_least(1), default=10000, help="bootstrap resamples")
     c.add_argument("--seed", type=seed_arg, default=0, help="bootstrap seed")
     c.set_defaults(func=_compare)
 
