@@ -156,6 +156,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         args = get_args(tp)
         inner = args[0] if args else Any
         items = [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
+        # Every list setting names things (conditions, splits, subsets): a split named twice ended
+        # an evaluation after Ray had started, in "manifest episode ids must be unique".
+        twice = next((x for i, x in enumerate(items) if isinstance(x, str) and x in items[:i]), None)
+        if twice is not None:
+            raise ValueError(f"{where}: {twice!r} is listed twice")
         return tuple(items) if (origin is tuple or tp is tuple) else items
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):

@@ -21,7 +21,7 @@ PRESET = "configs/local.yaml"
     ("overrides", "message"),
     [(["--eval.conditions", "memprism,bogus"],
       "eval.conditions: unknown condition 'bogus'; valid conditions: no_memory, full_history, recent4"),
-     (["--eval.conditions", "memprism,freq_random,memprism"], "eval.conditions: condition 'memprism' is listed twice"),
+     (["--eval.conditions", "memprism,freq_random,memprism"], "eval.conditions: 'memprism' is listed twice"),
      (["--eval.conditions", "fixed:TemporalTrace,fixed:timeline"],
       "eval.conditions: condition 'fixed:timeline' is listed twice (as 'fixed:TemporalTrace')"),
      (["--eval.conditions", "recent:4,memprism,constrained:tau=timeline,recent4"],
@@ -108,6 +108,12 @@ PRESET = "configs/local.yaml"
       "has advantage 0 and nothing trains; got 1"),
      (["--grpo.group_size", "0"], "grpo.group_size must be at least 2: "),
      (["--grpo.group_size", "-4"], "grpo.group_size must be at least 2: "),
+     # A list setting names each thing once: a Mind2Web split listed twice ended the evaluation
+     # after Ray and its workers had started, in "manifest episode ids must be unique".
+     (["--corpus.benchmark", "mind2web", "--mind2web.eval_splits", "test_task,test_website,test_task"],
+      "mind2web.eval_splits: 'test_task' is listed twice"),
+     (["--corpus.benchmark", "ebalfred", "--ebalfred.subsets", "base,base"],
+      "ebalfred.subsets: 'base' is listed twice"),
      # A seed numpy or torch refuses: --run.seed -1 trained a whole run, then ended in the final
      # evaluation's bootstrap ("expected non-negative integer"), in a traceback.
      (["--run.seed", "-1"], "run.seed: a seed is an integer from 0 to 2**63 - 1, got -1"),

@@ -140,7 +140,7 @@ def test_broken_games_are_failures_and_the_exit_code_says_so(
      (["--split", "test"],
       "alfworld.eval_split: unknown ALFWorld split 'test'; valid splits: train, eval_in_distribution, "
       "eval_out_of_distribution"),
-     (["--condition", "no_memory,no_memory"], "eval.conditions: condition 'no_memory' is listed twice")],
+     (["--condition", "no_memory,no_memory"], "eval.conditions: 'no_memory' is listed twice")],
 )  # fmt: skip
 def test_bad_settings_exit_2_before_any_work(
     args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

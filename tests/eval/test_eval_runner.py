@@ -138,7 +138,7 @@ def test_freq_random_samples_the_marginal_of_another_run(agent_eval_run, mempris
 @pytest.mark.parametrize(
     ("conditions", "message"),
     [(("no_memory", "bogus"), "eval.conditions: unknown condition 'bogus'; valid conditions: no_memory"),
-     (("no_memory", "no_memory"), "eval.conditions: condition 'no_memory' is listed twice"),
+     (("no_memory", "no_memory"), "eval.conditions: 'no_memory' is listed twice"),
      (("fixed:Nope",), "eval.conditions: "),
      ((), "eval.conditions must name at least one condition"),
      (("freq_random",), "list memprism before it")],
