@@ -216,8 +216,14 @@ class Benchmark:
         raise NotImplementedError
 
     def check_disjoint(self, cfg: ExperimentConfig) -> None:
-        """Refuse a config whose evaluation episodes are among its training tasks (D1 or GRPO)."""
-        train = {g.game_id for g in self.train_games(cfg)} | {g.game_id for g in self.d1_games(cfg)}
+        """Refuse a config that selects no training task, or whose evaluation episodes are among
+        its training tasks (D1 or GRPO)."""
+        games = self.train_games(cfg)
+        if not games:  # GRPO ran its first iteration on none: "no group produced a decision"
+            raise BenchmarkConfigError(
+                f"no {self.name} training {self.task_noun}: {', '.join(self.train_keys)} select none"
+            )
+        train = {g.game_id for g in games} | {g.game_id for g in self.d1_games(cfg)}
         plan = self.eval_plan(cfg)
         shared = sorted({s.game.game_id for s in plan.specs} & train)
         if shared:

@@ -104,6 +104,17 @@ def test_mind2web_refuses_a_test_split_holding_training_tasks(tmp_path: Path) ->
         m2w.check_disjoint(cfg)
 
 
+def test_a_training_job_that_selects_no_training_task_is_refused(tmp_path: Path) -> None:
+    """``ebalfred.train_subsets`` set to none: the job said "0 training episodes", started Ray and
+    its workers, and ended in "iteration 1: no group produced a decision ... first cause: unknown"."""
+    eb = get_benchmark("ebalfred")
+    overrides = ["--run.out_dir", str(tmp_path), "--ebalfred.train_subsets", ""]
+    cfg = eb.prepare(load_config("configs/ebalfred_smoke.yaml", overrides), print)
+    with pytest.raises(BenchmarkConfigError) as err:
+        eb.check_disjoint(cfg)
+    assert str(err.value) == "no ebalfred training episodes: ebalfred.train_splits, ebalfred.train_subsets select none"
+
+
 def test_ebalfred_refuses_training_on_its_evaluation_episodes(tmp_path: Path) -> None:
     """The paper preset's former default: ``ebalfred.train_splits: ""`` fell back to the
     evaluation splits.json, so its ``base`` training episodes were evaluation episodes."""
