@@ -89,6 +89,8 @@ class Played:
     condition: str
     results: list[EpisodeResult]
     rows: list[Report]
+    #: episodes kept from the evaluation this one continues: their artifacts are on disk already
+    kept: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -299,7 +301,7 @@ class Benchmark:
         cfg = ctx.cfg
         return write_condition(
             played.condition, played.results, played.rows, out_dir, manifest,
-            tokenizer=ctx.tokenizer, max_steps=cfg.agent.max_steps, artifacts=cfg.eval.artifacts,
+            tokenizer=ctx.tokenizer, max_steps=cfg.agent.max_steps, artifacts=cfg.eval.artifacts, on_disk=played.kept,
         )  # fmt: skip
 
     def condition_line(self, rep: Report) -> str:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import base64
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from memprism_ray.agent import EpisodeResult, rows_to_arrow
+from memprism_ray.recorder import EventStream
 
 _STYLE = (
     "body{font-family:sans-serif;max-width:1000px;margin:auto}section{border:1px solid #ccc;margin:8px 0;padding:8px}"
@@ -46,6 +48,43 @@ def write_episode_artifacts(result: EpisodeResult, out_dir: str | Path) -> Path:
     )
     (root / "trajectory.html").write_text(page, encoding="utf-8")
     return root
+
+
+#: Every episode's event stream of one condition, one table (paper appendix C: each episode's
+#: stream is kept): what a continued evaluation rebuilds a kept episode from (its stored bytes,
+#: EB-ALFRED's final progress), so that only the failed episodes are played again.
+STREAMS = "streams.parquet"
+
+
+def streams_table(results: Sequence[EpisodeResult]) -> Any:
+    """The streams of ``results`` as one ``pyarrow.Table``: the recorder's columns plus
+    ``episode_id``; each stream's own ``meta`` in the schema metadata, by episode."""
+    import pyarrow as pa
+
+    parts = []
+    for r in results:
+        t = r.stream.to_arrow()
+        parts.append(t.add_column(0, "episode_id", pa.array([r.spec.episode_id] * t.num_rows, pa.string())))
+    metas = {r.spec.episode_id: r.stream.meta for r in results}
+    table = pa.concat_tables([t.replace_schema_metadata(None) for t in parts]) if parts else pa.table({})
+    return table.replace_schema_metadata({b"memprism.stream_metas": json.dumps(metas, default=str).encode()})
+
+
+def read_streams(path: Path) -> dict[str, EventStream]:
+    """Each episode's stream from a :func:`streams_table` file (``ValueError``/``OSError`` when
+    unreadable)."""
+    import pyarrow.compute as pc
+
+    from memprism_ray.adapter.tables import read_parquet
+
+    table = read_parquet(path)
+    metas = json.loads((table.schema.metadata or {}).get(b"memprism.stream_metas", b"{}"))
+    out = {}
+    for episode_id, meta in metas.items():
+        rows = table.filter(pc.equal(table["episode_id"], episode_id)) if table.num_rows else table
+        header = {b"memprism.meta": json.dumps(meta).encode()}
+        out[episode_id] = EventStream.from_arrow(rows.drop_columns(["episode_id"]).replace_schema_metadata(header))
+    return out
 
 
 def _card(view: dict[str, Any], views_dir: Path) -> str:

@@ -16,7 +16,7 @@ import io
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -499,7 +499,8 @@ def _json_default(o: Any) -> Any:
 
 class InterruptedEvaluation(FileExistsError):
     """An output directory with some conditions' reports and no summary: an evaluation that was
-    stopped (or failed) before its last condition."""
+    stopped (or failed) before its last condition; or one whose summary counts failed episodes
+    (a lost worker's, an endpoint's) that a continuation plays again."""
 
 
 def written_conditions(out: Path) -> list[str]:
@@ -509,13 +510,21 @@ def written_conditions(out: Path) -> list[str]:
 
 def check_fresh_output(out: Path, *, resume: bool = False) -> None:
     """Refuse an output directory that already holds an evaluation (issue 10), finished or, unless
-    the evaluation continues it (``resume``), interrupted (:class:`InterruptedEvaluation`), and one
-    that a file stands in the way of (``out`` itself, or a folder above it)."""
+    the evaluation continues it (``resume``), interrupted or ended with failed episodes a new
+    play may finish (:class:`InterruptedEvaluation`: its :data:`PROGRESS` record is kept), and
+    one that a file stands in the way of (``out`` itself, or a folder above it)."""
     blocking = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
     if blocking is not None:
         raise FileExistsError(f"--out {out}: {blocking} is a file, not a folder; choose another --out")
     if out.exists() and any(out.glob("summary.*")):
-        raise FileExistsError(f"{out} already holds an evaluation (its summary); choose another --out")
+        if (out / PROGRESS).exists() and not resume:  # kept by an evaluation that ended with failed episodes
+            raise InterruptedEvaluation(
+                f"{out} holds an evaluation with failed episodes (its summary says which): play them again with "
+                "--run.resume auto (only they are played), or choose another --out"
+            )
+        if not (out / PROGRESS).exists():
+            raise FileExistsError(f"{out} already holds an evaluation (its summary); choose another --out")
+        return
     done = written_conditions(out)
     if done and not resume:
         raise InterruptedEvaluation(
@@ -526,12 +535,24 @@ def check_fresh_output(out: Path, *, resume: bool = False) -> None:
 
 
 #: The reports of the conditions an evaluation has finished, rewritten after each one and removed
-#: with the summary: what a continued evaluation keeps (``evaluate(resume=True)``).
+#: with the summary (kept when episodes failed that a new play may finish): what a continued
+#: evaluation keeps (``evaluate(resume=True)``).
 PROGRESS = "progress.json"
 
 
-def write_progress(out: Path, reports: Mapping[str, Any]) -> None:
-    atomic_write_text(out / PROGRESS, json.dumps({"reports": reports}, default=_json_default) + "\n", overwrite=True)
+def write_progress(out: Path, reports: Mapping[str, Any], summary_files: Sequence[str] = ()) -> None:
+    """``summary_files``: the files of the summary of an evaluation that ended with failed
+    episodes, which its continuation writes anew."""
+    record = {"reports": reports, "summary_files": list(summary_files)}
+    atomic_write_text(out / PROGRESS, json.dumps(record, default=_json_default) + "\n", overwrite=True)
+
+
+def summary_files(out: Path) -> list[str]:
+    """The summary files :func:`write_progress` recorded in ``out`` ([] for none or unreadable)."""
+    try:
+        return [str(name) for name in json.loads((out / PROGRESS).read_text()).get("summary_files", [])]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
 
 
 def read_progress(out: Path, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -557,22 +578,29 @@ def write_condition(
     tokenizer: str,
     max_steps: int,
     artifacts: int,
+    on_disk: Collection[str] = (),
 ) -> dict[str, Any]:
-    """Write one condition's tables, the first ``artifacts`` episodes' artifacts, the manifest,
-    report and plots; return the report. ``results``: an ``EpisodeResult`` per planned episode."""
+    """Write one condition's tables, the first ``artifacts`` episodes' artifacts (but those of
+    the episodes ``on_disk`` names, written by the evaluation it continues), the manifest, report
+    and plots; return the report. ``results``: an ``EpisodeResult`` per planned episode."""
+    import shutil
+
     import pyarrow as pa
 
     from memprism_ray.agent import rows_to_arrow
-    from memprism_ray.eval.artifacts import write_episode_artifacts
+    from memprism_ray.eval.artifacts import STREAMS, safe_name, streams_table, write_episode_artifacts
 
     out_dir.mkdir(parents=True, exist_ok=True)
     episodes = [r.summary() for r in results]
     _write_parquet(pa.Table.from_pylist(episodes), out_dir / "episodes.parquet")
     if rows:
         _write_parquet(rows_to_arrow(rows), out_dir / "steps.parquet")
+    _write_parquet(streams_table(results), out_dir / STREAMS)
     stored = sum(r.stream.to_arrow().nbytes for r in results)
     for r in results[:artifacts]:
-        write_episode_artifacts(r, out_dir / "episodes")
+        if r.spec.episode_id not in on_disk:
+            shutil.rmtree(out_dir / "episodes" / safe_name(r.spec.episode_id), ignore_errors=True)  # a failed try's
+            write_episode_artifacts(r, out_dir / "episodes")
     manifest.save(out_dir / "manifest.json")
     rep = condition_report(condition, episodes, rows, tokenizer=tokenizer, stored_bytes=stored, max_steps=max_steps)
     write_json(out_dir / "report.json", rep)

@@ -6,9 +6,11 @@ evaluation, ``jobs/eval_<benchmark>.py`` and ``memprism eval`` all run :func:`ev
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +100,7 @@ def play_condition(
     plan: EvalPlan,
     marginal: list[float] | None,
     timeout_s: float,
-    keep_views: int = 0,
+    keep_views: Collection[str] = (),
     on_results: Any = None,
     on_wait: Any = None,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -106,11 +108,11 @@ def play_condition(
     plays its share in waves of ``plan.slots``. Returns one result per planned episode and the
     step rows (each with its condition), both in plan order. A wave whose worker dies or times
     out (``timeout_s`` per wave of the longest share) fails with the reason; nothing planned is
-    dropped. ``on_results(results)`` is called as each wave's results arrive, and ``on_wait()``
-    every 15 s without one."""
-    viewed = {s.episode_id for s in plan.specs[:keep_views]}
+    dropped. ``keep_views``: the episodes whose views are kept (for their trajectory viewers).
+    ``on_results(results)`` is called as each wave's results arrive, and ``on_wait()`` every 15 s
+    without one."""
     specs = [
-        {"episode_id": s.episode_id, "game": s.game.to_dict(), "keep_views": s.episode_id in viewed}
+        {"episode_id": s.episode_id, "game": s.game.to_dict(), "keep_views": s.episode_id in keep_views}
         for s in plan.specs
         if s.game.game_id not in plan.broken
     ]
@@ -175,15 +177,19 @@ def evaluate(
     run's ``memprism`` condition (so list ``memprism`` first), as the paper's
     Frequency-Matched Random does. ``resume``: an interrupted evaluation in ``out_dir`` is
     continued, each condition it finished kept when its manifest says it was played as this
-    evaluation plays it (:func:`kept_condition`), the others played again."""
+    evaluation plays it (:func:`kept_condition`; its failed episodes, a lost worker's, played
+    again, and only they), the others played again."""
     import shutil
 
     from memprism_ray.eval.artifacts import safe_name
-    from memprism_ray.eval.report import PROGRESS, check_fresh_output, read_progress, write_progress
+    from memprism_ray.eval.report import PROGRESS, check_fresh_output, read_progress, summary_files, write_progress
     from memprism_ray.policy.config import POOL_BACKENDS
 
     check_fresh_output(out_dir, resume=resume)  # before any work: reports are never silently replaced
     finished = read_progress(out_dir, log) if resume else {}
+    for name in summary_files(out_dir) if resume else []:  # of one that ended with failed episodes: written anew
+        if (out_dir / Path(name).name).is_file():
+            (out_dir / Path(name).name).unlink()
     given = given_marginal(cfg)
     plan = benchmark.eval_plan(cfg)
     if plan.broken:
@@ -228,13 +234,22 @@ def evaluate(
             kept, why = kept_condition(condition, finished.get(condition), out_dir / safe, manifest, plan)
             if why:
                 log(f"eval {condition}: played again: the interrupted evaluation's {why}")
-            if kept is not None:
+            # A kept condition's failed episodes (a lost worker's, never a broken game's) are
+            # played again, and only they: the others keep their outcomes, streams and artifacts.
+            again = (
+                [r.spec for r in kept.results if r.failed and r.spec.game.game_id not in plan.broken] if kept else []
+            )
+            if kept is not None and not again:
                 played.append(kept)
                 rep, how = finished[condition], "kept from the interrupted evaluation: "
             else:
-                if resume and (out_dir / safe).exists():  # a condition cut off while written, or played otherwise
+                if kept is None and resume and (out_dir / safe).exists():  # cut off while written, or played otherwise
                     shutil.rmtree(out_dir / safe)
-                with progress_bar(total=len(plan.specs), desc=f"eval {condition}", unit="ep", file=sys.stdout) as bar:
+                for entry in (out_dir / safe).iterdir() if kept is not None else ():  # rewritten whole below
+                    if entry.name != "episodes":  # the kept episodes' artifacts stay
+                        entry.unlink()
+                part = dataclasses.replace(plan, specs=again) if kept is not None else plan
+                with progress_bar(total=len(part.specs), desc=f"eval {condition}", unit="ep", file=sys.stdout) as bar:
                     wins = [0]
 
                     def seen(results: list[Any], bar: Any = bar, wins: list[int] = wins) -> None:
@@ -243,19 +258,31 @@ def evaluate(
                         bar.update(len(results))  # draws the count with its success rate
 
                     timeout_s = cfg.run.call_timeout_s * 20
+                    viewed = {s.episode_id for s in plan.specs[: cfg.eval.artifacts]}
                     results, rows = play_condition(
-                        workers, condition, plan, marginal, timeout_s, cfg.eval.artifacts, seen, bar.refresh
+                        workers, condition, part, marginal, timeout_s, viewed, seen, bar.refresh
                     )
-                played.append(Played(condition, results, rows))
-                rep, how = benchmark.write_condition(played[-1], out_dir / safe, manifest, ctx), ""
+                on_disk, how = frozenset[str](), ""
+                if kept is not None:  # the kept episodes and those played again, in plan order
+                    new = {r.spec.episode_id: r for r in results}
+                    results = [new.get(r.spec.episode_id, r) for r in kept.results]
+                    rows = [{**row, "condition": condition} for r in results for row in r.rows]
+                    on_disk, how = kept.kept - set(new), f"{len(new)} failed episode(s) played again, the others kept: "
+                played.append(Played(condition, results, rows, kept=on_disk))
+                rep = benchmark.write_condition(played[-1], out_dir / safe, manifest, ctx)
                 finished[condition] = rep
                 write_progress(out_dir, finished)
             if condition == "memprism" and given is None:
                 marginal = rep["view_selection"]["view_marginal"]
             reports.append(rep)
             log(f"eval {condition}: {how}{benchmark.condition_line(rep)}{phi_fallback_note(rep)}")
+        before = {p.name for p in out_dir.iterdir()}
         summary = benchmark.write_summary(reports, played, ctx)
-        (out_dir / PROGRESS).unlink(missing_ok=True)  # the summary now says the evaluation is whole
+        if any(r.failed and r.spec.game.game_id not in plan.broken for p in played for r in p.results):
+            # kept: --run.resume auto plays the failed episodes again (only they: kept_condition)
+            write_progress(out_dir, finished, sorted({p.name for p in out_dir.iterdir()} - before))
+        else:
+            (out_dir / PROGRESS).unlink(missing_ok=True)  # the summary now says the evaluation is whole
         return summary
     finally:
         for w in workers:
@@ -314,12 +341,13 @@ def kept_condition(
     condition: str, report: dict[str, Any] | None, folder: Path, manifest: Any, plan: EvalPlan
 ) -> tuple[Played | None, str]:
     """``condition`` as an interrupted evaluation finished it in ``folder`` (its ``report`` from
-    the evaluation's progress record): each planned episode's outcome and step rows, what the
-    summaries read (the streams and views stay the episode artifacts' own). ``(None, why)`` when
-    it is to be played again: played otherwise than ``manifest`` says this evaluation plays it,
-    unreadable, or with failed episodes (a lost worker's, never a broken game's); ``why`` is ''
-    when it had not finished."""
+    the evaluation's progress record): each planned episode's outcome, step rows and event
+    stream, what the reports read (the views stay the episode artifacts' own), failed episodes
+    included: the caller plays those again. ``(None, why)`` when it is to be played again whole:
+    played otherwise than ``manifest`` says this evaluation plays it, or unreadable; ``why`` is
+    '' when it had not finished."""
     from memprism_ray.adapter.tables import read_parquet
+    from memprism_ray.eval.artifacts import STREAMS, read_streams
     from memprism_ray.eval.manifest import RunManifest
 
     if report is None:
@@ -333,6 +361,7 @@ def kept_condition(
         episodes = read_parquet(folder / "episodes.parquet").to_pylist()
         steps = folder / "steps.parquet"
         rows = read_parquet(steps).to_pylist() if steps.exists() else []
+        streams = read_streams(folder / STREAMS)
     except (OSError, ValueError) as exc:
         return None, f"tables cannot be read ({exc})"
     if [e["episode_id"] for e in episodes] != [s.episode_id for s in plan.specs]:
@@ -340,15 +369,20 @@ def kept_condition(
     rows_of: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         rows_of.setdefault(row["episode_id"], []).append(row)
+    if set(streams) != {s.episode_id for s in plan.specs}:
+        return None, "event streams are not this evaluation's"
     outcome = ("won", "reward", "steps", "env_steps", "status", "error")
     results = [
-        EpisodeResult(spec, rows=rows_of.get(spec.episode_id, []), **{k: e[k] for k in outcome})
+        EpisodeResult(
+            spec,
+            rows=rows_of.get(spec.episode_id, []),
+            stream=streams[spec.episode_id],
+            goal=streams[spec.episode_id].meta.get("goal", ""),
+            **{k: e[k] for k in outcome},
+        )
         for spec, e in zip(plan.specs, episodes, strict=True)
     ]
-    failed = sum(r.failed and r.spec.game.game_id not in plan.broken for r in results)
-    if failed:
-        return None, f"{failed} failed episode(s)"
-    return Played(condition, results, rows), ""
+    return Played(condition, results, rows, kept=frozenset(streams)), ""
 
 
 def condition_manifest(

@@ -126,6 +126,7 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
 
         from memprism_ray.actors.workers import stop_policy_replicas
         from memprism_ray.cluster.node_data import ship
+        from memprism_ray.eval.report import PROGRESS
         from memprism_ray.trainer.d1 import d1_cost_line, run_d1
         from memprism_ray.trainer.evaluate import evaluate
         from memprism_ray.trainer.grpo import (
@@ -194,7 +195,12 @@ def fit(cfg: ExperimentConfig, benchmark: Benchmark, argv: Sequence[str] | None 
             print(benchmark.printed_summary(eval_dir).read_text())
             problem = benchmark.failures(summary)
             if problem:
-                say(f"warning: {problem}; see {eval_dir}")
+                again = (
+                    f"; a resume plays them again (only they): {resume_line()}"
+                    if (eval_dir / PROGRESS).exists()
+                    else ""
+                )
+                say(f"warning: {problem}; see {eval_dir}{again}")
         stop_policy_replicas(actors.replicas)
         logger.close()
         say(f"done: {run_dir}")
@@ -411,7 +417,7 @@ def run_evaluation(
     of ``eval.conditions`` into ``out_dir``. The exit status: 2 when the start is refused (one
     line through ``error``, before any work), 1 when any episode failed, else 0."""
     from memprism_ray.cluster.placement import init_ray
-    from memprism_ray.eval.report import check_fresh_output
+    from memprism_ray.eval.report import PROGRESS, check_fresh_output
     from memprism_ray.trainer.evaluate import check_memory_conditions, evaluate, given_marginal, router_state_for
 
     try:
@@ -438,7 +444,8 @@ def run_evaluation(
         print((out_dir / benchmark.summary_file).read_text())
         problem = benchmark.failures(summary)
         if problem:
-            error(f"{problem}; see {out_dir / benchmark.summary_file}")
+            again = "; --run.resume auto plays them again (only they)" if (out_dir / PROGRESS).exists() else ""
+            error(f"{problem}; see {out_dir / benchmark.summary_file}{again}")
             return 1
         return 0
 

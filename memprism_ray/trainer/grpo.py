@@ -511,8 +511,11 @@ def final_eval_dir(run_dir: Path, cfg: ExperimentConfig, say: Any = print, label
     try:
         check_fresh_output(eval_dir)
     except InterruptedEvaluation:
-        done = ", ".join(written_conditions(eval_dir))
-        say(f"the final evaluation was interrupted after {done} (no summary): continuing it")
+        if any(eval_dir.glob("summary.*")):
+            say("the final evaluation ended with failed episodes (its summary): playing them again")
+        else:
+            done = ", ".join(written_conditions(eval_dir))
+            say(f"the final evaluation was interrupted after {done} (no summary): continuing it")
     except FileExistsError as exc:
         say(f"{exc}: the final evaluation of this run exists and is not repeated")
         return None

@@ -38,7 +38,7 @@ def test_waves_report_progress_and_results_keep_plan_order(
     workers = [EvalWorker.options(num_cpus=0.1).remote(cfg, 1, None, None, f"t{i}", benchmark=alf) for i in range(2)]
     seen: list[int] = []
     try:
-        results, _ = play_condition(workers, "no_memory", plan, None, 120.0, 0, lambda rs: seen.append(len(rs)))
+        results, _ = play_condition(workers, "no_memory", plan, None, 120.0, (), lambda rs: seen.append(len(rs)))
     finally:
         for w in workers:
             ray_session.kill(w)
@@ -160,6 +160,7 @@ def test_an_interrupted_evaluation_is_continued_and_keeps_what_it_finished(
 
     import memprism_ray.trainer.evaluate as ev
     from memprism_ray.config import load_config
+    from memprism_ray.eval.artifacts import safe_name
     from memprism_ray.eval.report import PROGRESS, InterruptedEvaluation
     from memprism_ray.trainer.fit import prepare_benchmark
 
@@ -209,19 +210,114 @@ def test_an_interrupted_evaluation_is_continued_and_keeps_what_it_finished(
     stop, played[:] = False, []
     run(config("--agent.max_steps", "3"), "other", resume=True)
     assert played == ["no_memory", "full_history", "recent4"]
-    # a finished condition with a failed episode (a lost worker's wave) is played again, said so
+    # A finished condition with a failed episode (a lost worker's wave): that episode alone is
+    # played again (the whole condition was: hours on a VLM), the others kept with their
+    # artifacts, and the reports are the uninterrupted evaluation's.
     stop, played[:] = True, []
     with pytest.raises(KeyboardInterrupt):
         run(cfg, "lost")
-    table = tmp_path / "lost" / "no_memory" / "episodes.parquet"
-    rows = pq.read_table(table).to_pylist()
-    rows[1].update(status="failed", error="crashed: ActorDiedError: the worker died")
-    pq.write_table(pa.Table.from_pylist(rows), table)
-    stop, played[:] = False, []
+    folder = tmp_path / "lost" / "no_memory"
+    rows = pq.read_table(folder / "episodes.parquet").to_pylist()
+    lost = rows[1]["episode_id"]
+    rows[1].update(status="failed", error="crashed: ActorDiedError: the worker died", won=False, steps=0)
+    pq.write_table(pa.Table.from_pylist(rows), folder / "episodes.parquet")
+    steps = pq.read_table(folder / "steps.parquet")
+    pq.write_table(steps.filter(pa.compute.not_equal(steps["episode_id"], lost)), folder / "steps.parquet")
+    stop, played[:], specs = False, [], []
     capsys.readouterr()
-    run(cfg, "lost", resume=True)
-    assert played == ["no_memory", "recent4"]
-    assert "eval no_memory: played again: the interrupted evaluation's 1 failed episode(s)" in capsys.readouterr().out
+
+    def planned(workers, condition, plan, *args, **kwargs):
+        specs.append(plan.specs)
+        return counted(workers, condition, plan, *args, **kwargs)
+
+    monkeypatch.setattr(ev, "play_condition", planned)
+    continued = run(cfg, "lost", resume=True)
+    assert played == ["no_memory", "recent4"] and [s.episode_id for s in specs[0]] == [lost]
+    assert "eval no_memory: 1 failed episode(s) played again, the others kept: " in capsys.readouterr().out
+    assert same(continued) == same(whole)
+
+    def written(root: Path) -> list[str]:  # the condition's tables and report, but wall-clock figures
+        tables = [pq.read_table(root / "no_memory" / t).to_pylist() for t in ("episodes.parquet", "steps.parquet")]
+        return [same(x) for x in (*tables, json.loads((root / "no_memory" / "report.json").read_text()))]
+
+    assert written(tmp_path / "lost") == written(tmp_path / "whole")
+    # With trajectory viewers: the kept episodes' stay as written, the one played again gets its own.
+    stop, played[:] = True, []
+    with pytest.raises(KeyboardInterrupt):
+        run(config("--eval.artifacts", "3"), "viewed")
+    folder = tmp_path / "viewed" / "no_memory"
+    rows = pq.read_table(folder / "episodes.parquet").to_pylist()
+    rows[1].update(status="failed", error="crashed: ActorDiedError: the worker died", won=False, steps=0)
+    pq.write_table(pa.Table.from_pylist(rows), folder / "episodes.parquet")
+    pages = {r["episode_id"]: folder / "episodes" / safe_name(r["episode_id"]) / "trajectory.html" for r in rows}
+    (folder / "episodes" / safe_name(lost) / "trajectory.html").write_text("a failed try's page")
+    before = {e: (p.stat().st_mtime_ns, p.read_text()) for e, p in pages.items()}
+    stop = False
+    run(config("--eval.artifacts", "3"), "viewed", resume=True)
+    after = {e: (p.stat().st_mtime_ns, p.read_text()) for e, p in pages.items()}
+    assert {e: after[e] == before[e] for e in pages} == {e: e != lost for e in pages}
+    assert "<h2>Step 1</h2>" in after[lost][1]
+
+
+def test_an_evaluation_that_ended_with_failed_episodes_plays_them_again_and_only_them(
+    ray_session, memprism_tiny_corpus: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """An evaluation whose episodes failed (a lost worker, an endpoint down) wrote its summary and
+    exit 1, and its --out was then refused ("already holds an evaluation"): its failed episodes
+    could be played only by playing every condition again, in another folder. Its progress record
+    is now kept: refused without --run.resume auto (one line saying how), continued with it, the
+    failed episodes alone are played and the summary is the undisturbed evaluation's."""
+    import json
+    import re
+
+    import pyarrow.parquet as pq
+
+    import memprism_ray.trainer.evaluate as ev
+    from memprism_ray.config import load_config
+    from memprism_ray.eval.report import PROGRESS, InterruptedEvaluation, check_fresh_output
+
+    cfg = load_config(
+        "configs/local.yaml",
+        ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.episodes", "3", "--eval.workers", "1",
+         "--eval.slots", "3", "--eval.artifacts", "0", "--agent.max_steps", "3", "--rollout.env_cpus", "0.1",
+         "--run.out_dir", str(tmp_path), "--eval.conditions", "no_memory,full_history"],
+    )  # fmt: skip
+    alf = get_benchmark("alfworld")
+
+    def run(out: str, **kw: object) -> dict:
+        return ev.evaluate(cfg, alf, cfg.eval.conditions, None, "", tmp_path / out, log=print, **kw)
+
+    whole = run("whole")
+    play, planned = ev.play_condition, []
+
+    def losing(workers, condition, plan, *args, **kwargs):  # the worker of episode 2 is lost in full_history
+        planned.append((condition, [s.episode_id for s in plan.specs]))
+        results, rows = play(workers, condition, plan, *args, **kwargs)
+        if condition == "full_history" and len(plan.specs) == 3:
+            results[1] = ev._failed(results[1].spec, "crashed: ActorDiedError: the worker died")
+            rows = [r for r in rows if r["episode_id"] != results[1].spec.episode_id]
+        return results, rows
+
+    monkeypatch.setattr(ev, "play_condition", losing)
+    lost = run("lost")
+    assert lost["failed_episodes"] == 1 and (tmp_path / "lost" / PROGRESS).exists()
+    with pytest.raises(InterruptedEvaluation, match=r"failed episodes .* play them again with --run\.resume auto"):
+        check_fresh_output(tmp_path / "lost")
+    episodes = pq.read_table(tmp_path / "lost" / "full_history" / "episodes.parquet").to_pylist()
+    failed = [e["episode_id"] for e in episodes if e["status"] == "failed"]
+    planned.clear()
+    capsys.readouterr()
+    again = run("lost", resume=True)
+    assert planned == [("full_history", failed)] and len(failed) == 1
+    out = capsys.readouterr().out
+    assert "eval no_memory: kept from the interrupted evaluation: " in out
+    assert "eval full_history: 1 failed episode(s) played again, the others kept: " in out
+
+    def same(summary: dict) -> str:
+        return re.sub(r'"(\w+_ms\w*)": [0-9.e+-]+', r'"\1": 0', json.dumps(summary, default=str, sort_keys=True))
+
+    assert same(again) == same(whole) and not (tmp_path / "lost" / PROGRESS).exists()
+    assert (tmp_path / "lost" / "summary.md").read_text() == (tmp_path / "whole" / "summary.md").read_text()
 
 
 def test_a_continued_evaluation_keeps_freq_random_only_for_the_marginal_it_sampled(

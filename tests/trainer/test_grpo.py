@@ -67,6 +67,10 @@ def test_an_interrupted_final_evaluation_is_continued(tmp_path: Path) -> None:
     (tmp_path / "eval" / "summary.md").write_text("table")
     assert final_eval_dir(tmp_path, cfg, said.append) is None
     assert said[-1].endswith("the final evaluation of this run exists and is not repeated")
+    # One whose summary counts failed episodes keeps its progress record: they are played again.
+    (tmp_path / "eval" / "progress.json").write_text('{"reports": {}}')
+    assert final_eval_dir(tmp_path, cfg, said.append) == tmp_path / "eval"
+    assert said[-1] == "the final evaluation ended with failed episodes (its summary): playing them again"
 
 
 def test_a_torn_last_row_is_said_and_the_summary_still_printed(tmp_path: Path) -> None:
