@@ -247,7 +247,7 @@ def evaluate(
                     shutil.rmtree(out_dir / safe)
                 for entry in (out_dir / safe).iterdir() if kept is not None else ():  # rewritten whole below
                     if entry.name != "episodes":  # the kept episodes' artifacts stay
-                        entry.unlink()
+                        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
                 part = dataclasses.replace(plan, specs=again) if kept is not None else plan
                 with progress_bar(total=len(part.specs), desc=f"eval {condition}", unit="ep", file=sys.stdout) as bar:
                     wins = [0]
