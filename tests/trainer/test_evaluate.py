@@ -14,18 +14,24 @@ from memprism_ray.benchmark import get_benchmark
 pytestmark = [pytest.mark.ray]
 
 
+def _tiny(corpus: Path, out: Path, *more: str):
+    """The embedded default on the tiny corpus, evaluation workers of 0.1 CPU, no artifacts."""
+    from memprism_ray.config import load_config
+
+    return load_config(
+        "configs/local.yaml",
+        ["--corpus.data_root", str(corpus), "--eval.artifacts", "0", "--rollout.env_cpus", "0.1", "--run.out_dir",
+         str(out), *more],
+    )  # fmt: skip
+
+
 def test_waves_report_progress_and_results_keep_plan_order(
     ray_session, memprism_tiny_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from memprism_ray.config import load_config
     from memprism_ray.trainer.evaluate import evaluate, play_condition
 
-    cfg = load_config(
-        "configs/local.yaml",
-        ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.episodes", "5", "--eval.workers", "2",
-         "--eval.slots", "1", "--eval.artifacts", "0", "--agent.max_steps", "2", "--rollout.env_cpus", "0.1",
-         "--run.out_dir", str(tmp_path), "--run.name", "waves"],
-    )  # fmt: skip
+    cfg = _tiny(memprism_tiny_corpus, tmp_path, "--eval.episodes", "5", "--eval.workers", "2", "--eval.slots", "1",
+                "--agent.max_steps", "2", "--run.name", "waves")  # fmt: skip
     alf = get_benchmark("alfworld")
     summary = evaluate(cfg, alf, ("no_memory",), None, "", tmp_path / "eval", log=print)
     out = capsys.readouterr().out
@@ -273,15 +279,10 @@ def test_an_evaluation_that_ended_with_failed_episodes_plays_them_again_and_only
     import pyarrow.parquet as pq
 
     import memprism_ray.trainer.evaluate as ev
-    from memprism_ray.config import load_config
     from memprism_ray.eval.report import PROGRESS, InterruptedEvaluation, check_fresh_output
 
-    cfg = load_config(
-        "configs/local.yaml",
-        ["--corpus.data_root", str(memprism_tiny_corpus), "--eval.episodes", "3", "--eval.workers", "1",
-         "--eval.slots", "3", "--eval.artifacts", "0", "--agent.max_steps", "3", "--rollout.env_cpus", "0.1",
-         "--run.out_dir", str(tmp_path), "--eval.conditions", "no_memory,full_history"],
-    )  # fmt: skip
+    cfg = _tiny(memprism_tiny_corpus, tmp_path, "--eval.episodes", "3", "--eval.workers", "1", "--eval.slots", "3",
+                "--agent.max_steps", "3", "--eval.conditions", "no_memory,full_history")  # fmt: skip
     alf = get_benchmark("alfworld")
 
     def run(out: str, **kw: object) -> dict:
