@@ -238,6 +238,7 @@ def _other_settings(a: Path, b: Path, shown: int = 6) -> str | None:
     """A line naming the settings that decide the episodes (``agent.max_steps``, the policy, the
     seed, ...) and differ between A's and B's manifests: a paired difference is then theirs too,
     not the condition's alone. ``None`` when none differ, or a manifest records no settings."""
+    from memprism_ray.policy.config import BACKENDS
     from memprism_ray.trainer.evaluate import played_settings
 
     recorded = []
@@ -251,6 +252,8 @@ def _other_settings(a: Path, b: Path, shown: int = 6) -> str | None:
         return None
     sa, sb = (played_settings(c) for c in recorded)
     keys = sorted((set(sa) | set(sb)) - {"eval.episodes"})  # the episodes: paired by id, counted below
+    if sa.get("policy.backend") != sb.get("policy.backend"):  # named once: their own sections differ wholly
+        keys = [k for k in keys if not k.startswith(tuple(f"policy.{b}." for b in BACKENDS))]
     changed = [f"{k} {sa.get(k, '<unset>')} -> {sb.get(k, '<unset>')}" for k in keys
                if sa.get(k, "<unset>") != sb.get(k, "<unset>")]  # fmt: skip
     if not changed:

@@ -317,14 +317,20 @@ TRAINING_SECTIONS = ("grpo", "label", "sft", "rollout", "init_checkpoint")
 
 def played_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The settings of a condition's manifest (its ``extra.config``, as JSON) that decide its
-    episodes, flat (``agent.max_steps``): all but :data:`REPLAY_FREE_KEYS` and the
-    :data:`TRAINING_SECTIONS`."""
+    episodes, flat (``agent.max_steps``): all but :data:`REPLAY_FREE_KEYS`, the
+    :data:`TRAINING_SECTIONS` and the sections of the policy backends it did not play with (a
+    scripted evaluation is not played otherwise for another ``policy.openai.model``)."""
     from memprism_ray.config_tree import flat_settings
+    from memprism_ray.policy.config import BACKENDS
 
+    flat = flat_settings(config)
+    unused = {f"policy.{b}" for b in BACKENDS if b != flat.get("policy.backend")}
     return {
         k: v
-        for k, v in flat_settings(config).items()
-        if k not in REPLAY_FREE_KEYS and k.split(".")[0] not in TRAINING_SECTIONS
+        for k, v in flat.items()
+        if k not in REPLAY_FREE_KEYS
+        and k.split(".")[0] not in TRAINING_SECTIONS
+        and ".".join(k.split(".")[:2]) not in unused
     }
 
 

@@ -210,6 +210,18 @@ def test_compare_names_the_settings_the_two_evaluations_differ_in(
     assert lines[1].startswith("SR(A) = ")
     assert main(["compare", str(out / "no_memory"), str(out / "fixed_TemporalTrace"), "--boot", "200"]) == 0
     assert capsys.readouterr().out.startswith("SR(A) = ")  # the same settings: no note
+    # Another backend is named once; the settings of one neither played with are not named (the
+    # note listed policy.openai.base_url, model, ... of two scripted evaluations' configs).
+    config["agent"]["max_steps"] = 10
+    config["policy"]["openai"]["model"] = "another"
+    path.write_text(json.dumps(manifest))
+    assert main(["compare", str(out / "no_memory"), str(other), "--boot", "200"]) == 0
+    assert capsys.readouterr().out.startswith("SR(A) = ")
+    config["policy"]["backend"] = "openai"
+    path.write_text(json.dumps(manifest))
+    assert main(["compare", str(out / "no_memory"), str(other), "--boot", "200"]) == 0
+    note = capsys.readouterr().out.splitlines()[0]
+    assert note == "note: A and B were played with other settings (policy.backend scripted -> openai)"
 
 
 def test_compare_of_a_table_without_the_outcome_columns_is_one_line(
