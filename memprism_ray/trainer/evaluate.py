@@ -267,7 +267,8 @@ def evaluate(
                     new = {r.spec.episode_id: r for r in results}
                     results = [new.get(r.spec.episode_id, r) for r in kept.results]
                     rows = [{**row, "condition": condition} for r in results for row in r.rows]
-                    on_disk, how = kept.kept - set(new), f"{len(new)} failed episode(s) played again, the others kept: "
+                    on_disk = kept.kept - set(new)
+                    how = f"its {len(new)} failed of {len(results)} episodes played again: "
                 played.append(Played(condition, results, rows, kept=on_disk))
                 rep = benchmark.write_condition(played[-1], out_dir / safe, manifest, ctx)
                 finished[condition] = rep

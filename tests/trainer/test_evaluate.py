@@ -239,7 +239,7 @@ def test_an_interrupted_evaluation_is_continued_and_keeps_what_it_finished(
     monkeypatch.setattr(ev, "play_condition", planned)
     continued = run(cfg, "lost", resume=True)
     assert played == ["no_memory", "recent4"] and [s.episode_id for s in specs[0]] == [lost]
-    assert "eval no_memory: 1 failed episode(s) played again, the others kept: " in capsys.readouterr().out
+    assert "eval no_memory: its 1 failed of 3 episodes played again: " in capsys.readouterr().out
     assert same(continued) == same(whole)
 
     def written(root: Path) -> list[str]:  # the condition's tables and report, but wall-clock figures
@@ -312,7 +312,7 @@ def test_an_evaluation_that_ended_with_failed_episodes_plays_them_again_and_only
     assert planned == [("full_history", failed)] and len(failed) == 1
     out = capsys.readouterr().out
     assert "eval no_memory: kept from the interrupted evaluation: " in out
-    assert "eval full_history: 1 failed episode(s) played again, the others kept: " in out
+    assert "eval full_history: its 1 failed of 3 episodes played again: " in out
 
     def same(summary: dict) -> str:
         return re.sub(r'"(\w+_ms\w*)": [0-9.e+-]+', r'"\1": 0', json.dumps(summary, default=str, sort_keys=True))
