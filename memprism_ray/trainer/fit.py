@@ -432,6 +432,8 @@ def run_evaluation(
             benchmark.eval_plan(cfg)  # the evaluation split's files parsed here, before Ray (cached for later)
     except (ValueError, OSError, KeyboardInterrupt) as exc:
         return start_refused(exc, error)
+    if cfg.run.resume == "auto" and not (out_dir / PROGRESS).exists():  # a misspelt --out would play all unsaid
+        say(f"--run.resume auto: no evaluation to continue in {out_dir}: every condition is played")
     init_ray(cfg.run.ray_address, cfg.run.num_cpus)
     from memprism_ray.cluster.node_data import ship
 

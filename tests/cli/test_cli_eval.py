@@ -396,6 +396,11 @@ def test_an_interrupted_evaluation_is_continued_with_run_resume_auto(
     assert (
         "eval no_memory: kept from the interrupted evaluation: " in out and (tmp_path / "out" / "summary.md").exists()
     )
+    assert "--run.resume auto: no evaluation to continue" not in out
+    # An --out holding nothing to continue (a misspelt one: every condition played again) is said.
+    assert main([*args[:-8], "--out", str(tmp_path / "typo"), *args[-6:], "--run.resume", "auto"]) == 0
+    said = f"--run.resume auto: no evaluation to continue in {tmp_path / 'typo'}: every condition is played"
+    assert said in capsys.readouterr().out
 
 
 def test_an_out_a_file_stands_in_the_way_of_is_one_line_before_any_work(
