@@ -153,7 +153,18 @@ def play_condition(
     lost = "lost: no result came back for this episode"
     results = [by_id.get(s.episode_id) or _failed(s, lost) for s in plan.specs]
     # The step rows in plan order (each episode's in step order), whichever wave came back first.
-    return results, [{**row, "condition": condition} for r in results for row in r.rows]
+    return results, condition_rows(condition, results)
+
+
+def condition_rows(condition: str, results: list[Any]) -> list[dict[str, Any]]:
+    """The step rows of ``results`` in their order (each episode's in step order), each with its
+    condition: what a condition's ``steps.parquet`` holds."""
+    return [{**row, "condition": condition} for r in results for row in r.rows]
+
+
+def replayable(result: Any, plan: EvalPlan) -> bool:
+    """A failed episode a new play may finish (a lost worker's, an endpoint's), not a broken game's."""
+    return bool(result.failed) and result.spec.game.game_id not in plan.broken
 
 
 def evaluate(
@@ -236,9 +247,7 @@ def evaluate(
                 log(f"eval {condition}: played again: the interrupted evaluation's {why}")
             # A kept condition's failed episodes (a lost worker's, never a broken game's) are
             # played again, and only they: the others keep their outcomes, streams and artifacts.
-            again = (
-                [r.spec for r in kept.results if r.failed and r.spec.game.game_id not in plan.broken] if kept else []
-            )
+            again = [r.spec for r in kept.results if replayable(r, plan)] if kept else []
             if kept is not None and not again:
                 played.append(kept)
                 rep, how = finished[condition], "kept from the interrupted evaluation: "
@@ -266,7 +275,7 @@ def evaluate(
                 if kept is not None:  # the kept episodes and those played again, in plan order
                     new = {r.spec.episode_id: r for r in results}
                     results = [new.get(r.spec.episode_id, r) for r in kept.results]
-                    rows = [{**row, "condition": condition} for r in results for row in r.rows]
+                    rows = condition_rows(condition, results)
                     on_disk = kept.kept - set(new)
                     how = f"its {len(new)} failed of {len(results)} episodes played again: "
                 played.append(Played(condition, results, rows, kept=on_disk))
@@ -279,7 +288,7 @@ def evaluate(
             log(f"eval {condition}: {how}{benchmark.condition_line(rep)}{phi_fallback_note(rep)}")
         before = {p.name for p in out_dir.iterdir()}
         summary = benchmark.write_summary(reports, played, ctx)
-        if any(r.failed and r.spec.game.game_id not in plan.broken for p in played for r in p.results):
+        if any(replayable(r, plan) for p in played for r in p.results):
             # kept: --run.resume auto plays the failed episodes again (only they: kept_condition)
             write_progress(out_dir, finished, sorted({p.name for p in out_dir.iterdir()} - before))
         else:
